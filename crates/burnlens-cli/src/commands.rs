@@ -1,0 +1,146 @@
+//! The subcommands: each parses its inputs, loads what it needs through the libraries and
+//! writes or prints the result.
+
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use burn::module::Module;
+use burn::tensor::Device;
+use burnlens_hf::{LoadedModel, load_model};
+use burnlens_model::backend;
+use burnlens_model::{AttentionSpan, Hooks, Transformer, next_token_loss};
+use serde_json::json;
+
+use crate::output::{Saved, write_atomic, write_safetensors};
+use crate::{Common, UserError};
+
+fn device(common: &Common) -> Result<Device> {
+    let name = backend::resolve_name(&[common.backend.as_deref()]);
+    Ok(backend::device(&name, common.device_index)?)
+}
+
+fn load(model: &Path, common: &Common) -> Result<LoadedModel> {
+    let device = device(common)?;
+    let loaded = load_model(model, &device)?;
+    for w in &loaded.info.warnings {
+        eprintln!("warning: {w}");
+    }
+    Ok(loaded)
+}
+
+/// Parse `1, 2,3` into token ids, checked against the model.
+fn parse_ids(text: &str, model: &Transformer) -> Result<Vec<i64>> {
+    let ids = text
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| s.parse::<i64>().map_err(|_| UserError(format!("--ids: \"{s}\" is not an integer token id"))))
+        .collect::<Result<Vec<_>, _>>()?;
+    model.check_ids(&ids).context("--ids")?;
+    Ok(ids)
+}
+
+pub fn info(dir: &Path, common: &Common) -> Result<()> {
+    let LoadedModel { model, hf, info } = load(dir, common)?;
+    let c = &model.config;
+    let local: Vec<String> = c
+        .spans
+        .iter()
+        .enumerate()
+        .filter_map(|(l, s)| match s {
+            AttentionSpan::Local(w) => Some(format!("{l} (window {w})")),
+            AttentionSpan::Global => None,
+        })
+        .collect();
+    println!("model:       {}", dir.display());
+    println!("family:      {}", hf.family);
+    println!("parameters:  {} ({:.2}M)", model.num_params(), model.num_params() as f64 / 1e6);
+    println!("layers:      {}", c.n_layers());
+    println!("heads:       {} x d_head {}", c.n_heads, c.d_head);
+    println!("d_model:     {}", c.d_model);
+    println!("d_mlp:       {}", c.d_mlp.map_or("none (attention-only)".into(), |m| m.to_string()));
+    println!("context:     {}", c.n_ctx);
+    println!("vocab:       {}", c.vocab_size);
+    println!("activation:  {}", c.activation.hf_name());
+    println!("score scale: {:?}{}", c.score_scale, if c.scale_by_inverse_layer { " / (layer + 1)" } else { "" });
+    println!("local attn:  {}", if local.is_empty() { "none (all layers global)".into() } else { local.join(", ") });
+    println!("checkpoint:  {} ({} file{}), dtype {}", info.format, info.files.len(), if info.files.len() == 1 { "" } else { "s" }, info.dtypes.join("/"));
+    println!(
+        "names:       {}transformer. prefix, lm_head {}, {} legacy buffer{} ignored",
+        if info.prefixed { "" } else { "no " },
+        if info.lm_head_present { "present (tied)" } else { "absent (tied)" },
+        info.ignored_buffers,
+        if info.ignored_buffers == 1 { "" } else { "s" }
+    );
+    Ok(())
+}
+
+pub fn logits(dir: &Path, ids: &str, out: Option<&Path>, common: &Common) -> Result<()> {
+    let LoadedModel { model, .. } = load(dir, common)?;
+    let ids = parse_ids(ids, &model)?;
+    let input = model.ids_tensor(&ids);
+    let logits = model.forward(input.clone());
+    let loss = (ids.len() >= 2).then(|| next_token_loss(logits.clone(), input).into_scalar::<f32>() as f64);
+    let [_, t, v] = logits.dims();
+    let values: Vec<f32> = logits.into_data().try_into_vec_as::<f32>().expect("f32 logits");
+    match out.map(|p| (p, p.extension().and_then(|e| e.to_str()).unwrap_or(""))) {
+        Some((path, "json")) => {
+            let rows: Vec<&[f32]> = values.chunks(v).collect();
+            let doc = json!({ "ids": ids, "logits": rows, "loss": loss });
+            write_atomic(path, serde_json::to_string(&doc)?.as_bytes())?;
+            println!("wrote {} ({} positions x {} logits)", path.display(), t, v);
+        }
+        Some((path, "safetensors")) => {
+            let mut tensors = vec![Saved::I64("ids".into(), vec![t], ids.clone()), Saved::F32("logits".into(), vec![t, v], values)];
+            if let Some(l) = loss {
+                tensors.push(Saved::F32("loss".into(), vec![1], vec![l as f32]));
+            }
+            write_safetensors(path, &tensors)?;
+            println!("wrote {} ({} positions x {} logits)", path.display(), t, v);
+        }
+        Some((path, _)) => {
+            return Err(UserError(format!("--out {}: expected a .json or .safetensors file name", path.display())).into());
+        }
+        None => {
+            println!("{} tokens, vocab {}", t, v);
+            match loss {
+                Some(l) => println!("loss (mean next-token cross-entropy): {l:.6}"),
+                None => println!("loss: n/a (needs at least two tokens)"),
+            }
+            let last = &values[(t - 1) * v..];
+            let mut top: Vec<(usize, f32)> = last.iter().copied().enumerate().collect();
+            top.sort_by(|a, b| b.1.total_cmp(&a.1));
+            let shown: Vec<String> = top.iter().take(5).map(|(i, x)| format!("{i} ({x:.3})")).collect();
+            println!("top next tokens after the last position: {}", shown.join(", "));
+        }
+    }
+    Ok(())
+}
+
+pub fn cache(dir: &Path, ids: &str, names: &str, out: &Path, common: &Common) -> Result<()> {
+    let re = regex::Regex::new(names).map_err(|e| UserError(format!("--names: invalid regex: {e}")))?;
+    if out.extension().and_then(|e| e.to_str()) != Some("safetensors") {
+        return Err(UserError(format!("--out {}: expected a .safetensors file name", out.display())).into());
+    }
+    let LoadedModel { model, .. } = load(dir, common)?;
+    let ids = parse_ids(ids, &model)?;
+    let c = &model.config;
+    let all = burnlens_model::hook_names(c.n_layers(), c.d_mlp.is_some());
+    if !all.iter().any(|n| re.is_match(n)) {
+        return Err(UserError(format!(
+            "--names: \"{names}\" matches no hook point; names look like {}",
+            ["hook_embed", "blocks.0.hook_resid_pre", "blocks.0.attn.hook_pattern", "blocks.0.mlp.hook_post"].join(", ")
+        ))
+        .into());
+    }
+    let mut hooks = Hooks::capture(|n| re.is_match(n));
+    model.forward_hooked(model.ids_tensor(&ids), &mut hooks);
+    let cache = hooks.take_cache();
+    let tensors: Vec<Saved> = cache.iter().map(|(name, act)| Saved::F32(name.clone(), act.dims(), act.to_vec())).collect();
+    write_safetensors(out, &tensors)?;
+    println!("wrote {} activations to {}", tensors.len(), out.display());
+    for (name, act) in &cache {
+        println!("  {name} {:?}", act.dims());
+    }
+    Ok(())
+}

@@ -1,0 +1,348 @@
+//! `config.json` of the supported families, translated into a [`TransformerConfig`].
+//!
+//! Absent fields take the defaults of the family's `transformers` config class
+//! (`GPT2Config`, `GPTNeoConfig`), so a config written by any version of `save_pretrained`,
+//! or a hand-written minimal one, reads the way `transformers` reads it.
+
+use std::path::{Path, PathBuf};
+
+use burnlens_model::{ActivationFn, AttentionSpan, Positional, ScoreScale, TransformerConfig};
+use serde_json::{Map, Value};
+
+use crate::error::{HfError, Result};
+
+/// The model families burnlens reads and writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Family {
+    Gpt2,
+    GptNeo,
+}
+
+impl Family {
+    /// `model_type` values understood, in the order they are listed in errors.
+    pub const SUPPORTED: &'static [&'static str] = &["gpt2", "gpt_neo"];
+
+    pub fn model_type(self) -> &'static str {
+        match self {
+            Family::Gpt2 => "gpt2",
+            Family::GptNeo => "gpt_neo",
+        }
+    }
+
+    pub fn from_model_type(s: &str) -> Option<Self> {
+        match s {
+            "gpt2" => Some(Family::Gpt2),
+            "gpt_neo" => Some(Family::GptNeo),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for Family {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.model_type())
+    }
+}
+
+/// A parsed `config.json`.
+#[derive(Debug, Clone)]
+pub struct HfConfig {
+    pub family: Family,
+    /// The architecture in burnlens terms.
+    pub model: TransformerConfig,
+    /// `torch_dtype` / `dtype` as recorded, if any.
+    pub torch_dtype: Option<String>,
+}
+
+/// Read and parse `path` (a `config.json`).
+pub fn read_config(path: &Path) -> Result<HfConfig> {
+    let text = std::fs::read_to_string(path).map_err(|e| HfError::io(path, e))?;
+    parse_config(&text, path)
+}
+
+/// Parse the text of a `config.json`; `path` is only used in error messages.
+pub fn parse_config(text: &str, path: &Path) -> Result<HfConfig> {
+    let value: Value = serde_json::from_str(text).map_err(|e| HfError::Json { path: path.into(), msg: e.to_string() })?;
+    let Value::Object(obj) = value else {
+        return Err(HfError::Json { path: path.into(), msg: "expected a JSON object at the top level".into() });
+    };
+    let f = Fields { obj: &obj, path: path.to_path_buf() };
+    let model_type = f.string("model_type", None)?;
+    let family = Family::from_model_type(&model_type).ok_or_else(|| HfError::UnknownModelType {
+        path: path.into(),
+        found: model_type.clone(),
+        supported: Family::SUPPORTED.to_vec(),
+    })?;
+    let model = match family {
+        Family::Gpt2 => gpt2(&f)?,
+        Family::GptNeo => gpt_neo(&f)?,
+    };
+    model.validate().map_err(|e| match e {
+        burnlens_model::ModelError::Config { field, msg } => f.err(field, msg),
+        other => HfError::Model(other),
+    })?;
+    let torch_dtype = f.opt_string(&["torch_dtype", "dtype"])?;
+    Ok(HfConfig { family, model, torch_dtype })
+}
+
+fn gpt2(f: &Fields) -> Result<TransformerConfig> {
+    let d_model = f.size(&["n_embd"], 768)?;
+    let n_heads = f.size(&["n_head"], 12)?;
+    let n_layers = f.count(&["n_layer"], 12)?;
+    if f.bool("add_cross_attention", false)? {
+        return Err(f.err("add_cross_attention", "is true; burnlens supports decoder-only GPT-2 without cross-attention"));
+    }
+    Ok(TransformerConfig {
+        vocab_size: f.size(&["vocab_size"], 50257)?,
+        n_ctx: f.size(&["n_positions", "n_ctx"], 1024)?,
+        d_model,
+        n_heads,
+        d_head: head_dim(f, d_model, n_heads, "n_embd", "n_head")?,
+        d_mlp: Some(f.opt_size(&["n_inner"])?.unwrap_or(4 * d_model)),
+        spans: vec![AttentionSpan::Global; n_layers],
+        score_scale: if f.bool("scale_attn_weights", true)? { ScoreScale::InvSqrtDHead } else { ScoreScale::None },
+        scale_by_inverse_layer: f.bool("scale_attn_by_inverse_layer_idx", false)?,
+        qkv_bias: true,
+        activation: activation(f)?,
+        layer_norm_eps: f.float("layer_norm_epsilon", 1e-5)?,
+        positional: Positional::Residual,
+        dropout: 0.0,
+    })
+}
+
+fn gpt_neo(f: &Fields) -> Result<TransformerConfig> {
+    let d_model = f.size(&["hidden_size"], 2048)?;
+    let n_heads = f.size(&["num_heads"], 16)?;
+    let n_layers = f.count(&["num_layers"], 24)?;
+    let window = f.count(&["window_size"], 256)?;
+    let kinds = attention_layers(f)?;
+    if kinds.len() != n_layers {
+        return Err(f.err(
+            "attention_types",
+            format!("describes {} layers but num_layers is {n_layers}; they must agree", kinds.len()),
+        ));
+    }
+    let spans = kinds
+        .iter()
+        .map(|k| if k == "local" { AttentionSpan::Local(window) } else { AttentionSpan::Global })
+        .collect();
+    if window == 0 && kinds.iter().any(|k| k == "local") {
+        return Err(f.err("window_size", "is 0; a local attention layer needs a window of at least 1 token"));
+    }
+    Ok(TransformerConfig {
+        vocab_size: f.size(&["vocab_size"], 50257)?,
+        n_ctx: f.size(&["max_position_embeddings"], 2048)?,
+        d_model,
+        n_heads,
+        d_head: head_dim(f, d_model, n_heads, "hidden_size", "num_heads")?,
+        d_mlp: Some(f.opt_size(&["intermediate_size"])?.unwrap_or(4 * d_model)),
+        spans,
+        score_scale: ScoreScale::None,
+        scale_by_inverse_layer: false,
+        qkv_bias: false,
+        activation: activation(f)?,
+        layer_norm_eps: f.float("layer_norm_epsilon", 1e-5)?,
+        positional: Positional::Residual,
+        dropout: 0.0,
+    })
+}
+
+/// GPT-Neo's per-layer attention kinds: `attention_types` (`[[["global", "local"], 12]]`)
+/// expanded, checked against `attention_layers` when the file has both.
+fn attention_layers(f: &Fields) -> Result<Vec<String>> {
+    let expanded = match f.get("attention_types") {
+        None => ["global", "local"].repeat(12).into_iter().map(String::from).collect(),
+        Some(v) => {
+            let bad = || f.err("attention_types", r#"must look like [[["global", "local"], 12]]: a list of [list of "global"/"local", repeat count]"#);
+            let mut out = Vec::new();
+            for item in v.as_array().ok_or_else(bad)? {
+                let pair = item.as_array().filter(|p| p.len() == 2).ok_or_else(bad)?;
+                let kinds = pair[0].as_array().ok_or_else(bad)?;
+                let times = pair[1].as_u64().ok_or_else(bad)?;
+                let kinds: Vec<String> = kinds.iter().map(|k| k.as_str().map(String::from).ok_or_else(bad)).collect::<Result<_>>()?;
+                for _ in 0..times {
+                    out.extend(kinds.iter().cloned());
+                }
+            }
+            out
+        }
+    };
+    for k in &expanded {
+        if k != "global" && k != "local" {
+            return Err(f.err("attention_types", format!("has attention kind \"{k}\"; expected \"global\" or \"local\"")));
+        }
+    }
+    if let Some(v) = f.get("attention_layers") {
+        let listed: Option<Vec<&str>> = v.as_array().and_then(|a| a.iter().map(Value::as_str).collect());
+        match listed {
+            Some(l) if l == expanded.iter().map(String::as_str).collect::<Vec<_>>() => {}
+            Some(_) => return Err(f.err("attention_layers", "disagrees with the expansion of attention_types")),
+            None => return Err(f.err("attention_layers", "must be a list of \"global\"/\"local\" strings")),
+        }
+    }
+    Ok(expanded)
+}
+
+fn head_dim(f: &Fields, d_model: usize, n_heads: usize, d_name: &str, h_name: &str) -> Result<usize> {
+    if d_model % n_heads != 0 {
+        return Err(f.err(d_name, format!("= {d_model} is not divisible by {h_name} = {n_heads}")));
+    }
+    Ok(d_model / n_heads)
+}
+
+fn activation(f: &Fields) -> Result<ActivationFn> {
+    let name = f.string("activation_function", Some("gelu_new"))?;
+    ActivationFn::from_hf_name(&name).ok_or_else(|| {
+        f.err("activation_function", format!("\"{name}\" is not supported; expected one of {}", ActivationFn::HF_NAMES.join(", ")))
+    })
+}
+
+/// Typed access to the fields of a JSON object, with errors naming the file and field.
+struct Fields<'a> {
+    obj: &'a Map<String, Value>,
+    path: PathBuf,
+}
+
+impl Fields<'_> {
+    fn err(&self, field: &str, msg: impl Into<String>) -> HfError {
+        HfError::Field { path: self.path.clone(), field: field.to_string(), msg: msg.into() }
+    }
+
+    /// The value of a field, treating JSON `null` as absent.
+    fn get(&self, name: &str) -> Option<&Value> {
+        self.obj.get(name).filter(|v| !v.is_null())
+    }
+
+    /// The first of `names` that is present.
+    fn first(&self, names: &[&str]) -> Option<(String, &Value)> {
+        names.iter().find_map(|n| self.get(n).map(|v| (n.to_string(), v)))
+    }
+
+    fn opt_uint(&self, names: &[&str]) -> Result<Option<(String, u64)>> {
+        match self.first(names) {
+            None => Ok(None),
+            Some((name, v)) => match v.as_u64() {
+                Some(n) => Ok(Some((name, n))),
+                None => Err(self.err(&name, format!("must be a non-negative integer, found {v}"))),
+            },
+        }
+    }
+
+    /// A size that must be at least 1.
+    fn opt_size(&self, names: &[&str]) -> Result<Option<usize>> {
+        match self.opt_uint(names)? {
+            Some((name, 0)) => Err(self.err(&name, "must be at least 1, found 0")),
+            Some((_, n)) => Ok(Some(n as usize)),
+            None => Ok(None),
+        }
+    }
+
+    fn size(&self, names: &[&str], default: usize) -> Result<usize> {
+        Ok(self.opt_size(names)?.unwrap_or(default))
+    }
+
+    /// A count that may be any non-negative integer.
+    fn count(&self, names: &[&str], default: usize) -> Result<usize> {
+        Ok(self.opt_uint(names)?.map_or(default, |(_, n)| n as usize))
+    }
+
+    fn float(&self, name: &str, default: f64) -> Result<f64> {
+        match self.get(name) {
+            None => Ok(default),
+            Some(v) => v.as_f64().ok_or_else(|| self.err(name, format!("must be a number, found {v}"))),
+        }
+    }
+
+    fn bool(&self, name: &str, default: bool) -> Result<bool> {
+        match self.get(name) {
+            None => Ok(default),
+            Some(v) => v.as_bool().ok_or_else(|| self.err(name, format!("must be true or false, found {v}"))),
+        }
+    }
+
+    fn string(&self, name: &str, default: Option<&str>) -> Result<String> {
+        match (self.get(name), default) {
+            (Some(Value::String(s)), _) => Ok(s.clone()),
+            (Some(v), _) => Err(self.err(name, format!("must be a string, found {v}"))),
+            (None, Some(d)) => Ok(d.to_string()),
+            (None, None) => Err(self.err(name, format!("is missing; expected one of {}", Family::SUPPORTED.join(", ")))),
+        }
+    }
+
+    fn opt_string(&self, names: &[&str]) -> Result<Option<String>> {
+        match self.first(names) {
+            None => Ok(None),
+            Some((_, Value::String(s))) => Ok(Some(s.clone())),
+            Some((name, v)) => Err(self.err(&name, format!("must be a string, found {v}"))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<HfConfig> {
+        parse_config(text, Path::new("config.json"))
+    }
+
+    #[test]
+    fn gpt2_defaults_fill_absent_fields() {
+        let c = parse(r#"{"model_type": "gpt2", "n_inner": null}"#).unwrap();
+        assert_eq!(c.family, Family::Gpt2);
+        let m = c.model;
+        assert_eq!((m.vocab_size, m.n_ctx, m.d_model, m.n_heads, m.d_head), (50257, 1024, 768, 12, 64));
+        assert_eq!(m.d_mlp, Some(3072));
+        assert_eq!(m.n_layers(), 12);
+        assert_eq!(m.activation, ActivationFn::GeluNew);
+        assert!(!m.scale_by_inverse_layer);
+        assert_eq!(m.n_params(), 124_439_808);
+    }
+
+    #[test]
+    fn gpt2_legacy_n_ctx_and_inverse_layer_scale() {
+        let c = parse(r#"{"model_type": "gpt2", "n_ctx": 64, "n_embd": 32, "n_head": 4, "n_layer": 2,
+                          "scale_attn_by_inverse_layer_idx": true, "n_inner": 80}"#)
+        .unwrap();
+        assert_eq!(c.model.n_ctx, 64);
+        assert_eq!(c.model.d_mlp, Some(80));
+        assert!((c.model.score_factor(1) - 1.0 / (8f64.sqrt() * 2.0)).abs() < 1e-12);
+    }
+
+    #[test]
+    fn gpt_neo_attention_types_expand() {
+        let c = parse(r#"{"model_type": "gpt_neo", "hidden_size": 64, "num_heads": 4, "num_layers": 3,
+                          "attention_types": [[["global", "local"], 1], [["local"], 1]], "window_size": 5}"#)
+        .unwrap();
+        assert_eq!(c.model.spans, vec![AttentionSpan::Global, AttentionSpan::Local(5), AttentionSpan::Local(5)]);
+        assert_eq!(c.model.score_scale, ScoreScale::None);
+        assert!(!c.model.qkv_bias);
+        assert_eq!(c.model.d_mlp, Some(256));
+    }
+
+    #[test]
+    fn gpt_neo_125m_defaults() {
+        let c = parse(r#"{"model_type": "gpt_neo", "hidden_size": 768, "num_heads": 12, "num_layers": 12,
+                          "attention_types": [[["global", "local"], 6]]}"#)
+        .unwrap();
+        assert_eq!(c.model.spans[1], AttentionSpan::Local(256));
+        assert_eq!(c.model.n_ctx, 2048);
+        assert_eq!(c.model.n_params(), 125_198_592);
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        let msg = |t: &str| parse(t).unwrap_err().to_string();
+        assert!(msg(r#"{"model_type": "llama"}"#).contains("unsupported model_type \"llama\"; supported: gpt2, gpt_neo"));
+        assert!(msg(r#"{"n_embd": 5}"#).contains("`model_type` is missing"));
+        assert!(msg(r#"{"model_type": "gpt2", "n_embd": 10, "n_head": 4}"#).contains("`n_embd` = 10 is not divisible by n_head = 4"));
+        assert!(msg(r#"{"model_type": "gpt2", "n_layer": -2}"#).contains("`n_layer` must be a non-negative integer, found -2"));
+        assert!(msg(r#"{"model_type": "gpt2", "n_layer": 0}"#).contains("`n_layers` must be at least 1"));
+        assert!(msg(r#"{"model_type": "gpt2", "activation_function": "tanh"}"#).contains("\"tanh\" is not supported"));
+        assert!(msg(r#"{"model_type": "gpt_neo", "num_layers": 2, "attention_types": [[["global", "local"], 2]]}"#)
+            .contains("describes 4 layers but num_layers is 2"));
+        assert!(msg(r#"{"model_type": "gpt_neo", "num_layers": 2, "window_size": 0, "attention_types": [[["global", "local"], 1]]}"#)
+            .contains("`window_size` is 0"));
+        assert!(msg("{not json").contains("config.json: not valid JSON"));
+    }
+}

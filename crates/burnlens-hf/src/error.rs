@@ -1,0 +1,44 @@
+use std::path::PathBuf;
+
+use burnlens_model::ModelError;
+use thiserror::Error;
+
+/// Everything that can go wrong reading or writing a Hugging Face model directory. Each
+/// message names the file, field or tensor and says what was expected.
+#[derive(Debug, Error)]
+pub enum HfError {
+    #[error("{}: {source}", path.display())]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("{}: not valid JSON: {msg}", path.display())]
+    Json { path: PathBuf, msg: String },
+    #[error("{}: field `{field}` {msg}", path.display())]
+    Field { path: PathBuf, field: String, msg: String },
+    #[error("{}: unsupported model_type \"{found}\"; supported: {}", path.display(), supported.join(", "))]
+    UnknownModelType { path: PathBuf, found: String, supported: Vec<&'static str> },
+    #[error("{}: no weights found: expected model.safetensors, model.safetensors.index.json or pytorch_model.bin", dir.display())]
+    NoWeights { dir: PathBuf },
+    #[error("{}: {msg}", path.display())]
+    Checkpoint { path: PathBuf, msg: String },
+    #[error("{}: missing tensor `{name}` (expected shape {expected:?})", path.display())]
+    MissingTensor { path: PathBuf, name: String, expected: Vec<usize> },
+    #[error("{}: tensor `{name}` has shape {found:?}, expected {expected:?}", path.display())]
+    Shape { path: PathBuf, name: String, expected: Vec<usize>, found: Vec<usize> },
+    #[error("{}: tensor `{name}` has dtype {found}, expected a floating-point dtype (F32, F16, BF16 or F64)", path.display())]
+    Dtype { path: PathBuf, name: String, found: String },
+    #[error("{}: `lm_head.weight` differs from `wte.weight`; only tied unembeddings are supported", path.display())]
+    Untied { path: PathBuf },
+    #[error(transparent)]
+    Model(#[from] ModelError),
+}
+
+impl HfError {
+    pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        HfError::Io { path: path.into(), source }
+    }
+
+    pub(crate) fn checkpoint(path: impl Into<PathBuf>, msg: impl std::fmt::Display) -> Self {
+        HfError::Checkpoint { path: path.into(), msg: msg.to_string() }
+    }
+}
+
+pub type Result<T, E = HfError> = std::result::Result<T, E>;

@@ -1,0 +1,16 @@
+//! Hugging Face interop for burnlens: `config.json` parsing, checkpoint import (safetensors,
+//! sharded safetensors, `pytorch_model.bin`) and export.
+//!
+//! Files are read through `burn-store` (`SafetensorsStore`, `PytorchStore`); the
+//! family-specific name and layout mapping lives in [`layout`], shared by import and export.
+
+pub mod checkpoint;
+pub mod config;
+pub mod error;
+pub mod import;
+pub mod layout;
+
+pub use checkpoint::{Checkpoint, WeightFormat};
+pub use config::{Family, HfConfig, parse_config, read_config};
+pub use error::HfError;
+pub use import::{CheckpointInfo, LoadedModel, import, load_model};

@@ -1,0 +1,74 @@
+//! Choosing a backend by name at run time. Which backends exist is decided by cargo
+//! features at build time; asking for one that was left out says how to rebuild.
+
+use burn::tensor::Device;
+
+/// Backends burnlens knows, in the order `burnlens backends` lists them.
+pub const BACKENDS: &[&str] = &["flex", "ndarray", "wgpu", "tch", "cuda"];
+
+/// The backend used when neither a config, a flag nor `BURNLENS_BACKEND` names one.
+pub const DEFAULT_BACKEND: &str = "flex";
+
+/// Whether this binary was built with backend `name`.
+pub fn is_compiled(name: &str) -> bool {
+    match name {
+        "flex" | "ndarray" => true,
+        "wgpu" => cfg!(feature = "wgpu"),
+        "tch" => cfg!(feature = "tch"),
+        "cuda" => cfg!(feature = "cuda"),
+        _ => false,
+    }
+}
+
+/// Errors choosing a backend.
+#[derive(Debug, thiserror::Error)]
+pub enum BackendError {
+    #[error("unknown backend \"{0}\"; expected one of {list}", list = BACKENDS.join(", "))]
+    Unknown(String),
+    #[error("backend \"{name}\" is not compiled into this binary; rebuild with: cargo build --release --features {name}")]
+    NotCompiled { name: String },
+}
+
+/// The device of backend `name` (`flex`, `ndarray`, `wgpu`, `tch`, `cuda`); `index` picks
+/// among several GPUs (`tch` uses index `None` for its CPU device).
+pub fn device(name: &str, index: Option<usize>) -> Result<Device, BackendError> {
+    let name = name.trim().to_ascii_lowercase();
+    if !BACKENDS.contains(&name.as_str()) {
+        return Err(BackendError::Unknown(name));
+    }
+    if !is_compiled(&name) {
+        return Err(BackendError::NotCompiled { name });
+    }
+    let _ = index;
+    #[allow(deprecated)]
+    let device = match name.as_str() {
+        "flex" => Device::flex(),
+        "ndarray" => Device::ndarray(),
+        #[cfg(feature = "wgpu")]
+        "wgpu" => match index {
+            Some(i) => Device::wgpu(burn::tensor::DeviceKind::DiscreteGpu(i)),
+            None => Device::wgpu(Default::default()),
+        },
+        #[cfg(feature = "tch")]
+        "tch" => match index {
+            Some(i) => Device::libtorch_cuda(i),
+            None => Device::libtorch(),
+        },
+        #[cfg(feature = "cuda")]
+        "cuda" => Device::cuda(index.unwrap_or(0)),
+        _ => unreachable!("checked by is_compiled"),
+    };
+    Ok(device)
+}
+
+/// The backend named by the first of `choices` that is set, else `BURNLENS_BACKEND`, else
+/// [`DEFAULT_BACKEND`].
+pub fn resolve_name(choices: &[Option<&str>]) -> String {
+    choices
+        .iter()
+        .flatten()
+        .map(|s| s.to_string())
+        .next()
+        .or_else(|| std::env::var("BURNLENS_BACKEND").ok().filter(|s| !s.is_empty()))
+        .unwrap_or_else(|| DEFAULT_BACKEND.to_string())
+}

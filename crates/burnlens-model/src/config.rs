@@ -1,0 +1,226 @@
+//! The one configuration every burnlens model is built from.
+//!
+//! GPT-2 and GPT-Neo differ only in the settings below; the family-specific `config.json`
+//! parsers in `burnlens-hf` translate into this struct and nothing inside the model ever asks
+//! which family it is.
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::ModelError;
+
+/// Which keys a query may attend to, besides the causal rule `key <= query`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AttentionSpan {
+    /// Every earlier position (and itself).
+    Global,
+    /// Only the last `w` positions: key `k` is visible from query `q` iff `q - w < k <= q`.
+    Local(usize),
+}
+
+impl AttentionSpan {
+    /// Whether key position `k` is visible from query position `q` (absolute positions).
+    #[inline]
+    pub fn allows(self, q: usize, k: usize) -> bool {
+        k <= q
+            && match self {
+                AttentionSpan::Global => true,
+                AttentionSpan::Local(w) => k + w > q,
+            }
+    }
+}
+
+/// The constant the raw scores `q·k` are multiplied by before the softmax.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ScoreScale {
+    /// `1 / sqrt(d_head)` (GPT-2, and most transformers).
+    InvSqrtDHead,
+    /// No scaling at all (GPT-Neo).
+    None,
+}
+
+/// The MLP's non-linearity, named as in Hugging Face's `activation_function`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ActivationFn {
+    /// `gelu_new` / `gelu_pytorch_tanh`: `0.5 x (1 + tanh(sqrt(2/π) (x + 0.044715 x³)))`.
+    GeluNew,
+    /// `gelu`: the exact form `x Φ(x)` with the error function.
+    Gelu,
+    /// `gelu_fast`: `0.5 x (1 + tanh(0.7978845608 x (1 + 0.044715 x²)))`.
+    GeluFast,
+    /// `relu`.
+    Relu,
+    /// `quick_gelu`: `x σ(1.702 x)`.
+    QuickGelu,
+    /// `silu` / `swish`: `x σ(x)`.
+    Silu,
+}
+
+impl ActivationFn {
+    /// Every name accepted by [`ActivationFn::from_hf_name`].
+    pub const HF_NAMES: &'static [&'static str] = &[
+        "gelu_new",
+        "gelu_pytorch_tanh",
+        "gelu",
+        "gelu_fast",
+        "relu",
+        "quick_gelu",
+        "silu",
+        "swish",
+    ];
+
+    /// Parse Hugging Face's `activation_function` string.
+    pub fn from_hf_name(name: &str) -> Option<Self> {
+        Some(match name {
+            "gelu_new" | "gelu_pytorch_tanh" => Self::GeluNew,
+            "gelu" => Self::Gelu,
+            "gelu_fast" => Self::GeluFast,
+            "relu" => Self::Relu,
+            "quick_gelu" => Self::QuickGelu,
+            "silu" | "swish" => Self::Silu,
+            _ => return None,
+        })
+    }
+
+    /// The canonical Hugging Face name, used when exporting.
+    pub fn hf_name(self) -> &'static str {
+        match self {
+            Self::GeluNew => "gelu_new",
+            Self::Gelu => "gelu",
+            Self::GeluFast => "gelu_fast",
+            Self::Relu => "relu",
+            Self::QuickGelu => "quick_gelu",
+            Self::Silu => "silu",
+        }
+    }
+}
+
+/// Where learned position embeddings enter the model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Positional {
+    /// Added to the token embedding at the bottom of the residual stream (GPT-2, GPT-Neo).
+    #[default]
+    Residual,
+    /// Added only to the inputs of the query and key projections of every layer, never to
+    /// the residual stream or the values ("shortformer" toy models).
+    QueryKeyOnly,
+}
+
+/// Architecture of a decoder-only transformer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TransformerConfig {
+    /// Number of token ids (rows of the embedding, columns of the logits).
+    pub vocab_size: usize,
+    /// Largest sequence length: number of learned position embeddings.
+    pub n_ctx: usize,
+    /// Width of the residual stream.
+    pub d_model: usize,
+    /// Number of attention heads per layer.
+    pub n_heads: usize,
+    /// Width of each head's query, key and value.
+    pub d_head: usize,
+    /// Hidden width of each MLP; `None` makes an attention-only model.
+    pub d_mlp: Option<usize>,
+    /// One entry per layer: global or local attention.
+    pub spans: Vec<AttentionSpan>,
+    /// Base scale of the attention scores.
+    pub score_scale: ScoreScale,
+    /// GPT-2's `scale_attn_by_inverse_layer_idx`: scores of layer `l` are also divided by `l + 1`.
+    pub scale_by_inverse_layer: bool,
+    /// Whether the query, key and value projections have biases (GPT-2 yes, GPT-Neo no).
+    pub qkv_bias: bool,
+    /// MLP non-linearity.
+    pub activation: ActivationFn,
+    /// LayerNorm epsilon.
+    pub layer_norm_eps: f64,
+    /// Where position embeddings are added.
+    #[serde(default)]
+    pub positional: Positional,
+    /// Dropout probability on embeddings, attention pattern and residual writes (training only).
+    #[serde(default)]
+    pub dropout: f64,
+}
+
+impl TransformerConfig {
+    /// A small GPT-2-style model; handy for tests and toy training.
+    pub fn gpt2_like(vocab_size: usize, n_ctx: usize, d_model: usize, n_layers: usize, n_heads: usize) -> Self {
+        Self {
+            vocab_size,
+            n_ctx,
+            d_model,
+            n_heads,
+            d_head: d_model / n_heads.max(1),
+            d_mlp: Some(4 * d_model),
+            spans: vec![AttentionSpan::Global; n_layers],
+            score_scale: ScoreScale::InvSqrtDHead,
+            scale_by_inverse_layer: false,
+            qkv_bias: true,
+            activation: ActivationFn::GeluNew,
+            layer_norm_eps: 1e-5,
+            positional: Positional::Residual,
+            dropout: 0.0,
+        }
+    }
+
+    /// Number of layers.
+    pub fn n_layers(&self) -> usize {
+        self.spans.len()
+    }
+
+    /// The factor scores of layer `layer` are multiplied by.
+    pub fn score_factor(&self, layer: usize) -> f64 {
+        let base = match self.score_scale {
+            ScoreScale::InvSqrtDHead => 1.0 / (self.d_head as f64).sqrt(),
+            ScoreScale::None => 1.0,
+        };
+        if self.scale_by_inverse_layer { base / (layer + 1) as f64 } else { base }
+    }
+
+    /// Number of trainable scalars (the tied unembedding counted once).
+    pub fn n_params(&self) -> usize {
+        let d = self.d_model;
+        let hd = self.n_heads * self.d_head;
+        let ln = 2 * d;
+        let attn = 3 * d * hd + if self.qkv_bias { 3 * hd } else { 0 } + hd * d + d;
+        let mlp = self.d_mlp.map_or(0, |m| d * m + m + m * d + d);
+        let per_layer = ln + attn + if self.d_mlp.is_some() { ln + mlp } else { 0 };
+        self.vocab_size * d + self.n_ctx * d + self.n_layers() * per_layer + ln
+    }
+
+    /// Check that the numbers describe a model that can be built.
+    pub fn validate(&self) -> Result<(), ModelError> {
+        let bad = |field: &'static str, msg: String| Err(ModelError::Config { field, msg });
+        for (field, v) in [
+            ("vocab_size", self.vocab_size),
+            ("n_ctx", self.n_ctx),
+            ("d_model", self.d_model),
+            ("n_heads", self.n_heads),
+            ("d_head", self.d_head),
+        ] {
+            if v == 0 {
+                return bad(field, "must be at least 1, found 0".into());
+            }
+        }
+        if self.spans.is_empty() {
+            return bad("n_layers", "must be at least 1, found 0".into());
+        }
+        if self.d_mlp == Some(0) {
+            return bad("d_mlp", "must be at least 1 (or absent for attention-only), found 0".into());
+        }
+        for (l, span) in self.spans.iter().enumerate() {
+            if *span == AttentionSpan::Local(0) {
+                return bad("spans", format!("layer {l} has a local window of 0 tokens; expected at least 1"));
+            }
+        }
+        if !(self.layer_norm_eps.is_finite() && self.layer_norm_eps > 0.0) {
+            return bad("layer_norm_eps", format!("must be a positive number, found {}", self.layer_norm_eps));
+        }
+        if !(0.0..1.0).contains(&self.dropout) {
+            return bad("dropout", format!("must be in [0, 1), found {}", self.dropout));
+        }
+        Ok(())
+    }
+}

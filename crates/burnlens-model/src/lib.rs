@@ -1,0 +1,18 @@
+//! The canonical decoder-only transformer of burnlens, its configuration and hook points.
+//!
+//! Everything here is backend-free: a model lives on whatever [`burn::tensor::Device`] it was
+//! built or loaded on.
+
+pub mod backend;
+pub mod config;
+pub mod error;
+pub mod hooks;
+pub mod transformer;
+
+pub use config::{ActivationFn, AttentionSpan, Positional, ScoreScale, TransformerConfig};
+pub use error::ModelError;
+pub use hooks::{Activation, Hookable, Hooks, hook_names};
+pub use transformer::{
+    ParamInit,
+    Attention, Block, HeadWeights, KvCache, LayerNorm, MASKED_SCORE, Mlp, Transformer, activate, next_token_loss,
+};

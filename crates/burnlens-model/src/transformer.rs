@@ -1,0 +1,613 @@
+//! The canonical decoder-only transformer, top to bottom: LayerNorm, attention, MLP, block,
+//! the whole model. GPT-2 and GPT-Neo are both this model with different
+//! [`TransformerConfig`] settings.
+//!
+//! Weights right-multiply (`x @ W`), as in TransformerLens: a projection from `d_in` to
+//! `d_out` stores `[d_in, d_out]`. The query, key and value projections are fused into one
+//! `[d_model, 3 * n_heads * d_head]` matrix (columns: all of Q, then K, then V; within each,
+//! head-major), so one matmul serves all three.
+
+use burn::module::{Module, Param};
+use burn::nn::{Dropout, DropoutConfig, Embedding, Initializer, Linear};
+use burn::tensor::activation::{log_softmax, relu, sigmoid, softmax};
+use burn::tensor::{Bool, Device, Int, Tensor, TensorData};
+
+use crate::config::{ActivationFn, AttentionSpan, Positional, TransformerConfig};
+use crate::error::ModelError;
+use crate::hooks::Hooks;
+
+/// Fill value for masked attention scores. Finite (as in Hugging Face) so that a row with
+/// every key masked, such as a left-padding query, gives a uniform row instead of NaN.
+pub const MASKED_SCORE: f32 = f32::MIN;
+
+// ---------------------------------------------------------------------------------------
+// LayerNorm
+// ---------------------------------------------------------------------------------------
+
+/// LayerNorm over the last dimension: `(x - mean) / sqrt(var + eps) * w + b`, biased variance.
+#[derive(Module, Debug)]
+pub struct LayerNorm {
+    /// `[d_model]`
+    pub weight: Param<Tensor<1>>,
+    /// `[d_model]`
+    pub bias: Param<Tensor<1>>,
+    #[module(skip)]
+    pub eps: f64,
+}
+
+impl LayerNorm {
+    /// `x: [batch, pos, d_model]`. Hook points `{name}.hook_scale` `[batch, pos, 1]` and
+    /// `{name}.hook_normalized` `[batch, pos, d_model]` (after the affine map, as in
+    /// TransformerLens).
+    pub fn forward(&self, x: Tensor<3>, hooks: &mut Hooks, name: &str) -> Tensor<3> {
+        let (var, mean) = x.clone().var_mean_bias(2);
+        let scale = hooks.point(|| format!("{name}.hook_scale"), (var + self.eps).sqrt());
+        let x = (x - mean) / scale;
+        let d = self.weight.dims()[0];
+        let out = x * self.weight.val().reshape([1, 1, d]) + self.bias.val().reshape([1, 1, d]);
+        hooks.point(|| format!("{name}.hook_normalized"), out)
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Attention
+// ---------------------------------------------------------------------------------------
+
+/// Masked multi-head self-attention.
+#[derive(Module, Debug)]
+pub struct Attention {
+    /// Fused Q, K, V projection: weight `[d_model, 3 * n_heads * d_head]`, optional bias.
+    pub qkv: Linear,
+    /// Output projection `W_O`: weight `[n_heads * d_head, d_model]`, bias `[d_model]`.
+    pub out: Linear,
+    pub attn_dropout: Dropout,
+    #[module(skip)]
+    pub n_heads: usize,
+    #[module(skip)]
+    pub d_head: usize,
+    /// The factor the raw scores are multiplied by.
+    #[module(skip)]
+    pub scale: f64,
+    #[module(skip)]
+    pub span: AttentionSpan,
+}
+
+/// The keys and values of earlier positions, one entry per layer, `[batch, head, pos, d_head]`.
+#[derive(Debug, Clone, Default)]
+pub struct KvCache {
+    layers: Vec<Option<(Tensor<4>, Tensor<4>)>>,
+    len: usize,
+}
+
+impl KvCache {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Number of positions already cached.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Append this layer's new keys and values and return all of them.
+    fn extend(&mut self, layer: usize, k: Tensor<4>, v: Tensor<4>) -> (Tensor<4>, Tensor<4>) {
+        if self.layers.len() <= layer {
+            self.layers.resize(layer + 1, None);
+        }
+        let (k, v) = match self.layers[layer].take() {
+            Some((pk, pv)) => (Tensor::cat(vec![pk, k], 2), Tensor::cat(vec![pv, v], 2)),
+            None => (k, v),
+        };
+        self.layers[layer] = Some((k.clone(), v.clone()));
+        (k, v)
+    }
+}
+
+/// One layer's attention weights split per head, in TransformerLens's right-multiplying
+/// shapes: `q = x W_Q[h] + b_Q[h]`, and head `h` writes `z_h W_O[h]` into the residual stream.
+#[derive(Debug, Clone)]
+pub struct HeadWeights {
+    /// `[n_heads, d_model, d_head]`
+    pub w_q: Tensor<3>,
+    /// `[n_heads, d_model, d_head]`
+    pub w_k: Tensor<3>,
+    /// `[n_heads, d_model, d_head]`
+    pub w_v: Tensor<3>,
+    /// `[n_heads, d_head, d_model]`
+    pub w_o: Tensor<3>,
+    /// `[n_heads, d_head]` (zeros when the model has no q/k/v biases)
+    pub b_q: Tensor<2>,
+    /// `[n_heads, d_head]`
+    pub b_k: Tensor<2>,
+    /// `[n_heads, d_head]`
+    pub b_v: Tensor<2>,
+    /// `[d_model]`
+    pub b_o: Tensor<1>,
+}
+
+impl Attention {
+    /// Split the fused projection into per-head `W_Q`, `W_K`, `W_V`, `W_O` and biases.
+    pub fn head_weights(&self) -> HeadWeights {
+        let (h, dh) = (self.n_heads, self.d_head);
+        let w = self.qkv.weight.val();
+        let d = w.dims()[0];
+        let device = w.device();
+        let part = |i: usize| w.clone().narrow(1, i * h * dh, h * dh).reshape([d, h, dh]).swap_dims(0, 1);
+        let bias = |i: usize| match &self.qkv.bias {
+            Some(b) => b.val().narrow(0, i * h * dh, h * dh).reshape([h, dh]),
+            None => Tensor::zeros([h, dh], &device),
+        };
+        let w_o = self.out.weight.val();
+        let d_out = w_o.dims()[1];
+        HeadWeights {
+            w_q: part(0),
+            w_k: part(1),
+            w_v: part(2),
+            w_o: w_o.reshape([h, dh, d_out]),
+            b_q: bias(0),
+            b_k: bias(1),
+            b_v: bias(2),
+            b_o: self.out.bias.as_ref().map_or_else(|| Tensor::zeros([d_out], &device), |b| b.val()),
+        }
+    }
+
+    /// `x: [batch, pos, d_model]` (the normalized residual stream); `qk_extra`, if given, is
+    /// added to the query and key inputs only (shortformer positions); `mask:
+    /// [batch or 1, 1, query, key]`, true where a key is hidden. Returns `[batch, pos, d_model]`.
+    pub fn forward(
+        &self,
+        x: Tensor<3>,
+        qk_input: Option<Tensor<3>>,
+        mask: Tensor<4, Bool>,
+        kv: Option<(&mut KvCache, usize)>,
+        hooks: &mut Hooks,
+        layer: usize,
+    ) -> Tensor<3> {
+        let [b, t, _] = x.dims();
+        let (h, dh) = (self.n_heads, self.d_head);
+        let hd = h * dh;
+        let qkv = match qk_input {
+            None => self.qkv.forward(x),
+            Some(qk_in) => {
+                // Queries and keys see `qk_in`, values see `x`.
+                let w = self.qkv.weight.val();
+                let bias = self.qkv.bias.as_ref().map(|b| b.val());
+                let qk_w = w.clone().narrow(1, 0, 2 * hd);
+                let v_w = w.narrow(1, 2 * hd, hd);
+                let mut qk = burn::tensor::module::linear(qk_in, qk_w, bias.clone().map(|b| b.narrow(0, 0, 2 * hd)));
+                let v = burn::tensor::module::linear(x, v_w, bias.map(|b| b.narrow(0, 2 * hd, hd)));
+                qk = Tensor::cat(vec![qk, v], 2);
+                qk
+            }
+        };
+        let mut parts = qkv.chunk(3, 2).into_iter().map(|p| p.reshape([b, t, h, dh]));
+        let q = hooks.point(|| format!("blocks.{layer}.attn.hook_q"), parts.next().unwrap());
+        let k = hooks.point(|| format!("blocks.{layer}.attn.hook_k"), parts.next().unwrap());
+        let v = hooks.point(|| format!("blocks.{layer}.attn.hook_v"), parts.next().unwrap());
+
+        // [batch, head, pos, d_head]
+        let (q, k, v) = (q.swap_dims(1, 2), k.swap_dims(1, 2), v.swap_dims(1, 2));
+        let (k, v) = match kv {
+            Some((cache, l)) => cache.extend(l, k, v),
+            None => (k, v),
+        };
+        let s = k.dims()[2];
+
+        let scores = q.matmul(k.swap_dims(2, 3)) * self.scale;
+        let scores = scores.mask_fill(mask.expand([b, h, t, s]), MASKED_SCORE);
+        let scores = hooks.point(|| format!("blocks.{layer}.attn.hook_attn_scores"), scores);
+        let pattern = softmax(scores, 3);
+        let pattern = hooks.point(|| format!("blocks.{layer}.attn.hook_pattern"), pattern);
+        let pattern = self.attn_dropout.forward(pattern);
+
+        let z = pattern.matmul(v).swap_dims(1, 2); // [batch, pos, head, d_head]
+        let z = hooks.point(|| format!("blocks.{layer}.attn.hook_z"), z);
+
+        let result_name = format!("blocks.{layer}.attn.hook_result");
+        if hooks.is_active() && hooks.wants(&result_name) {
+            // Per-head writes into the residual stream, without b_O: [batch, pos, head, d_model].
+            let w_o = self.out.weight.val();
+            let d = w_o.dims()[1];
+            let per_head = z.clone().swap_dims(1, 2).matmul(w_o.reshape([1, h, dh, d]).expand([b, h, dh, d]));
+            let result = hooks.point(|| result_name.clone(), per_head.swap_dims(1, 2));
+            let summed: Tensor<3> = result.sum_dim(2).reshape([b, t, d]);
+            return match &self.out.bias {
+                Some(bias) => summed + bias.val().reshape([1, 1, d]),
+                None => summed,
+            };
+        }
+        self.out.forward(z.reshape([b, t, hd]))
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// MLP
+// ---------------------------------------------------------------------------------------
+
+/// Two-layer perceptron: `act(x W_in + b_in) W_out + b_out`.
+#[derive(Module, Debug)]
+pub struct Mlp {
+    /// `[d_model, d_mlp]`
+    pub fc_in: Linear,
+    /// `[d_mlp, d_model]`
+    pub fc_out: Linear,
+    #[module(skip)]
+    pub activation: ActivationFn,
+}
+
+/// Apply a Hugging Face activation function element-wise.
+pub fn activate<const D: usize>(act: ActivationFn, x: Tensor<D>) -> Tensor<D> {
+    match act {
+        ActivationFn::GeluNew => {
+            let inner = (x.clone() + x.clone().powi_scalar(3) * 0.044715) * (2.0f64 / std::f64::consts::PI).sqrt();
+            x * 0.5 * (inner.tanh() + 1.0)
+        }
+        ActivationFn::Gelu => burn::tensor::activation::gelu(x),
+        ActivationFn::GeluFast => {
+            let inner = x.clone() * 0.7978845608 * (x.clone() * x.clone() * 0.044715 + 1.0);
+            x * 0.5 * (inner.tanh() + 1.0)
+        }
+        ActivationFn::Relu => relu(x),
+        ActivationFn::QuickGelu => x.clone() * sigmoid(x * 1.702),
+        ActivationFn::Silu => x.clone() * sigmoid(x),
+    }
+}
+
+impl Mlp {
+    /// `x: [batch, pos, d_model]` -> `[batch, pos, d_model]`.
+    pub fn forward(&self, x: Tensor<3>, hooks: &mut Hooks, layer: usize) -> Tensor<3> {
+        let pre = hooks.point(|| format!("blocks.{layer}.mlp.hook_pre"), self.fc_in.forward(x));
+        let post = hooks.point(|| format!("blocks.{layer}.mlp.hook_post"), activate(self.activation, pre));
+        self.fc_out.forward(post)
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Block
+// ---------------------------------------------------------------------------------------
+
+/// Pre-LN block: `x + attn(ln1(x))`, then `+ mlp(ln2(.))` (no MLP in attention-only models).
+#[derive(Module, Debug)]
+pub struct Block {
+    pub ln1: LayerNorm,
+    pub attn: Attention,
+    pub ln2: Option<LayerNorm>,
+    pub mlp: Option<Mlp>,
+    pub resid_dropout: Dropout,
+}
+
+impl Block {
+    fn forward(
+        &self,
+        resid: Tensor<3>,
+        pos_qk: Option<Tensor<3>>,
+        mask: Tensor<4, Bool>,
+        kv: Option<(&mut KvCache, usize)>,
+        hooks: &mut Hooks,
+        l: usize,
+    ) -> Tensor<3> {
+        let resid = hooks.point(|| format!("blocks.{l}.hook_resid_pre"), resid);
+        let ln1 = format!("blocks.{l}.ln1");
+        let x = self.ln1.forward(resid.clone(), hooks, &ln1);
+        let qk_input = pos_qk.map(|p| self.ln1.forward(resid.clone() + p, &mut Hooks::none(), &ln1));
+        let attn_out = self.attn.forward(x, qk_input, mask, kv, hooks, l);
+        let attn_out = hooks.point(|| format!("blocks.{l}.hook_attn_out"), self.resid_dropout.forward(attn_out));
+        let resid = resid + attn_out;
+        let resid = match (&self.ln2, &self.mlp) {
+            (Some(ln2), Some(mlp)) => {
+                let resid = hooks.point(|| format!("blocks.{l}.hook_resid_mid"), resid);
+                let x = ln2.forward(resid.clone(), hooks, &format!("blocks.{l}.ln2"));
+                let mlp_out = self.resid_dropout.forward(mlp.forward(x, hooks, l));
+                let mlp_out = hooks.point(|| format!("blocks.{l}.hook_mlp_out"), mlp_out);
+                resid + mlp_out
+            }
+            _ => resid,
+        };
+        hooks.point(|| format!("blocks.{l}.hook_resid_post"), resid)
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Transformer
+// ---------------------------------------------------------------------------------------
+
+/// Decoder-only transformer with learned positions and an unembedding tied to the token
+/// embedding.
+#[derive(Module, Debug)]
+pub struct Transformer {
+    /// Token embedding `W_E`, `[vocab, d_model]`; its transpose is the unembedding `W_U`.
+    pub embed: Embedding,
+    /// Position embedding `W_pos`, `[n_ctx, d_model]`.
+    pub pos_embed: Embedding,
+    pub blocks: Vec<Block>,
+    pub ln_final: LayerNorm,
+    pub embed_dropout: Dropout,
+    #[module(skip)]
+    pub config: TransformerConfig,
+}
+
+/// How one parameter of a model being built gets its values.
+pub enum ParamInit {
+    /// These values, already in the canonical layout and of the requested shape.
+    Data(TensorData),
+    /// Drawn from this initializer.
+    Random(Initializer),
+}
+
+impl TransformerConfig {
+    /// Build a model with Hugging Face's initialisation: normal(0, 0.02) weights, zero
+    /// biases, unit LayerNorm gains, and the residual-writing projections (`W_O`, MLP out)
+    /// scaled by `1 / sqrt(2 * n_layers)` as GPT-2 does.
+    pub fn init(&self, device: &Device) -> Result<Transformer, ModelError> {
+        self.build(device, |_, _, init| Ok::<_, ModelError>(ParamInit::Random(init)))
+    }
+
+    /// Build a model whose every parameter comes from `source(name, shape, default)`.
+    /// `name` is the parameter's module path (`blocks.0.attn.qkv.weight`, ...), `shape` its
+    /// canonical shape, `default` the initializer [`init`](Self::init) would use. A
+    /// checkpoint importer answers with [`ParamInit::Data`]; nothing is allocated twice.
+    pub fn build<E: From<ModelError>>(
+        &self,
+        device: &Device,
+        source: impl FnMut(&str, &[usize], Initializer) -> Result<ParamInit, E>,
+    ) -> Result<Transformer, E> {
+        self.validate()?;
+        let mut b = Builder { device, source };
+        let (std, resid_std) = (0.02, 0.02 / (2.0 * self.n_layers() as f64).sqrt());
+        let (d, hd) = (self.d_model, self.n_heads * self.d_head);
+        let eps = self.layer_norm_eps;
+        let dropout = DropoutConfig::new(self.dropout);
+        let mut blocks = Vec::with_capacity(self.n_layers());
+        for l in 0..self.n_layers() {
+            let p = format!("blocks.{l}");
+            blocks.push(Block {
+                ln1: b.layer_norm(&format!("{p}.ln1"), d, eps)?,
+                attn: Attention {
+                    qkv: b.linear(&format!("{p}.attn.qkv"), d, 3 * hd, self.qkv_bias, std)?,
+                    out: b.linear(&format!("{p}.attn.out"), hd, d, true, resid_std)?,
+                    attn_dropout: dropout.init(),
+                    n_heads: self.n_heads,
+                    d_head: self.d_head,
+                    scale: self.score_factor(l),
+                    span: self.spans[l],
+                },
+                ln2: match self.d_mlp {
+                    Some(_) => Some(b.layer_norm(&format!("{p}.ln2"), d, eps)?),
+                    None => None,
+                },
+                mlp: match self.d_mlp {
+                    Some(m) => Some(Mlp {
+                        fc_in: b.linear(&format!("{p}.mlp.fc_in"), d, m, true, std)?,
+                        fc_out: b.linear(&format!("{p}.mlp.fc_out"), m, d, true, resid_std)?,
+                        activation: self.activation,
+                    }),
+                    None => None,
+                },
+                resid_dropout: dropout.init(),
+            });
+        }
+        Ok(Transformer {
+            embed: Embedding { weight: b.param("embed.weight".into(), [self.vocab_size, d], normal(std))? },
+            pos_embed: Embedding { weight: b.param("pos_embed.weight".into(), [self.n_ctx, d], normal(0.01))? },
+            blocks,
+            ln_final: b.layer_norm("ln_final", d, eps)?,
+            embed_dropout: dropout.init(),
+            config: self.clone(),
+        })
+    }
+}
+
+fn normal(std: f64) -> Initializer {
+    Initializer::Normal { mean: 0.0, std }
+}
+
+/// Asks the parameter source of [`TransformerConfig::build`] for each parameter in turn.
+struct Builder<'a, F> {
+    device: &'a Device,
+    source: F,
+}
+
+impl<F, E> Builder<'_, F>
+where
+    F: FnMut(&str, &[usize], Initializer) -> Result<ParamInit, E>,
+{
+    fn param<const D: usize>(&mut self, name: String, shape: [usize; D], init: Initializer) -> Result<Param<Tensor<D>>, E> {
+        Ok(match (self.source)(&name, &shape, init)? {
+            ParamInit::Data(data) => {
+                assert_eq!(data.shape().as_slice(), shape.as_slice(), "parameter source gave `{name}` the wrong shape");
+                Param::from_data(data, self.device)
+            }
+            ParamInit::Random(init) => init.init_with(shape, Some(shape[0]), None, self.device),
+        })
+    }
+
+    fn linear(&mut self, name: &str, d_in: usize, d_out: usize, bias: bool, std: f64) -> Result<Linear, E> {
+        Ok(Linear {
+            weight: self.param(format!("{name}.weight"), [d_in, d_out], normal(std))?,
+            bias: if bias { Some(self.param(format!("{name}.bias"), [d_out], Initializer::Zeros)?) } else { None },
+        })
+    }
+
+    fn layer_norm(&mut self, name: &str, d: usize, eps: f64) -> Result<LayerNorm, E> {
+        Ok(LayerNorm {
+            weight: self.param(format!("{name}.weight"), [d], Initializer::Ones)?,
+            bias: self.param(format!("{name}.bias"), [d], Initializer::Zeros)?,
+            eps,
+        })
+    }
+}
+
+/// Where a forward pass sits: the absolute position of every token and which keys each
+/// query may see.
+struct Positions {
+    /// `[batch][pos]` absolute position ids of the new tokens.
+    ids: Vec<Vec<usize>>,
+    /// `[batch][key]` whether each key (cached and new) is a real token, if any is padding.
+    keys_real: Option<Vec<Vec<bool>>>,
+}
+
+impl Transformer {
+    /// The device the weights live on.
+    pub fn device(&self) -> Device {
+        self.embed.weight.device()
+    }
+
+    /// Check token ids against the vocabulary and the context.
+    pub fn check_ids(&self, ids: &[i64]) -> Result<(), ModelError> {
+        if ids.is_empty() {
+            return Err(ModelError::Empty);
+        }
+        if ids.len() > self.config.n_ctx {
+            return Err(ModelError::TooLong { len: ids.len(), n_ctx: self.config.n_ctx });
+        }
+        let vocab = self.config.vocab_size;
+        match ids.iter().enumerate().find(|(_, id)| **id < 0 || **id as usize >= vocab) {
+            Some((pos, &id)) => Err(ModelError::TokenOutOfRange { id, pos, vocab }),
+            None => Ok(()),
+        }
+    }
+
+    /// Put one sequence of token ids on the model's device as `[1, pos]`.
+    pub fn ids_tensor(&self, ids: &[i64]) -> Tensor<2, Int> {
+        Tensor::from_data(TensorData::new(ids.to_vec(), [1, ids.len()]), &self.device())
+    }
+
+    /// Logits `[batch, pos, vocab]` for token ids `[batch, pos]`.
+    pub fn forward(&self, ids: Tensor<2, Int>) -> Tensor<3> {
+        self.forward_hooked(ids, &mut Hooks::none())
+    }
+
+    /// [`forward`](Self::forward) with hook points observed or edited by `hooks`.
+    pub fn forward_hooked(&self, ids: Tensor<2, Int>, hooks: &mut Hooks) -> Tensor<3> {
+        let [b, t] = ids.dims();
+        let pos = Positions { ids: vec![(0..t).collect(); b], keys_real: None };
+        self.run(ids, pos, None, hooks)
+    }
+
+    /// Logits for a padded batch. `attention_mask[b][p]` is false for padding. Position ids
+    /// count only real tokens, so a left-padded sequence gets the same logits at its real
+    /// positions as it would alone.
+    pub fn forward_padded(&self, ids: Tensor<2, Int>, attention_mask: &[Vec<bool>], hooks: &mut Hooks) -> Tensor<3> {
+        let pos = Positions { ids: positions_from_mask(attention_mask, &vec![0; attention_mask.len()]), keys_real: Some(attention_mask.to_vec()) };
+        self.run(ids, pos, None, hooks)
+    }
+
+    /// Logits for `ids` continuing the sequence held in `cache`; the new keys and values are
+    /// appended to it. Each call costs only the new positions.
+    pub fn forward_cached(&self, ids: Tensor<2, Int>, cache: &mut KvCache) -> Tensor<3> {
+        let [b, t] = ids.dims();
+        let start = cache.len();
+        let pos = Positions { ids: vec![(start..start + t).collect(); b], keys_real: None };
+        let logits = self.run(ids, pos, Some(cache), &mut Hooks::none());
+        cache.len += t;
+        logits
+    }
+
+    fn run(&self, ids: Tensor<2, Int>, pos: Positions, mut cache: Option<&mut KvCache>, hooks: &mut Hooks) -> Tensor<3> {
+        let device = self.device();
+        let [b, t] = ids.dims();
+        let n_keys = cache.as_ref().map_or(0, |c| c.len()) + t;
+        let flat: Vec<i64> = pos.ids.iter().flatten().map(|&p| p as i64).collect();
+        let pos_ids = Tensor::<2, Int>::from_data(TensorData::new(flat, [b, t]), &device);
+
+        let embed = hooks.point(|| "hook_embed".into(), self.embed.forward(ids));
+        let pos_embed = hooks.point(|| "hook_pos_embed".into(), self.pos_embed.forward(pos_ids));
+        let (mut resid, pos_qk) = match self.config.positional {
+            Positional::Residual => (embed + pos_embed, None),
+            Positional::QueryKeyOnly => (embed, Some(pos_embed)),
+        };
+        resid = self.embed_dropout.forward(resid);
+
+        // One mask per distinct span, shared by the layers that use it.
+        let mut masks: Vec<(AttentionSpan, Tensor<4, Bool>)> = Vec::new();
+        for (l, block) in self.blocks.iter().enumerate() {
+            let span = block.attn.span;
+            let mask = match masks.iter().find(|(s, _)| *s == span) {
+                Some((_, m)) => m.clone(),
+                None => {
+                    let m = build_mask(span, &pos, n_keys, &device);
+                    masks.push((span, m.clone()));
+                    m
+                }
+            };
+            let kv = cache.as_deref_mut().map(|c| (c, l));
+            resid = block.forward(resid, pos_qk.clone(), mask, kv, hooks, l);
+        }
+        let x = self.ln_final.forward(resid, hooks, "ln_final");
+        self.unembed(x)
+    }
+
+    /// `x: [batch, pos, d_model]` -> logits `[batch, pos, vocab]` through `W_U = W_Eᵀ`.
+    pub fn unembed(&self, x: Tensor<3>) -> Tensor<3> {
+        let [b, t, d] = x.dims();
+        let w_u = self.embed.weight.val().transpose();
+        x.reshape([b * t, d]).matmul(w_u).reshape([b, t, self.config.vocab_size])
+    }
+}
+
+/// Position ids from a padding mask: each real token's index among the real tokens of its
+/// row, plus `start`; padding gets position 0 (it is never attended to).
+fn positions_from_mask(mask: &[Vec<bool>], start: &[usize]) -> Vec<Vec<usize>> {
+    mask.iter()
+        .zip(start)
+        .map(|(row, &s)| {
+            let mut n = 0;
+            row.iter()
+                .map(|&real| {
+                    if real {
+                        n += 1;
+                        s + n - 1
+                    } else {
+                        0
+                    }
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// `[batch or 1, 1, query, key]`, true where the key is hidden from the query.
+fn build_mask(span: AttentionSpan, pos: &Positions, n_keys: usize, device: &Device) -> Tensor<4, Bool> {
+    let t = pos.ids[0].len();
+    let first_new = n_keys - t;
+    match &pos.keys_real {
+        None => {
+            // Same positions in every row: one mask for the batch. Key k sits at position k.
+            let mut m = Vec::with_capacity(t * n_keys);
+            for &q in &pos.ids[0] {
+                m.extend((0..n_keys).map(|k| !span.allows(q, k)));
+            }
+            Tensor::from_data(TensorData::new(m, [1, 1, t, n_keys]), device)
+        }
+        Some(real) => {
+            // Padding: compare positions counted over real tokens only, and hide padding keys.
+            let b = pos.ids.len();
+            let mut m = Vec::with_capacity(b * t * n_keys);
+            for (row, q_pos) in pos.ids.iter().enumerate() {
+                let key_pos = positions_from_mask(&real[row..row + 1], &[0])[0].clone();
+                for (qi, &q) in q_pos.iter().enumerate() {
+                    let q_key = first_new + qi;
+                    for k in 0..n_keys {
+                        let visible = real[row][k] && k <= q_key && span.allows(q, key_pos[k]);
+                        m.push(!visible);
+                    }
+                }
+            }
+            Tensor::from_data(TensorData::new(m, [b, 1, t, n_keys]), device)
+        }
+    }
+}
+
+/// Mean next-token cross-entropy: position `p` predicts token `p + 1`.
+/// `logits: [batch, pos, vocab]`, `ids: [batch, pos]`; returns `[1]`.
+pub fn next_token_loss(logits: Tensor<3>, ids: Tensor<2, Int>) -> Tensor<1> {
+    let [b, t, v] = logits.dims();
+    assert!(t >= 2, "next-token loss needs at least two positions");
+    let logp = log_softmax(logits.narrow(1, 0, t - 1).reshape([b * (t - 1), v]), 1);
+    let targets = ids.narrow(1, 1, t - 1).reshape([b * (t - 1), 1]);
+    logp.gather(1, targets).mean().neg()
+}

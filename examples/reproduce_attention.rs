@@ -1,0 +1,119 @@
+//! Reproduce one attention layer by hand from its extracted matrices.
+//!
+//! The classic exercise: pull W_Q, W_K, W_V, W_O (and biases) of one layer out of a loaded
+//! GPT-2 / GPT-Neo model, form each head's QK = W_Q W_Kᵀ and OV = W_V W_O, rebuild the
+//! attention pattern and the layer's output from them, and compare with the model's own
+//! forward pass.
+//!
+//! ```text
+//! cargo run --example reproduce_attention -- MODEL_DIR [LAYER] [IDS]
+//! cargo run --example reproduce_attention -- tests/fixtures/gpt_neo_local 1 5,17,3,99,42,7,8,1
+//! ```
+
+use std::path::Path;
+
+use burn::tensor::activation::softmax;
+use burn::tensor::{Bool, Device, Tensor, TensorData};
+use burnlens::hf::load_model;
+use burnlens::model::{Hooks, MASKED_SCORE};
+
+/// Largest differences between the hand-built and the model's own results.
+#[derive(Debug)]
+pub struct Reproduction {
+    pub max_pattern_diff: f32,
+    pub max_output_diff: f32,
+    pub n_heads: usize,
+}
+
+/// Rebuild layer `layer`'s attention on token ids `ids` of the model in `dir`.
+pub fn reproduce(dir: &Path, layer: usize, ids: &[i64], device: &Device) -> Result<Reproduction, String> {
+    let model = load_model(dir, device).map_err(|e| e.to_string())?.model;
+    model.check_ids(ids).map_err(|e| e.to_string())?;
+    let n_layers = model.config.n_layers();
+    if layer >= n_layers {
+        return Err(format!("layer {layer} does not exist; the model has {n_layers} layers"));
+    }
+
+    // What the model itself computes: the attention's input (ln1 output), pattern and output.
+    let names = [
+        format!("blocks.{layer}.ln1.hook_normalized"),
+        format!("blocks.{layer}.attn.hook_pattern"),
+        format!("blocks.{layer}.hook_attn_out"),
+    ];
+    let mut hooks = Hooks::capture(|n| names.iter().any(|m| m == n));
+    model.forward_hooked(model.ids_tensor(ids), &mut hooks);
+    let x: Tensor<2> = hooks.cache[&names[0]].rank3().unwrap().squeeze_dim(0); // [pos, d_model]
+    let model_pattern: Tensor<3> = hooks.cache[&names[1]].rank4().unwrap().squeeze_dim(0); // [head, q, k]
+    let model_out: Tensor<2> = hooks.cache[&names[2]].rank3().unwrap().squeeze_dim(0); // [pos, d_model]
+
+    // The layer's matrices, per head, in x @ W form.
+    let attn = &model.blocks[layer].attn;
+    let w = attn.head_weights();
+    let scale = model.config.score_factor(layer) as f32;
+    let span = model.config.spans[layer];
+    let t = ids.len();
+    let d_model = model.config.d_model;
+
+    // Hidden entries: later keys, and keys outside a local window.
+    let hidden: Vec<bool> = (0..t).flat_map(|q| (0..t).map(move |k| !span.allows(q, k))).collect();
+    let hidden = Tensor::<2, Bool>::from_data(TensorData::new(hidden, [t, t]), device);
+
+    let mut max_pattern_diff = 0f32;
+    let mut out = w.b_o.clone().reshape([1, d_model]).expand([t, d_model]); // b_O
+    for h in 0..attn.n_heads {
+        let head = |m: &Tensor<3>| -> Tensor<2> { m.clone().narrow(0, h, 1).squeeze_dim(0) };
+        let row = |b: &Tensor<2>| -> Tensor<2> { b.clone().narrow(0, h, 1) }; // [1, d_head]
+        let (w_q, w_k, w_v, w_o) = (head(&w.w_q), head(&w.w_k), head(&w.w_v), head(&w.w_o));
+        let (b_q, b_k, b_v) = (row(&w.b_q), row(&w.b_k), row(&w.b_v));
+
+        // Scores from the bilinear form QK = W_Q W_Kᵀ [d_model, d_model]:
+        //   (x W_Q + b_Q)(x W_K + b_K)ᵀ = x QK xᵀ + x W_Q b_Kᵀ + b_Q W_Kᵀ xᵀ + b_Q b_Kᵀ
+        let qk = w_q.clone().matmul(w_k.clone().transpose());
+        let scores = x.clone().matmul(qk).matmul(x.clone().transpose())
+            + x.clone().matmul(w_q).matmul(b_k.clone().transpose()) // [t, 1], same for every key
+            + b_q.clone().matmul(w_k.transpose()).matmul(x.clone().transpose()) // [1, t]
+            + b_q.matmul(b_k.transpose()); // [1, 1]
+        let pattern = softmax((scores * scale).mask_fill(hidden.clone(), MASKED_SCORE), 1);
+        let theirs: Tensor<2> = model_pattern.clone().narrow(0, h, 1).squeeze_dim(0);
+        max_pattern_diff = max_pattern_diff.max((pattern.clone() - theirs).abs().max().into_scalar::<f32>());
+
+        // Output through OV = W_V W_O [d_model, d_model]. Pattern rows sum to one, so the
+        // value bias contributes b_V W_O to every position.
+        let ov = w_v.matmul(w_o.clone());
+        out = out + pattern.matmul(x.clone()).matmul(ov) + b_v.matmul(w_o);
+    }
+    let max_output_diff = (out - model_out).abs().max().into_scalar::<f32>();
+    Ok(Reproduction { max_pattern_diff, max_output_diff, n_heads: attn.n_heads })
+}
+
+#[allow(dead_code)]
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let Some(dir) = args.first() else {
+        eprintln!("usage: reproduce_attention MODEL_DIR [LAYER] [IDS e.g. 1,2,3]");
+        std::process::exit(2);
+    };
+    let layer: usize = args.get(1).map_or(0, |s| s.parse().unwrap_or_else(|_| {
+        eprintln!("error: LAYER must be a number, found \"{s}\"");
+        std::process::exit(2)
+    }));
+    let ids: Vec<i64> = match args.get(2) {
+        Some(s) => s.split(',').map(|x| x.trim().parse().unwrap_or_else(|_| {
+            eprintln!("error: IDS must be comma-separated integers, found \"{x}\"");
+            std::process::exit(2)
+        })).collect(),
+        None => vec![5, 17, 3, 99, 42, 7, 8, 1, 64, 33, 12, 90, 2, 45, 11, 77],
+    };
+    let device = Device::default();
+    match reproduce(Path::new(dir), layer, &ids, &device) {
+        Ok(r) => {
+            println!("layer {layer}, {} heads, {} tokens", r.n_heads, ids.len());
+            println!("max |pattern(by hand) - pattern(model)|          = {:.3e}", r.max_pattern_diff);
+            println!("max |attn_out(by hand) - attn_out(model)|        = {:.3e}", r.max_output_diff);
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            std::process::exit(2);
+        }
+    }
+}

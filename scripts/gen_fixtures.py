@@ -1,0 +1,181 @@
+#!/usr/bin/env python3
+"""Build the Hugging Face parity fixtures under tests/fixtures/.
+
+Run through `cargo xtask fixtures`, which makes a local venv with torch and transformers from
+PyPI. Not run in CI: its output is committed.
+
+Each fixture is a small random-weight model built and saved by `transformers` itself, next to
+`expected.safetensors` holding what HF computes for a fixed token sequence with eager
+attention: `ids` [T] (int64), `logits` [T, vocab], `loss` [1], `pattern.{l}` [heads, T, T],
+`resid_pre.{l}` [T, d_model] (the residual stream entering block l), `final` [T, d_model]
+(after the final LayerNorm). Weights are scaled up and LayerNorm parameters randomised so
+attention patterns are peaked: a wrong scale, mask or transpose changes them visibly.
+"""
+
+import argparse
+import json
+import os
+import shutil
+import sys
+
+import torch
+import transformers
+from safetensors.torch import save_file
+from transformers import GPT2Config, GPT2LMHeadModel, GPTNeoConfig, GPTNeoForCausalLM
+
+SEQ_LEN = 20
+
+
+def randomise(model, seed, weight_std=0.25, embed_std=1.0):
+    """Peaked attention: large projection weights, random LayerNorm gains and biases."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("wte.weight"):
+                p.copy_(torch.randn(p.shape, generator=g) * embed_std)
+            elif name.endswith("wpe.weight"):
+                p.copy_(torch.randn(p.shape, generator=g) * 0.5 * embed_std)
+            elif "ln" in name and name.endswith("weight"):
+                p.copy_(0.5 + torch.rand(p.shape, generator=g) * 1.5)
+            elif name.endswith("bias"):
+                p.copy_(torch.randn(p.shape, generator=g) * 0.1)
+            else:
+                p.copy_(torch.randn(p.shape, generator=g) * weight_std)
+    return model
+
+
+def token_ids(vocab, seed):
+    g = torch.Generator().manual_seed(seed + 1000)
+    return torch.randint(0, vocab, (1, SEQ_LEN), generator=g)
+
+
+def record(model, ids, out_dir, dtype=torch.float32):
+    """Run HF on `ids` and write expected.safetensors with everything the tests compare."""
+    model = model.to(dtype).eval()
+    with torch.no_grad():
+        out = model(ids, labels=ids, output_attentions=True, output_hidden_states=True)
+    n_layers = len(out.attentions)
+    tensors = {
+        "ids": ids[0].clone().to(torch.int64),
+        "logits": out.logits[0].float().contiguous(),
+        "loss": out.loss.float().reshape(1),
+        "final": out.hidden_states[-1][0].float().contiguous(),
+    }
+    for l in range(n_layers):
+        tensors[f"pattern.{l}"] = out.attentions[l][0].float().contiguous()
+        tensors[f"resid_pre.{l}"] = out.hidden_states[l][0].float().contiguous()
+    save_file(tensors, os.path.join(out_dir, "expected.safetensors"))
+    peak = torch.stack([a[0].max(-1).values.mean() for a in out.attentions]).mean().item()
+    return {"mean_max_attention": round(peak, 4), "loss": round(out.loss.item(), 6)}
+
+
+def fresh(out_root, name):
+    d = os.path.join(out_root, name)
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    return d
+
+
+def gpt2_config(**kw):
+    base = dict(vocab_size=128, n_positions=32, n_embd=32, n_layer=3, n_head=4,
+                resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+                bos_token_id=0, eos_token_id=0)
+    base.update(kw)
+    cfg = GPT2Config(**base)
+    cfg._attn_implementation = "eager"
+    return cfg
+
+
+def neo_config(**kw):
+    base = dict(vocab_size=128, max_position_embeddings=32, hidden_size=32, num_layers=4,
+                num_heads=4, attention_types=[[["global", "local"], 2]], window_size=6,
+                resid_dropout=0.0, embed_dropout=0.0, attention_dropout=0.0,
+                bos_token_id=0, eos_token_id=0)
+    base.update(kw)
+    cfg = GPTNeoConfig(**base)
+    cfg._attn_implementation = "eager"
+    return cfg
+
+
+def build(cls, cfg, seed):
+    torch.manual_seed(seed)
+    # GPT-Neo does not scale its scores, so smaller weights give equally peaked patterns.
+    weight_std = 0.25 if cls is GPT2LMHeadModel else 0.15
+    return randomise(cls(cfg), seed, weight_std=weight_std).eval()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default="tests/fixtures")
+    args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    manifest = {"transformers": transformers.__version__, "torch": torch.__version__, "fixtures": {}}
+
+    # 1. GPT-2, several layers and heads, model.safetensors as save_pretrained writes it
+    #    (`transformer.` prefix, tied lm_head left out).
+    d = fresh(args.out, "gpt2")
+    m = build(GPT2LMHeadModel, gpt2_config(), 1)
+    m.save_pretrained(d, safe_serialization=True)
+    manifest["fixtures"]["gpt2"] = record(m, token_ids(128, 1), d)
+
+    # 2. GPT-2 with scale_attn_by_inverse_layer_idx, n_inner != 4*d, erf GELU.
+    d = fresh(args.out, "gpt2_inverse_layer")
+    m = build(GPT2LMHeadModel, gpt2_config(scale_attn_by_inverse_layer_idx=True, n_inner=80,
+                                           activation_function="gelu"), 2)
+    m.save_pretrained(d, safe_serialization=True)
+    manifest["fixtures"]["gpt2_inverse_layer"] = record(m, token_ids(128, 2), d)
+
+    # 3. GPT-Neo, alternating global/local with a window (6) shorter than the sequence (20),
+    #    written by hand with an explicit (tied) lm_head.weight.
+    d = fresh(args.out, "gpt_neo_local")
+    m = build(GPTNeoForCausalLM, neo_config(), 3)
+    m.config.save_pretrained(d)
+    sd = {k: v.clone().contiguous() for k, v in m.state_dict().items()}
+    assert "lm_head.weight" in sd
+    save_file(sd, os.path.join(d, "model.safetensors"), metadata={"format": "pt"})
+    manifest["fixtures"]["gpt_neo_local"] = record(m, token_ids(128, 3), d)
+
+    # 4. Legacy: an unprefixed GPT2Model state dict in the pre-1.6 pickle format of
+    #    pytorch_model.bin, with the old attention buffers.
+    d = fresh(args.out, "gpt2_legacy_bin")
+    m = build(GPT2LMHeadModel, gpt2_config(n_layer=2, activation_function="relu"), 4)
+    m.config.save_pretrained(d)
+    sd = {k[len("transformer."):]: v.clone() for k, v in m.state_dict().items()
+          if k.startswith("transformer.")}
+    n_pos = m.config.n_positions
+    for l in range(m.config.n_layer):
+        sd[f"h.{l}.attn.bias"] = torch.tril(torch.ones(n_pos, n_pos, dtype=torch.uint8)).view(1, 1, n_pos, n_pos)
+        sd[f"h.{l}.attn.masked_bias"] = torch.tensor(-1e4)
+    torch.save(sd, os.path.join(d, "pytorch_model.bin"), _use_new_zipfile_serialization=False)
+    manifest["fixtures"]["gpt2_legacy_bin"] = record(m, token_ids(128, 4), d)
+
+    # 5. Half precision: f16 safetensors. HF's reference runs the f16-rounded weights in f32.
+    d = fresh(args.out, "gpt2_f16")
+    m = build(GPT2LMHeadModel, gpt2_config(n_layer=2, activation_function="gelu_fast"), 5)
+    m = m.half()
+    m.save_pretrained(d, safe_serialization=True)
+    manifest["fixtures"]["gpt2_f16"] = record(m.float(), token_ids(128, 5), d)
+
+    # 6. bf16 GPT-Neo, all-local layers.
+    d = fresh(args.out, "gpt_neo_bf16")
+    m = build(GPTNeoForCausalLM, neo_config(num_layers=2, attention_types=[[["local"], 2]],
+                                            window_size=4, intermediate_size=48), 6)
+    m = m.to(torch.bfloat16)
+    m.save_pretrained(d, safe_serialization=True)
+    manifest["fixtures"]["gpt_neo_bf16"] = record(m.float(), token_ids(128, 6), d)
+
+    # 7. Sharded safetensors with an index, f64 weights.
+    d = fresh(args.out, "gpt2_sharded_f64")
+    m = build(GPT2LMHeadModel, gpt2_config(n_layer=2), 7).double()
+    m.save_pretrained(d, safe_serialization=True, max_shard_size="60KB")
+    assert os.path.exists(os.path.join(d, "model.safetensors.index.json")), "expected shards"
+    manifest["fixtures"]["gpt2_sharded_f64"] = record(m, token_ids(128, 7), d, dtype=torch.float64)
+
+    with open(os.path.join(args.out, "manifest.json"), "w") as f:
+        json.dump(manifest, f, indent=2, sort_keys=True)
+        f.write("\n")
+    print(json.dumps(manifest, indent=2))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

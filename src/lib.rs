@@ -1,0 +1,12 @@
+//! burnlens: GPT-2 and GPT-Neo on Burn. Import Hugging Face checkpoints with exact parity,
+//! run them on any Burn backend, and look inside.
+//!
+//! This facade re-exports the workspace crates:
+//! - [`model`]: the canonical [`Transformer`](model::Transformer), its config and hook points;
+//! - [`hf`]: Hugging Face `config.json` parsing and checkpoint import.
+
+pub use burnlens_hf as hf;
+pub use burnlens_model as model;
+
+pub use burnlens_hf::{LoadedModel, load_model};
+pub use burnlens_model::{Hooks, Transformer, TransformerConfig};

@@ -1,0 +1,74 @@
+//! Helpers shared by the integration tests: fixtures, expected outputs, backends.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use burn::tensor::Device;
+
+/// `tests/fixtures/<name>`.
+pub fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
+}
+
+/// Every parity fixture the generator writes.
+pub const FIXTURES: &[&str] =
+    &["gpt2", "gpt2_inverse_layer", "gpt_neo_local", "gpt2_legacy_bin", "gpt2_f16", "gpt_neo_bf16", "gpt2_sharded_f64"];
+
+/// Backends the tests run on: `BURNLENS_TEST_BACKENDS` (comma-separated), else flex and ndarray.
+pub fn backends() -> Vec<(String, Device)> {
+    let names = std::env::var("BURNLENS_TEST_BACKENDS").unwrap_or_else(|_| "flex,ndarray".into());
+    names
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|n| (n.to_string(), burnlens::model::backend::device(n, None).unwrap_or_else(|e| panic!("{e}"))))
+        .collect()
+}
+
+/// A tensor read back from a safetensors file, as f32 (or i64 for ids).
+pub struct Stored {
+    pub shape: Vec<usize>,
+    pub f32: Vec<f32>,
+    pub i64: Vec<i64>,
+}
+
+/// All tensors of a safetensors file.
+pub fn read_safetensors(path: &Path) -> HashMap<String, Stored> {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let st = safetensors::SafeTensors::deserialize(&bytes).expect("valid safetensors");
+    st.tensors()
+        .into_iter()
+        .map(|(name, view)| {
+            let data = view.data();
+            let (f, i) = match view.dtype() {
+                safetensors::Dtype::F32 => (data.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect(), vec![]),
+                safetensors::Dtype::I64 => (vec![], data.chunks_exact(8).map(|c| i64::from_le_bytes(c.try_into().unwrap())).collect()),
+                other => panic!("unexpected dtype {other:?} for {name}"),
+            };
+            (name.to_string(), Stored { shape: view.shape().to_vec(), f32: f, i64: i })
+        })
+        .collect()
+}
+
+pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len(), "length mismatch");
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+}
+
+pub fn max_abs(a: &[f32]) -> f32 {
+    a.iter().map(|x| x.abs()).fold(0.0, f32::max)
+}
+
+/// `../shared/data` or `BURNLENS_DATA`; `None` (with a note on stderr) if it is absent.
+pub fn shared_data() -> Option<PathBuf> {
+    let dir = std::env::var("BURNLENS_DATA")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/data"));
+    if dir.is_dir() {
+        Some(dir)
+    } else {
+        eprintln!("skipping: reference data not found at {} (set BURNLENS_DATA)", dir.display());
+        None
+    }
+}

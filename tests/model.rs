@@ -1,0 +1,109 @@
+//! Properties of the canonical model that do not need Hugging Face: padding, the KV cache,
+//! the local window, and random initialisation.
+
+mod common;
+
+use burn::module::Module;
+use burn::tensor::{Device, Int, Tensor, TensorData};
+use burnlens::hf::load_model;
+use burnlens::model::{AttentionSpan, Hooks, KvCache, TransformerConfig};
+use common::*;
+
+fn to_vec(t: Tensor<3>) -> Vec<f32> {
+    t.into_data().try_into_vec_as::<f32>().unwrap()
+}
+
+#[test]
+fn left_padded_batch_matches_unpadded_runs() {
+    for name in ["gpt2", "gpt_neo_local"] {
+        let device = Device::flex();
+        let model = load_model(&fixture(name), &device).unwrap().model;
+        let a: Vec<i64> = vec![5, 9, 33, 2, 7, 120, 64, 8, 1, 3, 77, 41];
+        let b: Vec<i64> = vec![11, 12, 13, 14, 15];
+        let t = a.len();
+        let pad = t - b.len();
+        let mut ids = a.clone();
+        ids.extend(std::iter::repeat_n(0, pad).chain(b.iter().copied()));
+        let mask: Vec<Vec<bool>> = vec![vec![true; t], (0..t).map(|i| i >= pad).collect()];
+        let batch = Tensor::<2, Int>::from_data(TensorData::new(ids, [2, t]), &device);
+        let padded = model.forward_padded(batch, &mask, &mut Hooks::none());
+        let v = padded.dims()[2];
+        let padded = to_vec(padded);
+
+        let alone_a = to_vec(model.forward(model.ids_tensor(&a)));
+        let alone_b = to_vec(model.forward(model.ids_tensor(&b)));
+        let d_a = max_abs_diff(&padded[..t * v], &alone_a);
+        let d_b = max_abs_diff(&padded[(t + pad) * v..], &alone_b);
+        assert!(d_a <= 1e-4 && d_b <= 1e-4, "{name}: padded vs alone differ by {d_a:e} / {d_b:e}");
+        assert!(padded.iter().all(|x| x.is_finite()), "{name}: padding produced non-finite logits");
+    }
+}
+
+#[test]
+fn kv_cache_gives_the_same_logits_as_a_full_pass() {
+    for name in ["gpt2_inverse_layer", "gpt_neo_local"] {
+        let model = load_model(&fixture(name), &Device::flex()).unwrap().model;
+        let ids: Vec<i64> = (0..20).map(|i| (i * 37 % 128) as i64).collect();
+        let full = to_vec(model.forward(model.ids_tensor(&ids)));
+        let v = model.config.vocab_size;
+        let mut cache = KvCache::new();
+        // A 7-token prefix, then one token at a time.
+        let mut got = to_vec(model.forward_cached(model.ids_tensor(&ids[..7]), &mut cache));
+        for i in 7..ids.len() {
+            got.extend(to_vec(model.forward_cached(model.ids_tensor(&ids[i..i + 1]), &mut cache)));
+        }
+        assert_eq!(cache.len(), ids.len());
+        let d = max_abs_diff(&got, &full);
+        assert!(d <= 1e-4, "{name}: cached vs full logits differ by {d:e}");
+        assert_eq!(got.len(), ids.len() * v);
+    }
+}
+
+#[test]
+fn local_window_hides_exactly_the_keys_outside_it() {
+    let mut cfg = TransformerConfig::gpt2_like(50, 16, 16, 2, 2);
+    cfg.spans = vec![AttentionSpan::Local(3), AttentionSpan::Global];
+    let model = cfg.init(&Device::flex()).unwrap();
+    let ids: Vec<i64> = (0..10).collect();
+    let mut hooks = Hooks::capture(|n| n.ends_with("hook_pattern"));
+    model.forward_hooked(model.ids_tensor(&ids), &mut hooks);
+    let local = hooks.cache["blocks.0.attn.hook_pattern"].to_vec();
+    let global = hooks.cache["blocks.1.attn.hook_pattern"].to_vec();
+    let t = ids.len();
+    for h in 0..2 {
+        for q in 0..t {
+            let row = |p: &[f32]| p[(h * t + q) * t..(h * t + q + 1) * t].to_vec();
+            let (l, g) = (row(&local), row(&global));
+            for k in 0..t {
+                let visible = k <= q && q < k + 3;
+                assert_eq!(l[k] > 0.0, visible, "local h{h} q{q} k{k}: {}", l[k]);
+                assert_eq!(g[k] > 0.0, k <= q, "global h{h} q{q} k{k}");
+                if !visible {
+                    assert_eq!(l[k], 0.0, "masked entries must be exactly zero");
+                }
+            }
+            assert!((l.iter().sum::<f32>() - 1.0).abs() < 1e-5);
+        }
+    }
+}
+
+#[test]
+fn random_init_follows_hf_statistics() {
+    let cfg = TransformerConfig::gpt2_like(1000, 64, 128, 4, 4);
+    let model = cfg.init(&Device::flex()).unwrap();
+    assert_eq!(model.num_params(), cfg.n_params());
+    let std = |t: Tensor<2>| {
+        let v: Vec<f32> = t.into_data().try_into_vec_as::<f32>().unwrap();
+        let m = v.iter().sum::<f32>() / v.len() as f32;
+        (v.iter().map(|x| (x - m) * (x - m)).sum::<f32>() / v.len() as f32).sqrt()
+    };
+    let s_embed = std(model.embed.weight.val());
+    let s_qkv = std(model.blocks[0].attn.qkv.weight.val());
+    let s_out = std(model.blocks[0].attn.out.weight.val());
+    assert!((s_embed - 0.02).abs() < 0.002, "{s_embed}");
+    assert!((s_qkv - 0.02).abs() < 0.002, "{s_qkv}");
+    let want = 0.02 / (8f32).sqrt();
+    assert!((s_out - want).abs() < 0.001, "residual projections should have std {want}, got {s_out}");
+    let b: Vec<f32> = model.blocks[0].attn.qkv.bias.as_ref().unwrap().val().into_data().try_into_vec_as::<f32>().unwrap();
+    assert!(b.iter().all(|&x| x == 0.0));
+}

@@ -1,0 +1,108 @@
+//! Parity with Hugging Face `transformers`: every fixture, on every test backend, against
+//! the logits, attention patterns, residual stream and loss HF recorded
+//! (`scripts/gen_fixtures.py`).
+
+mod common;
+
+use burnlens::hf::load_model;
+use burnlens::model::{Hooks, next_token_loss};
+use common::*;
+
+const LOGIT_TOL: f32 = 1e-4;
+const PATTERN_TOL: f32 = 1e-5;
+
+fn check(name: &str) {
+    let dir = fixture(name);
+    let expected = read_safetensors(&dir.join("expected.safetensors"));
+    let ids = &expected["ids"].i64;
+    for (backend, device) in backends() {
+        let loaded = load_model(&dir, &device).unwrap_or_else(|e| panic!("{name} on {backend}: {e}"));
+        let model = &loaded.model;
+        let n_layers = model.config.n_layers();
+        let mut hooks = Hooks::capture(|n| n.ends_with("hook_pattern") || n.ends_with("hook_resid_pre") || n == "ln_final.hook_normalized");
+        let input = model.ids_tensor(ids);
+        let logits = model.forward_hooked(input.clone(), &mut hooks);
+        let loss = next_token_loss(logits.clone(), input).into_scalar::<f32>() as f64 as f32;
+        let logits: Vec<f32> = logits.into_data().try_into_vec_as::<f32>().unwrap();
+
+        let d_logit = max_abs_diff(&logits, &expected["logits"].f32);
+        let d_loss = (loss - expected["loss"].f32[0]).abs();
+        let mut d_pattern = 0f32;
+        let mut d_resid = 0f32;
+        for l in 0..n_layers {
+            let p = hooks.cache[&format!("blocks.{l}.attn.hook_pattern")].to_vec();
+            d_pattern = d_pattern.max(max_abs_diff(&p, &expected[&format!("pattern.{l}")].f32));
+            let r = hooks.cache[&format!("blocks.{l}.hook_resid_pre")].to_vec();
+            let e = &expected[&format!("resid_pre.{l}")].f32;
+            d_resid = d_resid.max(max_abs_diff(&r, e) / max_abs(e).max(1.0));
+        }
+        let f = hooks.cache["ln_final.hook_normalized"].to_vec();
+        d_resid = d_resid.max(max_abs_diff(&f, &expected["final"].f32) / max_abs(&expected["final"].f32).max(1.0));
+        println!(
+            "parity {name:<20} {backend:<8} max|dlogit| {d_logit:.2e}  max|dpattern| {d_pattern:.2e}  max rel|dresid| {d_resid:.2e}  |dloss| {d_loss:.2e}"
+        );
+        assert!(d_logit <= LOGIT_TOL, "{name} on {backend}: max |Δlogit| {d_logit:e} > {LOGIT_TOL:e}");
+        assert!(d_pattern <= PATTERN_TOL, "{name} on {backend}: max |Δpattern| {d_pattern:e} > {PATTERN_TOL:e}");
+        assert!(d_resid <= 1e-5, "{name} on {backend}: residual stream differs by {d_resid:e} (relative)");
+        assert!(d_loss <= 1e-4, "{name} on {backend}: |Δloss| {d_loss:e}");
+    }
+}
+
+#[test]
+fn gpt2() {
+    check("gpt2");
+}
+
+#[test]
+fn gpt2_inverse_layer_scale_and_n_inner() {
+    check("gpt2_inverse_layer");
+}
+
+#[test]
+fn gpt_neo_local_window_shorter_than_sequence() {
+    check("gpt_neo_local");
+}
+
+#[test]
+fn gpt2_legacy_unprefixed_pytorch_bin_with_buffers() {
+    check("gpt2_legacy_bin");
+}
+
+#[test]
+fn gpt2_f16_safetensors() {
+    check("gpt2_f16");
+}
+
+#[test]
+fn gpt_neo_bf16_all_local() {
+    check("gpt_neo_bf16");
+}
+
+#[test]
+fn gpt2_sharded_f64() {
+    check("gpt2_sharded_f64");
+}
+
+/// The fixtures must exercise what they claim to: a wrong scale, mask or transpose would
+/// move the patterns, so they must be peaked, and the local fixture's window must bite.
+#[test]
+fn fixtures_are_discriminating() {
+    for name in FIXTURES {
+        let e = read_safetensors(&fixture(name).join("expected.safetensors"));
+        let p = &e["pattern.0"];
+        let (t, rows) = (p.shape[2], p.f32.len() / p.shape[2]);
+        let mean_max: f32 = p.f32.chunks(t).map(|r| r.iter().copied().fold(0.0, f32::max)).sum::<f32>() / rows as f32;
+        assert!(mean_max > 0.4, "{name}: attention too flat to catch errors (mean row max {mean_max})");
+    }
+    let loaded = load_model(&fixture("gpt_neo_local"), &burn::tensor::Device::flex()).unwrap();
+    let e = read_safetensors(&fixture("gpt_neo_local").join("expected.safetensors"));
+    let p = &e["pattern.1"];
+    let t = p.shape[2];
+    let burnlens::model::AttentionSpan::Local(w) = loaded.model.config.spans[1] else { panic!("layer 1 should be local") };
+    assert!(w < t, "window {w} must be shorter than the sequence {t}");
+    // Row t-1 of every head must be exactly zero outside the window.
+    for h in 0..p.shape[0] {
+        let row = &p.f32[(h * t + t - 1) * t..(h * t + t) * t];
+        assert!(row[..t - w].iter().all(|&x| x == 0.0), "head {h}: HF attended outside the window");
+    }
+}
