@@ -62,7 +62,11 @@ pub fn info(dir: &Path, common: &Common) -> Result<()> {
     println!("context:     {}", c.n_ctx);
     println!("vocab:       {}", c.vocab_size);
     println!("activation:  {}", c.activation.hf_name());
-    println!("score scale: {:?}{}", c.score_scale, if c.scale_by_inverse_layer { " / (layer + 1)" } else { "" });
+    let scale = match c.score_scale {
+        burnlens_model::ScoreScale::InvSqrtDHead => format!("1/sqrt(d_head) = {:.4}", 1.0 / (c.d_head as f64).sqrt()),
+        burnlens_model::ScoreScale::None => "none (1.0)".to_string(),
+    };
+    println!("score scale: {scale}{}", if c.scale_by_inverse_layer { ", then / (layer + 1)" } else { "" });
     println!("local attn:  {}", if local.is_empty() { "none (all layers global)".into() } else { local.join(", ") });
     println!("checkpoint:  {} ({} file{}), dtype {}", info.format, info.files.len(), if info.files.len() == 1 { "" } else { "s" }, info.dtypes.join("/"));
     println!(
