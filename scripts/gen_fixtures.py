@@ -104,12 +104,47 @@ def build(cls, cfg, seed):
     return randomise(cls(cfg), seed, weight_std=weight_std).eval()
 
 
+def trained_exports(out_root, exports, manifest):
+    """Models trained by burnlens and exported (NAME=DIR): load each with
+    AutoModelForCausalLM exactly as a user would, and record what HF computes."""
+    from transformers import AutoModelForCausalLM
+    for spec in exports:
+        name, src = spec.split("=", 1)
+        d = fresh(out_root, name)
+        for f in os.listdir(src):
+            shutil.copy(os.path.join(src, f), d)
+        m = AutoModelForCausalLM.from_pretrained(d, attn_implementation="eager").eval()
+        with open(os.path.join(d, "char_vocab.json")) as f:
+            chars = json.load(f)["chars"]
+        text = "ROMEO: What say you, my lord?"
+        ids = torch.tensor([[chars.index(c) for c in text if c in chars]])
+        manifest["fixtures"][name] = record(m, ids, d)
+        manifest["fixtures"][name]["loaded_by"] = type(m).__name__
+
+
+def bpe_export_check(src, manifest):
+    """A BPE model exported by burnlens: transformers loads both model and tokenizer."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    tok = AutoTokenizer.from_pretrained(src)
+    ids = tok("The meaning of life is")["input_ids"]
+    assert ids == [464, 3616, 286, 1204, 318], ids
+    m = AutoModelForCausalLM.from_pretrained(src)
+    with torch.no_grad():
+        logits = m(torch.tensor([ids])).logits
+    manifest["bpe_export_check"] = {"tokenizer_ids": ids, "model": type(m).__name__, "logits_shape": list(logits.shape)}
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="tests/fixtures")
+    ap.add_argument("--export", action="append", default=[], help="NAME=DIR of a burnlens export to record")
+    ap.add_argument("--bpe-export", help="DIR of a burnlens BPE export to load with AutoTokenizer")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     manifest = {"transformers": transformers.__version__, "torch": torch.__version__, "fixtures": {}}
+    trained_exports(args.out, args.export, manifest)
+    if args.bpe_export:
+        bpe_export_check(args.bpe_export, manifest)
 
     # 1. GPT-2, several layers and heads, model.safetensors as save_pretrained writes it
     #    (`transformer.` prefix, tied lm_head left out).

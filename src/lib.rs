@@ -3,10 +3,12 @@
 //!
 //! This facade re-exports the workspace crates:
 //! - [`model`]: the canonical [`Transformer`](model::Transformer), its config and hook points;
-//! - [`hf`]: Hugging Face `config.json` parsing and checkpoint import.
+//! - [`hf`]: Hugging Face `config.json` parsing, checkpoint import and export, tokenizers;
+//! - [`train`]: run configs, data, the training loop and checkpoints.
 
 pub use burnlens_hf as hf;
 pub use burnlens_model as model;
+pub use burnlens_train as train;
 
 pub use burnlens_hf::{LoadedModel, load_model};
 pub use burnlens_model::{Hooks, Transformer, TransformerConfig};

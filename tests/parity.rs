@@ -106,3 +106,13 @@ fn fixtures_are_discriminating() {
         assert!(row[..t - w].iter().all(|&x| x == 0.0), "head {h}: HF attended outside the window");
     }
 }
+
+/// Models trained and exported by burnlens, loaded by `transformers`'
+/// `AutoModelForCausalLM.from_pretrained` in the fixture generator: HF's logits on the
+/// export must equal burnlens's.
+#[test]
+fn burnlens_exports_load_in_transformers_with_the_same_logits() {
+    for name in ["trained_gpt2_char", "trained_gpt_neo_char"] {
+        check(name);
+    }
+}

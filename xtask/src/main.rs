@@ -44,6 +44,47 @@ fn venv() -> Result<PathBuf> {
     Ok(python)
 }
 
+struct Exports {
+    char_models: Vec<(&'static str, PathBuf)>,
+    bpe_model: PathBuf,
+}
+
+/// Train tiny models with burnlens itself and export them, for `transformers` to load.
+fn train_exports() -> Result<Exports> {
+    let data = std::env::var("BURNLENS_DATA").map(PathBuf::from).unwrap_or_else(|_| root().join("../shared/data"));
+    let text = data.join("tinyshakespeare.txt");
+    if !text.is_file() {
+        bail!("{} not found: set BURNLENS_DATA to the reference data directory", text.display());
+    }
+    let work = root().join("target/xtask-exports");
+    let _ = std::fs::remove_dir_all(&work);
+    let train = |name: &str, sets: &[String]| -> Result<PathBuf> {
+        let run_dir = work.join(name);
+        let mut cmd = Command::new(env!("CARGO"));
+        cmd.current_dir(root()).args(["run", "--quiet", "--", "train", "--config", "configs/tiny-char.toml", "--quiet"]);
+        cmd.args(["--set", &format!("data.path={:?}", text.display().to_string())]);
+        cmd.args(["--set", &format!("output.dir={:?}", run_dir.display().to_string())]);
+        for s in sets {
+            cmd.args(["--set", s]);
+        }
+        run(&mut cmd)?;
+        Ok(run_dir.join("hf"))
+    };
+    let gpt2 = train("gpt2", &["training.steps=30".into()])?;
+    let neo = train("gpt_neo", &["training.steps=30".into(), "model.family=\"gpt_neo\"".into(), "model.window=5".into()])?;
+    let bpe = train(
+        "bpe",
+        &[
+            "data.kind=\"bpe\"".into(),
+            format!("data.tokenizer={:?}", data.join("gpt2/tokenizer.json").display().to_string()),
+            "model.d_model=8".into(),
+            "model.n_heads=2".into(),
+            "training.steps=2".into(),
+        ],
+    )?;
+    Ok(Exports { char_models: vec![("trained_gpt2_char", gpt2), ("trained_gpt_neo_char", neo)], bpe_model: bpe })
+}
+
 fn main() -> Result<()> {
     let task = std::env::args().nth(1).unwrap_or_default();
     match task.as_str() {
@@ -53,7 +94,14 @@ fn main() -> Result<()> {
         }
         "fixtures" => {
             let py = venv()?;
-            run(Command::new(py).current_dir(root()).args(["scripts/gen_fixtures.py", "--out", "tests/fixtures"]))?;
+            let exports = train_exports()?;
+            let mut cmd = Command::new(py);
+            cmd.current_dir(root()).args(["scripts/gen_fixtures.py", "--out", "tests/fixtures"]);
+            for (name, dir) in &exports.char_models {
+                cmd.arg("--export").arg(format!("{name}={}", dir.display()));
+            }
+            cmd.arg("--bpe-export").arg(&exports.bpe_model);
+            run(&mut cmd)?;
         }
         _ => bail!("usage: cargo xtask <fixtures|venv>"),
     }

@@ -6,9 +6,10 @@ use std::path::Path;
 use anyhow::{Context, Result};
 use burn::module::Module;
 use burn::tensor::Device;
-use burnlens_hf::{LoadedModel, load_model};
+use burnlens_hf::{LoadedModel, Tokenizer, load_model};
 use burnlens_model::backend;
-use burnlens_model::{AttentionSpan, Hooks, Transformer, next_token_loss};
+use burnlens_model::{AttentionSpan, Hooks, Sampling, Transformer, generate, next_token_loss};
+use burnlens_train::{RunConfig, TrainOptions};
 use serde_json::json;
 
 use crate::output::{Saved, write_atomic, write_safetensors};
@@ -146,5 +147,114 @@ pub fn cache(dir: &Path, ids: &str, names: &str, out: &Path, common: &Common) ->
     for (name, act) in &cache {
         println!("  {name} {:?}", act.dims());
     }
+    Ok(())
+}
+
+pub fn train(config: Option<&Path>, sets: &[String], resume: Option<&Path>, quiet: bool, common: &Common) -> Result<()> {
+    let cfg = match (config, resume) {
+        (_, Some(run)) => {
+            let mut sets = sets.to_vec();
+            // The run directory stays where it is, whatever its config says.
+            sets.push(format!("output.dir={:?}", run.display().to_string()));
+            RunConfig::load(&run.join("config.toml"), &sets)?
+        }
+        (Some(path), None) => RunConfig::load(path, sets)?,
+        (None, None) => return Err(UserError("train: give --config FILE (or --resume RUN_DIR)".into()).into()),
+    };
+    burnlens_train::install_interrupt_handler();
+    let opts = TrainOptions { backend_flag: common.backend.clone(), resume: resume.is_some(), quiet };
+    let s = burnlens_train::train(&cfg, &opts)?;
+    println!(
+        "trained {} steps in {:.1}s ({:.0} tokens/s): final train loss {:.4}, validation loss {}",
+        s.steps,
+        s.seconds,
+        s.tokens_per_s,
+        s.final_train_loss,
+        s.final_val_loss.map_or("n/a".into(), |v| format!("{v:.4}"))
+    );
+    println!("run directory: {}", s.run_dir.display());
+    if let Some(hf) = s.exported {
+        println!("Hugging Face export: {}", hf.display());
+    }
+    Ok(())
+}
+
+pub fn export(run: &Path, out: &Path) -> Result<()> {
+    burnlens_train::export_run(run, out)?;
+    println!("exported {} to {}", run.display(), out.display());
+    Ok(())
+}
+
+pub fn sample(dir: &Path, prompt: Option<&str>, ids: Option<&str>, s: &Sampling, common: &Common) -> Result<()> {
+    let device = device(common)?;
+    // A burnlens run directory, or a Hugging Face model directory.
+    let (model, tokenizer) = if dir.join("checkpoints").is_dir() && !dir.join("config.json").is_file() {
+        let run = burnlens_train::load_run(dir, &device)?;
+        (run.model, run.tokenizer)
+    } else {
+        let loaded = load(dir, common)?;
+        (loaded.model, Tokenizer::find_in_dir(dir).transpose()?)
+    };
+    let prompt_ids: Vec<i64> = match (prompt, ids) {
+        (Some(text), _) => {
+            let tok = tokenizer.as_ref().ok_or_else(|| {
+                UserError(format!("--prompt: {} has no tokenizer.json or char_vocab.json; pass token ids with --ids", dir.display()))
+            })?;
+            let ids: Vec<i64> = tok.encode(text)?.into_iter().map(i64::from).collect();
+            if ids.is_empty() {
+                return Err(UserError(format!("--prompt: {text:?} encodes to no tokens")).into());
+            }
+            ids
+        }
+        (None, Some(text)) => parse_ids(text, &model)?,
+        (None, None) => return Err(UserError("sample: give --prompt TEXT or --ids 1,2,3".into()).into()),
+    };
+    model.check_ids(&prompt_ids).context("prompt")?;
+    let new = generate(&model, &prompt_ids, s)?;
+    if new.len() < s.max_new_tokens {
+        eprintln!("note: stopped after {} new tokens: the context of {} positions is full", new.len(), model.config.n_ctx);
+    }
+    match (&tokenizer, prompt) {
+        (Some(tok), Some(_)) => {
+            let all: Vec<u32> = prompt_ids.iter().chain(&new).map(|&i| i as u32).collect();
+            println!("{}", tok.decode(&all));
+        }
+        _ => {
+            let text: Vec<String> = new.iter().map(|i| i.to_string()).collect();
+            println!("{}", text.join(","));
+            if let Some(tok) = &tokenizer {
+                eprintln!("text: {:?}", tok.decode(&new.iter().map(|&i| i as u32).collect::<Vec<_>>()));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Known corpora: name, canonical address, sha256.
+const CORPORA: &[(&str, &str, &str)] = &[(
+    "tinyshakespeare",
+    "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt",
+    "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed",
+)];
+
+pub fn fetch(name: &str, out: Option<&Path>) -> Result<()> {
+    use sha2::Digest;
+    let (_, url, sha) = CORPORA.iter().find(|(n, ..)| *n == name).ok_or_else(|| {
+        UserError(format!("unknown dataset \"{name}\"; known: {}", CORPORA.iter().map(|c| c.0).collect::<Vec<_>>().join(", ")))
+    })?;
+    let default = Path::new("data").join(format!("{name}.txt"));
+    let out = out.unwrap_or(&default);
+    if let Some(parent) = out.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
+    }
+    let url = std::env::var("BURNLENS_DATA_URL").unwrap_or_else(|_| url.to_string());
+    let mut body = ureq::get(&url).call().map_err(|e| UserError(format!("downloading {url}: {e}")))?.into_body();
+    let bytes = body.read_to_vec().map_err(|e| UserError(format!("downloading {url}: {e}")))?;
+    let got = format!("{:x}", sha2::Sha256::digest(&bytes));
+    if got != *sha {
+        return Err(UserError(format!("{url}: sha256 is {got}, expected {sha}; not saved")).into());
+    }
+    write_atomic(out, &bytes)?;
+    println!("wrote {} ({} bytes, sha256 {sha})", out.display(), bytes.len());
     Ok(())
 }

@@ -11,6 +11,7 @@ use clap::{Parser, Subcommand};
 use burnlens_hf::HfError;
 use burnlens_model::ModelError;
 use burnlens_model::backend::BackendError;
+use burnlens_train::TrainError;
 
 /// GPT-2 and GPT-Neo on Burn: load Hugging Face checkpoints, run them, look inside.
 #[derive(Parser)]
@@ -54,6 +55,63 @@ enum Command {
         #[command(flatten)]
         common: Common,
     },
+    /// Train a model as a TOML run config says (see configs/).
+    Train {
+        /// Run config. Optional with --resume (the run's own config.toml is used).
+        #[arg(long)]
+        config: Option<std::path::PathBuf>,
+        /// Override a config key, e.g. --set training.steps=200 (repeatable).
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        sets: Vec<String>,
+        /// Continue the run in this directory from its latest checkpoint.
+        #[arg(long)]
+        resume: Option<std::path::PathBuf>,
+        /// Only errors and the final summary.
+        #[arg(long)]
+        quiet: bool,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Write the latest checkpoint of a run as a Hugging Face model directory.
+    Export {
+        #[arg(long)]
+        run: std::path::PathBuf,
+        #[arg(long)]
+        out: std::path::PathBuf,
+    },
+    /// Generate text (or token ids) from a model directory or a run directory.
+    Sample {
+        /// Hugging Face model directory or burnlens run directory.
+        #[arg(long)]
+        model: std::path::PathBuf,
+        /// Prompt text (needs a tokenizer.json or char_vocab.json in the directory).
+        #[arg(long, conflicts_with = "ids")]
+        prompt: Option<String>,
+        /// Prompt as comma-separated token ids.
+        #[arg(long)]
+        ids: Option<String>,
+        #[arg(long, default_value_t = 64)]
+        max_new_tokens: usize,
+        /// 0 = greedy.
+        #[arg(long, default_value_t = 1.0)]
+        temperature: f64,
+        #[arg(long)]
+        top_k: Option<usize>,
+        #[arg(long)]
+        top_p: Option<f64>,
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Recompute the whole prefix for every token instead of using the KV cache.
+        #[arg(long)]
+        no_cache: bool,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Datasets: `burnlens data fetch tinyshakespeare`.
+    Data {
+        #[command(subcommand)]
+        action: DataAction,
+    },
     /// Save the activations whose TransformerLens-style names match a regex.
     Cache {
         #[arg(long)]
@@ -69,6 +127,18 @@ enum Command {
         out: std::path::PathBuf,
         #[command(flatten)]
         common: Common,
+    },
+}
+
+#[derive(Subcommand)]
+enum DataAction {
+    /// Download a known corpus and check its sha256.
+    Fetch {
+        /// Dataset name: tinyshakespeare.
+        name: String,
+        /// Where to write it (default: data/<name>.txt).
+        #[arg(long)]
+        out: Option<std::path::PathBuf>,
     },
 }
 
@@ -96,19 +166,39 @@ pub fn run() -> ExitCode {
         Command::Info { model, common } => commands::info(&model, &common),
         Command::Logits { model, ids, out, common } => commands::logits(&model, &ids, out.as_deref(), &common),
         Command::Cache { model, ids, names, out, common } => commands::cache(&model, &ids, &names, &out, &common),
+        Command::Train { config, sets, resume, quiet, common } => commands::train(config.as_deref(), &sets, resume.as_deref(), quiet, &common),
+        Command::Export { run, out } => commands::export(&run, &out),
+        Command::Sample { model, prompt, ids, max_new_tokens, temperature, top_k, top_p, seed, no_cache, common } => {
+            let sampling = burnlens_model::Sampling { max_new_tokens, temperature, top_k, top_p, seed, stop_token: None, use_cache: !no_cache };
+            commands::sample(&model, prompt.as_deref(), ids.as_deref(), &sampling, &common)
+        }
+        Command::Data { action: DataAction::Fetch { name, out } } => commands::fetch(&name, out.as_deref()),
     });
     match result {
         Ok(Ok(())) => ExitCode::SUCCESS,
         Ok(Err(err)) => {
             eprintln!("error: {}", one_line(&format!("{err:#}")));
-            if is_user_error(&err) { ExitCode::from(2) } else { ExitCode::from(1) }
+            ExitCode::from(exit_code(&err))
         }
         Err(_) => ExitCode::from(1),
     }
 }
 
-fn is_user_error(err: &anyhow::Error) -> bool {
-    err.chain().any(|c| c.is::<HfError>() || c.is::<ModelError>() || c.is::<BackendError>() || c.is::<UserError>())
+/// 130 after Ctrl-C (checkpoint written), 2 for bad input, 1 for everything else.
+fn exit_code(err: &anyhow::Error) -> u8 {
+    for c in err.chain() {
+        if let Some(t) = c.downcast_ref::<TrainError>() {
+            return match t {
+                TrainError::Interrupted { .. } => 130,
+                t if t.is_user_error() => 2,
+                _ => 1,
+            };
+        }
+        if c.is::<HfError>() || c.is::<ModelError>() || c.is::<BackendError>() || c.is::<UserError>() {
+            return 2;
+        }
+    }
+    1
 }
 
 fn one_line(s: &str) -> String {

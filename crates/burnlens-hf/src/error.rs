@@ -27,6 +27,10 @@ pub enum HfError {
     Dtype { path: PathBuf, name: String, found: String },
     #[error("{}: `lm_head.weight` differs from `wte.weight`; only tied unembeddings are supported", path.display())]
     Untied { path: PathBuf },
+    #[error("{}: {msg}", path.display())]
+    Tokenizer { path: PathBuf, msg: String },
+    #[error("{0}")]
+    Export(String),
     #[error(transparent)]
     Model(#[from] ModelError),
 }

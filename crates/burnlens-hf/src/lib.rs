@@ -7,10 +7,14 @@
 pub mod checkpoint;
 pub mod config;
 pub mod error;
+pub mod export;
 pub mod import;
 pub mod layout;
+pub mod tokenizer;
 
 pub use checkpoint::{Checkpoint, WeightFormat};
 pub use config::{Family, HfConfig, parse_config, read_config};
 pub use error::HfError;
 pub use import::{CheckpointInfo, LoadedModel, import, load_model};
+pub use tokenizer::Tokenizer;
+pub use export::{check_exportable, export_hf, hf_config_json};

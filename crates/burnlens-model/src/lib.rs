@@ -7,12 +7,16 @@ pub mod backend;
 pub mod config;
 pub mod error;
 pub mod hooks;
+pub mod rng;
+pub mod generate;
 pub mod transformer;
 
 pub use config::{ActivationFn, AttentionSpan, Positional, ScoreScale, TransformerConfig};
 pub use error::ModelError;
+pub use rng::Rng;
+pub use generate::{Sampling, generate};
 pub use hooks::{Activation, Hookable, Hooks, hook_names};
 pub use transformer::{
     ParamInit,
-    Attention, Block, HeadWeights, KvCache, LayerNorm, MASKED_SCORE, Mlp, Transformer, activate, next_token_loss,
+    Attention, Block, HeadWeights, KvCache, LayerNorm, MASKED_SCORE, Mlp, Transformer, activate, cross_entropy, next_token_loss,
 };

@@ -605,9 +605,15 @@ fn build_mask(span: AttentionSpan, pos: &Positions, n_keys: usize, device: &Devi
 /// Mean next-token cross-entropy: position `p` predicts token `p + 1`.
 /// `logits: [batch, pos, vocab]`, `ids: [batch, pos]`; returns `[1]`.
 pub fn next_token_loss(logits: Tensor<3>, ids: Tensor<2, Int>) -> Tensor<1> {
-    let [b, t, v] = logits.dims();
+    let t = logits.dims()[1];
     assert!(t >= 2, "next-token loss needs at least two positions");
-    let logp = log_softmax(logits.narrow(1, 0, t - 1).reshape([b * (t - 1), v]), 1);
-    let targets = ids.narrow(1, 1, t - 1).reshape([b * (t - 1), 1]);
-    logp.gather(1, targets).mean().neg()
+    cross_entropy(logits.narrow(1, 0, t - 1), ids.narrow(1, 1, t - 1))
+}
+
+/// Mean cross-entropy of `logits: [batch, pos, vocab]` against `targets: [batch, pos]`;
+/// returns `[1]`.
+pub fn cross_entropy(logits: Tensor<3>, targets: Tensor<2, Int>) -> Tensor<1> {
+    let [b, t, v] = logits.dims();
+    let logp = log_softmax(logits.reshape([b * t, v]), 1);
+    logp.gather(1, targets.reshape([b * t, 1])).mean().neg()
 }

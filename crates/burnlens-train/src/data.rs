@@ -1,0 +1,135 @@
+//! Training data: character-level or BPE-tokenised text with a deterministic
+//! train/validation split, and synthetic repeated-token sequences that need no file.
+
+use std::path::{Path, PathBuf};
+
+use burnlens_hf::Tokenizer;
+use burnlens_model::Rng;
+use serde_json::{Value, json};
+
+use crate::config::DataSection;
+use crate::error::{Result, TrainError};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Split {
+    Train,
+    Val,
+}
+
+enum Source {
+    Tokens { train: Vec<u32>, val: Vec<u32> },
+    /// Random tokens `r` followed by `r` again: predicting the second copy pays only for a
+    /// model that learned to look back (induction).
+    Repeated { vocab: usize, repeat_len: usize },
+}
+
+/// Everything the training loop draws batches from.
+pub struct Dataset {
+    pub tokenizer: Option<Tokenizer>,
+    pub vocab_size: usize,
+    source: Source,
+    summary: Value,
+}
+
+fn data_err(path: &Path, msg: impl Into<String>) -> TrainError {
+    TrainError::Data { path: path.to_path_buf(), msg: msg.into() }
+}
+
+/// Read a text file that must be non-empty UTF-8.
+fn read_text(path: &Path) -> Result<String> {
+    let bytes = std::fs::read(path).map_err(|e| TrainError::io(path, e))?;
+    if bytes.is_empty() {
+        return Err(data_err(path, "the data file is empty"));
+    }
+    String::from_utf8(bytes).map_err(|e| data_err(path, format!("not UTF-8 text (invalid byte at offset {})", e.utf8_error().valid_up_to())))
+}
+
+impl Dataset {
+    /// Load what `[data]` describes; `block_size` is checked against the split sizes.
+    pub fn load(d: &DataSection, block_size: usize) -> Result<Self> {
+        let need_path = |what: &str| -> Result<PathBuf> {
+            d.path.clone().ok_or_else(|| data_err(Path::new("[data]"), format!("data.path is required for kind = \"{what}\"")))
+        };
+        match d.kind.as_str() {
+            "char" | "bpe" => {
+                let path = need_path(&d.kind)?;
+                let text = read_text(&path)?;
+                let tokenizer = if d.kind == "char" {
+                    Tokenizer::char_from_text(&text)
+                } else {
+                    let tok = d.tokenizer.clone().ok_or_else(|| data_err(&path, "data.tokenizer (a tokenizer.json) is required for kind = \"bpe\""))?;
+                    Tokenizer::from_file(&tok)?
+                };
+                // Split the text, not the tokens, at the same character as nanoGPT.
+                let n_chars = text.chars().count();
+                let split_at = (n_chars as f64 * (1.0 - d.val_fraction)).floor() as usize;
+                let byte_at = text.char_indices().nth(split_at).map_or(text.len(), |(b, _)| b);
+                let (train_text, val_text) = text.split_at(byte_at);
+                let train = tokenizer.encode(train_text)?;
+                let val = tokenizer.encode(val_text)?;
+                if train.is_empty() {
+                    return Err(data_err(&path, "the text encodes to no tokens"));
+                }
+                for (name, part) in [("training", &train), ("validation", &val)] {
+                    if part.len() <= block_size {
+                        return Err(data_err(
+                            &path,
+                            format!("the {name} split has {} tokens; training.block_size = {block_size} needs at least {}", part.len(), block_size + 1),
+                        ));
+                    }
+                }
+                let summary = json!({
+                    "kind": d.kind, "path": path, "tokenizer": d.tokenizer, "val_fraction": d.val_fraction,
+                    "split_at_char": split_at, "train_tokens": train.len(), "val_tokens": val.len(),
+                    "vocab_size": tokenizer.vocab_size(),
+                });
+                Ok(Dataset { vocab_size: tokenizer.vocab_size(), tokenizer: Some(tokenizer), source: Source::Tokens { train, val }, summary })
+            }
+            "repeated_tokens" => {
+                let vocab = d.vocab.unwrap_or(64);
+                let repeat_len = d.repeat_len.unwrap_or(block_size.div_ceil(2));
+                if vocab < 2 {
+                    return Err(data_err(Path::new("[data]"), format!("data.vocab must be at least 2, found {vocab}")));
+                }
+                if repeat_len == 0 {
+                    return Err(data_err(Path::new("[data]"), "data.repeat_len must be at least 1, found 0"));
+                }
+                let summary = json!({ "kind": "repeated_tokens", "vocab_size": vocab, "repeat_len": repeat_len,
+                                      "split": "train and validation batches come from separate random streams" });
+                Ok(Dataset { tokenizer: None, vocab_size: vocab, source: Source::Repeated { vocab, repeat_len }, summary })
+            }
+            other => Err(data_err(Path::new("[data]"), format!("data.kind = \"{other}\" is not one of char, bpe, repeated_tokens"))),
+        }
+    }
+
+    /// What was loaded, as recorded in the run directory (`data.json`).
+    pub fn summary(&self) -> &Value {
+        &self.summary
+    }
+
+    /// `batch` sequences of `block + 1` tokens, row-major: inputs are `[.., :block]`,
+    /// targets `[.., 1:]`.
+    pub fn batch(&self, split: Split, rng: &mut Rng, batch: usize, block: usize) -> Vec<i64> {
+        let mut out = Vec::with_capacity(batch * (block + 1));
+        match &self.source {
+            Source::Tokens { train, val } => {
+                let data = if split == Split::Train { train } else { val };
+                for _ in 0..batch {
+                    let start = rng.below((data.len() - block) as u64) as usize;
+                    out.extend(data[start..start + block + 1].iter().map(|&t| t as i64));
+                }
+            }
+            Source::Repeated { vocab, repeat_len } => {
+                for _ in 0..batch {
+                    let r: Vec<i64> = (0..*repeat_len).map(|_| rng.below(*vocab as u64) as i64).collect();
+                    let mut seq: Vec<i64> = r.iter().chain(r.iter()).copied().take(block + 1).collect();
+                    while seq.len() < block + 1 {
+                        seq.push(rng.below(*vocab as u64) as i64);
+                    }
+                    out.extend(seq);
+                }
+            }
+        }
+        out
+    }
+}

@@ -1,0 +1,117 @@
+//! The optimizer pieces nanoGPT uses: AdamW without weight decay on biases, LayerNorm and
+//! embeddings; global-norm gradient clipping as `torch.nn.utils.clip_grad_norm_`; linear
+//! warm-up then cosine decay to a floor.
+
+use burn::module::{Module, ModuleVisitor, Param, ParamGroup, ParamId};
+use burn::optim::{AdamWConfig, GradientsParams, ModuleOptimizer};
+use burn::tensor::Tensor;
+
+use crate::config::TrainingSection;
+
+/// Parameters that are never weight-decayed: biases, LayerNorm gains, embeddings.
+pub const NO_DECAY: &str = r"(\.bias$|^ln_final\.|\.ln[12]\.|^embed\.|^pos_embed\.)";
+
+/// AdamW with PyTorch's epsilon, decaying only the matrices of the projections.
+pub fn optimizer(t: &TrainingSection) -> ModuleOptimizer {
+    let adamw = |wd: f64| {
+        AdamWConfig::new().with_beta_1(t.beta1 as f32).with_beta_2(t.beta2 as f32).with_epsilon(1e-8).with_weight_decay(wd as f32).build()
+    };
+    let no_decay = ParamGroup::from_regex(NO_DECAY).expect("valid regex");
+    ModuleOptimizer::from(adamw(t.weight_decay)).with_group(no_decay, adamw(0.0), None)
+}
+
+/// Learning rate at `step` (0-based): linear warm-up, cosine decay to `min_lr` at
+/// `lr_decay_steps`, then `min_lr` (nanoGPT's `get_lr`).
+pub fn learning_rate(t: &TrainingSection, step: usize) -> f64 {
+    let decay = t.lr_decay_steps.unwrap_or(t.steps);
+    if step < t.warmup_steps {
+        return t.learning_rate * (step + 1) as f64 / (t.warmup_steps + 1) as f64;
+    }
+    if step > decay || decay <= t.warmup_steps {
+        return t.min_lr;
+    }
+    let ratio = (step - t.warmup_steps) as f64 / (decay - t.warmup_steps) as f64;
+    let coeff = 0.5 * (1.0 + (std::f64::consts::PI * ratio).cos());
+    t.min_lr + coeff * (t.learning_rate - t.min_lr)
+}
+
+/// Scale all gradients together so their global L2 norm is at most `max_norm` (as
+/// `clip_grad_norm_`: multiply by `max_norm / (norm + 1e-6)` when that is below one).
+/// Returns the norm before clipping. `max_norm <= 0` only measures.
+pub fn clip_global_norm<M: Module>(model: &M, grads: &mut GradientsParams, max_norm: f64) -> f64 {
+    struct Ids(Vec<(ParamId, usize)>);
+    impl ModuleVisitor for Ids {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+            self.0.push((param.id, D));
+        }
+    }
+    let mut ids = Ids(Vec::new());
+    model.visit(&mut ids);
+
+    // Sum of squares on the device, one read back.
+    let mut total: Option<Tensor<1>> = None;
+    for &(id, rank) in &ids.0 {
+        let sq = match rank {
+            1 => grads.get::<1>(id).map(|g| g.square().sum()),
+            2 => grads.get::<2>(id).map(|g| g.square().sum()),
+            r => panic!("unexpected parameter rank {r}"),
+        };
+        if let Some(sq) = sq {
+            total = Some(match total {
+                Some(t) => t + sq,
+                None => sq,
+            });
+        }
+    }
+    let Some(total) = total else { return 0.0 };
+    let norm = total.into_scalar::<f32>().sqrt() as f64;
+    if max_norm > 0.0 && norm.is_finite() {
+        let coef = max_norm / (norm + 1e-6);
+        if coef < 1.0 {
+            for &(id, rank) in &ids.0 {
+                match rank {
+                    1 => scale::<1>(grads, id, coef),
+                    _ => scale::<2>(grads, id, coef),
+                }
+            }
+        }
+    }
+    norm
+}
+
+fn scale<const D: usize>(grads: &mut GradientsParams, id: ParamId, coef: f64) {
+    if let Some(g) = grads.remove::<D>(id) {
+        grads.register(id, g * coef);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schedule_warms_up_then_decays_to_the_floor() {
+        let t = TrainingSection { learning_rate: 1e-3, min_lr: 1e-4, warmup_steps: 10, steps: 110, ..Default::default() };
+        assert!((learning_rate(&t, 0) - 1e-3 / 11.0).abs() < 1e-12);
+        assert!((learning_rate(&t, 10) - 1e-3).abs() < 1e-12);
+        assert!((learning_rate(&t, 60) - 5.5e-4).abs() < 1e-9, "{}", learning_rate(&t, 60));
+        assert!((learning_rate(&t, 110) - 1e-4).abs() < 1e-12);
+        assert_eq!(learning_rate(&t, 500), 1e-4);
+    }
+
+    #[test]
+    fn no_decay_group_matches_biases_norms_and_embeddings_only() {
+        let re = regex_lite(NO_DECAY);
+        for n in ["embed.weight", "pos_embed.weight", "blocks.0.ln1.weight", "blocks.3.ln2.bias", "ln_final.weight", "blocks.1.attn.qkv.bias", "blocks.0.mlp.fc_out.bias"] {
+            assert!(re(n), "{n} should not be decayed");
+        }
+        for n in ["blocks.0.attn.qkv.weight", "blocks.0.attn.out.weight", "blocks.2.mlp.fc_in.weight"] {
+            assert!(!re(n), "{n} should be decayed");
+        }
+    }
+
+    fn regex_lite(p: &str) -> impl Fn(&str) -> bool {
+        let group = ParamGroup::from_regex(p).unwrap();
+        move |name| group.matches(&ParamId::new(), Some(name))
+    }
+}
