@@ -392,7 +392,7 @@ impl TransformerConfig {
         }
         Ok(Transformer {
             embed: Embedding { weight: b.param("embed.weight".into(), [self.vocab_size, d], normal(std))? },
-            pos_embed: Embedding { weight: b.param("pos_embed.weight".into(), [self.n_ctx, d], normal(0.01))? },
+            pos_embed: Embedding { weight: b.param("pos_embed.weight".into(), [self.n_ctx, d], normal(std))? },
             blocks,
             ln_final: b.layer_norm("ln_final", d, eps)?,
             embed_dropout: dropout.init(),
