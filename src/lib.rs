@@ -4,9 +4,11 @@
 //! This facade re-exports the workspace crates:
 //! - [`model`]: the canonical [`Transformer`](model::Transformer), its config and hook points;
 //! - [`hf`]: Hugging Face `config.json` parsing, checkpoint import and export, tokenizers;
-//! - [`train`]: run configs, data, the training loop and checkpoints.
+//! - [`train`]: run configs, data, the training loop and checkpoints;
+//! - [`lens`]: caches, interventions, circuits, composition, detectors, reports.
 
 pub use burnlens_hf as hf;
+pub use burnlens_lens as lens;
 pub use burnlens_model as model;
 pub use burnlens_train as train;
 

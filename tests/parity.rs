@@ -112,7 +112,7 @@ fn fixtures_are_discriminating() {
 /// export must equal burnlens's.
 #[test]
 fn burnlens_exports_load_in_transformers_with_the_same_logits() {
-    for name in ["trained_gpt2_char", "trained_gpt_neo_char"] {
+    for name in EXPORT_FIXTURES {
         check(name);
     }
 }

@@ -15,6 +15,14 @@ pub fn fixture(name: &str) -> PathBuf {
 pub const FIXTURES: &[&str] =
     &["gpt2", "gpt2_inverse_layer", "gpt_neo_local", "gpt2_legacy_bin", "gpt2_f16", "gpt_neo_bf16", "gpt2_sharded_f64"];
 
+/// Models trained and exported by burnlens, recorded by `transformers`.
+pub const EXPORT_FIXTURES: &[&str] = &["trained_gpt2_char", "trained_gpt_neo_char"];
+
+/// Every fixture.
+pub fn all_fixtures() -> Vec<&'static str> {
+    FIXTURES.iter().chain(EXPORT_FIXTURES).copied().collect()
+}
+
 /// Backends the tests run on: `BURNLENS_TEST_BACKENDS` (comma-separated), else flex and ndarray.
 pub fn backends() -> Vec<(String, Device)> {
     let names = std::env::var("BURNLENS_TEST_BACKENDS").unwrap_or_else(|_| "flex,ndarray".into());

@@ -185,16 +185,26 @@ pub fn export(run: &Path, out: &Path) -> Result<()> {
     Ok(())
 }
 
-pub fn sample(dir: &Path, prompt: Option<&str>, ids: Option<&str>, s: &Sampling, common: &Common) -> Result<()> {
-    let device = device(common)?;
-    // A burnlens run directory, or a Hugging Face model directory.
-    let (model, tokenizer) = if dir.join("checkpoints").is_dir() && !dir.join("config.json").is_file() {
-        let run = burnlens_train::load_run(dir, &device)?;
-        (run.model, run.tokenizer)
+/// A model to look at or sample from: a burnlens run directory, or a Hugging Face model
+/// directory; its tokenizer, if one is saved beside it; its BOS token, if it has one.
+struct AnyModel {
+    model: Transformer,
+    tokenizer: Option<Tokenizer>,
+    bos: Option<i64>,
+}
+
+fn load_any(dir: &Path, common: &Common) -> Result<AnyModel> {
+    if dir.join("checkpoints").is_dir() && !dir.join("config.json").is_file() {
+        let run = burnlens_train::load_run(dir, &device(common)?)?;
+        Ok(AnyModel { model: run.model, tokenizer: run.tokenizer, bos: None })
     } else {
         let loaded = load(dir, common)?;
-        (loaded.model, Tokenizer::find_in_dir(dir).transpose()?)
-    };
+        Ok(AnyModel { model: loaded.model, tokenizer: Tokenizer::find_in_dir(dir).transpose()?, bos: loaded.hf.bos_token_id })
+    }
+}
+
+pub fn sample(dir: &Path, prompt: Option<&str>, ids: Option<&str>, s: &Sampling, common: &Common) -> Result<()> {
+    let AnyModel { model, tokenizer, .. } = load_any(dir, common)?;
     let prompt_ids: Vec<i64> = match (prompt, ids) {
         (Some(text), _) => {
             let tok = tokenizer.as_ref().ok_or_else(|| {
@@ -256,5 +266,84 @@ pub fn fetch(name: &str, out: Option<&Path>) -> Result<()> {
     }
     write_atomic(out, &bytes)?;
     println!("wrote {} ({} bytes, sha256 {sha})", out.display(), bytes.len());
+    Ok(())
+}
+
+/// Token ids from `--text` (through the model's tokenizer) or `--ids`, with a label per token.
+fn ids_and_labels(m: &AnyModel, dir: &Path, text: Option<&str>, ids: Option<&str>) -> Result<(Vec<i64>, Vec<String>)> {
+    let ids: Vec<i64> = match (text, ids) {
+        (Some(t), _) => {
+            let tok = m.tokenizer.as_ref().ok_or_else(|| UserError(format!("--text: {} has no tokenizer.json or char_vocab.json; pass --ids", dir.display())))?;
+            let ids: Vec<i64> = tok.encode(t)?.into_iter().map(i64::from).collect();
+            if ids.is_empty() {
+                return Err(UserError(format!("--text: {t:?} encodes to no tokens")).into());
+            }
+            ids
+        }
+        (None, Some(s)) => parse_ids(s, &m.model)?,
+        (None, None) => return Err(UserError("give --text TEXT or --ids 1,2,3".into()).into()),
+    };
+    m.model.check_ids(&ids)?;
+    let labels = ids
+        .iter()
+        .map(|&i| match &m.tokenizer {
+            Some(t) => t.decode(&[i as u32]),
+            None => i.to_string(),
+        })
+        .collect();
+    Ok((ids, labels))
+}
+
+pub fn analyze(dir: &Path, text: Option<&str>, ids: Option<&str>, out: &Path, process: bool, common: &Common) -> Result<()> {
+    let mut m = load_any(dir, common)?;
+    if process {
+        m.model = burnlens_lens::process_weights(&m.model, burnlens_lens::ProcessOptions::all())?;
+    }
+    let (ids, labels) = ids_and_labels(&m, dir, text, ids)?;
+    let a = burnlens_lens::report::analyze(&m.model, &ids, labels);
+    burnlens_lens::report::write_analysis(out, &a, &format!("burnlens analysis of {}", dir.display()))
+        .map_err(|e| UserError(format!("{}: cannot write the report: {e}", out.display())))?;
+    println!("wrote {} and {}", out.join("index.html").display(), out.join("report.json").display());
+    let top = |name: &str| {
+        let s = &a.detectors[name];
+        let (mut best, mut at) = (f64::MIN, (0, 0));
+        for (l, row) in s.iter().enumerate() {
+            for (h, &v) in row.iter().enumerate() {
+                if v > best {
+                    best = v;
+                    at = (l, h);
+                }
+            }
+        }
+        format!("{name}: L{}H{} ({best:.3})", at.0, at.1)
+    };
+    println!("strongest heads: {}, {}, {}", top("previous_token"), top("duplicate_token"), top("induction"));
+    Ok(())
+}
+
+pub fn induction(dir: &Path, len: usize, batch: usize, seed: u64, bos: Option<i64>, out: &Path, common: &Common) -> Result<()> {
+    let m = load_any(dir, common)?;
+    let bos = bos.or(m.bos);
+    let needed = 2 * len + usize::from(bos.is_some());
+    if len < 2 {
+        return Err(UserError(format!("--len must be at least 2, found {len}")).into());
+    }
+    if needed > m.model.config.n_ctx {
+        return Err(UserError(format!("--len {len}: the sequence [BOS] + r + r has {needed} tokens, more than the model's context of {}", m.model.config.n_ctx)).into());
+    }
+    if batch == 0 {
+        return Err(UserError("--batch must be at least 1".into()).into());
+    }
+    if let Some(b) = bos {
+        m.model.check_ids(&[b]).context("--bos")?;
+    }
+    let r = burnlens_lens::report::induction_report(out, &m.model, len, batch, seed, bos)
+        .map_err(|e| UserError(format!("{}: cannot write the report: {e}", out.display())))?;
+    println!("mean log-probability: first half {:.3}, second half {:.3}", r.mean_logprob_first_half, r.mean_logprob_second_half);
+    let mut best: Vec<(f64, usize, usize)> = r.induction_scores.iter().enumerate().flat_map(|(l, row)| row.iter().enumerate().map(move |(h, &v)| (v, l, h))).collect();
+    best.sort_by(|a, b| b.0.total_cmp(&a.0));
+    let shown: Vec<String> = best.iter().take(5).map(|(v, l, h)| format!("L{l}H{h} {v:.3}")).collect();
+    println!("top induction heads: {}", shown.join(", "));
+    println!("wrote {}", out.join("index.html").display());
     Ok(())
 }

@@ -107,6 +107,43 @@ enum Command {
         #[command(flatten)]
         common: Common,
     },
+    /// Write an interpretability report: attention viewer, head detectors, OV copying and
+    /// composition scores (index.html and report.json).
+    Analyze {
+        /// Hugging Face model directory or burnlens run directory.
+        #[arg(long)]
+        model: std::path::PathBuf,
+        #[arg(long, conflicts_with = "ids")]
+        text: Option<String>,
+        #[arg(long)]
+        ids: Option<String>,
+        #[arg(long)]
+        out: std::path::PathBuf,
+        /// Fold LayerNorms, centre writing weights and the unembedding, fold value biases first.
+        #[arg(long)]
+        process_weights: bool,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// The repeated-random-tokens induction experiment: [BOS] + r + r.
+    Induction {
+        #[arg(long)]
+        model: std::path::PathBuf,
+        /// Length of r.
+        #[arg(long, default_value_t = 50)]
+        len: usize,
+        #[arg(long, default_value_t = 4)]
+        batch: usize,
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// BOS token id (default: the model's bos_token_id, none for burnlens runs).
+        #[arg(long)]
+        bos: Option<i64>,
+        #[arg(long)]
+        out: std::path::PathBuf,
+        #[command(flatten)]
+        common: Common,
+    },
     /// Datasets: `burnlens data fetch tinyshakespeare`.
     Data {
         #[command(subcommand)]
@@ -173,6 +210,10 @@ pub fn run() -> ExitCode {
             commands::sample(&model, prompt.as_deref(), ids.as_deref(), &sampling, &common)
         }
         Command::Data { action: DataAction::Fetch { name, out } } => commands::fetch(&name, out.as_deref()),
+        Command::Analyze { model, text, ids, out, process_weights, common } => {
+            commands::analyze(&model, text.as_deref(), ids.as_deref(), &out, process_weights, &common)
+        }
+        Command::Induction { model, len, batch, seed, bos, out, common } => commands::induction(&model, len, batch, seed, bos, &out, &common),
     });
     match result {
         Ok(Ok(())) => ExitCode::SUCCESS,

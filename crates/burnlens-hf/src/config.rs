@@ -52,6 +52,8 @@ pub struct HfConfig {
     pub model: TransformerConfig,
     /// `torch_dtype` / `dtype` as recorded, if any.
     pub torch_dtype: Option<String>,
+    /// `bos_token_id`, if any (GPT-2's is 50256).
+    pub bos_token_id: Option<i64>,
 }
 
 /// Read and parse `path` (a `config.json`).
@@ -82,7 +84,8 @@ pub fn parse_config(text: &str, path: &Path) -> Result<HfConfig> {
         other => HfError::Model(other),
     })?;
     let torch_dtype = f.opt_string(&["torch_dtype", "dtype"])?;
-    Ok(HfConfig { family, model, torch_dtype })
+    let bos_token_id = f.get("bos_token_id").and_then(Value::as_i64).filter(|&b| b >= 0 && (b as usize) < model.vocab_size);
+    Ok(HfConfig { family, model, torch_dtype, bos_token_id })
 }
 
 fn gpt2(f: &Fields) -> Result<TransformerConfig> {
@@ -107,6 +110,7 @@ fn gpt2(f: &Fields) -> Result<TransformerConfig> {
         layer_norm_eps: f.float("layer_norm_epsilon", 1e-5)?,
         positional: Positional::Residual,
         dropout: 0.0,
+        untied_unembed: false,
     })
 }
 
@@ -144,6 +148,7 @@ fn gpt_neo(f: &Fields) -> Result<TransformerConfig> {
         layer_norm_eps: f.float("layer_norm_epsilon", 1e-5)?,
         positional: Positional::Residual,
         dropout: 0.0,
+        untied_unembed: false,
     })
 }
 

@@ -21,6 +21,9 @@ pub fn check_exportable(cfg: &TransformerConfig, family: Family) -> Result<()> {
     if cfg.d_mlp.is_none() {
         return fail("attention-only models have no Hugging Face equivalent".into());
     }
+    if cfg.untied_unembed {
+        return fail("the unembedding is untied (weight-processed model); Hugging Face GPT-2/GPT-Neo tie it to the embedding".into());
+    }
     if cfg.positional != Positional::Residual {
         return fail("positions added only to queries and keys have no Hugging Face equivalent".into());
     }

@@ -142,6 +142,10 @@ pub struct TransformerConfig {
     /// Dropout probability on embeddings, attention pattern and residual writes (training only).
     #[serde(default)]
     pub dropout: f64,
+    /// An unembedding `W_U [d_model, vocab]` with a bias, instead of `W_Eᵀ`. Checkpoints are
+    /// tied; weight processing (folding the final LayerNorm, centring) unties them.
+    #[serde(default)]
+    pub untied_unembed: bool,
 }
 
 impl TransformerConfig {
@@ -162,6 +166,7 @@ impl TransformerConfig {
             layer_norm_eps: 1e-5,
             positional: Positional::Residual,
             dropout: 0.0,
+            untied_unembed: false,
         }
     }
 
@@ -187,7 +192,8 @@ impl TransformerConfig {
         let attn = 3 * d * hd + if self.qkv_bias { 3 * hd } else { 0 } + hd * d + d;
         let mlp = self.d_mlp.map_or(0, |m| d * m + m + m * d + d);
         let per_layer = ln + attn + if self.d_mlp.is_some() { ln + mlp } else { 0 };
-        self.vocab_size * d + self.n_ctx * d + self.n_layers() * per_layer + ln
+        let unembed = if self.untied_unembed { d * self.vocab_size + self.vocab_size } else { 0 };
+        self.vocab_size * d + self.n_ctx * d + self.n_layers() * per_layer + ln + unembed
     }
 
     /// Check that the numbers describe a model that can be built.

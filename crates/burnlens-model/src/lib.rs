@@ -18,5 +18,5 @@ pub use generate::{Sampling, generate};
 pub use hooks::{Activation, Hookable, Hooks, hook_names};
 pub use transformer::{
     ParamInit,
-    Attention, Block, HeadWeights, KvCache, LayerNorm, MASKED_SCORE, Mlp, Transformer, activate, cross_entropy, next_token_loss,
+    Attention, Block, HeadWeights, KvCache, LayerNorm, MASKED_SCORE, Mlp, Transformer, Unembed, activate, cross_entropy, next_token_loss,
 };

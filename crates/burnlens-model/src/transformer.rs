@@ -325,9 +325,20 @@ pub struct Transformer {
     pub pos_embed: Embedding,
     pub blocks: Vec<Block>,
     pub ln_final: LayerNorm,
+    /// Untied unembedding, if the config asks for one (see [`TransformerConfig::untied_unembed`]).
+    pub unembed: Option<Unembed>,
     pub embed_dropout: Dropout,
     #[module(skip)]
     pub config: TransformerConfig,
+}
+
+/// An unembedding of its own: `logits = x W_U + b_U`.
+#[derive(Module, Debug)]
+pub struct Unembed {
+    /// `[d_model, vocab]`
+    pub weight: Param<Tensor<2>>,
+    /// `[vocab]`
+    pub bias: Param<Tensor<1>>,
 }
 
 /// How one parameter of a model being built gets its values.
@@ -395,6 +406,13 @@ impl TransformerConfig {
             pos_embed: Embedding { weight: b.param("pos_embed.weight".into(), [self.n_ctx, d], normal(std))? },
             blocks,
             ln_final: b.layer_norm("ln_final", d, eps)?,
+            unembed: match self.untied_unembed {
+                true => Some(Unembed {
+                    weight: b.param("unembed.weight".into(), [d, self.vocab_size], normal(std))?,
+                    bias: b.param("unembed.bias".into(), [self.vocab_size], Initializer::Zeros)?,
+                }),
+                false => None,
+            },
             embed_dropout: dropout.init(),
             config: self.clone(),
         })
@@ -541,11 +559,22 @@ impl Transformer {
         self.unembed(x)
     }
 
-    /// `x: [batch, pos, d_model]` -> logits `[batch, pos, vocab]` through `W_U = W_Eᵀ`.
+    /// `x: [batch, pos, d_model]` -> logits `[batch, pos, vocab]` through `W_U` (`W_Eᵀ` when tied).
     pub fn unembed(&self, x: Tensor<3>) -> Tensor<3> {
         let [b, t, d] = x.dims();
-        let w_u = self.embed.weight.val().transpose();
-        x.reshape([b * t, d]).matmul(w_u).reshape([b, t, self.config.vocab_size])
+        let v = self.config.vocab_size;
+        match &self.unembed {
+            None => x.reshape([b * t, d]).matmul(self.embed.weight.val().transpose()).reshape([b, t, v]),
+            Some(u) => (x.reshape([b * t, d]).matmul(u.weight.val()) + u.bias.val().reshape([1, v])).reshape([b, t, v]),
+        }
+    }
+
+    /// The unembedding matrix `W_U [d_model, vocab]` (`W_Eᵀ` when tied) and its bias, if any.
+    pub fn w_u(&self) -> (Tensor<2>, Option<Tensor<1>>) {
+        match &self.unembed {
+            None => (self.embed.weight.val().transpose(), None),
+            Some(u) => (u.weight.val(), Some(u.bias.val())),
+        }
     }
 }
 

@@ -66,8 +66,12 @@ pub struct DataSection {
     pub val_fraction: f64,
     /// `repeated_tokens`: vocabulary size (default 64).
     pub vocab: Option<usize>,
-    /// `repeated_tokens`: length of the random segment that is repeated (default half the block).
+    /// `repeated_tokens`: longest random segment that is repeated (default half the block).
     pub repeat_len: Option<usize>,
+    /// `repeated_tokens`: shortest segment (default half of `repeat_len`, at least 2). The
+    /// length varies per sequence, so no fixed positional offset predicts the repeats: only
+    /// attending to what followed the previous occurrence of the current token does.
+    pub min_repeat_len: Option<usize>,
 }
 
 fn default_val_fraction() -> f64 {

@@ -18,9 +18,10 @@ pub enum Split {
 
 enum Source {
     Tokens { train: Vec<u32>, val: Vec<u32> },
-    /// Random tokens `r` followed by `r` again: predicting the second copy pays only for a
-    /// model that learned to look back (induction).
-    Repeated { vocab: usize, repeat_len: usize },
+    /// Random tokens `r` (length drawn from `min_len..=max_len`) repeated until the sequence
+    /// is full: predicting the repeats pays only for a model that learned to look back at
+    /// what followed the previous occurrence of the current token (induction).
+    Repeated { vocab: usize, min_len: usize, max_len: usize },
 }
 
 /// Everything the training loop draws batches from.
@@ -87,16 +88,18 @@ impl Dataset {
             }
             "repeated_tokens" => {
                 let vocab = d.vocab.unwrap_or(64);
-                let repeat_len = d.repeat_len.unwrap_or(block_size.div_ceil(2));
+                let max_len = d.repeat_len.unwrap_or(block_size.div_ceil(2));
+                let min_len = d.min_repeat_len.unwrap_or((max_len / 2).max(2)).min(max_len);
+                let at = Path::new("[data]");
                 if vocab < 2 {
-                    return Err(data_err(Path::new("[data]"), format!("data.vocab must be at least 2, found {vocab}")));
+                    return Err(data_err(at, format!("data.vocab must be at least 2, found {vocab}")));
                 }
-                if repeat_len == 0 {
-                    return Err(data_err(Path::new("[data]"), "data.repeat_len must be at least 1, found 0"));
+                if max_len == 0 || min_len == 0 {
+                    return Err(data_err(at, "data.repeat_len and data.min_repeat_len must be at least 1"));
                 }
-                let summary = json!({ "kind": "repeated_tokens", "vocab_size": vocab, "repeat_len": repeat_len,
+                let summary = json!({ "kind": "repeated_tokens", "vocab_size": vocab, "min_repeat_len": min_len, "repeat_len": max_len,
                                       "split": "train and validation batches come from separate random streams" });
-                Ok(Dataset { tokenizer: None, vocab_size: vocab, source: Source::Repeated { vocab, repeat_len }, summary })
+                Ok(Dataset { tokenizer: None, vocab_size: vocab, source: Source::Repeated { vocab, min_len, max_len }, summary })
             }
             other => Err(data_err(Path::new("[data]"), format!("data.kind = \"{other}\" is not one of char, bpe, repeated_tokens"))),
         }
@@ -119,14 +122,11 @@ impl Dataset {
                     out.extend(data[start..start + block + 1].iter().map(|&t| t as i64));
                 }
             }
-            Source::Repeated { vocab, repeat_len } => {
+            Source::Repeated { vocab, min_len, max_len } => {
                 for _ in 0..batch {
-                    let r: Vec<i64> = (0..*repeat_len).map(|_| rng.below(*vocab as u64) as i64).collect();
-                    let mut seq: Vec<i64> = r.iter().chain(r.iter()).copied().take(block + 1).collect();
-                    while seq.len() < block + 1 {
-                        seq.push(rng.below(*vocab as u64) as i64);
-                    }
-                    out.extend(seq);
+                    let len = min_len + rng.below((max_len - min_len + 1) as u64) as usize;
+                    let r: Vec<i64> = (0..len).map(|_| rng.below(*vocab as u64) as i64).collect();
+                    out.extend(r.iter().cycle().take(block + 1));
                 }
             }
         }

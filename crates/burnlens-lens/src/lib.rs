@@ -1,0 +1,18 @@
+//! Looking inside burnlens models, with TransformerLens's vocabulary: activation caches and
+//! interventions, per-head QK/OV circuits as factored matrices, composition scores, weight
+//! processing, head detectors, the induction experiment, and HTML/SVG reports.
+
+pub mod cache;
+pub mod circuits;
+pub mod composition;
+pub mod detect;
+pub mod factored;
+pub mod process;
+pub mod report;
+pub mod views;
+
+pub use cache::{Ablation, ActivationCache, ablate_heads, patch, run_with_cache};
+pub use composition::{CompositionScores, composition_scores};
+pub use detect::{Detector, InductionReport, head_scores, induction_experiment};
+pub use factored::{FactoredMatrix, Svd, copying_score};
+pub use process::{ProcessOptions, process_weights};

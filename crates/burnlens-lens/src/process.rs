@@ -1,0 +1,185 @@
+//! Weight processing (as TransformerLens's `from_pretrained` options), each step leaving
+//! the model's log-probabilities unchanged:
+//! - **fold LayerNorm**: fold each LayerNorm's gain and bias into the weights that read its
+//!   output (Q/K/V, MLP input, unembedding) and centre those reading weights, leaving
+//!   LayerNorms that only centre and scale;
+//! - **centre writing weights**: remove the mean over `d_model` of everything that writes to
+//!   the residual stream (`W_E`, `W_pos`, `W_O`, `b_O`, MLP output) — every reader applies a
+//!   LayerNorm, which removes it anyway;
+//! - **centre the unembedding**: remove the mean over the vocabulary of `W_U` and `b_U` —
+//!   a constant added to every logit leaves the softmax unchanged;
+//! - **fold value biases**: pattern rows sum to one, so `b_V` contributes the constant
+//!   `Σ_h b_V[h] W_O[h]` to the output; move it into `b_O`.
+//!
+//! Any step unties the unembedding from the embedding (they no longer agree afterwards).
+
+use std::collections::HashMap;
+
+use burn_store::{ModuleSnapshot, bridge};
+use burnlens_model::{ModelError, ParamInit, Transformer};
+use burn::tensor::TensorData;
+
+/// Which processing steps to apply; all off by default.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ProcessOptions {
+    pub fold_ln: bool,
+    pub center_writing_weights: bool,
+    pub center_unembed: bool,
+    pub fold_value_biases: bool,
+}
+
+impl ProcessOptions {
+    /// Everything, as TransformerLens's `from_pretrained` does by default.
+    pub fn all() -> Self {
+        Self { fold_ln: true, center_writing_weights: true, center_unembed: true, fold_value_biases: true }
+    }
+
+    fn any(&self) -> bool {
+        self.fold_ln || self.center_writing_weights || self.center_unembed || self.fold_value_biases
+    }
+}
+
+/// A parameter on the host: shape and row-major values.
+struct P {
+    shape: Vec<usize>,
+    v: Vec<f64>,
+}
+
+impl P {
+    fn rows(&self) -> usize {
+        self.shape[0]
+    }
+    fn cols(&self) -> usize {
+        self.shape[1]
+    }
+}
+
+/// Subtract each row's mean (`[rows, cols]`).
+fn center_rows(p: &mut P) {
+    let c = p.cols();
+    for row in p.v.chunks_mut(c) {
+        let mean = row.iter().sum::<f64>() / c as f64;
+        row.iter_mut().for_each(|x| *x -= mean);
+    }
+}
+
+/// Subtract each column's mean (`[rows, cols]`).
+fn center_cols(p: &mut P) {
+    let (r, c) = (p.rows(), p.cols());
+    for j in 0..c {
+        let mean = (0..r).map(|i| p.v[i * c + j]).sum::<f64>() / r as f64;
+        (0..r).for_each(|i| p.v[i * c + j] -= mean);
+    }
+}
+
+fn center(v: &mut [f64]) {
+    let mean = v.iter().sum::<f64>() / v.len() as f64;
+    v.iter_mut().for_each(|x| *x -= mean);
+}
+
+/// Fold LayerNorm `ln` into the reader `w [d, out]` (+ bias `b [out]`), centring `w` over
+/// `d`; the LayerNorm becomes gain 1, bias 0.
+fn fold_into(params: &mut HashMap<String, P>, ln: &str, w: &str, b: &str) {
+    let gain = params.remove(&format!("{ln}.weight")).expect("ln weight");
+    let shift = params.remove(&format!("{ln}.bias")).expect("ln bias");
+    let mut weight = params.remove(w).expect("reader weight");
+    let (d, out) = (weight.rows(), weight.cols());
+    let mut bias = params.remove(b).unwrap_or(P { shape: vec![out], v: vec![0.0; out] });
+    for j in 0..out {
+        bias.v[j] += (0..d).map(|i| shift.v[i] * weight.v[i * out + j]).sum::<f64>();
+    }
+    for i in 0..d {
+        (0..out).for_each(|j| weight.v[i * out + j] *= gain.v[i]);
+    }
+    center_cols(&mut weight);
+    params.insert(w.to_string(), weight);
+    params.insert(b.to_string(), bias);
+    params.insert(format!("{ln}.weight"), P { shape: vec![d], v: vec![1.0; d] });
+    params.insert(format!("{ln}.bias"), P { shape: vec![d], v: vec![0.0; d] });
+}
+
+/// Apply `opts` to `model`, returning a new model on the same device.
+pub fn process_weights(model: &Transformer, opts: ProcessOptions) -> Result<Transformer, ModelError> {
+    let mut cfg = model.config.clone();
+    if !opts.any() {
+        return Ok(model.clone());
+    }
+    let mut params: HashMap<String, P> = model
+        .collect(None, None, false)
+        .into_iter()
+        .map(|t| {
+            let name = t.name.clone();
+            let data = bridge::into_data(t).expect("parameter readable");
+            let shape = data.shape().to_vec();
+            let v = data.try_into_vec_as::<f32>().expect("float").into_iter().map(f64::from).collect();
+            (name, P { shape, v })
+        })
+        .collect();
+    let (d, vocab) = (cfg.d_model, cfg.vocab_size);
+    let hd = cfg.n_heads * cfg.d_head;
+
+    // Untie: W_U = W_Eᵀ, b_U = 0.
+    if !cfg.untied_unembed {
+        let we = &params["embed.weight"];
+        let mut wu = vec![0.0; d * vocab];
+        for v in 0..vocab {
+            for i in 0..d {
+                wu[i * vocab + v] = we.v[v * d + i];
+            }
+        }
+        params.insert("unembed.weight".into(), P { shape: vec![d, vocab], v: wu });
+        params.insert("unembed.bias".into(), P { shape: vec![vocab], v: vec![0.0; vocab] });
+        cfg.untied_unembed = true;
+    }
+
+    if opts.fold_ln {
+        for l in 0..cfg.n_layers() {
+            let b = format!("blocks.{l}");
+            fold_into(&mut params, &format!("{b}.ln1"), &format!("{b}.attn.qkv.weight"), &format!("{b}.attn.qkv.bias"));
+            if cfg.d_mlp.is_some() {
+                fold_into(&mut params, &format!("{b}.ln2"), &format!("{b}.mlp.fc_in.weight"), &format!("{b}.mlp.fc_in.bias"));
+            }
+        }
+        fold_into(&mut params, "ln_final", "unembed.weight", "unembed.bias");
+        cfg.qkv_bias = true; // folding a LayerNorm bias into Q, K, V creates their biases
+    }
+
+    if opts.center_writing_weights {
+        center_rows(params.get_mut("embed.weight").expect("W_E"));
+        center_rows(params.get_mut("pos_embed.weight").expect("W_pos"));
+        for l in 0..cfg.n_layers() {
+            let b = format!("blocks.{l}");
+            center_rows(params.get_mut(&format!("{b}.attn.out.weight")).expect("W_O"));
+            center(&mut params.get_mut(&format!("{b}.attn.out.bias")).expect("b_O").v);
+            if cfg.d_mlp.is_some() {
+                center_rows(params.get_mut(&format!("{b}.mlp.fc_out.weight")).expect("W_out"));
+                center(&mut params.get_mut(&format!("{b}.mlp.fc_out.bias")).expect("b_out").v);
+            }
+        }
+    }
+
+    if opts.center_unembed {
+        center_rows(params.get_mut("unembed.weight").expect("W_U"));
+        center(&mut params.get_mut("unembed.bias").expect("b_U").v);
+    }
+
+    if opts.fold_value_biases {
+        for l in 0..cfg.n_layers() {
+            let b = format!("blocks.{l}");
+            let Some(qkv_b) = params.get_mut(&format!("{b}.attn.qkv.bias")) else { continue };
+            let b_v: Vec<f64> = qkv_b.v[2 * hd..3 * hd].to_vec();
+            qkv_b.v[2 * hd..3 * hd].iter_mut().for_each(|x| *x = 0.0);
+            let w_o = &params[&format!("{b}.attn.out.weight")];
+            let extra: Vec<f64> = (0..d).map(|j| (0..hd).map(|i| b_v[i] * w_o.v[i * d + j]).sum()).collect();
+            let b_o = params.get_mut(&format!("{b}.attn.out.bias")).expect("b_O");
+            b_o.v.iter_mut().zip(extra).for_each(|(x, e)| *x += e);
+        }
+    }
+
+    cfg.build(&model.device(), |name, shape, _| {
+        let p = params.remove(name).unwrap_or_else(|| panic!("processed weights lack `{name}`"));
+        debug_assert_eq!(p.shape, shape);
+        let v: Vec<f32> = p.v.into_iter().map(|x| x as f32).collect();
+        Ok::<_, ModelError>(ParamInit::Data(TensorData::new(v, p.shape)))
+    })
+}
