@@ -107,3 +107,34 @@ fn random_init_follows_hf_statistics() {
     let b: Vec<f32> = model.blocks[0].attn.qkv.bias.as_ref().unwrap().val().into_data().try_into_vec_as::<f32>().unwrap();
     assert!(b.iter().all(|&x| x == 0.0));
 }
+
+#[test]
+fn activations_match_their_hugging_face_formulas() {
+    use burnlens::model::{ActivationFn, activate};
+    let xs: Vec<f32> = (-80..=80).map(|i| i as f32 * 0.1).collect();
+    let erf = |x: f64| {
+        // Abramowitz-Stegun 7.1.26 is too coarse; integrate instead (Simpson, fine grid).
+        let n = 2000;
+        let h = x / n as f64;
+        let f = |t: f64| (-t * t).exp();
+        let s: f64 = (0..=n).map(|i| f(i as f64 * h) * if i == 0 || i == n { 1.0 } else if i % 2 == 1 { 4.0 } else { 2.0 }).sum();
+        2.0 / std::f64::consts::PI.sqrt() * s * h / 3.0
+    };
+    let reference = |a: ActivationFn, x: f64| match a {
+        ActivationFn::GeluNew => 0.5 * x * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x.powi(3))).tanh()),
+        ActivationFn::Gelu => 0.5 * x * (1.0 + erf(x / 2f64.sqrt())),
+        ActivationFn::GeluFast => 0.5 * x * (1.0 + (x * 0.7978845608 * (1.0 + 0.044715 * x * x)).tanh()),
+        ActivationFn::Relu => x.max(0.0),
+        ActivationFn::QuickGelu => x / (1.0 + (-1.702 * x).exp()),
+        ActivationFn::Silu => x / (1.0 + (-x).exp()),
+    };
+    let device = Device::flex();
+    for a in [ActivationFn::GeluNew, ActivationFn::Gelu, ActivationFn::GeluFast, ActivationFn::Relu, ActivationFn::QuickGelu, ActivationFn::Silu] {
+        let t = Tensor::<1>::from_data(TensorData::new(xs.clone(), [xs.len()]), &device);
+        let got: Vec<f32> = activate(a, t).into_data().try_into_vec_as().unwrap();
+        for (x, y) in xs.iter().zip(got) {
+            let want = reference(a, *x as f64);
+            assert!((y as f64 - want).abs() <= 2e-6 * want.abs().max(1.0), "{a:?}({x}) = {y}, expected {want}");
+        }
+    }
+}

@@ -71,6 +71,7 @@ function attach(canvas, getLH, cell, x0, y0){
 const grid = document.getElementById('bl-grid'), big = document.getElementById('bl-big');
 const labelW = 110, labelH = 110;
 function renderBig(){
+  hideTip();
   big.innerHTML = '';
   const title = document.createElement('div');
   title.textContent = `Layer ${layer}, head ${head}: rows are destinations (queries), columns are sources (keys)`;

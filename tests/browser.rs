@@ -1,0 +1,187 @@
+//! The HTML attention viewer in a real headless Chromium (Debian's `chromium` and
+//! `chromium-driver`), driven over WebDriver: every head renders, a real pointer hover shows
+//! the (destination, source, value) tooltip, masked cells say so, a click enlarges a head.
+//! Set `BURNLENS_SKIP_BROWSER=1` to skip on a machine without Chromium; CI installs it.
+
+mod common;
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+use burn::tensor::Device;
+use burnlens::hf::load_model;
+use burnlens::lens::report::{analyze, write_analysis};
+use common::*;
+use serde_json::{Value, json};
+
+struct Driver {
+    child: Child,
+    base: String,
+    session: String,
+}
+
+impl Driver {
+    fn start(profile: &Path) -> Option<Driver> {
+        let (chromium, driver) = (Path::new("/usr/bin/chromium"), Path::new("/usr/bin/chromedriver"));
+        if !chromium.exists() || !driver.exists() {
+            if std::env::var("BURNLENS_SKIP_BROWSER").is_ok() {
+                eprintln!("skipping: chromium / chromedriver not installed");
+                return None;
+            }
+            panic!("chromium and chromedriver are needed (apt-get install chromium chromium-driver), or set BURNLENS_SKIP_BROWSER=1");
+        }
+        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let child = Command::new(driver).arg(format!("--port={port}")).stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null()).spawn().unwrap();
+        let base = format!("http://127.0.0.1:{port}");
+        let t0 = Instant::now();
+        while ureq::get(&format!("{base}/status")).call().is_err() {
+            assert!(t0.elapsed() < Duration::from_secs(20), "chromedriver did not start");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let caps = json!({"capabilities": {"alwaysMatch": {"browserName": "chrome", "goog:chromeOptions": {
+            "binary": chromium,
+            "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-quic", "--no-first-run",
+                     "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                     format!("--user-data-dir={}", profile.display()), "--window-size=1400,1100"]}}}});
+        let mut d = Driver { child, base, session: String::new() };
+        let v = d.post("/session", caps);
+        d.session = v["value"]["sessionId"].as_str().expect("session id").to_string();
+        Some(d)
+    }
+
+    fn post(&self, path: &str, body: Value) -> Value {
+        let url = format!("{}{}", self.base, path);
+        let mut resp = ureq::post(&url).header("Content-Type", "application/json").send(body.to_string()).unwrap_or_else(|e| panic!("POST {path}: {e}"));
+        serde_json::from_str(&resp.body_mut().read_to_string().unwrap()).unwrap()
+    }
+
+    fn get(&self, path: &str) -> Value {
+        let url = format!("{}/session/{}{}", self.base, self.session, path);
+        let mut resp = ureq::get(&url).call().unwrap();
+        serde_json::from_str(&resp.body_mut().read_to_string().unwrap()).unwrap()
+    }
+
+    fn cmd(&self, path: &str, body: Value) -> Value {
+        self.post(&format!("/session/{}{}", self.session, path), body)["value"].clone()
+    }
+
+    fn js(&self, script: &str) -> Value {
+        self.cmd("/execute/sync", json!({"script": script, "args": []}))
+    }
+
+    /// A real pointer move to viewport coordinates (x, y).
+    fn hover(&self, x: f64, y: f64) {
+        self.cmd("/actions", json!({"actions": [{"type": "pointer", "id": "mouse", "parameters": {"pointerType": "mouse"},
+            "actions": [{"type": "pointerMove", "duration": 50, "origin": "viewport", "x": x.round() as i64, "y": y.round() as i64}]}]}));
+    }
+
+    fn click(&self, x: f64, y: f64) {
+        self.cmd("/actions", json!({"actions": [{"type": "pointer", "id": "mouse", "parameters": {"pointerType": "mouse"},
+            "actions": [{"type": "pointerMove", "duration": 0, "origin": "viewport", "x": x.round() as i64, "y": y.round() as i64},
+                        {"type": "pointerDown", "button": 0}, {"type": "pointerUp", "button": 0}]}]}));
+    }
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        if !self.session.is_empty() {
+            let _ = ureq::delete(&format!("{}/session/{}", self.base, self.session)).call();
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Centre of cell (q, k) of a canvas, in viewport coordinates.
+fn cell_centre(d: &Driver, canvas: &str, q: usize, k: usize) -> (f64, f64) {
+    let v = d.js(&format!(
+        "const c = document.querySelector('{canvas}'); c.scrollIntoView({{block: 'center'}}); const r = c.getBoundingClientRect(); \
+         return [r.left, r.top, +c.dataset.cell, +c.dataset.x0, +c.dataset.y0];"
+    ));
+    let f = |i: usize| v[i].as_f64().unwrap();
+    (f(0) + f(3) + (k as f64 + 0.5) * f(2), f(1) + f(4) + (q as f64 + 0.5) * f(2))
+}
+
+#[test]
+fn attention_viewer_renders_every_head_and_hover_shows_values() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = load_model(&fixture("gpt2"), &Device::flex()).unwrap().model;
+    let ids: Vec<i64> = vec![12, 7, 99, 3, 42, 7, 99, 3, 5, 64, 0, 127];
+    let labels: Vec<String> = ids.iter().map(|i| format!("tok{i}")).collect();
+    let analysis = analyze(&model, &ids, labels);
+    let report = tmp.path().join("report");
+    write_analysis(&report, &analysis, "browser test").unwrap();
+    let Some(d) = Driver::start(&tmp.path().join("profile")) else { return };
+    d.cmd("/url", json!({"url": format!("file://{}", report.join("index.html").display())}));
+
+    // Every head of layer 0 drew a non-blank canvas.
+    let drawn = d.js("return [...document.querySelectorAll('canvas.bl-small')].map(c => { \
+        const p = c.getContext('2d').getImageData(0, 0, c.width, c.height).data; let ink = 0; \
+        for (let i = 0; i < p.length; i += 4) if (p[i] < 250 || p[i+1] < 250) ink++; return ink; });");
+    let drawn: Vec<u64> = drawn.as_array().unwrap().iter().map(|v| v.as_u64().unwrap()).collect();
+    assert_eq!(drawn.len(), 4, "one canvas per head");
+    assert!(drawn.iter().all(|&n| n > 0), "blank head canvases: {drawn:?}");
+
+    // Hover cell (destination 5, source 1) of head 2: the tooltip names both tokens and the value.
+    let t = ids.len();
+    let want = analysis.patterns[0][(2 * t + 5) * t + 1];
+    let (x, y) = cell_centre(&d, "#bl-head-2", 5, 1);
+    d.hover(x, y);
+    let tip = d.js("const t = document.getElementById('bl-tip'); return [t.style.display, t.textContent, t.dataset.value];");
+    assert_eq!(tip[0], "block", "tooltip hidden after hover: {tip}");
+    let text = tip[1].as_str().unwrap();
+    assert!(text.contains("destination 5 \"tok7\"") && text.contains("source 1 \"tok7\""), "{text}");
+    let shown: f32 = tip[2].as_str().unwrap().parse().unwrap();
+    assert!((shown - want).abs() < 1e-4, "tooltip shows {shown}, pattern is {want}");
+
+    // A masked (future) cell says so.
+    let (x, y) = cell_centre(&d, "#bl-head-2", 1, 5);
+    d.hover(x, y);
+    let text = d.js("return document.getElementById('bl-tip').textContent;");
+    assert!(text.as_str().unwrap().contains("masked"), "{text}");
+
+    // Clicking head 3 enlarges it with token labels; other layers switch the grid.
+    let (x, y) = cell_centre(&d, "#bl-head-3", 0, 0);
+    d.click(x, y);
+    let title = d.js("return document.getElementById('bl-big').textContent;");
+    assert!(title.as_str().unwrap().contains("Layer 0, head 3"), "{title}");
+    let (x, y) = cell_centre(&d, "#bl-big-canvas", 4, 2);
+    d.hover(x, y);
+    let tip = d.js("return document.getElementById('bl-tip').dataset;");
+    assert_eq!((tip["head"].as_str(), tip["q"].as_str(), tip["k"].as_str()), (Some("3"), Some("4"), Some("2")));
+    d.js("document.getElementById('bl-layer-2').click(); return 0;");
+    let caption = d.js("return document.querySelector('.bl-head div').textContent;");
+    assert_eq!(caption, "L2H0");
+
+    // Keep a screenshot for people to look at.
+    let shot = d.get("/screenshot");
+    let png = base64_decode(shot["value"].as_str().unwrap());
+    assert!(png.starts_with(b"\x89PNG"));
+    let out = std::env::var("BURNLENS_SCREENSHOT").map(PathBuf::from).unwrap_or_else(|_| tmp.path().join("viewer.png"));
+    std::fs::write(&out, png).unwrap();
+}
+
+fn base64_decode(s: &str) -> Vec<u8> {
+    let val = |c: u8| match c {
+        b'A'..=b'Z' => c - b'A',
+        b'a'..=b'z' => c - b'a' + 26,
+        b'0'..=b'9' => c - b'0' + 52,
+        b'+' => 62,
+        _ => 63,
+    };
+    let bytes: Vec<u8> = s.bytes().filter(|&c| c != b'=' && !c.is_ascii_whitespace()).collect();
+    let mut out = Vec::with_capacity(bytes.len() * 3 / 4);
+    for chunk in bytes.chunks(4) {
+        let n = chunk.iter().enumerate().fold(0u32, |acc, (i, &c)| acc | (val(c) as u32) << (18 - 6 * i));
+        out.push((n >> 16) as u8);
+        if chunk.len() > 2 {
+            out.push((n >> 8) as u8);
+        }
+        if chunk.len() > 3 {
+            out.push(n as u8);
+        }
+    }
+    out
+}
