@@ -3,9 +3,14 @@
 scaled_dot_product_attention, tanh GELU, tied head) written here, plus Hugging Face
 `transformers` for the workloads users load checkpoints with.
 
-Subcommands (each prints one JSON line on stdout):
-  train   --config shakespeare.json  train nanoGPT's CPU shakespeare-char configuration
-                                    exactly as configs/shakespeare-char-cpu.toml describes it
+Subcommands (each prints one JSON line on stdout, timings in seconds):
+  train       --config run.json       nanoGPT's CPU shakespeare-char run, as
+                                      configs/shakespeare-char-cpu.toml describes it
+  train-steps --impl lean|hf          timed training steps of that configuration, random data
+  forward     --impl lean|hf --model DIR --batch B --seq T
+  generate    --impl lean|hf --model DIR --new N     greedy, KV cache, 16-token prompt
+  load        --impl lean|hf --model DIR             wall time and peak RSS
+  attention   --impl lean|hf --seq T                 one GPT-2-small attention layer
 """
 
 import argparse
@@ -148,18 +153,155 @@ def train(c):
             "torch": torch.__version__}
 
 
+def lean_from_hf(model_dir):
+    """The lean model with the weights of an HF GPT-2 checkpoint (Conv1D [in, out] -> Linear)."""
+    from safetensors.torch import load_file
+    cfg = json.load(open(os.path.join(model_dir, "config.json")))
+    sd = load_file(os.path.join(model_dir, "model.safetensors"))
+    sd = {k.removeprefix("transformer."): v for k, v in sd.items()}
+    m = GPT(cfg["vocab_size"], cfg["n_positions"], cfg["n_embd"], cfg["n_layer"], cfg["n_head"])
+    with torch.no_grad():
+        m.wte.weight.copy_(sd["wte.weight"]); m.wpe.weight.copy_(sd["wpe.weight"])
+        m.ln_f.weight.copy_(sd["ln_f.weight"]); m.ln_f.bias.copy_(sd["ln_f.bias"])
+        for i, b in enumerate(m.h):
+            p = f"h.{i}."
+            for ln in ("ln_1", "ln_2"):
+                getattr(b, ln).weight.copy_(sd[p + ln + ".weight"]); getattr(b, ln).bias.copy_(sd[p + ln + ".bias"])
+            for ours, theirs in (("c_attn", "attn.c_attn"), ("c_proj", "attn.c_proj"), ("c_fc", "mlp.c_fc"), ("mlp_proj", "mlp.c_proj")):
+                getattr(b, ours).weight.copy_(sd[p + theirs + ".weight"].T)
+                getattr(b, ours).bias.copy_(sd[p + theirs + ".bias"])
+    return m.eval()
+
+
+def load_model(impl, model_dir):
+    if impl == "lean":
+        return lean_from_hf(model_dir)
+    from transformers import GPT2LMHeadModel
+    return GPT2LMHeadModel.from_pretrained(model_dir).eval()
+
+
+def timed(reps, f):
+    f()
+    out = []
+    for _ in range(reps):
+        t = time.perf_counter(); f(); out.append(time.perf_counter() - t)
+    return out
+
+
+def ids(n, vocab, seed):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, vocab, (n,), generator=g)
+
+
+@torch.no_grad()
+def bench_forward(a):
+    m = load_model(a.impl, a.model)
+    x = ids(a.batch * a.seq, 50257, 1).view(a.batch, a.seq)
+    f = (lambda: m(x)) if a.impl == "lean" else (lambda: m(x).logits)
+    return {"times": timed(a.reps, f), "tokens": a.batch * a.seq}
+
+
+@torch.no_grad()
+def bench_generate(a):
+    m = load_model(a.impl, a.model)
+    prompt = ids(16, 50257, 2).view(1, 16)
+    if a.impl == "hf":
+        f = lambda: m.generate(prompt, max_new_tokens=a.new, do_sample=False, min_new_tokens=a.new, pad_token_id=0)
+    else:
+        def f():
+            logits, past = m(prompt)
+            nxt = logits[:, -1].argmax(-1, keepdim=True)
+            for i in range(a.new - 1):
+                logits, past = m(nxt, past=past, start=16 + i)
+                nxt = logits[:, -1].argmax(-1, keepdim=True)
+    return {"times": timed(a.reps, f), "tokens": a.new}
+
+
+def bench_train_steps(a):
+    torch.manual_seed(0)
+    B, T, V = 12, 64, 65
+    if a.impl == "lean":
+        m = GPT(V, T, 128, 4, 4)
+        fwd = lambda x: m(x)[0]
+    else:
+        from transformers import GPT2Config, GPT2LMHeadModel
+        m = GPT2LMHeadModel(GPT2Config(vocab_size=V, n_positions=T, n_embd=128, n_layer=4, n_head=4,
+                                       resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0))
+        fwd = lambda x: m(x).logits
+    m.train()
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-3, betas=(0.9, 0.99), eps=1e-8, weight_decay=0.1)
+    def step():
+        d = torch.randint(0, V, (B, T + 1))
+        logits = fwd(d[:, :-1])
+        loss = F.cross_entropy(logits.reshape(-1, V), d[:, 1:].reshape(-1))
+        opt.zero_grad(set_to_none=True); loss.backward()
+        torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0); opt.step()
+    step()
+    times = []
+    for _ in range(a.reps * 10):
+        t = time.perf_counter(); step(); times.append(time.perf_counter() - t)
+    return {"times": times, "tokens": B * T}
+
+
+def bench_load(a):
+    import resource
+    size = sum(os.path.getsize(os.path.join(a.model, f)) for f in os.listdir(a.model) if f.endswith(".safetensors"))
+    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    t = time.perf_counter()
+    m = load_model(a.impl, a.model)
+    secs = time.perf_counter() - t
+    return {"times": [secs], "checkpoint_bytes": size, "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+            "rss_before_bytes": base}
+
+
+@torch.no_grad()
+def bench_attention(a):
+    import resource
+    torch.manual_seed(0)
+    x = torch.randn(a.batch, a.seq, 768)
+    if a.impl == "lean":
+        blk = Block(768, 12).eval()
+        f = lambda: blk.attn(x)
+    else:
+        from transformers import GPT2Config
+        from transformers.models.gpt2.modeling_gpt2 import GPT2Attention
+        cfg = GPT2Config(n_positions=max(1024, a.seq))
+        cfg._attn_implementation = "eager"
+        att = GPT2Attention(cfg, layer_idx=0).eval()
+        f = lambda: att(x)
+    times = timed(a.reps, f)
+    return {"times": times, "tokens": a.batch * a.seq, "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+
+
 def main():
     ap = argparse.ArgumentParser()
     sub = ap.add_subparsers(dest="cmd", required=True)
     t = sub.add_parser("train")
     t.add_argument("--config", required=True, help="JSON with the run's settings")
+    for name in ("train-steps", "forward", "generate", "load", "attention"):
+        p = sub.add_parser(name)
+        p.add_argument("--impl", choices=["lean", "hf"], required=True)
+        p.add_argument("--model")
+        p.add_argument("--batch", type=int, default=1)
+        p.add_argument("--seq", type=int, default=128)
+        p.add_argument("--reps", type=int, default=3)
+        p.add_argument("--new", type=int, default=64)
+        p.add_argument("--threads", type=int, default=0)
     args = ap.parse_args()
+    if getattr(args, "threads", 0):
+        torch.set_num_threads(args.threads)
     if args.cmd == "train":
         with open(args.config) as f:
             c = json.load(f)
         if "threads" in c:
             torch.set_num_threads(c["threads"])
         print(json.dumps(train(c)))
+        return
+    run = {"train-steps": bench_train_steps, "forward": bench_forward, "generate": bench_generate,
+           "load": bench_load, "attention": bench_attention}[args.cmd]
+    out = run(args)
+    out.update({"workload": args.cmd.replace("train-steps", "train"), "impl": args.impl, "threads": torch.get_num_threads()})
+    print(json.dumps(out))
 
 
 if __name__ == "__main__":

@@ -25,6 +25,10 @@ fn check(name: &str) {
         let loss = next_token_loss(logits.clone(), input).into_scalar::<f32>() as f64 as f32;
         let logits: Vec<f32> = logits.into_data().try_into_vec_as::<f32>().unwrap();
 
+        // Without hooks the fused kernels run (LayerNorm, attention): same logits.
+        let fast: Vec<f32> = model.forward(model.ids_tensor(ids)).into_data().try_into_vec_as::<f32>().unwrap();
+        let d_fast = max_abs_diff(&fast, &expected["logits"].f32);
+        assert!(d_fast <= LOGIT_TOL, "{name} on {backend}: fused path max |Δlogit| {d_fast:e}");
         let d_logit = max_abs_diff(&logits, &expected["logits"].f32);
         let d_loss = (loss - expected["loss"].f32[0]).abs();
         let mut d_pattern = 0f32;
@@ -39,7 +43,7 @@ fn check(name: &str) {
         let f = hooks.cache["ln_final.hook_normalized"].to_vec();
         d_resid = d_resid.max(max_abs_diff(&f, &expected["final"].f32) / max_abs(&expected["final"].f32).max(1.0));
         println!(
-            "parity {name:<20} {backend:<8} max|dlogit| {d_logit:.2e}  max|dpattern| {d_pattern:.2e}  max rel|dresid| {d_resid:.2e}  |dloss| {d_loss:.2e}"
+            "parity {name:<20} {backend:<8} max|dlogit| {d_logit:.2e} (fused {d_fast:.2e})  max|dpattern| {d_pattern:.2e}  max rel|dresid| {d_resid:.2e}  |dloss| {d_loss:.2e}"
         );
         assert!(d_logit <= LOGIT_TOL, "{name} on {backend}: max |Δlogit| {d_logit:e} > {LOGIT_TOL:e}");
         assert!(d_pattern <= PATTERN_TOL, "{name} on {backend}: max |Δpattern| {d_pattern:e} > {PATTERN_TOL:e}");

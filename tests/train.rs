@@ -105,7 +105,7 @@ fn training_on_shakespeare_lowers_the_loss() {
     let first = curve[0].1;
     assert!((first - 65f64.ln()).abs() < 0.3, "an untrained char model starts near ln(65): {first}");
     let val = s.final_val_loss.unwrap();
-    assert!(val < 3.0, "validation loss after 60 steps: {val}");
+    assert!(val < first - 0.8, "validation loss after 60 steps: {val}, first training loss {first}");
 }
 
 #[test]

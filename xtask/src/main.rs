@@ -115,6 +115,131 @@ fn bench_train() -> Result<()> {
     Ok(())
 }
 
+/// One benchmark row: the same workload for burnlens and both PyTorch peers.
+struct Workload {
+    label: String,
+    burnlens: Vec<String>,
+    peer: Vec<String>,
+    rounds: usize,
+}
+
+fn run_json(cmd: &mut Command) -> Result<serde_json::Value> {
+    let out = cmd.output().with_context(|| format!("starting {cmd:?}"))?;
+    if !out.status.success() {
+        bail!("{cmd:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text.lines().rev().find(|l| l.starts_with('{')).context("no JSON line")?;
+    Ok(serde_json::from_str(line)?)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    if v.is_empty() { f64::NAN } else { v[v.len() / 2] }
+}
+
+/// Every workload of issue 5 on burnlens, HF `transformers` and the lean PyTorch model,
+/// alternating, same weights (a random GPT-2 small saved by `transformers`), same threads.
+/// Writes `target/bench/report.md`.
+fn bench(only: Vec<String>) -> Result<()> {
+    let py = venv()?;
+    let out_dir = root().join("target/bench");
+    std::fs::create_dir_all(&out_dir)?;
+    let model = out_dir.join("gpt2-small");
+    if !model.join("model.safetensors").is_file() {
+        run(Command::new(&py).args([
+            "-c",
+            "import sys, torch; from transformers import GPT2Config, GPT2LMHeadModel; torch.manual_seed(0); \
+             GPT2LMHeadModel(GPT2Config()).save_pretrained(sys.argv[1])",
+        ]).arg(&model))?;
+    }
+    run(Command::new(env!("CARGO")).current_dir(root()).args(["build", "--quiet", "--bin", "burnlens"]))?;
+    let bin = root().join("target/debug/burnlens");
+    let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).to_string();
+    let m = model.display().to_string();
+    let w = |label: &str, args: &[&str], rounds: usize| {
+        let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        let mut burn = args.clone();
+        let mut peer = args.clone();
+        if args[0] == "train" {
+            peer[0] = "train-steps".into();
+        }
+        if ["forward", "generate", "load"].contains(&args[0].as_str()) {
+            burn.extend(["--model".to_string(), m.clone()]);
+            peer.extend(["--model".to_string(), m.clone()]);
+        }
+        if let Some(i) = burn.iter().position(|a| a == "--new") {
+            burn[i] = "--new-tokens".into();
+        }
+        Workload { label: label.into(), burnlens: burn, peer, rounds }
+    };
+    let mut workloads = vec![
+        w("forward 1x128", &["forward", "--batch", "1", "--seq", "128", "--reps", "3"], 3),
+        w("forward 4x256", &["forward", "--batch", "4", "--seq", "256", "--reps", "2"], 2),
+        w("generate 16+64 (KV cache)", &["generate", "--new", "64", "--reps", "1"], 2),
+        w("train nanoGPT CPU config", &["train", "--reps", "2"], 2),
+        w("load GPT-2 small", &["load"], 3),
+    ];
+    for t in [128, 512, 1024, 2048] {
+        workloads.push(w(&format!("attention seq {t}"), &["attention", "--seq", &t.to_string(), "--reps", "3"], 2));
+    }
+    if !only.is_empty() {
+        workloads.retain(|w| only.iter().any(|o| w.label.starts_with(o.as_str())));
+    }
+    let mut table = String::from(
+        "| workload | burnlens | HF transformers | lean PyTorch | burnlens / HF | burnlens / lean |\n|---|---|---|---|---|---|\n",
+    );
+    let mut notes = String::new();
+    for wl in &workloads {
+        let mut results: Vec<(String, Vec<f64>, serde_json::Value)> = vec![("burnlens".into(), vec![], serde_json::Value::Null), ("hf".into(), vec![], serde_json::Value::Null), ("lean".into(), vec![], serde_json::Value::Null)];
+        for _ in 0..wl.rounds {
+            for (name, times, last) in results.iter_mut() {
+                let v = if name == "burnlens" {
+                    run_json(Command::new(&bin).arg("bench").args(&wl.burnlens))?
+                } else {
+                    run_json(Command::new(&py).current_dir(root()).arg("scripts/peer_nanogpt.py").args(&wl.peer).args(["--impl", name, "--threads", &threads]))?
+                };
+                times.extend(v["times"].as_array().context("times")?.iter().filter_map(|x| x.as_f64()));
+                *last = v;
+            }
+        }
+        let load = wl.burnlens[0] == "load";
+        let cell = |times: &[f64], last: &serde_json::Value| -> (f64, String) {
+            let t = median(times.to_vec());
+            if load {
+                let rss = last["peak_rss_bytes"].as_f64().unwrap_or(f64::NAN) - last["rss_before_bytes"].as_f64().unwrap_or(0.0);
+                let size = last["checkpoint_bytes"].as_f64().unwrap_or(f64::NAN);
+                (t, format!("{t:.2} s, +{:.0} MB RSS ({:.2}x ckpt)", rss / 1e6, rss / size))
+            } else {
+                let tokens = last["tokens"].as_f64().unwrap_or(f64::NAN);
+                (t, format!("{:.0} tok/s ({:.1} ms)", tokens / t, t * 1e3))
+            }
+        };
+        let (tb, cb) = cell(&results[0].1, &results[0].2);
+        let (th, ch) = cell(&results[1].1, &results[1].2);
+        let (tl, cl) = cell(&results[2].1, &results[2].2);
+        // Ratios of speed: > 1 means burnlens is faster.
+        table.push_str(&format!("| {} | {cb} | {ch} | {cl} | {:.2}x | {:.2}x |\n", wl.label, th / tb, tl / tb));
+        println!("{}: burnlens {cb} | HF {ch} | lean {cl}", wl.label);
+        if wl.burnlens[0] == "attention" {
+            notes.push_str(&format!(
+                "- {}: scores tensor {} MB; peak RSS burnlens {:.0} MB, lean {:.0} MB\n",
+                wl.label,
+                results[0].2["scores_bytes"].as_f64().unwrap_or(0.0) / 1e6,
+                results[0].2["peak_rss_bytes"].as_f64().unwrap_or(0.0) / 1e6,
+                results[2].2["peak_rss_bytes"].as_f64().unwrap_or(0.0) / 1e6
+            ));
+        }
+    }
+    let report = format!(
+        "# burnlens benchmarks\n\nGPT-2 small shape, fp32, random weights (one checkpoint for all), {threads} threads; \
+         medians; ratios are speed ratios (above 1: burnlens faster).\n\n{table}\n{notes}"
+    );
+    std::fs::write(out_dir.join("report.md"), &report)?;
+    println!("\n{report}\nwritten to {}", out_dir.join("report.md").display());
+    Ok(())
+}
+
 struct Exports {
     char_models: Vec<(&'static str, PathBuf)>,
     bpe_model: PathBuf,
@@ -175,7 +300,8 @@ fn main() -> Result<()> {
             run(&mut cmd)?;
         }
         "bench-train" => bench_train()?,
-        _ => bail!("usage: cargo xtask <fixtures|venv|bench-train>"),
+        "bench" => bench(std::env::args().skip(2).collect())?,
+        _ => bail!("usage: cargo xtask <fixtures|venv|bench [WORKLOAD...]|bench-train>"),
     }
     Ok(())
 }

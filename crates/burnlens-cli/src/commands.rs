@@ -15,6 +15,10 @@ use serde_json::json;
 use crate::output::{Saved, write_atomic, write_safetensors};
 use crate::{Common, UserError};
 
+pub fn device_of(common: &Common) -> Result<Device> {
+    device(common)
+}
+
 fn device(common: &Common) -> Result<Device> {
     let name = backend::resolve_name(&[common.backend.as_deref()]);
     Ok(backend::device(&name, common.device_index)?)

@@ -1,6 +1,7 @@
 //! `burnlens`: the command-line face of the burnlens libraries. It parses arguments, picks a
 //! device and calls the libraries; anything a library user could want lives there, not here.
 
+mod bench;
 mod commands;
 mod output;
 
@@ -144,6 +145,14 @@ enum Command {
         #[command(flatten)]
         common: Common,
     },
+    /// Time one benchmark workload (JSON on stdout); `cargo xtask bench` runs them all
+    /// against the PyTorch peers.
+    Bench {
+        #[command(flatten)]
+        args: bench::BenchArgs,
+        #[command(flatten)]
+        common: Common,
+    },
     /// Datasets: `burnlens data fetch tinyshakespeare`.
     Data {
         #[command(subcommand)]
@@ -210,6 +219,7 @@ pub fn run() -> ExitCode {
             commands::sample(&model, prompt.as_deref(), ids.as_deref(), &sampling, &common)
         }
         Command::Data { action: DataAction::Fetch { name, out } } => commands::fetch(&name, out.as_deref()),
+        Command::Bench { args, common } => commands::device_of(&common).and_then(|d| bench::run(&args, d)),
         Command::Analyze { model, text, ids, out, process_weights, common } => {
             commands::analyze(&model, text.as_deref(), ids.as_deref(), &out, process_weights, &common)
         }

@@ -2,13 +2,19 @@
 //!
 //! A directory holds one of: `model.safetensors`; `model.safetensors.index.json` with its
 //! shards; `pytorch_model.bin` (zip or legacy pickle format); `pytorch_model.bin.index.json`
-//! with its shards. Tensors stay lazy (memory-mapped or unread) until asked for, so a
-//! tensor that is never used costs nothing.
+//! with its shards. `burn-store` opens and validates every file and lists its tensors;
+//! nothing is read until asked for, so a tensor that is never used costs nothing.
+//!
+//! Safetensors data is then read with positioned reads rather than through the memory map:
+//! pages touched through a map stay resident until the whole map goes, so mapping a
+//! checkpoint while building the model from it would hold the file and the model in memory
+//! at once (twice the checkpoint size). Reading tensor by tensor keeps the peak near the
+//! model's own size.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use burn::tensor::{DType, TensorData};
+use burn::tensor::DType;
 use burn_store::burn_pack::Tensor as PackTensor;
 use burn_store::{ModuleStore, PytorchStore, SafetensorsStore, bridge};
 
@@ -34,13 +40,28 @@ impl std::fmt::Display for WeightFormat {
     }
 }
 
+/// Where a tensor's bytes are.
+enum Source {
+    /// Through burn-store (PyTorch pickles).
+    Pack(PackTensor),
+    /// A byte range of a safetensors file.
+    Range { start: u64, len: usize },
+}
+
+struct Entry {
+    dtype: DType,
+    shape: Vec<usize>,
+    file: usize,
+    source: Source,
+}
+
 /// The tensors of a model directory, by name, not yet read.
 pub struct Checkpoint {
     pub dir: PathBuf,
     pub format: WeightFormat,
     /// The weight files, in the order they were opened.
     pub files: Vec<PathBuf>,
-    tensors: BTreeMap<String, (PackTensor, usize)>,
+    tensors: BTreeMap<String, Entry>,
 }
 
 impl Checkpoint {
@@ -66,13 +87,25 @@ impl Checkpoint {
             WeightFormat::ShardedSafetensors | WeightFormat::ShardedPytorchBin => shard_files(&file)?,
         };
         let mut ckpt = Checkpoint { dir: dir.to_path_buf(), format, files: files.clone(), tensors: BTreeMap::new() };
-        for (i, path) in files.iter().enumerate() {
-            let tensors = match format {
-                WeightFormat::Safetensors | WeightFormat::ShardedSafetensors => read_safetensors(path)?,
-                _ => read_pytorch(path)?,
-            };
-            for t in tensors {
-                ckpt.tensors.insert(t.name.clone(), (t, i));
+        for (file, path) in files.iter().enumerate() {
+            match format {
+                WeightFormat::Safetensors | WeightFormat::ShardedSafetensors => {
+                    // burn-store validates the file (header, offsets, length); the data
+                    // ranges come from the same header.
+                    let listed = read_safetensors(path)?;
+                    let ranges = safetensors_ranges(path)?;
+                    for t in listed {
+                        let &(start, len) = ranges.get(&t.name).ok_or_else(|| HfError::checkpoint(path, format!("tensor `{}` has no data range", t.name)))?;
+                        let entry = Entry { dtype: t.dtype, shape: t.shape.to_vec(), file, source: Source::Range { start, len } };
+                        ckpt.tensors.insert(t.name.clone(), entry);
+                    }
+                }
+                _ => {
+                    for t in read_pytorch(path)? {
+                        let entry = Entry { dtype: t.dtype, shape: t.shape.to_vec(), file, source: Source::Pack(t.clone()) };
+                        ckpt.tensors.insert(t.name.clone(), entry);
+                    }
+                }
             }
         }
         Ok(ckpt)
@@ -89,35 +122,81 @@ impl Checkpoint {
 
     /// Shape of a tensor, without reading it.
     pub fn shape(&self, name: &str) -> Option<Vec<usize>> {
-        self.tensors.get(name).map(|(t, _)| t.shape.to_vec())
+        self.tensors.get(name).map(|e| e.shape.clone())
     }
 
     /// Storage dtype of a tensor, without reading it.
     pub fn dtype(&self, name: &str) -> Option<DType> {
-        self.tensors.get(name).map(|(t, _)| t.dtype)
+        self.tensors.get(name).map(|e| e.dtype)
     }
 
     /// The file a tensor lives in.
     pub fn file_of(&self, name: &str) -> &Path {
-        self.tensors.get(name).map_or(&self.dir, |(_, i)| &self.files[*i])
+        self.tensors.get(name).map_or(&self.dir, |e| &self.files[e.file])
     }
 
-    /// Read tensor `name`, check its shape against `expected`, and convert it to `f32`.
-    pub fn read_f32(&self, name: &str, expected: &[usize]) -> Result<TensorData> {
-        let (t, i) = self.tensors.get(name).ok_or_else(|| HfError::MissingTensor {
+    /// Check that tensor `name` exists with shape `expected` and a floating-point dtype,
+    /// without reading it.
+    pub fn check(&self, name: &str, expected: &[usize]) -> Result<()> {
+        let e = self.tensors.get(name).ok_or_else(|| HfError::MissingTensor {
             path: self.files.first().cloned().unwrap_or_else(|| self.dir.clone()),
             name: name.to_string(),
             expected: expected.to_vec(),
         })?;
-        let path = &self.files[*i];
-        if t.shape.as_slice() != expected {
-            return Err(HfError::Shape { path: path.clone(), name: name.to_string(), expected: expected.to_vec(), found: t.shape.to_vec() });
+        let path = &self.files[e.file];
+        if e.shape.as_slice() != expected {
+            return Err(HfError::Shape { path: path.clone(), name: name.to_string(), expected: expected.to_vec(), found: e.shape.clone() });
         }
-        if !matches!(t.dtype, DType::F32 | DType::F16 | DType::BF16 | DType::F64) {
-            return Err(HfError::Dtype { path: path.clone(), name: name.to_string(), found: dtype_name(t.dtype).into() });
+        if !matches!(e.dtype, DType::F32 | DType::F16 | DType::BF16 | DType::F64) {
+            return Err(HfError::Dtype { path: path.clone(), name: name.to_string(), found: dtype_name(e.dtype).into() });
         }
-        let data = bridge::into_data(t.clone()).map_err(|e| HfError::checkpoint(path, format!("tensor `{name}`: {e}")))?;
-        Ok(if data.dtype() == DType::F32 { data } else { data.convert::<f32>() })
+        Ok(())
+    }
+
+    /// Read tensor `name` (checked as [`check`](Self::check) does) as `f32` values.
+    pub fn read_f32(&self, name: &str, expected: &[usize]) -> Result<Vec<f32>> {
+        self.check(name, expected)?;
+        let e = &self.tensors[name];
+        let path = &self.files[e.file];
+        let fail = |msg: String| HfError::checkpoint(path, format!("tensor `{name}`: {msg}"));
+        match &e.source {
+            Source::Pack(t) => {
+                let data = bridge::into_data(t.clone()).map_err(|err| fail(err.to_string()))?;
+                data.try_into_vec_as::<f32>().map_err(|err| fail(format!("{err:?}")))
+            }
+            Source::Range { start, len } => {
+                use std::os::unix::fs::FileExt;
+                let file = std::fs::File::open(path).map_err(|err| HfError::io(path, err))?;
+                let n: usize = e.shape.iter().product();
+                let read = |buf: &mut [u8]| file.read_exact_at(buf, *start).map_err(|err| fail(format!("reading {len} bytes: {err}")));
+                Ok(match e.dtype {
+                    DType::F32 => {
+                        let mut v = vec![0f32; n];
+                        // SAFETY: any bit pattern is a valid f32, and the byte view covers exactly v.
+                        read(unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr().cast::<u8>(), n * 4) })?;
+                        if cfg!(target_endian = "big") {
+                            v.iter_mut().for_each(|x| *x = f32::from_bits(x.to_bits().swap_bytes()));
+                        }
+                        v
+                    }
+                    DType::F16 | DType::BF16 => {
+                        let mut raw = vec![0u8; n * 2];
+                        read(&mut raw)?;
+                        let bits = raw.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]]));
+                        if e.dtype == DType::F16 {
+                            bits.map(|b| half::f16::from_bits(b).to_f32()).collect()
+                        } else {
+                            bits.map(|b| half::bf16::from_bits(b).to_f32()).collect()
+                        }
+                    }
+                    _ => {
+                        let mut raw = vec![0u8; n * 8];
+                        read(&mut raw)?;
+                        raw.chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().expect("8 bytes")) as f32).collect()
+                    }
+                })
+            }
+        }
     }
 }
 
@@ -180,6 +259,32 @@ fn read_safetensors(path: &Path) -> Result<Vec<PackTensor>> {
         .get_all_tensors()
         .map_err(|e| HfError::checkpoint(path, format!("not a readable safetensors file (truncated or corrupt?): {e}")))?;
     Ok(tensors.values().cloned().collect())
+}
+
+/// `name -> (absolute byte offset, byte length)` of every tensor of a safetensors file
+/// (already validated by burn-store).
+fn safetensors_ranges(path: &Path) -> Result<std::collections::HashMap<String, (u64, usize)>> {
+    use std::io::Read;
+    let bad = |msg: String| HfError::checkpoint(path, format!("not a readable safetensors file (truncated or corrupt?): {msg}"));
+    let mut file = std::fs::File::open(path).map_err(|e| HfError::io(path, e))?;
+    let mut len = [0u8; 8];
+    file.read_exact(&mut len).map_err(|e| bad(e.to_string()))?;
+    let n = u64::from_le_bytes(len);
+    let mut header = vec![0u8; usize::try_from(n).map_err(|_| bad("header too large".into()))?];
+    file.read_exact(&mut header).map_err(|e| bad(e.to_string()))?;
+    let value: serde_json::Value = serde_json::from_slice(&header).map_err(|e| bad(e.to_string()))?;
+    let obj = value.as_object().ok_or_else(|| bad("header is not a JSON object".into()))?;
+    let base = 8 + n;
+    let mut out = std::collections::HashMap::new();
+    for (name, info) in obj {
+        if name == "__metadata__" {
+            continue;
+        }
+        let offsets = info["data_offsets"].as_array().filter(|a| a.len() == 2).ok_or_else(|| bad(format!("tensor `{name}` has no data_offsets")))?;
+        let (s, e) = (offsets[0].as_u64().unwrap_or(0), offsets[1].as_u64().unwrap_or(0));
+        out.insert(name.clone(), (base + s, e.saturating_sub(s) as usize));
+    }
+    Ok(out)
 }
 
 fn read_pytorch(path: &Path) -> Result<Vec<PackTensor>> {

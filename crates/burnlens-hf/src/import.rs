@@ -1,6 +1,6 @@
 //! Loading a Hugging Face model directory into the canonical [`Transformer`].
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use burn::tensor::{Device, TensorData};
@@ -60,49 +60,24 @@ pub fn import(hf: &HfConfig, ckpt: &Checkpoint, device: &Device) -> Result<(Tran
     };
 
     let table = entries(hf.family, cfg);
-    let mut used: BTreeSet<String> = BTreeSet::new();
-    let mut dtypes: BTreeSet<&'static str> = BTreeSet::new();
     let mut warnings = Vec::new();
+    let mut dtypes: BTreeSet<&'static str> = BTreeSet::new();
+    let mut used: BTreeSet<String> = BTreeSet::new();
 
-    // Canonical parameters, assembled from one or (GPT-Neo's Q, K, V) three HF tensors.
-    let mut canon: BTreeMap<String, (Vec<usize>, Vec<f32>)> = BTreeMap::new();
-    let hd = cfg.n_heads * cfg.d_head;
+    // Every tensor present with the right shape and a float dtype, before anything is read.
     for e in &table {
         let name = resolve(&e.hf);
-        let data = ckpt.read_f32(&name, &e.hf_shape)?;
-        dtypes.insert(dtype_name(ckpt.dtype(&name).expect("tensor was just read")));
-        let values: Vec<f32> = data.try_into_vec::<f32>().expect("f32 data");
-        if let Some(bad) = values.iter().position(|v| !v.is_finite()) {
-            let n = values.iter().filter(|v| !v.is_finite()).count();
-            warnings.push(format!("tensor `{name}` has {n} non-finite values (first at flat index {bad}: {})", values[bad]));
-        }
+        ckpt.check(&name, &e.hf_shape)?;
+        dtypes.insert(dtype_name(ckpt.dtype(&name).expect("checked")));
         used.insert(name);
-        match e.placement {
-            Placement::Same => {
-                canon.insert(e.canonical.clone(), (e.hf_shape.clone(), values));
-            }
-            Placement::Transposed => {
-                let (r, c) = (e.hf_shape[0], e.hf_shape[1]);
-                canon.insert(e.canonical.clone(), (vec![c, r], transpose(&values, r, c)));
-            }
-            Placement::QkvBlockTransposed { part } => {
-                // HF [hd, d] -> canonical columns part*hd..(part+1)*hd of [d, 3*hd].
-                let d = e.hf_shape[1];
-                let block = transpose(&values, hd, d);
-                let (_, fused) = canon.entry(e.canonical.clone()).or_insert_with(|| (vec![d, 3 * hd], vec![0.0; d * 3 * hd]));
-                for row in 0..d {
-                    fused[row * 3 * hd + part * hd..row * 3 * hd + (part + 1) * hd].copy_from_slice(&block[row * hd..(row + 1) * hd]);
-                }
-            }
-        }
     }
 
     // The unembedding is tied: an explicit lm_head must be the token embedding again.
     let lm_head_present = ckpt.contains("lm_head.weight");
     if lm_head_present {
-        let lm = ckpt.read_f32("lm_head.weight", &[cfg.vocab_size, cfg.d_model])?;
-        let (_, wte) = &canon["embed.weight"];
-        if lm.as_slice::<f32>().expect("f32") != wte.as_slice() {
+        let shape = [cfg.vocab_size, cfg.d_model];
+        let lm = ckpt.read_f32("lm_head.weight", &shape)?;
+        if lm != ckpt.read_f32(&resolve("wte.weight"), &shape)? {
             return Err(HfError::Untied { path: ckpt.file_of("lm_head.weight").to_path_buf() });
         }
         used.insert("lm_head.weight".into());
@@ -120,10 +95,34 @@ pub fn import(hf: &HfConfig, ckpt: &Checkpoint, device: &Device) -> Result<(Tran
         }
     }
 
-    let model = cfg.build(device, |name, shape, _| {
-        let (s, values) = canon.remove(name).unwrap_or_else(|| panic!("layout table has no entry for `{name}`"));
-        debug_assert_eq!(s, shape);
-        Ok::<_, HfError>(ParamInit::Data(TensorData::new(values, s)))
+    // Build the model one parameter at a time, reading each from the checkpoint only when
+    // it is needed, so that at most one tensor is held besides the model.
+    let hd = cfg.n_heads * cfg.d_head;
+    let model = cfg.build(device, |canonical, shape, _| {
+        let mut out: Option<Vec<f32>> = None;
+        for e in table.iter().filter(|e| e.canonical == canonical) {
+            let name = resolve(&e.hf);
+            let values = ckpt.read_f32(&name, &e.hf_shape)?;
+            if let Some(bad) = values.iter().position(|v| !v.is_finite()) {
+                let n = values.iter().filter(|v| !v.is_finite()).count();
+                warnings.push(format!("tensor `{name}` has {n} non-finite values (first at flat index {bad}: {})", values[bad]));
+            }
+            match e.placement {
+                Placement::Same => out = Some(values),
+                Placement::Transposed => out = Some(transpose(&values, e.hf_shape[0], e.hf_shape[1])),
+                Placement::QkvBlockTransposed { part } => {
+                    // HF [hd, d] -> canonical columns part*hd..(part+1)*hd of [d, 3*hd].
+                    let d = e.hf_shape[1];
+                    let block = transpose(&values, hd, d);
+                    let fused = out.get_or_insert_with(|| vec![0.0; d * 3 * hd]);
+                    for row in 0..d {
+                        fused[row * 3 * hd + part * hd..row * 3 * hd + (part + 1) * hd].copy_from_slice(&block[row * hd..(row + 1) * hd]);
+                    }
+                }
+            }
+        }
+        let values = out.unwrap_or_else(|| panic!("layout table has no entry for `{canonical}`"));
+        Ok::<_, HfError>(ParamInit::Data(TensorData::new(values, shape.to_vec())))
     })?;
 
     let info = CheckpointInfo {

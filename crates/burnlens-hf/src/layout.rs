@@ -89,12 +89,17 @@ pub fn entries(family: Family, cfg: &TransformerConfig) -> Vec<Entry> {
     out
 }
 
-/// `[rows, cols]` row-major -> `[cols, rows]` row-major.
+/// `[rows, cols]` row-major -> `[cols, rows]` row-major, in cache-sized tiles.
 pub fn transpose(data: &[f32], rows: usize, cols: usize) -> Vec<f32> {
+    const TILE: usize = 32;
     let mut out = vec![0.0; data.len()];
-    for r in 0..rows {
-        for c in 0..cols {
-            out[c * rows + r] = data[r * cols + c];
+    for r0 in (0..rows).step_by(TILE) {
+        for c0 in (0..cols).step_by(TILE) {
+            for r in r0..(r0 + TILE).min(rows) {
+                for c in c0..(c0 + TILE).min(cols) {
+                    out[c * rows + r] = data[r * cols + c];
+                }
+            }
         }
     }
     out

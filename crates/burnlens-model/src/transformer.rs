@@ -40,6 +40,10 @@ impl LayerNorm {
     /// `{name}.hook_normalized` `[batch, pos, d_model]` (after the affine map, as in
     /// TransformerLens).
     pub fn forward(&self, x: Tensor<3>, hooks: &mut Hooks, name: &str) -> Tensor<3> {
+        if !hooks.is_active() {
+            // The backend's own LayerNorm (one fused pass on flex); same formula.
+            return burn::tensor::module::layer_norm(x, self.weight.val(), Some(self.bias.val()), self.eps);
+        }
         let (var, mean) = x.clone().var_mean_bias(2);
         let scale = hooks.point(|| format!("{name}.hook_scale"), (var + self.eps).sqrt());
         let x = (x - mean) / scale;
@@ -167,6 +171,23 @@ impl Attention {
         hooks: &mut Hooks,
         layer: usize,
     ) -> Tensor<3> {
+        self.forward_with(x, qk_input, mask, kv, hooks, layer, false)
+    }
+
+    /// [`forward`](Self::forward); with `fused` (no hooks, no padding, no autodiff) the
+    /// backend's fused attention computes softmax(q kᵀ) v without materialising the
+    /// pattern.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn forward_with(
+        &self,
+        x: Tensor<3>,
+        qk_input: Option<Tensor<3>>,
+        mask: Tensor<4, Bool>,
+        kv: Option<(&mut KvCache, usize)>,
+        hooks: &mut Hooks,
+        layer: usize,
+        fused: bool,
+    ) -> Tensor<3> {
         let [b, t, _] = x.dims();
         let (h, dh) = (self.n_heads, self.d_head);
         let hd = h * dh;
@@ -196,6 +217,12 @@ impl Attention {
             None => (k, v),
         };
         let s = k.dims()[2];
+
+        if fused && !hooks.is_active() {
+            let options = burn::tensor::ops::AttentionModuleOptions { scale: Some(self.scale), softcap: None, is_causal: false };
+            let z = burn::tensor::module::attention(q, k, v, Some(mask.expand([b, h, t, s])), None, options);
+            return self.out.forward(z.swap_dims(1, 2).reshape([b, t, hd]));
+        }
 
         let scores = q.matmul(k.swap_dims(2, 3)) * self.scale;
         let scores = scores.mask_fill(mask.expand([b, h, t, s]), MASKED_SCORE);
@@ -286,6 +313,7 @@ pub struct Block {
 }
 
 impl Block {
+    #[allow(clippy::too_many_arguments)]
     fn forward(
         &self,
         resid: Tensor<3>,
@@ -294,12 +322,13 @@ impl Block {
         kv: Option<(&mut KvCache, usize)>,
         hooks: &mut Hooks,
         l: usize,
+        fused: bool,
     ) -> Tensor<3> {
         let resid = hooks.point(|| format!("blocks.{l}.hook_resid_pre"), resid);
         let ln1 = format!("blocks.{l}.ln1");
         let x = self.ln1.forward(resid.clone(), hooks, &ln1);
         let qk_input = pos_qk.map(|p| self.ln1.forward(resid.clone() + p, &mut Hooks::none(), &ln1));
-        let attn_out = self.attn.forward(x, qk_input, mask, kv, hooks, l);
+        let attn_out = self.attn.forward_with(x, qk_input, mask, kv, hooks, l, fused);
         let attn_out = hooks.point(|| format!("blocks.{l}.hook_attn_out"), self.resid_dropout.forward(attn_out));
         let resid = resid + attn_out;
         let resid = match (&self.ln2, &self.mlp) {
@@ -534,6 +563,9 @@ impl Transformer {
         let device = self.device();
         let [b, t] = ids.dims();
         let n_keys = cache.as_ref().map_or(0, |c| c.len()) + t;
+        // The fused kernel gives fully masked rows (left padding) no finite value and has no
+        // dropout: use it only for plain inference.
+        let fused = !hooks.is_active() && pos.keys_real.is_none() && !device.is_autodiff();
         let flat: Vec<i64> = pos.ids.iter().flatten().map(|&p| p as i64).collect();
         let pos_ids = Tensor::<2, Int>::from_data(TensorData::new(flat, [b, t]), &device);
 
@@ -558,7 +590,7 @@ impl Transformer {
                 }
             };
             let kv = cache.as_deref_mut().map(|c| (c, l));
-            resid = block.forward(resid, pos_qk.clone(), mask, kv, hooks, l);
+            resid = block.forward(resid, pos_qk.clone(), mask, kv, hooks, l, fused);
         }
         let x = self.ln_final.forward(resid, hooks, "ln_final");
         self.unembed(x)

@@ -1,0 +1,143 @@
+//! `burnlens bench WORKLOAD`: one benchmark workload, timed, printed as one JSON line. The
+//! orchestration (PyTorch peers, alternation, medians, ratios) is `cargo xtask bench`.
+
+use std::time::Instant;
+
+use anyhow::Result;
+use burn::tensor::{Device, Distribution, Int, Tensor, TensorData};
+use burnlens_hf::load_model;
+use burnlens_model::{Hooks, Rng, Sampling, TransformerConfig, cross_entropy, generate};
+use burnlens_train::config::TrainingSection;
+use burnlens_train::optim::{clip_global_norm, optimizer};
+use serde_json::json;
+
+use crate::UserError;
+
+/// Which workload and its sizes.
+#[derive(clap::Args, Clone)]
+pub struct BenchArgs {
+    /// forward | generate | train | load | attention
+    pub workload: String,
+    /// Model directory (forward, generate, load).
+    #[arg(long)]
+    pub model: Option<std::path::PathBuf>,
+    #[arg(long, default_value_t = 1)]
+    pub batch: usize,
+    #[arg(long, default_value_t = 128)]
+    pub seq: usize,
+    /// Timed repetitions (after one warm-up).
+    #[arg(long, default_value_t = 3)]
+    pub reps: usize,
+    /// generate: new tokens after a 16-token prompt.
+    #[arg(long, default_value_t = 64)]
+    pub new_tokens: usize,
+}
+
+/// Peak resident memory of this process so far, in bytes (Linux `VmHWM`).
+pub fn peak_rss() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    line.split_whitespace().nth(1)?.parse::<u64>().ok().map(|kb| kb * 1024)
+}
+
+fn timed(reps: usize, mut f: impl FnMut()) -> Vec<f64> {
+    f(); // warm-up
+    (0..reps)
+        .map(|_| {
+            let t = Instant::now();
+            f();
+            t.elapsed().as_secs_f64()
+        })
+        .collect()
+}
+
+fn ids(n: usize, vocab: usize, seed: u64) -> Vec<i64> {
+    let mut rng = Rng::new(seed);
+    (0..n).map(|_| rng.below(vocab as u64) as i64).collect()
+}
+
+pub fn run(a: &BenchArgs, device: Device) -> Result<()> {
+    let need_model = || a.model.as_deref().ok_or_else(|| UserError(format!("bench {}: --model DIR is required", a.workload)));
+    let out = match a.workload.as_str() {
+        "forward" => {
+            let m = load_model(need_model()?, &device)?.model;
+            let x = Tensor::<2, Int>::from_data(TensorData::new(ids(a.batch * a.seq, m.config.vocab_size, 1), [a.batch, a.seq]), &device);
+            let times = timed(a.reps, || {
+                let _ = m.forward(x.clone()).into_data();
+            });
+            json!({"times": times, "tokens": a.batch * a.seq})
+        }
+        "generate" => {
+            let m = load_model(need_model()?, &device)?.model;
+            let prompt = ids(16, m.config.vocab_size, 2);
+            let s = Sampling { max_new_tokens: a.new_tokens, temperature: 0.0, ..Sampling::default() };
+            let mut produced = Vec::new();
+            let times = timed(a.reps, || produced = generate(&m, &prompt, &s).expect("valid prompt"));
+            json!({"times": times, "tokens": a.new_tokens, "first_tokens": &produced[..produced.len().min(8)]})
+        }
+        "train" => {
+            // nanoGPT's CPU shakespeare-char configuration on random characters.
+            let mut cfg = TransformerConfig::gpt2_like(65, 64, 128, 4, 4);
+            cfg.dropout = 0.0;
+            let ad = device.clone().autodiff();
+            let mut model = cfg.init(&ad)?;
+            let t = TrainingSection::default();
+            let mut optim = optimizer(&t);
+            let (b, block) = (12, 64);
+            let mut rng = Rng::new(3);
+            let mut step = || {
+                let data: Vec<i64> = (0..b * (block + 1)).map(|_| rng.below(65) as i64).collect();
+                let all = Tensor::<2, Int>::from_data(TensorData::new(data, [b, block + 1]), &ad);
+                let (x, y) = (all.clone().narrow(1, 0, block), all.narrow(1, 1, block));
+                let loss = cross_entropy(model.forward(x), y);
+                let _ = loss.clone().into_scalar::<f32>();
+                let mut grads = burn::optim::GradientsParams::from_grads(loss.backward(), &model);
+                clip_global_norm(&model, &mut grads, 1.0);
+                model = optim.step(1e-3, model.clone(), grads);
+            };
+            let steps = a.reps.max(1) * 10;
+            step();
+            let times: Vec<f64> = (0..steps)
+                .map(|_| {
+                    let t = Instant::now();
+                    step();
+                    t.elapsed().as_secs_f64()
+                })
+                .collect();
+            json!({"times": times, "tokens": b * block})
+        }
+        "load" => {
+            let dir = need_model()?;
+            let size: u64 = std::fs::read_dir(dir)?.filter_map(|e| e.ok()).filter(|e| e.file_name().to_string_lossy().ends_with(".safetensors")).map(|e| e.metadata().map(|m| m.len()).unwrap_or(0)).sum();
+            let base = peak_rss().unwrap_or(0);
+            let t = Instant::now();
+            let m = load_model(dir, &device)?.model;
+            let secs = t.elapsed().as_secs_f64();
+            let _keep = &m;
+            json!({"times": [secs], "checkpoint_bytes": size, "peak_rss_bytes": peak_rss(), "rss_before_bytes": base})
+        }
+        "attention" => {
+            // One GPT-2-small-shaped attention layer on random input.
+            let cfg = TransformerConfig::gpt2_like(8, a.seq.max(1), 768, 1, 12);
+            let m = cfg.init(&device)?;
+            let x = Tensor::<3>::random([a.batch, a.seq, 768], Distribution::Normal(0.0, 1.0), &device);
+            let mask = causal_mask(a.seq, &device);
+            let attn = &m.blocks[0].attn;
+            let times = timed(a.reps, || {
+                let _ = attn.forward(x.clone(), None, mask.clone(), None, &mut Hooks::none(), 0).into_data();
+            });
+            json!({"times": times, "tokens": a.batch * a.seq, "scores_bytes": a.batch * 12 * a.seq * a.seq * 4, "peak_rss_bytes": peak_rss()})
+        }
+        other => return Err(UserError(format!("unknown workload \"{other}\"; expected forward, generate, train, load or attention")).into()),
+    };
+    let mut out = out;
+    out["workload"] = json!(a.workload);
+    out["impl"] = json!("burnlens");
+    println!("{out}");
+    Ok(())
+}
+
+fn causal_mask(t: usize, device: &Device) -> Tensor<4, burn::tensor::Bool> {
+    let m: Vec<bool> = (0..t).flat_map(|q| (0..t).map(move |k| k > q)).collect();
+    Tensor::from_data(TensorData::new(m, [1, 1, t, t]), device)
+}
