@@ -351,3 +351,17 @@ pub fn induction(dir: &Path, len: usize, batch: usize, seed: u64, bos: Option<i6
     println!("wrote {}", out.join("index.html").display());
     Ok(())
 }
+
+pub fn backends() -> Result<()> {
+    for r in backend::probe_all() {
+        let status = match (&r.compiled, &r.probe) {
+            (false, Err(why)) => format!("absent   {why}"),
+            (true, Ok(dev)) => format!("works    {dev}"),
+            (true, Err(why)) => format!("compiled but unusable here: {why}"),
+            (false, Ok(_)) => unreachable!("a backend that is not compiled cannot run"),
+        };
+        println!("{:<8} {status}", r.name);
+    }
+    println!("default: {} (set with --backend, [backend] in a run config, or BURNLENS_BACKEND)", backend::DEFAULT_BACKEND);
+    Ok(())
+}

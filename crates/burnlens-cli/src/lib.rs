@@ -145,6 +145,8 @@ enum Command {
         #[command(flatten)]
         common: Common,
     },
+    /// List the backends this binary was built with and whether each works here.
+    Backends,
     /// Time one benchmark workload (JSON on stdout); `cargo xtask bench` runs them all
     /// against the PyTorch peers.
     Bench {
@@ -219,6 +221,7 @@ pub fn run() -> ExitCode {
             commands::sample(&model, prompt.as_deref(), ids.as_deref(), &sampling, &common)
         }
         Command::Data { action: DataAction::Fetch { name, out } } => commands::fetch(&name, out.as_deref()),
+        Command::Backends => commands::backends(),
         Command::Bench { args, common } => commands::device_of(&common).and_then(|d| bench::run(&args, d)),
         Command::Analyze { model, text, ids, out, process_weights, common } => {
             commands::analyze(&model, text.as_deref(), ids.as_deref(), &out, process_weights, &common)

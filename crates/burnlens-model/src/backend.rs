@@ -72,3 +72,50 @@ pub fn resolve_name(choices: &[Option<&str>]) -> String {
         .or_else(|| std::env::var("BURNLENS_BACKEND").ok().filter(|s| !s.is_empty()))
         .unwrap_or_else(|| DEFAULT_BACKEND.to_string())
 }
+
+/// What one backend of this binary can do here.
+#[derive(Debug, Clone)]
+pub struct BackendReport {
+    pub name: &'static str,
+    pub compiled: bool,
+    /// `Ok(description)` if a small computation ran on it, `Err(why)` otherwise.
+    pub probe: Result<String, String>,
+}
+
+/// Try every backend: compiled in or not, and whether a 2x2 matmul runs on its default
+/// device (GPU backends fail here without a driver or device).
+pub fn probe_all() -> Vec<BackendReport> {
+    BACKENDS
+        .iter()
+        .map(|&name| {
+            if !is_compiled(name) {
+                return BackendReport { name, compiled: false, probe: Err(format!("not compiled in (cargo build --release --features {name})")) };
+            }
+            let previous = std::panic::take_hook();
+            std::panic::set_hook(Box::new(|_| {}));
+            let result = std::panic::catch_unwind(|| {
+                let device = device(name, None).map_err(|e| e.to_string())?;
+                let a = burn::tensor::Tensor::<2>::from_floats([[1.0, 2.0], [3.0, 4.0]], &device);
+                let v: Vec<f32> = a.clone().matmul(a).into_data().try_into_vec_as::<f32>().map_err(|e| format!("{e:?}"))?;
+                if v != [7.0, 10.0, 15.0, 22.0] {
+                    return Err(format!("wrong result {v:?}"));
+                }
+                Ok(format!("{device:?}"))
+            });
+            std::panic::set_hook(previous);
+            let probe = match result {
+                Ok(r) => r,
+                Err(payload) => Err(payload
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+                    .unwrap_or_else(|| "failed".into())
+                    .lines()
+                    .next()
+                    .unwrap_or("failed")
+                    .to_string()),
+            };
+            BackendReport { name, compiled: true, probe }
+        })
+        .collect()
+}

@@ -178,7 +178,7 @@ impl Attention {
     /// backend's fused attention computes softmax(q kᵀ) v without materialising the
     /// pattern.
     #[allow(clippy::too_many_arguments)]
-    pub(crate) fn forward_with(
+    pub fn forward_with(
         &self,
         x: Tensor<3>,
         qk_input: Option<Tensor<3>>,
@@ -219,8 +219,12 @@ impl Attention {
         let s = k.dims()[2];
 
         if fused && !hooks.is_active() {
-            let options = burn::tensor::ops::AttentionModuleOptions { scale: Some(self.scale), softcap: None, is_causal: false };
-            let z = burn::tensor::module::attention(q, k, v, Some(mask.expand([b, h, t, s])), None, options);
+            // Global attention over the whole sequence is plain causal attention: the kernel
+            // then skips the masked half instead of reading a mask.
+            let causal = self.span == AttentionSpan::Global && t == s;
+            let options = burn::tensor::ops::AttentionModuleOptions { scale: Some(self.scale), softcap: None, is_causal: causal };
+            let mask = (!causal).then(|| mask.expand([b, h, t, s]));
+            let z = burn::tensor::module::attention(q, k, v, mask, None, options);
             return self.out.forward(z.swap_dims(1, 2).reshape([b, t, hd]));
         }
 
