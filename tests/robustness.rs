@@ -281,16 +281,18 @@ fn an_unwritable_run_directory_is_an_error_that_keeps_the_last_checkpoint() {
     assert_eq!(burnlens::train::load_run(&run, &Device::flex()).unwrap().state.step, before, "the previous checkpoint must survive");
 }
 
-/// A real full disk: the run directory on a 1 MB tmpfs (needs the right to mount, as root in
-/// CI; skipped with a note elsewhere). Checkpoints stop fitting; the run fails cleanly and the
-/// last complete checkpoint stays loadable.
+/// A real full disk (needs the right to mount a tmpfs, as root in CI; skipped with a note
+/// elsewhere). A first run writes a checkpoint; then the disk is filled so that less than one
+/// checkpoint's worth of space is left, and the resumed run must fail cleanly, naming the lack
+/// of space, while the last complete checkpoint stays loadable.
 #[cfg(target_os = "linux")]
 #[test]
 fn a_full_disk_keeps_the_last_complete_checkpoint() {
+    use std::io::Write;
     let tmp = tempfile::tempdir().unwrap();
     let mnt = tmp.path().join("small");
     std::fs::create_dir(&mnt).unwrap();
-    let mounted = Command::new("mount").args(["-t", "tmpfs", "-o", "size=1m", "tmpfs"]).arg(&mnt).stderr(std::process::Stdio::null()).status().is_ok_and(|s| s.success());
+    let mounted = Command::new("mount").args(["-t", "tmpfs", "-o", "size=8m", "tmpfs"]).arg(&mnt).stderr(std::process::Stdio::null()).status().is_ok_and(|s| s.success());
     if !mounted {
         eprintln!("skipping: cannot mount a small tmpfs here (not root)");
         return;
@@ -304,13 +306,47 @@ fn a_full_disk_keeps_the_last_complete_checkpoint() {
     let _guard = Unmount(mnt.clone());
     let run = mnt.join("run");
     let cfg = tmp.path().join("run.toml");
-    let text = TINY.replace("\"RUN\"", &format!("{:?}", run.display().to_string())).replace("d_model = 32", "d_model = 64").replace("steps = 400", "steps = 60");
-    std::fs::write(&cfg, text).unwrap();
+    std::fs::write(&cfg, TINY.replace("\"RUN\"", &format!("{:?}", run.display().to_string())).replace("steps = 400", "steps = 6")).unwrap();
     let o = burnlens(&["train", "--config", cfg.to_str().unwrap(), "--quiet"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let before = burnlens::train::load_run(&run, &Device::flex()).unwrap().state.step;
+    assert_eq!(before, 6);
+    let ckpt_bytes: u64 = walk_size(&run.join("checkpoints"));
+    assert!(ckpt_bytes > 64 * 1024, "a checkpoint of this model is well over 64 kB, got {ckpt_bytes}");
+
+    // Fill the disk completely, then free a quarter of one checkpoint.
+    let filler_path = mnt.join("filler");
+    let mut filler = std::fs::File::create(&filler_path).unwrap();
+    let block = vec![0xA5u8; 64 * 1024];
+    let mut written = 0u64;
+    loop {
+        match filler.write(&block) {
+            Ok(0) => break,
+            Ok(n) => written += n as u64,
+            Err(e) if e.raw_os_error() == Some(28) => break,
+            Err(e) => panic!("filling the tmpfs: {e}"),
+        }
+    }
+    filler.set_len(written.saturating_sub(ckpt_bytes / 4)).unwrap();
+    filler.sync_all().unwrap();
+    drop(filler);
+
+    let o = burnlens(&["train", "--resume", run.to_str().unwrap(), "--set", "training.steps=60", "--quiet"]);
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(!o.status.success(), "a 1 MB disk should not hold this run");
+    assert!(!o.status.success(), "a full disk cannot hold another checkpoint");
     assert!(err.contains("No space left on device") || err.contains("space"), "{err}");
     assert!(!err.contains("panicked"), "{err}");
     let loaded = burnlens::train::load_run(&run, &Device::flex()).unwrap();
-    assert!(loaded.state.step >= 3, "a checkpoint written before the disk filled survives");
+    assert_eq!(loaded.state.step, before, "the checkpoint written before the disk filled survives");
+}
+
+#[cfg(target_os = "linux")]
+fn walk_size(dir: &std::path::Path) -> u64 {
+    let mut total = 0;
+    for e in std::fs::read_dir(dir).unwrap() {
+        let e = e.unwrap();
+        let m = e.metadata().unwrap();
+        total += if m.is_dir() { walk_size(&e.path()) } else { m.len() };
+    }
+    total
 }
