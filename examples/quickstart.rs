@@ -5,9 +5,9 @@
 //! cargo run --example quickstart [-- --set training.steps=100 ...]
 //! ```
 //!
-//! The second half of every training sequence repeats the first, so the model can only
-//! predict it by attending back to what followed the earlier copy of the current token.
-//! After training, greedy decoding of `r + r[..8]` should continue with `r[8..]`.
+//! Every training sequence is a random segment of 24 tokens repeated, so the model learns to
+//! copy from 24 positions back. After training, greedy decoding of `r + r[..8]` should
+//! continue with `r[8..]`.
 
 use std::path::PathBuf;
 

@@ -184,3 +184,51 @@ fn detectors_score_a_hand_made_previous_token_pattern() {
     let s = head_scores(&m, &[toks], Detector::PreviousToken);
     assert!((s[1][3] - manual).abs() < 1e-6, "{} vs {manual}", s[1][3]);
 }
+
+/// Shortformer positions join the normalized stream as in TransformerLens: the query input
+/// of every layer is `ln1(resid_pre) + pos_embed`; and LayerNorm folding, which could not
+/// keep that, is refused.
+#[test]
+fn shortformer_queries_read_ln1_of_the_residual_plus_positions() {
+    use burnlens::model::{Positional, TransformerConfig};
+    let dev = Device::flex();
+    let mut cfg = TransformerConfig::gpt2_like(11, 8, 16, 2, 2);
+    cfg.d_mlp = None;
+    cfg.positional = Positional::QueryKeyOnly;
+    let m = cfg.init(&dev).unwrap();
+    let ids = [3i64, 1, 4, 1, 5, 9];
+    let (t, d, dh) = (ids.len(), 16, 8);
+    let mut hooks = Hooks::capture(|n| n == "blocks.1.hook_resid_pre" || n == "hook_pos_embed" || n == "blocks.1.attn.hook_q");
+    m.forward_hooked(m.ids_tensor(&ids), &mut hooks);
+    let resid = hooks.cache["blocks.1.hook_resid_pre"].to_vec();
+    let pos = hooks.cache["hook_pos_embed"].to_vec();
+    let q = hooks.cache["blocks.1.attn.hook_q"].to_vec(); // [1, t, head, d_head]
+    let ln = &m.blocks[1].ln1;
+    let g: Vec<f32> = ln.weight.val().into_data().to_vec().unwrap();
+    let b: Vec<f32> = ln.bias.val().into_data().to_vec().unwrap();
+    let w = m.blocks[1].attn.head_weights();
+    let w_q: Vec<f32> = w.w_q.into_data().to_vec().unwrap();
+    let b_q: Vec<f32> = w.b_q.into_data().to_vec().unwrap();
+    let mut worst = 0f32;
+    for i in 0..t {
+        let x = &resid[i * d..(i + 1) * d];
+        let mean = x.iter().sum::<f32>() / d as f32;
+        let var = x.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / d as f32;
+        let input: Vec<f32> = (0..d).map(|j| (x[j] - mean) / (var + ln.eps as f32).sqrt() * g[j] + b[j] + pos[i * d + j]).collect();
+        for h in 0..2 {
+            for e in 0..dh {
+                let by_hand: f32 = (0..d).map(|j| input[j] * w_q[(h * d + j) * dh + e]).sum::<f32>() + b_q[h * dh + e];
+                worst = worst.max((by_hand - q[(i * 2 + h) * dh + e]).abs());
+            }
+        }
+    }
+    assert!(worst < 1e-5, "hook_q differs from (ln1(resid) + pos) W_Q + b_Q by {worst}");
+
+    let err = process_weights(&m, ProcessOptions::all()).unwrap_err().to_string();
+    assert!(err.contains("query_key_only") && err.contains("fold_ln"), "{err}");
+    let opts = ProcessOptions { fold_ln: false, ..ProcessOptions::all() };
+    let p = process_weights(&m, opts).unwrap();
+    let (a, b) = (logprobs(&m, &ids), logprobs(&p, &ids));
+    let diff = a.iter().zip(&b).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
+    assert!(diff < 1e-4, "centring without folding keeps log-probabilities: {diff}");
+}

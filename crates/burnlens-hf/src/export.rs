@@ -22,7 +22,7 @@ pub fn check_exportable(cfg: &TransformerConfig, family: Family) -> Result<()> {
         return fail("attention-only models have no Hugging Face equivalent".into());
     }
     if cfg.untied_unembed {
-        return fail("the unembedding is untied (weight-processed model); Hugging Face GPT-2/GPT-Neo tie it to the embedding".into());
+        return fail("the unembedding is untied (its own W_U and b_U); Hugging Face GPT-2/GPT-Neo tie it to the embedding".into());
     }
     if cfg.positional != Positional::Residual {
         return fail("positions added only to queries and keys have no Hugging Face equivalent".into());

@@ -164,3 +164,48 @@ mod tests {
         assert_eq!((at(&ind, 3, 1), at(&ind, 4, 2), ind.iter().sum::<f32>()), (1.0, 1.0, 2.0));
     }
 }
+
+/// The two-head induction circuit found in a model: its strongest layer-0+ previous-token
+/// head, its strongest induction head in a later layer, and how strongly the second reads
+/// the first through its keys.
+#[derive(Debug, Clone, Serialize)]
+pub struct InductionCircuit {
+    /// `(layer, head, previous-token score)` on the experiment's sequences.
+    pub previous_token: (usize, usize, f64),
+    /// `(layer, head, induction score)` from the experiment, in a layer after the
+    /// previous-token head's.
+    pub induction: (usize, usize, f64),
+    /// K-composition of the previous-token head's OV into the induction head's QK.
+    pub k_composition: f64,
+    /// The random-matrix baseline of composition scores at these shapes.
+    pub random_baseline: f64,
+    /// The same for Q-composition, for contrast (induction needs K, not Q).
+    pub q_composition: f64,
+}
+
+/// Locate the previous-token -> induction head pair of `model` on the sequences of an
+/// induction experiment. `None` when the model has a single layer.
+pub fn induction_circuit(model: &Transformer, report: &InductionReport) -> Option<InductionCircuit> {
+    let prev = head_scores(model, &report.tokens, Detector::PreviousToken);
+    let n_layers = prev.len();
+    if n_layers < 2 {
+        return None;
+    }
+    let best = |rows: &[Vec<f64>], layers: std::ops::Range<usize>| {
+        layers
+            .flat_map(|l| rows[l].iter().enumerate().map(move |(h, &s)| (l, h, s)))
+            .max_by(|a, b| a.2.total_cmp(&b.2))
+            .expect("at least one head")
+    };
+    let induction = best(&report.induction_scores, 1..n_layers);
+    let previous_token = best(&prev, 0..induction.0);
+    let comp = crate::composition::composition_scores(model);
+    let at = comp.index(previous_token.0, previous_token.1, induction.0, induction.1);
+    Some(InductionCircuit {
+        previous_token,
+        induction,
+        k_composition: comp.k[at] as f64,
+        q_composition: comp.q[at] as f64,
+        random_baseline: comp.random_baseline,
+    })
+}

@@ -13,6 +13,6 @@ pub mod views;
 
 pub use cache::{Ablation, ActivationCache, ablate_heads, patch, run_with_cache};
 pub use composition::{CompositionScores, composition_scores};
-pub use detect::{Detector, InductionReport, head_scores, induction_experiment};
+pub use detect::{Detector, InductionCircuit, InductionReport, head_scores, induction_circuit, induction_experiment};
 pub use factored::{FactoredMatrix, Svd, copying_score};
 pub use process::{ProcessOptions, process_weights};

@@ -104,6 +104,14 @@ pub fn process_weights(model: &Transformer, opts: ProcessOptions) -> Result<Tran
     if !opts.any() {
         return Ok(model.clone());
     }
+    if opts.fold_ln && cfg.positional == burnlens_model::Positional::QueryKeyOnly {
+        // q = (ln1(x) + pos) W_Q: the LayerNorm scale cannot move into W_Q without also
+        // scaling the position term, so folding would change the model.
+        return Err(ModelError::Config {
+            field: "positional",
+            msg: "is query_key_only (shortformer): LayerNorm cannot be folded into W_Q/W_K without changing the position term; process without fold_ln".into(),
+        });
+    }
     let mut params: HashMap<String, P> = model
         .collect(None, None, false)
         .into_iter()

@@ -331,7 +331,11 @@ impl Block {
         let resid = hooks.point(|| format!("blocks.{l}.hook_resid_pre"), resid);
         let ln1 = format!("blocks.{l}.ln1");
         let x = self.ln1.forward(resid.clone(), hooks, &ln1);
-        let qk_input = pos_qk.map(|p| self.ln1.forward(resid.clone() + p, &mut Hooks::none(), &ln1));
+        // Shortformer positions join the normalized stream (as TransformerLens does): the
+        // query/key input is ln1(resid) + pos, the value input ln1(resid). Normalizing them
+        // together instead couples position and content and, in our measurements, keeps a
+        // two-layer model from forming induction heads.
+        let qk_input = pos_qk.map(|p| x.clone() + p);
         let attn_out = self.attn.forward_with(x, qk_input, mask, kv, hooks, l, fused);
         let attn_out = hooks.point(|| format!("blocks.{l}.hook_attn_out"), self.resid_dropout.forward(attn_out));
         let resid = resid + attn_out;

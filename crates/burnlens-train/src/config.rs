@@ -48,6 +48,11 @@ pub struct ModelSection {
     pub positional: Option<String>,
     #[serde(default)]
     pub scale_attn_by_inverse_layer_idx: bool,
+    /// Unembedding tied to the token embedding (`W_U = W_Eᵀ`, as GPT-2/GPT-Neo; default
+    /// true). Toy interpretability models use their own `W_U` and `b_U`: with a tied
+    /// unembedding the direct path `W_E W_Eᵀ` predicts the current token again, which fights
+    /// the copying an induction head learns.
+    pub tie_embeddings: Option<bool>,
 }
 
 /// `[data]`.

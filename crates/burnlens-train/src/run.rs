@@ -155,7 +155,7 @@ pub fn model_spec(cfg: &RunConfig, vocab: usize) -> Result<ModelSpec> {
         layer_norm_eps: 1e-5,
         positional,
         dropout: cfg.training.dropout,
-        untied_unembed: false,
+        untied_unembed: !m.tie_embeddings.unwrap_or(true),
     };
     config.validate().map_err(|e| bad(e.to_string()))?;
     Ok(ModelSpec { family, config })
