@@ -23,14 +23,24 @@ pub fn all_fixtures() -> Vec<&'static str> {
     FIXTURES.iter().chain(EXPORT_FIXTURES).copied().collect()
 }
 
-/// Backends the tests run on: `BURNLENS_TEST_BACKENDS` (comma-separated), else flex and ndarray.
+/// Backends the tests run on: `BURNLENS_TEST_BACKENDS` (comma-separated) if set, else every
+/// backend compiled into this build that runs a small computation here (flex and ndarray in
+/// the default build; wgpu, tch, cuda when their features are on and a device answers).
 pub fn backends() -> Vec<(String, Device)> {
-    let names = std::env::var("BURNLENS_TEST_BACKENDS").unwrap_or_else(|_| "flex,ndarray".into());
+    let names: Vec<String> = match std::env::var("BURNLENS_TEST_BACKENDS") {
+        Ok(list) => list.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect(),
+        Err(_) => burnlens::model::backend::probe_all()
+            .into_iter()
+            .filter(|r| r.compiled && r.probe.is_ok())
+            .map(|r| r.name.to_string())
+            .collect(),
+    };
     names
-        .split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(|n| (n.to_string(), burnlens::model::backend::device(n, None).unwrap_or_else(|e| panic!("{e}"))))
+        .into_iter()
+        .map(|n| {
+            let device = burnlens::model::backend::device(&n, None).unwrap_or_else(|e| panic!("{e}"));
+            (n, device)
+        })
         .collect()
 }
 

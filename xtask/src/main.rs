@@ -44,6 +44,40 @@ fn venv() -> Result<PathBuf> {
     Ok(python)
 }
 
+/// Build with the `tch` feature against the PyTorch in `.venv` (torch-sys wants torch
+/// 2.9.0) and run the parity suite on LibTorch's CPU device (`BURNLENS_TEST_BACKENDS=tch`;
+/// set it yourself to add others). Extra arguments go to `cargo test`.
+fn parity_tch(extra: Vec<String>) -> Result<()> {
+    let python = venv()?;
+    let venv_dir = python.parent().and_then(Path::parent).expect(".venv/bin/python").to_path_buf();
+    let out = Command::new(&python)
+        .args(["-c", "import torch, os; print(torch.__version__); print(os.path.join(os.path.dirname(torch.__file__), 'lib')); print(int(torch.cuda.is_available()))"])
+        .output()
+        .context("asking the venv's torch for its version")?;
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let mut lines = text.lines();
+    let (version, lib, cuda) = (lines.next().unwrap_or(""), lines.next().unwrap_or(""), lines.next() == Some("1"));
+    eprintln!("torch {version} (lib {lib}), CUDA visible to torch: {cuda}");
+    if !version.starts_with("2.9.0") {
+        bail!("torch-sys 0.22 needs torch 2.9.0 but .venv has torch {version:?}; run: .venv/bin/pip install torch==2.9.0");
+    }
+    let backends = std::env::var("BURNLENS_TEST_BACKENDS").unwrap_or_else(|_| "tch".into());
+    let path = format!("{}:{}", venv_dir.join("bin").display(), std::env::var("PATH").unwrap_or_default());
+    let ld = match std::env::var("LD_LIBRARY_PATH") {
+        Ok(old) if !old.is_empty() => format!("{lib}:{old}"),
+        _ => lib.to_string(),
+    };
+    run(Command::new("cargo")
+        .current_dir(root())
+        .args(["test", "--features", "tch", "--test", "parity"])
+        .args(&extra)
+        .env("LIBTORCH_USE_PYTORCH", "1")
+        .env("VIRTUAL_ENV", &venv_dir)
+        .env("PATH", path)
+        .env("LD_LIBRARY_PATH", ld)
+        .env("BURNLENS_TEST_BACKENDS", backends))
+}
+
 /// Train `configs/shakespeare-char-cpu.toml` with burnlens and the same configuration with
 /// the lean PyTorch peer (`scripts/peer_nanogpt.py train`), one after the other on this
 /// machine, and report wall time, tokens/s and validation loss side by side.
@@ -301,7 +335,8 @@ fn main() -> Result<()> {
         }
         "bench-train" => bench_train()?,
         "bench" => bench(std::env::args().skip(2).collect())?,
-        _ => bail!("usage: cargo xtask <fixtures|venv|bench [WORKLOAD...]|bench-train>"),
+        "parity-tch" => parity_tch(std::env::args().skip(2).collect())?,
+        _ => bail!("usage: cargo xtask <fixtures|venv|bench [WORKLOAD...]|bench-train|parity-tch>"),
     }
     Ok(())
 }

@@ -91,7 +91,7 @@ pub fn parse_config(text: &str, path: &Path) -> Result<HfConfig> {
 fn gpt2(f: &Fields) -> Result<TransformerConfig> {
     let d_model = f.size(&["n_embd"], 768)?;
     let n_heads = f.size(&["n_head"], 12)?;
-    let n_layers = f.count(&["n_layer"], 12)?;
+    let n_layers = f.layers(&["n_layer"], 12)?;
     if f.bool("add_cross_attention", false)? {
         return Err(f.err("add_cross_attention", "is true; burnlens supports decoder-only GPT-2 without cross-attention"));
     }
@@ -117,7 +117,7 @@ fn gpt2(f: &Fields) -> Result<TransformerConfig> {
 fn gpt_neo(f: &Fields) -> Result<TransformerConfig> {
     let d_model = f.size(&["hidden_size"], 2048)?;
     let n_heads = f.size(&["num_heads"], 16)?;
-    let n_layers = f.count(&["num_layers"], 24)?;
+    let n_layers = f.layers(&["num_layers"], 24)?;
     let window = f.count(&["window_size"], 256)?;
     let kinds = attention_layers(f)?;
     if kinds.len() != n_layers {
@@ -165,6 +165,10 @@ fn attention_layers(f: &Fields) -> Result<Vec<String>> {
                 let kinds = pair[0].as_array().ok_or_else(bad)?;
                 let times = pair[1].as_u64().ok_or_else(bad)?;
                 let kinds: Vec<String> = kinds.iter().map(|k| k.as_str().map(String::from).ok_or_else(bad)).collect::<Result<_>>()?;
+                let total = (times as u128) * (kinds.len() as u128) + out.len() as u128;
+                if total > burnlens_model::MAX_LAYERS as u128 {
+                    return Err(f.err("attention_types", format!("expands to {total} layers; at most {} are supported", burnlens_model::MAX_LAYERS)));
+                }
                 for _ in 0..times {
                     out.extend(kinds.iter().cloned());
                 }
@@ -249,6 +253,17 @@ impl Fields<'_> {
     /// A count that may be any non-negative integer.
     fn count(&self, names: &[&str], default: usize) -> Result<usize> {
         Ok(self.opt_uint(names)?.map_or(default, |(_, n)| n as usize))
+    }
+
+    /// A layer count: any non-negative integer up to [`burnlens_model::MAX_LAYERS`].
+    fn layers(&self, names: &[&str], default: usize) -> Result<usize> {
+        match self.opt_uint(names)? {
+            Some((name, n)) if n > burnlens_model::MAX_LAYERS as u64 => {
+                Err(self.err(&name, format!("= {n} layers; at most {} are supported", burnlens_model::MAX_LAYERS)))
+            }
+            Some((_, n)) => Ok(n as usize),
+            None => Ok(default),
+        }
     }
 
     fn float(&self, name: &str, default: f64) -> Result<f64> {

@@ -97,6 +97,11 @@ impl ActivationFn {
     }
 }
 
+/// The most layers a config may ask for. Far above any real GPT-2/GPT-Neo (48 and 44), it
+/// stops a corrupt or hostile config from allocating per-layer state for billions of layers
+/// before anything else can be checked.
+pub const MAX_LAYERS: usize = 4096;
+
 /// Where learned position embeddings enter the model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -186,14 +191,23 @@ impl TransformerConfig {
 
     /// Number of trainable scalars (the tied unembedding counted once).
     pub fn n_params(&self) -> usize {
-        let d = self.d_model;
-        let hd = self.n_heads * self.d_head;
+        usize::try_from(self.n_params_wide()).unwrap_or(usize::MAX)
+    }
+
+    /// [`Self::n_params`] without overflow, whatever the sizes.
+    fn n_params_wide(&self) -> u128 {
+        let d = self.d_model as u128;
+        let hd = (self.n_heads as u128) * (self.d_head as u128);
+        let vocab = self.vocab_size as u128;
         let ln = 2 * d;
         let attn = 3 * d * hd + if self.qkv_bias { 3 * hd } else { 0 } + hd * d + d;
-        let mlp = self.d_mlp.map_or(0, |m| d * m + m + m * d + d);
+        let mlp = self.d_mlp.map_or(0, |m| {
+            let m = m as u128;
+            d * m + m + m * d + d
+        });
         let per_layer = ln + attn + if self.d_mlp.is_some() { ln + mlp } else { 0 };
-        let unembed = if self.untied_unembed { d * self.vocab_size + self.vocab_size } else { 0 };
-        self.vocab_size * d + self.n_ctx * d + self.n_layers() * per_layer + ln + unembed
+        let unembed = if self.untied_unembed { d * vocab + vocab } else { 0 };
+        vocab * d + (self.n_ctx as u128) * d + (self.n_layers() as u128) * per_layer + ln + unembed
     }
 
     /// Check that the numbers describe a model that can be built.
@@ -226,6 +240,12 @@ impl TransformerConfig {
         }
         if !(0.0..1.0).contains(&self.dropout) {
             return bad("dropout", format!("must be in [0, 1), found {}", self.dropout));
+        }
+        // Sizes whose product no machine could hold are a corrupt config, not a model.
+        const MAX_PARAMS: u128 = 1 << 40;
+        let n = self.n_params_wide();
+        if n > MAX_PARAMS {
+            return bad("n_params", format!("would be {n} (from vocab_size, n_ctx, d_model, n_heads, d_mlp and the layer count); at most 2^40 are supported"));
         }
         Ok(())
     }

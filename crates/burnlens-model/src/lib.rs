@@ -11,7 +11,7 @@ pub mod rng;
 pub mod generate;
 pub mod transformer;
 
-pub use config::{ActivationFn, AttentionSpan, Positional, ScoreScale, TransformerConfig};
+pub use config::{ActivationFn, AttentionSpan, MAX_LAYERS, Positional, ScoreScale, TransformerConfig};
 pub use error::ModelError;
 pub use rng::Rng;
 pub use generate::{Sampling, generate};

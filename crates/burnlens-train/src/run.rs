@@ -110,6 +110,9 @@ pub fn model_spec(cfg: &RunConfig, vocab: usize) -> Result<ModelSpec> {
     let d_model = m.d_model.ok_or_else(|| bad("model.d_model is required (or model.from)".into()))?;
     let n_heads = m.n_heads.ok_or_else(|| bad("model.n_heads is required (or model.from)".into()))?;
     let n_layers = m.n_layers.ok_or_else(|| bad("model.n_layers is required (or model.from)".into()))?;
+    if n_layers > burnlens_model::MAX_LAYERS {
+        return Err(bad(format!("model.n_layers = {n_layers}; at most {} are supported", burnlens_model::MAX_LAYERS)));
+    }
     if n_heads == 0 || d_model % n_heads != 0 {
         return Err(bad(format!("model.d_model = {d_model} must be a positive multiple of model.n_heads = {n_heads}")));
     }
