@@ -3,13 +3,9 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
 use common::*;
-
-fn burnlens(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_burnlens")).args(args).env_remove("BURNLENS_BACKEND").output().expect("run burnlens")
-}
 
 fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
@@ -17,16 +13,6 @@ fn stdout(o: &Output) -> String {
 
 fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-/// A failed run: exit code 2, exactly one line on stderr containing `needle`, no panic.
-fn assert_bad_input(o: &Output, needle: &str) {
-    let err = stderr(o);
-    assert_eq!(o.status.code(), Some(2), "expected exit 2, got {:?}; stderr: {err}", o.status.code());
-    assert_eq!(err.trim_end().lines().count(), 1, "expected a one-line error, got: {err}");
-    assert!(err.starts_with("error: "), "{err}");
-    assert!(err.contains(needle), "expected {needle:?} in: {err}");
-    assert!(!err.contains("panicked") && !err.contains("backtrace"), "{err}");
 }
 
 fn ids_of(name: &str) -> (Vec<i64>, String) {

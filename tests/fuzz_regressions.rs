@@ -1,26 +1,21 @@
 //! Inputs found by `scripts/fuzz.sh` (cargo fuzz) that crashed burnlens, kept as tests, plus
 //! hand-made relatives of each. Crash files live in `tests/fixtures/fuzz/`.
 
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::process::Command;
+
+use common::*;
 
 fn crash(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/fuzz").join(name)
 }
 
+/// `burnlens info` on a directory holding only `config.json` = `text`.
 fn info_on_config(text: &str) -> std::process::Output {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("config.json"), text).unwrap();
-    Command::new(env!("CARGO_BIN_EXE_burnlens")).args(["info", "--model"]).arg(dir.path()).output().unwrap()
-}
-
-fn assert_one_line_error(o: &std::process::Output, needle: &str) {
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(2), "{err}");
-    assert!(!err.contains("panicked"), "{err}");
-    let lines: Vec<&str> = err.lines().filter(|l| l.starts_with("error:")).collect();
-    assert_eq!(lines.len(), 1, "{err}");
-    assert!(lines[0].contains(needle), "{err}");
+    burnlens(&["info", "--model", dir.path().to_str().unwrap()])
 }
 
 /// Found by the `config_json` target: `"n_layer": 444522473353523` allocated per-layer state
@@ -30,7 +25,7 @@ fn a_config_with_trillions_of_layers_is_an_error() {
     let text = std::fs::read_to_string(crash("config_json-huge-n_layer.json")).unwrap();
     let e = burnlens::hf::parse_config(&text, Path::new("config.json")).unwrap_err().to_string();
     assert!(e.contains("n_layer") && e.contains("at most 4096"), "{e}");
-    assert_one_line_error(&info_on_config(&text), "n_layer");
+    assert_bad_input(&info_on_config(&text), "n_layer");
 }
 
 #[test]
@@ -39,7 +34,7 @@ fn gpt_neo_attention_types_that_expand_to_too_many_layers_are_an_error() {
         "attention_types": [[["global", "local"], 9007199254740993]]}"#;
     let e = burnlens::hf::parse_config(text, Path::new("config.json")).unwrap_err().to_string();
     assert!(e.contains("attention_types") && e.contains("at most"), "{e}");
-    assert_one_line_error(&info_on_config(text), "attention_types");
+    assert_bad_input(&info_on_config(text), "attention_types");
 }
 
 #[test]
@@ -47,7 +42,7 @@ fn sizes_whose_product_overflows_are_an_error_not_an_overflow() {
     let text = r#"{"model_type": "gpt2", "n_embd": 4294967296, "n_head": 1, "n_layer": 4000, "vocab_size": 4294967296}"#;
     let e = burnlens::hf::parse_config(text, Path::new("config.json")).unwrap_err().to_string();
     assert!(e.contains("n_params") && e.contains("2^40"), "{e}");
-    assert_one_line_error(&info_on_config(text), "n_params");
+    assert_bad_input(&info_on_config(text), "n_params");
 }
 
 #[test]
@@ -55,12 +50,7 @@ fn a_run_config_with_too_many_layers_is_an_error() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = dir.path().join("run.toml");
     std::fs::write(&cfg, "[model]\nn_layers = 444522473353523\nn_heads = 2\nd_model = 8\n[data]\nkind = \"repeated_tokens\"\nvocab = 8\n[training]\nsteps = 1\n").unwrap();
-    let o = Command::new(env!("CARGO_BIN_EXE_burnlens"))
-        .args(["train", "--config"])
-        .arg(&cfg)
-        .args(["--set"])
-        .arg(format!("output.dir={}", dir.path().join("run").display()))
-        .output()
-        .unwrap();
-    assert_one_line_error(&o, "model.n_layers");
+    let out = format!("output.dir={}", dir.path().join("run").display());
+    let o = burnlens(&["train", "--config", cfg.to_str().unwrap(), "--set", &out]);
+    assert_bad_input(&o, "model.n_layers");
 }

@@ -3,25 +3,13 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use burn::tensor::Device;
 use burnlens::hf::load_model;
 use common::*;
 use safetensors::{Dtype, tensor::TensorView};
-
-/// Copy fixture `name` into a fresh temporary directory.
-fn copy_fixture(name: &str) -> (tempfile::TempDir, PathBuf) {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join(name);
-    std::fs::create_dir(&dir).unwrap();
-    for entry in std::fs::read_dir(fixture(name)).unwrap() {
-        let p = entry.unwrap().path();
-        std::fs::copy(&p, dir.join(p.file_name().unwrap())).unwrap();
-    }
-    (tmp, dir)
-}
 
 /// Rewrite `file` through `edit`, which gets (name, dtype, shape, bytes) tuples.
 fn rewrite(file: &Path, edit: impl FnOnce(&mut Vec<(String, Dtype, Vec<usize>, Vec<u8>)>)) {

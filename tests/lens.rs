@@ -204,11 +204,11 @@ fn shortformer_queries_read_ln1_of_the_residual_plus_positions() {
     let pos = hooks.cache["hook_pos_embed"].to_vec();
     let q = hooks.cache["blocks.1.attn.hook_q"].to_vec(); // [1, t, head, d_head]
     let ln = &m.blocks[1].ln1;
-    let g: Vec<f32> = ln.weight.val().into_data().to_vec().unwrap();
-    let b: Vec<f32> = ln.bias.val().into_data().to_vec().unwrap();
+    let g: Vec<f32> = ln.weight.val().into_data().try_to_vec::<f32>().unwrap();
+    let b: Vec<f32> = ln.bias.val().into_data().try_to_vec::<f32>().unwrap();
     let w = m.blocks[1].attn.head_weights();
-    let w_q: Vec<f32> = w.w_q.into_data().to_vec().unwrap();
-    let b_q: Vec<f32> = w.b_q.into_data().to_vec().unwrap();
+    let w_q: Vec<f32> = w.w_q.into_data().try_to_vec::<f32>().unwrap();
+    let b_q: Vec<f32> = w.b_q.into_data().try_to_vec::<f32>().unwrap();
     let mut worst = 0f32;
     for i in 0..t {
         let x = &resid[i * d..(i + 1) * d];

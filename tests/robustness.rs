@@ -4,36 +4,12 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 
 use burn::tensor::Device;
 use burnlens::hf::load_model;
 use burnlens::model::{AttentionSpan, Hooks, Transformer, TransformerConfig};
 use common::*;
-
-fn burnlens(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_burnlens")).args(args).env_remove("BURNLENS_BACKEND").output().unwrap()
-}
-
-fn assert_exit(o: &Output, code: i32, needle: &str) {
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(code), "{err}");
-    let error_lines: Vec<&str> = err.lines().filter(|l| l.starts_with("error:")).collect();
-    assert_eq!(error_lines.len(), 1, "{err}");
-    assert!(err.contains(needle), "expected {needle:?} in {err}");
-    assert!(!err.contains("panicked") && !err.contains("RUST_BACKTRACE"), "{err}");
-}
-
-fn copy_fixture(name: &str) -> (tempfile::TempDir, PathBuf) {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join(name);
-    std::fs::create_dir(&dir).unwrap();
-    for entry in std::fs::read_dir(fixture(name)).unwrap() {
-        let p = entry.unwrap().path();
-        std::fs::copy(&p, dir.join(p.file_name().unwrap())).unwrap();
-    }
-    (tmp, dir)
-}
 
 /// Replace the safetensors header of `file` by `header` (the data stays).
 fn set_header(file: &Path, header: &[u8]) {

@@ -3,7 +3,7 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 
 use burn::tensor::Device;
 use burnlens::hf::{Tokenizer, load_model};
@@ -207,17 +207,6 @@ fn greedy_decoding_with_and_without_the_cache_agree_and_sampling_is_seeded() {
 }
 
 // ---- the CLI ---------------------------------------------------------------------------
-
-fn burnlens(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_burnlens")).args(args).env_remove("BURNLENS_BACKEND").output().unwrap()
-}
-
-fn assert_bad_input(o: &Output, needle: &str) {
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(2), "stderr: {err}");
-    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
-    assert!(err.contains(needle), "expected {needle:?} in {err}");
-}
 
 fn write_config(dir: &Path, text: &str) -> PathBuf {
     let p = dir.join("run.toml");

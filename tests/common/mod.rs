@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
 
 use burn::tensor::Device;
 
@@ -89,4 +90,44 @@ pub fn shared_data() -> Option<PathBuf> {
         eprintln!("skipping: reference data not found at {} (set BURNLENS_DATA)", dir.display());
         None
     }
+}
+
+/// Run the `burnlens` binary built for these tests, ignoring any `BURNLENS_BACKEND` of the
+/// caller's environment.
+pub fn burnlens(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_burnlens")).args(args).env_remove("BURNLENS_BACKEND").output().expect("run burnlens")
+}
+
+/// A run refused as bad input: exit code 2 and exactly one line on stderr, `error: ...`,
+/// containing `needle`, with no panic or backtrace.
+pub fn assert_bad_input(o: &Output, needle: &str) {
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "expected exit 2, got {:?}; stderr: {err}", o.status.code());
+    assert_eq!(err.trim_end().lines().count(), 1, "expected a one-line error, got: {err}");
+    assert!(err.starts_with("error: "), "{err}");
+    assert!(err.contains(needle), "expected {needle:?} in: {err}");
+    assert!(!err.contains("panicked") && !err.contains("backtrace"), "{err}");
+}
+
+/// A run that exits with `code` and exactly one `error:` line (warnings may come first)
+/// containing `needle`, with no panic or backtrace.
+pub fn assert_exit(o: &Output, code: i32, needle: &str) {
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(code), "{err}");
+    let error_lines: Vec<&str> = err.lines().filter(|l| l.starts_with("error:")).collect();
+    assert_eq!(error_lines.len(), 1, "{err}");
+    assert!(err.contains(needle), "expected {needle:?} in {err}");
+    assert!(!err.contains("panicked") && !err.contains("RUST_BACKTRACE"), "{err}");
+}
+
+/// Copy fixture `name` into a fresh temporary directory.
+pub fn copy_fixture(name: &str) -> (tempfile::TempDir, PathBuf) {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join(name);
+    std::fs::create_dir(&dir).unwrap();
+    for entry in std::fs::read_dir(fixture(name)).unwrap() {
+        let p = entry.unwrap().path();
+        std::fs::copy(&p, dir.join(p.file_name().unwrap())).unwrap();
+    }
+    (tmp, dir)
 }

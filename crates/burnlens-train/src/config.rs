@@ -59,10 +59,8 @@ pub struct ModelSection {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DataSection {
-    /// `char` (character-level text), `bpe` (text through `tokenizer`),
-    /// `repeated_tokens` (synthetic: a random segment repeated to fill the sequence), or
-    /// `induction` (synthetic: filler text in which each token often determines the one two
-    /// places later, with a random segment copied once at a random distance).
+    /// `char` (character-level text), `bpe` (text through `tokenizer`), or
+    /// `repeated_tokens` (synthetic: random tokens followed by their repeat).
     pub kind: String,
     /// Text file for `char` and `bpe`.
     pub path: Option<PathBuf>,
@@ -79,9 +77,6 @@ pub struct DataSection {
     /// length varies per sequence, so no fixed positional offset predicts the repeats: only
     /// attending to what followed the previous occurrence of the current token does.
     pub min_repeat_len: Option<usize>,
-    /// `induction`: probability that a filler token is the fixed successor of the token two
-    /// places back (default 0.5); this makes previous-token heads pay on their own.
-    pub skip_prob: Option<f64>,
 }
 
 fn default_val_fraction() -> f64 {

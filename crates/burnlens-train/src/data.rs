@@ -22,11 +22,6 @@ enum Source {
     /// is full: predicting the repeats pays only for a model that learned to look back at
     /// what followed the previous occurrence of the current token (induction).
     Repeated { vocab: usize, min_len: usize, max_len: usize },
-    /// Filler where, with probability `skip_prob`, token `i` is `successor[token[i - 2]]`
-    /// (so a head that looks one token back pays by itself), and one random segment (length
-    /// drawn from `min_len..=max_len`) copied once at a random distance: predicting the copy
-    /// needs an induction head built on such a previous-token head.
-    Induction { vocab: usize, min_len: usize, max_len: usize, skip_prob: f64, successor: Vec<i64> },
 }
 
 /// Everything the training loop draws batches from.
@@ -106,32 +101,7 @@ impl Dataset {
                                       "split": "train and validation batches come from separate random streams" });
                 Ok(Dataset { tokenizer: None, vocab_size: vocab, source: Source::Repeated { vocab, min_len, max_len }, summary })
             }
-            "induction" => {
-                let vocab = d.vocab.unwrap_or(64);
-                let max_len = d.repeat_len.unwrap_or(block_size / 3).max(1);
-                let min_len = d.min_repeat_len.unwrap_or((max_len / 2).max(2)).min(max_len);
-                let skip_prob = d.skip_prob.unwrap_or(0.5);
-                let at = Path::new("[data]");
-                if vocab < 2 {
-                    return Err(data_err(at, format!("data.vocab must be at least 2, found {vocab}")));
-                }
-                if 2 * max_len > block_size + 1 {
-                    return Err(data_err(at, format!("data.repeat_len = {max_len} is too long: a segment and its copy need {} tokens, the block has {}", 2 * max_len, block_size + 1)));
-                }
-                if !(0.0..=1.0).contains(&skip_prob) {
-                    return Err(data_err(at, format!("data.skip_prob must be in [0, 1], found {skip_prob}")));
-                }
-                // A fixed permutation, the same for every run of this vocabulary.
-                let mut rng = Rng::new(0x5EC0_0D5 ^ vocab as u64);
-                let mut successor: Vec<i64> = (0..vocab as i64).collect();
-                for i in (1..vocab).rev() {
-                    successor.swap(i, rng.below(i as u64 + 1) as usize);
-                }
-                let summary = json!({ "kind": "induction", "vocab_size": vocab, "min_repeat_len": min_len, "repeat_len": max_len, "skip_prob": skip_prob,
-                                      "split": "train and validation batches come from separate random streams" });
-                Ok(Dataset { tokenizer: None, vocab_size: vocab, source: Source::Induction { vocab, min_len, max_len, skip_prob, successor }, summary })
-            }
-            other => Err(data_err(Path::new("[data]"), format!("data.kind = \"{other}\" is not one of char, bpe, repeated_tokens, induction"))),
+            other => Err(data_err(Path::new("[data]"), format!("data.kind = \"{other}\" is not one of char, bpe, repeated_tokens"))),
         }
     }
 
@@ -157,23 +127,6 @@ impl Dataset {
                     let len = min_len + rng.below((max_len - min_len + 1) as u64) as usize;
                     let r: Vec<i64> = (0..len).map(|_| rng.below(*vocab as u64) as i64).collect();
                     out.extend(r.iter().cycle().take(block + 1));
-                }
-            }
-            Source::Induction { vocab, min_len, max_len, skip_prob, successor } => {
-                let n = block + 1;
-                for _ in 0..batch {
-                    let mut seq: Vec<i64> = Vec::with_capacity(n);
-                    for i in 0..n {
-                        let t = if i >= 2 && rng.next_f64() < *skip_prob { successor[seq[i - 2] as usize] } else { rng.below(*vocab as u64) as i64 };
-                        seq.push(t);
-                    }
-                    let len = min_len + rng.below((max_len - min_len + 1) as u64) as usize;
-                    let first = rng.below((n - 2 * len + 1) as u64) as usize;
-                    let second = first + len + rng.below((n - first - 2 * len + 1) as u64) as usize;
-                    for j in 0..len {
-                        seq[second + j] = seq[first + j];
-                    }
-                    out.extend(seq);
                 }
             }
         }
