@@ -165,9 +165,9 @@ mod tests {
     }
 }
 
-/// The two-head induction circuit found in a model: its strongest layer-0+ previous-token
-/// head, its strongest induction head in a later layer, and how strongly the second reads
-/// the first through its keys.
+/// The two-head induction circuit found in a model: its strongest induction head (in any
+/// layer but the first), the strongest previous-token head in an earlier layer, and how
+/// strongly the induction head reads the previous-token head through its keys.
 #[derive(Debug, Clone, Serialize)]
 pub struct InductionCircuit {
     /// `(layer, head, previous-token score)` on the experiment's sequences.

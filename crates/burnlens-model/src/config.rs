@@ -147,8 +147,9 @@ pub struct TransformerConfig {
     /// Dropout probability on embeddings, attention pattern and residual writes (training only).
     #[serde(default)]
     pub dropout: f64,
-    /// An unembedding `W_U [d_model, vocab]` with a bias, instead of `W_Eᵀ`. Checkpoints are
-    /// tied; weight processing (folding the final LayerNorm, centring) unties them.
+    /// An unembedding `W_U [d_model, vocab]` with a bias, instead of `W_Eᵀ`. HF checkpoints
+    /// are tied; weight processing (folding the final LayerNorm, centring) unties them, and
+    /// toy models can be trained untied (`model.tie_embeddings = false` in a run config).
     #[serde(default)]
     pub untied_unembed: bool,
 }
