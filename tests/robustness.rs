@@ -178,13 +178,27 @@ checkpoint_interval = 3
 dir = "RUN"
 "#;
 
+/// Write [`TINY`] to `cfg` with its run directory set to `run` and `steps` training steps
+/// (also the decay length).
+fn write_tiny(cfg: &Path, run: &Path, steps: usize) {
+    let text = TINY.replace("\"RUN\"", &format!("{:?}", run.display().to_string())).replace("steps = 400", &format!("steps = {steps}"));
+    std::fs::write(cfg, text).unwrap();
+}
+
+/// Train the config at `cfg` to the end through the CLI; the step of its last checkpoint.
+fn train_tiny(cfg: &Path, run: &Path) -> usize {
+    let o = burnlens(&["train", "--config", cfg.to_str().unwrap(), "--quiet"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    burnlens::train::load_run(run, &Device::flex()).unwrap().state.step
+}
+
 #[cfg(unix)]
 #[test]
 fn sigkill_at_random_moments_always_leaves_a_loadable_checkpoint() {
     let tmp = tempfile::tempdir().unwrap();
     let run = tmp.path().join("run");
     let cfg = tmp.path().join("run.toml");
-    std::fs::write(&cfg, TINY.replace("\"RUN\"", &format!("{:?}", run.display().to_string()))).unwrap();
+    write_tiny(&cfg, &run, 400);
     let mut rng = burnlens::model::Rng::new(42);
     let mut last_step = 0;
     for round in 0..8 {
@@ -243,10 +257,8 @@ fn an_unwritable_run_directory_is_an_error_that_keeps_the_last_checkpoint() {
     let tmp = tempfile::tempdir().unwrap();
     let run = tmp.path().join("run");
     let cfg = tmp.path().join("run.toml");
-    std::fs::write(&cfg, TINY.replace("\"RUN\"", &format!("{:?}", run.display().to_string())).replace("steps = 400", "steps = 6")).unwrap();
-    let o = burnlens(&["train", "--config", cfg.to_str().unwrap(), "--quiet"]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let before = burnlens::train::load_run(&run, &Device::flex()).unwrap().state.step;
+    write_tiny(&cfg, &run, 6);
+    let before = train_tiny(&cfg, &run);
     let ckpts = run.join("checkpoints");
     let Some(undo) = block_writes(&ckpts) else {
         panic!("could not make {} unwritable (neither permissions nor chattr +i work here)", ckpts.display());
@@ -282,10 +294,8 @@ fn a_full_disk_keeps_the_last_complete_checkpoint() {
     let _guard = Unmount(mnt.clone());
     let run = mnt.join("run");
     let cfg = tmp.path().join("run.toml");
-    std::fs::write(&cfg, TINY.replace("\"RUN\"", &format!("{:?}", run.display().to_string())).replace("steps = 400", "steps = 6")).unwrap();
-    let o = burnlens(&["train", "--config", cfg.to_str().unwrap(), "--quiet"]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let before = burnlens::train::load_run(&run, &Device::flex()).unwrap().state.step;
+    write_tiny(&cfg, &run, 6);
+    let before = train_tiny(&cfg, &run);
     assert_eq!(before, 6);
     let ckpt_bytes: u64 = walk_size(&run.join("checkpoints"));
     assert!(ckpt_bytes > 64 * 1024, "a checkpoint of this model is well over 64 kB, got {ckpt_bytes}");

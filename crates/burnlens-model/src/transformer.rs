@@ -159,9 +159,10 @@ impl Attention {
         }
     }
 
-    /// `x: [batch, pos, d_model]` (the normalized residual stream); `qk_extra`, if given, is
-    /// added to the query and key inputs only (shortformer positions); `mask:
-    /// [batch or 1, 1, query, key]`, true where a key is hidden. Returns `[batch, pos, d_model]`.
+    /// `x: [batch, pos, d_model]` (the normalized residual stream); `qk_input`, if given, is
+    /// what queries and keys are computed from instead of `x` (shortformer models pass
+    /// `x + pos_embed`), while values always read `x`; `mask: [batch or 1, 1, query, key]`,
+    /// true where a key is hidden. Returns `[batch, pos, d_model]`.
     pub fn forward(
         &self,
         x: Tensor<3>,
