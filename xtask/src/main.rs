@@ -220,8 +220,10 @@ fn bench(only: Vec<String>) -> Result<()> {
     if !only.is_empty() {
         workloads.retain(|w| only.iter().any(|o| w.label.starts_with(o.as_str())));
     }
+    let machine = machine_report(&bin)?;
+    println!("{}", machine.text);
     let mut table = String::from(
-        "| workload | burnlens | HF transformers | lean PyTorch | burnlens / HF | burnlens / lean |\n|---|---|---|---|---|---|\n",
+        "| workload | burnlens | HF transformers | lean PyTorch | burnlens / HF | burnlens / lean | GFLOP/s burnlens / HF / lean |\n|---|---|---|---|---|---|---|\n",
     );
     let mut notes = String::new();
     for wl in &workloads {
@@ -252,8 +254,30 @@ fn bench(only: Vec<String>) -> Result<()> {
         let (tb, cb) = cell(&results[0].1, &results[0].2);
         let (th, ch) = cell(&results[1].1, &results[1].2);
         let (tl, cl) = cell(&results[2].1, &results[2].2);
+        // Achieved compute (or, for decoding, memory traffic) of each implementation.
+        let rate = |t: f64| -> String {
+            if let Some(f) = results[0].2["flops"].as_f64() {
+                format!("{:.0}", f / t / 1e9)
+            } else if let Some(bytes) = results[0].2["weight_bytes_per_token"].as_f64() {
+                let tokens = results[0].2["tokens"].as_f64().unwrap_or(f64::NAN);
+                format!("{:.1} GB/s", bytes * tokens / t / 1e9)
+            } else {
+                "-".into()
+            }
+        };
+        let rates = format!("{} / {} / {}", rate(tb), rate(th), rate(tl));
+        if let Some(f) = results[0].2["flops"].as_f64() {
+            notes.push_str(&format!("- {}: {:.1} GFLOP per run; burnlens at {:.0}% of the measured GEMM rate\n", wl.label, f / 1e9, 100.0 * f / tb / 1e9 / machine.gemm_gflops));
+        }
+        if let Some(bytes) = results[0].2["weight_bytes_per_token"].as_f64() {
+            let tokens = results[0].2["tokens"].as_f64().unwrap_or(f64::NAN);
+            notes.push_str(&format!(
+                "- {}: {:.0} MB of weights per token; burnlens reads {:.1} GB/s = {:.0}% of the measured copy bandwidth ({:.1} GB/s); lean PyTorch {:.0}%\n",
+                wl.label, bytes / 1e6, bytes * tokens / tb / 1e9, 100.0 * bytes * tokens / tb / 1e9 / machine.copy_gbps, machine.copy_gbps, 100.0 * bytes * tokens / tl / 1e9 / machine.copy_gbps
+            ));
+        }
         // Ratios of speed: > 1 means burnlens is faster.
-        table.push_str(&format!("| {} | {cb} | {ch} | {cl} | {:.2}x | {:.2}x |\n", wl.label, th / tb, tl / tb));
+        table.push_str(&format!("| {} | {cb} | {ch} | {cl} | {:.2}x | {:.2}x | {rates} |\n", wl.label, th / tb, tl / tb));
         println!("{}: burnlens {cb} | HF {ch} | lean {cl}", wl.label);
         if wl.burnlens[0] == "attention" {
             notes.push_str(&format!(
@@ -265,13 +289,60 @@ fn bench(only: Vec<String>) -> Result<()> {
             ));
         }
     }
+    let torch = Command::new(&py).args(["-c", "import torch, transformers; print(torch.__version__, transformers.__version__, torch.get_num_threads())"]).output()?;
     let report = format!(
         "# burnlens benchmarks\n\nGPT-2 small shape, fp32, random weights (one checkpoint for all), {threads} threads; \
-         medians; ratios are speed ratios (above 1: burnlens faster).\n\n{table}\n{notes}"
+         medians; ratios are speed ratios (above 1: burnlens faster). torch, transformers, default threads: {}\n\n{}\n\n{table}\n{notes}",
+        String::from_utf8_lossy(&torch.stdout).trim(),
+        machine.text
     );
     std::fs::write(out_dir.join("report.md"), &report)?;
     println!("\n{report}\nwritten to {}", out_dir.join("report.md").display());
     Ok(())
+}
+
+/// The machine a bench ran on: `lscpu`, burnlens's GEMM rate on a large square product,
+/// and the copy bandwidth.
+struct Machine {
+    text: String,
+    gemm_gflops: f64,
+    copy_gbps: f64,
+}
+
+fn machine_report(bin: &Path) -> Result<Machine> {
+    let lscpu = Command::new("lscpu").output().map(|o| String::from_utf8_lossy(&o.stdout).to_string()).unwrap_or_default();
+    let field = |name: &str| lscpu.lines().find(|l| l.starts_with(name)).and_then(|l| l.split_once(':')).map(|(_, v)| v.trim().to_string()).unwrap_or_else(|| "?".into());
+    let flags = field("Flags");
+    let has = |f: &str| flags.split_whitespace().any(|x| x == f);
+    let simd = if has("avx512f") { "AVX-512" } else if has("avx2") { "AVX2" } else { "SSE" };
+    let mhz = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|c| c.lines().find(|l| l.starts_with("cpu MHz")).and_then(|l| l.split(':').nth(1)).and_then(|v| v.trim().parse::<f64>().ok()))
+        .unwrap_or(f64::NAN);
+    let cpus: f64 = field("CPU(s)").parse().unwrap_or(f64::NAN);
+    // Two FMA pipes per core of the vector width (fp32 lanes x 2 flops x 2 pipes).
+    let per_cycle = match simd {
+        "AVX-512" => 64.0,
+        "AVX2" => 32.0,
+        _ => 16.0,
+    };
+    let peak = cpus * mhz / 1e3 * per_cycle;
+    let m = run_json(Command::new(bin).args(["bench", "machine"]))?;
+    let gemm = m["gemm_gflops"].as_f64().unwrap_or(f64::NAN);
+    let text = format!(
+        "Machine: {} ({} CPUs, {} thread(s) per core, {simd}, {:.0} MHz); theoretical fp32 peak {peak:.0} GFLOP/s \
+         (assuming two FMA pipes of full width per core). Measured by burnlens on this run: GEMM 1536³ {gemm:.0} GFLOP/s \
+         with {} threads ({:.0} on one), copy bandwidth {:.1} GB/s; kernels compiled for {}.",
+        field("Model name"),
+        field("CPU(s)"),
+        field("Thread(s) per core"),
+        mhz,
+        m["threads"],
+        m["gemm_gflops_one_thread"].as_f64().unwrap_or(f64::NAN),
+        m["copy_gbps"].as_f64().unwrap_or(f64::NAN),
+        m["isa"].as_str().unwrap_or("?"),
+    );
+    Ok(Machine { text, gemm_gflops: gemm, copy_gbps: m["copy_gbps"].as_f64().unwrap_or(f64::NAN) })
 }
 
 struct Exports {

@@ -16,7 +16,7 @@ use crate::UserError;
 /// Which workload and its sizes.
 #[derive(clap::Args, Clone)]
 pub struct BenchArgs {
-    /// forward | generate | train | load | attention
+    /// forward | generate | train | load | attention | machine
     pub workload: String,
     /// Model directory (forward, generate, load).
     #[arg(long)]
@@ -51,6 +51,24 @@ fn timed(reps: usize, mut f: impl FnMut()) -> Vec<f64> {
         .collect()
 }
 
+/// Floating-point operations of one forward pass over `batch × seq` tokens (matrix products
+/// and the attention core; the element-wise work is not counted).
+pub fn forward_flops(c: &TransformerConfig, batch: usize, seq: usize) -> f64 {
+    let (d, hd, layers, vocab) = (c.d_model as f64, (c.n_heads * c.d_head) as f64, c.n_layers() as f64, c.vocab_size as f64);
+    let mlp = c.d_mlp.unwrap_or(0) as f64;
+    let per_token = layers * (d * 3.0 * hd + hd * d + 2.0 * d * mlp) + d * vocab;
+    let tokens = (batch * seq) as f64;
+    let visible_keys = batch as f64 * (seq * (seq + 1) / 2) as f64;
+    2.0 * per_token * tokens + 4.0 * hd * layers * visible_keys
+}
+
+/// Bytes of weights a decoding step reads: every projection and the unembedding, fp32.
+pub fn weight_bytes_per_token(c: &TransformerConfig) -> f64 {
+    let (d, hd, layers, vocab) = (c.d_model as f64, (c.n_heads * c.d_head) as f64, c.n_layers() as f64, c.vocab_size as f64);
+    let mlp = c.d_mlp.unwrap_or(0) as f64;
+    4.0 * (layers * (d * 3.0 * hd + hd * d + 2.0 * d * mlp) + d * vocab)
+}
+
 fn ids(n: usize, vocab: usize, seed: u64) -> Vec<i64> {
     let mut rng = Rng::new(seed);
     (0..n).map(|_| rng.below(vocab as u64) as i64).collect()
@@ -65,7 +83,7 @@ pub fn run(a: &BenchArgs, device: Device) -> Result<()> {
             let times = timed(a.reps, || {
                 let _ = m.forward(x.clone()).into_data();
             });
-            json!({"times": times, "tokens": a.batch * a.seq})
+            json!({"times": times, "tokens": a.batch * a.seq, "flops": forward_flops(&m.config, a.batch, a.seq)})
         }
         "generate" => {
             let m = load_model(need_model()?, &device)?.model;
@@ -73,7 +91,7 @@ pub fn run(a: &BenchArgs, device: Device) -> Result<()> {
             let s = Sampling { max_new_tokens: a.new_tokens, temperature: 0.0, ..Sampling::default() };
             let mut produced = Vec::new();
             let times = timed(a.reps, || produced = generate(&m, &prompt, &s).expect("valid prompt"));
-            json!({"times": times, "tokens": a.new_tokens, "first_tokens": &produced[..produced.len().min(8)]})
+            json!({"times": times, "tokens": a.new_tokens, "first_tokens": &produced[..produced.len().min(8)], "weight_bytes_per_token": weight_bytes_per_token(&m.config)})
         }
         "train" => {
             // nanoGPT's CPU shakespeare-char configuration on random characters.
@@ -104,7 +122,8 @@ pub fn run(a: &BenchArgs, device: Device) -> Result<()> {
                     t.elapsed().as_secs_f64()
                 })
                 .collect();
-            json!({"times": times, "tokens": b * block})
+            // Forward, then backward at twice its cost.
+            json!({"times": times, "tokens": b * block, "flops": 3.0 * forward_flops(&cfg, b, block)})
         }
         "load" => {
             let dir = need_model()?;
@@ -126,15 +145,54 @@ pub fn run(a: &BenchArgs, device: Device) -> Result<()> {
             let times = timed(a.reps, || {
                 let _ = attn.forward_with(x.clone(), None, mask.clone(), None, &mut Hooks::none(), 0, true).into_data();
             });
-            json!({"times": times, "tokens": a.batch * a.seq, "scores_bytes": a.batch * 12 * a.seq * a.seq * 4, "peak_rss_bytes": peak_rss()})
+            let (t, d) = (a.seq as f64, 768.0);
+            let flops = a.batch as f64 * (2.0 * t * 4.0 * d * d + 4.0 * d * t * (t + 1.0) / 2.0);
+            json!({"times": times, "tokens": a.batch * a.seq, "flops": flops, "scores_bytes": a.batch * 12 * a.seq * a.seq * 4, "peak_rss_bytes": peak_rss()})
         }
-        other => return Err(UserError(format!("unknown workload \"{other}\"; expected forward, generate, train, load or attention")).into()),
+        "machine" => machine(),
+        other => return Err(UserError(format!("unknown workload \"{other}\"; expected forward, generate, train, load, attention or machine")).into()),
     };
     let mut out = out;
     out["workload"] = json!(a.workload);
     out["impl"] = json!("burnlens");
     println!("{out}");
     Ok(())
+}
+
+/// What this machine can do: a large square GEMM with all threads and with one (the
+/// reachable compute peak), and a large copy with all threads (the reachable memory
+/// bandwidth, which bounds decoding).
+fn machine() -> serde_json::Value {
+    use burnlens_model::kernels::gemm::{MatRef, matmul};
+    let n = 1536;
+    let a: Vec<f32> = (0..n * n).map(|i| ((i % 97) as f32 - 48.0) / 97.0).collect();
+    let b: Vec<f32> = (0..n * n).map(|i| ((i % 89) as f32 - 44.0) / 89.0).collect();
+    let mut c = vec![0.0f32; n * n];
+    let flops = 2.0 * (n * n * n) as f64;
+    let gemm_all = median(timed(5, || matmul(&mut c, n, MatRef::row_major(&a, n, n), MatRef::row_major(&b, n, n), false)));
+    let one = rayon::ThreadPoolBuilder::new().num_threads(1).build().expect("a one-thread pool");
+    let gemm_one = one.install(|| median(timed(3, || matmul(&mut c, n, MatRef::row_major(&a, n, n), MatRef::row_major(&b, n, n), false))));
+    // Copy bandwidth: read + write 256 MB, counted as bytes moved (read and written).
+    let len = 64 << 20;
+    let src = vec![1.0f32; len];
+    let mut dst = vec![0.0f32; len];
+    let copy = median(timed(5, || {
+        use rayon::prelude::*;
+        dst.par_chunks_mut(1 << 16).zip(src.par_chunks(1 << 16)).for_each(|(d, s)| d.copy_from_slice(s));
+    }));
+    json!({
+        "times": [gemm_all],
+        "threads": rayon::current_num_threads(),
+        "isa": burnlens_model::kernels::simd::isa(),
+        "gemm_gflops": flops / gemm_all / 1e9,
+        "gemm_gflops_one_thread": flops / gemm_one / 1e9,
+        "copy_gbps": 2.0 * (len * 4) as f64 / copy / 1e9,
+    })
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
 }
 
 fn causal_mask(t: usize, device: &Device) -> Tensor<4, burn::tensor::Bool> {

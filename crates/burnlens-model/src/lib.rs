@@ -7,6 +7,7 @@ pub mod backend;
 pub mod config;
 pub mod error;
 pub mod hooks;
+pub mod kernels;
 pub mod rng;
 pub mod generate;
 pub mod transformer;

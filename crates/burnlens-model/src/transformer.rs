@@ -9,12 +9,13 @@
 
 use burn::module::{Module, Param};
 use burn::nn::{Dropout, DropoutConfig, Embedding, Initializer, Linear};
-use burn::tensor::activation::{log_softmax, relu, sigmoid, softmax};
+use burn::tensor::activation::{relu, sigmoid, softmax};
 use burn::tensor::{Bool, Device, Int, Tensor, TensorData};
 
 use crate::config::{ActivationFn, AttentionSpan, Positional, TransformerConfig};
 use crate::error::ModelError;
 use crate::hooks::Hooks;
+use crate::kernels::{self, AttentionMask, linear};
 
 /// Fill value for masked attention scores. Finite (as in Hugging Face) so that a row with
 /// every key masked, such as a left-padding query, gives a uniform row instead of NaN.
@@ -41,8 +42,9 @@ impl LayerNorm {
     /// TransformerLens).
     pub fn forward(&self, x: Tensor<3>, hooks: &mut Hooks, name: &str) -> Tensor<3> {
         if !hooks.is_active() {
-            // The backend's own LayerNorm (one fused pass on flex); same formula.
-            return burn::tensor::module::layer_norm(x, self.weight.val(), Some(self.bias.val()), self.eps);
+            // One fused pass (burnlens's kernel on flex, the backend's own LayerNorm
+            // elsewhere); same formula.
+            return kernels::layer_norm(x, self.weight.val(), self.bias.val(), self.eps);
         }
         let (var, mean) = x.clone().var_mean_bias(2);
         let scale = hooks.point(|| format!("{name}.hook_scale"), (var + self.eps).sqrt());
@@ -175,9 +177,9 @@ impl Attention {
         self.forward_with(x, qk_input, mask, kv, hooks, layer, false)
     }
 
-    /// [`forward`](Self::forward); with `fused` (no hooks, no padding, no autodiff) the
-    /// backend's fused attention computes softmax(q kᵀ) v without materialising the
-    /// pattern.
+    /// [`forward`](Self::forward); with `fused` (no padding) and no hook active, a fused
+    /// attention computes softmax(q kᵀ) v without materialising the pattern: burnlens's
+    /// kernel on flex (inference and training), the backend's own elsewhere (inference).
     #[allow(clippy::too_many_arguments)]
     pub fn forward_with(
         &self,
@@ -193,15 +195,15 @@ impl Attention {
         let (h, dh) = (self.n_heads, self.d_head);
         let hd = h * dh;
         let qkv = match qk_input {
-            None => self.qkv.forward(x),
+            None => linear(x, self.qkv.weight.val(), self.qkv.bias.as_ref().map(|b| b.val())),
             Some(qk_in) => {
                 // Queries and keys see `qk_in`, values see `x`.
                 let w = self.qkv.weight.val();
                 let bias = self.qkv.bias.as_ref().map(|b| b.val());
                 let qk_w = w.clone().narrow(1, 0, 2 * hd);
                 let v_w = w.narrow(1, 2 * hd, hd);
-                let mut qk = burn::tensor::module::linear(qk_in, qk_w, bias.clone().map(|b| b.narrow(0, 0, 2 * hd)));
-                let v = burn::tensor::module::linear(x, v_w, bias.map(|b| b.narrow(0, 2 * hd, hd)));
+                let mut qk = linear(qk_in, qk_w, bias.clone().map(|b| b.narrow(0, 0, 2 * hd)));
+                let v = linear(x, v_w, bias.map(|b| b.narrow(0, 2 * hd, hd)));
                 qk = Tensor::cat(vec![qk, v], 2);
                 qk
             }
@@ -219,14 +221,24 @@ impl Attention {
         };
         let s = k.dims()[2];
 
-        if fused && !hooks.is_active() {
+        let device = q.device();
+        let dropout_live = self.attn_dropout.prob > 0.0 && device.is_autodiff();
+        if fused && !hooks.is_active() && !dropout_live && kernels::is_flex(&device) && kernels::enabled() {
+            let window = match self.span {
+                AttentionSpan::Global => None,
+                AttentionSpan::Local(w) => Some(w),
+            };
+            let z = kernels::attention(q, k, v, self.scale, AttentionMask { q_offset: s - t, window });
+            return self.project_out(z.swap_dims(1, 2).reshape([b, t, hd]));
+        }
+        if fused && !hooks.is_active() && !device.is_autodiff() {
             // Global attention over the whole sequence is plain causal attention: the kernel
             // then skips the masked half instead of reading a mask.
             let causal = self.span == AttentionSpan::Global && t == s;
             let options = burn::tensor::ops::AttentionModuleOptions { scale: Some(self.scale), softcap: None, is_causal: causal };
             let mask = (!causal).then(|| mask.expand([b, h, t, s]));
             let z = burn::tensor::module::attention(q, k, v, mask, None, options);
-            return self.out.forward(z.swap_dims(1, 2).reshape([b, t, hd]));
+            return self.project_out(z.swap_dims(1, 2).reshape([b, t, hd]));
         }
 
         let scores = q.matmul(k.swap_dims(2, 3)) * self.scale;
@@ -252,9 +264,15 @@ impl Attention {
                 None => summed,
             };
         }
-        self.out.forward(z.reshape([b, t, hd]))
+        self.project_out(z.reshape([b, t, hd]))
+    }
+
+    /// `z W_O + b_O`: `[batch, pos, n_heads * d_head]` -> `[batch, pos, d_model]`.
+    fn project_out(&self, z: Tensor<3>) -> Tensor<3> {
+        linear(z, self.out.weight.val(), self.out.bias.as_ref().map(|b| b.val()))
     }
 }
+
 
 // ---------------------------------------------------------------------------------------
 // MLP
@@ -276,6 +294,13 @@ pub struct Mlp {
 /// The tanh GELUs use `0.5 x (1 + tanh(u)) = x σ(2u)`: the same function, computed with one
 /// `exp` per element instead of a `tanh`, and `x³` as two multiplications rather than `powf`.
 pub fn activate<const D: usize>(act: ActivationFn, x: Tensor<D>) -> Tensor<D> {
+    if let Some((alpha, beta)) = kernels::activation::gate_coefficients(act)
+        && kernels::is_flex(&x.device())
+        && kernels::enabled()
+        && x.dtype() == burn::tensor::DType::F32
+    {
+        return kernels::gated_activation(x, alpha, beta);
+    }
     // 2 * sqrt(2 / π)
     const TWO_SQRT_2_OVER_PI: f64 = 1.595_769_121_605_730_7;
     match act {
@@ -297,9 +322,10 @@ pub fn activate<const D: usize>(act: ActivationFn, x: Tensor<D>) -> Tensor<D> {
 impl Mlp {
     /// `x: [batch, pos, d_model]` -> `[batch, pos, d_model]`.
     pub fn forward(&self, x: Tensor<3>, hooks: &mut Hooks, layer: usize) -> Tensor<3> {
-        let pre = hooks.point(|| format!("blocks.{layer}.mlp.hook_pre"), self.fc_in.forward(x));
+        let fc_in = |x| linear(x, self.fc_in.weight.val(), self.fc_in.bias.as_ref().map(|b| b.val()));
+        let pre = hooks.point(|| format!("blocks.{layer}.mlp.hook_pre"), fc_in(x));
         let post = hooks.point(|| format!("blocks.{layer}.mlp.hook_post"), activate(self.activation, pre));
-        self.fc_out.forward(post)
+        linear(post, self.fc_out.weight.val(), self.fc_out.bias.as_ref().map(|b| b.val()))
     }
 }
 
@@ -572,9 +598,8 @@ impl Transformer {
         let device = self.device();
         let [b, t] = ids.dims();
         let n_keys = cache.as_ref().map_or(0, |c| c.len()) + t;
-        // The fused kernel gives fully masked rows (left padding) no finite value and has no
-        // dropout: use it only for plain inference.
-        let fused = !hooks.is_active() && pos.keys_real.is_none() && !device.is_autodiff();
+        // Fused attention knows only causal and window masks: padding takes the explicit path.
+        let fused = !hooks.is_active() && pos.keys_real.is_none();
         let flat: Vec<i64> = pos.ids.iter().flatten().map(|&p| p as i64).collect();
         let pos_ids = Tensor::<2, Int>::from_data(TensorData::new(flat, [b, t]), &device);
 
@@ -607,12 +632,8 @@ impl Transformer {
 
     /// `x: [batch, pos, d_model]` -> logits `[batch, pos, vocab]` through `W_U` (`W_Eᵀ` when tied).
     pub fn unembed(&self, x: Tensor<3>) -> Tensor<3> {
-        let [b, t, d] = x.dims();
-        let v = self.config.vocab_size;
-        match &self.unembed {
-            None => x.reshape([b * t, d]).matmul(self.embed.weight.val().transpose()).reshape([b, t, v]),
-            Some(u) => (x.reshape([b * t, d]).matmul(u.weight.val()) + u.bias.val().reshape([1, v])).reshape([b, t, v]),
-        }
+        let (w_u, b_u) = self.w_u();
+        linear(x, w_u, b_u)
     }
 
     /// The unembedding matrix `W_U [d_model, vocab]` (`W_Eᵀ` when tied) and its bias, if any.
@@ -689,6 +710,5 @@ pub fn next_token_loss(logits: Tensor<3>, ids: Tensor<2, Int>) -> Tensor<1> {
 /// returns `[1]`.
 pub fn cross_entropy(logits: Tensor<3>, targets: Tensor<2, Int>) -> Tensor<1> {
     let [b, t, v] = logits.dims();
-    let logp = log_softmax(logits.reshape([b * t, v]), 1);
-    logp.gather(1, targets.reshape([b * t, 1])).mean().neg()
+    kernels::cross_entropy(logits.reshape([b * t, v]), targets.reshape([b * t]))
 }

@@ -1,0 +1,369 @@
+//! Fused causal (and local-window) attention, forward and backward, tiled over queries.
+//!
+//! Contract: `q: [batch, heads, queries, d_head]`, `k, v: [batch, kv_heads, keys, d_head]`
+//! (`heads` a multiple of `kv_heads`: grouped-query attention shares one key/value head
+//! among `heads / kv_heads` query heads), any strides with unit stride along `d_head` (so
+//! the per-head views of a fused QKV projection are read in place), f32. Query `i` sits at
+//! absolute position `q_offset + i` (cached generation passes the cache length), key `j` at
+//! position `j`; key `j` is visible from query `i` iff `j <= q_offset + i` and, for a
+//! local window `w`, `q_offset + i - j < w`. Output `softmax(q kᵀ · scale) v` as
+//! `[batch, heads, queries, d_head]`, laid out in memory as `[batch, queries, heads,
+//! d_head]` so that merging the heads afterwards is free. A query that sees no key gets
+//! zeros.
+//!
+//! Work is split into blocks of [`BLOCK`] queries per (batch, head). Each block computes its
+//! scores against only the keys some row of it can see, takes the softmax in place and
+//! multiplies by `v`: the largest temporary is `BLOCK × keys` per thread, never the
+//! `[heads, queries, keys]` pattern. The forward keeps one log-sum-exp per query; the
+//! backward recomputes each block's probabilities from it (as FlashAttention does) and
+//! accumulates `dk`, `dv` per key/value head. Tolerance against the composed ops: 1e-5
+//! relative (values), 1e-4 (gradients).
+
+use burn::backend::autodiff::checkpoint::base::Checkpointer;
+use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
+use burn::backend::autodiff::grads::Gradients;
+use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
+use burn::backend::flex::FlexTensor;
+use burn::backend::tensor::FloatTensor;
+use burn::backend::{Autodiff, Backend, Dispatch, Flex, backend_extension};
+use burn::tensor::activation::softmax;
+use burn::tensor::{Bool, Shape, Tensor, TensorData};
+use rayon::prelude::*;
+
+use super::gemm::{MatRef, SendPtr, matmul_single};
+use super::simd::{self, dispatch};
+use super::{flex_strided, use_kernels};
+
+/// Queries per block.
+pub const BLOCK: usize = 64;
+
+/// Which keys each query sees (always causal).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AttentionMask {
+    /// Absolute position of the first query (the number of cached keys before it).
+    pub q_offset: usize,
+    /// Local attention window, or `None` for every earlier position.
+    pub window: Option<usize>,
+}
+
+impl AttentionMask {
+    /// Plain causal attention over a sequence that starts at position 0.
+    pub fn causal() -> Self {
+        Self { q_offset: 0, window: None }
+    }
+
+    /// The keys `lo..hi` visible from query `i`, among `keys` keys.
+    #[inline]
+    fn visible(&self, i: usize, keys: usize) -> (usize, usize) {
+        let p = self.q_offset + i;
+        let hi = (p + 1).min(keys);
+        let lo = self.window.map_or(0, |w| (p + 1).saturating_sub(w)).min(hi);
+        (lo, hi)
+    }
+}
+
+#[backend_extension(Flex, Autodiff)]
+pub trait AttentionKernel: Backend {
+    fn bl_attention(q: FloatTensor<Self>, k: FloatTensor<Self>, v: FloatTensor<Self>, scale: f64, q_offset: usize, window: usize) -> FloatTensor<Self>;
+}
+
+/// `softmax(q kᵀ · scale + mask) v`: the fused kernel on flex, composed ops elsewhere.
+/// Shapes as in the module documentation.
+pub fn attention(q: Tensor<4>, k: Tensor<4>, v: Tensor<4>, scale: f64, mask: AttentionMask) -> Tensor<4> {
+    if use_kernels(&[&q.device(), &k.device(), &v.device()], &[q.dtype(), k.dtype(), v.dtype()]) {
+        let window = mask.window.unwrap_or(0);
+        Tensor::from_dispatch(Dispatch::bl_attention(q.into_dispatch(), k.into_dispatch(), v.into_dispatch(), scale, mask.q_offset, window))
+    } else {
+        attention_reference(q, k, v, scale, mask)
+    }
+}
+
+/// The composed reference: scores, mask, softmax, weighted sum (grouped heads repeated).
+pub fn attention_reference(q: Tensor<4>, k: Tensor<4>, v: Tensor<4>, scale: f64, mask: AttentionMask) -> Tensor<4> {
+    let [b, h, t, _] = q.dims();
+    let [_, hk, s, dh] = k.dims();
+    let (k, v) = if hk == h { (k, v) } else { (repeat_heads(k, h / hk), repeat_heads(v, h / hk)) };
+    let hidden: Vec<bool> = (0..t)
+        .flat_map(|i| {
+            let (lo, hi) = mask.visible(i, s);
+            (0..s).map(move |j| !(lo..hi).contains(&j))
+        })
+        .collect();
+    let hidden = Tensor::<4, Bool>::from_data(TensorData::new(hidden, [1, 1, t, s]), &q.device());
+    let scores = (q.matmul(k.swap_dims(2, 3)) * scale).mask_fill(hidden.clone().expand([b, h, t, s]), f32::NEG_INFINITY);
+    let pattern = softmax(scores, 3);
+    // Rows with no visible key are NaN after the softmax; the kernel gives them zeros.
+    let pattern = pattern.clone().mask_fill(pattern.is_nan(), 0.0);
+    let _ = dh;
+    pattern.matmul(v)
+}
+
+/// `[b, hk, s, dh]` -> `[b, hk * g, s, dh]`, each key/value head repeated for its `g` query heads.
+pub fn repeat_heads(x: Tensor<4>, g: usize) -> Tensor<4> {
+    let [b, hk, s, dh] = x.dims();
+    x.reshape([b, hk, 1, s, dh]).expand([b, hk, g, s, dh]).reshape([b, hk * g, s, dh])
+}
+
+/// A rank-4 `[batch, heads, pos, d_head]` view with unit stride along `d_head`.
+#[derive(Clone, Copy)]
+struct Heads<'a> {
+    data: &'a [f32],
+    offset: usize,
+    dims: [usize; 4],
+    strides: [isize; 3],
+}
+
+impl<'a> Heads<'a> {
+    fn of(t: &'a FlexTensor) -> Self {
+        let l = t.layout();
+        let st = l.strides();
+        let d = l.shape();
+        Heads { data: t.storage::<f32>(), offset: l.start_offset(), dims: [d[0], d[1], d[2], d[3]], strides: [st[0], st[1], st[2]] }
+    }
+
+    /// Rows `r0..r0 + n` of head `(bi, hi)` as an `[n, d_head]` matrix.
+    fn mat(&self, bi: usize, hi: usize, r0: usize, n: usize) -> MatRef<'a> {
+        let off = self.offset as isize + bi as isize * self.strides[0] + hi as isize * self.strides[1] + r0 as isize * self.strides[2];
+        MatRef { data: self.data, offset: off as usize, rows: n, cols: self.dims[3], rs: self.strides[2], cs: 1 }
+    }
+
+    fn row(&self, bi: usize, hi: usize, r: usize) -> &'a [f32] {
+        let off = (self.offset as isize + bi as isize * self.strides[0] + hi as isize * self.strides[1] + r as isize * self.strides[2]) as usize;
+        &self.data[off..off + self.dims[3]]
+    }
+}
+
+/// Unit stride along the last dimension and no negative strides, copying only if needed.
+fn headwise(t: &FlexTensor) -> FlexTensor {
+    assert_eq!(t.dtype(), burn::tensor::DType::F32, "attention kernel takes f32");
+    assert_eq!(t.layout().num_dims(), 4, "attention kernel takes rank-4 tensors");
+    let st = t.layout().strides();
+    if st[3] == 1 && st.iter().all(|&s| s >= 0) { t.clone() } else { t.to_contiguous() }
+}
+
+/// Softmax of one block's scores in place (`p[r, j]` for visible keys, zero elsewhere);
+/// returns nothing, writes each row's log-sum-exp.
+#[allow(clippy::too_many_arguments)]
+fn softmax_block(p: &mut [f32], kw: usize, klo: usize, i0: usize, rows: usize, keys: usize, mask: AttentionMask, scale: f32, lse: &mut [f32]) {
+    for r in 0..rows {
+        let (lo, hi) = mask.visible(i0 + r, keys);
+        let row = &mut p[r * kw..(r + 1) * kw];
+        let (lo, hi) = (lo - klo, hi - klo);
+        row[..lo].fill(0.0);
+        row[hi..].fill(0.0);
+        if lo == hi {
+            lse[r] = f32::NEG_INFINITY;
+            continue;
+        }
+        lse[r] = dispatch!(|row: &mut [f32], lo: usize, hi: usize, scale: f32| -> f32 {
+            let x = &mut row[lo..hi];
+            let m = simd::max(x.len(), |j| x[j] * scale);
+            let mut acc = 0.0f32;
+            for v in x.iter_mut() {
+                *v = simd::exp(*v * scale - m);
+            }
+            acc += simd::sum(x.len(), |j| x[j]);
+            let inv = 1.0 / acc;
+            for v in x.iter_mut() {
+                *v *= inv;
+            }
+            m + acc.ln()
+        });
+    }
+}
+
+/// Forward. `out` is `[b, t, h, dh]`; `lse`, if given, `[b, h, t]`.
+fn forward(q: &Heads, k: &Heads, v: &Heads, scale: f32, mask: AttentionMask, out: &mut [f32], lse: Option<&mut [f32]>) {
+    let [b, h, t, dh] = q.dims;
+    let [_, hk, s, _] = k.dims;
+    let group = h / hk;
+    let blocks = t.div_ceil(BLOCK);
+    let out_ptr = SendPtr(out.as_mut_ptr());
+    let lse_ptr = lse.map(|l| SendPtr(l.as_mut_ptr()));
+    (0..b * h * blocks).into_par_iter().for_each(|task| {
+        let (out_ptr, lse_ptr) = (out_ptr, lse_ptr);
+        let (bi, rest) = (task / (h * blocks), task % (h * blocks));
+        let (hi, blk) = (rest / blocks, rest % blocks);
+        let kh = hi / group;
+        let i0 = blk * BLOCK;
+        let rows = BLOCK.min(t - i0);
+        let klo = mask.visible(i0, s).0;
+        let khi = mask.visible(i0 + rows - 1, s).1;
+        let kw = khi.saturating_sub(klo);
+        let mut row_lse = [0.0f32; BLOCK];
+        // SAFETY: this task alone writes rows i0..i0+rows of head hi of batch bi.
+        let dst = unsafe { out_ptr.0.add((bi * t + i0) * h * dh + hi * dh) };
+        if kw == 0 {
+            for r in 0..rows {
+                unsafe { std::slice::from_raw_parts_mut(dst.add(r * h * dh), dh).fill(0.0) };
+            }
+            row_lse[..rows].fill(f32::NEG_INFINITY);
+        } else {
+            let mut p = vec![0.0f32; rows * kw];
+            unsafe { matmul_single(p.as_mut_ptr(), kw, q.mat(bi, hi, i0, rows), k.mat(bi, kh, klo, kw).t(), false) };
+            softmax_block(&mut p, kw, klo, i0, rows, s, mask, scale, &mut row_lse);
+            unsafe { matmul_single(dst, h * dh, MatRef::row_major(&p, rows, kw), v.mat(bi, kh, klo, kw), false) };
+        }
+        if let Some(l) = lse_ptr {
+            // SAFETY: disjoint rows of lse, as above.
+            unsafe { std::slice::from_raw_parts_mut(l.0.add((bi * h + hi) * t + i0), rows).copy_from_slice(&row_lse[..rows]) };
+        }
+    });
+}
+
+/// Backward: `dq` as `[b, t, h, dh]`, `dk`, `dv` as `[b, s, hk, dh]`.
+#[allow(clippy::too_many_arguments)]
+fn backward(q: &Heads, k: &Heads, v: &Heads, o: &Heads, d_o: &Heads, lse: &[f32], scale: f32, mask: AttentionMask, dq: &mut [f32], dk: &mut [f32], dv: &mut [f32]) {
+    let [b, h, t, dh] = q.dims;
+    let [_, hk, s, _] = k.dims;
+    let group = h / hk;
+    let (dq_ptr, dk_ptr, dv_ptr) = (SendPtr(dq.as_mut_ptr()), SendPtr(dk.as_mut_ptr()), SendPtr(dv.as_mut_ptr()));
+    (0..b * hk).into_par_iter().for_each(|task| {
+        let (dq_ptr, dk_ptr, dv_ptr) = (dq_ptr, dk_ptr, dv_ptr);
+        let (bi, kh) = (task / hk, task % hk);
+        let mut dk_acc = vec![0.0f32; s * dh];
+        let mut dv_acc = vec![0.0f32; s * dh];
+        let mut p = Vec::new();
+        let mut dp = Vec::new();
+        for hi in kh * group..(kh + 1) * group {
+            for i0 in (0..t).step_by(BLOCK) {
+                let rows = BLOCK.min(t - i0);
+                // SAFETY: this task alone writes the dq rows of head hi of batch bi.
+                let dq_dst = unsafe { dq_ptr.0.add((bi * t + i0) * h * dh + hi * dh) };
+                let klo = mask.visible(i0, s).0;
+                let khi = mask.visible(i0 + rows - 1, s).1;
+                let kw = khi.saturating_sub(klo);
+                if kw == 0 {
+                    for r in 0..rows {
+                        unsafe { std::slice::from_raw_parts_mut(dq_dst.add(r * h * dh), dh).fill(0.0) };
+                    }
+                    continue;
+                }
+                p.clear();
+                p.resize(rows * kw, 0.0);
+                dp.clear();
+                dp.resize(rows * kw, 0.0);
+                let q_blk = q.mat(bi, hi, i0, rows);
+                let do_blk = d_o.mat(bi, hi, i0, rows);
+                let (k_blk, v_blk) = (k.mat(bi, kh, klo, kw), v.mat(bi, kh, klo, kw));
+                unsafe { matmul_single(p.as_mut_ptr(), kw, q_blk, k_blk.t(), false) };
+                unsafe { matmul_single(dp.as_mut_ptr(), kw, do_blk, v_blk.t(), false) };
+                for r in 0..rows {
+                    let i = i0 + r;
+                    let (lo, hi_) = mask.visible(i, s);
+                    let l = lse[(bi * h + hi) * t + i];
+                    let d = simd::dot(d_o.row(bi, hi, i), o.row(bi, hi, i));
+                    let (pr, dpr) = (&mut p[r * kw..(r + 1) * kw], &mut dp[r * kw..(r + 1) * kw]);
+                    dispatch!(|pr: &mut [f32], dpr: &mut [f32], lo: usize, hi_: usize, klo: usize, l: f32, d: f32, scale: f32| -> () {
+                        for j in 0..pr.len() {
+                            let visible = j + klo >= lo && j + klo < hi_;
+                            let pj = if visible { simd::exp(pr[j] * scale - l) } else { 0.0 };
+                            pr[j] = pj;
+                            dpr[j] = pj * (dpr[j] - d) * scale;
+                        }
+                    });
+                }
+                let (pm, dsm) = (MatRef::row_major(&p, rows, kw), MatRef::row_major(&dp, rows, kw));
+                unsafe {
+                    matmul_single(dv_acc.as_mut_ptr().add(klo * dh), dh, pm.t(), do_blk, true);
+                    matmul_single(dq_dst, h * dh, dsm, k_blk, false);
+                    matmul_single(dk_acc.as_mut_ptr().add(klo * dh), dh, dsm.t(), q_blk, true);
+                }
+            }
+        }
+        for j in 0..s {
+            // SAFETY: this task alone writes key/value head kh of batch bi.
+            unsafe {
+                let at = (bi * s + j) * hk * dh + kh * dh;
+                std::slice::from_raw_parts_mut(dk_ptr.0.add(at), dh).copy_from_slice(&dk_acc[j * dh..(j + 1) * dh]);
+                std::slice::from_raw_parts_mut(dv_ptr.0.add(at), dh).copy_from_slice(&dv_acc[j * dh..(j + 1) * dh]);
+            }
+        }
+    });
+}
+
+/// `[b, h, t, dh]` shape with `[b, t, h, dh]` memory order.
+fn heads_layout(b: usize, h: usize, t: usize, dh: usize) -> (Shape, Vec<isize>) {
+    (Shape::from(vec![b, h, t, dh]), vec![(t * h * dh) as isize, dh as isize, (h * dh) as isize, 1])
+}
+
+fn mask_of(q_offset: usize, window: usize) -> AttentionMask {
+    AttentionMask { q_offset, window: (window > 0).then_some(window) }
+}
+
+/// Forward on flex tensors: output, and the log-sum-exp per query when `keep_lse`.
+fn flex_forward(q: &FlexTensor, k: &FlexTensor, v: &FlexTensor, scale: f64, mask: AttentionMask, keep_lse: bool) -> (FlexTensor, Vec<f32>) {
+    super::record(super::Op::Attention, false);
+    let (q, k, v) = (headwise(q), headwise(k), headwise(v));
+    let (qh, kh, vh) = (Heads::of(&q), Heads::of(&k), Heads::of(&v));
+    let [b, h, t, dh] = qh.dims;
+    let [kb, hk, s, kdh] = kh.dims;
+    assert!(kb == b && kdh == dh && vh.dims == kh.dims && hk > 0 && h % hk == 0, "attention kernel: q {:?}, k {:?}, v {:?}", qh.dims, kh.dims, vh.dims);
+    let _ = s;
+    let mut out = vec![0.0f32; b * t * h * dh];
+    let mut lse = if keep_lse { vec![0.0f32; b * h * t] } else { Vec::new() };
+    forward(&qh, &kh, &vh, scale as f32, mask, &mut out, keep_lse.then_some(&mut lse[..]));
+    let (shape, strides) = heads_layout(b, h, t, dh);
+    (flex_strided(out, shape, strides), lse)
+}
+
+impl AttentionKernel for Flex {
+    fn bl_attention(q: FlexTensor, k: FlexTensor, v: FlexTensor, scale: f64, q_offset: usize, window: usize) -> FlexTensor {
+        flex_forward(&q, &k, &v, scale, mask_of(q_offset, window), false).0
+    }
+}
+
+#[derive(Debug)]
+struct AttentionBackward;
+
+#[derive(Debug, Clone)]
+struct AttentionState {
+    q: FlexTensor,
+    k: FlexTensor,
+    v: FlexTensor,
+    out: FlexTensor,
+    lse: Vec<f32>,
+    scale: f64,
+    mask: AttentionMask,
+}
+
+impl Backward<Flex, 3> for AttentionBackward {
+    type State = AttentionState;
+
+    fn backward(self, ops: Ops<Self::State, 3>, grads: &mut Gradients, _: &mut Checkpointer) {
+        super::record(super::Op::Attention, true);
+        let [node_q, node_k, node_v] = ops.parents;
+        let d_out = headwise(&grads.consume::<Flex>(&ops.node));
+        let st = ops.state;
+        let (q, k, v, o) = (headwise(&st.q), headwise(&st.k), headwise(&st.v), headwise(&st.out));
+        let (qh, kh) = (Heads::of(&q), Heads::of(&k));
+        let [b, h, t, dh] = qh.dims;
+        let [_, hk, s, _] = kh.dims;
+        let mut dq = vec![0.0f32; b * t * h * dh];
+        let mut dk = vec![0.0f32; b * s * hk * dh];
+        let mut dv = vec![0.0f32; b * s * hk * dh];
+        backward(&qh, &kh, &Heads::of(&v), &Heads::of(&o), &Heads::of(&d_out), &st.lse, st.scale as f32, st.mask, &mut dq, &mut dk, &mut dv);
+        for (node, g, heads, len) in [(node_q, dq, h, t), (node_k, dk, hk, s), (node_v, dv, hk, s)] {
+            if let Some(node) = node {
+                let (shape, strides) = heads_layout(b, heads, len, dh);
+                grads.register::<Flex>(node.id, flex_strided(g, shape, strides));
+            }
+        }
+    }
+}
+
+impl<C: CheckpointStrategy> AttentionKernel for Autodiff<Flex, C> {
+    fn bl_attention(q: FloatTensor<Self>, k: FloatTensor<Self>, v: FloatTensor<Self>, scale: f64, q_offset: usize, window: usize) -> FloatTensor<Self> {
+        let mask = mask_of(q_offset, window);
+        let (q, gq) = q.into_parts();
+        let (k, gk) = k.into_parts();
+        let (v, gv) = v.into_parts();
+        match AttentionBackward.prepare::<C>([gq, gk, gv]).compute_bound().stateful() {
+            OpsKind::Tracked(prep) => {
+                let (out, lse) = flex_forward(&q, &k, &v, scale, mask, true);
+                prep.finish(AttentionState { q, k, v, out: out.clone(), lse, scale, mask }, out)
+            }
+            OpsKind::UnTracked(prep) => prep.finish(flex_forward(&q, &k, &v, scale, mask, false).0),
+        }
+    }
+}

@@ -1,0 +1,222 @@
+//! The matrix products under every kernel: the `gemm` crate (the one flex itself calls,
+//! built with its AVX-512 kernels, picked at run time) with burnlens's own threading.
+//!
+//! Why not flex's `matmul`: it gives a product all of gemm's threads only above
+//! `m·n·k = 192³` and otherwise runs it on one, and its `m = 1` matrix-vector path is
+//! single-threaded. For transformer shapes (skinny `m`, wide `n`) splitting the output
+//! columns into one block per thread, each a single-threaded gemm call, measured faster than
+//! gemm's internal threading (see BENCHMARKS.md), and for decoding it reads the weights with
+//! every core, which is what a memory-bound product needs.
+
+use gemm::Parallelism;
+
+/// A strided read-only matrix view: element `(i, j)` is `data[offset + i·rs + j·cs]`.
+#[derive(Clone, Copy, Debug)]
+pub struct MatRef<'a> {
+    pub data: &'a [f32],
+    pub offset: usize,
+    pub rows: usize,
+    pub cols: usize,
+    pub rs: isize,
+    pub cs: isize,
+}
+
+impl<'a> MatRef<'a> {
+    /// A row-major `[rows, cols]` matrix starting at `data[0]`.
+    pub fn row_major(data: &'a [f32], rows: usize, cols: usize) -> Self {
+        Self { data, offset: 0, rows, cols, rs: cols as isize, cs: 1 }
+    }
+
+    /// The transpose (a view: no copy).
+    pub fn t(self) -> Self {
+        Self { rows: self.cols, cols: self.rows, rs: self.cs, cs: self.rs, ..self }
+    }
+
+    /// Rows `r0..r0 + n`.
+    pub fn rows(self, r0: usize, n: usize) -> Self {
+        debug_assert!(r0 + n <= self.rows);
+        Self { offset: (self.offset as isize + r0 as isize * self.rs) as usize, rows: n, ..self }
+    }
+
+    /// Columns `c0..c0 + n`.
+    pub fn cols(self, c0: usize, n: usize) -> Self {
+        debug_assert!(c0 + n <= self.cols);
+        Self { offset: (self.offset as isize + c0 as isize * self.cs) as usize, cols: n, ..self }
+    }
+
+    /// Panics unless every element lies inside `data`.
+    fn check(&self) {
+        if self.rows == 0 || self.cols == 0 {
+            return;
+        }
+        let last = |n: usize, s: isize| (n as isize - 1) * s;
+        let (lo, hi) = [last(self.rows, self.rs), last(self.cols, self.cs)]
+            .iter()
+            .fold((0isize, 0isize), |(lo, hi), &e| (lo + e.min(0), hi + e.max(0)));
+        let start = self.offset as isize;
+        assert!(start + lo >= 0 && ((start + hi) as usize) < self.data.len(), "matrix view out of bounds");
+    }
+}
+
+/// Below this many multiply-adds a product runs on one thread: splitting costs more than it
+/// saves.
+const SPLIT_MIN_MACS: usize = 48 * 48 * 64;
+
+/// `dst[m, n] (+)= a[m, k] · b[k, n]`; `dst` is row-major with row stride `dst_rs`.
+/// `accumulate` adds to what `dst` holds, otherwise it is overwritten.
+pub fn matmul(dst: &mut [f32], dst_rs: usize, a: MatRef, b: MatRef, accumulate: bool) {
+    let (m, k, n) = (a.rows, a.cols, b.cols);
+    assert_eq!(b.rows, k, "matmul: inner dimensions {k} and {}", b.rows);
+    assert!(m == 0 || dst.len() >= (m - 1) * dst_rs + n, "matmul: destination too small");
+    if m == 0 || n == 0 {
+        return;
+    }
+    if k == 0 {
+        if !accumulate {
+            for r in 0..m {
+                dst[r * dst_rs..r * dst_rs + n].fill(0.0);
+            }
+        }
+        return;
+    }
+    a.check();
+    b.check();
+    let threads = rayon::current_num_threads();
+    let macs = m.saturating_mul(n).saturating_mul(k);
+    if threads <= 1 || macs < SPLIT_MIN_MACS {
+        // SAFETY: bounds checked above.
+        unsafe { call(dst.as_mut_ptr(), dst_rs, a, b, accumulate) };
+        return;
+    }
+    // One block of output per thread, along the longer side; column blocks are multiples of
+    // 64 so that every block keeps whole vector registers.
+    let ptr = SendPtr(dst.as_mut_ptr());
+    if n >= m || m < 2 * threads {
+        let block = n.div_ceil(threads).next_multiple_of(64).min(n);
+        rayon::scope(|s| {
+            for c0 in (0..n).step_by(block) {
+                let w = block.min(n - c0);
+                s.spawn(move |_| {
+                    let p = ptr;
+                    // SAFETY: blocks write disjoint columns of `dst`, all inside it.
+                    unsafe { call(p.0.add(c0), dst_rs, a, b.cols(c0, w), accumulate) };
+                });
+            }
+        });
+    } else {
+        let block = m.div_ceil(threads);
+        rayon::scope(|s| {
+            for r0 in (0..m).step_by(block) {
+                let h = block.min(m - r0);
+                s.spawn(move |_| {
+                    let p = ptr;
+                    // SAFETY: blocks write disjoint rows of `dst`, all inside it.
+                    unsafe { call(p.0.add(r0 * dst_rs), dst_rs, a.rows(r0, h), b, accumulate) };
+                });
+            }
+        });
+    }
+}
+
+/// `dst (+)= a · b` on the calling thread, for kernels that split work themselves.
+///
+/// # Safety
+/// `dst` must be valid for writes of `a.rows` rows of `b.cols` elements at row stride
+/// `dst_rs`, and nothing else may access those elements during the call.
+pub unsafe fn matmul_single(dst: *mut f32, dst_rs: usize, a: MatRef, b: MatRef, accumulate: bool) {
+    assert_eq!(b.rows, a.cols, "matmul: inner dimensions {} and {}", a.cols, b.rows);
+    if a.rows == 0 || b.cols == 0 {
+        return;
+    }
+    if a.cols == 0 {
+        if !accumulate {
+            for r in 0..a.rows {
+                // SAFETY: the caller guarantees the rows are writable.
+                unsafe { std::slice::from_raw_parts_mut(dst.add(r * dst_rs), b.cols).fill(0.0) };
+            }
+        }
+        return;
+    }
+    a.check();
+    b.check();
+    // SAFETY: views checked; `dst` is the caller's guarantee.
+    unsafe { call(dst, dst_rs, a, b, accumulate) }
+}
+
+/// One single-threaded gemm call.
+///
+/// # Safety
+/// `dst` must hold `a.rows` rows of `b.cols` elements at row stride `dst_rs`, and the views
+/// must be in bounds.
+unsafe fn call(dst: *mut f32, dst_rs: usize, a: MatRef, b: MatRef, accumulate: bool) {
+    let (m, k, n) = (a.rows, a.cols, b.cols);
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            dst,
+            1,
+            dst_rs as isize,
+            accumulate,
+            a.data.as_ptr().add(a.offset),
+            a.cs,
+            a.rs,
+            b.data.as_ptr().add(b.offset),
+            b.cs,
+            b.rs,
+            1.0f32,
+            1.0f32,
+            false,
+            false,
+            false,
+            Parallelism::None,
+        )
+    }
+}
+
+/// A raw pointer handed to scoped threads that write disjoint parts of one buffer.
+#[derive(Clone, Copy)]
+pub(crate) struct SendPtr(pub *mut f32);
+// SAFETY: used only to hand disjoint blocks of one buffer to scoped threads.
+unsafe impl Send for SendPtr {}
+unsafe impl Sync for SendPtr {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn naive(a: &MatRef, b: &MatRef) -> Vec<f32> {
+        let at = |m: &MatRef, i: usize, j: usize| m.data[(m.offset as isize + i as isize * m.rs + j as isize * m.cs) as usize];
+        let mut out = vec![0.0; a.rows * b.cols];
+        for i in 0..a.rows {
+            for j in 0..b.cols {
+                out[i * b.cols + j] = (0..a.cols).map(|p| at(a, i, p) as f64 * at(b, p, j) as f64).sum::<f64>() as f32;
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn strided_products_match_a_naive_product_on_every_split() {
+        let vals = |n: usize, s: usize| (0..n).map(|i| (((i * 7919 + s * 104729) % 1000) as f32 - 500.0) / 250.0).collect::<Vec<f32>>();
+        for &(m, k, n) in &[(1, 5, 3), (1, 768, 300), (3, 1, 4), (200, 70, 9), (7, 130, 333), (130, 64, 130), (0, 3, 4), (4, 0, 5)] {
+            let a_data = vals(m * k, 1);
+            let b_data = vals(k * n, 2);
+            let a = MatRef::row_major(&a_data, m, k);
+            // b stored transposed ([n, k]) and read through a view.
+            let bt: Vec<f32> = (0..n * k).map(|i| b_data[(i % k) * n + i / k]).collect();
+            for b in [MatRef::row_major(&b_data, k, n), MatRef::row_major(&bt, n, k).t()] {
+                let want = naive(&a, &b);
+                for accumulate in [false, true] {
+                    let mut dst = vec![1.0f32; m * n];
+                    matmul(&mut dst, n, a, b, accumulate);
+                    for (i, (&g, &w)) in dst.iter().zip(&want).enumerate() {
+                        let w = if accumulate { w + 1.0 } else { w };
+                        assert!((g - w).abs() <= 1e-4 * (1.0 + w.abs()), "{m}x{k}x{n} acc={accumulate} [{i}]: {g} vs {w}");
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,203 @@
+//! Linear projection `y = x W + b` (right-multiplying, `W: [d_in, d_out]`).
+//!
+//! Contract: `x: [.., d_in]`, `W: [d_in, d_out]` (any strides, so a transposed view such
+//! as the tied unembedding `W_Eᵀ` is read in place), `b: [d_out]` optional, f32. All leading
+//! dimensions fold into one GEMM of `m = batch · positions` rows; the bias initialises the
+//! output, which the product accumulates into. Backward: `dx = dy Wᵀ`, `dW = xᵀ dy`,
+//! `db = Σ_rows dy`, each one GEMM (or one pass). Threading follows [`super::gemm`].
+//! Tolerance against `burn::tensor::module::linear`: 1e-5 relative (values), 1e-4
+//! (gradients).
+
+use burn::backend::autodiff::checkpoint::base::Checkpointer;
+use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
+use burn::backend::autodiff::grads::Gradients;
+use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
+use burn::backend::flex::FlexTensor;
+use burn::backend::tensor::FloatTensor;
+use burn::backend::{Autodiff, Backend, Dispatch, Flex, backend_extension};
+use burn::tensor::{Shape, Tensor};
+use rayon::prelude::*;
+
+use super::gemm::{MatRef, matmul};
+use super::{contiguous, flex_vec, use_kernels};
+
+#[backend_extension(Flex, Autodiff)]
+pub trait LinearKernel: Backend {
+    fn bl_linear(x: FloatTensor<Self>, w: FloatTensor<Self>) -> FloatTensor<Self>;
+    fn bl_linear_bias(x: FloatTensor<Self>, w: FloatTensor<Self>, b: FloatTensor<Self>) -> FloatTensor<Self>;
+}
+
+/// `x W + b` for `x: [.., d_in]`, `W: [d_in, d_out]`: the kernel on flex, Burn's
+/// `module::linear` elsewhere.
+pub fn linear<const D: usize>(x: Tensor<D>, weight: Tensor<2>, bias: Option<Tensor<1>>) -> Tensor<D> {
+    let mut dtypes = vec![x.dtype(), weight.dtype()];
+    dtypes.extend(bias.as_ref().map(|b| b.dtype()));
+    if use_kernels(&[&x.device(), &weight.device()], &dtypes) {
+        Tensor::from_dispatch(match bias {
+            None => Dispatch::bl_linear(x.into_dispatch(), weight.into_dispatch()),
+            Some(b) => Dispatch::bl_linear_bias(x.into_dispatch(), weight.into_dispatch(), b.into_dispatch()),
+        })
+    } else {
+        linear_reference(x, weight, bias)
+    }
+}
+
+/// The composed reference.
+pub fn linear_reference<const D: usize>(x: Tensor<D>, weight: Tensor<2>, bias: Option<Tensor<1>>) -> Tensor<D> {
+    burn::tensor::module::linear(x, weight, bias)
+}
+
+/// A 2-D flex tensor read in place through its strides (copied only if a stride is negative).
+fn weight_view(w: &FlexTensor) -> (FlexTensor, [usize; 2], [isize; 2], usize) {
+    let dims = w.layout().shape().clone();
+    assert_eq!(dims.num_dims(), 2, "linear: weight must be 2-D, found {dims:?}");
+    let strides = w.layout().strides();
+    let w = if strides.iter().all(|&s| s >= 0) { w.clone() } else { contiguous(w) };
+    let (s, off) = (w.layout().strides().to_vec(), w.layout().start_offset());
+    (w, [dims[0], dims[1]], [s[0], s[1]], off)
+}
+
+fn mat<'a>(t: &'a FlexTensor, dims: [usize; 2], strides: [isize; 2], offset: usize) -> MatRef<'a> {
+    MatRef { data: t.storage::<f32>(), offset, rows: dims[0], cols: dims[1], rs: strides[0], cs: strides[1] }
+}
+
+/// Forward on flex tensors; returns `y` and the contiguous `x` it read.
+fn flex_forward(x: &FlexTensor, w: &FlexTensor, b: Option<&FlexTensor>) -> (FlexTensor, FlexTensor) {
+    super::record(super::Op::Linear, false);
+    let x = contiguous(x);
+    let (w, [k, n], ws, woff) = weight_view(w);
+    let xs = x.layout().shape().clone();
+    assert_eq!(xs[xs.num_dims() - 1], k, "linear: input width {} but weight rows {k}", xs[xs.num_dims() - 1]);
+    let m = xs.num_elements() / k.max(1);
+    let mut y = vec![0.0f32; m * n];
+    if let Some(b) = b {
+        let b = contiguous(b);
+        let bias = b.storage::<f32>();
+        y.par_chunks_mut(n.max(1)).for_each(|row| row.copy_from_slice(bias));
+    }
+    matmul(&mut y, n, MatRef::row_major(x.storage(), m, k), mat(&w, [k, n], ws, woff), b.is_some());
+    let mut out_dims = xs.to_vec();
+    *out_dims.last_mut().expect("rank >= 1") = n;
+    (flex_vec(y, Shape::from(out_dims)), x)
+}
+
+impl LinearKernel for Flex {
+    fn bl_linear(x: FlexTensor, w: FlexTensor) -> FlexTensor {
+        flex_forward(&x, &w, None).0
+    }
+    fn bl_linear_bias(x: FlexTensor, w: FlexTensor, b: FlexTensor) -> FlexTensor {
+        flex_forward(&x, &w, Some(&b)).0
+    }
+}
+
+/// The three gradients of `y = x W (+ b)` from `dy`, each only if asked for.
+fn gradients(x: &FlexTensor, w: &FlexTensor, dy: &FlexTensor, want: [bool; 3]) -> [Option<FlexTensor>; 3] {
+    super::record(super::Op::Linear, true);
+    let (w, [k, n], ws, woff) = weight_view(w);
+    let dy = contiguous(dy);
+    let m = dy.layout().num_elements() / n.max(1);
+    let dy_m = MatRef::row_major(dy.storage(), m, n);
+    let dx = want[0].then(|| {
+        let mut dx = vec![0.0f32; m * k];
+        matmul(&mut dx, k, dy_m, mat(&w, [k, n], ws, woff).t(), false);
+        flex_vec(dx, x.layout().shape().clone())
+    });
+    let dw = want[1].then(|| {
+        let mut dw = vec![0.0f32; k * n];
+        matmul(&mut dw, n, MatRef::row_major(x.storage(), m, k).t(), dy_m, false);
+        flex_vec(dw, Shape::from(vec![k, n]))
+    });
+    let db = want[2].then(|| flex_vec(column_sums(dy.storage(), n), Shape::from(vec![n])));
+    [dx, dw, db]
+}
+
+/// Sum over rows of a row-major `[rows, n]` matrix.
+fn column_sums(v: &[f32], n: usize) -> Vec<f32> {
+    let per_task = (16 * 1024 / n.max(1)).max(1);
+    v.par_chunks(per_task * n)
+        .map(|chunk| {
+            let mut acc = vec![0.0f32; n];
+            for row in chunk.chunks_exact(n) {
+                for (a, &r) in acc.iter_mut().zip(row) {
+                    *a += r;
+                }
+            }
+            acc
+        })
+        .reduce(
+            || vec![0.0f32; n],
+            |mut a, b| {
+                for (x, y) in a.iter_mut().zip(&b) {
+                    *x += *y;
+                }
+                a
+            },
+        )
+}
+
+#[derive(Debug)]
+struct LinearBackward;
+
+impl Backward<Flex, 2> for LinearBackward {
+    /// Contiguous `x` and the weight.
+    type State = (FlexTensor, FlexTensor);
+
+    fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let [node_x, node_w] = ops.parents;
+        let dy = grads.consume::<Flex>(&ops.node);
+        let (x, w) = ops.state;
+        let [dx, dw, _] = gradients(&x, &w, &dy, [node_x.is_some(), node_w.is_some(), false]);
+        if let (Some(node), Some(g)) = (node_x, dx) {
+            grads.register::<Flex>(node.id, g);
+        }
+        if let (Some(node), Some(g)) = (node_w, dw) {
+            grads.register::<Flex>(node.id, g);
+        }
+    }
+}
+
+#[derive(Debug)]
+struct LinearBiasBackward;
+
+impl Backward<Flex, 3> for LinearBiasBackward {
+    type State = (FlexTensor, FlexTensor);
+
+    fn backward(self, ops: Ops<Self::State, 3>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let [node_x, node_w, node_b] = ops.parents;
+        let dy = grads.consume::<Flex>(&ops.node);
+        let (x, w) = ops.state;
+        let [dx, dw, db] = gradients(&x, &w, &dy, [node_x.is_some(), node_w.is_some(), node_b.is_some()]);
+        for (node, g) in [(node_x, dx), (node_w, dw), (node_b, db)] {
+            if let (Some(node), Some(g)) = (node, g) {
+                grads.register::<Flex>(node.id, g);
+            }
+        }
+    }
+}
+
+impl<C: CheckpointStrategy> LinearKernel for Autodiff<Flex, C> {
+    fn bl_linear(x: FloatTensor<Self>, w: FloatTensor<Self>) -> FloatTensor<Self> {
+        let (x, gx) = x.into_parts();
+        let (w, gw) = w.into_parts();
+        match LinearBackward.prepare::<C>([gx, gw]).compute_bound().stateful() {
+            OpsKind::Tracked(prep) => {
+                let (y, x) = flex_forward(&x, &w, None);
+                prep.finish((x, w), y)
+            }
+            OpsKind::UnTracked(prep) => prep.finish(flex_forward(&x, &w, None).0),
+        }
+    }
+
+    fn bl_linear_bias(x: FloatTensor<Self>, w: FloatTensor<Self>, b: FloatTensor<Self>) -> FloatTensor<Self> {
+        let (x, gx) = x.into_parts();
+        let (w, gw) = w.into_parts();
+        let (b, gb) = b.into_parts();
+        match LinearBiasBackward.prepare::<C>([gx, gw, gb]).compute_bound().stateful() {
+            OpsKind::Tracked(prep) => {
+                let (y, x) = flex_forward(&x, &w, Some(&b));
+                prep.finish((x, w), y)
+            }
+            OpsKind::UnTracked(prep) => prep.finish(flex_forward(&x, &w, Some(&b)).0),
+        }
+    }
+}

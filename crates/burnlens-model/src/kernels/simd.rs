@@ -1,0 +1,181 @@
+//! Vectorisation helpers shared by the kernels.
+//!
+//! The default x86-64 target only guarantees SSE2, so plain loops compile to 4-wide code.
+//! [`dispatch!`] compiles one loop body three times (AVX-512, AVX2 + FMA, baseline) and picks
+//! the widest the CPU has at run time, so the default build stays portable and still uses
+//! the whole vector unit. Bodies are written as simple indexable loops with independent
+//! accumulators, which LLVM vectorises.
+
+/// Run `$body` (an expression) compiled for the best instruction set this CPU supports.
+/// Every variable the body uses must be captured by the closure-like list `|$($arg: $ty),*|`.
+macro_rules! dispatch {
+    (|$($arg:ident : $ty:ty),* $(,)?| -> $ret:ty $body:block) => {{
+        #[inline(always)]
+        fn body($($arg: $ty),*) -> $ret $body
+        #[cfg(target_arch = "x86_64")]
+        {
+            #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,bmi2")]
+            unsafe fn v4($($arg: $ty),*) -> $ret { body($($arg),*) }
+            #[target_feature(enable = "avx2,fma,bmi2")]
+            unsafe fn v3($($arg: $ty),*) -> $ret { body($($arg),*) }
+            if $crate::kernels::simd::has_avx512() {
+                // SAFETY: the CPU supports every feature `v4` was compiled for.
+                unsafe { v4($($arg),*) }
+            } else if $crate::kernels::simd::has_avx2_fma() {
+                // SAFETY: as above, for `v3`.
+                unsafe { v3($($arg),*) }
+            } else {
+                body($($arg),*)
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            body($($arg),*)
+        }
+    }};
+}
+pub(crate) use dispatch;
+
+/// Whether the CPU has the AVX-512 subset the kernels are compiled for.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+pub fn has_avx512() -> bool {
+    std::arch::is_x86_feature_detected!("avx512f")
+        && std::arch::is_x86_feature_detected!("avx512bw")
+        && std::arch::is_x86_feature_detected!("avx512dq")
+        && std::arch::is_x86_feature_detected!("avx512vl")
+        && has_avx2_fma()
+}
+
+/// Whether the CPU has AVX2, FMA and BMI2.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+pub fn has_avx2_fma() -> bool {
+    std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") && std::arch::is_x86_feature_detected!("bmi2")
+}
+
+/// The instruction set the kernels run with on this CPU, for reports.
+pub fn isa() -> &'static str {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if has_avx512() {
+            return "avx512";
+        }
+        if has_avx2_fma() {
+            return "avx2+fma";
+        }
+        "sse2"
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    "baseline"
+}
+
+/// `e^x` for f32 without a libm call, so that loops calling it vectorise. Cody–Waite range
+/// reduction `x = n ln2 + r` and a degree-6 polynomial for `e^r` on `|r| <= ln2/2`; relative
+/// error below 2e-7 on [-87, 88]. Inputs below -87.3 give 0 (as `expf` underflows), above
+/// 88.7 are clamped.
+#[inline(always)]
+pub fn exp(x: f32) -> f32 {
+    const LOG2E: f32 = std::f32::consts::LOG2_E;
+    const LN2_HI: f32 = 0.693_359_4;
+    const LN2_LO: f32 = -2.121_944_4e-4;
+    let xc = x.clamp(-87.3, 88.7);
+    let n = (xc * LOG2E).round_ties_even();
+    let r = xc - n * LN2_HI - n * LN2_LO;
+    // e^r ~ 1 + r + r^2 p(r), Cephes coefficients.
+    let p = 1.987_569_1e-4_f32;
+    let p = p.mul_add(r, 1.398_199_9e-3);
+    let p = p.mul_add(r, 8.333_452e-3);
+    let p = p.mul_add(r, 4.166_579_6e-2);
+    let p = p.mul_add(r, 1.666_666_5e-1);
+    let p = p.mul_add(r, 0.5);
+    let e = (p * r).mul_add(r, r) + 1.0;
+    let scale = f32::from_bits(((n as i32 + 127) << 23) as u32);
+    let y = e * scale;
+    if x < -87.3 { 0.0 } else { y }
+}
+
+/// Sum of `f(i)` for `i in 0..n` with eight independent accumulators (a plain f32 fold is
+/// one long dependency chain that does not vectorise).
+#[inline(always)]
+pub fn sum(n: usize, f: impl Fn(usize) -> f32) -> f32 {
+    let mut acc = [0.0f32; 16];
+    let full = n / 16 * 16;
+    let mut i = 0;
+    while i < full {
+        for (l, a) in acc.iter_mut().enumerate() {
+            *a += f(i + l);
+        }
+        i += 16;
+    }
+    let mut tail = 0.0f32;
+    for j in full..n {
+        tail += f(j);
+    }
+    let mut s = [0.0f32; 8];
+    for l in 0..8 {
+        s[l] = acc[l] + acc[l + 8];
+    }
+    ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7])) + tail
+}
+
+/// Largest `f(i)` for `i in 0..n` (`-inf` for `n = 0`), vectorisable.
+#[inline(always)]
+pub fn max(n: usize, f: impl Fn(usize) -> f32) -> f32 {
+    let mut acc = [f32::NEG_INFINITY; 16];
+    let full = n / 16 * 16;
+    let mut i = 0;
+    while i < full {
+        for (l, a) in acc.iter_mut().enumerate() {
+            *a = a.max(f(i + l));
+        }
+        i += 16;
+    }
+    let mut m = f32::NEG_INFINITY;
+    for j in full..n {
+        m = m.max(f(j));
+    }
+    acc.iter().fold(m, |a, &b| a.max(b))
+}
+
+/// `sum_i a[i] * b[i]`.
+#[inline(always)]
+pub fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let n = a.len().min(b.len());
+    let (a, b) = (&a[..n], &b[..n]);
+    sum(n, |i| a[i] * b[i])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exp_matches_libm_to_two_ulp_relative() {
+        let mut worst = 0.0f64;
+        let mut x = -87.0f32;
+        while x < 88.0 {
+            let want = (x as f64).exp();
+            let got = exp(x) as f64;
+            worst = worst.max(((got - want) / want).abs());
+            x += 0.0137;
+        }
+        assert!(worst < 3e-7, "worst relative error {worst}");
+        assert_eq!(exp(-1000.0), 0.0);
+        assert_eq!(exp(f32::NEG_INFINITY), 0.0);
+        assert!(exp(0.0) == 1.0);
+    }
+
+    #[test]
+    fn dispatched_sum_and_max_agree_with_plain_loops() {
+        for n in [0usize, 1, 7, 16, 17, 100, 1027] {
+            let data: Vec<f32> = (0..n).map(|i| ((i * 37 % 101) as f32 - 50.0) / 7.0).collect();
+            let v: &[f32] = &data;
+            let s = dispatch!(|v: &[f32]| -> f32 { sum(v.len(), |i| v[i]) });
+            let m = dispatch!(|v: &[f32]| -> f32 { max(v.len(), |i| v[i]) });
+            let want: f64 = v.iter().map(|&x| x as f64).sum();
+            assert!((s as f64 - want).abs() < 1e-3, "n={n}: {s} vs {want}");
+            assert_eq!(m, v.iter().cloned().fold(f32::NEG_INFINITY, f32::max));
+        }
+    }
+}

@@ -1,0 +1,235 @@
+//! Every kernel against the composed reference it replaces: values within 1e-5 and
+//! gradients (of `sum(y * r)` for a random `r`) within 1e-4, both relative to the largest
+//! magnitude of the reference, on random shapes with odd sizes, windows, query offsets and
+//! grouped heads, on the flex backend with and without autodiff.
+
+use burn::tensor::{Device, Distribution, Int, Tensor, TensorData};
+use burnlens_model::kernels::{self, AttentionMask};
+
+fn flex() -> Device {
+    Device::flex()
+}
+
+fn rand<const D: usize>(shape: [usize; D], scale: f64, device: &Device) -> Tensor<D> {
+    Tensor::random(shape, Distribution::Normal(0.0, scale), device)
+}
+
+fn vec<const D: usize>(t: &Tensor<D>) -> Vec<f32> {
+    t.to_data().convert::<f32>().try_to_vec::<f32>().unwrap()
+}
+
+/// max |got - want| / max |want|.
+fn rel_err(got: &[f32], want: &[f32]) -> f64 {
+    assert_eq!(got.len(), want.len(), "lengths differ");
+    let scale = want.iter().fold(0.0f64, |m, &w| m.max(w.abs() as f64)).max(1e-30);
+    got.iter().zip(want).fold(0.0f64, |m, (&g, &w)| m.max((g as f64 - w as f64).abs())) / scale
+}
+
+fn assert_close(what: &str, got: &[f32], want: &[f32], tol: f64) {
+    assert!(got.iter().all(|v| v.is_finite()), "{what}: non-finite values");
+    let e = rel_err(got, want);
+    assert!(e <= tol, "{what}: relative error {e:e} > {tol:e}");
+}
+
+/// Values and gradients of `f` (kernel) and `g` (reference) on the same inputs.
+fn compare<const N: usize, const D: usize>(
+    what: &str,
+    inputs: [Tensor<D>; N],
+    f: impl Fn(&[Tensor<D>]) -> Tensor<D>,
+    g: impl Fn(&[Tensor<D>]) -> Tensor<D>,
+) {
+    // Inference (plain flex).
+    let y_k = f(&inputs);
+    let y_r = g(&inputs);
+    assert_eq!(y_k.dims(), y_r.dims(), "{what}: shapes");
+    assert_close(&format!("{what} forward"), &vec(&y_k), &vec(&y_r), 1e-5);
+    // Training (autodiff on flex).
+    let ad = flex().autodiff();
+    let r = rand(y_r.dims(), 1.0, &flex());
+    let run = |h: &dyn Fn(&[Tensor<D>]) -> Tensor<D>| {
+        let xs: Vec<Tensor<D>> = inputs.iter().map(|x| Tensor::from_data(x.to_data(), &ad).require_grad()).collect();
+        let y = h(&xs);
+        let yv = vec(&y);
+        let grads = (y * Tensor::from_data(r.to_data(), &ad)).sum().backward();
+        let gs: Vec<Vec<f32>> = xs.iter().map(|x| vec(&x.grad(&grads).expect("gradient"))).collect();
+        (yv, gs)
+    };
+    let (yk, gk) = run(&f);
+    let (yr, gr) = run(&g);
+    assert_close(&format!("{what} forward (autodiff)"), &yk, &yr, 1e-5);
+    for (i, (a, b)) in gk.iter().zip(&gr).enumerate() {
+        assert_close(&format!("{what} gradient of input {i}"), a, b, 1e-4);
+    }
+}
+
+#[test]
+fn linear_matches_burn_linear_with_and_without_bias_and_on_transposed_weights() {
+    let d = flex();
+    for &(lead, k, n) in &[([1usize, 1], 7usize, 5usize), ([2, 9], 33, 65), ([3, 17], 64, 200), ([1, 1], 768, 301), ([4, 50], 48, 48)] {
+        let x = rand([lead[0], lead[1], k], 1.0, &d);
+        let w = rand([k, n], 0.5, &d);
+        let b = rand([n], 0.5, &d);
+        // Tensors of one rank for `compare`: the bias travels as a [1, 1, n] tensor.
+        let b3 = b.reshape([1, 1, n]);
+        let w3 = w.reshape([1, k, n]);
+        compare(
+            &format!("linear {lead:?}x{k}x{n}"),
+            [x.clone(), w3.clone(), b3.clone()],
+            |t| kernels::linear(t[0].clone(), t[1].clone().reshape([k, n]), Some(t[2].clone().reshape([n]))),
+            |t| kernels::linear_reference(t[0].clone(), t[1].clone().reshape([k, n]), Some(t[2].clone().reshape([n]))),
+        );
+        compare(
+            &format!("linear without bias {lead:?}x{k}x{n}"),
+            [x.clone(), w3.clone()],
+            |t| kernels::linear(t[0].clone(), t[1].clone().reshape([k, n]), None),
+            |t| kernels::linear_reference(t[0].clone(), t[1].clone().reshape([k, n]), None),
+        );
+        // The weight stored [n, k] and used through a transposed view (the tied unembedding).
+        let wt = rand([1, n, k], 0.5, &d);
+        compare(
+            &format!("linear through a transposed weight {lead:?}x{k}x{n}"),
+            [x, wt],
+            |t| kernels::linear(t[0].clone(), t[1].clone().reshape([n, k]).transpose(), None),
+            |t| kernels::linear_reference(t[0].clone(), t[1].clone().reshape([n, k]).transpose(), None),
+        );
+    }
+}
+
+#[test]
+fn layer_norm_matches_the_composed_formula() {
+    let d = flex();
+    for &(b, t, dm) in &[(1usize, 1usize, 1usize), (2, 5, 7), (3, 33, 128), (1, 3, 768)] {
+        let x = rand([b, t, dm], 2.0, &d) + 0.5;
+        let w = (rand([1, 1, dm], 0.5, &d) + 1.0).reshape([1, 1, dm]);
+        let bias = rand([1, 1, dm], 0.5, &d);
+        compare(
+            &format!("layer_norm {b}x{t}x{dm}"),
+            [x, w, bias],
+            |t| kernels::layer_norm(t[0].clone(), t[1].clone().reshape([dm]), t[2].clone().reshape([dm]), 1e-5),
+            |t| kernels::layer_norm_reference(t[0].clone(), t[1].clone().reshape([dm]), t[2].clone().reshape([dm]), 1e-5),
+        );
+    }
+}
+
+#[test]
+fn gated_activations_match_their_composed_formulas() {
+    use burnlens_model::ActivationFn::*;
+    let d = flex();
+    for act in [GeluNew, GeluFast, QuickGelu, Silu] {
+        let (a, b) = kernels::activation::gate_coefficients(act).unwrap();
+        for shape in [[1usize, 1, 1], [2, 7, 13], [3, 64, 512]] {
+            let x = rand(shape, 3.0, &d);
+            compare(
+                &format!("{act:?} {shape:?}"),
+                [x],
+                |t| kernels::gated_activation(t[0].clone(), a, b),
+                |t| kernels::gated_activation_reference(t[0].clone(), a, b),
+            );
+        }
+    }
+    // Extreme inputs stay finite and saturate as the reference does.
+    let x = Tensor::<1>::from_floats([-1000.0, -90.0, -20.0, 0.0, 20.0, 90.0, 1000.0], &d);
+    let (a, b) = kernels::activation::gate_coefficients(GeluNew).unwrap();
+    assert_close("GELU at extremes", &vec(&kernels::gated_activation(x.clone(), a, b)), &vec(&kernels::gated_activation_reference(x, a, b)), 1e-6);
+}
+
+#[test]
+fn cross_entropy_matches_log_softmax_and_gather() {
+    let d = flex();
+    for &(rows, vocab) in &[(1usize, 2usize), (7, 65), (130, 1000), (3, 50257)] {
+        let logits = rand([rows, vocab], 3.0, &d);
+        let ids: Vec<i64> = (0..rows).map(|r| ((r * 7919 + 13) % vocab) as i64).collect();
+        let targets = Tensor::<1, Int>::from_data(TensorData::new(ids.clone(), [rows]), &d);
+        let k = kernels::cross_entropy(logits.clone(), targets.clone());
+        let r = kernels::cross_entropy_reference(logits.clone(), targets.clone());
+        // The mean loss is one number that can be small next to the logits it comes from, so
+        // both paths are held to the exact value (computed in f64), not to each other.
+        let x = vec(&logits);
+        let exact = (0..rows)
+            .map(|r| {
+                let row = &x[r * vocab..(r + 1) * vocab];
+                let m = row.iter().fold(f64::NEG_INFINITY, |m, &v| m.max(v as f64));
+                m + row.iter().map(|&v| (v as f64 - m).exp()).sum::<f64>().ln() - row[ids[r] as usize] as f64
+            })
+            .sum::<f64>()
+            / rows as f64;
+        let (got, reference) = (vec(&k)[0] as f64, vec(&r)[0] as f64);
+        let tol = 1e-5 * exact.abs().max(1.0);
+        assert!((got - exact).abs() <= tol, "cross-entropy {rows}x{vocab}: kernel {got} vs exact {exact}");
+        assert!((reference - exact).abs() <= tol, "cross-entropy {rows}x{vocab}: reference {reference} vs exact {exact}");
+        let ad = d.clone().autodiff();
+        let grad = |kernel: bool| {
+            let x = Tensor::<2>::from_data(logits.to_data(), &ad).require_grad();
+            let t = Tensor::<1, Int>::from_data(TensorData::new(ids.clone(), [rows]), &ad);
+            let loss = if kernel { kernels::cross_entropy(x.clone(), t) } else { kernels::cross_entropy_reference(x.clone(), t) };
+            let g = (loss * 1.7).backward();
+            vec(&x.grad(&g).unwrap())
+        };
+        assert_close(&format!("cross-entropy gradient {rows}x{vocab}"), &grad(true), &grad(false), 1e-4);
+    }
+}
+
+#[test]
+fn attention_matches_the_explicit_pattern_on_every_mask_and_layout() {
+    let d = flex();
+    // (batch, heads, kv heads, queries, q_offset, d_head, window)
+    let cases = [
+        (1usize, 1usize, 1usize, 1usize, 0usize, 4usize, None),
+        (2, 3, 3, 5, 0, 8, None),
+        (1, 4, 4, 70, 0, 16, None),
+        (2, 2, 2, 130, 0, 32, Some(6)),
+        (1, 4, 2, 67, 0, 8, None),
+        (1, 6, 1, 33, 0, 8, Some(40)),
+        (2, 2, 2, 1, 9, 16, None),
+        (1, 4, 2, 3, 20, 8, Some(5)),
+        (1, 2, 2, 200, 0, 64, None),
+    ];
+    for (b, h, hk, t, off, dh, window) in cases {
+        let s = off + t;
+        let mask = AttentionMask { q_offset: off, window };
+        let scale = 1.0 / (dh as f64).sqrt();
+        // q, k, v packed into one rank-4 tensor so that `compare` can treat them alike.
+        let q = rand([b, h, t, dh], 1.5, &d);
+        let k = rand([b, hk, s, dh], 1.5, &d);
+        let v = rand([b, hk, s, dh], 1.0, &d);
+        let what = format!("attention b{b} h{h}/{hk} t{t}+{off} dh{dh} {window:?}");
+        compare(
+            &what,
+            [q, k, v],
+            |x| kernels::attention(x[0].clone(), x[1].clone(), x[2].clone(), scale, mask),
+            |x| kernels::attention_reference(x[0].clone(), x[1].clone(), x[2].clone(), scale, mask),
+        );
+    }
+}
+
+#[test]
+fn attention_reads_per_head_views_of_a_fused_projection_in_place() {
+    // q, k, v as the model makes them: chunks of one [b, t, 3 h dh] tensor, split into heads
+    // and swapped to [b, h, t, dh] (strided views, not copies).
+    let d = flex();
+    let (b, t, h, dh) = (2, 37, 3, 16);
+    let qkv = rand([b, t, 3 * h * dh], 1.0, &d);
+    let split = |x: &Tensor<3>| -> Vec<Tensor<4>> { x.clone().chunk(3, 2).into_iter().map(|p| p.reshape([b, t, h, dh]).swap_dims(1, 2)).collect() };
+    let p = split(&qkv);
+    let mask = AttentionMask::causal();
+    let got = kernels::attention(p[0].clone(), p[1].clone(), p[2].clone(), 0.25, mask);
+    let want = kernels::attention_reference(p[0].clone(), p[1].clone(), p[2].clone(), 0.25, mask);
+    assert_close("attention on views", &vec(&got), &vec(&want), 1e-5);
+}
+
+#[test]
+fn a_model_on_flex_runs_its_hot_paths_through_the_kernels_forward_and_backward() {
+    use burnlens_model::kernels::Op;
+    use burnlens_model::{TransformerConfig, cross_entropy};
+    let before: Vec<(usize, usize)> = Op::ALL.iter().map(|&op| kernels::calls(op)).collect();
+    let ad = flex().autodiff();
+    let model = TransformerConfig::gpt2_like(50, 16, 32, 2, 4).init(&ad).unwrap();
+    let ids = Tensor::<2, Int>::from_data(TensorData::new((0..24).map(|i| (i * 7 % 50) as i64).collect::<Vec<_>>(), [2, 12]), &ad);
+    let loss = cross_entropy(model.forward(ids.clone().narrow(1, 0, 11)), ids.narrow(1, 1, 11));
+    let _ = loss.backward();
+    for (op, (f0, b0)) in Op::ALL.iter().zip(before) {
+        let (f1, b1) = kernels::calls(*op);
+        assert!(f1 > f0, "{op:?}: no forward call");
+        assert!(b1 > b0, "{op:?}: no backward call");
+    }
+}
