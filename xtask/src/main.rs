@@ -44,37 +44,83 @@ fn venv() -> Result<PathBuf> {
     Ok(python)
 }
 
-/// Build with the `tch` feature against the PyTorch in `.venv` (torch-sys wants torch
-/// 2.9.0) and run the parity suite on LibTorch's CPU device (`BURNLENS_TEST_BACKENDS=tch`;
-/// set it yourself to add others). Extra arguments go to `cargo test`.
-fn parity_tch(extra: Vec<String>) -> Result<()> {
+/// How to build and run the `tch` backend against the CPU part of the PyPI torch 2.9.0
+/// wheel in `.venv` (torch-sys 0.22 wants 2.9.0): a folder `target/libtorch-cpu` whose
+/// `lib/` links only `libtorch_cpu.so`, `libc10.so` and `libgomp.so.1` (and names
+/// `libtorch_cpu.so` `libtorch.so`, since the wheel's `libtorch.so` pulls in
+/// `libtorch_cuda.so`), so torch-sys links no CUDA library; `include` is the wheel's. The
+/// tch build has its own target directory, so switching features never rebuilds the main one.
+struct TchEnv {
+    vars: Vec<(String, String)>,
+    target_dir: PathBuf,
+}
+
+fn tch_env() -> Result<TchEnv> {
     let python = venv()?;
-    let venv_dir = python.parent().and_then(Path::parent).expect(".venv/bin/python").to_path_buf();
     let out = Command::new(&python)
-        .args(["-c", "import torch, os; print(torch.__version__); print(os.path.join(os.path.dirname(torch.__file__), 'lib')); print(int(torch.cuda.is_available()))"])
+        .args(["-c", "import torch, os, nvidia; print(torch.__version__); print(os.path.dirname(torch.__file__)); print(nvidia.__path__[0])"])
         .output()
         .context("asking the venv's torch for its version")?;
     let text = String::from_utf8_lossy(&out.stdout).to_string();
     let mut lines = text.lines();
-    let (version, lib, cuda) = (lines.next().unwrap_or(""), lines.next().unwrap_or(""), lines.next() == Some("1"));
-    eprintln!("torch {version} (lib {lib}), CUDA visible to torch: {cuda}");
+    let (version, torch_dir, nvidia) = (lines.next().unwrap_or(""), PathBuf::from(lines.next().unwrap_or("")), PathBuf::from(lines.next().unwrap_or("")));
     if !version.starts_with("2.9.0") {
-        bail!("torch-sys 0.22 needs torch 2.9.0 but .venv has torch {version:?}; run: .venv/bin/pip install torch==2.9.0");
+        bail!("torch-sys 0.22 needs torch 2.9.0 but .venv has torch {version:?}; run: .venv/bin/pip install --no-deps torch==2.9.0 nvidia-cuda-runtime-cu12 nvidia-cuda-cupti-cu12");
     }
+    let dir = root().join("target/libtorch-cpu");
+    let lib = dir.join("lib");
+    std::fs::create_dir_all(&lib)?;
+    let wheel_lib = torch_dir.join("lib");
+    for (name, target) in [
+        ("libtorch_cpu.so", "libtorch_cpu.so"),
+        ("libtorch.so", "libtorch_cpu.so"),
+        ("libc10.so", "libc10.so"),
+        ("libgomp.so.1", "libgomp.so.1"),
+        ("libgomp.so", "libgomp.so.1"),
+    ] {
+        let link = lib.join(name);
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(wheel_lib.join(target), &link)?;
+    }
+    let include = dir.join("include");
+    let _ = std::fs::remove_file(&include);
+    std::os::unix::fs::symlink(torch_dir.join("include"), &include)?;
+    // libtorch_cpu.so needs libcudart and libcupti at load time even with no GPU in use.
+    let ld = [lib.clone(), nvidia.join("cuda_runtime/lib"), nvidia.join("cuda_cupti/lib")]
+        .iter()
+        .map(|p| p.display().to_string())
+        .chain(std::env::var("LD_LIBRARY_PATH").ok().filter(|s| !s.is_empty()))
+        .collect::<Vec<_>>()
+        .join(":");
+    eprintln!("torch {version}: linking {} (CPU libraries only)", lib.display());
+    Ok(TchEnv {
+        vars: vec![
+            ("LIBTORCH".into(), dir.display().to_string()),
+            ("LIBTORCH_CXX11_ABI".into(), "1".into()),
+            ("LD_LIBRARY_PATH".into(), ld),
+        ],
+        target_dir: root().join("target/tch"),
+    })
+}
+
+impl TchEnv {
+    fn apply<'a>(&self, cmd: &'a mut Command) -> &'a mut Command {
+        cmd.env("CARGO_TARGET_DIR", &self.target_dir);
+        for (k, v) in &self.vars {
+            cmd.env(k, v);
+        }
+        cmd
+    }
+}
+
+/// Build with the `tch` feature (see [`tch_env`]) and run the parity suite on LibTorch's CPU
+/// device (`BURNLENS_TEST_BACKENDS=tch`; set it yourself to add others). Extra arguments go
+/// to `cargo test`.
+fn parity_tch(extra: Vec<String>) -> Result<()> {
+    let env = tch_env()?;
     let backends = std::env::var("BURNLENS_TEST_BACKENDS").unwrap_or_else(|_| "tch".into());
-    let path = format!("{}:{}", venv_dir.join("bin").display(), std::env::var("PATH").unwrap_or_default());
-    let ld = match std::env::var("LD_LIBRARY_PATH") {
-        Ok(old) if !old.is_empty() => format!("{lib}:{old}"),
-        _ => lib.to_string(),
-    };
-    run(Command::new("cargo")
-        .current_dir(root())
-        .args(["test", "--features", "tch", "--test", "parity"])
-        .args(&extra)
-        .env("LIBTORCH_USE_PYTORCH", "1")
-        .env("VIRTUAL_ENV", &venv_dir)
-        .env("PATH", path)
-        .env("LD_LIBRARY_PATH", ld)
+    run(env
+        .apply(Command::new(env!("CARGO")).current_dir(root()).args(["test", "--features", "tch", "--test", "parity"]).args(&extra))
         .env("BURNLENS_TEST_BACKENDS", backends))
 }
 
@@ -175,7 +221,9 @@ fn median(mut v: Vec<f64>) -> f64 {
 /// Every workload of issue 5 on burnlens, HF `transformers` and the lean PyTorch model,
 /// alternating, same weights (a random GPT-2 small saved by `transformers`), same threads.
 /// Writes `target/bench/report.md`.
-fn bench(only: Vec<String>) -> Result<()> {
+fn bench(args: Vec<String>) -> Result<()> {
+    let with_tch = args.iter().any(|a| a == "--tch");
+    let only: Vec<String> = args.into_iter().filter(|a| a != "--tch").collect();
     let py = venv()?;
     let out_dir = root().join("target/bench");
     std::fs::create_dir_all(&out_dir)?;
@@ -189,6 +237,15 @@ fn bench(only: Vec<String>) -> Result<()> {
     }
     run(Command::new(env!("CARGO")).current_dir(root()).args(["build", "--quiet", "--bin", "burnlens"]))?;
     let bin = root().join("target/debug/burnlens");
+    // burnlens on LibTorch's CPU backend: the same binary built with `--features tch`.
+    let tch = if with_tch {
+        let env = tch_env()?;
+        run(env.apply(Command::new(env!("CARGO")).current_dir(root()).args(["build", "--quiet", "--bin", "burnlens", "--features", "tch"])))?;
+        let bin = env.target_dir.join("debug/burnlens");
+        Some((env, bin))
+    } else {
+        None
+    };
     let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).to_string();
     let m = model.display().to_string();
     let w = |label: &str, args: &[&str], rounds: usize| {
@@ -223,15 +280,22 @@ fn bench(only: Vec<String>) -> Result<()> {
     let machine = machine_report(&bin)?;
     println!("{}", machine.text);
     let mut table = String::from(
-        "| workload | burnlens | HF transformers | lean PyTorch | burnlens / HF | burnlens / lean | GFLOP/s burnlens / HF / lean |\n|---|---|---|---|---|---|---|\n",
+        "| workload | burnlens | HF transformers | lean PyTorch | burnlens / HF | burnlens / lean | GFLOP/s burnlens / HF / lean |",
     );
+    table.push_str(if tch.is_some() { " burnlens on tch | tch / lean |\n|---|---|---|---|---|---|---|---|---|\n" } else { "\n|---|---|---|---|---|---|---|\n" });
     let mut notes = String::new();
     for wl in &workloads {
         let mut results: Vec<(String, Vec<f64>, serde_json::Value)> = vec![("burnlens".into(), vec![], serde_json::Value::Null), ("hf".into(), vec![], serde_json::Value::Null), ("lean".into(), vec![], serde_json::Value::Null)];
+        if tch.is_some() {
+            results.push(("tch".into(), vec![], serde_json::Value::Null));
+        }
         for _ in 0..wl.rounds {
             for (name, times, last) in results.iter_mut() {
                 let v = if name == "burnlens" {
                     run_json(Command::new(&bin).arg("bench").args(&wl.burnlens))?
+                } else if name == "tch" {
+                    let (env, tch_bin) = tch.as_ref().expect("tch built");
+                    run_json(env.apply(Command::new(tch_bin).arg("bench").args(&wl.burnlens).args(["--backend", "tch"])))?
                 } else {
                     run_json(Command::new(&py).current_dir(root()).arg("scripts/peer_nanogpt.py").args(&wl.peer).args(["--impl", name, "--threads", &threads]))?
                 };
@@ -277,7 +341,12 @@ fn bench(only: Vec<String>) -> Result<()> {
             ));
         }
         // Ratios of speed: > 1 means burnlens is faster.
-        table.push_str(&format!("| {} | {cb} | {ch} | {cl} | {:.2}x | {:.2}x | {rates} |\n", wl.label, th / tb, tl / tb));
+        table.push_str(&format!("| {} | {cb} | {ch} | {cl} | {:.2}x | {:.2}x | {rates} |", wl.label, th / tb, tl / tb));
+        if results.len() > 3 {
+            let (tt, ct) = cell(&results[3].1, &results[3].2);
+            table.push_str(&format!(" {ct} | {:.2}x |", tl / tt));
+        }
+        table.push('\n');
         println!("{}: burnlens {cb} | HF {ch} | lean {cl}", wl.label);
         if wl.burnlens[0] == "attention" {
             notes.push_str(&format!(

@@ -77,10 +77,9 @@ pub fn forward(x: &[f32], y: &mut [f32], alpha: f32, beta: f32) {
 pub fn backward(x: &[f32], dy: &[f32], dx: &mut [f32], alpha: f32, beta: f32) {
     dx.par_chunks_mut(CHUNK).zip(x.par_chunks(CHUNK)).zip(dy.par_chunks(CHUNK)).for_each(|((dx, x), dy)| {
         dispatch!(|dx: &mut [f32], x: &[f32], dy: &[f32], alpha: f32, beta: f32| -> () {
-            for i in 0..dx.len().min(x.len()).min(dy.len()) {
-                let xi = x[i];
+            for ((dxi, &xi), &dyi) in dx.iter_mut().zip(x).zip(dy) {
                 let s = sigmoid_of(xi, alpha, beta);
-                dx[i] = dy[i] * (s + xi * s * (1.0 - s) * (3.0 * beta * xi * xi + alpha));
+                *dxi = dyi * (s + xi * s * (1.0 - s) * (3.0 * beta * xi * xi + alpha));
             }
         })
     });

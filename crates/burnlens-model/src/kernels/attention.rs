@@ -157,12 +157,11 @@ fn softmax_block(p: &mut [f32], kw: usize, klo: usize, i0: usize, rows: usize, k
         }
         lse[r] = dispatch!(|row: &mut [f32], lo: usize, hi: usize, scale: f32| -> f32 {
             let x = &mut row[lo..hi];
-            let m = simd::max(x.len(), |j| x[j] * scale);
-            let mut acc = 0.0f32;
+            let m = simd::max_by(x, |v| v * scale);
             for v in x.iter_mut() {
                 *v = simd::exp(*v * scale - m);
             }
-            acc += simd::sum(x.len(), |j| x[j]);
+            let acc = simd::sum_by(x, |v| v);
             let inv = 1.0 / acc;
             for v in x.iter_mut() {
                 *v *= inv;
@@ -255,11 +254,11 @@ fn backward(q: &Heads, k: &Heads, v: &Heads, o: &Heads, d_o: &Heads, lse: &[f32]
                     let d = simd::dot(d_o.row(bi, hi, i), o.row(bi, hi, i));
                     let (pr, dpr) = (&mut p[r * kw..(r + 1) * kw], &mut dp[r * kw..(r + 1) * kw]);
                     dispatch!(|pr: &mut [f32], dpr: &mut [f32], lo: usize, hi_: usize, klo: usize, l: f32, d: f32, scale: f32| -> () {
-                        for j in 0..pr.len() {
-                            let visible = j + klo >= lo && j + klo < hi_;
-                            let pj = if visible { simd::exp(pr[j] * scale - l) } else { 0.0 };
-                            pr[j] = pj;
-                            dpr[j] = pj * (dpr[j] - d) * scale;
+                        let (a, b) = (lo - klo, hi_ - klo);
+                        for (j, (p, dp)) in pr.iter_mut().zip(dpr.iter_mut()).enumerate() {
+                            let pj = if j >= a && j < b { simd::exp(*p * scale - l) } else { 0.0 };
+                            *p = pj;
+                            *dp = pj * (*dp - d) * scale;
                         }
                     });
                 }

@@ -53,11 +53,11 @@ fn targets_vec(t: &FlexTensor) -> Vec<usize> {
 pub fn logsumexp_rows(logits: &[f32], vocab: usize, lse: &mut [f32]) {
     lse.par_iter_mut().zip(logits.par_chunks(vocab)).for_each(|(l, row)| {
         *l = dispatch!(|row: &[f32]| -> f32 {
-            let m = simd::max(row.len(), |i| row[i]);
+            let m = simd::max_by(row, |x| x);
             if m == f32::NEG_INFINITY {
                 return m;
             }
-            m + simd::sum(row.len(), |i| simd::exp(row[i] - m)).ln()
+            m + simd::sum_by(row, |x| simd::exp(x - m)).ln()
         })
     });
 }
@@ -66,8 +66,8 @@ pub fn logsumexp_rows(logits: &[f32], vocab: usize, lse: &mut [f32]) {
 pub fn backward(logits: &[f32], vocab: usize, lse: &[f32], targets: &[usize], scale: f32, dlogits: &mut [f32]) {
     dlogits.par_chunks_mut(vocab).zip(logits.par_chunks(vocab)).zip(lse.par_iter().zip(targets.par_iter())).for_each(|((d, row), (&l, &t))| {
         dispatch!(|d: &mut [f32], row: &[f32], l: f32, scale: f32| -> () {
-            for i in 0..d.len() {
-                d[i] = scale * simd::exp(row[i] - l);
+            for (d, &x) in d.iter_mut().zip(row) {
+                *d = scale * simd::exp(x - l);
             }
         });
         if t < d.len() {

@@ -55,11 +55,11 @@ pub fn forward(x: &[f32], w: &[f32], b: &[f32], eps: f32, y: &mut [f32], stats: 
             let d = w.len();
             let inv_d = 1.0 / d as f32;
             for ((yr, xr), s) in y.chunks_exact_mut(d).zip(x.chunks_exact(d)).zip(st.chunks_exact_mut(2)) {
-                let mean = simd::sum(d, |i| xr[i]) * inv_d;
-                let var = simd::sum(d, |i| (xr[i] - mean) * (xr[i] - mean)) * inv_d;
+                let mean = simd::sum_by(xr, |x| x) * inv_d;
+                let var = simd::sum_by(xr, |x| (x - mean) * (x - mean)) * inv_d;
                 let rstd = 1.0 / (var + eps).sqrt();
-                for i in 0..d {
-                    yr[i] = (xr[i] - mean) * rstd * w[i] + b[i];
+                for (((y, &x), &w), &b) in yr.iter_mut().zip(xr).zip(w).zip(b) {
+                    *y = (x - mean) * rstd * w + b;
                 }
                 s[0] = mean;
                 s[1] = rstd;
@@ -86,18 +86,18 @@ pub fn backward(x: &[f32], w: &[f32], stats: &[f32], dy: &[f32], dx: &mut [f32],
                 let inv_d = 1.0 / d as f32;
                 for (((dxr, xr), dyr), s) in dx.chunks_exact_mut(d).zip(x.chunks_exact(d)).zip(dy.chunks_exact(d)).zip(st.chunks_exact(2)) {
                     let (mean, rstd) = (s[0], s[1]);
-                    let mg = simd::sum(d, |i| dyr[i] * w[i]) * inv_d;
-                    let mgx = simd::sum(d, |i| dyr[i] * w[i] * ((xr[i] - mean) * rstd)) * inv_d;
+                    let mg = simd::sum_by2(dyr, w, |dy, w| dy * w) * inv_d;
+                    let mgx = simd::sum_by3(dyr, w, xr, |dy, w, x| dy * w * ((x - mean) * rstd)) * inv_d;
                     if !acc.is_empty() {
                         let (aw, ab) = acc.split_at_mut(d);
-                        for i in 0..d {
-                            aw[i] += dyr[i] * ((xr[i] - mean) * rstd);
-                            ab[i] += dyr[i];
+                        for (((aw, ab), &dy), &x) in aw.iter_mut().zip(ab.iter_mut()).zip(dyr).zip(xr) {
+                            *aw += dy * ((x - mean) * rstd);
+                            *ab += dy;
                         }
                     }
-                    for i in 0..d {
-                        let xhat = (xr[i] - mean) * rstd;
-                        dxr[i] = rstd * (dyr[i] * w[i] - mg - xhat * mgx);
+                    for (((dx, &dy), &w), &x) in dxr.iter_mut().zip(dyr).zip(w).zip(xr) {
+                        let xhat = (x - mean) * rstd;
+                        *dx = rstd * (dy * w - mg - xhat * mgx);
                     }
                 }
             });

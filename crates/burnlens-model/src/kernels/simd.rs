@@ -90,60 +90,87 @@ pub fn exp(x: f32) -> f32 {
     let p = p.mul_add(r, 1.666_666_5e-1);
     let p = p.mul_add(r, 0.5);
     let e = (p * r).mul_add(r, r) + 1.0;
-    let scale = f32::from_bits(((n as i32 + 127) << 23) as u32);
+    let scale = f32::from_bits(((n as i32).wrapping_add(127) << 23) as u32);
     let y = e * scale;
     if x < -87.3 { 0.0 } else { y }
 }
 
-/// Sum of `f(i)` for `i in 0..n` with eight independent accumulators (a plain f32 fold is
-/// one long dependency chain that does not vectorise).
+const LANES: usize = 16;
+
+/// `Σ f(a[i])` with sixteen independent accumulators (a plain f32 fold is one long
+/// dependency chain that does not vectorise).
 #[inline(always)]
-pub fn sum(n: usize, f: impl Fn(usize) -> f32) -> f32 {
-    let mut acc = [0.0f32; 16];
-    let full = n / 16 * 16;
-    let mut i = 0;
-    while i < full {
-        for (l, a) in acc.iter_mut().enumerate() {
-            *a += f(i + l);
+pub fn sum_by(a: &[f32], f: impl Fn(f32) -> f32) -> f32 {
+    let mut acc = [0.0f32; LANES];
+    let chunks = a.chunks_exact(LANES);
+    let tail = chunks.remainder();
+    for c in chunks {
+        for l in 0..LANES {
+            acc[l] += f(c[l]);
         }
-        i += 16;
     }
-    let mut tail = 0.0f32;
-    for j in full..n {
-        tail += f(j);
+    reduce_sum(acc) + tail.iter().map(|&x| f(x)).sum::<f32>()
+}
+
+/// `Σ f(a[i], b[i])` over the common length.
+#[inline(always)]
+pub fn sum_by2(a: &[f32], b: &[f32], f: impl Fn(f32, f32) -> f32) -> f32 {
+    let n = a.len().min(b.len());
+    let (a, b) = (&a[..n], &b[..n]);
+    let mut acc = [0.0f32; LANES];
+    let (ca, cb) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
+    let (ta, tb) = (ca.remainder(), cb.remainder());
+    for (x, y) in ca.zip(cb) {
+        for l in 0..LANES {
+            acc[l] += f(x[l], y[l]);
+        }
     }
+    reduce_sum(acc) + ta.iter().zip(tb).map(|(&x, &y)| f(x, y)).sum::<f32>()
+}
+
+/// `Σ f(a[i], b[i], c[i])` over the common length.
+#[inline(always)]
+pub fn sum_by3(a: &[f32], b: &[f32], c: &[f32], f: impl Fn(f32, f32, f32) -> f32) -> f32 {
+    let n = a.len().min(b.len()).min(c.len());
+    let (a, b, c) = (&a[..n], &b[..n], &c[..n]);
+    let mut acc = [0.0f32; LANES];
+    let (ca, cb, cc) = (a.chunks_exact(LANES), b.chunks_exact(LANES), c.chunks_exact(LANES));
+    let (ta, tb, tc) = (ca.remainder(), cb.remainder(), cc.remainder());
+    for ((x, y), z) in ca.zip(cb).zip(cc) {
+        for l in 0..LANES {
+            acc[l] += f(x[l], y[l], z[l]);
+        }
+    }
+    reduce_sum(acc) + ta.iter().zip(tb).zip(tc).map(|((&x, &y), &z)| f(x, y, z)).sum::<f32>()
+}
+
+#[inline(always)]
+fn reduce_sum(acc: [f32; LANES]) -> f32 {
     let mut s = [0.0f32; 8];
     for l in 0..8 {
         s[l] = acc[l] + acc[l + 8];
     }
-    ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7])) + tail
+    ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]))
 }
 
-/// Largest `f(i)` for `i in 0..n` (`-inf` for `n = 0`), vectorisable.
+/// `max f(a[i])` (`-inf` for an empty slice), vectorisable.
 #[inline(always)]
-pub fn max(n: usize, f: impl Fn(usize) -> f32) -> f32 {
-    let mut acc = [f32::NEG_INFINITY; 16];
-    let full = n / 16 * 16;
-    let mut i = 0;
-    while i < full {
-        for (l, a) in acc.iter_mut().enumerate() {
-            *a = a.max(f(i + l));
+pub fn max_by(a: &[f32], f: impl Fn(f32) -> f32) -> f32 {
+    let mut acc = [f32::NEG_INFINITY; LANES];
+    let chunks = a.chunks_exact(LANES);
+    let tail = chunks.remainder();
+    for c in chunks {
+        for l in 0..LANES {
+            acc[l] = acc[l].max(f(c[l]));
         }
-        i += 16;
     }
-    let mut m = f32::NEG_INFINITY;
-    for j in full..n {
-        m = m.max(f(j));
-    }
-    acc.iter().fold(m, |a, &b| a.max(b))
+    tail.iter().fold(acc.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x)), |m, &x| m.max(f(x)))
 }
 
-/// `sum_i a[i] * b[i]`.
+/// `Σ a[i] b[i]`.
 #[inline(always)]
 pub fn dot(a: &[f32], b: &[f32]) -> f32 {
-    let n = a.len().min(b.len());
-    let (a, b) = (&a[..n], &b[..n]);
-    sum(n, |i| a[i] * b[i])
+    sum_by2(a, b, |x, y| x * y)
 }
 
 #[cfg(test)]
@@ -171,8 +198,8 @@ mod tests {
         for n in [0usize, 1, 7, 16, 17, 100, 1027] {
             let data: Vec<f32> = (0..n).map(|i| ((i * 37 % 101) as f32 - 50.0) / 7.0).collect();
             let v: &[f32] = &data;
-            let s = dispatch!(|v: &[f32]| -> f32 { sum(v.len(), |i| v[i]) });
-            let m = dispatch!(|v: &[f32]| -> f32 { max(v.len(), |i| v[i]) });
+            let s = dispatch!(|v: &[f32]| -> f32 { sum_by(v, |x| x) });
+            let m = dispatch!(|v: &[f32]| -> f32 { max_by(v, |x| x) });
             let want: f64 = v.iter().map(|&x| x as f64).sum();
             assert!((s as f64 - want).abs() < 1e-3, "n={n}: {s} vs {want}");
             assert_eq!(m, v.iter().cloned().fold(f32::NEG_INFINITY, f32::max));
