@@ -15,9 +15,9 @@ use burn::backend::tensor::FloatTensor;
 use burn::backend::{Autodiff, Backend, Dispatch, Flex, backend_extension};
 use burn::tensor::Tensor;
 use burn::tensor::activation::sigmoid;
-use rayon::prelude::*;
 
 use super::simd::{self, dispatch};
+use super::pool::{self, GRAIN};
 use super::{contiguous, flex_vec, use_kernels};
 use crate::config::ActivationFn;
 
@@ -54,8 +54,6 @@ pub fn gated_activation_reference<const D: usize>(x: Tensor<D>, alpha: f32, beta
     x * sigmoid(inner)
 }
 
-const CHUNK: usize = 16 * 1024;
-
 #[inline(always)]
 fn sigmoid_of(x: f32, alpha: f32, beta: f32) -> f32 {
     let z = (beta * x * x + alpha) * x;
@@ -64,7 +62,8 @@ fn sigmoid_of(x: f32, alpha: f32, beta: f32) -> f32 {
 
 /// `y = x σ(αx + βx³)`.
 pub fn forward(x: &[f32], y: &mut [f32], alpha: f32, beta: f32) {
-    y.par_chunks_mut(CHUNK).zip(x.par_chunks(CHUNK)).for_each(|(y, x)| {
+    pool::for_chunks(y, GRAIN, |i, y| {
+        let x = &x[i * GRAIN..i * GRAIN + y.len()];
         dispatch!(|y: &mut [f32], x: &[f32], alpha: f32, beta: f32| -> () {
             for (yi, &xi) in y.iter_mut().zip(x) {
                 *yi = xi * sigmoid_of(xi, alpha, beta);
@@ -75,7 +74,8 @@ pub fn forward(x: &[f32], y: &mut [f32], alpha: f32, beta: f32) {
 
 /// `dx = dy * (s + x s (1 - s)(α + 3βx²))`.
 pub fn backward(x: &[f32], dy: &[f32], dx: &mut [f32], alpha: f32, beta: f32) {
-    dx.par_chunks_mut(CHUNK).zip(x.par_chunks(CHUNK)).zip(dy.par_chunks(CHUNK)).for_each(|((dx, x), dy)| {
+    pool::for_chunks(dx, GRAIN, |i, dx| {
+        let (x, dy) = (&x[i * GRAIN..i * GRAIN + dx.len()], &dy[i * GRAIN..i * GRAIN + dx.len()]);
         dispatch!(|dx: &mut [f32], x: &[f32], dy: &[f32], alpha: f32, beta: f32| -> () {
             for ((dxi, &xi), &dyi) in dx.iter_mut().zip(x).zip(dy) {
                 let s = sigmoid_of(xi, alpha, beta);

@@ -28,9 +28,9 @@ use burn::backend::tensor::FloatTensor;
 use burn::backend::{Autodiff, Backend, Dispatch, Flex, backend_extension};
 use burn::tensor::activation::softmax;
 use burn::tensor::{Bool, Shape, Tensor, TensorData};
-use rayon::prelude::*;
 
-use super::gemm::{MatRef, SendPtr, matmul_single};
+use super::gemm::{MatRef, matmul_single};
+use super::pool::{self, SendPtr};
 use super::simd::{self, dispatch};
 use super::{flex_strided, use_kernels};
 
@@ -179,7 +179,7 @@ fn forward(q: &Heads, k: &Heads, v: &Heads, scale: f32, mask: AttentionMask, out
     let blocks = t.div_ceil(BLOCK);
     let out_ptr = SendPtr(out.as_mut_ptr());
     let lse_ptr = lse.map(|l| SendPtr(l.as_mut_ptr()));
-    (0..b * h * blocks).into_par_iter().for_each(|task| {
+    pool::run(b * h * blocks, |task| {
         let (out_ptr, lse_ptr) = (out_ptr, lse_ptr);
         let (bi, rest) = (task / (h * blocks), task % (h * blocks));
         let (hi, blk) = (rest / blocks, rest % blocks);
@@ -217,7 +217,7 @@ fn backward(q: &Heads, k: &Heads, v: &Heads, o: &Heads, d_o: &Heads, lse: &[f32]
     let [_, hk, s, _] = k.dims;
     let group = h / hk;
     let (dq_ptr, dk_ptr, dv_ptr) = (SendPtr(dq.as_mut_ptr()), SendPtr(dk.as_mut_ptr()), SendPtr(dv.as_mut_ptr()));
-    (0..b * hk).into_par_iter().for_each(|task| {
+    pool::run(b * hk, |task| {
         let (dq_ptr, dk_ptr, dv_ptr) = (dq_ptr, dk_ptr, dv_ptr);
         let (bi, kh) = (task / hk, task % hk);
         let mut dk_acc = vec![0.0f32; s * dh];

@@ -15,9 +15,9 @@ use burn::backend::tensor::{FloatTensor, IntTensor};
 use burn::backend::{Autodiff, Backend, Dispatch, Flex, backend_extension};
 use burn::tensor::activation::log_softmax;
 use burn::tensor::{DType, Int, Shape, Tensor};
-use rayon::prelude::*;
 
 use super::simd::{self, dispatch};
+use super::pool::{self, GRAIN};
 use super::{contiguous, flex_vec, use_kernels};
 
 #[backend_extension(Flex, Autodiff)]
@@ -51,20 +51,28 @@ fn targets_vec(t: &FlexTensor) -> Vec<usize> {
 
 /// Per-row log-sum-exp of contiguous `logits [rows, vocab]`.
 pub fn logsumexp_rows(logits: &[f32], vocab: usize, lse: &mut [f32]) {
-    lse.par_iter_mut().zip(logits.par_chunks(vocab)).for_each(|(l, row)| {
+    let rows_per_task = (GRAIN / vocab.max(1)).max(1);
+    pool::for_chunks(lse, rows_per_task, |i, lse| {
+        for (r, l) in lse.iter_mut().enumerate() {
+        let row = &logits[(i * rows_per_task + r) * vocab..(i * rows_per_task + r + 1) * vocab];
         *l = dispatch!(|row: &[f32]| -> f32 {
             let m = simd::max_by(row, |x| x);
             if m == f32::NEG_INFINITY {
                 return m;
             }
             m + simd::sum_by(row, |x| simd::exp(x - m)).ln()
-        })
+        });
+        }
     });
 }
 
 /// `dlogits = scale * (exp(row - lse) - onehot(target))`.
 pub fn backward(logits: &[f32], vocab: usize, lse: &[f32], targets: &[usize], scale: f32, dlogits: &mut [f32]) {
-    dlogits.par_chunks_mut(vocab).zip(logits.par_chunks(vocab)).zip(lse.par_iter().zip(targets.par_iter())).for_each(|((d, row), (&l, &t))| {
+    let rows_per_task = (GRAIN / vocab.max(1)).max(1);
+    pool::for_chunks(dlogits, rows_per_task * vocab, |i, block| {
+        for (r, d) in block.chunks_exact_mut(vocab).enumerate() {
+        let row_index = i * rows_per_task + r;
+        let (row, l, t) = (&logits[row_index * vocab..(row_index + 1) * vocab], lse[row_index], targets[row_index]);
         dispatch!(|d: &mut [f32], row: &[f32], l: f32, scale: f32| -> () {
             for (d, &x) in d.iter_mut().zip(row) {
                 *d = scale * simd::exp(x - l);
@@ -72,6 +80,7 @@ pub fn backward(logits: &[f32], vocab: usize, lse: &[f32], targets: &[usize], sc
         });
         if t < d.len() {
             d[t] -= scale;
+        }
         }
     });
 }

@@ -10,6 +10,8 @@
 
 use gemm::Parallelism;
 
+use super::pool::SendPtr;
+
 /// A strided read-only matrix view: element `(i, j)` is `data[offset + i·rs + j·cs]`.
 #[derive(Clone, Copy, Debug)]
 pub struct MatRef<'a> {
@@ -81,7 +83,7 @@ pub fn matmul(dst: &mut [f32], dst_rs: usize, a: MatRef, b: MatRef, accumulate: 
     }
     a.check();
     b.check();
-    let threads = rayon::current_num_threads();
+    let threads = super::pool::threads();
     let macs = m.saturating_mul(n).saturating_mul(k);
     if threads <= 1 || macs < SPLIT_MIN_MACS {
         // SAFETY: bounds checked above.
@@ -93,27 +95,19 @@ pub fn matmul(dst: &mut [f32], dst_rs: usize, a: MatRef, b: MatRef, accumulate: 
     let ptr = SendPtr(dst.as_mut_ptr());
     if n >= m || m < 2 * threads {
         let block = n.div_ceil(threads).next_multiple_of(64).min(n);
-        rayon::scope(|s| {
-            for c0 in (0..n).step_by(block) {
-                let w = block.min(n - c0);
-                s.spawn(move |_| {
-                    let p = ptr;
-                    // SAFETY: blocks write disjoint columns of `dst`, all inside it.
-                    unsafe { call(p.0.add(c0), dst_rs, a, b.cols(c0, w), accumulate) };
-                });
-            }
+        super::pool::run(n.div_ceil(block), |i| {
+            let p = ptr;
+            let c0 = i * block;
+            // SAFETY: blocks write disjoint columns of `dst`, all inside it.
+            unsafe { call(p.0.add(c0), dst_rs, a, b.cols(c0, block.min(n - c0)), accumulate) };
         });
     } else {
         let block = m.div_ceil(threads);
-        rayon::scope(|s| {
-            for r0 in (0..m).step_by(block) {
-                let h = block.min(m - r0);
-                s.spawn(move |_| {
-                    let p = ptr;
-                    // SAFETY: blocks write disjoint rows of `dst`, all inside it.
-                    unsafe { call(p.0.add(r0 * dst_rs), dst_rs, a.rows(r0, h), b, accumulate) };
-                });
-            }
+        super::pool::run(m.div_ceil(block), |i| {
+            let p = ptr;
+            let r0 = i * block;
+            // SAFETY: blocks write disjoint rows of `dst`, all inside it.
+            unsafe { call(p.0.add(r0 * dst_rs), dst_rs, a.rows(r0, block.min(m - r0)), b, accumulate) };
         });
     }
 }
@@ -174,13 +168,6 @@ unsafe fn call(dst: *mut f32, dst_rs: usize, a: MatRef, b: MatRef, accumulate: b
         )
     }
 }
-
-/// A raw pointer handed to scoped threads that write disjoint parts of one buffer.
-#[derive(Clone, Copy)]
-pub(crate) struct SendPtr(pub *mut f32);
-// SAFETY: used only to hand disjoint blocks of one buffer to scoped threads.
-unsafe impl Send for SendPtr {}
-unsafe impl Sync for SendPtr {}
 
 #[cfg(test)]
 mod tests {

@@ -14,9 +14,9 @@ use burn::backend::flex::FlexTensor;
 use burn::backend::tensor::FloatTensor;
 use burn::backend::{Autodiff, Backend, Dispatch, Flex, backend_extension};
 use burn::tensor::{Shape, Tensor};
-use rayon::prelude::*;
 
 use super::simd::{self, dispatch};
+use super::pool::{self, GRAIN};
 use super::{contiguous, flex_vec, use_kernels};
 
 #[backend_extension(Flex, Autodiff)]
@@ -41,16 +41,17 @@ pub fn layer_norm_reference<const D: usize>(x: Tensor<D>, weight: Tensor<1>, bia
     xhat * weight.unsqueeze::<D>() + bias.unsqueeze::<D>()
 }
 
-/// Rows per parallel task: about 16K elements each.
+/// Rows per parallel task: about [`GRAIN`] elements each.
 fn rows_per_task(d: usize) -> usize {
-    (16 * 1024 / d.max(1)).max(1)
+    (GRAIN / d.max(1)).max(1)
 }
 
 /// `y` and `stats` (`[rows, 2]`: mean, rstd) from contiguous `x`.
 pub fn forward(x: &[f32], w: &[f32], b: &[f32], eps: f32, y: &mut [f32], stats: &mut [f32]) {
     let d = w.len();
     let rpt = rows_per_task(d);
-    y.par_chunks_mut(rpt * d).zip(x.par_chunks(rpt * d)).zip(stats.par_chunks_mut(rpt * 2)).for_each(|((y, x), st)| {
+    pool::for_chunks2(y, rpt * d, stats, rpt * 2, |i, y, st| {
+        let x = &x[i * rpt * d..i * rpt * d + y.len()];
         dispatch!(|y: &mut [f32], x: &[f32], st: &mut [f32], w: &[f32], b: &[f32], eps: f32| -> () {
             let d = w.len();
             let inv_d = 1.0 / d as f32;
@@ -72,14 +73,17 @@ pub fn forward(x: &[f32], w: &[f32], b: &[f32], eps: f32, y: &mut [f32], stats: 
 pub fn backward(x: &[f32], w: &[f32], stats: &[f32], dy: &[f32], dx: &mut [f32], need_wb: bool) -> Option<(Vec<f32>, Vec<f32>)> {
     let d = w.len();
     let rpt = rows_per_task(d);
-    let partial = dx
-        .par_chunks_mut(rpt * d)
-        .zip(x.par_chunks(rpt * d))
-        .zip(dy.par_chunks(rpt * d))
-        .zip(stats.par_chunks(rpt * 2))
-        .map(|(((dx, x), dy), st)| {
-            let mut acc = if need_wb { vec![0.0f32; 2 * d] } else { Vec::new() };
-            let acc_s: &mut [f32] = &mut acc;
+    let tasks = dx.len().div_ceil(rpt * d);
+    // One [dw | db] partial sum per task, added up afterwards.
+    let mut partial = vec![0.0f32; if need_wb { tasks * 2 * d } else { 0 }];
+    let acc_chunk = if need_wb { 2 * d } else { 1 };
+    let partial_ptr = pool::SendPtr(partial.as_mut_ptr());
+    pool::for_chunks(dx, rpt * d, |i, dx| {
+            let p = partial_ptr;
+            let (x, dy) = (&x[i * rpt * d..i * rpt * d + dx.len()], &dy[i * rpt * d..i * rpt * d + dx.len()]);
+            let st = &stats[i * rpt * 2..i * rpt * 2 + dx.len() / d * 2];
+            // SAFETY: each task owns its own partial sum.
+            let acc_s: &mut [f32] = if need_wb { unsafe { std::slice::from_raw_parts_mut(p.0.add(i * acc_chunk), acc_chunk) } } else { &mut [] };
             dispatch!(|dx: &mut [f32], x: &[f32], dy: &[f32], st: &[f32], w: &[f32], acc_s: &mut [f32]| -> () {
                 let acc = acc_s;
                 let d = w.len();
@@ -101,21 +105,17 @@ pub fn backward(x: &[f32], w: &[f32], stats: &[f32], dy: &[f32], dx: &mut [f32],
                     }
                 }
             });
-            acc
-        })
-        .reduce(Vec::new, |mut a, b| {
-            if a.is_empty() {
-                return b;
-            }
-            for (ai, bi) in a.iter_mut().zip(&b) {
-                *ai += *bi;
-            }
-            a
-        });
+    });
     if !need_wb {
         return None;
     }
-    let partial = if partial.is_empty() { vec![0.0; 2 * d] } else { partial };
+    let mut sums = vec![0.0f32; 2 * d];
+    for p in partial.chunks_exact(2 * d) {
+        for (s, v) in sums.iter_mut().zip(p) {
+            *s += *v;
+        }
+    }
+    let partial = sums;
     let (dw, db) = partial.split_at(d);
     Some((dw.to_vec(), db.to_vec()))
 }

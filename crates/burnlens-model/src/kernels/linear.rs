@@ -16,9 +16,9 @@ use burn::backend::flex::FlexTensor;
 use burn::backend::tensor::FloatTensor;
 use burn::backend::{Autodiff, Backend, Dispatch, Flex, backend_extension};
 use burn::tensor::{Shape, Tensor};
-use rayon::prelude::*;
 
 use super::gemm::{MatRef, matmul};
+use super::pool::{self, GRAIN};
 use super::{contiguous, flex_vec, use_kernels};
 
 #[backend_extension(Flex, Autodiff)]
@@ -73,7 +73,11 @@ fn flex_forward(x: &FlexTensor, w: &FlexTensor, b: Option<&FlexTensor>) -> (Flex
     if let Some(b) = b {
         let b = contiguous(b);
         let bias = b.storage::<f32>();
-        y.par_chunks_mut(n.max(1)).for_each(|row| row.copy_from_slice(bias));
+        pool::for_chunks(&mut y, (GRAIN / n.max(1)).max(1) * n.max(1), |_, rows| {
+            for row in rows.chunks_exact_mut(n.max(1)) {
+                row.copy_from_slice(bias);
+            }
+        });
     }
     matmul(&mut y, n, MatRef::row_major(x.storage(), m, k), mat(&w, [k, n], ws, woff), b.is_some());
     let mut out_dims = xs.to_vec();
@@ -113,26 +117,24 @@ fn gradients(x: &FlexTensor, w: &FlexTensor, dy: &FlexTensor, want: [bool; 3]) -
 
 /// Sum over rows of a row-major `[rows, n]` matrix.
 fn column_sums(v: &[f32], n: usize) -> Vec<f32> {
-    let per_task = (16 * 1024 / n.max(1)).max(1);
-    v.par_chunks(per_task * n)
-        .map(|chunk| {
-            let mut acc = vec![0.0f32; n];
-            for row in chunk.chunks_exact(n) {
-                for (a, &r) in acc.iter_mut().zip(row) {
-                    *a += r;
-                }
+    let n = n.max(1);
+    let rows_per_task = (GRAIN / n).max(1);
+    let tasks = (v.len() / n).div_ceil(rows_per_task);
+    let mut partial = vec![0.0f32; tasks * n];
+    pool::for_chunks(&mut partial, n, |i, acc| {
+        for row in v[i * rows_per_task * n..((i + 1) * rows_per_task * n).min(v.len())].chunks_exact(n) {
+            for (a, &r) in acc.iter_mut().zip(row) {
+                *a += r;
             }
-            acc
-        })
-        .reduce(
-            || vec![0.0f32; n],
-            |mut a, b| {
-                for (x, y) in a.iter_mut().zip(&b) {
-                    *x += *y;
-                }
-                a
-            },
-        )
+        }
+    });
+    let mut sums = vec![0.0f32; n];
+    for p in partial.chunks_exact(n) {
+        for (s, x) in sums.iter_mut().zip(p) {
+            *s += *x;
+        }
+    }
+    sums
 }
 
 #[derive(Debug)]

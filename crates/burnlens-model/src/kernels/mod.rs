@@ -26,6 +26,7 @@ pub mod cross_entropy;
 pub mod gemm;
 pub mod layer_norm;
 pub mod linear;
+pub mod pool;
 pub mod simd;
 
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};

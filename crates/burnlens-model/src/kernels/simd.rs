@@ -90,7 +90,10 @@ pub fn exp(x: f32) -> f32 {
     let p = p.mul_add(r, 1.666_666_5e-1);
     let p = p.mul_add(r, 0.5);
     let e = (p * r).mul_add(r, r) + 1.0;
-    let scale = f32::from_bits(((n as i32).wrapping_add(127) << 23) as u32);
+    // 2^n without a float-to-int conversion (Rust's saturating `as i32` does not vectorise):
+    // adding 2^23 puts the integer n + 127 in the low mantissa bits, and the shift moves it
+    // into the exponent field, discarding the rest.
+    let scale = f32::from_bits((n + (127.0 + 8_388_608.0)).to_bits() << 23);
     let y = e * scale;
     if x < -87.3 { 0.0 } else { y }
 }
