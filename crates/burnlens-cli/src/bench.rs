@@ -180,7 +180,12 @@ fn machine() -> serde_json::Value {
         use rayon::prelude::*;
         dst.par_chunks_mut(1 << 16).zip(src.par_chunks(1 << 16)).for_each(|(d, s)| d.copy_from_slice(s));
     }));
+    // Read bandwidth: what decoding does with the weights.
+    let read = median(timed(5, || {
+        std::hint::black_box(burnlens_model::kernels::simd::parallel_sum(&src));
+    }));
     json!({
+        "read_gbps": (len * 4) as f64 / read / 1e9,
         "times": [gemm_all],
         "threads": rayon::current_num_threads(),
         "isa": burnlens_model::kernels::simd::isa(),

@@ -176,6 +176,20 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
     sum_by2(a, b, |x, y| x * y)
 }
 
+/// `Σ a[i]` over all kernel threads, vectorised: reads `a` once at full bandwidth (the bench
+/// uses it to measure the read bandwidth that bounds decoding).
+pub fn parallel_sum(a: &[f32]) -> f32 {
+    const PART: usize = 1 << 16;
+    let parts = a.len().div_ceil(PART);
+    let sums: Vec<std::sync::atomic::AtomicU32> = (0..parts).map(|_| std::sync::atomic::AtomicU32::new(0)).collect();
+    super::pool::run(parts, |i| {
+        let part = &a[i * PART..((i + 1) * PART).min(a.len())];
+        let s = dispatch!(|part: &[f32]| -> f32 { sum_by(part, |x| x) });
+        sums[i].store(s.to_bits(), std::sync::atomic::Ordering::Relaxed);
+    });
+    sums.iter().map(|s| f32::from_bits(s.load(std::sync::atomic::Ordering::Relaxed))).sum()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
