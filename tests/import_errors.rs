@@ -93,7 +93,7 @@ fn untied_lm_head_is_refused() {
         let t = ts.iter_mut().find(|(n, ..)| n == "lm_head.weight").unwrap();
         t.3[0] ^= 0x40;
     });
-    assert!(load_err(&dir).contains("`lm_head.weight` differs from `wte.weight`"));
+    assert!(load_err(&dir).contains("`lm_head.weight` differs from `transformer.wte.weight` although config.json ties them"));
 }
 
 #[test]

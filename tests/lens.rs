@@ -205,7 +205,7 @@ fn shortformer_queries_read_ln1_of_the_residual_plus_positions() {
     let q = hooks.cache["blocks.1.attn.hook_q"].to_vec(); // [1, t, head, d_head]
     let ln = &m.blocks[1].ln1;
     let g: Vec<f32> = ln.weight.val().into_data().try_to_vec::<f32>().unwrap();
-    let b: Vec<f32> = ln.bias.val().into_data().try_to_vec::<f32>().unwrap();
+    let b: Vec<f32> = ln.bias.as_ref().expect("LayerNorm bias").val().into_data().try_to_vec::<f32>().unwrap();
     let w = m.blocks[1].attn.head_weights();
     let w_q: Vec<f32> = w.w_q.into_data().try_to_vec::<f32>().unwrap();
     let b_q: Vec<f32> = w.b_q.into_data().try_to_vec::<f32>().unwrap();

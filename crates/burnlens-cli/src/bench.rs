@@ -143,7 +143,7 @@ pub fn run(a: &BenchArgs, device: Device) -> Result<()> {
             let mask = causal_mask(a.seq, &device);
             let attn = &m.blocks[0].attn;
             let times = timed(a.reps, || {
-                let _ = attn.forward_with(x.clone(), None, mask.clone(), None, &mut Hooks::none(), 0, true).into_data();
+                let _ = attn.forward_with(x.clone(), None, None, mask.clone(), None, &mut Hooks::none(), 0, true).into_data();
             });
             let (t, d) = (a.seq as f64, 768.0);
             let flops = a.batch as f64 * (2.0 * t * 4.0 * d * d + 4.0 * d * t * (t + 1.0) / 2.0);

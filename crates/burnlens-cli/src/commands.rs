@@ -134,7 +134,7 @@ pub fn cache(dir: &Path, ids: &str, names: &str, out: &Path, common: &Common) ->
     let LoadedModel { model, .. } = load(dir, common)?;
     let ids = parse_ids(ids, &model)?;
     let c = &model.config;
-    let all = burnlens_model::hook_names(c.n_layers(), c.d_mlp.is_some());
+    let all = burnlens_model::hook_names(c);
     if !all.iter().any(|n| re.is_match(n)) {
         return Err(UserError(format!(
             "--names: \"{names}\" matches no hook point; names look like {}",

@@ -1,12 +1,15 @@
 //! `config.json` of the supported families, translated into a [`TransformerConfig`].
 //!
 //! Absent fields take the defaults of the family's `transformers` config class
-//! (`GPT2Config`, `GPTNeoConfig`), so a config written by any version of `save_pretrained`,
-//! or a hand-written minimal one, reads the way `transformers` reads it.
+//! (`GPT2Config`, `GPTNeoConfig`, `GPTNeoXConfig`, `LlamaConfig`, `Qwen2Config`,
+//! `MistralConfig`), so a config written by any version of `save_pretrained`, or a
+//! hand-written minimal one, reads the way `transformers` reads it. Rotary settings are read
+//! from transformers 5's `rope_parameters` and from the older `rope_theta` / `rope_scaling` /
+//! `rotary_pct` / `rotary_emb_base` fields.
 
 use std::path::{Path, PathBuf};
 
-use burnlens_model::{ActivationFn, AttentionSpan, Positional, ScoreScale, TransformerConfig};
+use burnlens_model::{ActivationFn, AttentionSpan, MlpKind, NormKind, Positional, RopeScaling, Rotary, ScoreScale, TransformerConfig};
 use serde_json::{Map, Value};
 
 use crate::error::{HfError, Result};
@@ -16,24 +19,56 @@ use crate::error::{HfError, Result};
 pub enum Family {
     Gpt2,
     GptNeo,
+    /// GPT-NeoX (Pythia).
+    GptNeoX,
+    /// Llama 1–3, TinyLlama, SmolLM.
+    Llama,
+    Qwen2,
+    Mistral,
 }
 
 impl Family {
     /// `model_type` values understood, in the order they are listed in errors.
-    pub const SUPPORTED: &'static [&'static str] = &["gpt2", "gpt_neo"];
+    pub const SUPPORTED: &'static [&'static str] = &["gpt2", "gpt_neo", "gpt_neox", "llama", "qwen2", "mistral"];
 
     pub fn model_type(self) -> &'static str {
         match self {
             Family::Gpt2 => "gpt2",
             Family::GptNeo => "gpt_neo",
+            Family::GptNeoX => "gpt_neox",
+            Family::Llama => "llama",
+            Family::Qwen2 => "qwen2",
+            Family::Mistral => "mistral",
         }
     }
 
     pub fn from_model_type(s: &str) -> Option<Self> {
-        match s {
-            "gpt2" => Some(Family::Gpt2),
-            "gpt_neo" => Some(Family::GptNeo),
-            _ => None,
+        Some(match s {
+            "gpt2" => Family::Gpt2,
+            "gpt_neo" => Family::GptNeo,
+            "gpt_neox" => Family::GptNeoX,
+            "llama" => Family::Llama,
+            "qwen2" => Family::Qwen2,
+            "mistral" => Family::Mistral,
+            _ => return None,
+        })
+    }
+
+    /// The prefix of the base model's tensors in a `*ForCausalLM` checkpoint.
+    pub fn base_prefix(self) -> &'static str {
+        match self {
+            Family::Gpt2 | Family::GptNeo => "transformer.",
+            Family::GptNeoX => "gpt_neox.",
+            Family::Llama | Family::Qwen2 | Family::Mistral => "model.",
+        }
+    }
+
+    /// The HF name of the token embedding (without the prefix).
+    pub fn embed_name(self) -> &'static str {
+        match self {
+            Family::Gpt2 | Family::GptNeo => "wte.weight",
+            Family::GptNeoX => "embed_in.weight",
+            Family::Llama | Family::Qwen2 | Family::Mistral => "embed_tokens.weight",
         }
     }
 }
@@ -78,6 +113,8 @@ pub fn parse_config(text: &str, path: &Path) -> Result<HfConfig> {
     let model = match family {
         Family::Gpt2 => gpt2(&f)?,
         Family::GptNeo => gpt_neo(&f)?,
+        Family::GptNeoX => gpt_neox(&f)?,
+        Family::Llama | Family::Qwen2 | Family::Mistral => llama(&f, family)?,
     };
     model.validate().map_err(|e| match e {
         burnlens_model::ModelError::Config { field, msg } => f.err(field, msg),
@@ -109,9 +146,14 @@ fn gpt2(f: &Fields) -> Result<TransformerConfig> {
         activation: activation(f)?,
         layer_norm_eps: f.float("layer_norm_epsilon", 1e-5)?,
         positional: Positional::Residual,
-        dropout: 0.0,
-        untied_unembed: false,
+        ..classic_defaults()
     })
+}
+
+/// The settings GPT-2 and GPT-Neo share: LayerNorm, learned positions, biases, tied
+/// unembedding, plain MLP.
+fn classic_defaults() -> TransformerConfig {
+    TransformerConfig::gpt2_like(1, 1, 1, 1, 1)
 }
 
 fn gpt_neo(f: &Fields) -> Result<TransformerConfig> {
@@ -147,9 +189,141 @@ fn gpt_neo(f: &Fields) -> Result<TransformerConfig> {
         activation: activation(f)?,
         layer_norm_eps: f.float("layer_norm_epsilon", 1e-5)?,
         positional: Positional::Residual,
-        dropout: 0.0,
-        untied_unembed: false,
+        ..classic_defaults()
     })
+}
+
+/// GPT-NeoX (Pythia): rotary on the first `rotary_pct` of each head, parallel residual by
+/// default, untied `embed_out`.
+fn gpt_neox(f: &Fields) -> Result<TransformerConfig> {
+    let d_model = f.size(&["hidden_size"], 6144)?;
+    let n_heads = f.size(&["num_attention_heads"], 64)?;
+    let n_layers = f.layers(&["num_hidden_layers"], 44)?;
+    let d_head = head_dim(f, d_model, n_heads, "hidden_size", "num_attention_heads")?;
+    let rope = f.rope(&["rotary_emb_base"], 10000.0, &["rotary_pct"], 0.25)?;
+    let bias = f.bool("attention_bias", true)?;
+    Ok(TransformerConfig {
+        vocab_size: f.size(&["vocab_size"], 50432)?,
+        n_ctx: f.size(&["max_position_embeddings"], 2048)?,
+        d_model,
+        n_heads,
+        d_head,
+        d_mlp: Some(f.opt_size(&["intermediate_size"])?.unwrap_or(4 * d_model)),
+        spans: vec![AttentionSpan::Global; n_layers],
+        score_scale: ScoreScale::InvSqrtDHead,
+        scale_by_inverse_layer: false,
+        qkv_bias: bias,
+        activation: activation_named(f, "hidden_act", "gelu")?,
+        layer_norm_eps: f.float("layer_norm_eps", 1e-5)?,
+        positional: Positional::Rotary,
+        dropout: 0.0,
+        untied_unembed: !f.bool("tie_word_embeddings", false)?,
+        unembed_bias: false,
+        norm: NormKind::LayerNorm,
+        mlp: MlpKind::Standard,
+        n_kv_heads: None,
+        parallel_residual: f.bool("use_parallel_residual", true)?,
+        rotary: Some(rope.into_rotary(f, d_head)?),
+        attn_out_bias: bias,
+        mlp_bias: true,
+    })
+}
+
+/// Llama, Qwen2 and Mistral: RMSNorm, rotary over whole heads, gated SiLU MLP, grouped-query
+/// attention; Qwen2 has q/k/v biases; Mistral and Qwen2 may slide a window.
+fn llama(f: &Fields, family: Family) -> Result<TransformerConfig> {
+    let d_model = f.size(&["hidden_size"], 4096)?;
+    let n_heads = f.size(&["num_attention_heads"], 32)?;
+    let n_layers = f.layers(&["num_hidden_layers"], 32)?;
+    let n_kv = f.size(&["num_key_value_heads"], n_heads)?;
+    let d_head = match f.opt_size(&["head_dim"])? {
+        Some(d) => d,
+        None => head_dim(f, d_model, n_heads, "hidden_size", "num_attention_heads")?,
+    };
+    let rope = f.rope(&[], 10000.0, &[], 1.0)?;
+    let attention_bias = f.bool("attention_bias", false)?;
+    let (qkv_bias, out_bias) = match family {
+        Family::Qwen2 => (true, false),
+        _ => (attention_bias, attention_bias),
+    };
+    let spans = sliding_windows(f, family, n_layers)?;
+    Ok(TransformerConfig {
+        vocab_size: f.size(&["vocab_size"], 32000)?,
+        n_ctx: f.size(&["max_position_embeddings"], 2048)?,
+        d_model,
+        n_heads,
+        d_head,
+        d_mlp: Some(f.size(&["intermediate_size"], 11008)?),
+        spans,
+        score_scale: ScoreScale::InvSqrtDHead,
+        scale_by_inverse_layer: false,
+        qkv_bias,
+        activation: activation_named(f, "hidden_act", "silu")?,
+        layer_norm_eps: f.float("rms_norm_eps", 1e-6)?,
+        positional: Positional::Rotary,
+        dropout: 0.0,
+        untied_unembed: !f.bool("tie_word_embeddings", false)?,
+        unembed_bias: false,
+        norm: NormKind::RmsNorm,
+        mlp: MlpKind::Gated,
+        n_kv_heads: Some(n_kv),
+        parallel_residual: false,
+        rotary: Some(rope.into_rotary(f, d_head)?),
+        attn_out_bias: out_bias,
+        mlp_bias: f.bool("mlp_bias", false)?,
+    })
+}
+
+/// Per-layer spans of the Llama family: Mistral slides `sliding_window` over every layer
+/// when it is set; Qwen2 follows `layer_types` (transformers 5) or `use_sliding_window` with
+/// `max_window_layers` (layers from that index on slide).
+fn sliding_windows(f: &Fields, family: Family, n_layers: usize) -> Result<Vec<AttentionSpan>> {
+    let window = f.opt_size(&["sliding_window"])?;
+    let local = |w: Option<usize>| -> Result<AttentionSpan> {
+        w.map(AttentionSpan::Local).ok_or_else(|| f.err("sliding_window", "is missing but a layer uses sliding attention"))
+    };
+    if let Some(types) = f.get("layer_types") {
+        let list = types.as_array().filter(|a| a.len() == n_layers).ok_or_else(|| {
+            f.err("layer_types", format!("must list \"full_attention\" or \"sliding_attention\" for each of the {n_layers} layers"))
+        })?;
+        return list
+            .iter()
+            .map(|t| match t.as_str() {
+                Some("full_attention") => Ok(AttentionSpan::Global),
+                Some("sliding_attention") => local(window),
+                _ => Err(f.err("layer_types", format!("has {t}; expected \"full_attention\" or \"sliding_attention\""))),
+            })
+            .collect();
+    }
+    match family {
+        Family::Mistral => Ok(vec![window.map_or(AttentionSpan::Global, AttentionSpan::Local); n_layers]),
+        Family::Qwen2 if f.bool("use_sliding_window", false)? => {
+            let from = f.count(&["max_window_layers"], 28)?;
+            (0..n_layers).map(|l| if l >= from { local(window) } else { Ok(AttentionSpan::Global) }).collect()
+        }
+        _ => Ok(vec![AttentionSpan::Global; n_layers]),
+    }
+}
+
+/// Rotary settings as read from a config, before they are checked against the head size.
+struct RopeFields {
+    base: f64,
+    fraction: f64,
+    scaling: Option<RopeScaling>,
+}
+
+impl RopeFields {
+    fn into_rotary(self, f: &Fields, d_head: usize) -> Result<Rotary> {
+        // HF rounds down: int(head_dim * partial_rotary_factor).
+        let dims = (d_head as f64 * self.fraction) as usize;
+        if dims < 2 || dims % 2 != 0 {
+            return Err(f.err("partial_rotary_factor", format!("gives {dims} rotary dimensions of a {d_head}-wide head; expected an even number of at least 2")));
+        }
+        if !(self.base.is_finite() && self.base > 1.0) {
+            return Err(f.err("rope_theta", format!("must be a number above 1, found {}", self.base)));
+        }
+        Ok(Rotary { dims, base: self.base, scaling: self.scaling })
+    }
 }
 
 /// GPT-Neo's per-layer attention kinds: `attention_types` (`[[["global", "local"], 12]]`)
@@ -200,10 +374,13 @@ fn head_dim(f: &Fields, d_model: usize, n_heads: usize, d_name: &str, h_name: &s
 }
 
 fn activation(f: &Fields) -> Result<ActivationFn> {
-    let name = f.string("activation_function", Some("gelu_new"))?;
-    ActivationFn::from_hf_name(&name).ok_or_else(|| {
-        f.err("activation_function", format!("\"{name}\" is not supported; expected one of {}", ActivationFn::HF_NAMES.join(", ")))
-    })
+    activation_named(f, "activation_function", "gelu_new")
+}
+
+fn activation_named(f: &Fields, field: &str, default: &str) -> Result<ActivationFn> {
+    let name = f.string(field, Some(default))?;
+    ActivationFn::from_hf_name(&name)
+        .ok_or_else(|| f.err(field, format!("\"{name}\" is not supported; expected one of {}", ActivationFn::HF_NAMES.join(", "))))
 }
 
 /// Typed access to the fields of a JSON object, with errors naming the file and field.
@@ -289,6 +466,71 @@ impl Fields<'_> {
         }
     }
 
+    /// Rotary settings from `rope_parameters` (transformers 5) or the older fields: the base
+    /// from `rope_theta` or `legacy_base`, the rotated fraction of each head from
+    /// `partial_rotary_factor` or `legacy_fraction`, scaling from `rope_type` / `rope_scaling`.
+    fn rope(&self, legacy_base: &[&str], base: f64, legacy_fraction: &[&str], fraction: f64) -> Result<RopeFields> {
+        let params = match self.get("rope_parameters") {
+            None => None,
+            Some(Value::Object(o)) => Some(o),
+            Some(v) => return Err(self.err("rope_parameters", format!("must be an object, found {v}"))),
+        };
+        let num = |obj: Option<&Map<String, Value>>, names: &[&str], field: &str| -> Result<Option<f64>> {
+            for n in names {
+                let v = match obj {
+                    Some(o) => o.get(*n).filter(|v| !v.is_null()),
+                    None => self.get(n),
+                };
+                if let Some(v) = v {
+                    return v.as_f64().map(Some).ok_or_else(|| self.err(field, format!("`{n}` must be a number, found {v}")));
+                }
+            }
+            Ok(None)
+        };
+        let mut names_base = vec!["rope_theta"];
+        names_base.extend_from_slice(legacy_base);
+        let mut names_fraction = vec!["partial_rotary_factor"];
+        names_fraction.extend_from_slice(legacy_fraction);
+        let base = match num(params, &["rope_theta"], "rope_parameters")? {
+            Some(b) => b,
+            None => num(None, &names_base, "rope_theta")?.unwrap_or(base),
+        };
+        let fraction = match num(params, &["partial_rotary_factor"], "rope_parameters")? {
+            Some(x) => x,
+            None => num(None, &names_fraction, "partial_rotary_factor")?.unwrap_or(fraction),
+        };
+        // Scaling: inside rope_parameters (transformers 5) or in rope_scaling.
+        let (scaling_obj, field) = match (params, self.get("rope_scaling")) {
+            (Some(p), _) => (Some(p), "rope_parameters"),
+            (None, Some(Value::Object(o))) => (Some(o), "rope_scaling"),
+            (None, Some(v)) => return Err(self.err("rope_scaling", format!("must be an object, found {v}"))),
+            (None, None) => (None, "rope_scaling"),
+        };
+        let scaling = match scaling_obj {
+            None => None,
+            Some(o) => {
+                let kind = o.get("rope_type").or_else(|| o.get("type")).and_then(Value::as_str).unwrap_or("default");
+                let get = |n: &str| -> Result<f64> {
+                    o.get(n).and_then(Value::as_f64).ok_or_else(|| self.err(field, format!("`{n}` is missing or not a number (needed by rope_type \"{kind}\")")))
+                };
+                match kind {
+                    "default" => None,
+                    "linear" => Some(RopeScaling::Linear { factor: get("factor")? }),
+                    "llama3" => Some(RopeScaling::Llama3 {
+                        factor: get("factor")?,
+                        low_freq_factor: get("low_freq_factor")?,
+                        high_freq_factor: get("high_freq_factor")?,
+                        original_max_position: get("original_max_position_embeddings")? as usize,
+                    }),
+                    other => {
+                        return Err(self.err(field, format!("has rope_type \"{other}\"; burnlens implements default, linear and llama3")));
+                    }
+                }
+            }
+        };
+        Ok(RopeFields { base, fraction, scaling })
+    }
+
     fn opt_string(&self, names: &[&str]) -> Result<Option<String>> {
         match self.first(names) {
             None => Ok(None),
@@ -353,7 +595,7 @@ mod tests {
     #[test]
     fn errors_name_the_field() {
         let msg = |t: &str| parse(t).unwrap_err().to_string();
-        assert!(msg(r#"{"model_type": "llama"}"#).contains("unsupported model_type \"llama\"; supported: gpt2, gpt_neo"));
+        assert!(msg(r#"{"model_type": "falcon"}"#).contains("unsupported model_type \"falcon\"; supported: gpt2, gpt_neo, gpt_neox, llama, qwen2, mistral"));
         assert!(msg(r#"{"n_embd": 5}"#).contains("`model_type` is missing"));
         assert!(msg(r#"{"model_type": "gpt2", "n_embd": 10, "n_head": 4}"#).contains("`n_embd` = 10 is not divisible by n_head = 4"));
         assert!(msg(r#"{"model_type": "gpt2", "n_layer": -2}"#).contains("`n_layer` must be a non-negative integer, found -2"));

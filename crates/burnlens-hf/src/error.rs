@@ -25,8 +25,8 @@ pub enum HfError {
     Shape { path: PathBuf, name: String, expected: Vec<usize>, found: Vec<usize> },
     #[error("{}: tensor `{name}` has dtype {found}, expected a floating-point dtype (F32, F16, BF16 or F64)", path.display())]
     Dtype { path: PathBuf, name: String, found: String },
-    #[error("{}: `lm_head.weight` differs from `wte.weight`; only tied unembeddings are supported", path.display())]
-    Untied { path: PathBuf },
+    #[error("{}: `lm_head.weight` differs from `{embed}` although config.json ties them (tie_word_embeddings)", path.display())]
+    Untied { path: PathBuf, embed: String },
     #[error("{}: {msg}", path.display())]
     Tokenizer { path: PathBuf, msg: String },
     #[error("{0}")]

@@ -9,7 +9,7 @@ use burnlens_model::{ParamInit, Transformer};
 use crate::checkpoint::{Checkpoint, WeightFormat, dtype_name};
 use crate::config::{HfConfig, read_config};
 use crate::error::{HfError, Result};
-use crate::layout::{Placement, entries, is_legacy_buffer, transpose};
+use crate::layout::{entries, is_legacy_buffer, place};
 
 /// A model loaded from a Hugging Face directory, with what was learned on the way.
 pub struct LoadedModel {
@@ -26,9 +26,10 @@ pub struct CheckpointInfo {
     pub files: Vec<PathBuf>,
     /// Storage dtypes of the weights (`f32`, `f16`, ...), usually one.
     pub dtypes: Vec<String>,
-    /// Whether names carried the `transformer.` prefix.
+    /// Whether names carried the family's base-model prefix (`transformer.`, `gpt_neox.`, `model.`).
     pub prefixed: bool,
-    /// Whether an explicit `lm_head.weight` was present (it must equal `wte.weight`).
+    /// Whether an explicit `lm_head.weight` was present (for a tied model it must equal the
+    /// token embedding).
     pub lm_head_present: bool,
     /// Legacy buffers skipped.
     pub ignored_buffers: usize,
@@ -53,11 +54,13 @@ pub fn load_model(dir: &Path, device: &Device) -> Result<LoadedModel> {
 /// Build the model of `hf` from the tensors of `ckpt`.
 pub fn import(hf: &HfConfig, ckpt: &Checkpoint, device: &Device) -> Result<(Transformer, CheckpointInfo)> {
     let cfg = &hf.model;
-    let prefixed = ckpt.names().any(|n| n.starts_with("transformer."));
-    let resolve = |name: &str| -> String {
-        let with = format!("transformer.{name}");
+    let prefix = hf.family.base_prefix();
+    let prefixed = ckpt.names().any(|n| n.starts_with(prefix));
+    let resolve_name = |name: &str| -> String {
+        let with = format!("{prefix}{name}");
         if ckpt.contains(&with) || (prefixed && !ckpt.contains(name)) { with } else { name.to_string() }
     };
+    let resolve = |e: &crate::layout::Entry| -> String { if e.prefixed { resolve_name(&e.hf) } else { e.hf.clone() } };
 
     let table = entries(hf.family, cfg);
     let mut warnings = Vec::new();
@@ -66,19 +69,20 @@ pub fn import(hf: &HfConfig, ckpt: &Checkpoint, device: &Device) -> Result<(Tran
 
     // Every tensor present with the right shape and a float dtype, before anything is read.
     for e in &table {
-        let name = resolve(&e.hf);
+        let name = resolve(e);
         ckpt.check(&name, &e.hf_shape)?;
         dtypes.insert(dtype_name(ckpt.dtype(&name).expect("checked")));
         used.insert(name);
     }
 
-    // The unembedding is tied: an explicit lm_head must be the token embedding again.
+    // A tied unembedding: an explicit lm_head must be the token embedding again.
     let lm_head_present = ckpt.contains("lm_head.weight");
-    if lm_head_present {
+    if lm_head_present && !cfg.untied_unembed {
         let shape = [cfg.vocab_size, cfg.d_model];
         let lm = ckpt.read_f32("lm_head.weight", &shape)?;
-        if lm != ckpt.read_f32(&resolve("wte.weight"), &shape)? {
-            return Err(HfError::Untied { path: ckpt.file_of("lm_head.weight").to_path_buf() });
+        let embed = resolve_name(hf.family.embed_name());
+        if lm != ckpt.read_f32(&embed, &shape)? {
+            return Err(HfError::Untied { path: ckpt.file_of("lm_head.weight").to_path_buf(), embed });
         }
         used.insert("lm_head.weight".into());
     }
@@ -97,29 +101,16 @@ pub fn import(hf: &HfConfig, ckpt: &Checkpoint, device: &Device) -> Result<(Tran
 
     // Build the model one parameter at a time, reading each from the checkpoint only when
     // it is needed, so that at most one tensor is held besides the model.
-    let hd = cfg.n_heads * cfg.d_head;
     let model = cfg.build(device, |canonical, shape, _| {
         let mut out: Option<Vec<f32>> = None;
         for e in table.iter().filter(|e| e.canonical == canonical) {
-            let name = resolve(&e.hf);
+            let name = resolve(e);
             let values = ckpt.read_f32(&name, &e.hf_shape)?;
             if let Some(bad) = values.iter().position(|v| !v.is_finite()) {
                 let n = values.iter().filter(|v| !v.is_finite()).count();
                 warnings.push(format!("tensor `{name}` has {n} non-finite values (first at flat index {bad}: {})", values[bad]));
             }
-            match e.placement {
-                Placement::Same => out = Some(values),
-                Placement::Transposed => out = Some(transpose(&values, e.hf_shape[0], e.hf_shape[1])),
-                Placement::QkvBlockTransposed { part } => {
-                    // HF [hd, d] -> canonical columns part*hd..(part+1)*hd of [d, 3*hd].
-                    let d = e.hf_shape[1];
-                    let block = transpose(&values, hd, d);
-                    let fused = out.get_or_insert_with(|| vec![0.0; d * 3 * hd]);
-                    for row in 0..d {
-                        fused[row * 3 * hd + part * hd..row * 3 * hd + (part + 1) * hd].copy_from_slice(&block[row * hd..(row + 1) * hd]);
-                    }
-                }
-            }
+            place(e, &values, shape, &mut out);
         }
         let values = out.unwrap_or_else(|| panic!("layout table has no entry for `{canonical}`"));
         Ok::<_, HfError>(ParamInit::Data(TensorData::new(values, shape.to_vec())))

@@ -102,16 +102,72 @@ impl ActivationFn {
 /// before anything else can be checked.
 pub const MAX_LAYERS: usize = 4096;
 
-/// Where learned position embeddings enter the model.
+/// How positions enter the model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Positional {
-    /// Added to the token embedding at the bottom of the residual stream (GPT-2, GPT-Neo).
+    /// Learned embeddings added to the token embedding at the bottom of the residual stream
+    /// (GPT-2, GPT-Neo).
     #[default]
     Residual,
-    /// Added only to the inputs of the query and key projections of every layer, never to
-    /// the residual stream or the values ("shortformer" toy models).
+    /// Learned embeddings added only to the inputs of the query and key projections of every
+    /// layer, never to the residual stream or the values ("shortformer" toy models).
     QueryKeyOnly,
+    /// No learned positions: queries and keys are rotated by [`TransformerConfig::rotary`]
+    /// (GPT-NeoX, Llama and its relatives).
+    Rotary,
+}
+
+/// Rotary position embeddings in the "rotate half" form of GPT-NeoX and Llama: the first
+/// `dims` dimensions of each query and key head are split into two halves `(x1, x2)` and
+/// position `p` maps them to `(x1 cos θ - x2 sin θ, x2 cos θ + x1 sin θ)` with
+/// `θ_i = p · base^(-2i / dims)`; the remaining dimensions pass through.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Rotary {
+    /// Rotated dimensions per head (even; all of `d_head` for Llama, a quarter for Pythia).
+    pub dims: usize,
+    /// `rope_theta` / `rotary_emb_base`.
+    pub base: f64,
+    /// Frequency scaling, if the checkpoint asks for one.
+    #[serde(default)]
+    pub scaling: Option<RopeScaling>,
+}
+
+/// The frequency scalings of Hugging Face's `rope_scaling` / `rope_parameters` that burnlens
+/// implements.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RopeScaling {
+    /// `linear`: every frequency divided by `factor` (positions interpolated).
+    Linear { factor: f64 },
+    /// `llama3`: low frequencies divided by `factor`, high ones kept, a smooth blend between.
+    Llama3 { factor: f64, low_freq_factor: f64, high_freq_factor: f64, original_max_position: usize },
+}
+
+/// The normalisation before attention, MLP and unembedding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NormKind {
+    /// `(x - mean) / sqrt(var + eps) * w + b`.
+    #[default]
+    LayerNorm,
+    /// `x / sqrt(mean(x²) + eps) * w`, no centring and no bias (Llama).
+    RmsNorm,
+}
+
+/// The MLP's shape.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MlpKind {
+    /// `act(x W_in + b_in) W_out + b_out`.
+    #[default]
+    Standard,
+    /// `(act(x W_gate) * (x W_in)) W_out` (Llama's SwiGLU).
+    Gated,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// Architecture of a decoder-only transformer.
@@ -147,11 +203,39 @@ pub struct TransformerConfig {
     /// Dropout probability on embeddings, attention pattern and residual writes (training only).
     #[serde(default)]
     pub dropout: f64,
-    /// An unembedding `W_U [d_model, vocab]` with a bias, instead of `W_Eᵀ`. HF checkpoints
-    /// are tied; weight processing (folding the final LayerNorm, centring) unties them, and
-    /// toy models can be trained untied (`model.tie_embeddings = false` in a run config).
+    /// An unembedding `W_U [d_model, vocab]` of its own instead of `W_Eᵀ`: GPT-NeoX and
+    /// some Llama-family checkpoints; weight processing (folding the final norm, centring)
+    /// unties the others, and toy models can be trained untied (`model.tie_embeddings =
+    /// false` in a run config).
     #[serde(default)]
     pub untied_unembed: bool,
+    /// Whether an untied unembedding has a bias `b_U` (toy models and weight processing
+    /// yes; Hugging Face `lm_head` / `embed_out` no).
+    #[serde(default = "yes")]
+    pub unembed_bias: bool,
+    /// LayerNorm or RMSNorm.
+    #[serde(default)]
+    pub norm: NormKind,
+    /// Standard or gated MLP.
+    #[serde(default)]
+    pub mlp: MlpKind,
+    /// Key/value heads: `n_heads` (multi-head), fewer (grouped-query) or 1 (multi-query);
+    /// `None` means `n_heads`.
+    #[serde(default)]
+    pub n_kv_heads: Option<usize>,
+    /// Attention and MLP both read the block input, each through its own norm, and both
+    /// add to the residual stream (GPT-NeoX's `use_parallel_residual`).
+    #[serde(default)]
+    pub parallel_residual: bool,
+    /// Rotary embeddings, when `positional` is [`Positional::Rotary`].
+    #[serde(default)]
+    pub rotary: Option<Rotary>,
+    /// Whether the attention output projection has a bias `b_O` (Llama: no).
+    #[serde(default = "yes")]
+    pub attn_out_bias: bool,
+    /// Whether the MLP projections have biases (Llama: no).
+    #[serde(default = "yes")]
+    pub mlp_bias: bool,
 }
 
 impl TransformerConfig {
@@ -173,7 +257,52 @@ impl TransformerConfig {
             positional: Positional::Residual,
             dropout: 0.0,
             untied_unembed: false,
+            unembed_bias: true,
+            norm: NormKind::LayerNorm,
+            mlp: MlpKind::Standard,
+            n_kv_heads: None,
+            parallel_residual: false,
+            rotary: None,
+            attn_out_bias: true,
+            mlp_bias: true,
         }
+    }
+
+    /// A small Llama-style model (RMSNorm, rotary, gated SiLU MLP, no biases, untied
+    /// unembedding) with `n_kv_heads` key/value heads.
+    pub fn llama_like(vocab_size: usize, n_ctx: usize, d_model: usize, n_layers: usize, n_heads: usize, n_kv_heads: usize) -> Self {
+        let d_head = d_model / n_heads.max(1);
+        Self {
+            d_mlp: Some(8 * d_model / 3),
+            qkv_bias: false,
+            activation: ActivationFn::Silu,
+            layer_norm_eps: 1e-5,
+            positional: Positional::Rotary,
+            untied_unembed: true,
+            unembed_bias: false,
+            norm: NormKind::RmsNorm,
+            mlp: MlpKind::Gated,
+            n_kv_heads: Some(n_kv_heads),
+            rotary: Some(Rotary { dims: d_head, base: 10000.0, scaling: None }),
+            attn_out_bias: false,
+            mlp_bias: false,
+            ..Self::gpt2_like(vocab_size, n_ctx, d_model, n_layers, n_heads)
+        }
+    }
+
+    /// Number of key/value heads.
+    pub fn kv_heads(&self) -> usize {
+        self.n_kv_heads.unwrap_or(self.n_heads)
+    }
+
+    /// Width of the fused query/key/value projection: `(n_heads + 2 n_kv_heads) d_head`.
+    pub fn qkv_width(&self) -> usize {
+        (self.n_heads + 2 * self.kv_heads()) * self.d_head
+    }
+
+    /// Whether the model has learned position embeddings (`W_pos`).
+    pub fn learned_positions(&self) -> bool {
+        self.positional != Positional::Rotary
     }
 
     /// Number of layers.
@@ -199,16 +328,19 @@ impl TransformerConfig {
     fn n_params_wide(&self) -> u128 {
         let d = self.d_model as u128;
         let hd = (self.n_heads as u128) * (self.d_head as u128);
+        let qkv = (self.n_heads as u128 + 2 * self.kv_heads() as u128) * (self.d_head as u128);
         let vocab = self.vocab_size as u128;
-        let ln = 2 * d;
-        let attn = 3 * d * hd + if self.qkv_bias { 3 * hd } else { 0 } + hd * d + d;
+        let ln = if self.norm == NormKind::RmsNorm { d } else { 2 * d };
+        let attn = d * qkv + if self.qkv_bias { qkv } else { 0 } + hd * d + if self.attn_out_bias { d } else { 0 };
         let mlp = self.d_mlp.map_or(0, |m| {
             let m = m as u128;
-            d * m + m + m * d + d
+            let gate = if self.mlp == MlpKind::Gated { d * m } else { 0 };
+            d * m + gate + m * d + if self.mlp_bias { m + d } else { 0 }
         });
         let per_layer = ln + attn + if self.d_mlp.is_some() { ln + mlp } else { 0 };
-        let unembed = if self.untied_unembed { d * vocab + vocab } else { 0 };
-        vocab * d + (self.n_ctx as u128) * d + (self.n_layers() as u128) * per_layer + ln + unembed
+        let unembed = if self.untied_unembed { d * vocab + if self.unembed_bias { vocab } else { 0 } } else { 0 };
+        let positions = if self.learned_positions() { (self.n_ctx as u128) * d } else { 0 };
+        vocab * d + positions + (self.n_layers() as u128) * per_layer + ln + unembed
     }
 
     /// Check that the numbers describe a model that can be built.
@@ -238,6 +370,25 @@ impl TransformerConfig {
         }
         if !(self.layer_norm_eps.is_finite() && self.layer_norm_eps > 0.0) {
             return bad("layer_norm_eps", format!("must be a positive number, found {}", self.layer_norm_eps));
+        }
+        let kv = self.kv_heads();
+        if kv == 0 || self.n_heads % kv != 0 {
+            return bad("n_kv_heads", format!("= {kv} must divide n_heads = {} (each key/value head serves a whole group of query heads)", self.n_heads));
+        }
+        match (self.positional, &self.rotary) {
+            (Positional::Rotary, None) => return bad("rotary", "is missing; rotary positions need their settings".into()),
+            (Positional::Rotary, Some(r)) => {
+                if r.dims == 0 || r.dims % 2 != 0 || r.dims > self.d_head {
+                    return bad("rotary.dims", format!("= {} must be even and between 2 and d_head = {}", r.dims, self.d_head));
+                }
+                if !(r.base.is_finite() && r.base > 1.0) {
+                    return bad("rotary.base", format!("must be a number above 1, found {}", r.base));
+                }
+            }
+            _ => {}
+        }
+        if self.mlp == MlpKind::Gated && self.d_mlp.is_none() {
+            return bad("mlp", "is gated but the model has no MLP (d_mlp absent)".into());
         }
         if !(0.0..1.0).contains(&self.dropout) {
             return bad("dropout", format!("must be in [0, 1), found {}", self.dropout));

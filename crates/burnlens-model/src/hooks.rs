@@ -171,24 +171,40 @@ impl<'a> Hooks<'a> {
     }
 }
 
-/// Every hook name the model defines for a model with `n_layers` layers, in forward order.
-/// `has_mlp` is false for attention-only models.
-pub fn hook_names(n_layers: usize, has_mlp: bool) -> Vec<String> {
-    let mut names = vec!["hook_embed".to_string(), "hook_pos_embed".to_string()];
-    for l in 0..n_layers {
+/// Every hook name a model of architecture `cfg` defines, in forward order.
+pub fn hook_names(cfg: &crate::TransformerConfig) -> Vec<String> {
+    let mut names = vec!["hook_embed".to_string()];
+    if cfg.learned_positions() {
+        names.push("hook_pos_embed".to_string());
+    }
+    let rotary = cfg.positional == crate::Positional::Rotary;
+    let gated = cfg.mlp == crate::MlpKind::Gated;
+    for l in 0..cfg.n_layers() {
         let b = format!("blocks.{l}");
         names.push(format!("{b}.hook_resid_pre"));
         names.push(format!("{b}.ln1.hook_scale"));
         names.push(format!("{b}.ln1.hook_normalized"));
-        for h in ["hook_q", "hook_k", "hook_v", "hook_attn_scores", "hook_pattern", "hook_z", "hook_result"] {
+        for h in ["hook_q", "hook_k", "hook_v"] {
+            names.push(format!("{b}.attn.{h}"));
+        }
+        if rotary {
+            names.push(format!("{b}.attn.hook_rot_q"));
+            names.push(format!("{b}.attn.hook_rot_k"));
+        }
+        for h in ["hook_attn_scores", "hook_pattern", "hook_z", "hook_result"] {
             names.push(format!("{b}.attn.{h}"));
         }
         names.push(format!("{b}.hook_attn_out"));
-        if has_mlp {
-            names.push(format!("{b}.hook_resid_mid"));
+        if cfg.d_mlp.is_some() {
+            if !cfg.parallel_residual {
+                names.push(format!("{b}.hook_resid_mid"));
+            }
             names.push(format!("{b}.ln2.hook_scale"));
             names.push(format!("{b}.ln2.hook_normalized"));
             names.push(format!("{b}.mlp.hook_pre"));
+            if gated {
+                names.push(format!("{b}.mlp.hook_pre_linear"));
+            }
             names.push(format!("{b}.mlp.hook_post"));
             names.push(format!("{b}.hook_mlp_out"));
         }

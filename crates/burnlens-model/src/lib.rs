@@ -12,12 +12,12 @@ pub mod rng;
 pub mod generate;
 pub mod transformer;
 
-pub use config::{ActivationFn, AttentionSpan, MAX_LAYERS, Positional, ScoreScale, TransformerConfig};
+pub use config::{ActivationFn, AttentionSpan, MAX_LAYERS, MlpKind, NormKind, Positional, RopeScaling, Rotary, ScoreScale, TransformerConfig};
 pub use error::ModelError;
 pub use rng::Rng;
 pub use generate::{Sampling, generate};
 pub use hooks::{Activation, Hookable, Hooks, hook_names};
 pub use transformer::{
     ParamInit,
-    Attention, Block, HeadWeights, KvCache, LayerNorm, MASKED_SCORE, Mlp, Transformer, Unembed, activate, cross_entropy, next_token_loss,
+    Attention, Block, HeadWeights, KvCache, LayerNorm, MASKED_SCORE, Mlp, Norm, RotaryAngles, Transformer, Unembed, activate, apply_rotary, cross_entropy, next_token_loss,
 };

@@ -1,18 +1,18 @@
-//! The canonical decoder-only transformer, top to bottom: LayerNorm, attention, MLP, block,
-//! the whole model. GPT-2 and GPT-Neo are both this model with different
-//! [`TransformerConfig`] settings.
+//! The canonical decoder-only transformer, top to bottom: norm, rotary embeddings,
+//! attention, MLP, block, the whole model. GPT-2, GPT-Neo, GPT-NeoX (Pythia) and the Llama
+//! family are all this model with different [`TransformerConfig`] settings.
 //!
 //! Weights right-multiply (`x @ W`), as in TransformerLens: a projection from `d_in` to
 //! `d_out` stores `[d_in, d_out]`. The query, key and value projections are fused into one
-//! `[d_model, 3 * n_heads * d_head]` matrix (columns: all of Q, then K, then V; within each,
-//! head-major), so one matmul serves all three.
+//! `[d_model, (n_heads + 2 n_kv_heads) d_head]` matrix (columns: all of Q, then K, then V;
+//! within each, head-major), so one matmul serves all three.
 
 use burn::module::{Module, Param};
 use burn::nn::{Dropout, DropoutConfig, Embedding, Initializer, Linear};
 use burn::tensor::activation::{relu, sigmoid, softmax};
 use burn::tensor::{Bool, Device, Int, Tensor, TensorData};
 
-use crate::config::{ActivationFn, AttentionSpan, Positional, TransformerConfig};
+use crate::config::{ActivationFn, AttentionSpan, MlpKind, NormKind, Positional, RopeScaling, Rotary, TransformerConfig};
 use crate::error::ModelError;
 use crate::hooks::Hooks;
 use crate::kernels::{self, AttentionMask, linear};
@@ -22,53 +22,157 @@ use crate::kernels::{self, AttentionMask, linear};
 pub const MASKED_SCORE: f32 = f32::MIN;
 
 // ---------------------------------------------------------------------------------------
-// LayerNorm
+// Norm
 // ---------------------------------------------------------------------------------------
 
-/// LayerNorm over the last dimension: `(x - mean) / sqrt(var + eps) * w + b`, biased variance.
+/// LayerNorm (`(x - mean) / sqrt(var + eps) * w + b`, biased variance) or RMSNorm
+/// (`x / sqrt(mean(x²) + eps) * w`) over the last dimension.
 #[derive(Module, Debug)]
-pub struct LayerNorm {
+pub struct Norm {
     /// `[d_model]`
     pub weight: Param<Tensor<1>>,
-    /// `[d_model]`
-    pub bias: Param<Tensor<1>>,
+    /// `[d_model]`; `None` for RMSNorm.
+    pub bias: Option<Param<Tensor<1>>>,
     #[module(skip)]
     pub eps: f64,
+    #[module(skip)]
+    pub kind: NormKind,
 }
 
-impl LayerNorm {
+/// The name the first implementation used; GPT-2 and GPT-Neo norms are LayerNorms.
+pub type LayerNorm = Norm;
+
+impl Norm {
     /// `x: [batch, pos, d_model]`. Hook points `{name}.hook_scale` `[batch, pos, 1]` and
     /// `{name}.hook_normalized` `[batch, pos, d_model]` (after the affine map, as in
     /// TransformerLens).
     pub fn forward(&self, x: Tensor<3>, hooks: &mut Hooks, name: &str) -> Tensor<3> {
+        let bias = self.bias.as_ref().map(|b| b.val());
         if !hooks.is_active() {
-            // One fused pass (burnlens's kernel on flex, the backend's own LayerNorm
-            // elsewhere); same formula.
-            return kernels::layer_norm(x, self.weight.val(), self.bias.val(), self.eps);
+            // One fused pass (burnlens's kernel on flex, composed ops elsewhere).
+            return match self.kind {
+                NormKind::LayerNorm => kernels::layer_norm(x, self.weight.val(), bias.expect("LayerNorm has a bias"), self.eps),
+                NormKind::RmsNorm => kernels::rms_norm(x, self.weight.val(), self.eps),
+            };
         }
-        let (var, mean) = x.clone().var_mean_bias(2);
-        let scale = hooks.point(|| format!("{name}.hook_scale"), (var + self.eps).sqrt());
-        let x = (x - mean) / scale;
         let d = self.weight.dims()[0];
-        let out = x * self.weight.val().reshape([1, 1, d]) + self.bias.val().reshape([1, 1, d]);
+        let x = match self.kind {
+            NormKind::LayerNorm => {
+                let (var, mean) = x.clone().var_mean_bias(2);
+                let scale = hooks.point(|| format!("{name}.hook_scale"), (var + self.eps).sqrt());
+                (x - mean) / scale
+            }
+            NormKind::RmsNorm => {
+                let scale = hooks.point(|| format!("{name}.hook_scale"), (x.clone().square().mean_dim(2) + self.eps).sqrt());
+                x / scale
+            }
+        };
+        let out = x * self.weight.val().reshape([1, 1, d]);
+        let out = match bias {
+            Some(b) => out + b.reshape([1, 1, d]),
+            None => out,
+        };
         hooks.point(|| format!("{name}.hook_normalized"), out)
     }
+}
+
+// ---------------------------------------------------------------------------------------
+// Rotary position embeddings
+// ---------------------------------------------------------------------------------------
+
+/// `cos θ` and `sin θ` for every new token's position, `[batch, pos, dims / 2]` each,
+/// computed once per forward pass and shared by every layer.
+#[derive(Debug, Clone)]
+pub struct RotaryAngles {
+    pub cos: Tensor<3>,
+    pub sin: Tensor<3>,
+}
+
+impl Rotary {
+    /// The inverse frequencies `base^(-2i / dims)`, scaled as `scaling` says, computed in
+    /// f32 the way Hugging Face computes them (so angles agree bit for bit at long positions).
+    pub fn inv_freq(&self) -> Vec<f32> {
+        let half = self.dims / 2;
+        let base = self.base as f32;
+        let mut inv: Vec<f32> = (0..half).map(|i| 1.0 / base.powf((2 * i) as f32 / self.dims as f32)).collect();
+        match self.scaling {
+            None => {}
+            Some(RopeScaling::Linear { factor }) => inv.iter_mut().for_each(|f| *f /= factor as f32),
+            Some(RopeScaling::Llama3 { factor, low_freq_factor, high_freq_factor, original_max_position }) => {
+                let (factor, low, high, old) = (factor as f32, low_freq_factor as f32, high_freq_factor as f32, original_max_position as f32);
+                let (low_wavelen, high_wavelen) = (old / low, old / high);
+                for f in inv.iter_mut() {
+                    let wavelen = 2.0 * std::f32::consts::PI / *f;
+                    *f = if wavelen < high_wavelen {
+                        *f
+                    } else if wavelen > low_wavelen {
+                        *f / factor
+                    } else {
+                        let smooth = (old / wavelen - low) / (high - low);
+                        (1.0 - smooth) * *f / factor + smooth * *f
+                    };
+                }
+            }
+        }
+        inv
+    }
+
+    /// Angles for `positions[b][p]`.
+    pub fn angles(&self, positions: &[Vec<usize>], device: &Device) -> RotaryAngles {
+        let inv = self.inv_freq();
+        let (b, t, half) = (positions.len(), positions.first().map_or(0, Vec::len), inv.len());
+        let mut cos = Vec::with_capacity(b * t * half);
+        let mut sin = Vec::with_capacity(b * t * half);
+        for row in positions {
+            for &p in row {
+                for &f in &inv {
+                    // The angle as an f32 product (as HF forms it), its cos/sin rounded once.
+                    let theta = (p as f32 * f) as f64;
+                    cos.push(theta.cos() as f32);
+                    sin.push(theta.sin() as f32);
+                }
+            }
+        }
+        RotaryAngles {
+            cos: Tensor::from_data(TensorData::new(cos, [b, t, half]), device),
+            sin: Tensor::from_data(TensorData::new(sin, [b, t, half]), device),
+        }
+    }
+}
+
+/// Rotate the first `2 * half` dimensions of every head of `x: [batch, pos, heads, d_head]`
+/// (rotate-half form); the rest pass through.
+pub fn apply_rotary(x: Tensor<4>, angles: &RotaryAngles) -> Tensor<4> {
+    let [b, t, h, dh] = x.dims();
+    let half = angles.cos.dims()[2];
+    let cos = angles.cos.clone().reshape([b, t, 1, half]);
+    let sin = angles.sin.clone().reshape([b, t, 1, half]);
+    let x1 = x.clone().narrow(3, 0, half);
+    let x2 = x.clone().narrow(3, half, half);
+    let r1 = x1.clone() * cos.clone() - x2.clone() * sin.clone();
+    let r2 = x2 * cos + x1 * sin;
+    let _ = h;
+    if 2 * half == dh { Tensor::cat(vec![r1, r2], 3) } else { Tensor::cat(vec![r1, r2, x.narrow(3, 2 * half, dh - 2 * half)], 3) }
 }
 
 // ---------------------------------------------------------------------------------------
 // Attention
 // ---------------------------------------------------------------------------------------
 
-/// Masked multi-head self-attention.
+/// Masked multi-head self-attention, with grouped keys and values when `n_kv_heads <
+/// n_heads`.
 #[derive(Module, Debug)]
 pub struct Attention {
-    /// Fused Q, K, V projection: weight `[d_model, 3 * n_heads * d_head]`, optional bias.
+    /// Fused Q, K, V projection: weight `[d_model, (n_heads + 2 n_kv_heads) d_head]`,
+    /// optional bias.
     pub qkv: Linear,
-    /// Output projection `W_O`: weight `[n_heads * d_head, d_model]`, bias `[d_model]`.
+    /// Output projection `W_O`: weight `[n_heads * d_head, d_model]`, optional bias `[d_model]`.
     pub out: Linear,
     pub attn_dropout: Dropout,
     #[module(skip)]
     pub n_heads: usize,
+    #[module(skip)]
+    pub n_kv_heads: usize,
     #[module(skip)]
     pub d_head: usize,
     /// The factor the raw scores are multiplied by.
@@ -78,7 +182,8 @@ pub struct Attention {
     pub span: AttentionSpan,
 }
 
-/// The keys and values of earlier positions, one entry per layer, `[batch, head, pos, d_head]`.
+/// The keys (after rotary embeddings) and values of earlier positions, one entry per layer,
+/// `[batch, kv_head, pos, d_head]`.
 #[derive(Debug, Clone, Default)]
 pub struct KvCache {
     layers: Vec<Option<(Tensor<4>, Tensor<4>)>>,
@@ -115,6 +220,8 @@ impl KvCache {
 
 /// One layer's attention weights split per head, in TransformerLens's right-multiplying
 /// shapes: `q = x W_Q[h] + b_Q[h]`, and head `h` writes `z_h W_O[h]` into the residual stream.
+/// With grouped-query attention the key and value weights are repeated for every query head
+/// of their group, as TransformerLens does, so every tensor has `n_heads` rows.
 #[derive(Debug, Clone)]
 pub struct HeadWeights {
     /// `[n_heads, d_model, d_head]`
@@ -138,14 +245,24 @@ pub struct HeadWeights {
 impl Attention {
     /// Split the fused projection into per-head `W_Q`, `W_K`, `W_V`, `W_O` and biases.
     pub fn head_weights(&self) -> HeadWeights {
-        let (h, dh) = (self.n_heads, self.d_head);
+        let (h, hk, dh) = (self.n_heads, self.n_kv_heads, self.d_head);
         let w = self.qkv.weight.val();
         let d = w.dims()[0];
         let device = w.device();
-        let part = |i: usize| w.clone().narrow(1, i * h * dh, h * dh).reshape([d, h, dh]).swap_dims(0, 1);
-        let bias = |i: usize| match &self.qkv.bias {
-            Some(b) => b.val().narrow(0, i * h * dh, h * dh).reshape([h, dh]),
-            None => Tensor::zeros([h, dh], &device),
+        // (first column, heads) of Q, K and V.
+        let blocks = [(0, h), (h * dh, hk), ((h + hk) * dh, hk)];
+        let part = |i: usize| {
+            let (start, n) = blocks[i];
+            let p: Tensor<3> = w.clone().narrow(1, start, n * dh).reshape([d, n, dh]).swap_dims(0, 1);
+            if n == h { p } else { p.reshape([n, 1, d, dh]).expand([n, h / n, d, dh]).reshape([h, d, dh]) }
+        };
+        let bias = |i: usize| {
+            let (start, n) = blocks[i];
+            let b: Tensor<2> = match &self.qkv.bias {
+                Some(b) => b.val().narrow(0, start, n * dh).reshape([n, dh]),
+                None => Tensor::zeros([n, dh], &device),
+            };
+            if n == h { b } else { b.reshape([n, 1, dh]).expand([n, h / n, dh]).reshape([h, dh]) }
         };
         let w_o = self.out.weight.val();
         let d_out = w_o.dims()[1];
@@ -174,17 +291,19 @@ impl Attention {
         hooks: &mut Hooks,
         layer: usize,
     ) -> Tensor<3> {
-        self.forward_with(x, qk_input, mask, kv, hooks, layer, false)
+        self.forward_with(x, qk_input, None, mask, kv, hooks, layer, false)
     }
 
     /// [`forward`](Self::forward); with `fused` (no padding) and no hook active, a fused
     /// attention computes softmax(q kᵀ) v without materialising the pattern: burnlens's
     /// kernel on flex (inference and training), the backend's own elsewhere (inference).
     #[allow(clippy::too_many_arguments)]
+    /// `rotary`: the angles of the new tokens' positions, for rotary models.
     pub fn forward_with(
         &self,
         x: Tensor<3>,
         qk_input: Option<Tensor<3>>,
+        rotary: Option<&RotaryAngles>,
         mask: Tensor<4, Bool>,
         kv: Option<(&mut KvCache, usize)>,
         hooks: &mut Hooks,
@@ -192,26 +311,36 @@ impl Attention {
         fused: bool,
     ) -> Tensor<3> {
         let [b, t, _] = x.dims();
-        let (h, dh) = (self.n_heads, self.d_head);
+        let (h, hk, dh) = (self.n_heads, self.n_kv_heads, self.d_head);
         let hd = h * dh;
+        let qk_width = (h + hk) * dh;
         let qkv = match qk_input {
             None => linear(x, self.qkv.weight.val(), self.qkv.bias.as_ref().map(|b| b.val())),
             Some(qk_in) => {
                 // Queries and keys see `qk_in`, values see `x`.
                 let w = self.qkv.weight.val();
                 let bias = self.qkv.bias.as_ref().map(|b| b.val());
-                let qk_w = w.clone().narrow(1, 0, 2 * hd);
-                let v_w = w.narrow(1, 2 * hd, hd);
-                let mut qk = linear(qk_in, qk_w, bias.clone().map(|b| b.narrow(0, 0, 2 * hd)));
-                let v = linear(x, v_w, bias.map(|b| b.narrow(0, 2 * hd, hd)));
+                let qk_w = w.clone().narrow(1, 0, qk_width);
+                let v_w = w.narrow(1, qk_width, hk * dh);
+                let mut qk = linear(qk_in, qk_w, bias.clone().map(|b| b.narrow(0, 0, qk_width)));
+                let v = linear(x, v_w, bias.map(|b| b.narrow(0, qk_width, hk * dh)));
                 qk = Tensor::cat(vec![qk, v], 2);
                 qk
             }
         };
-        let mut parts = qkv.chunk(3, 2).into_iter().map(|p| p.reshape([b, t, h, dh]));
-        let q = hooks.point(|| format!("blocks.{layer}.attn.hook_q"), parts.next().unwrap());
-        let k = hooks.point(|| format!("blocks.{layer}.attn.hook_k"), parts.next().unwrap());
-        let v = hooks.point(|| format!("blocks.{layer}.attn.hook_v"), parts.next().unwrap());
+        let q = qkv.clone().narrow(2, 0, hd).reshape([b, t, h, dh]);
+        let k = qkv.clone().narrow(2, hd, hk * dh).reshape([b, t, hk, dh]);
+        let v = qkv.narrow(2, qk_width, hk * dh).reshape([b, t, hk, dh]);
+        let q = hooks.point(|| format!("blocks.{layer}.attn.hook_q"), q);
+        let k = hooks.point(|| format!("blocks.{layer}.attn.hook_k"), k);
+        let v = hooks.point(|| format!("blocks.{layer}.attn.hook_v"), v);
+        let (q, k) = match rotary {
+            Some(angles) => (
+                hooks.point(|| format!("blocks.{layer}.attn.hook_rot_q"), apply_rotary(q, angles)),
+                hooks.point(|| format!("blocks.{layer}.attn.hook_rot_k"), apply_rotary(k, angles)),
+            ),
+            None => (q, k),
+        };
 
         // [batch, head, pos, d_head]
         let (q, k, v) = (q.swap_dims(1, 2), k.swap_dims(1, 2), v.swap_dims(1, 2));
@@ -231,6 +360,8 @@ impl Attention {
             let z = kernels::attention(q, k, v, self.scale, AttentionMask { q_offset: s - t, window });
             return self.project_out(z.swap_dims(1, 2).reshape([b, t, hd]));
         }
+        // The explicit path and the backend's attention see every query head's keys.
+        let (k, v) = if hk == h { (k, v) } else { (kernels::attention::repeat_heads(k, h / hk), kernels::attention::repeat_heads(v, h / hk)) };
         if fused && !hooks.is_active() && !device.is_autodiff() {
             // Global attention over the whole sequence is plain causal attention: the kernel
             // then skips the masked half instead of reading a mask.
@@ -267,7 +398,7 @@ impl Attention {
         self.project_out(z.reshape([b, t, hd]))
     }
 
-    /// `z W_O + b_O`: `[batch, pos, n_heads * d_head]` -> `[batch, pos, d_model]`.
+    /// `z W_O (+ b_O)`: `[batch, pos, n_heads * d_head]` -> `[batch, pos, d_model]`.
     fn project_out(&self, z: Tensor<3>) -> Tensor<3> {
         linear(z, self.out.weight.val(), self.out.bias.as_ref().map(|b| b.val()))
     }
@@ -278,12 +409,15 @@ impl Attention {
 // MLP
 // ---------------------------------------------------------------------------------------
 
-/// Two-layer perceptron: `act(x W_in + b_in) W_out + b_out`.
+/// Two-layer perceptron `act(x W_in + b_in) W_out + b_out`, or gated
+/// `(act(x W_gate) * (x W_in)) W_out` (biases optional).
 #[derive(Module, Debug)]
 pub struct Mlp {
-    /// `[d_model, d_mlp]`
+    /// `W_in`: `[d_model, d_mlp]`
     pub fc_in: Linear,
-    /// `[d_mlp, d_model]`
+    /// `W_gate`: `[d_model, d_mlp]`, gated MLPs only.
+    pub fc_gate: Option<Linear>,
+    /// `W_out`: `[d_mlp, d_model]`
     pub fc_out: Linear,
     #[module(skip)]
     pub activation: ActivationFn,
@@ -320,12 +454,24 @@ pub fn activate<const D: usize>(act: ActivationFn, x: Tensor<D>) -> Tensor<D> {
 }
 
 impl Mlp {
-    /// `x: [batch, pos, d_model]` -> `[batch, pos, d_model]`.
+    /// `x: [batch, pos, d_model]` -> `[batch, pos, d_model]`. Hook points (TransformerLens's):
+    /// `mlp.hook_pre` is the activation's input (`x W_gate` when gated), `mlp.hook_pre_linear`
+    /// the gated MLP's linear branch `x W_in`, `mlp.hook_post` what `W_out` reads.
     pub fn forward(&self, x: Tensor<3>, hooks: &mut Hooks, layer: usize) -> Tensor<3> {
-        let fc_in = |x| linear(x, self.fc_in.weight.val(), self.fc_in.bias.as_ref().map(|b| b.val()));
-        let pre = hooks.point(|| format!("blocks.{layer}.mlp.hook_pre"), fc_in(x));
-        let post = hooks.point(|| format!("blocks.{layer}.mlp.hook_post"), activate(self.activation, pre));
-        linear(post, self.fc_out.weight.val(), self.fc_out.bias.as_ref().map(|b| b.val()))
+        let project = |l: &Linear, x| linear(x, l.weight.val(), l.bias.as_ref().map(|b| b.val()));
+        let post = match &self.fc_gate {
+            None => {
+                let pre = hooks.point(|| format!("blocks.{layer}.mlp.hook_pre"), project(&self.fc_in, x));
+                activate(self.activation, pre)
+            }
+            Some(gate) => {
+                let pre = hooks.point(|| format!("blocks.{layer}.mlp.hook_pre"), project(gate, x.clone()));
+                let pre_linear = hooks.point(|| format!("blocks.{layer}.mlp.hook_pre_linear"), project(&self.fc_in, x));
+                activate(self.activation, pre) * pre_linear
+            }
+        };
+        let post = hooks.point(|| format!("blocks.{layer}.mlp.hook_post"), post);
+        project(&self.fc_out, post)
     }
 }
 
@@ -333,14 +479,17 @@ impl Mlp {
 // Block
 // ---------------------------------------------------------------------------------------
 
-/// Pre-LN block: `x + attn(ln1(x))`, then `+ mlp(ln2(.))` (no MLP in attention-only models).
+/// Pre-norm block: `x + attn(ln1(x))`, then `+ mlp(ln2(.))` (no MLP in attention-only
+/// models); with a parallel residual `x + attn(ln1(x)) + mlp(ln2(x))`.
 #[derive(Module, Debug)]
 pub struct Block {
-    pub ln1: LayerNorm,
+    pub ln1: Norm,
     pub attn: Attention,
-    pub ln2: Option<LayerNorm>,
+    pub ln2: Option<Norm>,
     pub mlp: Option<Mlp>,
     pub resid_dropout: Dropout,
+    #[module(skip)]
+    pub parallel: bool,
 }
 
 impl Block {
@@ -349,6 +498,7 @@ impl Block {
         &self,
         resid: Tensor<3>,
         pos_qk: Option<Tensor<3>>,
+        rotary: Option<&RotaryAngles>,
         mask: Tensor<4, Bool>,
         kv: Option<(&mut KvCache, usize)>,
         hooks: &mut Hooks,
@@ -363,8 +513,21 @@ impl Block {
         // together instead couples position and content and, in our measurements, keeps a
         // two-layer model from forming induction heads.
         let qk_input = pos_qk.map(|p| x.clone() + p);
-        let attn_out = self.attn.forward_with(x, qk_input, mask, kv, hooks, l, fused);
+        let attn_out = self.attn.forward_with(x, qk_input, rotary, mask, kv, hooks, l, fused);
         let attn_out = hooks.point(|| format!("blocks.{l}.hook_attn_out"), self.resid_dropout.forward(attn_out));
+        if self.parallel {
+            // Both branches read the block input.
+            let resid = match (&self.ln2, &self.mlp) {
+                (Some(ln2), Some(mlp)) => {
+                    let x = ln2.forward(resid.clone(), hooks, &format!("blocks.{l}.ln2"));
+                    let mlp_out = self.resid_dropout.forward(mlp.forward(x, hooks, l));
+                    let mlp_out = hooks.point(|| format!("blocks.{l}.hook_mlp_out"), mlp_out);
+                    resid + attn_out + mlp_out
+                }
+                _ => resid + attn_out,
+            };
+            return hooks.point(|| format!("blocks.{l}.hook_resid_post"), resid);
+        }
         let resid = resid + attn_out;
         let resid = match (&self.ln2, &self.mlp) {
             (Some(ln2), Some(mlp)) => {
@@ -384,16 +547,16 @@ impl Block {
 // Transformer
 // ---------------------------------------------------------------------------------------
 
-/// Decoder-only transformer with learned positions and an unembedding tied to the token
-/// embedding.
+/// Decoder-only transformer.
 #[derive(Module, Debug)]
 pub struct Transformer {
-    /// Token embedding `W_E`, `[vocab, d_model]`; its transpose is the unembedding `W_U`.
+    /// Token embedding `W_E`, `[vocab, d_model]`; its transpose is the unembedding `W_U`
+    /// when tied.
     pub embed: Embedding,
-    /// Position embedding `W_pos`, `[n_ctx, d_model]`.
-    pub pos_embed: Embedding,
+    /// Position embedding `W_pos`, `[n_ctx, d_model]` (none with rotary positions).
+    pub pos_embed: Option<Embedding>,
     pub blocks: Vec<Block>,
-    pub ln_final: LayerNorm,
+    pub ln_final: Norm,
     /// Untied unembedding, if the config asks for one (see [`TransformerConfig::untied_unembed`]).
     pub unembed: Option<Unembed>,
     pub embed_dropout: Dropout,
@@ -401,13 +564,13 @@ pub struct Transformer {
     pub config: TransformerConfig,
 }
 
-/// An unembedding of its own: `logits = x W_U + b_U`.
+/// An unembedding of its own: `logits = x W_U (+ b_U)`.
 #[derive(Module, Debug)]
 pub struct Unembed {
     /// `[d_model, vocab]`
     pub weight: Param<Tensor<2>>,
     /// `[vocab]`
-    pub bias: Param<Tensor<1>>,
+    pub bias: Option<Param<Tensor<1>>>,
 }
 
 /// How one parameter of a model being built gets its values.
@@ -440,45 +603,58 @@ impl TransformerConfig {
         let (std, resid_std) = (0.02, 0.02 / (2.0 * self.n_layers() as f64).sqrt());
         let (d, hd) = (self.d_model, self.n_heads * self.d_head);
         let eps = self.layer_norm_eps;
+        let norm = self.norm;
         let dropout = DropoutConfig::new(self.dropout);
         let mut blocks = Vec::with_capacity(self.n_layers());
         for l in 0..self.n_layers() {
             let p = format!("blocks.{l}");
             blocks.push(Block {
-                ln1: b.layer_norm(&format!("{p}.ln1"), d, eps)?,
+                ln1: b.norm(&format!("{p}.ln1"), d, eps, norm)?,
                 attn: Attention {
-                    qkv: b.linear(&format!("{p}.attn.qkv"), d, 3 * hd, self.qkv_bias, std)?,
-                    out: b.linear(&format!("{p}.attn.out"), hd, d, true, resid_std)?,
+                    qkv: b.linear(&format!("{p}.attn.qkv"), d, self.qkv_width(), self.qkv_bias, std)?,
+                    out: b.linear(&format!("{p}.attn.out"), hd, d, self.attn_out_bias, resid_std)?,
                     attn_dropout: dropout.init(),
                     n_heads: self.n_heads,
+                    n_kv_heads: self.kv_heads(),
                     d_head: self.d_head,
                     scale: self.score_factor(l),
                     span: self.spans[l],
                 },
                 ln2: match self.d_mlp {
-                    Some(_) => Some(b.layer_norm(&format!("{p}.ln2"), d, eps)?),
+                    Some(_) => Some(b.norm(&format!("{p}.ln2"), d, eps, norm)?),
                     None => None,
                 },
                 mlp: match self.d_mlp {
                     Some(m) => Some(Mlp {
-                        fc_in: b.linear(&format!("{p}.mlp.fc_in"), d, m, true, std)?,
-                        fc_out: b.linear(&format!("{p}.mlp.fc_out"), m, d, true, resid_std)?,
+                        fc_in: b.linear(&format!("{p}.mlp.fc_in"), d, m, self.mlp_bias, std)?,
+                        fc_gate: match self.mlp {
+                            MlpKind::Gated => Some(b.linear(&format!("{p}.mlp.fc_gate"), d, m, self.mlp_bias, std)?),
+                            MlpKind::Standard => None,
+                        },
+                        fc_out: b.linear(&format!("{p}.mlp.fc_out"), m, d, self.mlp_bias, resid_std)?,
                         activation: self.activation,
                     }),
                     None => None,
                 },
                 resid_dropout: dropout.init(),
+                parallel: self.parallel_residual,
             });
         }
         Ok(Transformer {
             embed: Embedding { weight: b.param("embed.weight".into(), [self.vocab_size, d], normal(std))? },
-            pos_embed: Embedding { weight: b.param("pos_embed.weight".into(), [self.n_ctx, d], normal(std))? },
+            pos_embed: match self.learned_positions() {
+                true => Some(Embedding { weight: b.param("pos_embed.weight".into(), [self.n_ctx, d], normal(std))? }),
+                false => None,
+            },
             blocks,
-            ln_final: b.layer_norm("ln_final", d, eps)?,
+            ln_final: b.norm("ln_final", d, eps, norm)?,
             unembed: match self.untied_unembed {
                 true => Some(Unembed {
                     weight: b.param("unembed.weight".into(), [d, self.vocab_size], normal(std))?,
-                    bias: b.param("unembed.bias".into(), [self.vocab_size], Initializer::Zeros)?,
+                    bias: match self.unembed_bias {
+                        true => Some(b.param("unembed.bias".into(), [self.vocab_size], Initializer::Zeros)?),
+                        false => None,
+                    },
                 }),
                 false => None,
             },
@@ -519,11 +695,15 @@ where
         })
     }
 
-    fn layer_norm(&mut self, name: &str, d: usize, eps: f64) -> Result<LayerNorm, E> {
-        Ok(LayerNorm {
+    fn norm(&mut self, name: &str, d: usize, eps: f64, kind: NormKind) -> Result<Norm, E> {
+        Ok(Norm {
             weight: self.param(format!("{name}.weight"), [d], Initializer::Ones)?,
-            bias: self.param(format!("{name}.bias"), [d], Initializer::Zeros)?,
+            bias: match kind {
+                NormKind::LayerNorm => Some(self.param(format!("{name}.bias"), [d], Initializer::Zeros)?),
+                NormKind::RmsNorm => None,
+            },
             eps,
+            kind,
         })
     }
 }
@@ -604,12 +784,14 @@ impl Transformer {
         let pos_ids = Tensor::<2, Int>::from_data(TensorData::new(flat, [b, t]), &device);
 
         let embed = hooks.point(|| "hook_embed".into(), self.embed.forward(ids));
-        let pos_embed = hooks.point(|| "hook_pos_embed".into(), self.pos_embed.forward(pos_ids));
-        let (mut resid, pos_qk) = match self.config.positional {
-            Positional::Residual => (embed + pos_embed, None),
-            Positional::QueryKeyOnly => (embed, Some(pos_embed)),
+        let pos_embed = self.pos_embed.as_ref().map(|p| hooks.point(|| "hook_pos_embed".into(), p.forward(pos_ids)));
+        let (mut resid, pos_qk) = match (self.config.positional, pos_embed) {
+            (Positional::Residual, Some(p)) => (embed + p, None),
+            (Positional::QueryKeyOnly, Some(p)) => (embed, Some(p)),
+            _ => (embed, None),
         };
         resid = self.embed_dropout.forward(resid);
+        let rotary = self.config.rotary.as_ref().filter(|_| self.config.positional == Positional::Rotary).map(|r| r.angles(&pos.ids, &device));
 
         // One mask per distinct span, shared by the layers that use it.
         let mut masks: Vec<(AttentionSpan, Tensor<4, Bool>)> = Vec::new();
@@ -624,7 +806,7 @@ impl Transformer {
                 }
             };
             let kv = cache.as_deref_mut().map(|c| (c, l));
-            resid = block.forward(resid, pos_qk.clone(), mask, kv, hooks, l, fused);
+            resid = block.forward(resid, pos_qk.clone(), rotary.as_ref(), mask, kv, hooks, l, fused);
         }
         let x = self.ln_final.forward(resid, hooks, "ln_final");
         self.unembed(x)
@@ -640,7 +822,7 @@ impl Transformer {
     pub fn w_u(&self) -> (Tensor<2>, Option<Tensor<1>>) {
         match &self.unembed {
             None => (self.embed.weight.val().transpose(), None),
-            Some(u) => (u.weight.val(), Some(u.bias.val())),
+            Some(u) => (u.weight.val(), u.bias.as_ref().map(|b| b.val())),
         }
     }
 }

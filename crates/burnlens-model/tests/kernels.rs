@@ -1,6 +1,6 @@
 //! Every kernel against the composed reference it replaces: values within 1e-5 and
 //! gradients (of `sum(y * r)` for a random `r`) within 1e-4, both relative to the largest
-//! magnitude of the reference, on random shapes with odd sizes, windows, query offsets and
+//! magnitude of the reference (at least 1e-3), on random shapes with odd sizes, windows, query offsets and
 //! grouped heads, on the flex backend with and without autodiff.
 
 use burn::tensor::{Device, Distribution, Int, Tensor, TensorData};
@@ -18,10 +18,11 @@ fn vec<const D: usize>(t: &Tensor<D>) -> Vec<f32> {
     t.to_data().convert::<f32>().try_to_vec::<f32>().unwrap()
 }
 
-/// max |got - want| / max |want|.
+/// max |got - want| / max |want|, the denominator at least 1e-3: a gradient that is zero in
+/// exact arithmetic (one visible key: `dq = 0`) comes out as rounding noise on both paths.
 fn rel_err(got: &[f32], want: &[f32]) -> f64 {
     assert_eq!(got.len(), want.len(), "lengths differ");
-    let scale = want.iter().fold(0.0f64, |m, &w| m.max(w.abs() as f64)).max(1e-30);
+    let scale = want.iter().fold(0.0f64, |m, &w| m.max(w.abs() as f64)).max(1e-3);
     got.iter().zip(want).fold(0.0f64, |m, (&g, &w)| m.max((g as f64 - w as f64).abs())) / scale
 }
 

@@ -26,8 +26,19 @@ pub struct RunConfig {
 pub struct ModelSection {
     /// Fine-tune the Hugging Face model in this directory; the other keys must be absent.
     pub from: Option<PathBuf>,
-    /// `gpt2` (default) or `gpt_neo`: sets the score scale, q/k/v biases and export format.
+    /// `gpt2` (default), `gpt_neo`, `gpt_neox` (Pythia: rotary on a quarter of each head,
+    /// parallel residual, untied unembedding), `llama`, `qwen2` or `mistral` (RMSNorm, rotary,
+    /// gated SiLU MLP, grouped-query attention): sets everything the family fixes and the
+    /// export format.
     pub family: Option<String>,
+    /// Key/value heads (Llama family; default `n_heads`).
+    pub n_kv_heads: Option<usize>,
+    /// Rotated fraction of each head (default 0.25 for gpt_neox, 1 for the Llama family).
+    pub rotary_pct: Option<f64>,
+    /// Rotary base (default 10000).
+    pub rope_theta: Option<f64>,
+    /// GPT-NeoX's parallel residual (default true).
+    pub parallel_residual: Option<bool>,
     pub n_layers: Option<usize>,
     pub n_heads: Option<usize>,
     pub d_model: Option<usize>,

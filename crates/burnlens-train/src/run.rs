@@ -27,7 +27,7 @@ use burn::tensor::{Device, Int, Tensor, TensorData};
 use burn_store::{BurnpackStore, ModuleSnapshot};
 use burnlens_hf::{Family, Tokenizer, export_hf, load_model};
 use burnlens_model::backend;
-use burnlens_model::{ActivationFn, AttentionSpan, Positional, Rng, ScoreScale, Transformer, TransformerConfig, cross_entropy};
+use burnlens_model::{ActivationFn, AttentionSpan, MlpKind, NormKind, Positional, Rng, Rotary, ScoreScale, Transformer, TransformerConfig, cross_entropy};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
@@ -106,7 +106,8 @@ pub fn model_spec(cfg: &RunConfig, vocab: usize) -> Result<ModelSpec> {
     let m = &cfg.model;
     let bad = |msg: String| TrainError::Config { path: PathBuf::from("[model]"), msg };
     let family = m.family.clone().unwrap_or_else(|| "gpt2".into());
-    let fam = Family::from_model_type(&family).ok_or_else(|| bad(format!("model.family = \"{family}\" is not one of gpt2, gpt_neo")))?;
+    let fam = Family::from_model_type(&family).ok_or_else(|| bad(format!("model.family = \"{family}\" is not one of {}", Family::SUPPORTED.join(", "))))?;
+    let rotary_family = !matches!(fam, Family::Gpt2 | Family::GptNeo);
     let d_model = m.d_model.ok_or_else(|| bad("model.d_model is required (or model.from)".into()))?;
     let n_heads = m.n_heads.ok_or_else(|| bad("model.n_heads is required (or model.from)".into()))?;
     let n_layers = m.n_layers.ok_or_else(|| bad("model.n_layers is required (or model.from)".into()))?;
@@ -134,15 +135,36 @@ pub fn model_spec(cfg: &RunConfig, vocab: usize) -> Result<ModelSpec> {
         })
         .collect::<Result<Vec<_>>>()?;
     let activation = match &m.activation {
+        None if rotary_family && fam != Family::GptNeoX => ActivationFn::Silu,
         None => ActivationFn::GeluNew,
         Some(a) => ActivationFn::from_hf_name(a)
             .ok_or_else(|| bad(format!("model.activation = \"{a}\" is not one of {}", ActivationFn::HF_NAMES.join(", "))))?,
     };
     let positional = match m.positional.as_deref() {
-        None | Some("residual") => Positional::Residual,
-        Some("query_key_only") => Positional::QueryKeyOnly,
-        Some(p) => return Err(bad(format!("model.positional = \"{p}\" is not one of residual, query_key_only"))),
+        None if rotary_family => Positional::Rotary,
+        Some("rotary") if rotary_family => Positional::Rotary,
+        None | Some("residual") if !rotary_family => Positional::Residual,
+        Some("query_key_only") if !rotary_family => Positional::QueryKeyOnly,
+        other => {
+            let p = other.unwrap_or_default();
+            let allowed = if rotary_family { "rotary" } else { "residual, query_key_only" };
+            return Err(bad(format!("model.positional = \"{p}\" is not one of {allowed} (for model.family = \"{family}\")")));
+        }
     };
+    if !rotary_family {
+        for (key, set) in [("n_kv_heads", m.n_kv_heads.is_some()), ("rotary_pct", m.rotary_pct.is_some()), ("rope_theta", m.rope_theta.is_some()), ("parallel_residual", m.parallel_residual.is_some())] {
+            if set {
+                return Err(bad(format!("model.{key} applies to gpt_neox and the Llama family, not to model.family = \"{family}\"")));
+            }
+        }
+    }
+    let d_head = d_model / n_heads;
+    let rotary = rotary_family.then(|| {
+        let pct = m.rotary_pct.unwrap_or(if fam == Family::GptNeoX { 0.25 } else { 1.0 });
+        Rotary { dims: ((d_head as f64 * pct) as usize) & !1, base: m.rope_theta.unwrap_or(10000.0), scaling: None }
+    });
+    let llama = matches!(fam, Family::Llama | Family::Qwen2 | Family::Mistral);
+    let tie = m.tie_embeddings.unwrap_or(matches!(fam, Family::Gpt2 | Family::GptNeo | Family::Qwen2));
     let config = TransformerConfig {
         vocab_size: vocab,
         n_ctx: m.context.unwrap_or(cfg.training.block_size),
@@ -153,12 +175,21 @@ pub fn model_spec(cfg: &RunConfig, vocab: usize) -> Result<ModelSpec> {
         spans,
         score_scale: if fam == Family::GptNeo { ScoreScale::None } else { ScoreScale::InvSqrtDHead },
         scale_by_inverse_layer: m.scale_attn_by_inverse_layer_idx,
-        qkv_bias: fam == Family::Gpt2,
+        qkv_bias: matches!(fam, Family::Gpt2 | Family::GptNeoX | Family::Qwen2),
         activation,
         layer_norm_eps: 1e-5,
         positional,
         dropout: cfg.training.dropout,
-        untied_unembed: !m.tie_embeddings.unwrap_or(true),
+        untied_unembed: !tie,
+        // Toy GPT-2-style models keep a b_U; the HF families' lm_head has none.
+        unembed_bias: !rotary_family,
+        norm: if llama { NormKind::RmsNorm } else { NormKind::LayerNorm },
+        mlp: if llama { MlpKind::Gated } else { MlpKind::Standard },
+        n_kv_heads: m.n_kv_heads,
+        parallel_residual: fam == Family::GptNeoX && m.parallel_residual.unwrap_or(true),
+        rotary,
+        attn_out_bias: !llama,
+        mlp_bias: !llama,
     };
     config.validate().map_err(|e| bad(e.to_string()))?;
     Ok(ModelSpec { family, config })

@@ -13,7 +13,7 @@
 //! |---|---|---|
 //! | linear | `x W + b` with batch × positions folded into one GEMM, per-shape threading, a two-thread matrix-vector path for decoding; backward `dx = dy Wᵀ`, `dW = xᵀ dy`, `db = Σ dy` | [`linear`] |
 //! | attention | causal / local-window softmax(q kᵀ · scale) v, tiled over queries, no `[head, query, key]` tensor (forward or backward); grouped keys/values | [`attention`] |
-//! | LayerNorm | mean, variance, normalise, affine in one pass; one-pass backward | [`layer_norm`] |
+//! | LayerNorm, RMSNorm | mean, variance, normalise, affine in one pass; one-pass backward | [`layer_norm`] |
 //! | sigmoid-gated activations | tanh GELU, `gelu_fast`, `quick_gelu`, SiLU as `x σ(αx + βx³)`, forward and backward | [`activation`] |
 //! | softmax–cross-entropy | log-sum-exp and the target's logit per row, mean; backward `softmax - onehot` | [`cross_entropy`] |
 //!
@@ -38,7 +38,7 @@ use burn::tensor::{Bytes, DType, Device, Shape};
 pub use activation::{gated_activation, gated_activation_reference};
 pub use attention::{AttentionMask, attention, attention_reference};
 pub use cross_entropy::{cross_entropy, cross_entropy_reference};
-pub use layer_norm::{layer_norm, layer_norm_reference};
+pub use layer_norm::{layer_norm, layer_norm_reference, rms_norm, rms_norm_reference};
 pub use linear::{linear, linear_reference};
 
 /// The kernels, for call counts.
