@@ -21,9 +21,14 @@ import sys
 import torch
 import transformers
 from safetensors.torch import save_file
-from transformers import GPT2Config, GPT2LMHeadModel, GPTNeoConfig, GPTNeoForCausalLM
+from transformers import (GPT2Config, GPT2LMHeadModel, GPTNeoConfig, GPTNeoForCausalLM, GPTNeoXConfig,
+                          GPTNeoXForCausalLM, LlamaConfig, LlamaForCausalLM, MistralConfig,
+                          MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM)
 
 SEQ_LEN = 20
+# Greedy continuation recorded for the rotary families: HF's full forward, argmax, repeated
+# (not `generate`, which masks prompt tokens equal to pad_token_id).
+GREEDY_PROMPT, GREEDY_NEW = 8, 10
 
 
 def randomise(model, seed, weight_std=0.25, embed_std=1.0):
@@ -31,11 +36,11 @@ def randomise(model, seed, weight_std=0.25, embed_std=1.0):
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if name.endswith("wte.weight"):
+            if name.endswith(("wte.weight", "embed_in.weight", "embed_tokens.weight")):
                 p.copy_(torch.randn(p.shape, generator=g) * embed_std)
             elif name.endswith("wpe.weight"):
                 p.copy_(torch.randn(p.shape, generator=g) * 0.5 * embed_std)
-            elif "ln" in name and name.endswith("weight"):
+            elif p.dim() == 1 and ("ln" in name or "norm" in name) and name.endswith("weight"):
                 p.copy_(0.5 + torch.rand(p.shape, generator=g) * 1.5)
             elif name.endswith("bias"):
                 p.copy_(torch.randn(p.shape, generator=g) * 0.1)
@@ -49,7 +54,17 @@ def token_ids(vocab, seed):
     return torch.randint(0, vocab, (1, SEQ_LEN), generator=g)
 
 
-def record(model, ids, out_dir, dtype=torch.float32):
+def greedy(model, prompt, n):
+    """Greedy continuation by HF's full forward pass, one token at a time."""
+    seq = prompt.clone()
+    with torch.no_grad():
+        for _ in range(n):
+            nxt = model(seq).logits[0, -1].argmax().view(1, 1)
+            seq = torch.cat([seq, nxt], dim=1)
+    return seq[0, prompt.shape[1]:].to(torch.int64)
+
+
+def record(model, ids, out_dir, dtype=torch.float32, with_greedy=False):
     """Run HF on `ids` and write expected.safetensors with everything the tests compare."""
     model = model.to(dtype).eval()
     with torch.no_grad():
@@ -64,6 +79,8 @@ def record(model, ids, out_dir, dtype=torch.float32):
     for l in range(n_layers):
         tensors[f"pattern.{l}"] = out.attentions[l][0].float().contiguous()
         tensors[f"resid_pre.{l}"] = out.hidden_states[l][0].float().contiguous()
+    if with_greedy:
+        tensors["greedy"] = greedy(model, ids[:, :GREEDY_PROMPT], GREEDY_NEW)
     save_file(tensors, os.path.join(out_dir, "expected.safetensors"))
     peak = torch.stack([a[0].max(-1).values.mean() for a in out.attentions]).mean().item()
     return {"mean_max_attention": round(peak, 4), "loss": round(out.loss.item(), 6)}
@@ -97,10 +114,34 @@ def neo_config(**kw):
     return cfg
 
 
+def neox_config(**kw):
+    base = dict(vocab_size=128, max_position_embeddings=32, hidden_size=64, num_hidden_layers=3,
+                num_attention_heads=4, intermediate_size=96, rotary_pct=0.25, rotary_emb_base=10000,
+                use_parallel_residual=True, hidden_dropout=0.0, attention_dropout=0.0,
+                tie_word_embeddings=False, bos_token_id=0, eos_token_id=0)
+    base.update(kw)
+    cfg = GPTNeoXConfig(**base)
+    cfg._attn_implementation = "eager"
+    return cfg
+
+
+def llama_family_config(cls, **kw):
+    base = dict(vocab_size=128, max_position_embeddings=32, hidden_size=64, num_hidden_layers=3,
+                num_attention_heads=4, num_key_value_heads=2, intermediate_size=96,
+                rms_norm_eps=1e-5, attention_dropout=0.0, bos_token_id=0, eos_token_id=0,
+                pad_token_id=None)
+    base.update(kw)
+    cfg = cls(**base)
+    cfg._attn_implementation = "eager"
+    return cfg
+
+
 def build(cls, cfg, seed):
     torch.manual_seed(seed)
     # GPT-Neo does not scale its scores, so smaller weights give equally peaked patterns.
-    weight_std = 0.25 if cls is GPT2LMHeadModel else 0.15
+    # The rotary families (wider heads, RMSNorm gains) are as peaked at 0.18, where HF's own
+    # f32 patterns stay within 5e-6 of f64 (at 0.25 the f32 rounding alone reached 1e-5).
+    weight_std = {GPTNeoForCausalLM: 0.15, GPT2LMHeadModel: 0.25}.get(cls, 0.18)
     return randomise(cls(cfg), seed, weight_std=weight_std).eval()
 
 
@@ -134,14 +175,63 @@ def bpe_export_check(src, manifest):
     manifest["bpe_export_check"] = {"tokenizer_ids": ids, "model": type(m).__name__, "logits_shape": list(logits.shape)}
 
 
+ROTARY_FIXTURES = ["pythia_like", "neox_sequential", "llama_gqa", "qwen2_tied", "mistral_window"]
+
+
+def rotary_fixtures(out_root, manifest, only):
+    """GPT-NeoX and the Llama family, each saved by save_pretrained."""
+    def save(name, cls, cfg, seed):
+        if only and name not in only:
+            return
+        d = fresh(out_root, name)
+        m = build(cls, cfg, seed)
+        m.save_pretrained(d, safe_serialization=True)
+        manifest["fixtures"][name] = record(m, token_ids(128, seed), d, with_greedy=True)
+
+    # Pythia-like: rotary on a quarter of each head (4 of 16 dims), parallel residual, untied embed_out.
+    save("pythia_like", GPTNeoXForCausalLM, neox_config(), 11)
+    # Sequential GPT-NeoX, half the head rotated, another base, erf GELU replaced by gelu_new.
+    save("neox_sequential", GPTNeoXForCausalLM,
+         neox_config(use_parallel_residual=False, rotary_pct=0.5, rotary_emb_base=500, hidden_act="gelu_new"), 12)
+    # Llama with grouped-query attention (4 query heads, 2 key/value heads), untied lm_head,
+    # Llama 3 frequency scaling and a large rope_theta.
+    save("llama_gqa", LlamaForCausalLM,
+         llama_family_config(LlamaConfig, tie_word_embeddings=False, rope_theta=500000.0,
+                             rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                           "high_freq_factor": 4.0, "original_max_position_embeddings": 8}), 13)
+    # Qwen2: q/k/v biases, tied embeddings.
+    save("qwen2_tied", Qwen2ForCausalLM, llama_family_config(Qwen2Config, tie_word_embeddings=True), 14)
+    # Mistral: a sliding window (6) shorter than the sequence (20), one key/value head (MQA).
+    save("mistral_window", MistralForCausalLM,
+         llama_family_config(MistralConfig, num_key_value_heads=1, sliding_window=6, head_dim=16,
+                             tie_word_embeddings=False), 15)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="tests/fixtures")
+    ap.add_argument("--only", default="", help="comma-separated fixture names to (re)make; the others are kept")
     ap.add_argument("--export", action="append", default=[], help="NAME=DIR of a burnlens export to record")
     ap.add_argument("--bpe-export", help="DIR of a burnlens BPE export to load with AutoTokenizer")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     manifest = {"transformers": transformers.__version__, "torch": torch.__version__, "fixtures": {}}
+    only = [x for x in args.only.split(",") if x]
+    if only:
+        # Remake some fixtures, keep the rest and their manifest entries.
+        path = os.path.join(args.out, "manifest.json")
+        if os.path.exists(path):
+            with open(path) as f:
+                manifest = json.load(f)
+        unknown = [x for x in only if x not in ROTARY_FIXTURES]
+        if unknown:
+            sys.exit(f"--only: {unknown} are not among {ROTARY_FIXTURES}")
+        rotary_fixtures(args.out, manifest, only)
+        with open(path, "w") as f:
+            json.dump(manifest, f, indent=2, sort_keys=True)
+            f.write("\n")
+        print(json.dumps({k: manifest["fixtures"][k] for k in only}, indent=2))
+        return
     trained_exports(args.out, args.export, manifest)
     if args.bpe_export:
         bpe_export_check(args.bpe_export, manifest)
@@ -205,6 +295,8 @@ def main():
     m.save_pretrained(d, safe_serialization=True, max_shard_size="60KB")
     assert os.path.exists(os.path.join(d, "model.safetensors.index.json")), "expected shards"
     manifest["fixtures"]["gpt2_sharded_f64"] = record(m, token_ids(128, 7), d, dtype=torch.float64)
+
+    rotary_fixtures(args.out, manifest, [])
 
     with open(os.path.join(args.out, "manifest.json"), "w") as f:
         json.dump(manifest, f, indent=2, sort_keys=True)

@@ -5,7 +5,7 @@
 mod common;
 
 use burnlens::hf::load_model;
-use burnlens::model::{Hooks, next_token_loss};
+use burnlens::model::{Hooks, Sampling, generate, next_token_loss};
 use common::*;
 
 const LOGIT_TOL: f32 = 1e-4;
@@ -49,8 +49,19 @@ fn check(name: &str) {
         assert!(d_pattern <= PATTERN_TOL, "{name} on {backend}: max |Δpattern| {d_pattern:e} > {PATTERN_TOL:e}");
         assert!(d_resid <= 1e-5, "{name} on {backend}: residual stream differs by {d_resid:e} (relative)");
         assert!(d_loss <= 1e-4, "{name} on {backend}: |Δloss| {d_loss:e}");
+
+        // Greedy decoding with the KV cache against HF's full-forward greedy decoding.
+        if let Some(want) = expected.get("greedy") {
+            let prompt = &ids[..GREEDY_PROMPT];
+            let s = Sampling { max_new_tokens: want.i64.len(), ..Sampling::default() };
+            let got = generate(model, prompt, &s).unwrap();
+            assert_eq!(got, want.i64, "{name} on {backend}: greedy decoding with the KV cache differs from HF's");
+        }
     }
 }
+
+/// Prompt length of the greedy continuations the generator records.
+const GREEDY_PROMPT: usize = 8;
 
 #[test]
 fn gpt2() {
@@ -85,6 +96,31 @@ fn gpt_neo_bf16_all_local() {
 #[test]
 fn gpt2_sharded_f64() {
     check("gpt2_sharded_f64");
+}
+
+#[test]
+fn pythia_like_partial_rotary_parallel_residual_untied() {
+    check("pythia_like");
+}
+
+#[test]
+fn gpt_neox_sequential_residual_half_rotary() {
+    check("neox_sequential");
+}
+
+#[test]
+fn llama_grouped_query_attention_llama3_rope_untied() {
+    check("llama_gqa");
+}
+
+#[test]
+fn qwen2_qkv_biases_tied_embeddings() {
+    check("qwen2_tied");
+}
+
+#[test]
+fn mistral_sliding_window_shorter_than_sequence_one_kv_head() {
+    check("mistral_window");
 }
 
 /// The fixtures must exercise what they claim to: a wrong scale, mask or transpose would

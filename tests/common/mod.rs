@@ -13,8 +13,20 @@ pub fn fixture(name: &str) -> PathBuf {
 }
 
 /// Every parity fixture the generator writes.
-pub const FIXTURES: &[&str] =
-    &["gpt2", "gpt2_inverse_layer", "gpt_neo_local", "gpt2_legacy_bin", "gpt2_f16", "gpt_neo_bf16", "gpt2_sharded_f64"];
+pub const FIXTURES: &[&str] = &[
+    "gpt2",
+    "gpt2_inverse_layer",
+    "gpt_neo_local",
+    "gpt2_legacy_bin",
+    "gpt2_f16",
+    "gpt_neo_bf16",
+    "gpt2_sharded_f64",
+    "pythia_like",
+    "neox_sequential",
+    "llama_gqa",
+    "qwen2_tied",
+    "mistral_window",
+];
 
 /// Models trained and exported by burnlens, recorded by `transformers`.
 pub const EXPORT_FIXTURES: &[&str] = &["trained_gpt2_char", "trained_gpt_neo_char"];
