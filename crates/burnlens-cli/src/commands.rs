@@ -61,12 +61,34 @@ pub fn info(dir: &Path, common: &Common) -> Result<()> {
     println!("family:      {}", hf.family);
     println!("parameters:  {} ({:.2}M)", model.num_params(), model.num_params() as f64 / 1e6);
     println!("layers:      {}", c.n_layers());
-    println!("heads:       {} x d_head {}", c.n_heads, c.d_head);
+    let kv = if c.kv_heads() == c.n_heads { String::new() } else { format!(", {} key/value head{} (grouped-query)", c.kv_heads(), if c.kv_heads() == 1 { "" } else { "s" }) };
+    println!("heads:       {} x d_head {}{kv}", c.n_heads, c.d_head);
     println!("d_model:     {}", c.d_model);
     println!("d_mlp:       {}", c.d_mlp.map_or("none (attention-only)".into(), |m| m.to_string()));
     println!("context:     {}", c.n_ctx);
     println!("vocab:       {}", c.vocab_size);
-    println!("activation:  {}", c.activation.hf_name());
+    println!("activation:  {}{}", c.activation.hf_name(), if c.mlp == burnlens_model::MlpKind::Gated { " (gated MLP)" } else { "" });
+    println!("norm:        {}", match c.norm {
+        burnlens_model::NormKind::LayerNorm => format!("LayerNorm, eps {}", c.layer_norm_eps),
+        burnlens_model::NormKind::RmsNorm => format!("RMSNorm, eps {}", c.layer_norm_eps),
+    });
+    let positions = match (c.positional, c.rotary) {
+        (burnlens_model::Positional::Rotary, Some(r)) => format!(
+            "rotary on {} of {} head dims, base {}{}",
+            r.dims,
+            c.d_head,
+            r.base,
+            match r.scaling {
+                None => String::new(),
+                Some(burnlens_model::RopeScaling::Linear { factor }) => format!(", linear scaling x{factor}"),
+                Some(burnlens_model::RopeScaling::Llama3 { factor, .. }) => format!(", llama3 scaling x{factor}"),
+            }
+        ),
+        (burnlens_model::Positional::QueryKeyOnly, _) => "learned, added to queries and keys only".into(),
+        _ => "learned, added to the residual stream".into(),
+    };
+    println!("positions:   {positions}");
+    println!("residual:    {}", if c.parallel_residual { "parallel (attention and MLP read the block input)" } else { "sequential" });
     let scale = match c.score_scale {
         burnlens_model::ScoreScale::InvSqrtDHead => format!("1/sqrt(d_head) = {:.4}", 1.0 / (c.d_head as f64).sqrt()),
         burnlens_model::ScoreScale::None => "none (1.0)".to_string(),
@@ -74,10 +96,16 @@ pub fn info(dir: &Path, common: &Common) -> Result<()> {
     println!("score scale: {scale}{}", if c.scale_by_inverse_layer { ", then / (layer + 1)" } else { "" });
     println!("local attn:  {}", if local.is_empty() { "none (all layers global)".into() } else { local.join(", ") });
     println!("checkpoint:  {} ({} file{}), dtype {}", info.format, info.files.len(), if info.files.len() == 1 { "" } else { "s" }, info.dtypes.join("/"));
+    let unembed = match (c.untied_unembed, info.lm_head_present) {
+        (true, _) => "untied",
+        (false, true) => "present (tied)",
+        (false, false) => "absent (tied)",
+    };
     println!(
-        "names:       {}transformer. prefix, lm_head {}, {} legacy buffer{} ignored",
+        "names:       {}{} prefix, unembedding {}, {} legacy buffer{} ignored",
         if info.prefixed { "" } else { "no " },
-        if info.lm_head_present { "present (tied)" } else { "absent (tied)" },
+        hf.family.base_prefix(),
+        unembed,
         info.ignored_buffers,
         if info.ignored_buffers == 1 { "" } else { "s" }
     );
