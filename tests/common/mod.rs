@@ -1,6 +1,8 @@
 //! Helpers shared by the integration tests: fixtures, expected outputs, backends.
 #![allow(dead_code)]
 
+pub mod hub_server;
+
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

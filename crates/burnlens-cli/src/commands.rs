@@ -279,6 +279,15 @@ const CORPORA: &[(&str, &str, &str)] = &[(
     "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed",
 )];
 
+/// `burnlens download ID`: fetch into the Hugging Face cache and say where it is.
+pub fn download(id: &str) -> Result<()> {
+    let hub_id = burnlens_hf::HubId::parse(id).ok_or_else(|| UserError(format!("\"{id}\" is not a Hugging Face Hub id (org/name or org/name@revision)")))?;
+    let dir = crate::progress::hub_snapshot(&hub_id)?;
+    let hf = burnlens_hf::read_config(&dir.join("config.json"))?;
+    println!("{hub_id}: {} model in {}", hf.family, dir.display());
+    Ok(())
+}
+
 pub fn fetch(name: &str, out: Option<&Path>) -> Result<()> {
     use sha2::Digest;
     let (_, url, sha) = CORPORA.iter().find(|(n, ..)| *n == name).ok_or_else(|| {

@@ -4,6 +4,7 @@
 mod bench;
 mod commands;
 mod output;
+mod progress;
 
 use std::process::ExitCode;
 
@@ -14,7 +15,8 @@ use burnlens_model::ModelError;
 use burnlens_model::backend::BackendError;
 use burnlens_train::TrainError;
 
-/// GPT-2 and GPT-Neo on Burn: load Hugging Face checkpoints, run them, look inside.
+/// GPT-2, GPT-Neo, GPT-NeoX (Pythia) and the Llama family on Burn: load Hugging Face
+/// checkpoints (a directory or a Hub id), run them, train them, look inside.
 #[derive(Parser)]
 #[command(name = "burnlens", version, about)]
 struct Cli {
@@ -37,7 +39,8 @@ pub struct Common {
 enum Command {
     /// Describe a Hugging Face model directory: family, sizes, attention spans, dtype.
     Info {
-        /// Model directory (config.json plus weights).
+        /// Model directory (config.json plus weights) or Hugging Face Hub id (`gpt2`,
+        /// `EleutherAI/pythia-70m`, `org/name@revision`), downloaded into the HF cache.
         #[arg(long)]
         model: std::path::PathBuf,
         #[command(flatten)]
@@ -45,6 +48,8 @@ enum Command {
     },
     /// Run the model on one sequence of token ids and report or save the logits and loss.
     Logits {
+        /// Model directory (config.json plus weights) or Hugging Face Hub id (`gpt2`,
+        /// `EleutherAI/pythia-70m`, `org/name@revision`), downloaded into the HF cache.
         #[arg(long)]
         model: std::path::PathBuf,
         /// Comma-separated token ids, e.g. 464,3616,286.
@@ -82,7 +87,7 @@ enum Command {
     },
     /// Generate text (or token ids) from a model directory or a run directory.
     Sample {
-        /// Hugging Face model directory or burnlens run directory.
+        /// Hugging Face model directory, Hub id or burnlens run directory.
         #[arg(long)]
         model: std::path::PathBuf,
         /// Prompt text (needs a tokenizer.json or char_vocab.json in the directory).
@@ -111,7 +116,7 @@ enum Command {
     /// Write an interpretability report: attention viewer, head detectors, OV copying and
     /// composition scores (index.html and report.json).
     Analyze {
-        /// Hugging Face model directory or burnlens run directory.
+        /// Hugging Face model directory, Hub id or burnlens run directory.
         #[arg(long)]
         model: std::path::PathBuf,
         #[arg(long, conflicts_with = "ids")]
@@ -128,6 +133,8 @@ enum Command {
     },
     /// The repeated-random-tokens induction experiment: [BOS] + r + r.
     Induction {
+        /// Model directory (config.json plus weights) or Hugging Face Hub id (`gpt2`,
+        /// `EleutherAI/pythia-70m`, `org/name@revision`), downloaded into the HF cache.
         #[arg(long)]
         model: std::path::PathBuf,
         /// Length of r.
@@ -147,6 +154,11 @@ enum Command {
     },
     /// List the backends this binary was built with and whether each works here.
     Backends,
+    /// Download a model from the Hugging Face Hub into the HF cache without running it.
+    Download {
+        /// Hub id: `gpt2`, `EleutherAI/pythia-70m`, `org/name@revision`.
+        id: String,
+    },
     /// Time one benchmark workload (JSON on stdout); `cargo xtask bench` runs them all
     /// against the PyTorch peers.
     Bench {
@@ -162,6 +174,8 @@ enum Command {
     },
     /// Save the activations whose TransformerLens-style names match a regex.
     Cache {
+        /// Model directory (config.json plus weights) or Hugging Face Hub id (`gpt2`,
+        /// `EleutherAI/pythia-70m`, `org/name@revision`), downloaded into the HF cache.
         #[arg(long)]
         model: std::path::PathBuf,
         /// Comma-separated token ids.
@@ -210,23 +224,27 @@ pub fn run() -> ExitCode {
         eprintln!("burnlens: internal error: {}{at}", one_line(&msg));
     }));
     let cli = Cli::parse();
+    let dir = progress::model_dir;
     let result = std::panic::catch_unwind(|| match cli.command {
-        Command::Info { model, common } => commands::info(&model, &common),
-        Command::Logits { model, ids, out, common } => commands::logits(&model, &ids, out.as_deref(), &common),
-        Command::Cache { model, ids, names, out, common } => commands::cache(&model, &ids, &names, &out, &common),
+        Command::Info { model, common } => dir(&model).and_then(|m| commands::info(&m, &common)),
+        Command::Logits { model, ids, out, common } => dir(&model).and_then(|m| commands::logits(&m, &ids, out.as_deref(), &common)),
+        Command::Cache { model, ids, names, out, common } => dir(&model).and_then(|m| commands::cache(&m, &ids, &names, &out, &common)),
+        Command::Download { id } => commands::download(&id),
         Command::Train { config, sets, resume, quiet, common } => commands::train(config.as_deref(), &sets, resume.as_deref(), quiet, &common),
         Command::Export { run, out } => commands::export(&run, &out),
         Command::Sample { model, prompt, ids, max_new_tokens, temperature, top_k, top_p, seed, no_cache, common } => {
             let sampling = burnlens_model::Sampling { max_new_tokens, temperature, top_k, top_p, seed, stop_token: None, use_cache: !no_cache };
-            commands::sample(&model, prompt.as_deref(), ids.as_deref(), &sampling, &common)
+            dir(&model).and_then(|m| commands::sample(&m, prompt.as_deref(), ids.as_deref(), &sampling, &common))
         }
         Command::Data { action: DataAction::Fetch { name, out } } => commands::fetch(&name, out.as_deref()),
         Command::Backends => commands::backends(),
         Command::Bench { args, common } => commands::device_of(&common).and_then(|d| bench::run(&args, d)),
         Command::Analyze { model, text, ids, out, process_weights, common } => {
-            commands::analyze(&model, text.as_deref(), ids.as_deref(), &out, process_weights, &common)
+            dir(&model).and_then(|m| commands::analyze(&m, text.as_deref(), ids.as_deref(), &out, process_weights, &common))
         }
-        Command::Induction { model, len, batch, seed, bos, out, common } => commands::induction(&model, len, batch, seed, bos, &out, &common),
+        Command::Induction { model, len, batch, seed, bos, out, common } => {
+            dir(&model).and_then(|m| commands::induction(&m, len, batch, seed, bos, &out, &common))
+        }
     });
     match result {
         Ok(Ok(())) => ExitCode::SUCCESS,

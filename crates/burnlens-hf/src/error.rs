@@ -31,6 +31,8 @@ pub enum HfError {
     Tokenizer { path: PathBuf, msg: String },
     #[error("{0}")]
     Export(String),
+    #[error("{id}: {msg}")]
+    Hub { id: String, msg: String },
     #[error(transparent)]
     Model(#[from] ModelError),
 }

@@ -24,7 +24,8 @@ pub struct RunConfig {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ModelSection {
-    /// Fine-tune the Hugging Face model in this directory; the other keys must be absent.
+    /// Fine-tune this Hugging Face model (a directory or a Hub id such as
+    /// `EleutherAI/pythia-70m`); the other keys must be absent.
     pub from: Option<PathBuf>,
     /// `gpt2` (default), `gpt_neo`, `gpt_neox` (Pythia: rotary on a quarter of each head,
     /// parallel residual, untied unembedding), `llama`, `qwen2` or `mistral` (RMSNorm, rotary,

@@ -289,8 +289,14 @@ pub fn train(cfg: &RunConfig, opts: &TrainOptions) -> Result<RunSummary> {
         }
         _ => {
             let (spec, model) = match &cfg.model.from {
-                Some(dir) => {
-                    let loaded = load_model(dir, &ad)?;
+                Some(spec) => {
+                    // A directory, or a Hub id fetched into the Hugging Face cache.
+                    let dir = burnlens_hf::resolve_model(&spec.to_string_lossy(), &mut |p| {
+                        if let burnlens_hf::hub::Progress::Start { file, size, .. } = p {
+                            eprintln!("downloading {file} ({size} bytes)");
+                        }
+                    })?;
+                    let loaded = load_model(&dir, &ad)?;
                     (ModelSpec { family: loaded.hf.family.to_string(), config: loaded.model.config.clone() }, loaded.model)
                 }
                 None => {

@@ -1,0 +1,169 @@
+//! Models by Hub id against a Hub stand-in on 127.0.0.1 (never the real Hub): a first
+//! download into the standard cache layout, a cached load with `HF_HUB_OFFLINE=1`, a
+//! revision, a sharded model, a 404, a 401 without a token, a connection dropped mid-file
+//! (resumed with a range request), and a file whose hash does not match (clear error,
+//! nothing half-written left in the cache).
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use common::hub_server::{Faults, HubServer};
+use common::*;
+
+const COMMIT_A: &str = "0123456789abcdef0123456789abcdef01234567";
+const COMMIT_B: &str = "89abcdef0123456789abcdef0123456789abcdef";
+
+/// The CLI with the Hub and cache pointed at the test's own.
+fn cli(server: &str, hf_home: &Path, extra_env: &[(&str, &str)], args: &[&str]) -> Output {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_burnlens"));
+    c.args(args).env_remove("BURNLENS_BACKEND").env_remove("HF_TOKEN").env_remove("HF_HUB_OFFLINE").env_remove("HF_HUB_CACHE");
+    c.env("HF_ENDPOINT", server).env("HF_HOME", hf_home);
+    for (k, v) in extra_env {
+        c.env(k, v);
+    }
+    c.output().expect("run burnlens")
+}
+
+fn logits_json(out: &Output, path: &Path) -> Vec<f32> {
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    v["logits"].as_array().unwrap().iter().flat_map(|r| r.as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32)).collect()
+}
+
+/// The logits burnlens computes from a fixture directory directly.
+fn local_logits(fixture_name: &str, ids: &str, tmp: &Path) -> Vec<f32> {
+    let out = tmp.join(format!("local-{fixture_name}.json"));
+    let o = burnlens(&["logits", "--model", fixture(fixture_name).to_str().unwrap(), "--ids", ids, "--out", out.to_str().unwrap()]);
+    logits_json(&o, &out)
+}
+
+#[test]
+fn first_download_uses_the_hf_cache_layout_then_loads_offline() {
+    let server = HubServer::start();
+    server.publish("org/tiny-llama", "main", COMMIT_A, &fixture("llama_gqa"));
+    let tmp = tempfile::tempdir().unwrap();
+    let home = tmp.path().join("hf");
+    let out = tmp.path().join("hub.json");
+    let o = cli(&server.url, &home, &[], &["logits", "--model", "org/tiny-llama", "--ids", "1,2,3,4", "--out", out.to_str().unwrap()]);
+    let got = logits_json(&o, &out);
+    assert_eq!(got, local_logits("llama_gqa", "1,2,3,4", tmp.path()), "the downloaded model computes what the fixture does");
+    // Progress lines (stderr is not a terminal here).
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("downloading model.safetensors") && err.contains("verified config.json"), "{err}");
+
+    // huggingface_hub's layout: refs/main, blobs named by hash, snapshot symlinks into blobs.
+    let repo = home.join("hub/models--org--tiny-llama");
+    assert_eq!(std::fs::read_to_string(repo.join("refs/main")).unwrap(), COMMIT_A);
+    let snap = repo.join("snapshots").join(COMMIT_A);
+    let link = std::fs::read_link(snap.join("model.safetensors")).expect("a symlink");
+    let weights = std::fs::read(fixture("llama_gqa").join("model.safetensors")).unwrap();
+    assert_eq!(link, Path::new("../../blobs").join(hub_server::sha256_hex(&weights)));
+    assert_eq!(std::fs::read(snap.join("model.safetensors")).unwrap(), weights);
+    assert!(snap.join("config.json").is_file() && snap.join("generation_config.json").is_file());
+    assert!(!snap.join("expected.safetensors").exists());
+    let blobs: Vec<String> = std::fs::read_dir(repo.join("blobs")).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().to_string()).collect();
+    assert!(blobs.iter().all(|b| !b.ends_with(".incomplete")), "{blobs:?}");
+
+    // Offline: no request reaches the server, same result.
+    let before = server.log().len();
+    let out2 = tmp.path().join("offline.json");
+    let o = cli(&server.url, &home, &[("HF_HUB_OFFLINE", "1")], &["logits", "--model", "org/tiny-llama", "--ids", "1,2,3,4", "--out", out2.to_str().unwrap()]);
+    assert_eq!(logits_json(&o, &out2), got);
+    assert_eq!(server.log().len(), before, "offline mode must not touch the network");
+    // And with the server gone entirely (no HF_HUB_OFFLINE), the cache still serves.
+    let o = cli("http://127.0.0.1:9", &home, &[], &["logits", "--model", "org/tiny-llama", "--ids", "1,2,3,4", "--out", out2.to_str().unwrap()]);
+    assert_eq!(logits_json(&o, &out2), got);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("using the cached model"));
+    // Offline and never downloaded: a clear error.
+    let o = cli(&server.url, &home, &[("HF_HUB_OFFLINE", "1")], &["info", "--model", "org/never-seen"]);
+    assert_bad_input(&o, "org/never-seen: is not in the cache");
+}
+
+#[test]
+fn a_revision_picks_its_commit_and_a_sharded_model_fetches_every_shard() {
+    let server = HubServer::start();
+    server.publish("org/m", "main", COMMIT_A, &fixture("gpt2"));
+    server.publish("org/m", "v2", COMMIT_B, &fixture("gpt2_sharded_f64"));
+    let tmp = tempfile::tempdir().unwrap();
+    let home = tmp.path().join("hf");
+    let out = tmp.path().join("v2.json");
+    let o = cli(&server.url, &home, &[], &["logits", "--model", "org/m@v2", "--ids", "5,6,7", "--out", out.to_str().unwrap()]);
+    assert_eq!(logits_json(&o, &out), local_logits("gpt2_sharded_f64", "5,6,7", tmp.path()));
+    let repo = home.join("hub/models--org--m");
+    assert_eq!(std::fs::read_to_string(repo.join("refs/v2")).unwrap(), COMMIT_B);
+    let index = std::fs::read_to_string(fixture("gpt2_sharded_f64").join("model.safetensors.index.json")).unwrap();
+    let shards: std::collections::BTreeSet<String> =
+        serde_json::from_str::<serde_json::Value>(&index).unwrap()["weight_map"].as_object().unwrap().values().map(|v| v.as_str().unwrap().to_string()).collect();
+    assert!(shards.len() > 1);
+    for s in &shards {
+        assert!(repo.join("snapshots").join(COMMIT_B).join(s).is_file(), "shard {s} missing");
+    }
+    // main is another commit with other weights; a commit hash works as a revision too.
+    let out = tmp.path().join("main.json");
+    let o = cli(&server.url, &home, &[], &["logits", "--model", &format!("org/m@{COMMIT_A}"), "--ids", "5,6,7", "--out", out.to_str().unwrap()]);
+    assert_eq!(logits_json(&o, &out), local_logits("gpt2", "5,6,7", tmp.path()));
+    // `burnlens download` fetches without running.
+    let o = cli(&server.url, &home, &[], &["download", "org/m"]);
+    assert!(o.status.success() && String::from_utf8_lossy(&o.stdout).contains("org/m: gpt2 model in"), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
+#[test]
+fn missing_repositories_and_gated_ones_without_a_token_are_clear_errors() {
+    let server = HubServer::start();
+    server.publish("org/gated", "main", COMMIT_A, &fixture("pythia_like"));
+    server.gate("org/gated", "secret-token");
+    let tmp = tempfile::tempdir().unwrap();
+    let home = tmp.path().join("hf");
+    let o = cli(&server.url, &home, &[], &["info", "--model", "org/missing"]);
+    assert_bad_input(&o, "org/missing: GET");
+    assert_bad_input(&o, "HTTP 404: no such repository, revision or file");
+    let o = cli(&server.url, &home, &[], &["info", "--model", "org/gated"]);
+    assert_bad_input(&o, "HTTP 401: the repository is gated or private; accept its terms on the Hub and set HF_TOKEN");
+    let o = cli(&server.url, &home, &[("HF_TOKEN", "wrong")], &["info", "--model", "org/gated"]);
+    assert_bad_input(&o, "HF_TOKEN is not allowed to read this repository");
+    let o = cli(&server.url, &home, &[("HF_TOKEN", "secret-token")], &["info", "--model", "org/gated"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("family:      gpt_neox"));
+    // A name that is neither a directory nor a Hub id.
+    let o = cli(&server.url, &home, &[], &["info", "--model", "./no/such/dir"]);
+    assert_bad_input(&o, "no such model directory");
+}
+
+#[test]
+fn a_dropped_connection_is_resumed_and_a_bad_hash_leaves_nothing_behind() {
+    let server = HubServer::start();
+    server.publish("org/flaky", "main", COMMIT_A, &fixture("qwen2_tied"));
+    let size = std::fs::metadata(fixture("qwen2_tied").join("model.safetensors")).unwrap().len() as usize;
+    server.set_faults(Faults { drop_after: [("model.safetensors".to_string(), size / 3)].into(), corrupt: vec![] });
+    let tmp = tempfile::tempdir().unwrap();
+    let home = tmp.path().join("hf");
+    let repo = home.join("hub/models--org--flaky");
+    let o = cli(&server.url, &home, &[], &["info", "--model", "org/flaky"]);
+    assert_exit(&o, 2, "run again to resume");
+    let partial: Vec<_> = std::fs::read_dir(repo.join("blobs")).unwrap().map(|e| e.unwrap().path()).filter(|p| p.to_string_lossy().ends_with(".incomplete")).collect();
+    assert_eq!(partial.len(), 1, "the partial download is kept for resuming");
+    assert_eq!(std::fs::metadata(&partial[0]).unwrap().len() as usize, size / 3);
+    assert!(!repo.join("snapshots").join(COMMIT_A).join("model.safetensors").exists());
+    // Second attempt: a range request from where it stopped, then a verified file.
+    let o = cli(&server.url, &home, &[], &["info", "--model", "org/flaky"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(server.log().iter().any(|l| l.contains(&format!("[bytes={}-]", size / 3))), "{:?}", server.log());
+    assert_eq!(std::fs::read(repo.join("snapshots").join(COMMIT_A).join("model.safetensors")).unwrap(), std::fs::read(fixture("qwen2_tied").join("model.safetensors")).unwrap());
+
+    // A corrupt file: refused, deleted, nothing in the snapshot.
+    let server = HubServer::start();
+    server.publish("org/corrupt", "main", COMMIT_B, &fixture("mistral_window"));
+    server.set_faults(Faults { drop_after: Default::default(), corrupt: vec!["model.safetensors".into()] });
+    let o = cli(&server.url, &home, &[], &["info", "--model", "org/corrupt"]);
+    assert_exit(&o, 2, "sha256 is");
+    assert_exit(&o, 2, "the download was deleted");
+    let repo = home.join("hub/models--org--corrupt");
+    let blobs: Vec<String> = std::fs::read_dir(repo.join("blobs")).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().to_string()).collect();
+    let weights_hash = hub_server::sha256_hex(&std::fs::read(fixture("mistral_window").join("model.safetensors")).unwrap());
+    assert!(!blobs.iter().any(|b| b.starts_with(&weights_hash)), "{blobs:?}");
+    assert!(!repo.join("snapshots").join(COMMIT_B).join("model.safetensors").exists());
+    // The small files that did verify stay cached.
+    assert!(repo.join("snapshots").join(COMMIT_B).join("config.json").is_file());
+}
