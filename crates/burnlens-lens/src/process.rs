@@ -1,11 +1,13 @@
 //! Weight processing (as TransformerLens's `from_pretrained` options), each step leaving
 //! the model's log-probabilities unchanged:
 //! - **fold LayerNorm**: fold each LayerNorm's gain and bias into the weights that read its
-//!   output (Q/K/V, MLP input, unembedding) and centre those reading weights, leaving
-//!   LayerNorms that only centre and scale;
+//!   output (Q/K/V, MLP input and gate, unembedding) and centre those reading weights,
+//!   leaving LayerNorms that only centre and scale; an RMSNorm's gain is folded the same way
+//!   (it has no bias, and its output is not mean-free, so nothing is centred);
 //! - **centre writing weights**: remove the mean over `d_model` of everything that writes to
 //!   the residual stream (`W_E`, `W_pos`, `W_O`, `b_O`, MLP output) — every reader applies a
-//!   LayerNorm, which removes it anyway;
+//!   LayerNorm, which removes it anyway; skipped for RMSNorm models, where it would change
+//!   the model (TransformerLens skips it too);
 //! - **centre the unembedding**: remove the mean over the vocabulary of `W_U` and `b_U` —
 //!   a constant added to every logit leaves the softmax unchanged;
 //! - **fold value biases**: pattern rows sum to one, so `b_V` contributes the constant
@@ -77,25 +79,32 @@ fn center(v: &mut [f64]) {
     v.iter_mut().for_each(|x| *x -= mean);
 }
 
-/// Fold LayerNorm `ln` into the reader `w [d, out]` (+ bias `b [out]`), centring `w` over
-/// `d`; the LayerNorm becomes gain 1, bias 0.
-fn fold_into(params: &mut HashMap<String, P>, ln: &str, w: &str, b: &str) {
-    let gain = params.remove(&format!("{ln}.weight")).expect("ln weight");
-    let shift = params.remove(&format!("{ln}.bias")).expect("ln bias");
-    let mut weight = params.remove(w).expect("reader weight");
-    let (d, out) = (weight.rows(), weight.cols());
-    let mut bias = params.remove(b).unwrap_or(P { shape: vec![out], v: vec![0.0; out] });
-    for j in 0..out {
-        bias.v[j] += (0..d).map(|i| shift.v[i] * weight.v[i * out + j]).sum::<f64>();
+/// Fold norm `ln` into the readers `(w [d, out], b [out])`; for a LayerNorm (`centred`) also
+/// its bias, and centre each `w` over `d`. The norm becomes gain 1 (bias 0).
+fn fold_into(params: &mut HashMap<String, P>, ln: &str, readers: &[(String, String)], centred: bool) {
+    let gain = params.remove(&format!("{ln}.weight")).expect("norm weight");
+    let d = gain.v.len();
+    let shift = params.remove(&format!("{ln}.bias")).map(|p| p.v).unwrap_or_else(|| vec![0.0; d]);
+    for (w, b) in readers {
+        let mut weight = params.remove(w).expect("reader weight");
+        let out = weight.cols();
+        let mut bias = params.remove(b).unwrap_or(P { shape: vec![out], v: vec![0.0; out] });
+        for j in 0..out {
+            bias.v[j] += (0..d).map(|i| shift[i] * weight.v[i * out + j]).sum::<f64>();
+        }
+        for i in 0..d {
+            (0..out).for_each(|j| weight.v[i * out + j] *= gain.v[i]);
+        }
+        if centred {
+            center_cols(&mut weight);
+        }
+        params.insert(w.clone(), weight);
+        params.insert(b.clone(), bias);
     }
-    for i in 0..d {
-        (0..out).for_each(|j| weight.v[i * out + j] *= gain.v[i]);
-    }
-    center_cols(&mut weight);
-    params.insert(w.to_string(), weight);
-    params.insert(b.to_string(), bias);
     params.insert(format!("{ln}.weight"), P { shape: vec![d], v: vec![1.0; d] });
-    params.insert(format!("{ln}.bias"), P { shape: vec![d], v: vec![0.0; d] });
+    if centred {
+        params.insert(format!("{ln}.bias"), P { shape: vec![d], v: vec![0.0; d] });
+    }
 }
 
 /// Apply `opts` to `model`, returning a new model on the same device.
@@ -124,7 +133,31 @@ pub fn process_weights(model: &Transformer, opts: ProcessOptions) -> Result<Tran
         })
         .collect();
     let (d, vocab) = (cfg.d_model, cfg.vocab_size);
-    let hd = cfg.n_heads * cfg.d_head;
+    let (h, hk, dh) = (cfg.n_heads, cfg.kv_heads(), cfg.d_head);
+    let hd = h * dh;
+    let layer_norm = cfg.norm == burnlens_model::NormKind::LayerNorm;
+
+    // Every optional bias exists from here on (zeros change nothing), so that folding has
+    // somewhere to put what it moves.
+    let mut zeros = |name: String, n: usize| {
+        params.entry(name).or_insert_with(|| P { shape: vec![n], v: vec![0.0; n] });
+    };
+    for l in 0..cfg.n_layers() {
+        let b = format!("blocks.{l}");
+        zeros(format!("{b}.attn.qkv.bias"), cfg.qkv_width());
+        zeros(format!("{b}.attn.out.bias"), d);
+        if let Some(m) = cfg.d_mlp {
+            zeros(format!("{b}.mlp.fc_in.bias"), m);
+            zeros(format!("{b}.mlp.fc_out.bias"), d);
+            if cfg.mlp == burnlens_model::MlpKind::Gated {
+                zeros(format!("{b}.mlp.fc_gate.bias"), m);
+            }
+        }
+    }
+    if cfg.untied_unembed {
+        zeros("unembed.bias".into(), vocab);
+    }
+    (cfg.qkv_bias, cfg.attn_out_bias, cfg.mlp_bias, cfg.unembed_bias) = (true, true, true, true);
 
     // Untie: W_U = W_Eᵀ, b_U = 0.
     if !cfg.untied_unembed {
@@ -140,21 +173,27 @@ pub fn process_weights(model: &Transformer, opts: ProcessOptions) -> Result<Tran
         cfg.untied_unembed = true;
     }
 
+    let pair = |p: &str| (format!("{p}.weight"), format!("{p}.bias"));
     if opts.fold_ln {
         for l in 0..cfg.n_layers() {
             let b = format!("blocks.{l}");
-            fold_into(&mut params, &format!("{b}.ln1"), &format!("{b}.attn.qkv.weight"), &format!("{b}.attn.qkv.bias"));
+            fold_into(&mut params, &format!("{b}.ln1"), &[pair(&format!("{b}.attn.qkv"))], layer_norm);
             if cfg.d_mlp.is_some() {
-                fold_into(&mut params, &format!("{b}.ln2"), &format!("{b}.mlp.fc_in.weight"), &format!("{b}.mlp.fc_in.bias"));
+                let mut readers = vec![pair(&format!("{b}.mlp.fc_in"))];
+                if cfg.mlp == burnlens_model::MlpKind::Gated {
+                    readers.push(pair(&format!("{b}.mlp.fc_gate")));
+                }
+                fold_into(&mut params, &format!("{b}.ln2"), &readers, layer_norm);
             }
         }
-        fold_into(&mut params, "ln_final", "unembed.weight", "unembed.bias");
-        cfg.qkv_bias = true; // folding a LayerNorm bias into Q, K, V creates their biases
+        fold_into(&mut params, "ln_final", &[pair("unembed")], layer_norm);
     }
 
-    if opts.center_writing_weights {
+    if opts.center_writing_weights && layer_norm {
         center_rows(params.get_mut("embed.weight").expect("W_E"));
-        center_rows(params.get_mut("pos_embed.weight").expect("W_pos"));
+        if let Some(p) = params.get_mut("pos_embed.weight") {
+            center_rows(p);
+        }
         for l in 0..cfg.n_layers() {
             let b = format!("blocks.{l}");
             center_rows(params.get_mut(&format!("{b}.attn.out.weight")).expect("W_O"));
@@ -175,10 +214,13 @@ pub fn process_weights(model: &Transformer, opts: ProcessOptions) -> Result<Tran
         for l in 0..cfg.n_layers() {
             let b = format!("blocks.{l}");
             let Some(qkv_b) = params.get_mut(&format!("{b}.attn.qkv.bias")) else { continue };
-            let b_v: Vec<f64> = qkv_b.v[2 * hd..3 * hd].to_vec();
-            qkv_b.v[2 * hd..3 * hd].iter_mut().for_each(|x| *x = 0.0);
+            let v0 = (h + hk) * dh;
+            let b_v: Vec<f64> = qkv_b.v[v0..v0 + hk * dh].to_vec();
+            qkv_b.v[v0..v0 + hk * dh].iter_mut().for_each(|x| *x = 0.0);
             let w_o = &params[&format!("{b}.attn.out.weight")];
-            let extra: Vec<f64> = (0..d).map(|j| (0..hd).map(|i| b_v[i] * w_o.v[i * d + j]).sum()).collect();
+            // Query head q reads value head q / (h / hk).
+            let group = h / hk;
+            let extra: Vec<f64> = (0..d).map(|j| (0..hd).map(|i| b_v[(i / dh / group) * dh + i % dh] * w_o.v[i * d + j]).sum()).collect();
             let b_o = params.get_mut(&format!("{b}.attn.out.bias")).expect("b_O");
             b_o.v.iter_mut().zip(extra).for_each(|(x, e)| *x += e);
         }

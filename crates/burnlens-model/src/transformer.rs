@@ -362,13 +362,15 @@ impl Attention {
         }
         // The explicit path and the backend's attention see every query head's keys.
         let (k, v) = if hk == h { (k, v) } else { (kernels::attention::repeat_heads(k, h / hk), kernels::attention::repeat_heads(v, h / hk)) };
-        if fused && !hooks.is_active() && !device.is_autodiff() {
-            // Global attention over the whole sequence is plain causal attention: the kernel
-            // then skips the masked half instead of reading a mask.
-            let causal = self.span == AttentionSpan::Global && t == s;
-            let options = burn::tensor::ops::AttentionModuleOptions { scale: Some(self.scale), softcap: None, is_causal: causal };
-            let mask = (!causal).then(|| mask.expand([b, h, t, s]));
-            let z = burn::tensor::module::attention(q, k, v, mask, None, options);
+        // Other backends' own fused attention, where no mask is needed: global attention
+        // over the whole sequence is plain causal attention, and one new token (decoding)
+        // sees every cached key. Explicit masks take the explicit path: LibTorch's fused
+        // attention read burnlens's boolean mask with the opposite meaning (measured on tch:
+        // local-window fixtures off by 25 in the logits).
+        let no_mask_needed = self.span == AttentionSpan::Global && (t == s || t == 1);
+        if fused && no_mask_needed && !hooks.is_active() && !device.is_autodiff() {
+            let options = burn::tensor::ops::AttentionModuleOptions { scale: Some(self.scale), softcap: None, is_causal: t == s && t > 1 };
+            let z = burn::tensor::module::attention(q, k, v, None, None, options);
             return self.project_out(z.swap_dims(1, 2).reshape([b, t, hd]));
         }
 
