@@ -1,13 +1,17 @@
 //! Reproduce one attention layer by hand from its extracted matrices.
 //!
 //! The classic exercise: pull W_Q, W_K, W_V, W_O (and biases) of one layer out of a loaded
-//! GPT-2 / GPT-Neo model, form each head's QK = W_Q W_Kᵀ and OV = W_V W_O, rebuild the
-//! attention pattern and the layer's output from them, and compare with the model's own
-//! forward pass.
+//! model, form each head's QK = W_Q W_Kᵀ and OV = W_V W_O, rebuild the attention pattern and
+//! the layer's output from them, and compare with the model's own forward pass. Rotary
+//! models (GPT-NeoX, Llama, Qwen2, Mistral) rotate queries and keys by their positions
+//! before the dot product, so there the queries and keys are formed, rotated by hand
+//! (rotate-half: the pair `(x_i, x_{i+half})` turns by `θ_i = p · base^(-2i/dims)`) and
+//! multiplied; grouped keys and values arrive already repeated per query head.
 //!
 //! ```text
 //! cargo run --example reproduce_attention -- MODEL_DIR [LAYER] [IDS]
 //! cargo run --example reproduce_attention -- tests/fixtures/gpt_neo_local 1 5,17,3,99,42,7,8,1
+//! cargo run --example reproduce_attention -- tests/fixtures/llama_gqa 2
 //! ```
 
 use std::path::Path;
@@ -66,13 +70,22 @@ pub fn reproduce(dir: &Path, layer: usize, ids: &[i64], device: &Device) -> Resu
         let (w_q, w_k, w_v, w_o) = (head(&w.w_q), head(&w.w_k), head(&w.w_v), head(&w.w_o));
         let (b_q, b_k, b_v) = (row(&w.b_q), row(&w.b_k), row(&w.b_v));
 
-        // Scores from the bilinear form QK = W_Q W_Kᵀ [d_model, d_model]:
-        //   (x W_Q + b_Q)(x W_K + b_K)ᵀ = x QK xᵀ + x W_Q b_Kᵀ + b_Q W_Kᵀ xᵀ + b_Q b_Kᵀ
-        let qk = w_q.clone().matmul(w_k.clone().transpose());
-        let scores = x.clone().matmul(qk).matmul(x.clone().transpose())
-            + x.clone().matmul(w_q).matmul(b_k.clone().transpose()) // [t, 1], same for every key
-            + b_q.clone().matmul(w_k.transpose()).matmul(x.clone().transpose()) // [1, t]
-            + b_q.matmul(b_k.transpose()); // [1, 1]
+        let scores = match &model.config.rotary {
+            None => {
+                // Scores from the bilinear form QK = W_Q W_Kᵀ [d_model, d_model]:
+                //   (x W_Q + b_Q)(x W_K + b_K)ᵀ = x QK xᵀ + x W_Q b_Kᵀ + b_Q W_Kᵀ xᵀ + b_Q b_Kᵀ
+                let qk = w_q.clone().matmul(w_k.clone().transpose());
+                x.clone().matmul(qk).matmul(x.clone().transpose())
+                    + x.clone().matmul(w_q).matmul(b_k.clone().transpose()) // [t, 1], same for every key
+                    + b_q.clone().matmul(w_k.transpose()).matmul(x.clone().transpose()) // [1, t]
+                    + b_q.matmul(b_k.transpose()) // [1, 1]
+            }
+            Some(rot) => {
+                let q = rotate_by_hand(x.clone().matmul(w_q) + b_q, rot);
+                let k = rotate_by_hand(x.clone().matmul(w_k) + b_k, rot);
+                q.matmul(k.transpose())
+            }
+        };
         let pattern = softmax((scores * scale).mask_fill(hidden.clone(), MASKED_SCORE), 1);
         let theirs: Tensor<2> = model_pattern.clone().narrow(0, h, 1).squeeze_dim(0);
         max_pattern_diff = max_pattern_diff.max((pattern.clone() - theirs).abs().max().into_scalar::<f32>());
@@ -84,6 +97,28 @@ pub fn reproduce(dir: &Path, layer: usize, ids: &[i64], device: &Device) -> Resu
     }
     let max_output_diff = (out - model_out).abs().max().into_scalar::<f32>();
     Ok(Reproduction { max_pattern_diff, max_output_diff, n_heads: attn.n_heads })
+}
+
+/// Rotate the rows of `x: [pos, d_head]` (row `p` is position `p`) as rotary embeddings do:
+/// for `i < half`, `(x_i, x_{i+half}) -> (x_i cos θ - x_{i+half} sin θ, x_{i+half} cos θ + x_i sin θ)`
+/// with `θ = p · f_i`; the dimensions past `2 half` pass through. The frequencies `f_i` are
+/// `base^(-2i/dims)`, rescaled when the checkpoint asks for a rope scaling.
+fn rotate_by_hand(x: Tensor<2>, rot: &burnlens::model::Rotary) -> Tensor<2> {
+    let [t, dh] = x.dims();
+    let half = rot.dims / 2;
+    let freqs = rot.inv_freq();
+    let v: Vec<f32> = x.to_data().try_into_vec_as::<f32>().unwrap();
+    let mut out = v.clone();
+    for p in 0..t {
+        for i in 0..half {
+            let theta = (p as f32 * freqs[i]) as f64;
+            let (c, s) = (theta.cos() as f32, theta.sin() as f32);
+            let (a, b) = (v[p * dh + i], v[p * dh + i + half]);
+            out[p * dh + i] = a * c - b * s;
+            out[p * dh + i + half] = b * c + a * s;
+        }
+    }
+    Tensor::from_data(TensorData::new(out, [t, dh]), &x.device())
 }
 
 #[allow(dead_code)]

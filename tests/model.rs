@@ -15,7 +15,7 @@ fn to_vec(t: Tensor<3>) -> Vec<f32> {
 
 #[test]
 fn left_padded_batch_matches_unpadded_runs() {
-    for name in ["gpt2", "gpt_neo_local"] {
+    for name in ["gpt2", "gpt_neo_local", "pythia_like", "llama_gqa", "qwen2_tied", "mistral_window"] {
         let device = Device::flex();
         let model = load_model(&fixture(name), &device).unwrap().model;
         let a: Vec<i64> = vec![5, 9, 33, 2, 7, 120, 64, 8, 1, 3, 77, 41];
@@ -41,7 +41,7 @@ fn left_padded_batch_matches_unpadded_runs() {
 
 #[test]
 fn kv_cache_gives_the_same_logits_as_a_full_pass() {
-    for name in ["gpt2_inverse_layer", "gpt_neo_local"] {
+    for name in ["gpt2_inverse_layer", "gpt_neo_local", "pythia_like", "llama_gqa", "qwen2_tied", "mistral_window"] {
         let model = load_model(&fixture(name), &Device::flex()).unwrap().model;
         let ids: Vec<i64> = (0..20).map(|i| (i * 37 % 128) as i64).collect();
         let full = to_vec(model.forward(model.ids_tensor(&ids)));

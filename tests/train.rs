@@ -185,9 +185,44 @@ fn export_loads_back_with_the_same_logits() {
     }
 }
 
+/// The tiny Llama- and Pythia-style configs train (the loss falls), resume exactly, export
+/// as their Hugging Face family and load back with identical logits.
+#[test]
+fn llama_and_pythia_style_configs_train_resume_and_export() {
+    let Some(data) = shared_data() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let text = data.join("tinyshakespeare.txt").display().to_string();
+    for (config_file, family) in [("configs/tiny-llama-char.toml", "llama"), ("configs/tiny-pythia-char.toml", "gpt_neox")] {
+        let toml = std::fs::read_to_string(config_file).unwrap();
+        let full = tmp.path().join(format!("{family}-full"));
+        let sets = [format!("data.path={text:?}"), "training.steps=12".into(), "training.eval_interval=6".into(), "training.checkpoint_interval=6".into()];
+        let sets: Vec<&str> = sets.iter().map(String::as_str).collect();
+        let s = train(&config(&toml, &full, &sets), &quiet()).unwrap();
+        let curve = losses(&full);
+        assert!(curve.last().unwrap().1 < curve[0].1 - 0.3, "{family}: loss did not fall: {curve:?}");
+        // Exact resume.
+        let part = tmp.path().join(format!("{family}-part"));
+        let mut first = sets.clone();
+        first[1] = "training.steps=6";
+        train(&config(&toml, &part, &first), &quiet()).unwrap();
+        train(&config(&toml, &part, &sets), &TrainOptions { resume: true, quiet: true, ..Default::default() }).unwrap();
+        assert_same_curve(&losses(&full), &losses(&part));
+        // Export and reload.
+        let hf = s.exported.expect("exported");
+        let again = load_model(&hf, &Device::flex()).unwrap();
+        assert_eq!(again.hf.family.to_string(), family);
+        let run = load_run(&full, &Device::flex()).unwrap();
+        assert_eq!(again.model.config, run.model.config);
+        let ids: Vec<i64> = (0..24).map(|i| (i * 7 % 65) as i64).collect();
+        let a: Vec<f32> = run.model.forward(run.model.ids_tensor(&ids)).into_data().try_into_vec_as::<f32>().unwrap();
+        let b: Vec<f32> = again.model.forward(again.model.ids_tensor(&ids)).into_data().try_into_vec_as::<f32>().unwrap();
+        assert_eq!(max_abs_diff(&a, &b), 0.0, "{family}: re-imported export differs");
+    }
+}
+
 #[test]
 fn greedy_decoding_with_and_without_the_cache_agree_and_sampling_is_seeded() {
-    for name in ["gpt2", "gpt_neo_local"] {
+    for name in ["gpt2", "gpt_neo_local", "pythia_like", "llama_gqa", "mistral_window"] {
         let model = load_model(&fixture(name), &Device::flex()).unwrap().model;
         let prompt = [3i64, 14, 15, 92, 65];
         let greedy = Sampling { max_new_tokens: 20, temperature: 0.0, ..Default::default() };
