@@ -211,13 +211,14 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="tests/fixtures")
     ap.add_argument("--only", default="", help="comma-separated fixture names to (re)make; the others are kept")
+    ap.add_argument("--exports-only", action="store_true", help="record only the --export models; keep the other fixtures")
     ap.add_argument("--export", action="append", default=[], help="NAME=DIR of a burnlens export to record")
     ap.add_argument("--bpe-export", help="DIR of a burnlens BPE export to load with AutoTokenizer")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     manifest = {"transformers": transformers.__version__, "torch": torch.__version__, "fixtures": {}}
     only = [x for x in args.only.split(",") if x]
-    if only:
+    if only or args.exports_only:
         # Remake some fixtures, keep the rest and their manifest entries.
         path = os.path.join(args.out, "manifest.json")
         if os.path.exists(path):
@@ -226,7 +227,10 @@ def main():
         unknown = [x for x in only if x not in ROTARY_FIXTURES]
         if unknown:
             sys.exit(f"--only: {unknown} are not among {ROTARY_FIXTURES}")
-        rotary_fixtures(args.out, manifest, only)
+        if only:
+            rotary_fixtures(args.out, manifest, only)
+        trained_exports(args.out, args.export, manifest)
+        only = only + [e.split("=", 1)[0] for e in args.export]
         with open(path, "w") as f:
             json.dump(manifest, f, indent=2, sort_keys=True)
             f.write("\n")

@@ -31,7 +31,7 @@ pub const FIXTURES: &[&str] = &[
 ];
 
 /// Models trained and exported by burnlens, recorded by `transformers`.
-pub const EXPORT_FIXTURES: &[&str] = &["trained_gpt2_char", "trained_gpt_neo_char"];
+pub const EXPORT_FIXTURES: &[&str] = &["trained_gpt2_char", "trained_gpt_neo_char", "trained_llama_char", "trained_pythia_char"];
 
 /// Every fixture.
 pub fn all_fixtures() -> Vec<&'static str> {

@@ -446,6 +446,20 @@ fn train_exports() -> Result<Exports> {
     };
     let gpt2 = train("gpt2", &["training.steps=30".into()])?;
     let neo = train("gpt_neo", &["training.steps=30".into(), "model.family=\"gpt_neo\"".into(), "model.window=5".into()])?;
+    let rotary = |name: &str, config: &str| -> Result<PathBuf> {
+        let run_dir = work.join(name);
+        run(Command::new(env!("CARGO")).current_dir(root()).args(["run", "--quiet", "--", "train", "--config", config, "--quiet"]).args([
+            "--set",
+            &format!("data.path={:?}", text.display().to_string()),
+            "--set",
+            &format!("output.dir={:?}", run_dir.display().to_string()),
+            "--set",
+            "training.steps=30",
+        ]))?;
+        Ok(run_dir.join("hf"))
+    };
+    let llama = rotary("llama", "configs/tiny-llama-char.toml")?;
+    let pythia = rotary("pythia", "configs/tiny-pythia-char.toml")?;
     let bpe = train(
         "bpe",
         &[
@@ -456,7 +470,10 @@ fn train_exports() -> Result<Exports> {
             "training.steps=2".into(),
         ],
     )?;
-    Ok(Exports { char_models: vec![("trained_gpt2_char", gpt2), ("trained_gpt_neo_char", neo)], bpe_model: bpe })
+    Ok(Exports {
+        char_models: vec![("trained_gpt2_char", gpt2), ("trained_gpt_neo_char", neo), ("trained_llama_char", llama), ("trained_pythia_char", pythia)],
+        bpe_model: bpe,
+    })
 }
 
 fn main() -> Result<()> {
