@@ -110,7 +110,7 @@ pub fn import(hf: &HfConfig, ckpt: &Checkpoint, device: &Device) -> Result<(Tran
                 let n = values.iter().filter(|v| !v.is_finite()).count();
                 warnings.push(format!("tensor `{name}` has {n} non-finite values (first at flat index {bad}: {})", values[bad]));
             }
-            place(e, &values, shape, &mut out);
+            place(e, values, shape, &mut out);
         }
         let values = out.unwrap_or_else(|| panic!("layout table has no entry for `{canonical}`"));
         Ok::<_, HfError>(ParamInit::Data(TensorData::new(values, shape.to_vec())))

@@ -197,11 +197,13 @@ fn target_index(placement: Placement, r: usize) -> usize {
 
 /// Import: write the HF tensor `values` of entry `e` into the canonical parameter `out` of
 /// shape `canonical` (allocated on first use, as several entries may share one parameter).
-pub fn place(e: &Entry, values: &[f32], canonical: &[usize], out: &mut Option<Vec<f32>>) {
+/// `values` is moved, not copied, when the layouts agree: loading holds at most one tensor
+/// besides the model.
+pub fn place(e: &Entry, values: Vec<f32>, canonical: &[usize], out: &mut Option<Vec<f32>>) {
     let n: usize = canonical.iter().product();
     match e.placement {
-        Placement::Same => *out = Some(values.to_vec()),
-        Placement::Transposed => *out = Some(transpose(values, e.hf_shape[0], e.hf_shape[1])),
+        Placement::Same => *out = Some(values),
+        Placement::Transposed => *out = Some(transpose(&values, e.hf_shape[0], e.hf_shape[1])),
         p @ (Placement::Block { .. } | Placement::NeoxQkv { .. }) => {
             let buf = out.get_or_insert_with(|| vec![0.0; n]);
             if canonical.len() == 1 {
@@ -310,7 +312,7 @@ mod tests {
             for (e, v) in table.iter().zip(&hf) {
                 let shape = canonical_shape(e);
                 let slot = canon.entry(e.canonical.clone()).or_insert((shape, None));
-                place(e, v, &slot.0.clone(), &mut slot.1);
+                place(e, v.clone(), &slot.0.clone(), &mut slot.1);
             }
             for (e, v) in table.iter().zip(&hf) {
                 let (shape, values) = &canon[&e.canonical];
