@@ -31,7 +31,7 @@ fn info_describes_family_spans_and_dtype() {
     assert!(out.contains("local attn:  1 (window 6), 3 (window 6)"), "{out}");
     assert!(out.contains("layers:      4"), "{out}");
     assert!(out.contains("dtype f32"), "{out}");
-    assert!(out.contains("lm_head present (tied)"), "{out}");
+    assert!(out.contains("unembedding present (tied)"), "{out}");
 
     let o = burnlens(&["info", "--model", fixture("gpt2_legacy_bin").to_str().unwrap()]);
     let out = stdout(&o);
