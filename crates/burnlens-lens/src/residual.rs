@@ -1,0 +1,253 @@
+//! The residual stream taken apart: what each component wrote into it
+//! (TransformerLens's `decompose_resid`, `stack_head_results`), direct logit attribution of
+//! every component, and the logit lens.
+//!
+//! Direct logit attribution freezes the final norm's scale at its value on this sequence (as
+//! TransformerLens's `apply_ln_to_stack` does): the norm is then linear, so each component's
+//! share of a logit is `norm(component) · W_U[:, token]` and the shares plus one bias term
+//! (the norm's bias and `b_U`) sum to the logit exactly.
+
+use burn::tensor::activation::log_softmax;
+use burn::tensor::Tensor;
+use burnlens_model::{Hooks, NormKind, Positional, Transformer};
+use serde::Serialize;
+
+use crate::cache::run_with_cache;
+
+/// Pieces of the residual stream of one sequence.
+pub struct Components {
+    /// One label per component: `embed`, `pos_embed`, `L0H3`, `L0_attn_bias`, `L0_mlp_out`,
+    /// `L0_attn_out`.
+    pub labels: Vec<String>,
+    /// `[component, pos, d_model]`
+    pub stack: Tensor<3>,
+}
+
+impl Components {
+    /// The sum of every component: `[pos, d_model]`.
+    pub fn sum(&self) -> Tensor<2> {
+        let [_, t, d] = self.stack.dims();
+        self.stack.clone().sum_dim(0).reshape([t, d])
+    }
+}
+
+fn first(t: Tensor<3>) -> Tensor<2> {
+    let [_, p, d] = t.dims();
+    t.narrow(0, 0, 1).reshape([p, d])
+}
+
+/// Layer count a decomposition stops at: `None` means after the last layer.
+fn upto(model: &Transformer, layer: Option<usize>) -> usize {
+    layer.unwrap_or(model.config.n_layers()).min(model.config.n_layers())
+}
+
+fn embeddings(model: &Transformer, cache: &crate::ActivationCache, labels: &mut Vec<String>, parts: &mut Vec<Tensor<2>>) {
+    let get = |n: &str| first(cache.get(n).and_then(|a| a.rank3()).unwrap_or_else(|| panic!("`{n}` was cached")));
+    labels.push("embed".into());
+    parts.push(get("hook_embed"));
+    if model.config.learned_positions() && model.config.positional == Positional::Residual {
+        labels.push("pos_embed".into());
+        parts.push(get("hook_pos_embed"));
+    }
+}
+
+fn stack(labels: Vec<String>, parts: Vec<Tensor<2>>) -> Components {
+    let parts: Vec<Tensor<3>> = parts.into_iter().map(|p| p.unsqueeze_dim(0)).collect();
+    Components { labels, stack: Tensor::cat(parts, 0) }
+}
+
+/// The residual stream entering `layer` (or leaving the last layer, `None`) as embeddings
+/// plus each earlier layer's attention output and MLP output.
+pub fn decompose_resid(model: &Transformer, ids: &[i64], layer: Option<usize>) -> Components {
+    let upto = upto(model, layer);
+    let cache = run_with_cache(model, ids, |n| n == "hook_embed" || n == "hook_pos_embed" || n.ends_with("hook_attn_out") || n.ends_with("hook_mlp_out"));
+    let (mut labels, mut parts) = (Vec::new(), Vec::new());
+    embeddings(model, &cache, &mut labels, &mut parts);
+    for l in 0..upto {
+        for part in ["attn_out", "mlp_out"] {
+            if let Some(a) = cache.get(&format!("blocks.{l}.hook_{part}")) {
+                labels.push(format!("L{l}_{part}"));
+                parts.push(first(a.rank3().expect("rank 3")));
+            }
+        }
+    }
+    stack(labels, parts)
+}
+
+/// Every head's result (`z_h W_O[h]`, without `b_O`) of layers before `layer` (all layers
+/// with `None`), labelled `L{l}H{h}`.
+pub fn stack_head_results(model: &Transformer, ids: &[i64], layer: Option<usize>) -> Components {
+    let upto = upto(model, layer);
+    let cache = run_with_cache(model, ids, |n| n.ends_with("attn.hook_result"));
+    let (mut labels, mut parts) = (Vec::new(), Vec::new());
+    for l in 0..upto {
+        let r = cache.get(&format!("blocks.{l}.attn.hook_result")).and_then(|a| a.rank4()).expect("hook_result cached");
+        let [_, t, h, d] = r.dims();
+        for head in 0..h {
+            labels.push(format!("L{l}H{head}"));
+            parts.push(r.clone().narrow(0, 0, 1).narrow(2, head, 1).reshape([t, d]));
+        }
+    }
+    stack(labels, parts)
+}
+
+/// The finest decomposition of the final residual stream: embeddings, every head, each
+/// layer's attention-output bias (if the model has one) and each MLP output, and the final
+/// norm's scale `[pos]` on this sequence.
+pub fn residual_components(model: &Transformer, ids: &[i64]) -> (Components, Tensor<1>) {
+    let cache = run_with_cache(model, ids, |n| {
+        n == "hook_embed" || n == "hook_pos_embed" || n.ends_with("attn.hook_result") || n.ends_with("hook_mlp_out") || n == "ln_final.hook_scale"
+    });
+    let (mut labels, mut parts) = (Vec::new(), Vec::new());
+    embeddings(model, &cache, &mut labels, &mut parts);
+    let t = ids.len();
+    for (l, block) in model.blocks.iter().enumerate() {
+        let r = cache.get(&format!("blocks.{l}.attn.hook_result")).and_then(|a| a.rank4()).expect("hook_result cached");
+        let [_, _, h, d] = r.dims();
+        for head in 0..h {
+            labels.push(format!("L{l}H{head}"));
+            parts.push(r.clone().narrow(0, 0, 1).narrow(2, head, 1).reshape([t, d]));
+        }
+        if let Some(b) = &block.attn.out.bias {
+            labels.push(format!("L{l}_attn_bias"));
+            parts.push(b.val().reshape([1, d]).expand([t, d]));
+        }
+        if let Some(a) = cache.get(&format!("blocks.{l}.hook_mlp_out")) {
+            labels.push(format!("L{l}_mlp_out"));
+            parts.push(first(a.rank3().expect("rank 3")));
+        }
+    }
+    let scale = cache.get("ln_final.hook_scale").and_then(|a| a.rank3()).expect("ln_final.hook_scale cached");
+    (stack(labels, parts), scale.narrow(0, 0, 1).reshape([t]))
+}
+
+/// The final norm with its scale frozen, applied to each component: `[component, pos,
+/// d_model]` → the same, without the norm's bias (which does not belong to any component).
+pub fn apply_final_norm(model: &Transformer, stack: Tensor<3>, scale: Tensor<1>) -> Tensor<3> {
+    let [_, t, d] = stack.dims();
+    let centred = match model.ln_final.kind {
+        NormKind::LayerNorm => stack.clone() - stack.mean_dim(2),
+        NormKind::RmsNorm => stack,
+    };
+    centred / scale.reshape([1, t, 1]) * model.ln_final.weight.val().reshape([1, 1, d])
+}
+
+/// The direction in the residual stream (after the final norm) a logit or logit difference
+/// reads, and its bias: `(W_U[:, right] − W_U[:, wrong], b_U[right] − b_U[wrong])`.
+fn logit_direction(model: &Transformer, right: i64, wrong: Option<i64>) -> (Tensor<1>, f64) {
+    let (w_u, b_u) = model.w_u();
+    let d = w_u.dims()[0];
+    let col = |id: i64| w_u.clone().narrow(1, id as usize, 1).reshape([d]);
+    let bias = |id: i64| b_u.as_ref().map_or(0.0, |b| b.clone().narrow(0, id as usize, 1).into_scalar::<f32>() as f64);
+    match wrong {
+        None => (col(right), bias(right)),
+        Some(w) => (col(right) - col(w), bias(right) - bias(w)),
+    }
+}
+
+/// What each component contributes to a logit (or logit difference) at every position.
+#[derive(Debug, Clone, Serialize)]
+pub struct LogitAttribution {
+    pub right: i64,
+    pub wrong: Option<i64>,
+    pub labels: Vec<String>,
+    /// `[component][pos]`
+    pub contributions: Vec<Vec<f64>>,
+    /// `[pos]`: the final norm's bias and `b_U` along the direction.
+    pub bias: Vec<f64>,
+    /// `[pos]`: the model's own logit (or difference).
+    pub logits: Vec<f64>,
+    /// `max |Σ contributions + bias − logits|` over positions.
+    pub max_error: f64,
+}
+
+/// Direct logit attribution of `logit[right]` (minus `logit[wrong]`) at every position of
+/// `ids` to every component of [`residual_components`].
+pub fn direct_logit_attribution(model: &Transformer, ids: &[i64], right: i64, wrong: Option<i64>) -> LogitAttribution {
+    let (comps, scale) = residual_components(model, ids);
+    let normed = apply_final_norm(model, comps.stack, scale);
+    let [n, t, d] = normed.dims();
+    let (dir, b_u) = logit_direction(model, right, wrong);
+    let contrib: Tensor<2> = normed.reshape([n * t, d]).matmul(dir.clone().reshape([d, 1])).reshape([n, t]);
+    let norm_bias = model.ln_final.bias.as_ref().map_or(0.0, |b| (b.val() * dir).sum().into_scalar::<f32>() as f64);
+    let values: Vec<f32> = contrib.into_data().try_into_vec_as::<f32>().expect("f32");
+    let contributions: Vec<Vec<f64>> = values.chunks(t).map(|r| r.iter().map(|&x| x as f64).collect()).collect();
+    let logits_t = model.forward(model.ids_tensor(ids));
+    let v = model.config.vocab_size;
+    let all: Vec<f32> = logits_t.into_data().try_into_vec_as::<f32>().expect("f32");
+    let logits: Vec<f64> = (0..t)
+        .map(|p| {
+            let row = &all[p * v..(p + 1) * v];
+            row[right as usize] as f64 - wrong.map_or(0.0, |w| row[w as usize] as f64)
+        })
+        .collect();
+    let bias = vec![norm_bias + b_u; t];
+    let max_error = (0..t).map(|p| (contributions.iter().map(|c| c[p]).sum::<f64>() + bias[p] - logits[p]).abs()).fold(0.0, f64::max);
+    LogitAttribution { right, wrong, labels: comps.labels, contributions, bias, logits, max_error }
+}
+
+/// The logit lens: each layer's residual stream read through the final norm and the
+/// unembedding, as if the model stopped there.
+#[derive(Debug, Clone, Serialize)]
+pub struct LogitLens {
+    /// `resid_pre 0`, ..., `resid_post {L-1}` (the last is the model's own prediction).
+    pub layers: Vec<String>,
+    /// `[layer][pos][k]` (token id, probability), most probable first.
+    pub top: Vec<Vec<Vec<(i64, f64)>>>,
+    /// The target token at each position: the given one, or the next token of the sequence
+    /// (`None` at the last position).
+    pub targets: Vec<Option<i64>>,
+    /// `[layer][pos]` log-probability of the target (`None` where there is no target).
+    pub target_logprob: Vec<Vec<Option<f64>>>,
+    /// `[layer][pos]` rank of the target among all tokens (0 = top).
+    pub target_rank: Vec<Vec<Option<usize>>>,
+}
+
+/// The logit lens on `ids`, with the `k` most probable tokens per layer and position and the
+/// log-probability of `target` (or of each next token when `None`).
+pub fn logit_lens(model: &Transformer, ids: &[i64], k: usize, target: Option<i64>) -> LogitLens {
+    let n = model.config.n_layers();
+    let cache = run_with_cache(model, ids, |name| name.ends_with("hook_resid_pre") || name == format!("blocks.{}.hook_resid_post", n - 1));
+    let mut layers = Vec::new();
+    let mut streams = Vec::new();
+    for l in 0..n {
+        layers.push(format!("resid_pre {l}"));
+        streams.push(cache.get(&format!("blocks.{l}.hook_resid_pre")).and_then(|a| a.rank3()).expect("cached"));
+    }
+    layers.push(format!("resid_post {}", n - 1));
+    streams.push(cache.get(&format!("blocks.{}.hook_resid_post", n - 1)).and_then(|a| a.rank3()).expect("cached"));
+    let t = ids.len();
+    let v = model.config.vocab_size;
+    let targets: Vec<Option<i64>> = (0..t).map(|p| target.or_else(|| ids.get(p + 1).copied())).collect();
+    let (mut top, mut target_logprob, mut target_rank) = (Vec::new(), Vec::new(), Vec::new());
+    for s in streams {
+        let x = model.ln_final.forward(s.narrow(0, 0, 1), &mut Hooks::none(), "ln_final");
+        let lp: Vec<f32> = log_softmax(model.unembed(x), 2).into_data().try_into_vec_as::<f32>().expect("f32");
+        let (mut tops, mut lps, mut ranks) = (Vec::new(), Vec::new(), Vec::new());
+        for p in 0..t {
+            let row = &lp[p * v..(p + 1) * v];
+            let mut idx: Vec<usize> = (0..v).collect();
+            let k = k.min(v);
+            if k > 0 {
+                idx.select_nth_unstable_by(k - 1, |&a, &b| row[b].total_cmp(&row[a]));
+            }
+            let mut best: Vec<usize> = idx[..k].to_vec();
+            best.sort_by(|&a, &b| row[b].total_cmp(&row[a]));
+            tops.push(best.iter().map(|&i| (i as i64, (row[i] as f64).exp())).collect());
+            lps.push(targets[p].map(|id| row[id as usize] as f64));
+            ranks.push(targets[p].map(|id| row.iter().filter(|&&x| x > row[id as usize]).count()));
+        }
+        top.push(tops);
+        target_logprob.push(lps);
+        target_rank.push(ranks);
+    }
+    LogitLens { layers, top, targets, target_logprob, target_rank }
+}
+
+/// `[pos]` log-probability the model gives each next token (`None` at the last position).
+pub fn token_logprobs(model: &Transformer, ids: &[i64]) -> Vec<Option<f64>> {
+    let logits = model.forward(model.ids_tensor(ids));
+    let v = model.config.vocab_size;
+    let lp: Vec<f32> = log_softmax(logits, 2).into_data().try_into_vec_as::<f32>().expect("f32");
+    (0..ids.len()).map(|p| ids.get(p + 1).map(|&next| lp[p * v + next as usize] as f64)).collect()
+}
