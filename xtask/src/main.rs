@@ -3,6 +3,8 @@
 //! - `fixtures`: make `.venv` with torch and transformers from PyPI (pinned below) and
 //!   regenerate the Hugging Face parity fixtures in `tests/fixtures` with
 //!   `scripts/gen_fixtures.py`. Needs network access to PyPI; never run in CI.
+//! - `sae-fixtures`: add `sae-lens` (pinned below) to the venv and regenerate the sparse
+//!   autoencoder fixtures in `tests/fixtures/sae` with `scripts/gen_sae_fixtures.py`.
 //! - `venv`: only make the venv.
 
 use std::path::{Path, PathBuf};
@@ -12,6 +14,9 @@ use anyhow::{Context, Result, bail};
 
 /// The versions the committed fixtures were made with (see tests/fixtures/manifest.json).
 const PY_PACKAGES: &[&str] = &["torch==2.9.0", "transformers==5.23.0", "safetensors", "numpy"];
+/// The SAELens release the SAE fixtures were made with (its own dependencies, torch and
+/// transformers held at the versions above).
+const SAE_LENS: &str = "sae-lens==6.54.12";
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask sits in the workspace").to_path_buf()
@@ -494,10 +499,21 @@ fn main() -> Result<()> {
             cmd.arg("--bpe-export").arg(&exports.bpe_model);
             run(&mut cmd)?;
         }
+        "sae-fixtures" => {
+            let py = venv()?;
+            let has = Command::new(&py).args(["-c", "import sae_lens"]).status().map(|s| s.success()).unwrap_or(false);
+            if !has {
+                let constraints = root().join("target/py-constraints.txt");
+                std::fs::create_dir_all(root().join("target"))?;
+                std::fs::write(&constraints, PY_PACKAGES[..2].join("\n"))?;
+                run(Command::new(&py).args(["-m", "pip", "install", "--quiet", "-c"]).arg(&constraints).arg(SAE_LENS))?;
+            }
+            run(Command::new(py).current_dir(root()).arg("scripts/gen_sae_fixtures.py"))?;
+        }
         "bench-train" => bench_train()?,
         "bench" => bench(std::env::args().skip(2).collect())?,
         "parity-tch" => parity_tch(std::env::args().skip(2).collect())?,
-        _ => bail!("usage: cargo xtask <fixtures|venv|bench [WORKLOAD...]|bench-train|parity-tch>"),
+        _ => bail!("usage: cargo xtask <fixtures|sae-fixtures|venv|bench [WORKLOAD...]|bench-train|parity-tch>"),
     }
     Ok(())
 }

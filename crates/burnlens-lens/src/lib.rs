@@ -12,6 +12,7 @@ pub mod patching;
 pub mod process;
 pub mod report;
 pub mod residual;
+pub mod sae;
 pub mod views;
 
 pub use cache::{Ablation, ActivationCache, ablate_heads, patch, run_with_cache};
@@ -20,5 +21,6 @@ pub use detect::{Detector, InductionCircuit, InductionReport, head_scores, induc
 pub use grad::{HookGradients, Metric, MetricError, hook_gradients, on_autodiff};
 pub use patching::{Node, NodeKind, PatchingResult, activation_patching, attribution_patching, compare_patching};
 pub use residual::{Components, LogitAttribution, LogitLens, decompose_resid, direct_logit_attribution, logit_lens, residual_components, stack_head_results};
+pub use sae::{Sae, SaeConfig, SaeError, SaeRun, run_sae};
 pub use factored::{FactoredMatrix, Svd, copying_score};
 pub use process::{ProcessOptions, process_weights};

@@ -1,0 +1,508 @@
+//! Sparse autoencoders in SAELens's saved layout: a directory with `cfg.json` and
+//! `sae_weights.safetensors` (`W_enc [d_in, d_sae]`, `b_enc [d_sae]`, `W_dec [d_sae, d_in]`,
+//! `b_dec [d_in]`, `threshold [d_sae]` for JumpReLU).
+//!
+//! The computation follows SAELens 6: `encode(x) = act((norm_in(x) − b_dec·apply_b_dec) W_enc
+//! + b_enc)` with `act` ReLU (standard), ReLU masked by `pre > threshold` (JumpReLU), or the
+//! ReLU of the `k` largest pre-activations (TopK); `decode(f) = norm_out(f W_dec + b_dec)`.
+//! Configs written before SAELens 6 (`hook_point`/`hook_name` at the top level,
+//! `activation_fn_str = "topk"` with `activation_fn_kwargs.k`, boolean
+//! `normalize_activations`) are read the way SAELens itself upgrades them.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use burn::tensor::activation::relu;
+use burn::tensor::{Device, Tensor, TensorData};
+use burnlens_model::{Activation, Hooks, Transformer, next_token_loss};
+use serde::Serialize;
+use serde_json::Value;
+
+/// SAELens's file names.
+pub const CFG_FILE: &str = "cfg.json";
+pub const WEIGHTS_FILE: &str = "sae_weights.safetensors";
+
+/// A problem with an SAE directory or with using it on a model.
+#[derive(Debug, thiserror::Error)]
+pub enum SaeError {
+    #[error("{path}: {msg}")]
+    File { path: PathBuf, msg: String },
+    #[error("{path}: field `{field}`: {msg}")]
+    Field { path: PathBuf, field: String, msg: String },
+    #[error("{path}: tensor `{name}`: {msg}")]
+    Tensor { path: PathBuf, name: String, msg: String },
+    #[error("SAE hook point `{hook}`: {msg}")]
+    Hook { hook: String, msg: String },
+}
+
+/// How features are switched on.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Architecture {
+    Standard,
+    JumpRelu,
+    /// Keep the `k` largest pre-activations (after ReLU). With `rescale_acts_by_decoder_norm`
+    /// the pre-activations are multiplied by the decoder rows' norms before the choice and
+    /// divided by them before decoding.
+    TopK { k: usize, rescale_acts_by_decoder_norm: bool },
+}
+
+/// Run-time normalisation of the SAE's input (and the inverse on its output).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Normalize {
+    None,
+    /// A scaling factor that SAELens folds into the weights when it knows one; from disk
+    /// it is the identity, as in SAELens.
+    ExpectedAverageOnlyIn,
+    /// Scale each input to norm `sqrt(d_in)`.
+    ConstantNormRescale,
+    /// Subtract each input's mean, divide by its (unbiased) standard deviation + 1e-5.
+    LayerNorm,
+}
+
+/// What `cfg.json` says, as burnlens uses it.
+#[derive(Debug, Clone, Serialize)]
+pub struct SaeConfig {
+    pub d_in: usize,
+    pub d_sae: usize,
+    pub architecture: Architecture,
+    pub apply_b_dec_to_input: bool,
+    pub normalize_activations: Normalize,
+    /// The TransformerLens hook name the SAE reads.
+    pub hook_name: String,
+    /// `hook_z` SAEs read `[.., head, d_head]` flattened to `head·d_head`.
+    pub reshape_hook_z: bool,
+    pub model_name: Option<String>,
+}
+
+/// A sparse autoencoder on one hook point.
+#[derive(Debug, Clone)]
+pub struct Sae {
+    pub cfg: SaeConfig,
+    /// `[d_in, d_sae]`
+    pub w_enc: Tensor<2>,
+    /// `[d_sae]`
+    pub b_enc: Tensor<1>,
+    /// `[d_sae, d_in]`
+    pub w_dec: Tensor<2>,
+    /// `[d_in]`
+    pub b_dec: Tensor<1>,
+    /// `[d_sae]`, JumpReLU only.
+    pub threshold: Option<Tensor<1>>,
+}
+
+fn field_err(path: &Path, field: &str, msg: impl Into<String>) -> SaeError {
+    SaeError::Field { path: path.to_path_buf(), field: field.into(), msg: msg.into() }
+}
+
+impl SaeConfig {
+    /// Parse a `cfg.json` (SAELens 6, or older: upgraded as SAELens does).
+    pub fn parse(text: &str, path: &Path) -> Result<Self, SaeError> {
+        let v: Value = serde_json::from_str(text).map_err(|e| SaeError::File { path: path.into(), msg: format!("not valid JSON: {e}") })?;
+        let obj = v.as_object().ok_or_else(|| SaeError::File { path: path.into(), msg: "expected a JSON object".into() })?;
+        let meta = obj.get("metadata").and_then(Value::as_object);
+        // SAELens 6 keeps the hook under `metadata`; older releases at the top level, as
+        // `hook_name` or `hook_point`.
+        let lookup = |k: &str| obj.get(k).filter(|v| !v.is_null()).or_else(|| meta.and_then(|m| m.get(k)).filter(|v| !v.is_null()));
+        let usize_field = |k: &str| -> Result<usize, SaeError> {
+            lookup(k).ok_or_else(|| field_err(path, k, "missing (expected a positive integer)"))?.as_u64().filter(|&n| n > 0).map(|n| n as usize).ok_or_else(|| field_err(path, k, "expected a positive integer"))
+        };
+        let d_in = usize_field("d_in")?;
+        let d_sae = usize_field("d_sae")?;
+        let hook_name = ["hook_name", "hook_point"]
+            .iter()
+            .find_map(|k| lookup(k).and_then(Value::as_str))
+            .ok_or_else(|| field_err(path, "hook_name", "missing: expected the hook point at the top level or under `metadata`"))?
+            .to_string();
+        let activation_fn = lookup("activation_fn").or_else(|| lookup("activation_fn_str")).and_then(Value::as_str).unwrap_or("relu");
+        let mut arch = lookup("architecture").and_then(Value::as_str).unwrap_or("standard").to_string();
+        let k_old = lookup("activation_fn_kwargs").and_then(|k| k.get("k")).and_then(Value::as_u64);
+        if activation_fn == "topk" && k_old.is_some() {
+            arch = "topk".into();
+        }
+        let architecture = match arch.as_str() {
+            "standard" => Architecture::Standard,
+            "jumprelu" => Architecture::JumpRelu,
+            "topk" => {
+                let k = lookup("k").and_then(Value::as_u64).or(k_old).ok_or_else(|| field_err(path, "k", "missing: a topk SAE needs k"))? as usize;
+                if k == 0 || k > d_sae {
+                    return Err(field_err(path, "k", format!("{k} is not between 1 and d_sae = {d_sae}")));
+                }
+                Architecture::TopK { k, rescale_acts_by_decoder_norm: lookup("rescale_acts_by_decoder_norm").and_then(Value::as_bool).unwrap_or(false) }
+            }
+            other => return Err(field_err(path, "architecture", format!("\"{other}\" is not supported (expected standard, jumprelu or topk)"))),
+        };
+        let normalize_activations = match lookup("normalize_activations") {
+            None | Some(Value::Bool(false)) => Normalize::None,
+            Some(Value::Bool(true)) => Normalize::ExpectedAverageOnlyIn,
+            Some(Value::String(s)) => match s.as_str() {
+                "none" => Normalize::None,
+                "expected_average_only_in" => Normalize::ExpectedAverageOnlyIn,
+                "constant_norm_rescale" => Normalize::ConstantNormRescale,
+                "layer_norm" => Normalize::LayerNorm,
+                other => {
+                    return Err(field_err(path, "normalize_activations", format!("\"{other}\" is not supported (expected none, expected_average_only_in, constant_norm_rescale or layer_norm)")));
+                }
+            },
+            Some(other) => return Err(field_err(path, "normalize_activations", format!("expected a string, found {other}"))),
+        };
+        let reshape_hook_z = match lookup("reshape_activations").and_then(Value::as_str) {
+            Some("hook_z") => true,
+            Some(_) => false,
+            None => hook_name.ends_with("hook_z"),
+        };
+        Ok(SaeConfig {
+            d_in,
+            d_sae,
+            architecture,
+            apply_b_dec_to_input: lookup("apply_b_dec_to_input").and_then(Value::as_bool).unwrap_or(true),
+            normalize_activations,
+            hook_name,
+            reshape_hook_z,
+            model_name: lookup("model_name").and_then(Value::as_str).map(str::to_string),
+        })
+    }
+
+    /// `cfg.json` in SAELens 6's layout.
+    pub fn to_json(&self) -> Value {
+        let (arch, k, rescale) = match self.architecture {
+            Architecture::Standard => ("standard", None, None),
+            Architecture::JumpRelu => ("jumprelu", None, None),
+            Architecture::TopK { k, rescale_acts_by_decoder_norm } => ("topk", Some(k), Some(rescale_acts_by_decoder_norm)),
+        };
+        let norm = match self.normalize_activations {
+            Normalize::None => "none",
+            Normalize::ExpectedAverageOnlyIn => "expected_average_only_in",
+            Normalize::ConstantNormRescale => "constant_norm_rescale",
+            Normalize::LayerNorm => "layer_norm",
+        };
+        let mut v = serde_json::json!({
+            "architecture": arch,
+            "d_in": self.d_in,
+            "d_sae": self.d_sae,
+            "dtype": "float32",
+            "device": "cpu",
+            "apply_b_dec_to_input": self.apply_b_dec_to_input,
+            "normalize_activations": norm,
+            "reshape_activations": if self.reshape_hook_z { "hook_z" } else { "none" },
+            "metadata": {
+                "sae_lens_version": "6.0.0",
+                "sae_lens_training_version": "6.0.0",
+                "hook_name": self.hook_name,
+                "model_name": self.model_name,
+                "trained_with": "burnlens",
+            },
+        });
+        if let Some(k) = k {
+            v["k"] = k.into();
+            v["rescale_acts_by_decoder_norm"] = rescale.unwrap_or(false).into();
+        }
+        v
+    }
+}
+
+fn read_weights(path: &Path, cfg: &SaeConfig, device: &Device) -> Result<BTreeMap<String, TensorData>, SaeError> {
+    let bytes = std::fs::read(path).map_err(|e| SaeError::File { path: path.into(), msg: e.to_string() })?;
+    let st = safetensors::SafeTensors::deserialize(&bytes).map_err(|e| SaeError::File { path: path.into(), msg: format!("not a safetensors file: {e}") })?;
+    let _ = device;
+    let (d_in, d_sae) = (cfg.d_in, cfg.d_sae);
+    let mut wanted: Vec<(&str, Vec<usize>)> = vec![("W_enc", vec![d_in, d_sae]), ("b_enc", vec![d_sae]), ("W_dec", vec![d_sae, d_in]), ("b_dec", vec![d_in])];
+    if cfg.architecture == Architecture::JumpRelu {
+        wanted.push(("threshold", vec![d_sae]));
+    }
+    let mut out = BTreeMap::new();
+    for (name, shape) in wanted {
+        let terr = |msg: String| SaeError::Tensor { path: path.into(), name: name.into(), msg };
+        let t = st.tensor(name).map_err(|_| terr(format!("missing (expected shape {shape:?})")))?;
+        if t.shape() != shape.as_slice() {
+            return Err(terr(format!("shape {:?}, expected {shape:?} from d_in = {d_in}, d_sae = {d_sae}", t.shape())));
+        }
+        use safetensors::Dtype;
+        let raw = t.data();
+        let values: Vec<f32> = match t.dtype() {
+            Dtype::F32 => raw.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes"))).collect(),
+            Dtype::F64 => raw.chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().expect("8 bytes")) as f32).collect(),
+            Dtype::F16 => raw.chunks_exact(2).map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32()).collect(),
+            Dtype::BF16 => raw.chunks_exact(2).map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f32()).collect(),
+            other => return Err(terr(format!("dtype {other:?}, expected a float type"))),
+        };
+        out.insert(name.to_string(), TensorData::new(values, shape));
+    }
+    Ok(out)
+}
+
+/// The SAE's input, normalised, and what undoes the normalisation on the output.
+struct NormState {
+    /// `[n, 1]` multiplier (constant norm) or standard deviation (layer norm).
+    scale: Option<Tensor<2>>,
+    /// `[n, 1]` mean (layer norm).
+    mean: Option<Tensor<2>>,
+}
+
+impl Sae {
+    /// Load an SAE directory written by SAELens (`SAE.save_model`) or by burnlens.
+    pub fn load(dir: &Path, device: &Device) -> Result<Sae, SaeError> {
+        let cfg_path = dir.join(CFG_FILE);
+        let text = std::fs::read_to_string(&cfg_path).map_err(|e| SaeError::File { path: cfg_path.clone(), msg: format!("{e} (an SAE directory holds {CFG_FILE} and {WEIGHTS_FILE})") })?;
+        let cfg = SaeConfig::parse(&text, &cfg_path)?;
+        let mut w = read_weights(&dir.join(WEIGHTS_FILE), &cfg, device)?;
+        let mut take = |n: &str| w.remove(n);
+        let t2 = |d: TensorData| Tensor::<2>::from_data(d, device);
+        let t1 = |d: TensorData| Tensor::<1>::from_data(d, device);
+        Ok(Sae {
+            w_enc: t2(take("W_enc").expect("read")),
+            b_enc: t1(take("b_enc").expect("read")),
+            w_dec: t2(take("W_dec").expect("read")),
+            b_dec: t1(take("b_dec").expect("read")),
+            threshold: take("threshold").map(t1),
+            cfg,
+        })
+    }
+
+    /// Write `cfg.json` and `sae_weights.safetensors` in SAELens 6's layout (each through a
+    /// temporary file, so an existing SAE is replaced only by a complete one).
+    pub fn save(&self, dir: &Path) -> Result<(), SaeError> {
+        let io = |path: &Path, e: std::io::Error| SaeError::File { path: path.into(), msg: e.to_string() };
+        std::fs::create_dir_all(dir).map_err(|e| io(dir, e))?;
+        let mut tensors: Vec<(String, Vec<usize>, Vec<u8>)> = Vec::new();
+        let mut push = |name: &str, dims: Vec<usize>, data: TensorData| {
+            let v: Vec<f32> = data.try_into_vec_as::<f32>().expect("f32");
+            tensors.push((name.to_string(), dims, v.iter().flat_map(|x| x.to_le_bytes()).collect()));
+        };
+        push("W_enc", self.w_enc.dims().to_vec(), self.w_enc.to_data());
+        push("b_enc", self.b_enc.dims().to_vec(), self.b_enc.to_data());
+        push("W_dec", self.w_dec.dims().to_vec(), self.w_dec.to_data());
+        push("b_dec", self.b_dec.dims().to_vec(), self.b_dec.to_data());
+        if let Some(t) = &self.threshold {
+            push("threshold", t.dims().to_vec(), t.to_data());
+        }
+        let views: Vec<(String, safetensors::tensor::TensorView)> = tensors
+            .iter()
+            .map(|(n, dims, bytes)| (n.clone(), safetensors::tensor::TensorView::new(safetensors::Dtype::F32, dims.clone(), bytes).expect("consistent view")))
+            .collect();
+        let bytes = safetensors::serialize(views, None).map_err(|e| SaeError::File { path: dir.join(WEIGHTS_FILE), msg: e.to_string() })?;
+        let write = |name: &str, data: &[u8]| -> Result<(), SaeError> {
+            let path = dir.join(name);
+            let tmp = dir.join(format!(".{name}.tmp"));
+            std::fs::write(&tmp, data).map_err(|e| io(&tmp, e))?;
+            std::fs::rename(&tmp, &path).map_err(|e| io(&path, e))
+        };
+        write(WEIGHTS_FILE, &bytes)?;
+        write(CFG_FILE, serde_json::to_string_pretty(&self.cfg.to_json()).expect("json").as_bytes())
+    }
+
+    fn norm_in(&self, x: Tensor<2>) -> (Tensor<2>, NormState) {
+        match self.cfg.normalize_activations {
+            Normalize::None | Normalize::ExpectedAverageOnlyIn => (x, NormState { scale: None, mean: None }),
+            Normalize::ConstantNormRescale => {
+                let coeff = x.clone().square().sum_dim(1).sqrt().recip() * (self.cfg.d_in as f64).sqrt();
+                (x * coeff.clone(), NormState { scale: Some(coeff), mean: None })
+            }
+            Normalize::LayerNorm => {
+                let d = self.cfg.d_in;
+                let mean = x.clone().mean_dim(1);
+                let centred = x - mean.clone();
+                let std = (centred.clone().square().sum_dim(1) / (d as f64 - 1.0).max(1.0)).sqrt();
+                (centred / (std.clone() + 1e-5), NormState { scale: Some(std), mean: Some(mean) })
+            }
+        }
+    }
+
+    fn norm_out(&self, y: Tensor<2>, s: &NormState) -> Tensor<2> {
+        match self.cfg.normalize_activations {
+            Normalize::None | Normalize::ExpectedAverageOnlyIn => y,
+            Normalize::ConstantNormRescale => y / s.scale.clone().expect("scale"),
+            Normalize::LayerNorm => y * s.scale.clone().expect("std") + s.mean.clone().expect("mean"),
+        }
+    }
+
+    fn decoder_norms(&self) -> Tensor<1> {
+        let n = self.cfg.d_sae;
+        self.w_dec.clone().square().sum_dim(1).sqrt().reshape([n])
+    }
+
+    /// Feature activations `[n, d_sae]` of inputs `x: [n, d_in]`.
+    pub fn encode(&self, x: Tensor<2>) -> Tensor<2> {
+        self.encode_with(x).0
+    }
+
+    fn encode_with(&self, x: Tensor<2>) -> (Tensor<2>, NormState) {
+        let (x, state) = self.norm_in(x);
+        let d = self.cfg.d_in;
+        let n_sae = self.cfg.d_sae;
+        let x = if self.cfg.apply_b_dec_to_input { x - self.b_dec.clone().reshape([1, d]) } else { x };
+        let pre = x.matmul(self.w_enc.clone()) + self.b_enc.clone().reshape([1, n_sae]);
+        let acts = match self.cfg.architecture {
+            Architecture::Standard => relu(pre),
+            Architecture::JumpRelu => {
+                let th = self.threshold.clone().expect("a JumpReLU SAE has a threshold").reshape([1, n_sae]);
+                let th = th.expand(pre.dims());
+                relu(pre.clone()) * pre.greater(th).float()
+            }
+            Architecture::TopK { k, rescale_acts_by_decoder_norm } => {
+                let pre = if rescale_acts_by_decoder_norm { pre * self.decoder_norms().reshape([1, n_sae]) } else { pre };
+                // The k-th largest value of each row; everything at least as large is kept.
+                let kth = pre.clone().topk(k, 1).narrow(1, k - 1, 1);
+                let kth = kth.expand(pre.dims());
+                relu(pre.clone()) * pre.greater_equal(kth).float()
+            }
+        };
+        (acts, state)
+    }
+
+    fn decode_with(&self, f: Tensor<2>, state: &NormState) -> Tensor<2> {
+        let d = self.cfg.d_in;
+        let f = match self.cfg.architecture {
+            Architecture::TopK { rescale_acts_by_decoder_norm: true, .. } => f / self.decoder_norms().reshape([1, self.cfg.d_sae]),
+            _ => f,
+        };
+        self.norm_out(f.matmul(self.w_dec.clone()) + self.b_dec.clone().reshape([1, d]), state)
+    }
+
+    /// Features and reconstruction of `x: [n, d_in]`: `([n, d_sae], [n, d_in])`.
+    pub fn forward(&self, x: Tensor<2>) -> (Tensor<2>, Tensor<2>) {
+        let (f, state) = self.encode_with(x);
+        let r = self.decode_with(f.clone(), &state);
+        (f, r)
+    }
+
+    /// Flatten an activation at the SAE's hook to `[batch·pos, d_in]`, checking its width.
+    pub fn flatten(&self, act: &Activation) -> Result<Tensor<2>, SaeError> {
+        let dims = act.dims();
+        let d_in = self.cfg.d_in;
+        let (rows, width, t) = match act {
+            Activation::Rank3(t) => (dims[0] * dims[1], dims[2], Activation::Rank3(t.clone())),
+            Activation::Rank4(t) if self.cfg.reshape_hook_z => (dims[0] * dims[1], dims[2] * dims[3], Activation::Rank4(t.clone())),
+            Activation::Rank4(_) => {
+                return Err(SaeError::Hook { hook: self.cfg.hook_name.clone(), msg: format!("activation of shape {dims:?} is not [batch, pos, d]; only hook_z SAEs read per-head activations") });
+            }
+        };
+        if width != d_in {
+            return Err(SaeError::Hook { hook: self.cfg.hook_name.clone(), msg: format!("the model's activation has width {width} (shape {dims:?}), the SAE's d_in is {d_in}") });
+        }
+        Ok(match t {
+            Activation::Rank3(t) => t.reshape([rows, width]),
+            Activation::Rank4(t) => t.reshape([rows, width]),
+        })
+    }
+
+    /// Check that `model` has the SAE's hook point.
+    pub fn check_model(&self, model: &Transformer) -> Result<(), SaeError> {
+        if !burnlens_model::hook_names(&model.config).contains(&self.cfg.hook_name) {
+            return Err(SaeError::Hook { hook: self.cfg.hook_name.clone(), msg: "the model has no hook point of that name".into() });
+        }
+        Ok(())
+    }
+}
+
+/// The SAE on one sequence: reconstruction quality, sparsity, the strongest features, and
+/// what splicing the reconstruction into the forward pass costs.
+#[derive(Debug, Clone, Serialize)]
+pub struct SaeRun {
+    pub hook_name: String,
+    /// `[pos]` features active (> 0) at each position.
+    pub l0: Vec<usize>,
+    pub mean_l0: f64,
+    /// Mean over positions of `|x − x̂|²`.
+    pub mse: f64,
+    /// `1 − Σ|x − x̂|² / Σ|x − mean(x)|²` over the positions of the sequence.
+    pub explained_variance: f64,
+    /// `[pos][k]` (feature, activation), strongest first.
+    pub top_features: Vec<Vec<(usize, f64)>>,
+    /// Next-token loss of the model as it is, with the SAE's reconstruction spliced in at the
+    /// hook, and with the hook's activation set to zero.
+    pub loss_clean: Option<f64>,
+    pub loss_with_sae: Option<f64>,
+    pub loss_zero_ablated: Option<f64>,
+    /// `(zero − with_sae) / (zero − clean)`: 1 when the SAE loses nothing.
+    pub loss_recovered: Option<f64>,
+}
+
+/// The SAE's features `[pos, d_sae]` on one sequence, read at its hook point.
+pub fn features(model: &Transformer, sae: &Sae, ids: &[i64]) -> Result<Tensor<2>, SaeError> {
+    sae.check_model(model)?;
+    let hook = sae.cfg.hook_name.clone();
+    let mut hooks = Hooks::capture(|n| n == hook);
+    model.forward_hooked(model.ids_tensor(ids), &mut hooks);
+    let act = hooks.take_cache().remove(&sae.cfg.hook_name).expect("hook captured");
+    Ok(sae.encode(sae.flatten(&act)?))
+}
+
+/// Replace the activation at the SAE's hook by its reconstruction.
+pub fn splice<'a>(hooks: Hooks<'a>, sae: &'a Sae) -> Hooks<'a> {
+    let hook = sae.cfg.hook_name.clone();
+    hooks.with_edit(
+        move |n| n == hook,
+        move |_, act| {
+            let x = sae.flatten(&act).expect("checked before the run");
+            let (_, r) = sae.forward(x);
+            match act {
+                Activation::Rank3(t) => Activation::Rank3(r.reshape(t.dims())),
+                Activation::Rank4(t) => Activation::Rank4(r.reshape(t.dims())),
+            }
+        },
+    )
+}
+
+/// Run `sae` on `ids` through `model`: metrics, the `k` strongest features per position and
+/// the loss with the reconstruction spliced in.
+pub fn run_sae(model: &Transformer, sae: &Sae, ids: &[i64], k: usize) -> Result<SaeRun, SaeError> {
+    sae.check_model(model)?;
+    let hook = sae.cfg.hook_name.clone();
+    let mut hooks = Hooks::capture(|n| n == hook);
+    let input = model.ids_tensor(ids);
+    let logits = model.forward_hooked(input.clone(), &mut hooks);
+    let act = hooks.take_cache().remove(&sae.cfg.hook_name).expect("hook captured");
+    drop(hooks);
+    let x = sae.flatten(&act)?;
+    let [n, _] = x.dims();
+    let (f, r) = sae.forward(x.clone());
+    let fv: Vec<f32> = f.clone().into_data().try_into_vec_as::<f32>().expect("f32");
+    let d_sae = sae.cfg.d_sae;
+    let l0: Vec<usize> = fv.chunks(d_sae).map(|row| row.iter().filter(|&&a| a > 0.0).count()).collect();
+    let err = (x.clone() - r).square().sum().into_scalar::<f32>() as f64;
+    let total = (x.clone() - x.mean_dim(0)).square().sum().into_scalar::<f32>() as f64;
+    let top_features = fv
+        .chunks(d_sae)
+        .map(|row| {
+            let mut idx: Vec<usize> = (0..d_sae).filter(|&i| row[i] > 0.0).collect();
+            idx.sort_by(|&a, &b| row[b].total_cmp(&row[a]));
+            idx.truncate(k);
+            idx.into_iter().map(|i| (i, row[i] as f64)).collect()
+        })
+        .collect();
+    let (loss_clean, loss_with_sae, loss_zero_ablated) = if ids.len() >= 2 {
+        let loss = |l: Tensor<3>| next_token_loss(l, input.clone()).into_scalar::<f32>() as f64;
+        let clean = loss(logits);
+        let with = loss(model.forward_hooked(input.clone(), &mut splice(Hooks::none(), sae)));
+        let hook = sae.cfg.hook_name.clone();
+        let mut zero = Hooks::none().with_edit(
+            move |nm| nm == hook,
+            |_, a| match a {
+                Activation::Rank3(t) => Activation::Rank3(t.zeros_like()),
+                Activation::Rank4(t) => Activation::Rank4(t.zeros_like()),
+            },
+        );
+        let zero = loss(model.forward_hooked(input.clone(), &mut zero));
+        (Some(clean), Some(with), Some(zero))
+    } else {
+        (None, None, None)
+    };
+    let loss_recovered = match (loss_clean, loss_with_sae, loss_zero_ablated) {
+        (Some(c), Some(s), Some(z)) if (z - c).abs() > 1e-12 => Some((z - s) / (z - c)),
+        _ => None,
+    };
+    Ok(SaeRun {
+        hook_name: sae.cfg.hook_name.clone(),
+        mean_l0: l0.iter().sum::<usize>() as f64 / n as f64,
+        l0,
+        mse: err / n as f64,
+        explained_variance: if total > 0.0 { 1.0 - err / total } else { f64::NAN },
+        top_features,
+        loss_clean,
+        loss_with_sae,
+        loss_zero_ablated,
+        loss_recovered,
+    })
+}
