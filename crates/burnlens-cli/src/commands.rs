@@ -1,7 +1,7 @@
 //! The subcommands: each parses its inputs, loads what it needs through the libraries and
 //! writes or prints the result.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use burn::module::Module;
@@ -13,7 +13,7 @@ use burnlens_train::{RunConfig, TrainOptions};
 use serde_json::json;
 
 use crate::output::{Saved, write_atomic, write_safetensors};
-use crate::{Common, UserError};
+use crate::{Common, Input, ModelArgs, UserError};
 
 pub fn device_of(common: &Common) -> Result<Device> {
     device(common)
@@ -112,18 +112,19 @@ pub fn info(dir: &Path, common: &Common) -> Result<()> {
     Ok(())
 }
 
-pub fn logits(dir: &Path, ids: &str, out: Option<&Path>, common: &Common) -> Result<()> {
-    let LoadedModel { model, .. } = load(dir, common)?;
-    let ids = parse_ids(ids, &model)?;
-    let input = model.ids_tensor(&ids);
-    let logits = model.forward(input.clone());
-    let loss = (ids.len() >= 2).then(|| next_token_loss(logits.clone(), input).into_scalar::<f32>() as f64);
+pub fn logits(args: &ModelArgs, input: &Input, out: Option<&Path>, common: &Common) -> Result<()> {
+    let (m, dir) = load_model_args(args, common)?;
+    let (ids, tokens) = ids_and_labels(&m, &dir, input, "")?;
+    let model = &m.model;
+    let input_t = model.ids_tensor(&ids);
+    let logits = model.forward(input_t.clone());
+    let loss = (ids.len() >= 2).then(|| next_token_loss(logits.clone(), input_t).into_scalar::<f32>() as f64);
     let [_, t, v] = logits.dims();
     let values: Vec<f32> = logits.into_data().try_into_vec_as::<f32>().expect("f32 logits");
     match out.map(|p| (p, p.extension().and_then(|e| e.to_str()).unwrap_or(""))) {
         Some((path, "json")) => {
             let rows: Vec<&[f32]> = values.chunks(v).collect();
-            let doc = json!({ "ids": ids, "logits": rows, "loss": loss });
+            let doc = json!({ "ids": ids, "tokens": tokens, "logits": rows, "loss": loss });
             write_atomic(path, serde_json::to_string(&doc)?.as_bytes())?;
             println!("wrote {} ({} positions x {} logits)", path.display(), t, v);
         }
@@ -140,6 +141,9 @@ pub fn logits(dir: &Path, ids: &str, out: Option<&Path>, common: &Common) -> Res
         }
         None => {
             println!("{} tokens, vocab {}", t, v);
+            if m.tokenizer.is_some() {
+                println!("tokens: {}", tokens.iter().map(|s| format!("{s:?}")).collect::<Vec<_>>().join(" "));
+            }
             match loss {
                 Some(l) => println!("loss (mean next-token cross-entropy): {l:.6}"),
                 None => println!("loss: n/a (needs at least two tokens)"),
@@ -147,35 +151,61 @@ pub fn logits(dir: &Path, ids: &str, out: Option<&Path>, common: &Common) -> Res
             let last = &values[(t - 1) * v..];
             let mut top: Vec<(usize, f32)> = last.iter().copied().enumerate().collect();
             top.sort_by(|a, b| b.1.total_cmp(&a.1));
-            let shown: Vec<String> = top.iter().take(5).map(|(i, x)| format!("{i} ({x:.3})")).collect();
+            let shown: Vec<String> = top.iter().take(5).map(|(i, x)| format!("{i}{} ({x:.3})", token_suffix(&m, *i as i64))).collect();
             println!("top next tokens after the last position: {}", shown.join(", "));
         }
     }
     Ok(())
 }
 
-pub fn cache(dir: &Path, ids: &str, names: &str, out: &Path, common: &Common) -> Result<()> {
-    let re = regex::Regex::new(names).map_err(|e| UserError(format!("--names: invalid regex: {e}")))?;
+/// ` "text"` for a token id when the model has a tokenizer.
+fn token_suffix(m: &AnyModel, id: i64) -> String {
+    m.tokenizer.as_ref().map_or(String::new(), |t| format!(" {:?}", t.decode(&[id as u32])))
+}
+
+/// Hook names from `--names`: exact names, comma-separated, or `re:REGEX` matched against the
+/// whole name.
+fn hook_filter(spec: &str, all: &[String]) -> Result<Box<dyn Fn(&str) -> bool>> {
+    let examples = "names look like hook_embed, blocks.0.hook_resid_pre, blocks.0.attn.hook_pattern, blocks.0.mlp.hook_post";
+    if let Some(re) = spec.strip_prefix("re:") {
+        let anchored = regex::Regex::new(&format!("^(?:{re})$")).map_err(|e| UserError(format!("--names: invalid regex: {e}")))?;
+        if !all.iter().any(|n| anchored.is_match(n)) {
+            return Err(UserError(format!("--names: regex \"{re}\" matches no hook point of this model (it must match a whole name); {examples}")).into());
+        }
+        return Ok(Box::new(move |n| anchored.is_match(n)));
+    }
+    let names: Vec<String> = spec.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect();
+    if names.is_empty() {
+        return Err(UserError(format!("--names: no hook name given; {examples}")).into());
+    }
+    for n in &names {
+        if !all.contains(n) {
+            let hint = if n.contains(['*', '(', '|', '\\', '[']) { " (for a regex, write re:PATTERN)".to_string() } else { String::new() };
+            return Err(UserError(format!("--names: \"{n}\" is not a hook point of this model{hint}; {examples}")).into());
+        }
+    }
+    Ok(Box::new(move |n| names.iter().any(|m| m == n)))
+}
+
+pub fn cache(args: &ModelArgs, input: &Input, names: &str, out: &Path, common: &Common) -> Result<()> {
     if out.extension().and_then(|e| e.to_str()) != Some("safetensors") {
         return Err(UserError(format!("--out {}: expected a .safetensors file name", out.display())).into());
     }
-    let LoadedModel { model, .. } = load(dir, common)?;
-    let ids = parse_ids(ids, &model)?;
-    let c = &model.config;
-    let all = burnlens_model::hook_names(c);
-    if !all.iter().any(|n| re.is_match(n)) {
-        return Err(UserError(format!(
-            "--names: \"{names}\" matches no hook point; names look like {}",
-            ["hook_embed", "blocks.0.hook_resid_pre", "blocks.0.attn.hook_pattern", "blocks.0.mlp.hook_post"].join(", ")
-        ))
-        .into());
-    }
-    let mut hooks = Hooks::capture(|n| re.is_match(n));
+    let (m, dir) = load_model_args(args, common)?;
+    let (ids, tokens) = ids_and_labels(&m, &dir, input, "")?;
+    let model = &m.model;
+    let all = burnlens_model::hook_names(&model.config);
+    let filter = hook_filter(names, &all)?;
+    let mut hooks = Hooks::capture(filter);
     model.forward_hooked(model.ids_tensor(&ids), &mut hooks);
     let cache = hooks.take_cache();
-    let tensors: Vec<Saved> = cache.iter().map(|(name, act)| Saved::F32(name.clone(), act.dims(), act.to_vec())).collect();
+    let mut tensors: Vec<Saved> = cache.iter().map(|(name, act)| Saved::F32(name.clone(), act.dims(), act.to_vec())).collect();
+    tensors.push(Saved::I64("ids".into(), vec![ids.len()], ids.clone()));
     write_safetensors(out, &tensors)?;
-    println!("wrote {} activations to {}", tensors.len(), out.display());
+    println!("wrote {} activations (and the token ids) to {}", cache.len(), out.display());
+    if m.tokenizer.is_some() {
+        println!("tokens: {}", tokens.iter().map(|s| format!("{s:?}")).collect::<Vec<_>>().join(" "));
+    }
     for (name, act) in &cache {
         println!("  {name} {:?}", act.dims());
     }
@@ -310,40 +340,74 @@ pub fn fetch(name: &str, out: Option<&Path>) -> Result<()> {
     Ok(())
 }
 
-/// Token ids from `--text` (through the model's tokenizer) or `--ids`, with a label per token.
-fn ids_and_labels(m: &AnyModel, dir: &Path, text: Option<&str>, ids: Option<&str>) -> Result<(Vec<i64>, Vec<String>)> {
-    let ids: Vec<i64> = match (text, ids) {
+/// Token ids from `--{prefix}text` (through the model's tokenizer) or `--{prefix}ids`, with a
+/// label per token.
+fn ids_and_labels(m: &AnyModel, dir: &Path, input: &Input, prefix: &str) -> Result<(Vec<i64>, Vec<String>)> {
+    let ids: Vec<i64> = match (&input.text, &input.ids) {
         (Some(t), _) => {
-            let tok = m.tokenizer.as_ref().ok_or_else(|| UserError(format!("--text: {} has no tokenizer.json or char_vocab.json; pass --ids", dir.display())))?;
+            let tok = m.tokenizer.as_ref().ok_or_else(|| UserError(format!("--{prefix}text: {} has no tokenizer.json or char_vocab.json; pass --{prefix}ids", dir.display())))?;
             let ids: Vec<i64> = tok.encode(t)?.into_iter().map(i64::from).collect();
             if ids.is_empty() {
-                return Err(UserError(format!("--text: {t:?} encodes to no tokens")).into());
+                return Err(UserError(format!("--{prefix}text: {t:?} encodes to no tokens")).into());
             }
             ids
         }
-        (None, Some(s)) => parse_ids(s, &m.model)?,
-        (None, None) => return Err(UserError("give --text TEXT or --ids 1,2,3".into()).into()),
+        (None, Some(s)) => parse_ids(s, &m.model).with_context(|| format!("--{prefix}ids"))?,
+        (None, None) => return Err(UserError(format!("give --{prefix}text TEXT or --{prefix}ids 1,2,3"))).map_err(Into::into),
     };
-    m.model.check_ids(&ids)?;
-    let labels = ids
-        .iter()
+    m.model.check_ids(&ids).with_context(|| format!("--{prefix}{}", if input.text.is_some() { "text" } else { "ids" }))?;
+    Ok((ids.clone(), labels(m, &ids)))
+}
+
+/// A label per token: its text if the model has a tokenizer, else its id.
+fn labels(m: &AnyModel, ids: &[i64]) -> Vec<String> {
+    ids.iter()
         .map(|&i| match &m.tokenizer {
             Some(t) => t.decode(&[i as u32]),
             None => i.to_string(),
         })
-        .collect();
-    Ok((ids, labels))
+        .collect()
 }
 
-pub fn analyze(dir: &Path, text: Option<&str>, ids: Option<&str>, out: &Path, process: bool, common: &Common) -> Result<()> {
-    let mut m = load_any(dir, common)?;
-    if process {
+/// A token given on the command line: an id, or a text that encodes to exactly one token.
+fn parse_token(m: &AnyModel, flag: &str, s: &str) -> Result<i64> {
+    let id = match s.trim().parse::<i64>() {
+        Ok(id) => id,
+        Err(_) => {
+            let tok = m.tokenizer.as_ref().ok_or_else(|| UserError(format!("{flag} {s:?}: not a token id, and the model has no tokenizer to read text with")))?;
+            let ids = tok.encode(s)?;
+            match ids.as_slice() {
+                [one] => i64::from(*one),
+                _ => return Err(UserError(format!("{flag} {s:?}: encodes to {} tokens {ids:?}; give one token (or its id)", ids.len())).into()),
+            }
+        }
+    };
+    let vocab = m.model.config.vocab_size;
+    if id < 0 || id as usize >= vocab {
+        return Err(UserError(format!("{flag} {id}: outside the vocabulary of {vocab} tokens")).into());
+    }
+    Ok(id)
+}
+
+/// Load `--model` (a directory, Hub id or run), processing its weights if asked.
+fn load_model_args(args: &ModelArgs, common: &Common) -> Result<(AnyModel, PathBuf)> {
+    let dir = crate::progress::model_dir(&args.model)?;
+    let mut m = load_any(&dir, common)?;
+    if args.process_weights {
         m.model = burnlens_lens::process_weights(&m.model, burnlens_lens::ProcessOptions::all())?;
     }
-    let (ids, labels) = ids_and_labels(&m, dir, text, ids)?;
+    Ok((m, dir))
+}
+
+fn report_err(out: &Path) -> impl FnOnce(std::io::Error) -> anyhow::Error + '_ {
+    move |e| UserError(format!("{}: cannot write the report: {e}", out.display())).into()
+}
+
+pub fn analyze(args: &ModelArgs, input: &Input, out: &Path, common: &Common) -> Result<()> {
+    let (m, dir) = load_model_args(args, common)?;
+    let (ids, labels) = ids_and_labels(&m, &dir, input, "")?;
     let a = burnlens_lens::report::analyze(&m.model, &ids, labels);
-    burnlens_lens::report::write_analysis(out, &a, &format!("burnlens analysis of {}", dir.display()))
-        .map_err(|e| UserError(format!("{}: cannot write the report: {e}", out.display())))?;
+    burnlens_lens::report::write_analysis(out, &a, &format!("burnlens analysis of {}", dir.display())).map_err(report_err(out))?;
     println!("wrote {} and {}", out.join("index.html").display(), out.join("report.json").display());
     let top = |name: &str| {
         let s = &a.detectors[name];
@@ -359,6 +423,164 @@ pub fn analyze(dir: &Path, text: Option<&str>, ids: Option<&str>, out: &Path, pr
         format!("{name}: L{}H{} ({best:.3})", at.0, at.1)
     };
     println!("strongest heads: {}, {}, {}", top("previous_token"), top("duplicate_token"), top("induction"));
+    Ok(())
+}
+
+pub fn tokenize(dir: &Path, text: &str, as_json: bool) -> Result<()> {
+    let tok = match load_tokenizer(dir)? {
+        Some(t) => t,
+        None => return Err(UserError(format!("{}: no tokenizer.json (or char_vocab.json of a burnlens run) to tokenize with", dir.display())).into()),
+    };
+    let ids: Vec<u32> = tok.encode(text)?;
+    let tokens: Vec<String> = ids.iter().map(|&i| tok.decode(&[i])).collect();
+    if as_json {
+        println!("{}", json!({ "ids": ids, "tokens": tokens }));
+    } else {
+        println!("ids:    {}", ids.iter().map(u32::to_string).collect::<Vec<_>>().join(","));
+        println!("tokens: {}", tokens.iter().map(|s| format!("{s:?}")).collect::<Vec<_>>().join(" "));
+        println!("{} tokens ({} tokenizer)", ids.len(), tok.kind());
+    }
+    Ok(())
+}
+
+/// The tokenizer of a model or run directory, without loading weights.
+fn load_tokenizer(dir: &Path) -> Result<Option<Tokenizer>> {
+    // A run directory keeps its tokenizer beside its checkpoints, as a model directory does.
+    Ok(Tokenizer::find_in_dir(dir).transpose()?)
+}
+
+/// Parse `--metric`.
+fn parse_metric(m: &AnyModel, spec: &str, len: usize) -> Result<burnlens_lens::Metric> {
+    use burnlens_lens::Metric;
+    let bad = |why: &str| UserError(format!("--metric {spec:?}: {why}; expected loss[:FROM], logprob:TOKEN[@POS] or logit-diff:RIGHT,WRONG[@POS]"));
+    let (kind, rest) = spec.split_once(':').unwrap_or((spec, ""));
+    let (args, pos) = match rest.rsplit_once('@') {
+        Some((a, p)) => (a, Some(p.trim().parse::<usize>().map_err(|_| bad("POS is not a position"))?)),
+        None => (rest, None),
+    };
+    let metric = match kind {
+        "loss" => Metric::Loss { from: if args.is_empty() { 0 } else { args.trim().parse().map_err(|_| bad("FROM is not a position"))? } },
+        "logprob" if !args.is_empty() => Metric::LogProb { pos, token: parse_token(m, "--metric", args)? },
+        "logit-diff" | "logit_diff" => {
+            let (r, w) = args.split_once(',').ok_or_else(|| bad("logit-diff needs RIGHT,WRONG"))?;
+            Metric::LogitDiff { pos, right: parse_token(m, "--metric", r)?, wrong: parse_token(m, "--metric", w)? }
+        }
+        _ => return Err(bad("unknown metric").into()),
+    };
+    metric.check(len, m.model.config.vocab_size).map_err(|e| UserError(format!("--metric {spec:?}: {e}")))?;
+    Ok(metric)
+}
+
+#[allow(clippy::too_many_arguments)]
+pub fn patch(args: &ModelArgs, clean: &Input, corrupted: &Input, metric: &str, nodes: &str, exact: bool, out: &Path, common: &Common) -> Result<()> {
+    let (m, dir) = load_model_args(args, common)?;
+    let (clean_ids, clean_tokens) = ids_and_labels(&m, &dir, clean, "")?;
+    let (corrupted_ids, corrupted_tokens) = ids_and_labels(&m, &dir, corrupted, "corrupted-")?;
+    if clean_ids.len() != corrupted_ids.len() {
+        return Err(UserError(format!(
+            "the clean sequence has {} tokens and the corrupted one {}; patching needs equal lengths (clean {:?}, corrupted {:?})",
+            clean_ids.len(),
+            corrupted_ids.len(),
+            clean_tokens,
+            corrupted_tokens
+        ))
+        .into());
+    }
+    let metric = parse_metric(&m, metric, clean_ids.len())?;
+    let kinds = nodes
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| burnlens_lens::NodeKind::parse(s).ok_or_else(|| UserError(format!("--nodes: unknown node kind {s:?}; expected head, resid_pre or mlp"))))
+        .collect::<Result<Vec<_>, _>>()?;
+    let result = burnlens_lens::compare_patching(&m.model, &clean_ids, &corrupted_ids, &metric, &kinds, exact)?;
+    let c = &m.model.config;
+    let report = burnlens_lens::tool_reports::PatchingReport { clean_ids, clean_tokens, corrupted_ids, corrupted_tokens, n_layers: c.n_layers(), n_heads: c.n_heads, result };
+    burnlens_lens::tool_reports::write_patching(out, &report, &format!("burnlens patching on {}", dir.display())).map_err(report_err(out))?;
+    let r = &report.result;
+    println!("metric {}: clean {:.4}, corrupted {:.4}", metric.describe(), r.clean_metric, r.corrupted_metric);
+    let shown = |values: &[f64]| {
+        let mut order: Vec<usize> = (0..values.len()).collect();
+        order.sort_by(|&a, &b| values[b].abs().total_cmp(&values[a].abs()));
+        order.iter().take(5).map(|&i| format!("{} {:+.4}", r.labels[i], values[i])).collect::<Vec<_>>().join(", ")
+    };
+    println!("largest attribution-patching estimates: {}", shown(&r.attribution));
+    if let Some(p) = &r.patched {
+        println!("largest activation-patching effects:    {}", shown(p));
+    }
+    if let Some(cor) = r.correlation {
+        let by: Vec<String> = r.correlation_by_kind.iter().map(|(k, v)| format!("{k} {v:.3}")).collect();
+        println!("correlation of the two over {} nodes: {cor:.3} ({})", r.nodes.len(), by.join(", "));
+    }
+    println!("wrote {}", out.join("index.html").display());
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+pub fn attribute(args: &ModelArgs, input: &Input, target: &str, wrong: Option<&str>, pos: Option<usize>, out: &Path, common: &Common) -> Result<()> {
+    let (m, dir) = load_model_args(args, common)?;
+    let (ids, tokens) = ids_and_labels(&m, &dir, input, "")?;
+    let right = parse_token(&m, "--target", target)?;
+    let wrong = wrong.map(|w| parse_token(&m, "--wrong", w)).transpose()?;
+    let position = pos.unwrap_or(ids.len() - 1);
+    if position >= ids.len() {
+        return Err(UserError(format!("--pos {position}: the sequence has {} tokens", ids.len())).into());
+    }
+    let dla = burnlens_lens::direct_logit_attribution(&m.model, &ids, right, wrong);
+    let name = |id: i64| format!("{id}{}", token_suffix(&m, id));
+    let target_label = match wrong {
+        None => format!("logit[{}]", name(right)),
+        Some(w) => format!("logit[{}] - logit[{}]", name(right), name(w)),
+    };
+    let c = &m.model.config;
+    let report = burnlens_lens::tool_reports::AttributionReport { ids, tokens, target: target_label.clone(), position, n_layers: c.n_layers(), n_heads: c.n_heads, dla };
+    burnlens_lens::tool_reports::write_attribution(out, &report, &format!("burnlens direct logit attribution on {}", dir.display())).map_err(report_err(out))?;
+    let d = &report.dla;
+    let mut order: Vec<usize> = (0..d.labels.len()).collect();
+    order.sort_by(|&a, &b| d.contributions[b][position].abs().total_cmp(&d.contributions[a][position].abs()));
+    let top: Vec<String> = order.iter().take(6).map(|&i| format!("{} {:+.4}", d.labels[i], d.contributions[i][position])).collect();
+    println!("{target_label} at position {position}: {:.4} = components + bias {:.4} (largest gap {:.1e})", d.logits[position], d.bias[position], d.max_error);
+    println!("largest components: {}", top.join(", "));
+    println!("wrote {}", out.join("index.html").display());
+    Ok(())
+}
+
+pub fn lens(args: &ModelArgs, input: &Input, target: Option<&str>, top: usize, out: &Path, common: &Common) -> Result<()> {
+    let (m, dir) = load_model_args(args, common)?;
+    let (ids, tokens) = ids_and_labels(&m, &dir, input, "")?;
+    let target = target.map(|t| parse_token(&m, "--target", t)).transpose()?;
+    let l = burnlens_lens::logit_lens(&m.model, &ids, top.max(1), target);
+    let top_tokens: Vec<Vec<Vec<String>>> = l.top.iter().map(|layer| layer.iter().map(|pos| pos.iter().map(|(id, _)| labels(&m, &[*id])[0].clone()).collect()).collect()).collect();
+    let report = burnlens_lens::tool_reports::LensReport { ids, tokens, top_tokens, lens: l };
+    burnlens_lens::tool_reports::write_lens(out, &report, &format!("burnlens logit lens on {}", dir.display())).map_err(report_err(out))?;
+    let p = report.ids.len() - 1;
+    println!("logit lens at the last position ({:?}):", report.tokens[p]);
+    for (li, name) in report.lens.layers.iter().enumerate() {
+        let lp = report.lens.target_logprob[li][p].map_or(String::new(), |v| format!(", target log p {v:.3}"));
+        println!("  {name:<14} top {:?} ({:.3}){lp}", report.top_tokens[li][p][0], report.lens.top[li][p][0].1);
+    }
+    println!("wrote {}", out.join("index.html").display());
+    Ok(())
+}
+
+pub fn sae(args: &ModelArgs, sae_dir: &Path, input: &Input, top: usize, out: &Path, common: &Common) -> Result<()> {
+    let (m, dir) = load_model_args(args, common)?;
+    let (ids, tokens) = ids_and_labels(&m, &dir, input, "")?;
+    let sae = burnlens_lens::Sae::load(sae_dir, &m.model.device())?;
+    let run = burnlens_lens::run_sae(&m.model, &sae, &ids, top)?;
+    let feats = burnlens_lens::sae::features(&m.model, &sae, &ids)?;
+    let d_sae = sae.cfg.d_sae;
+    let fv: Vec<f32> = feats.into_data().try_into_vec_as::<f32>().expect("f32");
+    let best = (0..fv.len()).max_by(|&a, &b| fv[a].total_cmp(&fv[b])).filter(|&i| fv[i] > 0.0).map(|i| i % d_sae);
+    let strongest_feature = best.map(|f| (f, fv.chunks(d_sae).map(|row| row[f] as f64).collect()));
+    let report = burnlens_lens::tool_reports::SaeReport { ids, tokens, sae: sae.cfg.clone(), run, strongest_feature };
+    burnlens_lens::tool_reports::write_sae(out, &report, &format!("burnlens SAE {} on {}", sae_dir.display(), dir.display())).map_err(report_err(out))?;
+    let r = &report.run;
+    println!("SAE on {} ({:?}, d_sae {}): mean L0 {:.2}, MSE {:.5}, explained variance {:.4}", r.hook_name, sae.cfg.architecture, d_sae, r.mean_l0, r.mse, r.explained_variance);
+    if let (Some(c), Some(w), Some(z)) = (r.loss_clean, r.loss_with_sae, r.loss_zero_ablated) {
+        println!("loss {c:.4}, with the SAE spliced in {w:.4}, hook zero-ablated {z:.4} (recovered {})", r.loss_recovered.map_or("n/a".into(), |v| format!("{v:.3}")));
+    }
+    println!("wrote {}", out.join("index.html").display());
     Ok(())
 }
 

@@ -35,6 +35,30 @@ pub struct Common {
     pub device_index: Option<usize>,
 }
 
+/// The sequence a command runs on: text through the model's tokenizer, or token ids.
+#[derive(clap::Args, Clone)]
+pub struct Input {
+    /// Text, encoded with the model's tokenizer (tokenizer.json, or char_vocab.json of a run).
+    #[arg(long, conflicts_with = "ids")]
+    pub text: Option<String>,
+    /// Comma-separated token ids, e.g. 464,3616,286.
+    #[arg(long)]
+    pub ids: Option<String>,
+}
+
+/// Model options shared by the commands that look inside.
+#[derive(clap::Args, Clone)]
+pub struct ModelArgs {
+    /// Model directory (config.json plus weights), Hugging Face Hub id (`gpt2`,
+    /// `EleutherAI/pythia-70m`, `org/name@revision`) or burnlens run directory.
+    #[arg(long)]
+    pub model: std::path::PathBuf,
+    /// Fold norms, centre writing weights and the unembedding, fold value biases first (as
+    /// TransformerLens's `from_pretrained` does); the logits do not change.
+    #[arg(long)]
+    pub process_weights: bool,
+}
+
 #[derive(Subcommand)]
 enum Command {
     /// Describe a Hugging Face model directory: family, sizes, attention spans, dtype.
@@ -48,14 +72,11 @@ enum Command {
     },
     /// Run the model on one sequence of token ids and report or save the logits and loss.
     Logits {
-        /// Model directory (config.json plus weights) or Hugging Face Hub id (`gpt2`,
-        /// `EleutherAI/pythia-70m`, `org/name@revision`), downloaded into the HF cache.
-        #[arg(long)]
-        model: std::path::PathBuf,
-        /// Comma-separated token ids, e.g. 464,3616,286.
-        #[arg(long)]
-        ids: String,
-        /// Write `.json` ({"ids", "logits", "loss"}) or `.safetensors` (the same tensors).
+        #[command(flatten)]
+        model: ModelArgs,
+        #[command(flatten)]
+        input: Input,
+        /// Write `.json` ({"ids", "tokens", "logits", "loss"}) or `.safetensors` (the tensors).
         #[arg(long)]
         out: Option<std::path::PathBuf>,
         #[command(flatten)]
@@ -113,21 +134,113 @@ enum Command {
         #[command(flatten)]
         common: Common,
     },
-    /// Write an interpretability report: attention viewer, head detectors, OV copying and
-    /// composition scores (index.html and report.json).
+    /// Write an interpretability report: per-token log-probabilities, attention viewer, head
+    /// detectors, OV copying and composition scores (index.html and report.json).
     Analyze {
-        /// Hugging Face model directory, Hub id or burnlens run directory.
-        #[arg(long)]
-        model: std::path::PathBuf,
-        #[arg(long, conflicts_with = "ids")]
-        text: Option<String>,
-        #[arg(long)]
-        ids: Option<String>,
+        #[command(flatten)]
+        model: ModelArgs,
+        #[command(flatten)]
+        input: Input,
         #[arg(long)]
         out: std::path::PathBuf,
-        /// Fold LayerNorms, centre writing weights and the unembedding, fold value biases first.
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Show how the model's tokenizer splits a text: ids and string tokens.
+    Tokenize {
+        /// Model directory, Hub id or burnlens run directory (its tokenizer is used).
         #[arg(long)]
-        process_weights: bool,
+        model: std::path::PathBuf,
+        #[arg(long)]
+        text: String,
+        /// Print JSON ({"ids", "tokens"}) instead of two lines.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Activation patching of heads, residual positions and MLPs from a corrupted run into
+    /// the clean one, beside attribution patching (its gradient estimate), with their
+    /// correlation (report.json and index.html).
+    Patch {
+        #[command(flatten)]
+        model: ModelArgs,
+        #[command(flatten)]
+        input: Input,
+        /// The corrupted sequence as text (same number of tokens as the clean one).
+        #[arg(long, conflicts_with = "corrupted_ids")]
+        corrupted_text: Option<String>,
+        /// The corrupted sequence as token ids.
+        #[arg(long)]
+        corrupted_ids: Option<String>,
+        /// `loss[:FROM]` (mean next-token loss from position FROM), `logprob:TOKEN[@POS]` or
+        /// `logit-diff:RIGHT,WRONG[@POS]`; tokens are ids or text of one token; POS defaults
+        /// to the last position.
+        #[arg(long, default_value = "loss")]
+        metric: String,
+        /// Node kinds, comma-separated: head, resid_pre, mlp.
+        #[arg(long, default_value = "head,resid_pre,mlp")]
+        nodes: String,
+        /// Only attribution patching (one forward/backward), no per-node forward passes.
+        #[arg(long)]
+        no_exact: bool,
+        #[arg(long)]
+        out: std::path::PathBuf,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Direct logit attribution: what every head, MLP and embedding writes along a logit (or
+    /// logit difference), summing to the model's logits (report.json and index.html).
+    Attribute {
+        #[command(flatten)]
+        model: ModelArgs,
+        #[command(flatten)]
+        input: Input,
+        /// The token whose logit is explained (id or text of one token).
+        #[arg(long)]
+        target: String,
+        /// Explain logit[target] − logit[wrong] instead.
+        #[arg(long)]
+        wrong: Option<String>,
+        /// The position to show in detail (default: the last).
+        #[arg(long)]
+        pos: Option<usize>,
+        #[arg(long)]
+        out: std::path::PathBuf,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// The logit lens: every layer's residual stream read through the final norm and the
+    /// unembedding (report.json and index.html).
+    Lens {
+        #[command(flatten)]
+        model: ModelArgs,
+        #[command(flatten)]
+        input: Input,
+        /// A token to follow through the layers (default: each position's next token).
+        #[arg(long)]
+        target: Option<String>,
+        /// How many top tokens to keep per layer and position.
+        #[arg(long, default_value_t = 5)]
+        top: usize,
+        #[arg(long)]
+        out: std::path::PathBuf,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Run a sparse autoencoder saved in SAELens's layout on its hook point: reconstruction,
+    /// L0, explained variance, top features per token, loss with the SAE spliced in.
+    Sae {
+        #[command(flatten)]
+        model: ModelArgs,
+        /// SAE directory (cfg.json and sae_weights.safetensors).
+        #[arg(long)]
+        sae: std::path::PathBuf,
+        #[command(flatten)]
+        input: Input,
+        /// Features to list per position.
+        #[arg(long, default_value_t = 5)]
+        top: usize,
+        #[arg(long)]
+        out: std::path::PathBuf,
         #[command(flatten)]
         common: Common,
     },
@@ -172,16 +285,15 @@ enum Command {
         #[command(subcommand)]
         action: DataAction,
     },
-    /// Save the activations whose TransformerLens-style names match a regex.
+    /// Save activations by TransformerLens hook name.
     Cache {
-        /// Model directory (config.json plus weights) or Hugging Face Hub id (`gpt2`,
-        /// `EleutherAI/pythia-70m`, `org/name@revision`), downloaded into the HF cache.
-        #[arg(long)]
-        model: std::path::PathBuf,
-        /// Comma-separated token ids.
-        #[arg(long)]
-        ids: String,
-        /// Regex over hook names, e.g. 'blocks\.0\.attn\.hook_(q|pattern)'.
+        #[command(flatten)]
+        model: ModelArgs,
+        #[command(flatten)]
+        input: Input,
+        /// Hook names, comma-separated and exact (`blocks.1.attn.hook_z,hook_embed`), or a
+        /// regex matched against the whole name when prefixed with `re:`
+        /// (`re:blocks\.[01]\.attn\.hook_(q|pattern)`).
         #[arg(long)]
         names: String,
         /// Output `.safetensors` file.
@@ -227,8 +339,16 @@ pub fn run() -> ExitCode {
     let dir = progress::model_dir;
     let result = std::panic::catch_unwind(|| match cli.command {
         Command::Info { model, common } => dir(&model).and_then(|m| commands::info(&m, &common)),
-        Command::Logits { model, ids, out, common } => dir(&model).and_then(|m| commands::logits(&m, &ids, out.as_deref(), &common)),
-        Command::Cache { model, ids, names, out, common } => dir(&model).and_then(|m| commands::cache(&m, &ids, &names, &out, &common)),
+        Command::Logits { model, input, out, common } => commands::logits(&model, &input, out.as_deref(), &common),
+        Command::Cache { model, input, names, out, common } => commands::cache(&model, &input, &names, &out, &common),
+        Command::Tokenize { model, text, json } => dir(&model).and_then(|m| commands::tokenize(&m, &text, json)),
+        Command::Patch { model, input, corrupted_text, corrupted_ids, metric, nodes, no_exact, out, common } => {
+            let corrupted = Input { text: corrupted_text, ids: corrupted_ids };
+            commands::patch(&model, &input, &corrupted, &metric, &nodes, !no_exact, &out, &common)
+        }
+        Command::Attribute { model, input, target, wrong, pos, out, common } => commands::attribute(&model, &input, &target, wrong.as_deref(), pos, &out, &common),
+        Command::Lens { model, input, target, top, out, common } => commands::lens(&model, &input, target.as_deref(), top, &out, &common),
+        Command::Sae { model, sae, input, top, out, common } => commands::sae(&model, &sae, &input, top, &out, &common),
         Command::Download { id } => commands::download(&id),
         Command::Train { config, sets, resume, quiet, common } => commands::train(config.as_deref(), &sets, resume.as_deref(), quiet, &common),
         Command::Export { run, out } => commands::export(&run, &out),
@@ -239,9 +359,7 @@ pub fn run() -> ExitCode {
         Command::Data { action: DataAction::Fetch { name, out } } => commands::fetch(&name, out.as_deref()),
         Command::Backends => commands::backends(),
         Command::Bench { args, common } => commands::device_of(&common).and_then(|d| bench::run(&args, d)),
-        Command::Analyze { model, text, ids, out, process_weights, common } => {
-            dir(&model).and_then(|m| commands::analyze(&m, text.as_deref(), ids.as_deref(), &out, process_weights, &common))
-        }
+        Command::Analyze { model, input, out, common } => commands::analyze(&model, &input, &out, &common),
         Command::Induction { model, len, batch, seed, bos, out, common } => {
             dir(&model).and_then(|m| commands::induction(&m, len, batch, seed, bos, &out, &common))
         }
@@ -266,7 +384,13 @@ fn exit_code(err: &anyhow::Error) -> u8 {
                 _ => 1,
             };
         }
-        if c.is::<HfError>() || c.is::<ModelError>() || c.is::<BackendError>() || c.is::<UserError>() {
+        if c.is::<HfError>()
+            || c.is::<ModelError>()
+            || c.is::<BackendError>()
+            || c.is::<UserError>()
+            || c.is::<burnlens_lens::SaeError>()
+            || c.is::<burnlens_lens::MetricError>()
+        {
             return 2;
         }
     }

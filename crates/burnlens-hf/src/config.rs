@@ -87,8 +87,10 @@ pub struct HfConfig {
     pub model: TransformerConfig,
     /// `torch_dtype` / `dtype` as recorded, if any.
     pub torch_dtype: Option<String>,
-    /// `bos_token_id`, if any (GPT-2's is 50256).
+    /// `bos_token_id`, if any (GPT-2's is 50256) and inside the vocabulary.
     pub bos_token_id: Option<i64>,
+    /// Things in the file that were ignored and that a user should hear about.
+    pub warnings: Vec<String>,
 }
 
 /// Read and parse `path` (a `config.json`).
@@ -121,8 +123,17 @@ pub fn parse_config(text: &str, path: &Path) -> Result<HfConfig> {
         other => HfError::Model(other),
     })?;
     let torch_dtype = f.opt_string(&["torch_dtype", "dtype"])?;
-    let bos_token_id = f.get("bos_token_id").and_then(Value::as_i64).filter(|&b| b >= 0 && (b as usize) < model.vocab_size);
-    Ok(HfConfig { family, model, torch_dtype, bos_token_id })
+    let mut warnings = Vec::new();
+    let raw_bos = f.get("bos_token_id").and_then(Value::as_i64);
+    let bos_token_id = raw_bos.filter(|&b| b >= 0 && (b as usize) < model.vocab_size);
+    if let (Some(b), None) = (raw_bos, bos_token_id) {
+        warnings.push(format!(
+            "{}: bos_token_id {b} lies outside the vocabulary of {} tokens; no BOS token is used (pass --bos ID to choose one)",
+            path.display(),
+            model.vocab_size
+        ));
+    }
+    Ok(HfConfig { family, model, torch_dtype, bos_token_id, warnings })
 }
 
 fn gpt2(f: &Fields) -> Result<TransformerConfig> {

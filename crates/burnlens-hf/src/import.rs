@@ -63,7 +63,7 @@ pub fn import(hf: &HfConfig, ckpt: &Checkpoint, device: &Device) -> Result<(Tran
     let resolve = |e: &crate::layout::Entry| -> String { if e.prefixed { resolve_name(&e.hf) } else { e.hf.clone() } };
 
     let table = entries(hf.family, cfg);
-    let mut warnings = Vec::new();
+    let mut warnings = hf.warnings.clone();
     let mut dtypes: BTreeSet<&'static str> = BTreeSet::new();
     let mut used: BTreeSet<String> = BTreeSet::new();
 

@@ -13,8 +13,9 @@ use crate::factored::FactoredMatrix;
 
 /// Scores as `[L, H, L, H]` arrays, flattened row-major: `q[((l1 * H + h1) * L + l2) * H + h2]`
 /// is how much head `(l2, h2)` reads, through its queries, what head `(l1, h1)` wrote. Zero
-/// unless `l1 < l2`.
-#[derive(Debug, Clone, Serialize)]
+/// unless `l1 < l2`. Serialized (in `report.json`) as nested `[l1][h1][l2][h2]` arrays, like
+/// the other per-head arrays.
+#[derive(Debug, Clone)]
 pub struct CompositionScores {
     pub n_layers: usize,
     pub n_heads: usize,
@@ -25,6 +26,25 @@ pub struct CompositionScores {
     pub random_baseline: f64,
     /// `1 / sqrt(d_model)`, the value random matrices approach.
     pub inverse_sqrt_d_model: f64,
+}
+
+impl Serialize for CompositionScores {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let (l, h) = (self.n_layers, self.n_heads);
+        let nest = |v: &[f32]| -> Vec<Vec<Vec<Vec<f32>>>> {
+            (0..l).map(|l1| (0..h).map(|h1| (0..l).map(|l2| (0..h).map(|h2| v[self.index(l1, h1, l2, h2)]).collect()).collect()).collect()).collect()
+        };
+        let mut st = s.serialize_struct("CompositionScores", 7)?;
+        st.serialize_field("n_layers", &l)?;
+        st.serialize_field("n_heads", &h)?;
+        st.serialize_field("q", &nest(&self.q))?;
+        st.serialize_field("k", &nest(&self.k))?;
+        st.serialize_field("v", &nest(&self.v))?;
+        st.serialize_field("random_baseline", &self.random_baseline)?;
+        st.serialize_field("inverse_sqrt_d_model", &self.inverse_sqrt_d_model)?;
+        st.end()
+    }
 }
 
 impl CompositionScores {

@@ -13,6 +13,7 @@ pub mod process;
 pub mod report;
 pub mod residual;
 pub mod sae;
+pub mod tool_reports;
 pub mod views;
 
 pub use cache::{Ablation, ActivationCache, ablate_heads, patch, run_with_cache};

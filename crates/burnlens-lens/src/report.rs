@@ -29,6 +29,9 @@ pub struct Analysis {
     /// `[layer][head]` OV copying scores of the full OV circuits.
     pub ov_copying: Vec<Vec<f64>>,
     pub composition: CompositionScores,
+    /// `[pos]` log-probability the model gives the token after each position (`null` at the
+    /// last).
+    pub token_logprobs: Vec<Option<f64>>,
 }
 
 /// Analyse `model` on `ids`; `tokens` label the positions.
@@ -46,6 +49,7 @@ pub fn analyze(model: &Transformer, ids: &[i64], tokens: Vec<String>) -> Analysi
         detectors,
         ov_copying: ov_copying_scores(model),
         composition: composition_scores(model),
+        token_logprobs: crate::residual::token_logprobs(model, ids),
     }
 }
 
@@ -95,6 +99,9 @@ pub fn write_analysis(dir: &Path, a: &Analysis, title: &str) -> std::io::Result<
     std::fs::create_dir_all(dir)?;
     let mut body = String::new();
     let _ = write!(body, "<p>{} tokens, {} layers × {} heads. All numbers are in <code>report.json</code>.</p>", a.ids.len(), a.n_layers, a.n_heads);
+    body.push_str("<h2>Tokens</h2><p>Each token coloured by the log-probability the model gave it, from the position before (hover for the value; blue = unlikely, red = likely).</p>");
+    let shifted: Vec<Option<f64>> = (0..a.tokens.len()).map(|p| if p == 0 { None } else { a.token_logprobs[p - 1] }).collect();
+    body.push_str(&crate::views::coloured_tokens("log p(token | tokens before it)", &a.tokens, &shifted, false));
     body.push_str("<h2>Attention patterns</h2><p>Hover a cell for its value; click a head to enlarge it with token labels.</p>");
     body.push_str(&attention_viewer(&AttentionData { tokens: &a.tokens, patterns: &a.patterns, n_heads: a.n_heads }));
     body.push_str("<h2>Head detectors</h2><p>Share of attention on the detector's pattern (TransformerLens \"mul\" measure).</p>");

@@ -244,3 +244,86 @@ pub fn line_plot_svg(title: &str, x_label: &str, y_label: &str, series: &[(&str,
     s.push_str("</svg>");
     s
 }
+
+/// The text of a sequence with each token's background coloured by a value (per-token
+/// log-probability, loss difference, attribution, feature activation): blue for low or
+/// negative, red for high or positive, white in the middle; the value is in the tooltip and
+/// in `data-value`. `None` (no value, e.g. the last position's next-token log-prob) stays
+/// uncoloured. With `diverging`, the scale is symmetric around 0; otherwise it runs from the
+/// smallest to the largest value.
+pub fn coloured_tokens(title: &str, tokens: &[String], values: &[Option<f64>], diverging: bool) -> String {
+    let finite = || values.iter().flatten().copied().filter(|v| v.is_finite());
+    let (lo, hi) = (finite().fold(f64::INFINITY, f64::min), finite().fold(f64::NEG_INFINITY, f64::max));
+    let (lo, hi) = match (lo.is_finite(), diverging) {
+        (false, _) => (0.0, 1.0),
+        (true, true) => {
+            let m = lo.abs().max(hi.abs()).max(1e-12);
+            (-m, m)
+        }
+        (true, false) if hi > lo => (lo, hi),
+        (true, false) => (lo - 1.0, hi + 1.0),
+    };
+    let mut s = String::new();
+    let _ = write!(s, r#"<div class="bl-tokens"><div class="bl-tokens-title">{}</div><div class="bl-tokens-text" style="font-family:monospace;font-size:14px;line-height:1.9;white-space:pre-wrap">"#, esc(title));
+    for (i, tok) in tokens.iter().enumerate() {
+        let v = values.get(i).copied().flatten();
+        let (bg, tip) = match v {
+            Some(v) if v.is_finite() => {
+                let t = ((v - lo) / (hi - lo)).clamp(0.0, 1.0);
+                let (r, g, b) = if t < 0.5 {
+                    let u = t * 2.0;
+                    (u, u, 1.0)
+                } else {
+                    let u = (1.0 - t) * 2.0;
+                    (1.0, u, u)
+                };
+                (format!("rgb({},{},{})", (r * 255.0) as u8, (g * 255.0) as u8, (b * 255.0) as u8), format!("{v:.4}"))
+            }
+            _ => ("transparent".to_string(), "n/a".to_string()),
+        };
+        let shown = if tok.is_empty() { "∅".to_string() } else { tok.replace('\n', "⏎\n") };
+        let _ = write!(
+            s,
+            r#"<span class="bl-tok" data-pos="{i}" data-value="{tip}" title="{i} {}: {tip}" style="background:{bg};border:1px solid #ddd;padding:1px 0">{}</span>"#,
+            esc(&format!("{tok:?}")),
+            esc(&shown)
+        );
+    }
+    let _ = write!(s, r#"</div><div style="font-size:11px;color:#555">scale {lo:.3} (blue) … {hi:.3} (red)</div></div>"#);
+    s
+}
+
+/// Scatter plot of `(x, y)` points with labels in tooltips and the line y = x.
+pub fn scatter_svg(title: &str, x_label: &str, y_label: &str, points: &[(f64, f64)], labels: &[String]) -> String {
+    let (w, h, m) = (460.0, 420.0, 55.0);
+    let all = points.iter().flat_map(|p| [p.0, p.1]).filter(|v| v.is_finite());
+    let (mut lo, mut hi) = all.fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), v| (a.min(v), b.max(v)));
+    if !(lo.is_finite() && hi > lo) {
+        lo = -1.0;
+        hi = 1.0;
+    }
+    let pad = (hi - lo) * 0.05;
+    let (lo, hi) = (lo - pad, hi + pad);
+    let px = |v: f64| m + (v - lo) / (hi - lo) * (w - 2.0 * m);
+    let py = |v: f64| h - m - (v - lo) / (hi - lo) * (h - 2.0 * m);
+    let mut s = String::new();
+    let _ = write!(s, r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="11">"#);
+    let _ = write!(s, r##"<rect width="{w}" height="{h}" fill="white"/><text x="{m}" y="18" font-size="13">{}</text>"##, esc(title));
+    let _ = write!(s, r##"<rect x="{m}" y="{m}" width="{}" height="{}" fill="none" stroke="#444"/>"##, w - 2.0 * m, h - 2.0 * m);
+    let _ = write!(s, r##"<line x1="{:.1}" y1="{:.1}" x2="{:.1}" y2="{:.1}" stroke="#bbb" stroke-dasharray="4 3"/>"##, px(lo), py(lo), px(hi), py(hi));
+    for i in 0..=4 {
+        let v = lo + (hi - lo) * i as f64 / 4.0;
+        let _ = write!(s, r#"<text x="{:.1}" y="{}" text-anchor="middle">{v:.2}</text>"#, px(v), h - m + 14.0);
+        let _ = write!(s, r#"<text x="{}" y="{:.1}" text-anchor="end" dominant-baseline="middle">{v:.2}</text>"#, m - 4.0, py(v));
+    }
+    for (i, &(x, y)) in points.iter().enumerate() {
+        if x.is_finite() && y.is_finite() {
+            let label = labels.get(i).map_or(String::new(), |l| esc(l));
+            let _ = write!(s, r##"<circle class="bl-point" cx="{:.1}" cy="{:.1}" r="3.5" fill="#1f77b4" fill-opacity="0.7"><title>{label}: {x:.4}, {y:.4}</title></circle>"##, px(x), py(y));
+        }
+    }
+    let _ = write!(s, r#"<text x="{}" y="{}" text-anchor="middle">{}</text>"#, w / 2.0, h - 12.0, esc(x_label));
+    let _ = write!(s, r#"<text transform="translate(14,{}) rotate(-90)" text-anchor="middle">{}</text>"#, h / 2.0, esc(y_label));
+    s.push_str("</svg>");
+    s
+}
