@@ -85,12 +85,13 @@ fn cache_writes_the_matching_activations() {
     let (ids, text) = ids_of("gpt2");
     let o = burnlens(&[
         "cache", "--model", fixture("gpt2").to_str().unwrap(), "--ids", &text,
-        "--names", r"blocks\.0\.attn\.hook_(q|pattern)$|^hook_embed$|blocks\.2\.hook_resid_post", "--out", out.to_str().unwrap(),
+        "--names", r"re:blocks\.0\.attn\.hook_(q|pattern)|hook_embed|blocks\.2\.hook_resid_post", "--out", out.to_str().unwrap(),
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
     let got = read_safetensors(&out);
-    let mut names: Vec<&String> = got.keys().collect();
+    let mut names: Vec<&String> = got.keys().filter(|k| *k != "ids").collect();
     names.sort();
+    assert_eq!(got["ids"].i64, ids, "the token ids are saved beside the activations");
     assert_eq!(names, ["blocks.0.attn.hook_pattern", "blocks.0.attn.hook_q", "blocks.2.hook_resid_post", "hook_embed"]);
     let t = ids.len();
     assert_eq!(got["blocks.0.attn.hook_q"].shape, vec![1, t, 4, 8]);
@@ -101,7 +102,7 @@ fn cache_writes_the_matching_activations() {
 
     // Every documented hook name is produced when asked for.
     let all = dir.path().join("all.safetensors");
-    let o = burnlens(&["cache", "--model", fixture("gpt2").to_str().unwrap(), "--ids", "1,2,3", "--names", ".*", "--out", all.to_str().unwrap()]);
+    let o = burnlens(&["cache", "--model", fixture("gpt2").to_str().unwrap(), "--ids", "1,2,3", "--names", "re:.*", "--out", all.to_str().unwrap()]);
     assert!(o.status.success(), "{}", stderr(&o));
     let got = read_safetensors(&all);
     for l in 0..3 {
@@ -128,8 +129,8 @@ fn bad_command_line_inputs_are_one_line_errors() {
     assert_bad_input(&burnlens(&["logits", "--model", m, "--ids", "1", "--out", "x.txt"]), "expected a .json or .safetensors file name");
     assert_bad_input(&burnlens(&["logits", "--model", m, "--ids", "1", "--out", "/nonexistent-dir/x.json"]), "does not exist");
     assert_bad_input(&burnlens(&["logits", "--model", "/nonexistent-model", "--ids", "1"]), "/nonexistent-model");
-    assert_bad_input(&burnlens(&["cache", "--model", m, "--ids", "1", "--names", "(", "--out", "x.safetensors"]), "--names: invalid regex");
-    assert_bad_input(&burnlens(&["cache", "--model", m, "--ids", "1", "--names", "nothing_here", "--out", "x.safetensors"]), "matches no hook point");
+    assert_bad_input(&burnlens(&["cache", "--model", m, "--ids", "1", "--names", "re:(", "--out", "x.safetensors"]), "--names: invalid regex");
+    assert_bad_input(&burnlens(&["cache", "--model", m, "--ids", "1", "--names", "nothing_here", "--out", "x.safetensors"]), "is not a hook point of this model");
     if !burnlens::model::backend::is_compiled("cuda") {
         assert_bad_input(&burnlens(&["info", "--model", m, "--backend", "cuda"]), "rebuild with: cargo build --release --features cuda");
     }

@@ -7,8 +7,9 @@ use thiserror::Error;
 /// message names the file, field or tensor and says what was expected.
 #[derive(Debug, Error)]
 pub enum HfError {
-    #[error("{}: {source}", path.display())]
-    Io { path: PathBuf, source: std::io::Error },
+    /// The OS error is shown once, in this message (not also as a chained source).
+    #[error("{}: {error}", path.display())]
+    Io { path: PathBuf, error: std::io::Error },
     #[error("{}: not valid JSON: {msg}", path.display())]
     Json { path: PathBuf, msg: String },
     #[error("{}: field `{field}` {msg}", path.display())]
@@ -39,7 +40,7 @@ pub enum HfError {
 
 impl HfError {
     pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
-        HfError::Io { path: path.into(), source }
+        HfError::Io { path: path.into(), error: source }
     }
 
     pub(crate) fn checkpoint(path: impl Into<PathBuf>, msg: impl std::fmt::Display) -> Self {

@@ -36,9 +36,34 @@ fn data_err(path: &Path, msg: impl Into<String>) -> TrainError {
     TrainError::Data { path: path.to_path_buf(), msg: msg.into() }
 }
 
+/// What to say when a data file is missing: where a relative path was looked for, and how
+/// to get the file.
+fn missing_data_hint(path: &Path) -> String {
+    let mut msg = String::from("no such file");
+    if path.is_relative() {
+        let cwd = std::env::current_dir().map(|d| d.display().to_string()).unwrap_or_else(|_| "?".into());
+        msg.push_str(&format!(
+            "; relative paths in a run config (and in --set) are resolved from the current directory ({cwd}), not from the config file's folder"
+        ));
+    }
+    let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or("");
+    if stem == "tinyshakespeare" || stem == "input" {
+        msg.push_str(&format!(
+            "; download it with `burnlens data fetch tinyshakespeare --out {}` (sha256-checked), or point data.path at a copy: --set data.path=PATH",
+            path.display()
+        ));
+    } else {
+        msg.push_str("; point data.path at the text file: --set data.path=PATH");
+    }
+    msg
+}
+
 /// Read a text file that must be non-empty UTF-8.
 fn read_text(path: &Path) -> Result<String> {
-    let bytes = std::fs::read(path).map_err(|e| TrainError::io(path, e))?;
+    let bytes = std::fs::read(path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => data_err(path, missing_data_hint(path)),
+        _ => TrainError::io(path, e),
+    })?;
     if bytes.is_empty() {
         return Err(data_err(path, "the data file is empty"));
     }

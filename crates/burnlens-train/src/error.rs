@@ -8,8 +8,9 @@ use thiserror::Error;
 /// Errors of configuring, feeding and running training.
 #[derive(Debug, Error)]
 pub enum TrainError {
-    #[error("{}: {source}", path.display())]
-    Io { path: PathBuf, source: std::io::Error },
+    /// The OS error is shown once, in this message (not also as a chained source).
+    #[error("{}: {error}", path.display())]
+    Io { path: PathBuf, error: std::io::Error },
     #[error("{}: {msg}", path.display())]
     Config { path: PathBuf, msg: String },
     #[error("{}: {msg}", path.display())]
@@ -30,7 +31,7 @@ pub enum TrainError {
 
 impl TrainError {
     pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
-        TrainError::Io { path: path.into(), source }
+        TrainError::Io { path: path.into(), error: source }
     }
 
     /// Whether the error is about what the user gave (exit code 2) rather than a failure.
