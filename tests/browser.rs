@@ -185,3 +185,72 @@ fn base64_decode(s: &str) -> Vec<u8> {
     }
     out
 }
+
+/// Computed background colour of an element as `[r, g, b, a]`.
+fn parse_rgb(s: &str) -> [f64; 4] {
+    let inner = s.trim_start_matches("rgba(").trim_start_matches("rgb(").trim_end_matches(')');
+    let v: Vec<f64> = inner.split(',').map(|x| x.trim().parse().unwrap()).collect();
+    [v[0], v[1], v[2], *v.get(3).unwrap_or(&1.0)]
+}
+
+#[test]
+fn coloured_tokens_and_the_tool_reports_render() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = load_model(&fixture("trained_gpt2_char"), &Device::flex()).unwrap().model;
+    let ids: Vec<i64> = vec![18, 47, 56, 57, 58, 1, 15, 47, 58, 47, 64, 43, 52];
+    let labels: Vec<String> = ids.iter().map(|i| format!("t{i}")).collect();
+    let analysis = analyze(&model, &ids, labels.clone());
+    let report = tmp.path().join("report");
+    write_analysis(&report, &analysis, "coloured tokens").unwrap();
+    let Some(d) = Driver::start(&tmp.path().join("profile")) else { return };
+    d.cmd("/url", json!({"url": format!("file://{}", report.join("index.html").display())}));
+
+    // One visible span per token, coloured by the log-probability the model gave it.
+    let spans = d.js("return [...document.querySelectorAll('.bl-tokens .bl-tok')].map(s => { const r = s.getBoundingClientRect(); \
+        return [s.textContent, s.dataset.value, getComputedStyle(s).backgroundColor, r.width, r.height]; });");
+    let spans = spans.as_array().unwrap();
+    assert_eq!(spans.len(), ids.len());
+    assert!(spans.iter().all(|s| s[3].as_f64().unwrap() > 0.0 && s[4].as_f64().unwrap() > 0.0), "every token is laid out: {spans:?}");
+    assert_eq!(spans[0][1], "n/a", "nothing predicts the first token");
+    assert_eq!(parse_rgb(spans[0][2].as_str().unwrap())[3], 0.0, "the first token is uncoloured");
+    let values: Vec<(usize, f64)> = (1..ids.len()).map(|i| (i, spans[i][1].as_str().unwrap().parse::<f64>().unwrap())).collect();
+    for &(i, v) in &values {
+        let want = analysis.token_logprobs[i - 1].unwrap();
+        assert!((v - want).abs() < 1e-3, "token {i}: shows {v}, log p is {want}");
+    }
+    let (hi, _) = values.iter().copied().max_by(|a, b| a.1.total_cmp(&b.1)).unwrap();
+    let (lo, _) = values.iter().copied().min_by(|a, b| a.1.total_cmp(&b.1)).unwrap();
+    let (h, l) = (parse_rgb(spans[hi][2].as_str().unwrap()), parse_rgb(spans[lo][2].as_str().unwrap()));
+    assert!(h[0] == 255.0 && h[2] < 10.0, "the likeliest token is red: {h:?}");
+    assert!(l[2] == 255.0 && l[0] < 10.0, "the least likely token is blue: {l:?}");
+
+    // The patching report: one drawn point per node in the scatter plot, the correlation shown.
+    use burnlens::lens::tool_reports::{PatchingReport, write_patching};
+    use burnlens::lens::{Metric, NodeKind, compare_patching};
+    let mut corrupted = ids.clone();
+    corrupted[3] = 20;
+    let result = compare_patching(&model, &ids, &corrupted, &Metric::Loss { from: 4 }, &NodeKind::ALL, true).unwrap();
+    let n = result.nodes.len();
+    let r = PatchingReport {
+        clean_ids: ids.clone(),
+        clean_tokens: labels.clone(),
+        corrupted_ids: corrupted.clone(),
+        corrupted_tokens: corrupted.iter().map(|i| format!("t{i}")).collect(),
+        n_layers: model.config.n_layers(),
+        n_heads: model.config.n_heads,
+        result,
+    };
+    let dir = tmp.path().join("patch");
+    write_patching(&dir, &r, "patching").unwrap();
+    d.cmd("/url", json!({"url": format!("file://{}", dir.join("index.html").display())}));
+    let points = d.js("return [...document.querySelectorAll('circle.bl-point')].filter(c => c.getBoundingClientRect().width > 0).length;");
+    assert_eq!(points.as_u64().unwrap() as usize, n);
+    let text = d.js("return document.querySelector('.bl-correlation').textContent;");
+    assert!(text.as_str().unwrap().contains(&format!("{:.3}", r.result.correlation.unwrap())), "{text}");
+    // The corrupted token is the only red one in the corrupted sequence.
+    let red = d.js("return [...document.querySelectorAll('.bl-tokens')][1].querySelectorAll('.bl-tok').length;");
+    assert_eq!(red.as_u64().unwrap() as usize, ids.len());
+    let colours = d.js("return [...[...document.querySelectorAll('.bl-tokens')][1].querySelectorAll('.bl-tok')].map(s => getComputedStyle(s).backgroundColor);");
+    let reds: Vec<usize> = colours.as_array().unwrap().iter().enumerate().filter(|(_, c)| parse_rgb(c.as_str().unwrap())[2] < 10.0).map(|(i, _)| i).collect();
+    assert_eq!(reds, vec![3]);
+}
