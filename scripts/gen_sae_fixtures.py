@@ -91,8 +91,33 @@ def write(name, sae, model_fixture, ids, x, legacy_cfg=None, heads=None):
     print(f"{name}: {type(loaded).__name__} d_in={loaded.cfg.d_in} d_sae={loaded.cfg.d_sae} mean L0 {l0:.1f}", file=sys.stderr)
 
 
+def from_burnlens(name, sae_dir, model_fixture):
+    """An SAE trained and saved by burnlens, read by sae-lens: what sae-lens computes with it."""
+    cfg = json.load(open(os.path.join(sae_dir, "cfg.json")))
+    hook = cfg["metadata"]["hook_name"]
+    ids, x = capture(os.path.join(ROOT, model_fixture), hook)
+    out = os.path.join(ROOT, "sae", name)
+    shutil.rmtree(out, ignore_errors=True)
+    os.makedirs(out)
+    for f in ("cfg.json", "sae_weights.safetensors"):
+        shutil.copy(os.path.join(sae_dir, f), out)
+    loaded = SAE.load_from_disk(out)
+    with torch.no_grad():
+        feats = loaded.encode(x)
+        recon = loaded.decode(feats)
+    save_file({"ids": ids, "sae_in": x, "feature_acts": feats.contiguous(), "sae_out": recon.contiguous()}, os.path.join(out, "expected.safetensors"))
+    with open(os.path.join(out, "meta.json"), "w") as f:
+        json.dump({"model": model_fixture, "sae_lens": sae_lens.__version__, "torch": torch.__version__, "architecture": loaded.cfg.architecture(), "trained_by": "burnlens"}, f, indent=2)
+    print(f"{name}: burnlens-trained {type(loaded).__name__} read by sae-lens, mean L0 {(feats > 0).float().sum(-1).mean().item():.1f}", file=sys.stderr)
+
+
 def main():
     torch.manual_seed(0)
+    for spec in sys.argv[1:]:
+        # NAME=DIR@MODEL_FIXTURE: an SAE burnlens trained (cargo xtask sae-fixtures makes one).
+        name, rest = spec.split("=", 1)
+        sae_dir, model_fixture = rest.rsplit("@", 1)
+        from_burnlens(name, sae_dir, model_fixture)
     fx = lambda n: os.path.join(ROOT, n)
     meta = lambda hook, model: {"hook_name": hook, "model_name": model}
 

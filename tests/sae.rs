@@ -9,7 +9,7 @@ use burnlens::hf::load_model;
 use burnlens::lens::sae::{Architecture, Normalize, Sae, features, run_sae};
 use common::*;
 
-const SAE_FIXTURES: &[&str] = &["standard_gpt2_resid", "jumprelu_llama_resid", "topk_pythia_resid", "layernorm_gpt2_hook_z", "constnorm_qwen2_mlp_out", "legacy_topk_gpt_neo_resid"];
+const SAE_FIXTURES: &[&str] = &["standard_gpt2_resid", "jumprelu_llama_resid", "topk_pythia_resid", "layernorm_gpt2_hook_z", "constnorm_qwen2_mlp_out", "legacy_topk_gpt_neo_resid", "burnlens_topk_trained_gpt2_char"];
 
 fn sae_dir(name: &str) -> std::path::PathBuf {
     fixture("sae").join(name)
@@ -163,4 +163,45 @@ fn bad_sae_directories_are_refused_by_name() {
     let gpt2 = load_model(&fixture("gpt2"), &device).unwrap().model;
     let err = features(&gpt2, &sae, &[1, 2, 3]).unwrap_err().to_string();
     assert!(err.contains("d_in is 64") && err.contains("width 32"), "{err}");
+}
+
+#[test]
+fn saes_trained_on_streamed_activations_reconstruct_them_and_save_in_saelens_layout() {
+    use burnlens::lens::sae_train::{SaeTrainConfig, TokenSource, train_sae};
+    let device = Device::flex();
+    let model = load_model(&fixture("trained_gpt2_char"), &device).unwrap().model;
+    let tmp = tempfile::tempdir().unwrap();
+    for architecture in [Architecture::Standard, Architecture::TopK { k: 8, rescale_acts_by_decoder_norm: false }] {
+        let cfg = SaeTrainConfig {
+            hook_name: "blocks.1.hook_resid_pre".into(),
+            d_sae: 128,
+            architecture,
+            l1_coefficient: 0.3,
+            learning_rate: 3e-3,
+            steps: 300,
+            batch: 8,
+            seq_len: 24,
+            seed: 1,
+        };
+        let (sae, report) = train_sae(&model, &TokenSource::Random { vocab: model.config.vocab_size }, &cfg).unwrap();
+        let first = report.curve.first().unwrap();
+        let last = report.curve.last().unwrap();
+        eprintln!("{architecture:?}: loss {:.3} -> {:.3}, held-out explained variance {:.3}, L0 {:.1}, dead {}", first.1, last.1, report.explained_variance, report.mean_l0, report.dead_features);
+        assert!(last.1 < 0.7 * first.1, "{architecture:?}: the loss falls ({} -> {})", first.1, last.1);
+        assert!(report.explained_variance > 0.7, "{architecture:?}: explained variance {}", report.explained_variance);
+        match architecture {
+            Architecture::TopK { k, .. } => assert!(report.mean_l0 <= k as f64 + 1e-9),
+            _ => assert!(report.mean_l0 < 64.0, "sparse: L0 {}", report.mean_l0),
+        }
+        assert_eq!(report.tokens, 300 * 8 * 24);
+        let dir = tmp.path().join(format!("{architecture:?}").chars().filter(char::is_ascii_alphanumeric).collect::<String>());
+        sae.save(&dir).unwrap();
+        let back = Sae::load(&dir, &device).unwrap();
+        let ids: Vec<i64> = (0..20).map(|i| (i * 7 % 65) as i64).collect();
+        let a = host(features(&model, &sae, &ids).unwrap());
+        let b = host(features(&model, &back, &ids).unwrap());
+        assert_eq!(a, b, "saved and loaded back");
+        let run = run_sae(&model, &back, &ids, 3).unwrap();
+        assert!(run.loss_recovered.unwrap() > 0.5, "{architecture:?}: splicing the SAE keeps most of the loss: {:?}", run.loss_recovered);
+    }
 }

@@ -508,7 +508,10 @@ fn main() -> Result<()> {
                 std::fs::write(&constraints, PY_PACKAGES[..2].join("\n"))?;
                 run(Command::new(&py).args(["-m", "pip", "install", "--quiet", "-c"]).arg(&constraints).arg(SAE_LENS))?;
             }
-            run(Command::new(py).current_dir(root()).arg("scripts/gen_sae_fixtures.py"))?;
+            // An SAE trained by burnlens on a model trained by burnlens, for sae-lens to read.
+            let trained = root().join("target/sae-export/topk_trained_gpt2_char");
+            run(Command::new("cargo").current_dir(root()).args(["run", "--quiet", "--", "train-sae", "--model", "tests/fixtures/trained_gpt2_char", "--hook", "blocks.1.hook_resid_pre", "--architecture", "topk", "--k", "8", "--d-sae", "96", "--steps", "400", "--batch", "8", "--seq-len", "24", "--seed", "3", "--out"]).arg(&trained))?;
+            run(Command::new(py).current_dir(root()).arg("scripts/gen_sae_fixtures.py").arg(format!("burnlens_topk_trained_gpt2_char={}@trained_gpt2_char", trained.display())))?;
         }
         "bench-train" => bench_train()?,
         "bench" => bench(std::env::args().skip(2).collect())?,

@@ -13,6 +13,7 @@ pub mod process;
 pub mod report;
 pub mod residual;
 pub mod sae;
+pub mod sae_train;
 pub mod tool_reports;
 pub mod views;
 
