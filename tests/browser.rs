@@ -236,6 +236,7 @@ fn coloured_tokens_and_the_tool_reports_render() {
         clean_tokens: labels.clone(),
         corrupted_ids: corrupted.clone(),
         corrupted_tokens: corrupted.iter().map(|i| format!("t{i}")).collect(),
+        direction: "noising".into(),
         n_layers: model.config.n_layers(),
         n_heads: model.config.n_heads,
         result,

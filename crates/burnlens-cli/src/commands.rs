@@ -472,7 +472,7 @@ fn parse_metric(m: &AnyModel, spec: &str, len: usize) -> Result<burnlens_lens::M
 }
 
 #[allow(clippy::too_many_arguments)]
-pub fn patch(args: &ModelArgs, clean: &Input, corrupted: &Input, metric: &str, nodes: &str, exact: bool, out: &Path, common: &Common) -> Result<()> {
+pub fn patch(args: &ModelArgs, clean: &Input, corrupted: &Input, metric: &str, nodes: &str, exact: bool, denoise: bool, out: &Path, common: &Common) -> Result<()> {
     let (m, dir) = load_model_args(args, common)?;
     let (clean_ids, clean_tokens) = ids_and_labels(&m, &dir, clean, "")?;
     let (corrupted_ids, corrupted_tokens) = ids_and_labels(&m, &dir, corrupted, "corrupted-")?;
@@ -493,12 +493,16 @@ pub fn patch(args: &ModelArgs, clean: &Input, corrupted: &Input, metric: &str, n
         .filter(|s| !s.is_empty())
         .map(|s| burnlens_lens::NodeKind::parse(s).ok_or_else(|| UserError(format!("--nodes: unknown node kind {s:?}; expected head, resid_pre or mlp"))))
         .collect::<Result<Vec<_>, _>>()?;
-    let result = burnlens_lens::compare_patching(&m.model, &clean_ids, &corrupted_ids, &metric, &kinds, exact)?;
+    // Denoising is noising with the roles swapped: the corrupted run is the base.
+    let (base, source) = if denoise { (&corrupted_ids, &clean_ids) } else { (&clean_ids, &corrupted_ids) };
+    let result = burnlens_lens::compare_patching(&m.model, base, source, &metric, &kinds, exact)?;
     let c = &m.model.config;
-    let report = burnlens_lens::tool_reports::PatchingReport { clean_ids, clean_tokens, corrupted_ids, corrupted_tokens, n_layers: c.n_layers(), n_heads: c.n_heads, result };
+    let direction = if denoise { "denoising" } else { "noising" }.to_string();
+    let report = burnlens_lens::tool_reports::PatchingReport { clean_ids, clean_tokens, corrupted_ids, corrupted_tokens, direction, n_layers: c.n_layers(), n_heads: c.n_heads, result };
     burnlens_lens::tool_reports::write_patching(out, &report, &format!("burnlens patching on {}", dir.display())).map_err(report_err(out))?;
     let r = &report.result;
-    println!("metric {}: clean {:.4}, corrupted {:.4}", metric.describe(), r.clean_metric, r.corrupted_metric);
+    let (c_m, x_m) = if denoise { (r.corrupted_metric, r.clean_metric) } else { (r.clean_metric, r.corrupted_metric) };
+    println!("metric {}: clean {c_m:.4}, corrupted {x_m:.4} ({})", metric.describe(), report.direction);
     let shown = |values: &[f64]| {
         let mut order: Vec<usize> = (0..values.len()).collect();
         order.sort_by(|&a, &b| values[b].abs().total_cmp(&values[a].abs()));

@@ -182,6 +182,12 @@ enum Command {
         /// Only attribution patching (one forward/backward), no per-node forward passes.
         #[arg(long)]
         no_exact: bool,
+        /// Denoising: run the corrupted sequence and patch in the clean activations (the
+        /// gradient is then taken on the corrupted run), instead of the default noising
+        /// (clean run, corrupted activations patched in). The linear estimate is poor where
+        /// the base run's metric is saturated, so the direction matters.
+        #[arg(long)]
+        denoise: bool,
         #[arg(long)]
         out: std::path::PathBuf,
         #[command(flatten)]
@@ -384,9 +390,9 @@ pub fn run() -> ExitCode {
         Command::Logits { model, input, out, common } => commands::logits(&model, &input, out.as_deref(), &common),
         Command::Cache { model, input, names, out, common } => commands::cache(&model, &input, &names, &out, &common),
         Command::Tokenize { model, text, json } => dir(&model).and_then(|m| commands::tokenize(&m, &text, json)),
-        Command::Patch { model, input, corrupted_text, corrupted_ids, metric, nodes, no_exact, out, common } => {
+        Command::Patch { model, input, corrupted_text, corrupted_ids, metric, nodes, no_exact, denoise, out, common } => {
             let corrupted = Input { text: corrupted_text, ids: corrupted_ids };
-            commands::patch(&model, &input, &corrupted, &metric, &nodes, !no_exact, &out, &common)
+            commands::patch(&model, &input, &corrupted, &metric, &nodes, !no_exact, denoise, &out, &common)
         }
         Command::Attribute { model, input, target, wrong, pos, out, common } => commands::attribute(&model, &input, &target, wrong.as_deref(), pos, &out, &common),
         Command::Lens { model, input, target, top, out, common } => commands::lens(&model, &input, target.as_deref(), top, &out, &common),

@@ -37,6 +37,10 @@ pub struct PatchingReport {
     pub clean_tokens: Vec<String>,
     pub corrupted_ids: Vec<i64>,
     pub corrupted_tokens: Vec<String>,
+    /// `noising` (clean run, corrupted activations patched in; `result.clean_metric` is the
+    /// clean run's) or `denoising` (the corrupted run is the base: `result.clean_metric`
+    /// is then the corrupted run's metric and `result.corrupted_metric` the clean one's).
+    pub direction: String,
     pub n_layers: usize,
     pub n_heads: usize,
     #[serde(flatten)]
@@ -67,13 +71,14 @@ impl PatchingReport {
 pub fn write_patching(dir: &Path, r: &PatchingReport, title: &str) -> std::io::Result<()> {
     let res = &r.result;
     let mut body = String::new();
+    let denoise = r.direction == "denoising";
+    let (clean, corrupted) = if denoise { (res.corrupted_metric, res.clean_metric) } else { (res.clean_metric, res.corrupted_metric) };
     let _ = write!(
         body,
-        "<p>Metric: <b>{}</b>. Clean {:.4}, corrupted {:.4}. Each node is patched from the corrupted run into the clean run; \
-         attribution patching estimates the same change as (corrupted − clean) · ∂metric/∂activation from one backward pass.</p>",
+        "<p>Metric: <b>{}</b>. Clean {clean:.4}, corrupted {corrupted:.4}. {} \
+         Attribution patching estimates the same change as (source − base) · ∂metric/∂activation from one backward pass on the base run.</p>",
         esc(&res.metric.describe()),
-        res.clean_metric,
-        res.corrupted_metric
+        if denoise { "Denoising: each node is patched from the clean run into the corrupted run (the base)." } else { "Noising: each node is patched from the corrupted run into the clean run (the base)." }
     );
     if let Some(c) = res.correlation {
         let by: Vec<String> = res.correlation_by_kind.iter().map(|(k, v)| format!("{k} {v:.3}")).collect();
