@@ -111,8 +111,9 @@ enum Command {
         /// Hugging Face model directory, Hub id or burnlens run directory.
         #[arg(long)]
         model: std::path::PathBuf,
-        /// Prompt text (needs a tokenizer.json or char_vocab.json in the directory).
-        #[arg(long, conflicts_with = "ids")]
+        /// Prompt text (needs a tokenizer.json or char_vocab.json in the directory); `--text`
+        /// is the same option, as in the other commands.
+        #[arg(long, alias = "text", conflicts_with = "ids")]
         prompt: Option<String>,
         /// Prompt as comma-separated token ids.
         #[arg(long)]

@@ -90,7 +90,7 @@ pub fn composition_svgs(c: &CompositionScores) -> Vec<(String, String)> {
         .collect()
 }
 
-fn write(dir: &Path, name: &str, text: &str) -> std::io::Result<()> {
+pub(crate) fn write(dir: &Path, name: &str, text: &str) -> std::io::Result<()> {
     std::fs::write(dir.join(name), text)
 }
 

@@ -51,6 +51,16 @@ fn embeddings(model: &Transformer, cache: &crate::ActivationCache, labels: &mut 
     }
 }
 
+/// Layer `l`'s per-head results of the first sequence, labelled `L{l}H{h}`.
+fn push_heads(cache: &crate::ActivationCache, l: usize, labels: &mut Vec<String>, parts: &mut Vec<Tensor<2>>) {
+    let r = cache.get(&format!("blocks.{l}.attn.hook_result")).and_then(|a| a.rank4()).expect("hook_result cached");
+    let [_, t, h, d] = r.dims();
+    for head in 0..h {
+        labels.push(format!("L{l}H{head}"));
+        parts.push(r.clone().narrow(0, 0, 1).narrow(2, head, 1).reshape([t, d]));
+    }
+}
+
 fn stack(labels: Vec<String>, parts: Vec<Tensor<2>>) -> Components {
     let parts: Vec<Tensor<3>> = parts.into_iter().map(|p| p.unsqueeze_dim(0)).collect();
     Components { labels, stack: Tensor::cat(parts, 0) }
@@ -81,12 +91,7 @@ pub fn stack_head_results(model: &Transformer, ids: &[i64], layer: Option<usize>
     let cache = run_with_cache(model, ids, |n| n.ends_with("attn.hook_result"));
     let (mut labels, mut parts) = (Vec::new(), Vec::new());
     for l in 0..upto {
-        let r = cache.get(&format!("blocks.{l}.attn.hook_result")).and_then(|a| a.rank4()).expect("hook_result cached");
-        let [_, t, h, d] = r.dims();
-        for head in 0..h {
-            labels.push(format!("L{l}H{head}"));
-            parts.push(r.clone().narrow(0, 0, 1).narrow(2, head, 1).reshape([t, d]));
-        }
+        push_heads(&cache, l, &mut labels, &mut parts);
     }
     stack(labels, parts)
 }
@@ -102,12 +107,8 @@ pub fn residual_components(model: &Transformer, ids: &[i64]) -> (Components, Ten
     embeddings(model, &cache, &mut labels, &mut parts);
     let t = ids.len();
     for (l, block) in model.blocks.iter().enumerate() {
-        let r = cache.get(&format!("blocks.{l}.attn.hook_result")).and_then(|a| a.rank4()).expect("hook_result cached");
-        let [_, _, h, d] = r.dims();
-        for head in 0..h {
-            labels.push(format!("L{l}H{head}"));
-            parts.push(r.clone().narrow(0, 0, 1).narrow(2, head, 1).reshape([t, d]));
-        }
+        push_heads(&cache, l, &mut labels, &mut parts);
+        let d = model.config.d_model;
         if let Some(b) = &block.attn.out.bias {
             labels.push(format!("L{l}_attn_bias"));
             parts.push(b.val().reshape([1, d]).expand([t, d]));

@@ -8,13 +8,10 @@ use std::path::Path;
 use serde::Serialize;
 
 use crate::patching::{NodeKind, PatchingResult};
+use crate::report::write;
 use crate::residual::{LogitAttribution, LogitLens};
 use crate::sae::SaeRun;
 use crate::views::{coloured_tokens, esc, heatmap_svg, page, scatter_svg};
-
-fn write(dir: &Path, name: &str, text: &str) -> std::io::Result<()> {
-    std::fs::write(dir.join(name), text)
-}
 
 fn finish<T: Serialize>(dir: &Path, title: &str, body: &str, data: &T) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)?;
