@@ -142,16 +142,20 @@ fn patch_reports_both_estimates_and_their_correlation() {
     }
     // Text on a model trained here, with attribution only.
     let dir = tmp.path().join("char");
-    let o = burnlens(&["patch", "--model", fixture(CHAR_MODEL).to_str().unwrap(), "--text", "the king", "--corrupted-text", "the kind", "--metric", "loss", "--no-exact", "--out", dir.to_str().unwrap()]);
+    let o = burnlens(&["patch", "--model", fixture(CHAR_MODEL).to_str().unwrap(), "--text", "the king", "--corrupted-text", "she king", "--metric", "loss", "--no-exact", "--out", dir.to_str().unwrap()]);
     ok(&o);
     let r = json(&dir.join("report.json"));
     assert!(r["patched"].is_null() && r["correlation"].is_null());
     assert_eq!(r["clean_tokens"][7], "g");
+    assert!(r["attribution"].as_array().unwrap().iter().any(|a| f(a).abs() > 1e-4), "a changed first token changes the later losses");
     // Bad input.
     let m = fixture("gpt2");
     let m = m.to_str().unwrap();
     let d = dir.to_str().unwrap();
     assert_bad_input(&burnlens(&["patch", "--model", m, "--ids", "1,2,3", "--corrupted-ids", "1,2", "--out", d]), "needs equal lengths");
+    let o = burnlens(&["patch", "--model", m, "--ids", "1,2,3", "--corrupted-ids", "1,2,300", "--out", d]);
+    assert_bad_input(&o, "--corrupted-ids: token id 300 at position 2 is out of range");
+    assert!(!err(&o).contains("--corrupted-ids: --corrupted-ids"), "the flag is named once: {}", err(&o));
     assert_bad_input(&burnlens(&["patch", "--model", m, "--ids", "1,2,3", "--corrupted-ids", "1,2,4", "--metric", "logprob:5@9", "--out", d]), "metric position 9 is outside the sequence of 3 tokens");
     assert_bad_input(&burnlens(&["patch", "--model", m, "--ids", "1,2,3", "--corrupted-ids", "1,2,4", "--metric", "bleu", "--out", d]), "unknown metric");
     assert_bad_input(&burnlens(&["patch", "--model", m, "--ids", "1,2,3", "--corrupted-ids", "1,2,4", "--nodes", "neurons", "--out", d]), "unknown node kind");

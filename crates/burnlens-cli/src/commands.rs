@@ -34,14 +34,14 @@ fn load(model: &Path, common: &Common) -> Result<LoadedModel> {
 }
 
 /// Parse `1, 2,3` into token ids, checked against the model.
-fn parse_ids(text: &str, model: &Transformer) -> Result<Vec<i64>> {
+fn parse_ids(text: &str, model: &Transformer, flag: &str) -> Result<Vec<i64>> {
     let ids = text
         .split(',')
         .map(str::trim)
         .filter(|s| !s.is_empty())
-        .map(|s| s.parse::<i64>().map_err(|_| UserError(format!("--ids: \"{s}\" is not an integer token id"))))
+        .map(|s| s.parse::<i64>().map_err(|_| UserError(format!("{flag}: \"{s}\" is not an integer token id"))))
         .collect::<Result<Vec<_>, _>>()?;
-    model.check_ids(&ids).context("--ids")?;
+    model.check_ids(&ids).with_context(|| flag.to_string())?;
     Ok(ids)
 }
 
@@ -278,7 +278,7 @@ pub fn sample(dir: &Path, prompt: Option<&str>, ids: Option<&str>, s: &Sampling,
             }
             ids
         }
-        (None, Some(text)) => parse_ids(text, &model)?,
+        (None, Some(text)) => parse_ids(text, &model, "--ids")?,
         (None, None) => return Err(UserError("sample: give --prompt TEXT or --ids 1,2,3".into()).into()),
     };
     model.check_ids(&prompt_ids).context("prompt")?;
@@ -329,8 +329,11 @@ pub fn fetch(name: &str, out: Option<&Path>) -> Result<()> {
         std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
     }
     let url = std::env::var("BURNLENS_DATA_URL").unwrap_or_else(|_| url.to_string());
-    let mut body = ureq::get(&url).call().map_err(|e| UserError(format!("downloading {url}: {e}")))?.into_body();
-    let bytes = body.read_to_vec().map_err(|e| UserError(format!("downloading {url}: {e}")))?;
+    let offline = |e: &dyn std::fmt::Display| {
+        UserError(format!("downloading {url}: {e}; without network, copy the file to {} yourself (its sha256 must be {sha}) or point data.path at a copy", out.display()))
+    };
+    let mut body = ureq::get(&url).call().map_err(|e| offline(&e))?.into_body();
+    let bytes = body.read_to_vec().map_err(|e| offline(&e))?;
     let got = format!("{:x}", sha2::Sha256::digest(&bytes));
     if got != *sha {
         return Err(UserError(format!("{url}: sha256 is {got}, expected {sha}; not saved")).into());
@@ -350,13 +353,14 @@ fn ids_and_labels(m: &AnyModel, dir: &Path, input: &Input, prefix: &str) -> Resu
             if ids.is_empty() {
                 return Err(UserError(format!("--{prefix}text: {t:?} encodes to no tokens")).into());
             }
+            m.model.check_ids(&ids).with_context(|| format!("--{prefix}text"))?;
             ids
         }
-        (None, Some(s)) => parse_ids(s, &m.model).with_context(|| format!("--{prefix}ids"))?,
-        (None, None) => return Err(UserError(format!("give --{prefix}text TEXT or --{prefix}ids 1,2,3"))).map_err(Into::into),
+        (None, Some(s)) => parse_ids(s, &m.model, &format!("--{prefix}ids"))?,
+        (None, None) => return Err(UserError(format!("give --{prefix}text TEXT or --{prefix}ids 1,2,3")).into()),
     };
-    m.model.check_ids(&ids).with_context(|| format!("--{prefix}{}", if input.text.is_some() { "text" } else { "ids" }))?;
-    Ok((ids.clone(), labels(m, &ids)))
+    let labels = labels(m, &ids);
+    Ok((ids, labels))
 }
 
 /// A label per token: its text if the model has a tokenizer, else its id.

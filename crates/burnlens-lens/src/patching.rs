@@ -233,10 +233,11 @@ pub fn compare_patching(model: &Transformer, clean: &[i64], corrupted: &[i64], m
     })
 }
 
-/// Pearson correlation; `None` with fewer than two points or no variance.
+/// Pearson correlation; `None` with fewer than three points (two are always ±1) or no
+/// variance.
 pub fn pearson(a: &[f64], b: &[f64]) -> Option<f64> {
     let n = a.len().min(b.len());
-    if n < 2 {
+    if n < 3 {
         return None;
     }
     let (ma, mb) = (a[..n].iter().sum::<f64>() / n as f64, b[..n].iter().sum::<f64>() / n as f64);
