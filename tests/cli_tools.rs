@@ -285,3 +285,28 @@ fn training_without_the_data_says_where_it_looked_and_how_to_get_it() {
     assert_eq!(e.matches("No such file").count(), 0, "the OS message is not repeated: {e}");
     assert!(!tmp.path().join("runs").exists() && !tmp.path().join("out").exists(), "nothing is created for a run that cannot start");
 }
+
+#[test]
+fn cache_saves_gradients_at_the_named_points() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("g.safetensors");
+    let m = fixture("gpt2");
+    let text = ok(&burnlens(&[
+        "cache", "--model", m.to_str().unwrap(), "--ids", "5,17,33,2,90,12", "--names", "hook_embed,hook_pos_embed,blocks.0.hook_resid_pre,blocks.1.attn.hook_z",
+        "--grad", "logprob:7@2", "--out", file.to_str().unwrap(),
+    ]));
+    assert!(text.contains("metric log p(token 7 at 2)"), "{text}");
+    let st = read_safetensors(&file);
+    for n in ["hook_embed", "blocks.0.hook_resid_pre", "blocks.1.attn.hook_z"] {
+        assert_eq!(st[&format!("grad.{n}")].shape, st[n].shape, "{n}");
+    }
+    // resid_pre 0 = embed + pos_embed: the three gradients are one total derivative.
+    let (ge, gp, gr) = (&st["grad.hook_embed"].f32, &st["grad.hook_pos_embed"].f32, &st["grad.blocks.0.hook_resid_pre"].f32);
+    assert!(max_abs_diff(ge, gr) <= 1e-6 * max_abs(gr).max(1.0) && max_abs_diff(gp, gr) <= 1e-6 * max_abs(gr).max(1.0));
+    assert!(max_abs(gr) > 0.0);
+    // Positions after the metric's do not reach it.
+    let d = 32;
+    assert!(gr[3 * d..].iter().all(|&x| x == 0.0));
+    let metric = st["metric"].f32[0];
+    assert!(metric < 0.0, "a log-probability: {metric}");
+}

@@ -187,7 +187,7 @@ fn hook_filter(spec: &str, all: &[String]) -> Result<Box<dyn Fn(&str) -> bool>> 
     Ok(Box::new(move |n| names.iter().any(|m| m == n)))
 }
 
-pub fn cache(args: &ModelArgs, input: &Input, names: &str, out: &Path, common: &Common) -> Result<()> {
+pub fn cache(args: &ModelArgs, input: &Input, names: &str, grad: Option<&str>, out: &Path, common: &Common) -> Result<()> {
     if out.extension().and_then(|e| e.to_str()) != Some("safetensors") {
         return Err(UserError(format!("--out {}: expected a .safetensors file name", out.display())).into());
     }
@@ -196,13 +196,30 @@ pub fn cache(args: &ModelArgs, input: &Input, names: &str, out: &Path, common: &
     let model = &m.model;
     let all = burnlens_model::hook_names(&model.config);
     let filter = hook_filter(names, &all)?;
-    let mut hooks = Hooks::capture(filter);
-    model.forward_hooked(model.ids_tensor(&ids), &mut hooks);
-    let cache = hooks.take_cache();
+    let (cache, grads, metric) = match grad {
+        None => {
+            let mut hooks = Hooks::capture(filter);
+            model.forward_hooked(model.ids_tensor(&ids), &mut hooks);
+            (hooks.take_cache(), Default::default(), None)
+        }
+        Some(spec) => {
+            let metric = parse_metric(&m, spec, ids.len())?;
+            let g = burnlens_lens::hook_gradients(model, &ids, &filter, &metric)?;
+            (g.activations, g.gradients, Some((metric, g.metric)))
+        }
+    };
     let mut tensors: Vec<Saved> = cache.iter().map(|(name, act)| Saved::F32(name.clone(), act.dims(), act.to_vec())).collect();
+    tensors.extend(grads.iter().map(|(name, g): (&String, &burnlens_model::Activation)| Saved::F32(format!("grad.{name}"), g.dims(), g.to_vec())));
     tensors.push(Saved::I64("ids".into(), vec![ids.len()], ids.clone()));
+    if let Some((_, value)) = &metric {
+        tensors.push(Saved::F32("metric".into(), vec![1], vec![*value as f32]));
+    }
     write_safetensors(out, &tensors)?;
-    println!("wrote {} activations (and the token ids) to {}", cache.len(), out.display());
+    let with_grads = if grads.is_empty() { String::new() } else { format!(" and their gradients (grad.NAME)") };
+    println!("wrote {} activations{with_grads} (and the token ids) to {}", cache.len(), out.display());
+    if let Some((metric, value)) = &metric {
+        println!("metric {}: {value:.6}", metric.describe());
+    }
     if m.tokenizer.is_some() {
         println!("tokens: {}", tokens.iter().map(|s| format!("{s:?}")).collect::<Vec<_>>().join(" "));
     }

@@ -345,6 +345,11 @@ enum Command {
         /// (`re:blocks\.[01]\.attn\.hook_(q|pattern)`).
         #[arg(long)]
         names: String,
+        /// Also save the gradient of this metric at every named hook point (`grad.NAME`),
+        /// from one backward pass: `loss[:FROM]`, `logprob:TOKEN[@POS]` or
+        /// `logit-diff:RIGHT,WRONG[@POS]`.
+        #[arg(long)]
+        grad: Option<String>,
         /// Output `.safetensors` file.
         #[arg(long)]
         out: std::path::PathBuf,
@@ -389,7 +394,7 @@ pub fn run() -> ExitCode {
     let result = std::panic::catch_unwind(|| match cli.command {
         Command::Info { model, common } => dir(&model).and_then(|m| commands::info(&m, &common)),
         Command::Logits { model, input, out, common } => commands::logits(&model, &input, out.as_deref(), &common),
-        Command::Cache { model, input, names, out, common } => commands::cache(&model, &input, &names, &out, &common),
+        Command::Cache { model, input, names, grad, out, common } => commands::cache(&model, &input, &names, grad.as_deref(), &out, &common),
         Command::Tokenize { model, text, json } => dir(&model).and_then(|m| commands::tokenize(&m, &text, json)),
         Command::Patch { model, input, corrupted_text, corrupted_ids, metric, nodes, no_exact, denoise, out, common } => {
             let corrupted = Input { text: corrupted_text, ids: corrupted_ids };
