@@ -93,6 +93,11 @@ fn saes_run_on_the_models_own_activations() {
         // Splicing the reconstruction in changes the loss; the top features are the largest.
         let (clean, with) = (run.loss_clean.unwrap(), run.loss_with_sae.unwrap());
         assert!(clean.is_finite() && with.is_finite() && (clean - with).abs() > 1e-6, "{name}: {clean} {with}");
+        // The per-position loss increases average to the change of the mean loss.
+        let inc: Vec<f64> = run.loss_increase.iter().flatten().copied().collect();
+        assert_eq!(inc.len(), ids.len() - 1);
+        let mean = inc.iter().sum::<f64>() / inc.len() as f64;
+        assert!((mean - (with - clean)).abs() < 1e-4 * (with - clean).abs().max(1.0), "{name}: {mean} vs {}", with - clean);
         for (p, top) in run.top_features.iter().enumerate() {
             let row = &want[p * sae.cfg.d_sae..(p + 1) * sae.cfg.d_sae];
             if let Some(&(i, a)) = top.first() {

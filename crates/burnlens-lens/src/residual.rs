@@ -247,8 +247,13 @@ pub fn logit_lens(model: &Transformer, ids: &[i64], k: usize, target: Option<i64
 
 /// `[pos]` log-probability the model gives each next token (`None` at the last position).
 pub fn token_logprobs(model: &Transformer, ids: &[i64]) -> Vec<Option<f64>> {
-    let logits = model.forward(model.ids_tensor(ids));
-    let v = model.config.vocab_size;
+    next_token_logprobs(model.forward(model.ids_tensor(ids)), ids)
+}
+
+/// `[pos]` log-probability that `logits: [1, pos, vocab]` give each next token of `ids`
+/// (`None` at the last position).
+pub fn next_token_logprobs(logits: Tensor<3>, ids: &[i64]) -> Vec<Option<f64>> {
+    let v = logits.dims()[2];
     let lp: Vec<f32> = log_softmax(logits, 2).into_data().try_into_vec_as::<f32>().expect("f32");
     (0..ids.len()).map(|p| ids.get(p + 1).map(|&next| lp[p * v + next as usize] as f64)).collect()
 }

@@ -417,6 +417,9 @@ pub struct SaeRun {
     pub loss_zero_ablated: Option<f64>,
     /// `(zero − with_sae) / (zero − clean)`: 1 when the SAE loses nothing.
     pub loss_recovered: Option<f64>,
+    /// `[pos]` how much the next-token loss at each position rises with the SAE spliced in
+    /// (`None` at the last position).
+    pub loss_increase: Vec<Option<f64>>,
 }
 
 /// The SAE's features `[pos, d_sae]` on one sequence, read at its hook point.
@@ -472,10 +475,13 @@ pub fn run_sae(model: &Transformer, sae: &Sae, ids: &[i64], k: usize) -> Result<
             idx.into_iter().map(|i| (i, row[i] as f64)).collect()
         })
         .collect();
+    let with_logits = model.forward_hooked(input.clone(), &mut splice(Hooks::none(), sae));
+    let (lp_clean, lp_with) = (crate::residual::next_token_logprobs(logits.clone(), ids), crate::residual::next_token_logprobs(with_logits.clone(), ids));
+    let loss_increase = lp_clean.iter().zip(&lp_with).map(|(c, w)| Some(c.as_ref()? - w.as_ref()?)).collect();
     let (loss_clean, loss_with_sae, loss_zero_ablated) = if ids.len() >= 2 {
         let loss = |l: Tensor<3>| next_token_loss(l, input.clone()).into_scalar::<f32>() as f64;
         let clean = loss(logits);
-        let with = loss(model.forward_hooked(input.clone(), &mut splice(Hooks::none(), sae)));
+        let with = loss(with_logits);
         let hook = sae.cfg.hook_name.clone();
         let mut zero = Hooks::none().with_edit(
             move |nm| nm == hook,
@@ -504,5 +510,6 @@ pub fn run_sae(model: &Transformer, sae: &Sae, ids: &[i64], k: usize) -> Result<
         loss_with_sae,
         loss_zero_ablated,
         loss_recovered,
+        loss_increase,
     })
 }

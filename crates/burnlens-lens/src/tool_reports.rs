@@ -81,7 +81,17 @@ pub fn write_patching(dir: &Path, r: &PatchingReport, title: &str) -> std::io::R
         let by: Vec<String> = res.correlation_by_kind.iter().map(|(k, v)| format!("{k} {v:.3}")).collect();
         let _ = write!(body, "<p class=\"bl-correlation\">Correlation of attribution with activation patching: <b>{c:.3}</b> over {} nodes ({}).</p>", res.nodes.len(), by.join(", "));
     }
-    body.push_str(&coloured_tokens("clean sequence", &r.clean_tokens, &vec![None; r.clean_tokens.len()], false));
+    // Each clean token coloured by what patching its position of the residual stream
+    // entering layer 0 does (the real effect when it was measured, else the estimate).
+    let per_position = res.patched.as_ref().map(|p| ("activation patching", p)).unwrap_or(("attribution patching", &res.attribution));
+    let grid = r.grid(NodeKind::ResidPre, per_position.1);
+    match grid.first() {
+        Some(row) => {
+            let v: Vec<Option<f64>> = row.iter().map(|&x| Some(x)).collect();
+            body.push_str(&coloured_tokens(&format!("clean sequence: effect on the metric of patching each position entering layer 0 ({})", per_position.0), &r.clean_tokens, &v, true));
+        }
+        None => body.push_str(&coloured_tokens("clean sequence", &r.clean_tokens, &vec![None; r.clean_tokens.len()], false)),
+    }
     let diff: Vec<Option<f64>> = r.clean_ids.iter().zip(&r.corrupted_ids).map(|(a, b)| Some(f64::from(u8::from(a != b)))).collect();
     body.push_str(&coloured_tokens("corrupted sequence (red: differs from clean)", &r.corrupted_tokens, &diff, false));
     let mut series: Vec<(&str, &[f64])> = vec![("attribution", &res.attribution)];
@@ -247,6 +257,7 @@ pub fn write_sae(dir: &Path, r: &SaeReport, title: &str) -> std::io::Result<()> 
         s.loss_zero_ablated.map_or("n/a".into(), |v| format!("{v:.4}")),
         s.loss_recovered.map_or("n/a".into(), |v| format!("{v:.3}")),
     );
+    body.push_str(&coloured_tokens("loss increase at each position with the SAE spliced in (red: the reconstruction costs loss here)", &r.tokens, &s.loss_increase, true));
     let l0: Vec<Option<f64>> = s.l0.iter().map(|&x| Some(x as f64)).collect();
     body.push_str(&coloured_tokens("active features (L0) at each position", &r.tokens, &l0, false));
     if let Some((f, acts)) = &r.strongest_feature {
