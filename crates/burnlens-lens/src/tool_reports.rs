@@ -93,7 +93,7 @@ pub fn write_patching(dir: &Path, r: &PatchingReport, title: &str) -> std::io::R
         None => body.push_str(&coloured_tokens("clean sequence", &r.clean_tokens, &vec![None; r.clean_tokens.len()], false)),
     }
     let diff: Vec<Option<f64>> = r.clean_ids.iter().zip(&r.corrupted_ids).map(|(a, b)| Some(f64::from(u8::from(a != b)))).collect();
-    body.push_str(&coloured_tokens("corrupted sequence (red: differs from clean)", &r.corrupted_tokens, &diff, false));
+    body.push_str(&coloured_tokens("corrupted sequence (red: differs from clean)", &r.corrupted_tokens, &diff, true));
     let mut series: Vec<(&str, &[f64])> = vec![("attribution", &res.attribution)];
     if let Some(p) = &res.patched {
         series.push(("activation patching", p));

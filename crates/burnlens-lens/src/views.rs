@@ -160,7 +160,8 @@ pub fn page(title: &str, body: &str) -> String {
 pub fn heatmap_svg(title: &str, values: &[f32], rows: usize, cols: usize, row_labels: &[String], col_labels: &[String], vmin: f32, vmax: f32) -> String {
     let cell = (560.0 / cols.max(rows) as f32).clamp(4.0, 28.0);
     let (left, top) = (70.0, 80.0);
-    let (w, h) = (left + cols as f32 * cell + 90.0, top + rows as f32 * cell + 20.0);
+    // Wide enough for the title, tall enough for the legend (11 steps of 14 px).
+    let (w, h) = ((left + cols as f32 * cell + 90.0).max(left + 7.0 * title.chars().count() as f32), (top + rows as f32 * cell + 20.0).max(top + 11.0 * 14.0 + 10.0));
     let mut s = String::new();
     let _ = write!(s, r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="10">"#);
     let _ = write!(s, r#"<text x="{left}" y="16" font-size="13">{}</text>"#, esc(title));
@@ -189,11 +190,12 @@ pub fn heatmap_svg(title: &str, values: &[f32], rows: usize, cols: usize, row_la
             );
         }
     }
-    let step = ((rows.max(cols) as f32 / 24.0).ceil() as usize).max(1);
-    for (i, label) in row_labels.iter().enumerate().step_by(step) {
+    // Label every row and column while they fit (about 24 per side), every n-th beyond.
+    let step = |n: usize| ((n as f32 / 24.0).ceil() as usize).max(1);
+    for (i, label) in row_labels.iter().enumerate().step_by(step(rows)) {
         let _ = write!(s, r#"<text x="{}" y="{:.1}" text-anchor="end" dominant-baseline="middle">{}</text>"#, left - 3.0, top + (i as f32 + 0.5) * cell, esc(label));
     }
-    for (i, label) in col_labels.iter().enumerate().step_by(step) {
+    for (i, label) in col_labels.iter().enumerate().step_by(step(cols)) {
         let x = left + (i as f32 + 0.5) * cell;
         let _ = write!(s, r#"<text transform="translate({x:.1},{}) rotate(-60)">{}</text>"#, top - 3.0, esc(label));
     }
