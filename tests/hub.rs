@@ -167,3 +167,42 @@ fn a_dropped_connection_is_resumed_and_a_bad_hash_leaves_nothing_behind() {
     // The small files that did verify stay cached.
     assert!(repo.join("snapshots").join(COMMIT_B).join("config.json").is_file());
 }
+
+#[test]
+fn an_sae_in_a_folder_of_a_hub_repository_is_fetched_alone_and_then_served_from_the_cache() {
+    let server = HubServer::start();
+    // A release repository with one SAE per hook folder, as SAELens publishes them.
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = tmp.path().join("release");
+    for (folder, src) in [("blocks.1.hook_resid_pre", "jumprelu_llama_resid"), ("blocks.2.hook_resid_pre", "topk_pythia_resid")] {
+        std::fs::create_dir_all(repo.join(folder)).unwrap();
+        for f in ["cfg.json", "sae_weights.safetensors"] {
+            std::fs::copy(fixture("sae").join(src).join(f), repo.join(folder).join(f)).unwrap();
+        }
+    }
+    server.publish("org/llama-saes", "main", COMMIT_A, &repo);
+    let home = tmp.path().join("hf");
+    let model = fixture("llama_gqa");
+    let run = |spec: &str, out: &Path, env: &[(&str, &str)]| {
+        cli(&server.url, &home, env, &["sae", "--model", model.to_str().unwrap(), "--sae", spec, "--ids", "5,17,33,2,90", "--out", out.to_str().unwrap()])
+    };
+    let (hub_out, local_out) = (tmp.path().join("hub"), tmp.path().join("local"));
+    let o = run("org/llama-saes:blocks.1.hook_resid_pre", &hub_out, &[]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = run(fixture("sae").join("jumprelu_llama_resid").to_str().unwrap(), &local_out, &[]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let read = |d: &Path| -> serde_json::Value { serde_json::from_str(&std::fs::read_to_string(d.join("report.json")).unwrap()).unwrap() };
+    assert_eq!(read(&hub_out)["top_features"], read(&local_out)["top_features"]);
+    assert_eq!(read(&hub_out)["l0"], read(&local_out)["l0"]);
+    // Only the chosen folder's two files were downloaded.
+    let fetched: Vec<String> = server.log().into_iter().filter(|l| l.starts_with("GET") && l.contains("/resolve/")).collect();
+    assert_eq!(fetched.len(), 2, "{fetched:?}");
+    assert!(fetched.iter().all(|l| l.contains("blocks.1.hook_resid_pre/")), "{fetched:?}");
+    // Offline, from the cache; a folder that was never fetched is a clear error.
+    let before = server.log().len();
+    let o = run("org/llama-saes:blocks.1.hook_resid_pre", &hub_out, &[("HF_HUB_OFFLINE", "1")]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(server.log().len(), before);
+    assert_exit(&run("org/llama-saes:blocks.2.hook_resid_pre", &hub_out, &[("HF_HUB_OFFLINE", "1")]), 2, "has no blocks.2.hook_resid_pre/cfg.json");
+    assert_exit(&run("org/llama-saes:blocks.9.hook_resid_pre", &hub_out, &[]), 2, "has no file blocks.9.hook_resid_pre/cfg.json");
+}

@@ -50,6 +50,23 @@ struct State {
     cdn: HashMap<String, Vec<u8>>,
 }
 
+/// The files under `dir` (subfolders as `sub/name`), without `expected.safetensors`.
+fn collect(dir: &Path, prefix: &str, files: &mut HashMap<String, File>) {
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let name = format!("{prefix}{}", e.file_name().to_string_lossy());
+        if e.path().is_dir() {
+            collect(&e.path(), &format!("{name}/"), files);
+            continue;
+        }
+        if name.ends_with("expected.safetensors") {
+            continue;
+        }
+        let bytes = std::fs::read(e.path()).unwrap();
+        let lfs = name.ends_with(".safetensors") || name.ends_with(".bin");
+        files.insert(name, File { bytes, lfs });
+    }
+}
+
 /// A running server; it stops when the test process ends.
 pub struct HubServer {
     pub url: String,
@@ -87,15 +104,7 @@ impl HubServer {
     /// Publish the files of `dir` as commit `commit` of `repo`, reachable as `revision`.
     pub fn publish(&self, repo: &str, revision: &str, commit: &str, dir: &Path) {
         let mut files = HashMap::new();
-        for e in std::fs::read_dir(dir).unwrap().flatten() {
-            let name = e.file_name().to_string_lossy().to_string();
-            if name == "expected.safetensors" || !e.path().is_file() {
-                continue;
-            }
-            let bytes = std::fs::read(e.path()).unwrap();
-            let lfs = name.ends_with(".safetensors") || name.ends_with(".bin");
-            files.insert(name, File { bytes, lfs });
-        }
+        collect(dir, "", &mut files);
         let mut st = self.state.lock().unwrap();
         for f in files.values().filter(|f| f.lfs) {
             st.cdn.insert(sha256_hex(&f.bytes), f.bytes.clone());

@@ -591,6 +591,7 @@ pub fn lens(args: &ModelArgs, input: &Input, target: Option<&str>, top: usize, o
 pub fn sae(args: &ModelArgs, sae_dir: &Path, input: &Input, top: usize, out: &Path, common: &Common) -> Result<()> {
     let (m, dir) = load_model_args(args, common)?;
     let (ids, tokens) = ids_and_labels(&m, &dir, input, "")?;
+    let sae_dir = &crate::progress::folder(sae_dir, &[burnlens_lens::sae::CFG_FILE, burnlens_lens::sae::WEIGHTS_FILE])?;
     let sae = burnlens_lens::Sae::load(sae_dir, &m.model.device())?;
     let run = burnlens_lens::run_sae(&m.model, &sae, &ids, top)?;
     let feats = burnlens_lens::sae::features(&m.model, &sae, &ids)?;

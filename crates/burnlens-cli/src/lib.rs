@@ -280,7 +280,9 @@ enum Command {
     Sae {
         #[command(flatten)]
         model: ModelArgs,
-        /// SAE directory (cfg.json and sae_weights.safetensors).
+        /// SAE directory (cfg.json and sae_weights.safetensors), or a folder of a Hub
+        /// repository as `org/name[@revision][:folder]` (SAELens releases keep one SAE per
+        /// folder, e.g. `jbloom/GPT2-Small-SAEs-Reformatted:blocks.8.hook_resid_pre`).
         #[arg(long)]
         sae: std::path::PathBuf,
         #[command(flatten)]

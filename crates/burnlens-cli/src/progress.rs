@@ -4,7 +4,7 @@ use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 
 use anyhow::Result;
-use burnlens_hf::hub::{Hub, HubId, Progress, resolve_model};
+use burnlens_hf::hub::{Hub, HubId, Progress, resolve_folder, resolve_model};
 use indicatif::{ProgressBar, ProgressStyle};
 
 /// A local directory as given, or the cached snapshot of a Hub id (downloaded if needed).
@@ -12,6 +12,16 @@ pub fn model_dir(spec: &Path) -> Result<PathBuf> {
     let spec_str = spec.to_string_lossy().to_string();
     let mut reporter = Reporter::new();
     let dir = resolve_model(&spec_str, &mut |p| reporter.report(p))?;
+    reporter.finish();
+    Ok(dir)
+}
+
+/// A local directory as given, or a folder of a Hub repository (`org/name[@rev][:folder]`)
+/// with only `files` downloaded.
+pub fn folder(spec: &Path, files: &[&str]) -> Result<PathBuf> {
+    let spec_str = spec.to_string_lossy().to_string();
+    let mut reporter = Reporter::new();
+    let dir = resolve_folder(&spec_str, files, &mut |p| reporter.report(p))?;
     reporter.finish();
     Ok(dir)
 }

@@ -172,16 +172,67 @@ impl Hub {
                 self.fetch_file(id, &repo_dir, &commit, &shard, progress)?;
             }
         }
-        if !id.is_commit() {
-            let refs = repo_dir.join("refs");
-            std::fs::create_dir_all(&refs).map_err(|e| HfError::io(&refs, e))?;
-            let r = refs.join(&id.revision);
-            if let Some(parent) = r.parent() {
-                std::fs::create_dir_all(parent).map_err(|e| HfError::io(parent, e))?;
-            }
-            crate::export::write_atomic(&r, commit.as_bytes())?;
-        }
+        self.write_ref(id, &repo_dir, &commit)?;
         Ok(snap)
+    }
+
+    /// The snapshot directory of `id` holding `files` (paths inside the repository, such as
+    /// `blocks.8.hook_resid_pre/cfg.json`), downloading what is missing; the cache, offline
+    /// and unreachable-server rules are those of [`fetch`](Self::fetch).
+    pub fn fetch_files(&self, id: &HubId, files: &[String], progress: &mut dyn FnMut(Progress)) -> Result<PathBuf> {
+        let repo_dir = self.cache.join(id.cache_name());
+        let cached = || -> Result<PathBuf> {
+            let snap = repo_dir.join("snapshots").join(self.cached_commit(id, &repo_dir)?);
+            match files.iter().find(|f| !snap.join(f).is_file()) {
+                Some(f) => Err(self.err(id, format!("cached snapshot {} has no {f}; run without HF_HUB_OFFLINE to download it", snap.display()))),
+                None => Ok(snap),
+            }
+        };
+        if self.offline {
+            let snap = cached()?;
+            progress(Progress::Cached { reason: "HF_HUB_OFFLINE is set".into() });
+            return Ok(snap);
+        }
+        let info = match self.repo_info(id) {
+            Ok(info) => info,
+            Err(HubFailure::Unreachable(why)) => {
+                let snap = cached().map_err(|_| self.err(id, format!("cannot reach {}: {why}; the files are not in the cache {} either", self.endpoint, self.cache.display())))?;
+                progress(Progress::Cached { reason: format!("{} unreachable ({why})", self.endpoint) });
+                return Ok(snap);
+            }
+            Err(HubFailure::Error(e)) => return Err(e),
+        };
+        if let Some(f) = files.iter().find(|f| !info.siblings.iter().any(|s| &s.rfilename == *f)) {
+            return Err(self.err(id, format!("has no file {f}")));
+        }
+        let snap = repo_dir.join("snapshots").join(&info.sha);
+        std::fs::create_dir_all(&snap).map_err(|e| HfError::io(&snap, e))?;
+        for f in files {
+            self.fetch_file(id, &repo_dir, &info.sha, f, progress)?;
+        }
+        self.write_ref(id, &repo_dir, &info.sha)?;
+        Ok(snap)
+    }
+
+    /// Record which commit a branch or tag pointed to (`refs/<revision>`), as huggingface_hub does.
+    fn write_ref(&self, id: &HubId, repo_dir: &Path, commit: &str) -> Result<()> {
+        if id.is_commit() {
+            return Ok(());
+        }
+        let r = repo_dir.join("refs").join(&id.revision);
+        if let Some(parent) = r.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| HfError::io(parent, e))?;
+        }
+        crate::export::write_atomic(&r, commit.as_bytes())
+    }
+
+    /// The commit a cached revision points to.
+    fn cached_commit(&self, id: &HubId, repo_dir: &Path) -> Result<String> {
+        if id.is_commit() {
+            return Ok(id.revision.clone());
+        }
+        let r = repo_dir.join("refs").join(&id.revision);
+        Ok(std::fs::read_to_string(&r).map_err(|_| self.err(id, format!("is not in the cache {} (no {}); run without HF_HUB_OFFLINE to download it", self.cache.display(), r.display())))?.trim().to_string())
     }
 
     fn err(&self, id: &HubId, msg: String) -> HfError {
@@ -190,13 +241,7 @@ impl Hub {
 
     /// The cached snapshot of `id` if it holds a config and complete weights.
     fn cached_snapshot(&self, id: &HubId, repo_dir: &Path) -> Result<PathBuf> {
-        let commit = if id.is_commit() {
-            id.revision.clone()
-        } else {
-            let r = repo_dir.join("refs").join(&id.revision);
-            std::fs::read_to_string(&r).map_err(|_| self.err(id, format!("is not in the cache {} (no {}); run without HF_HUB_OFFLINE to download it", self.cache.display(), r.display())))?.trim().to_string()
-        };
-        let snap = repo_dir.join("snapshots").join(&commit);
+        let snap = repo_dir.join("snapshots").join(self.cached_commit(id, repo_dir)?);
         if !snap.join("config.json").is_file() {
             return Err(self.err(id, format!("cached snapshot {} has no config.json; run without HF_HUB_OFFLINE to download it", snap.display())));
         }
@@ -434,6 +479,25 @@ pub fn resolve_model(spec: &str, progress: &mut dyn FnMut(Progress)) -> Result<P
     match HubId::parse(spec) {
         Some(id) if !spec.starts_with('.') && !spec.starts_with('/') && !spec.contains('\\') => Hub::from_env().fetch(&id, progress),
         _ => Err(HfError::io(path, std::io::Error::new(std::io::ErrorKind::NotFound, "no such model directory (and not a Hugging Face Hub id like org/name@revision)"))),
+    }
+}
+
+/// A folder of a Hub repository, or a local directory: `spec` is a path that exists, or
+/// `org/name[@revision][:folder]` (the repository root without `:folder`). `files` are the
+/// names the folder must hold; only they are fetched. Returns the local folder.
+pub fn resolve_folder(spec: &str, files: &[&str], progress: &mut dyn FnMut(Progress)) -> Result<PathBuf> {
+    let path = Path::new(spec);
+    if path.exists() {
+        return Ok(path.to_path_buf());
+    }
+    let (repo, folder) = spec.split_once(':').unwrap_or((spec, ""));
+    let folder = folder.trim_matches('/');
+    match HubId::parse(repo) {
+        Some(id) if !spec.starts_with('.') && !spec.starts_with('/') && !spec.contains('\\') && !folder.contains("..") => {
+            let names: Vec<String> = files.iter().map(|f| if folder.is_empty() { f.to_string() } else { format!("{folder}/{f}") }).collect();
+            Ok(Hub::from_env().fetch_files(&id, &names, progress)?.join(folder))
+        }
+        _ => Err(HfError::io(path, std::io::Error::new(std::io::ErrorKind::NotFound, "no such directory (and not a Hugging Face Hub id like org/name@revision:folder)"))),
     }
 }
 

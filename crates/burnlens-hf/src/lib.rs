@@ -19,4 +19,4 @@ pub use error::HfError;
 pub use import::{CheckpointInfo, LoadedModel, import, load_model};
 pub use tokenizer::Tokenizer;
 pub use export::{check_exportable, export_hf, hf_config_json};
-pub use hub::{Hub, HubId, resolve_model};
+pub use hub::{Hub, HubId, resolve_folder, resolve_model};
