@@ -97,6 +97,26 @@ fn field_err(path: &Path, field: &str, msg: impl Into<String>) -> SaeError {
 }
 
 impl SaeConfig {
+    /// Flatten an activation at the SAE's hook to `[batch·pos, d_in]`, checking its width.
+    pub fn flatten(&self, act: &Activation) -> Result<Tensor<2>, SaeError> {
+        let dims = act.dims();
+        let d_in = self.d_in;
+        let (rows, width, t) = match act {
+            Activation::Rank3(t) => (dims[0] * dims[1], dims[2], Activation::Rank3(t.clone())),
+            Activation::Rank4(t) if self.reshape_hook_z => (dims[0] * dims[1], dims[2] * dims[3], Activation::Rank4(t.clone())),
+            Activation::Rank4(_) => {
+                return Err(SaeError::Hook { hook: self.hook_name.clone(), msg: format!("activation of shape {dims:?} is not [batch, pos, d]; only hook_z SAEs read per-head activations") });
+            }
+        };
+        if width != d_in {
+            return Err(SaeError::Hook { hook: self.hook_name.clone(), msg: format!("the model's activation has width {width} (shape {dims:?}), the SAE's d_in is {d_in}") });
+        }
+        Ok(match t {
+            Activation::Rank3(t) => t.reshape([rows, width]),
+            Activation::Rank4(t) => t.reshape([rows, width]),
+        })
+    }
+
     /// Parse a `cfg.json` (SAELens 6, or older: upgraded as SAELens does).
     pub fn parse(text: &str, path: &Path) -> Result<Self, SaeError> {
         let v: Value = serde_json::from_str(text).map_err(|e| SaeError::File { path: path.into(), msg: format!("not valid JSON: {e}") })?;
@@ -369,22 +389,7 @@ impl Sae {
 
     /// Flatten an activation at the SAE's hook to `[batch·pos, d_in]`, checking its width.
     pub fn flatten(&self, act: &Activation) -> Result<Tensor<2>, SaeError> {
-        let dims = act.dims();
-        let d_in = self.cfg.d_in;
-        let (rows, width, t) = match act {
-            Activation::Rank3(t) => (dims[0] * dims[1], dims[2], Activation::Rank3(t.clone())),
-            Activation::Rank4(t) if self.cfg.reshape_hook_z => (dims[0] * dims[1], dims[2] * dims[3], Activation::Rank4(t.clone())),
-            Activation::Rank4(_) => {
-                return Err(SaeError::Hook { hook: self.cfg.hook_name.clone(), msg: format!("activation of shape {dims:?} is not [batch, pos, d]; only hook_z SAEs read per-head activations") });
-            }
-        };
-        if width != d_in {
-            return Err(SaeError::Hook { hook: self.cfg.hook_name.clone(), msg: format!("the model's activation has width {width} (shape {dims:?}), the SAE's d_in is {d_in}") });
-        }
-        Ok(match t {
-            Activation::Rank3(t) => t.reshape([rows, width]),
-            Activation::Rank4(t) => t.reshape([rows, width]),
-        })
+        self.cfg.flatten(act)
     }
 
     /// Check that `model` has the SAE's hook point.

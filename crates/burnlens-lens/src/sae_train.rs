@@ -104,14 +104,14 @@ impl Params {
 
 /// The model's activations at `hook` for `seqs`, flattened to `[tokens, d_in]`, on the
 /// model's (non-autodiff) device.
-fn activations(model: &Transformer, hook: &str, seqs: &[Vec<i64>], sae_probe: &Sae) -> Result<Tensor<2>, SaeError> {
+fn activations(model: &Transformer, hook: &str, seqs: &[Vec<i64>], cfg: &SaeConfig) -> Result<Tensor<2>, SaeError> {
     let (b, t) = (seqs.len(), seqs[0].len());
     let flat: Vec<i64> = seqs.iter().flatten().copied().collect();
     let ids = Tensor::from_data(burn::tensor::TensorData::new(flat, [b, t]), &model.device());
     let mut hooks = Hooks::capture(|n| n == hook);
     model.forward_hooked(ids, &mut hooks);
     let act = hooks.take_cache().remove(hook).expect("hook captured");
-    sae_probe.flatten(&act)
+    cfg.flatten(&act)
 }
 
 /// Train an SAE on `model`'s activations at `cfg.hook_name`, drawing tokens from `source`.
@@ -152,18 +152,10 @@ pub fn train_sae(model: &Transformer, source: &TokenSource, cfg: &SaeTrainConfig
         reshape_hook_z: hook_z,
         model_name: None,
     };
-    let flat_probe = Sae {
-        cfg: sae_cfg.clone(),
-        w_enc: Tensor::zeros([d_in, 1], &device),
-        b_enc: Tensor::zeros([1], &device),
-        w_dec: Tensor::zeros([1, d_in], &device),
-        b_dec: Tensor::zeros([d_in], &device),
-        threshold: None,
-    };
 
     // Initialisation (as SAELens): decoder rows random with norm 0.1, encoder its transpose,
     // b_dec the mean of the first batch.
-    let first = activations(model, &cfg.hook_name, &source.batch(&mut rng, cfg.batch, cfg.seq_len), &flat_probe)?;
+    let first = activations(model, &cfg.hook_name, &source.batch(&mut rng, cfg.batch, cfg.seq_len), &sae_cfg)?;
     let w_dec = Tensor::<2>::random([cfg.d_sae, d_in], Distribution::Normal(0.0, 1.0), &device);
     let w_dec = w_dec.clone() / w_dec.square().sum_dim(1).sqrt() * 0.1;
     // Trainable leaves on the autodiff twin of the model's device.
@@ -180,7 +172,7 @@ pub fn train_sae(model: &Transformer, source: &TokenSource, cfg: &SaeTrainConfig
     let every = (cfg.steps / 20).max(1);
     let mut tokens = 0;
     for step in 0..cfg.steps {
-        let x = activations(model, &cfg.hook_name, &source.batch(&mut rng, cfg.batch, cfg.seq_len), &flat_probe)?;
+        let x = activations(model, &cfg.hook_name, &source.batch(&mut rng, cfg.batch, cfg.seq_len), &sae_cfg)?;
         let n = x.dims()[0];
         tokens += n;
         let x = Tensor::<2>::from_data(x.into_data(), &ad).autodiff();
@@ -216,7 +208,7 @@ pub fn train_sae(model: &Transformer, source: &TokenSource, cfg: &SaeTrainConfig
     let (mut err, mut tot, mut l0, mut n_all) = (0.0, 0.0, 0.0, 0usize);
     let mut fired = vec![false; cfg.d_sae];
     for _ in 0..4 {
-        let x = activations(model, &cfg.hook_name, &source.batch(&mut eval_rng, cfg.batch, cfg.seq_len), &flat_probe)?;
+        let x = activations(model, &cfg.hook_name, &source.batch(&mut eval_rng, cfg.batch, cfg.seq_len), &sae.cfg)?;
         let n = x.dims()[0];
         let (f, r) = sae.forward(x.clone());
         err += (x.clone() - r).square().sum().into_scalar::<f32>() as f64;
