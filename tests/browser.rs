@@ -255,3 +255,62 @@ fn coloured_tokens_and_the_tool_reports_render() {
     let reds: Vec<usize> = colours.as_array().unwrap().iter().enumerate().filter(|(_, c)| parse_rgb(c.as_str().unwrap())[2] < 10.0).map(|(i, _)| i).collect();
     assert_eq!(reds, vec![3]);
 }
+
+#[test]
+fn the_lens_attribution_and_sae_reports_render() {
+    use burnlens::lens::sae::{Sae, run_sae};
+    use burnlens::lens::tool_reports::{AttributionReport, LensReport, SaeReport, write_attribution, write_lens, write_sae};
+    use burnlens::lens::{direct_logit_attribution, logit_lens};
+    let tmp = tempfile::tempdir().unwrap();
+    let device = Device::flex();
+    let model = load_model(&fixture("llama_gqa"), &device).unwrap().model;
+    let ids: Vec<i64> = vec![5, 17, 33, 2, 90, 12, 7];
+    let tokens: Vec<String> = ids.iter().map(|i| format!("t{i}")).collect();
+    let (l, h, t) = (model.config.n_layers(), model.config.n_heads, ids.len());
+
+    let lens = logit_lens(&model, &ids, 3, None);
+    let top_tokens = lens.top.iter().map(|layer| layer.iter().map(|pos| pos.iter().map(|(id, _)| format!("t{id}")).collect()).collect()).collect();
+    let lens_dir = tmp.path().join("lens");
+    write_lens(&lens_dir, &LensReport { ids: ids.clone(), tokens: tokens.clone(), top_tokens, lens: lens.clone() }, "lens").unwrap();
+    let dla = direct_logit_attribution(&model, &ids, 3, Some(9));
+    let dla_dir = tmp.path().join("dla");
+    let report = AttributionReport { ids: ids.clone(), tokens: tokens.clone(), target: "logit[3] - logit[9]".into(), position: t - 1, n_layers: l, n_heads: h, dla };
+    write_attribution(&dla_dir, &report, "dla").unwrap();
+    let sae = Sae::load(&fixture("sae").join("jumprelu_llama_resid"), &device).unwrap();
+    let run = run_sae(&model, &sae, &ids, 3).unwrap();
+    let sae_dir = tmp.path().join("sae");
+    write_sae(&sae_dir, &SaeReport { ids: ids.clone(), tokens: tokens.clone(), sae: sae.cfg.clone(), run, strongest_feature: None }, "sae").unwrap();
+
+    let Some(d) = Driver::start(&tmp.path().join("profile")) else { return };
+    let open = |dir: &Path| {
+        d.cmd("/url", json!({"url": format!("file://{}", dir.join("index.html").display())}));
+    };
+    // Lens: one row per layer reading, one cell per position, the top token's text in it.
+    open(&lens_dir);
+    let table = d.js("const rows = [...document.querySelectorAll('table.bl-lens tr')].slice(1); \
+        return rows.map(r => [...r.querySelectorAll('td')].map(c => [c.textContent, c.getBoundingClientRect().width > 0]));");
+    let rows = table.as_array().unwrap();
+    assert_eq!(rows.len(), l + 1);
+    for (li, row) in rows.iter().enumerate() {
+        let cells = row.as_array().unwrap();
+        assert_eq!(cells.len(), t);
+        for (p, c) in cells.iter().enumerate() {
+            assert_eq!(c[0].as_str().unwrap(), format!("{:?}", format!("t{}", lens.top[li][p][0].0)), "layer {li} pos {p}");
+            assert_eq!(c[1], true);
+        }
+    }
+    // Attribution: a heatmap cell per head and per component x position, drawn.
+    open(&dla_dir);
+    let rects = d.js("return [...document.querySelectorAll('svg')].map(s => [...s.querySelectorAll('rect title')].length);");
+    let counts: Vec<u64> = rects.as_array().unwrap().iter().map(|v| v.as_u64().unwrap()).collect();
+    assert!(counts.contains(&((l * h) as u64)), "{counts:?}");
+    assert!(counts.contains(&((report.dla.labels.len() * t) as u64)), "{counts:?}");
+    let toks = d.js("return document.querySelectorAll('.bl-tokens .bl-tok').length;");
+    assert_eq!(toks.as_u64().unwrap() as usize, t);
+    // SAE: coloured tokens for the loss increase and L0, and a row per position.
+    open(&sae_dir);
+    let spans = d.js("return [...document.querySelectorAll('.bl-tokens')].map(b => b.querySelectorAll('.bl-tok').length);");
+    assert_eq!(spans, json!([t, t]));
+    let rows = d.js("return document.querySelectorAll('table')[1].querySelectorAll('tr').length;");
+    assert_eq!(rows.as_u64().unwrap() as usize, t + 1);
+}
