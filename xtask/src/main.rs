@@ -4,7 +4,9 @@
 //!   regenerate the Hugging Face parity fixtures in `tests/fixtures` with
 //!   `scripts/gen_fixtures.py`. Needs network access to PyPI; never run in CI.
 //! - `sae-fixtures`: add `sae-lens` (pinned below) to the venv and regenerate the sparse
-//!   autoencoder fixtures in `tests/fixtures/sae` with `scripts/gen_sae_fixtures.py`.
+//!   autoencoder fixtures in `tests/fixtures/sae` with `scripts/gen_sae_fixtures.py`, and
+//!   the TransformerLens references of the attribution tools in `tests/fixtures/tl` with
+//!   `scripts/gen_tl_fixtures.py`.
 //! - `venv`: only make the venv.
 
 use std::path::{Path, PathBuf};
@@ -511,7 +513,10 @@ fn main() -> Result<()> {
             // An SAE trained by burnlens on a model trained by burnlens, for sae-lens to read.
             let trained = root().join("target/sae-export/topk_trained_gpt2_char");
             run(Command::new("cargo").current_dir(root()).args(["run", "--quiet", "--", "train-sae", "--model", "tests/fixtures/trained_gpt2_char", "--hook", "blocks.1.hook_resid_pre", "--architecture", "topk", "--k", "8", "--d-sae", "96", "--steps", "400", "--batch", "8", "--seq-len", "24", "--seed", "3", "--out"]).arg(&trained))?;
-            run(Command::new(py).current_dir(root()).arg("scripts/gen_sae_fixtures.py").arg(format!("burnlens_topk_trained_gpt2_char={}@trained_gpt2_char", trained.display())))?;
+            run(Command::new(&py).current_dir(root()).arg("scripts/gen_sae_fixtures.py").arg(format!("burnlens_topk_trained_gpt2_char={}@trained_gpt2_char", trained.display())))?;
+            // TransformerLens (a dependency of sae-lens) on the gpt2 fixture: gradients,
+            // patching, direct logit attribution, the logit lens.
+            run(Command::new(py).current_dir(root()).arg("scripts/gen_tl_fixtures.py"))?;
         }
         "bench-train" => bench_train()?,
         "bench" => bench(std::env::args().skip(2).collect())?,
