@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
-"""What TransformerLens computes for burnlens's attribution tools, on the gpt2 parity fixture.
+"""What TransformerLens computes for burnlens's attribution tools, on the gpt2 and pythia_like
+(GPT-NeoX: rotary on a quarter of each head, parallel residual) parity fixtures.
 
 Run through `cargo xtask sae-fixtures` (the venv that has sae-lens has transformer-lens, its
-dependency). Not run in CI: its output (tests/fixtures/tl/gpt2.safetensors) is committed.
+dependency). Not run in CI: its output (tests/fixtures/tl/<fixture>.safetensors and .json) is committed.
 
 The fixture's `transformers` model is converted with TransformerLens's own
-`convert_gpt2_weights` into an unprocessed `HookedTransformer` (no weight folding), and on a
+`convert_gpt2_weights` / `convert_neox_weights` into an unprocessed `HookedTransformer` (no weight folding), and on a
 clean and a corrupted sequence of 8 tokens it records, for the metric
 logit[3] - logit[11] at the last position:
 - `grad.<hook>`: the metric's gradient at hook points (TransformerLens backward hooks);
@@ -28,7 +29,7 @@ import transformer_lens
 from importlib.metadata import version
 from safetensors.torch import save_file
 from transformer_lens import HookedTransformer, HookedTransformerConfig
-from transformer_lens.pretrained.weight_conversions import convert_gpt2_weights
+from transformer_lens.pretrained.weight_conversions import convert_gpt2_weights, convert_neox_weights
 from transformers import AutoModelForCausalLM
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures")
@@ -41,13 +42,25 @@ GRAD_HOOKS = ["hook_embed", "blocks.0.hook_resid_pre", "blocks.0.attn.hook_patte
 def model_from_fixture(name):
     hf = AutoModelForCausalLM.from_pretrained(os.path.join(ROOT, name), attn_implementation="eager").eval()
     c = hf.config
-    cfg = HookedTransformerConfig(
-        n_layers=c.n_layer, d_model=c.n_embd, n_heads=c.n_head, d_head=c.n_embd // c.n_head, d_mlp=c.n_inner or 4 * c.n_embd,
-        n_ctx=c.n_positions, d_vocab=c.vocab_size, act_fn="gelu_new", normalization_type="LN", eps=c.layer_norm_epsilon,
-        original_architecture="GPT2LMHeadModel",
-    )
+    if c.model_type == "gpt2":
+        cfg = HookedTransformerConfig(
+            n_layers=c.n_layer, d_model=c.n_embd, n_heads=c.n_head, d_head=c.n_embd // c.n_head, d_mlp=c.n_inner or 4 * c.n_embd,
+            n_ctx=c.n_positions, d_vocab=c.vocab_size, act_fn="gelu_new", normalization_type="LN", eps=c.layer_norm_epsilon,
+            original_architecture="GPT2LMHeadModel",
+        )
+        convert = convert_gpt2_weights
+    else:
+        dh = c.hidden_size // c.num_attention_heads
+        rope = c.rope_parameters
+        cfg = HookedTransformerConfig(
+            n_layers=c.num_hidden_layers, d_model=c.hidden_size, n_heads=c.num_attention_heads, d_head=dh, d_mlp=c.intermediate_size,
+            n_ctx=c.max_position_embeddings, d_vocab=c.vocab_size, act_fn=c.hidden_act, normalization_type="LN", eps=c.layer_norm_eps,
+            positional_embedding_type="rotary", rotary_dim=int(dh * rope.get("partial_rotary_factor", 1.0)), rotary_base=rope["rope_theta"],
+            rotary_adjacent_pairs=False, parallel_attn_mlp=c.use_parallel_residual, original_architecture="GPTNeoXForCausalLM",
+        )
+        convert = convert_neox_weights
     tl = HookedTransformer(cfg)
-    tl.load_state_dict(convert_gpt2_weights(hf, cfg), strict=False)
+    tl.load_state_dict(convert(hf, cfg), strict=False)
     tl.eval()
     with torch.no_grad():
         ids = torch.tensor([CLEAN])
@@ -59,8 +72,8 @@ def metric(logits):
     return logits[0, -1, RIGHT] - logits[0, -1, WRONG]
 
 
-def main():
-    tl = model_from_fixture("gpt2")
+def record(fixture):
+    tl = model_from_fixture(fixture)
     L, H, T = tl.cfg.n_layers, tl.cfg.n_heads, len(CLEAN)
     clean, corrupted = torch.tensor([CLEAN]), torch.tensor([CORRUPTED])
     out = {"ids": clean[0], "corrupted_ids": corrupted[0]}
@@ -115,11 +128,16 @@ def main():
 
     dest = os.path.join(ROOT, "tl")
     os.makedirs(dest, exist_ok=True)
-    save_file({k: v.float().contiguous() if v.dtype.is_floating_point else v for k, v in out.items()}, os.path.join(dest, "gpt2.safetensors"))
-    with open(os.path.join(dest, "gpt2.json"), "w") as f:
-        json.dump({"model": "gpt2", "transformer_lens": version("transformer-lens"), "torch": torch.__version__, "right": RIGHT, "wrong": WRONG,
+    save_file({k: v.float().contiguous() if v.dtype.is_floating_point else v for k, v in out.items()}, os.path.join(dest, f"{fixture}.safetensors"))
+    with open(os.path.join(dest, f"{fixture}.json"), "w") as f:
+        json.dump({"model": fixture, "transformer_lens": version("transformer-lens"), "torch": torch.__version__, "right": RIGHT, "wrong": WRONG,
                    "grad_hooks": GRAD_HOOKS, "decompose_labels": labels}, f, indent=2)
-    print("wrote", dest, "decompose labels", labels)
+    print("wrote", fixture, "decompose labels", labels)
+
+
+def main():
+    for name in ["gpt2", "pythia_like"]:
+        record(name)
 
 
 if __name__ == "__main__":

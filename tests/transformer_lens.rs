@@ -1,7 +1,8 @@
 //! The attribution tools against TransformerLens itself: gradients at hook points,
 //! attribution and activation patching, direct logit attribution and the logit lens on the
-//! gpt2 parity fixture, as `scripts/gen_tl_fixtures.py` recorded them with an unprocessed
-//! `HookedTransformer` built from the same `transformers` weights.
+//! gpt2 and pythia_like (GPT-NeoX: partial rotary, parallel residual) parity fixtures, as
+//! `scripts/gen_tl_fixtures.py` recorded them with unprocessed `HookedTransformer`s built
+//! from the same `transformers` weights.
 
 mod common;
 
@@ -9,7 +10,10 @@ use burn::tensor::Device;
 use burnlens::hf::load_model;
 use burnlens::lens::patching::{NodeKind, nodes};
 use burnlens::lens::residual::apply_final_norm;
-use burnlens::lens::{Metric, activation_patching, attribution_patching, decompose_resid, direct_logit_attribution, hook_gradients, logit_lens, residual_components};
+use burnlens::lens::{
+    Metric, activation_patching, attribution_patching, decompose_resid, direct_logit_attribution,
+    hook_gradients, logit_lens, residual_components,
+};
 use burnlens::model::Transformer;
 use common::*;
 
@@ -18,13 +22,23 @@ struct Tl {
     meta: serde_json::Value,
 }
 
-fn tl() -> Tl {
-    let dir = fixture("tl");
-    Tl { st: read_safetensors(&dir.join("gpt2.safetensors")), meta: serde_json::from_str(&std::fs::read_to_string(dir.join("gpt2.json")).unwrap()).unwrap() }
-}
+/// The fixtures TransformerLens was run on.
+const MODELS: &[&str] = &["gpt2", "pythia_like"];
 
-fn model() -> Transformer {
-    load_model(&fixture("gpt2"), &Device::flex()).unwrap().model
+/// TransformerLens's record for fixture `name`, and the model burnlens loads from it.
+fn load(name: &str) -> (Tl, Transformer) {
+    let dir = fixture("tl");
+    let t = Tl {
+        st: read_safetensors(&dir.join(format!("{name}.safetensors"))),
+        meta: serde_json::from_str(
+            &std::fs::read_to_string(dir.join(format!("{name}.json"))).unwrap(),
+        )
+        .unwrap(),
+    };
+    (
+        t,
+        load_model(&fixture(name), &Device::flex()).unwrap().model,
+    )
 }
 
 /// `max |a − b| / max(|b|, floor)`.
@@ -37,83 +51,133 @@ fn f32s(v: &[f64]) -> Vec<f32> {
 }
 
 fn metric(t: &Tl) -> Metric {
-    Metric::LogitDiff { pos: None, right: t.meta["right"].as_i64().unwrap(), wrong: t.meta["wrong"].as_i64().unwrap() }
+    Metric::LogitDiff {
+        pos: None,
+        right: t.meta["right"].as_i64().unwrap(),
+        wrong: t.meta["wrong"].as_i64().unwrap(),
+    }
 }
 
 #[test]
 fn gradients_at_hook_points_match_transformer_lens_backward_hooks() {
-    let (t, m) = (tl(), model());
-    let ids = &t.st["ids"].i64;
-    let names: Vec<String> = t.meta["grad_hooks"].as_array().unwrap().iter().map(|v| v.as_str().unwrap().to_string()).collect();
-    let g = hook_gradients(&m, ids, &|n| names.iter().any(|x| x == n), &metric(&t)).unwrap();
-    assert!((g.metric as f32 - t.st["metric"].f32[0]).abs() < 1e-4);
-    for n in &names {
-        let want = &t.st[&format!("grad.{n}")];
-        assert_eq!(g.gradients[n].dims(), want.shape, "{n}");
-        let r = rel(&g.gradients[n].to_vec(), &want.f32, 1e-6);
-        eprintln!("grad {n}: rel {r:.2e}");
-        assert!(r < 1e-4, "{n}: {r}");
+    for name in MODELS {
+        let (t, m) = load(name);
+        let ids = &t.st["ids"].i64;
+        let names: Vec<String> = t.meta["grad_hooks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_str().unwrap().to_string())
+            .collect();
+        let g = hook_gradients(&m, ids, &|n| names.iter().any(|x| x == n), &metric(&t)).unwrap();
+        assert!((g.metric as f32 - t.st["metric"].f32[0]).abs() < 1e-4);
+        for n in &names {
+            let want = &t.st[&format!("grad.{n}")];
+            assert_eq!(g.gradients[n].dims(), want.shape, "{n}");
+            let r = rel(&g.gradients[n].to_vec(), &want.f32, 1e-6);
+            eprintln!("{name} grad {n}: rel {r:.2e}");
+            assert!(r < 1e-4, "{name} {n}: {r}");
+        }
     }
 }
 
 #[test]
 fn attribution_and_activation_patching_match_transformer_lens() {
-    let (t, m) = (tl(), model());
-    let (clean, corrupted) = (&t.st["ids"].i64, &t.st["corrupted_ids"].i64);
-    let metric = metric(&t);
-    for (kind, attr_key, patch_key) in [(NodeKind::Head, "attr_head", "patch_head"), (NodeKind::ResidPre, "attr_resid", "patch_resid"), (NodeKind::Mlp, "attr_mlp", "patch_mlp")] {
-        let ns = nodes(&m, clean.len(), &[kind]);
-        let (_, attr) = attribution_patching(&m, clean, corrupted, &metric, &ns).unwrap();
-        let (_, patched) = activation_patching(&m, clean, corrupted, &metric, &ns).unwrap();
-        // Nodes come layer by layer, heads or positions within: TransformerLens's [L, N] row-major.
-        let (ra, rp) = (rel(&f32s(&attr), &t.st[attr_key].f32, 1e-3), rel(&f32s(&patched), &t.st[patch_key].f32, 1e-3));
-        eprintln!("{kind:?}: attribution rel {ra:.2e}, activation patching rel {rp:.2e}");
-        assert!(ra < 1e-4 && rp < 1e-4, "{kind:?}: {ra} {rp}");
+    for name in MODELS {
+        let (t, m) = load(name);
+        let (clean, corrupted) = (&t.st["ids"].i64, &t.st["corrupted_ids"].i64);
+        let metric = metric(&t);
+        for (kind, attr_key, patch_key) in [
+            (NodeKind::Head, "attr_head", "patch_head"),
+            (NodeKind::ResidPre, "attr_resid", "patch_resid"),
+            (NodeKind::Mlp, "attr_mlp", "patch_mlp"),
+        ] {
+            let ns = nodes(&m, clean.len(), &[kind]);
+            let (_, attr) = attribution_patching(&m, clean, corrupted, &metric, &ns).unwrap();
+            let (_, patched) = activation_patching(&m, clean, corrupted, &metric, &ns).unwrap();
+            // Nodes come layer by layer, heads or positions within: TransformerLens's [L, N] row-major.
+            let (ra, rp) = (
+                rel(&f32s(&attr), &t.st[attr_key].f32, 1e-3),
+                rel(&f32s(&patched), &t.st[patch_key].f32, 1e-3),
+            );
+            eprintln!(
+                "{name} {kind:?}: attribution rel {ra:.2e}, activation patching rel {rp:.2e}"
+            );
+            assert!(ra < 1e-4 && rp < 1e-4, "{name} {kind:?}: {ra} {rp}");
+        }
     }
 }
 
 #[test]
 fn direct_logit_attribution_and_the_logit_lens_match_transformer_lens() {
-    let (t, m) = (tl(), model());
-    let ids = &t.st["ids"].i64;
-    let (right, wrong) = (t.meta["right"].as_i64().unwrap(), t.meta["wrong"].as_i64().unwrap());
-    let last = ids.len() - 1;
-    // Per head (stack_head_results, apply_ln=True).
-    let dla = direct_logit_attribution(&m, ids, right, Some(wrong));
-    let heads: Vec<f32> = dla.labels.iter().zip(&dla.contributions).filter(|(l, _)| l.contains('H') && !l.contains('_')).map(|(_, c)| c[last] as f32).collect();
-    let r = rel(&heads, &t.st["dla_heads"].f32, 1e-3);
-    eprintln!("direct logit attribution per head: rel {r:.2e}");
-    assert!(r < 1e-4, "{r}");
-    // decompose_resid, apply_ln=True.
-    let comps = decompose_resid(&m, ids, None);
-    let labels: Vec<String> = t.meta["decompose_labels"].as_array().unwrap().iter().map(|v| v.as_str().unwrap().replace(|c: char| c.is_ascii_digit(), "")).collect();
-    assert_eq!(comps.labels.len(), labels.len());
-    let (_, scale) = residual_components(&m, ids);
-    let normed = apply_final_norm(&m, comps.stack, scale);
-    let (w_u, _) = m.w_u();
-    let d = m.config.d_model;
-    let dir = w_u.clone().narrow(1, right as usize, 1) - w_u.narrow(1, wrong as usize, 1);
-    let [n, tt, _] = normed.dims();
-    let along: Vec<f32> = normed.reshape([n * tt, d]).matmul(dir).into_data().try_into_vec_as::<f32>().unwrap();
-    let at_last: Vec<f32> = (0..n).map(|i| along[i * tt + last]).collect();
-    let r = rel(&at_last, &t.st["dla_decompose"].f32, 1e-3);
-    eprintln!("decompose_resid along the logit difference: rel {r:.2e}");
-    assert!(r < 1e-4, "{r}");
-    // The logit lens (accumulated_resid, final norm recomputed per layer).
-    let lens = logit_lens(&m, ids, 1, None);
-    let want = &t.st["lens_logprobs"];
-    let (layers, v) = (want.shape[0], want.shape[2]);
-    assert_eq!(lens.layers.len(), layers);
-    let mut worst: f64 = 0.0;
-    for li in 0..layers {
-        for p in 0..ids.len() - 1 {
-            let row = &want.f32[(li * ids.len() + p) * v..(li * ids.len() + p + 1) * v];
-            let w = row[ids[p + 1] as usize] as f64;
-            worst = worst.max((lens.target_logprob[li][p].unwrap() - w).abs());
-            let arg = (0..v).max_by(|&a, &b| row[a].total_cmp(&row[b])).unwrap();
-            assert_eq!(lens.top[li][p][0].0, arg as i64, "layer {li} pos {p}: top token");
+    for name in MODELS {
+        let (t, m) = load(name);
+        let ids = &t.st["ids"].i64;
+        let (right, wrong) = (
+            t.meta["right"].as_i64().unwrap(),
+            t.meta["wrong"].as_i64().unwrap(),
+        );
+        let last = ids.len() - 1;
+        // Per head (stack_head_results, apply_ln=True).
+        let dla = direct_logit_attribution(&m, ids, right, Some(wrong));
+        let heads: Vec<f32> = dla
+            .labels
+            .iter()
+            .zip(&dla.contributions)
+            .filter(|(l, _)| l.contains('H') && !l.contains('_'))
+            .map(|(_, c)| c[last] as f32)
+            .collect();
+        let r = rel(&heads, &t.st["dla_heads"].f32, 1e-3);
+        eprintln!("{name} direct logit attribution per head: rel {r:.2e}");
+        assert!(r < 1e-4, "{r}");
+        // decompose_resid, apply_ln=True.
+        let comps = decompose_resid(&m, ids, None);
+        let labels: Vec<String> = t.meta["decompose_labels"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| {
+                v.as_str()
+                    .unwrap()
+                    .replace(|c: char| c.is_ascii_digit(), "")
+            })
+            .collect();
+        assert_eq!(comps.labels.len(), labels.len());
+        let (_, scale) = residual_components(&m, ids);
+        let normed = apply_final_norm(&m, comps.stack, scale);
+        let (w_u, _) = m.w_u();
+        let d = m.config.d_model;
+        let dir = w_u.clone().narrow(1, right as usize, 1) - w_u.narrow(1, wrong as usize, 1);
+        let [n, tt, _] = normed.dims();
+        let along: Vec<f32> = normed
+            .reshape([n * tt, d])
+            .matmul(dir)
+            .into_data()
+            .try_into_vec_as::<f32>()
+            .unwrap();
+        let at_last: Vec<f32> = (0..n).map(|i| along[i * tt + last]).collect();
+        let r = rel(&at_last, &t.st["dla_decompose"].f32, 1e-3);
+        eprintln!("{name} decompose_resid along the logit difference: rel {r:.2e}");
+        assert!(r < 1e-4, "{r}");
+        // The logit lens (accumulated_resid, final norm recomputed per layer).
+        let lens = logit_lens(&m, ids, 1, None);
+        let want = &t.st["lens_logprobs"];
+        let (layers, v) = (want.shape[0], want.shape[2]);
+        assert_eq!(lens.layers.len(), layers);
+        let mut worst: f64 = 0.0;
+        for li in 0..layers {
+            for p in 0..ids.len() - 1 {
+                let row = &want.f32[(li * ids.len() + p) * v..(li * ids.len() + p + 1) * v];
+                let w = row[ids[p + 1] as usize] as f64;
+                worst = worst.max((lens.target_logprob[li][p].unwrap() - w).abs());
+                let arg = (0..v).max_by(|&a, &b| row[a].total_cmp(&row[b])).unwrap();
+                assert_eq!(
+                    lens.top[li][p][0].0, arg as i64,
+                    "layer {li} pos {p}: top token"
+                );
+            }
         }
+        eprintln!("{name} logit lens: max |Δ log p| {worst:.2e}");
+        assert!(worst < 1e-4, "{name}: {worst}");
     }
-    eprintln!("logit lens: max |Δ log p| {worst:.2e}");
-    assert!(worst < 1e-4, "{worst}");
 }
