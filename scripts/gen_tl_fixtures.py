@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
-"""What TransformerLens computes for burnlens's attribution tools, on the gpt2 and pythia_like
-(GPT-NeoX: rotary on a quarter of each head, parallel residual) parity fixtures.
+"""What TransformerLens computes for burnlens's attribution tools, on the gpt2, pythia_like
+(GPT-NeoX: rotary on a quarter of each head, parallel residual) and llama_gqa (RMSNorm, gated
+MLP, grouped-query attention, Llama 3 rope scaling) parity fixtures.
 
 Run through `cargo xtask sae-fixtures` (the venv that has sae-lens has transformer-lens, its
 dependency). Not run in CI: its output (tests/fixtures/tl/<fixture>.safetensors and .json) is committed.
 
 The fixture's `transformers` model is converted with TransformerLens's own
-`convert_gpt2_weights` / `convert_neox_weights` into an unprocessed `HookedTransformer` (no weight folding), and on a
+`convert_gpt2_weights` / `convert_neox_weights` / `convert_llama_weights` into an unprocessed `HookedTransformer` (no weight folding), and on a
 clean and a corrupted sequence of 8 tokens it records, for the metric
 logit[3] - logit[11] at the last position:
 - `grad.<hook>`: the metric's gradient at hook points (TransformerLens backward hooks);
@@ -29,7 +30,7 @@ import transformer_lens
 from importlib.metadata import version
 from safetensors.torch import save_file
 from transformer_lens import HookedTransformer, HookedTransformerConfig
-from transformer_lens.pretrained.weight_conversions import convert_gpt2_weights, convert_neox_weights
+from transformer_lens.pretrained.weight_conversions import convert_gpt2_weights, convert_llama_weights, convert_neox_weights
 from transformers import AutoModelForCausalLM
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures")
@@ -49,6 +50,18 @@ def model_from_fixture(name):
             original_architecture="GPT2LMHeadModel",
         )
         convert = convert_gpt2_weights
+    elif c.model_type == "llama":
+        dh = c.hidden_size // c.num_attention_heads
+        rope = c.rope_parameters
+        cfg = HookedTransformerConfig(
+            n_layers=c.num_hidden_layers, d_model=c.hidden_size, n_heads=c.num_attention_heads, n_key_value_heads=c.num_key_value_heads,
+            d_head=dh, d_mlp=c.intermediate_size, n_ctx=c.max_position_embeddings, d_vocab=c.vocab_size, act_fn="silu",
+            normalization_type="RMS", eps=c.rms_norm_eps, positional_embedding_type="rotary", rotary_dim=dh, rotary_base=rope["rope_theta"],
+            rotary_adjacent_pairs=False, gated_mlp=True, final_rms=True, use_NTK_by_parts_rope=True, NTK_by_parts_factor=rope["factor"],
+            NTK_by_parts_low_freq_factor=rope["low_freq_factor"], NTK_by_parts_high_freq_factor=rope["high_freq_factor"],
+            NTK_original_ctx_len=rope["original_max_position_embeddings"], original_architecture="LlamaForCausalLM",
+        )
+        convert = convert_llama_weights
     else:
         dh = c.hidden_size // c.num_attention_heads
         rope = c.rope_parameters
@@ -136,7 +149,7 @@ def record(fixture):
 
 
 def main():
-    for name in ["gpt2", "pythia_like"]:
+    for name in ["gpt2", "pythia_like", "llama_gqa"]:
         record(name)
 
 

@@ -1,6 +1,7 @@
 //! The attribution tools against TransformerLens itself: gradients at hook points,
 //! attribution and activation patching, direct logit attribution and the logit lens on the
-//! gpt2 and pythia_like (GPT-NeoX: partial rotary, parallel residual) parity fixtures, as
+//! gpt2, pythia_like (GPT-NeoX: partial rotary, parallel residual) and llama_gqa (RMSNorm,
+//! gated MLP, grouped-query attention, Llama 3 rope scaling) parity fixtures, as
 //! `scripts/gen_tl_fixtures.py` recorded them with unprocessed `HookedTransformer`s built
 //! from the same `transformers` weights.
 
@@ -23,7 +24,7 @@ struct Tl {
 }
 
 /// The fixtures TransformerLens was run on.
-const MODELS: &[&str] = &["gpt2", "pythia_like"];
+const MODELS: &[&str] = &["gpt2", "pythia_like", "llama_gqa"];
 
 /// TransformerLens's record for fixture `name`, and the model burnlens loads from it.
 fn load(name: &str) -> (Tl, Transformer) {
