@@ -231,3 +231,25 @@ fn the_logit_lens_ends_at_the_models_own_prediction() {
         assert!((lens.target_logprob[0][0].unwrap() - lens.target_logprob[n][0].unwrap()).abs() > 1e-6);
     }
 }
+
+#[test]
+fn gradients_and_attribution_agree_on_every_backend() {
+    let metric = Metric::LogitDiff { pos: None, right: 3, wrong: 11 };
+    let mut reference: Option<(Vec<f32>, f64)> = None;
+    for (backend, device) in backends() {
+        let m = load_model(&fixture("llama_gqa"), &device).unwrap().model;
+        let ids = ids_for(&m, 0);
+        let g = hook_gradients(&m, &ids, &|n| n == "blocks.1.hook_resid_pre", &metric).unwrap();
+        let grad = vec_of(&g.gradients["blocks.1.hook_resid_pre"]);
+        let dla = direct_logit_attribution(&m, &ids, 3, Some(11));
+        assert!(dla.max_error <= 1e-4, "{backend}: {}", dla.max_error);
+        match &reference {
+            None => reference = Some((grad, g.metric)),
+            Some((want, metric_value)) => {
+                let d = max_abs_diff(&grad, want) / max_abs(want).max(1e-6);
+                assert!(d < 1e-4, "{backend}: gradient differs from the first backend by {d}");
+                assert!((g.metric - metric_value).abs() < 1e-4);
+            }
+        }
+    }
+}

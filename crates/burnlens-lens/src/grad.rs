@@ -15,7 +15,6 @@
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 
-use burn::module::Module;
 use burn::tensor::activation::log_softmax;
 use burn::tensor::{Int, Tensor, TensorData};
 use burnlens_model::{Activation, Hooks, Transformer};
@@ -118,23 +117,13 @@ pub struct HookGradients {
     pub gradients: BTreeMap<String, Activation>,
 }
 
-/// A copy of `model` on the autodiff version of its device, its parameters constant (no
-/// parameter gradients are computed). Returns the model itself if it is already there.
-pub fn on_autodiff(model: &Transformer) -> Transformer {
-    let device = model.device();
-    if device.is_autodiff() {
-        return model.clone();
-    }
-    model.clone().no_grad().fork(&device.autodiff())
-}
-
 /// `∂metric/∂activation` at every hook point whose name satisfies `names`, from one forward
-/// and one backward pass over `ids` (one sequence). The model may live on any device; it is
-/// copied to that device's autodiff twin.
+/// and one backward pass over `ids` (one sequence). The model may live on any device: the
+/// activations become autodiff tensors at the chosen points, and the parameters enter the
+/// graph as constants (no parameter gradients are computed).
 pub fn hook_gradients(model: &Transformer, ids: &[i64], names: &dyn Fn(&str) -> bool, metric: &Metric) -> Result<HookGradients, MetricError> {
     metric.check(ids.len(), model.config.vocab_size)?;
-    let ad_model = on_autodiff(model);
-    let device = ad_model.device();
+    let device = model.device();
     let deltas: RefCell<Vec<(String, Activation)>> = RefCell::new(Vec::new());
     let mut hooks = Hooks::capture(names).with_edit(names, |name, act| {
         let out = match act {
@@ -151,7 +140,7 @@ pub fn hook_gradients(model: &Transformer, ids: &[i64], names: &dyn Fn(&str) -> 
         };
         out
     });
-    let logits = ad_model.forward_hooked(ad_model.ids_tensor(ids), &mut hooks);
+    let logits = model.forward_hooked(model.ids_tensor(ids), &mut hooks);
     let activations = hooks.take_cache().into_iter().map(|(n, a)| (n, inner(a))).collect();
     drop(hooks);
     let m = metric.eval(logits, ids);
