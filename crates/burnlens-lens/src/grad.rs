@@ -2,9 +2,10 @@
 //! backward pass (TransformerLens's backward hooks).
 //!
 //! Each chosen hook point adds a zero tensor that requires a gradient (`x + δ`, `δ = 0`):
-//! the forward values are unchanged, the graph upstream of the point stays whole, and
+//! the forward values are unchanged, the activation itself is not cut from the graph, and
 //! `∂metric/∂δ` is the total derivative with respect to the activation, counting every path,
-//! including those through other chosen points.
+//! including those through later chosen points. Autodiff starts at the first chosen point;
+//! the parameters are constants.
 //!
 //! ```ignore
 //! let metric = Metric::LogitDiff { pos: None, right: 5, wrong: 9 };
