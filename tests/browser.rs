@@ -279,7 +279,7 @@ fn the_lens_attribution_and_sae_reports_render() {
     let sae = Sae::load(&fixture("sae").join("jumprelu_llama_resid"), &device).unwrap();
     let run = run_sae(&model, &sae, &ids, 3).unwrap();
     let sae_dir = tmp.path().join("sae");
-    write_sae(&sae_dir, &SaeReport { ids: ids.clone(), tokens: tokens.clone(), sae: sae.cfg.clone(), run, strongest_feature: None }, "sae").unwrap();
+    write_sae(&sae_dir, &SaeReport { ids: ids.clone(), tokens: tokens.clone(), sae: sae.cfg.clone(), run }, "sae").unwrap();
 
     let Some(d) = Driver::start(&tmp.path().join("profile")) else { return };
     let open = |dir: &Path| {
@@ -307,10 +307,11 @@ fn the_lens_attribution_and_sae_reports_render() {
     assert!(counts.contains(&((report.dla.labels.len() * t) as u64)), "{counts:?}");
     let toks = d.js("return document.querySelectorAll('.bl-tokens .bl-tok').length;");
     assert_eq!(toks.as_u64().unwrap() as usize, t);
-    // SAE: coloured tokens for the loss increase and L0, and a row per position.
+    // SAE: coloured tokens for the loss increase, L0 and the strongest feature, and a row
+    // per position.
     open(&sae_dir);
     let spans = d.js("return [...document.querySelectorAll('.bl-tokens')].map(b => b.querySelectorAll('.bl-tok').length);");
-    assert_eq!(spans, json!([t, t]));
+    assert_eq!(spans, json!([t, t, t]));
     let rows = d.js("return document.querySelectorAll('table')[1].querySelectorAll('tr').length;");
     assert_eq!(rows.as_u64().unwrap() as usize, t + 1);
 }

@@ -93,6 +93,11 @@ fn saes_run_on_the_models_own_activations() {
         // Splicing the reconstruction in changes the loss; the top features are the largest.
         let (clean, with) = (run.loss_clean.unwrap(), run.loss_with_sae.unwrap());
         assert!(clean.is_finite() && with.is_finite() && (clean - with).abs() > 1e-6, "{name}: {clean} {with}");
+        // The strongest feature is the one with the largest activation anywhere.
+        let best = (0..want.len()).max_by(|&a, &b| want[a].total_cmp(&want[b])).unwrap();
+        let (f, acts) = run.strongest_feature.clone().unwrap();
+        assert_eq!(f, best % sae.cfg.d_sae, "{name}: strongest feature");
+        assert!((acts[best / sae.cfg.d_sae] - want[best] as f64).abs() < 1e-3 * (want[best] as f64).max(1.0));
         // The per-position loss increases average to the change of the mean loss.
         let inc: Vec<f64> = run.loss_increase.iter().flatten().copied().collect();
         assert_eq!(inc.len(), ids.len() - 1);

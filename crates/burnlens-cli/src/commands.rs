@@ -594,12 +594,8 @@ pub fn sae(args: &ModelArgs, sae_dir: &Path, input: &Input, top: usize, out: &Pa
     let sae_dir = &crate::progress::folder(sae_dir, &[burnlens_lens::sae::CFG_FILE, burnlens_lens::sae::WEIGHTS_FILE])?;
     let sae = burnlens_lens::Sae::load(sae_dir, &m.model.device())?;
     let run = burnlens_lens::run_sae(&m.model, &sae, &ids, top)?;
-    let feats = burnlens_lens::sae::features(&m.model, &sae, &ids)?;
     let d_sae = sae.cfg.d_sae;
-    let fv: Vec<f32> = feats.into_data().try_into_vec_as::<f32>().expect("f32");
-    let best = (0..fv.len()).max_by(|&a, &b| fv[a].total_cmp(&fv[b])).filter(|&i| fv[i] > 0.0).map(|i| i % d_sae);
-    let strongest_feature = best.map(|f| (f, fv.chunks(d_sae).map(|row| row[f] as f64).collect()));
-    let report = burnlens_lens::tool_reports::SaeReport { ids, tokens, sae: sae.cfg.clone(), run, strongest_feature };
+    let report = burnlens_lens::tool_reports::SaeReport { ids, tokens, sae: sae.cfg.clone(), run };
     burnlens_lens::tool_reports::write_sae(out, &report, &format!("burnlens SAE {} on {}", sae_dir.display(), dir.display())).map_err(report_err(out))?;
     let r = &report.run;
     println!("SAE on {} ({:?}, d_sae {}): mean L0 {:.2}, MSE {:.5}, explained variance {:.4}", r.hook_name, sae.cfg.architecture, d_sae, r.mean_l0, r.mse, r.explained_variance);

@@ -425,6 +425,9 @@ pub struct SaeRun {
     /// `[pos]` how much the next-token loss at each position rises with the SAE spliced in
     /// (`None` at the last position).
     pub loss_increase: Vec<Option<f64>>,
+    /// The feature with the largest activation on the sequence and its activation at every
+    /// position (`None` if no feature fires).
+    pub strongest_feature: Option<(usize, Vec<f64>)>,
 }
 
 /// The SAE's features `[pos, d_sae]` on one sequence, read at its hook point.
@@ -471,6 +474,11 @@ pub fn run_sae(model: &Transformer, sae: &Sae, ids: &[i64], k: usize) -> Result<
     let l0: Vec<usize> = fv.chunks(d_sae).map(|row| row.iter().filter(|&&a| a > 0.0).count()).collect();
     let err = (x.clone() - r).square().sum().into_scalar::<f32>() as f64;
     let total = (x.clone() - x.mean_dim(0)).square().sum().into_scalar::<f32>() as f64;
+    let strongest_feature = (0..fv.len())
+        .max_by(|&a, &b| fv[a].total_cmp(&fv[b]))
+        .filter(|&i| fv[i] > 0.0)
+        .map(|i| i % d_sae)
+        .map(|f| (f, fv.chunks(d_sae).map(|row| row[f] as f64).collect()));
     let top_features = fv
         .chunks(d_sae)
         .map(|row| {
@@ -516,5 +524,6 @@ pub fn run_sae(model: &Transformer, sae: &Sae, ids: &[i64], k: usize) -> Result<
         loss_zero_ablated,
         loss_recovered,
         loss_increase,
+        strongest_feature,
     })
 }

@@ -232,9 +232,6 @@ pub struct SaeReport {
     pub sae: crate::sae::SaeConfig,
     #[serde(flatten)]
     pub run: SaeRun,
-    /// The feature with the largest activation on the sequence, and its activation per
-    /// position.
-    pub strongest_feature: Option<(usize, Vec<f64>)>,
 }
 
 /// Write the SAE report into `dir`.
@@ -260,7 +257,7 @@ pub fn write_sae(dir: &Path, r: &SaeReport, title: &str) -> std::io::Result<()> 
     body.push_str(&coloured_tokens("loss increase at each position with the SAE spliced in (red: the reconstruction costs loss here)", &r.tokens, &s.loss_increase, true));
     let l0: Vec<Option<f64>> = s.l0.iter().map(|&x| Some(x as f64)).collect();
     body.push_str(&coloured_tokens("active features (L0) at each position", &r.tokens, &l0, false));
-    if let Some((f, acts)) = &r.strongest_feature {
+    if let Some((f, acts)) = &s.strongest_feature {
         let v: Vec<Option<f64>> = acts.iter().map(|&x| Some(x)).collect();
         body.push_str(&coloured_tokens(&format!("activation of feature {f}, the strongest on this sequence"), &r.tokens, &v, false));
     }
