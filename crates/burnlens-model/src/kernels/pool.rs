@@ -1,4 +1,5 @@
-//! The kernels' own worker threads: fork-join with a short spin before sleeping.
+//! The kernels' own worker threads: fork-join with a short spin before sleeping, robust to
+//! a busy machine.
 //!
 //! Why not rayon's pool: a rayon parallel region started from a thread outside the pool
 //! injects a job and wakes a sleeping worker, which on the 2-core virtual machines we measure
@@ -9,77 +10,110 @@
 //! pass find them awake. The number of threads follows rayon's (`RAYON_NUM_THREADS`); called
 //! from inside a one-thread rayon pool, from inside a task, or while another thread holds the
 //! pool, work runs on the calling thread alone.
+//!
+//! When other processes compete for the cores, a helper may not run for milliseconds. Three
+//! rules keep the caller from waiting for it:
+//! - **Tasks are claimed, not assigned**: the caller takes every task no helper has started.
+//! - **A helper joins a job only by claiming its seat** (`OFFERED → RUNNING`); once the caller
+//!   has run out of tasks it takes back the seats still on offer (`OFFERED → IDLE`), so it
+//!   waits only for helpers that are inside a task, never for one that has not started.
+//! - **Late helpers send the pool serial for a while**: when the caller waited more than
+//!   [`LATE`] (and longer than its own share took) for a helper to finish, [`threads`] answers
+//!   1 for a back-off period (10 ms, doubling while the next try is late again, at most 1 s),
+//!   so kernels stop splitting work at all; the first job after it probes again.
 
 use std::cell::{Cell, UnsafeCell};
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::thread::{self, Thread};
 use std::time::{Duration, Instant};
 
 /// How long an idle helper keeps polling for the next job before it parks.
 pub const SPIN: Duration = Duration::from_micros(300);
+/// A wait for a helper longer than this (and than the caller's own share) counts as late.
+pub const LATE: Duration = Duration::from_micros(1000);
+/// The first serial period after a late helper; it doubles up to [`BACKOFF_MAX`].
+const BACKOFF_MIN: Duration = Duration::from_millis(10);
+const BACKOFF_MAX: Duration = Duration::from_secs(1);
 
 thread_local! {
     static IN_TASK: Cell<bool> = const { Cell::new(false) };
 }
 
-/// A job: `f(i)` for every `i < n`. The pointer is only dereferenced while the submitting
-/// call is blocked waiting for the job to finish.
+/// A job: `f(i)` for every `i < n`. The pointer is only dereferenced by the caller and by
+/// helpers holding a `RUNNING` seat, all before the submitting call returns.
 #[derive(Clone, Copy)]
 struct Job {
     f: *const (dyn Fn(usize) + Sync),
     n: usize,
 }
 
+/// A helper's seat in the current job.
+const IDLE: u8 = 0;
+const OFFERED: u8 = 1;
+const RUNNING: u8 = 2;
+
 struct Pool {
     helpers: Vec<Thread>,
     sleeping: Vec<AtomicBool>,
+    seats: Vec<AtomicU8>,
     generation: AtomicU64,
     job: UnsafeCell<Job>,
     next: AtomicUsize,
-    busy_helpers: AtomicUsize,
     panicked: AtomicBool,
     submit: Mutex<()>,
+    /// Contention state: serial until this many ns after `epoch`; the current back-off.
+    epoch: Instant,
+    serial_until_ns: AtomicU64,
+    backoff_ns: AtomicU64,
+    /// Counters for tests and the bench: jobs whose helper came late, seats taken back.
+    late_jobs: AtomicU64,
+    revoked: AtomicU64,
 }
 
-// SAFETY: `job` is written only by the thread holding `submit`, while no helper reads it (all
-// helpers finished the previous job), and read by helpers only between the generation bump
-// that publishes it and their decrement of `busy_helpers`.
+// SAFETY: `job` is written only by the thread holding `submit`, while no seat is OFFERED or
+// RUNNING (the previous job's helpers all finished or were turned away), and read by a helper
+// only after it turned its seat from OFFERED to RUNNING, which the caller waits out.
 unsafe impl Sync for Pool {}
 unsafe impl Send for Pool {}
 
 fn noop(_: usize) {}
 
-fn pool() -> &'static Pool {
-    static POOL: OnceLock<&'static Pool> = OnceLock::new();
-    POOL.get_or_init(|| {
-        let n_helpers = rayon::current_num_threads().max(1) - 1;
-        let pool: &'static Pool = Box::leak(Box::new(Pool {
-            helpers: Vec::new(),
-            sleeping: (0..n_helpers).map(|_| AtomicBool::new(false)).collect(),
-            generation: AtomicU64::new(0),
-            job: UnsafeCell::new(Job { f: &noop as &(dyn Fn(usize) + Sync), n: 0 }),
-            next: AtomicUsize::new(0),
-            busy_helpers: AtomicUsize::new(0),
-            panicked: AtomicBool::new(false),
-            submit: Mutex::new(()),
-        }));
-        let handles: Vec<Thread> = (0..n_helpers)
-            .map(|k| {
-                thread::Builder::new()
-                    .name(format!("burnlens-kernel-{k}"))
-                    .spawn(move || helper(pool, k))
-                    .expect("starting a kernel thread")
-                    .thread()
-                    .clone()
-            })
-            .collect();
-        // SAFETY: no helper reads `helpers`; it is set once, before any job is submitted.
-        let p = pool as *const Pool as *mut Pool;
-        unsafe { (*p).helpers = handles };
-        pool
-    })
+/// The pool, started by the first job that needs it (so [`threads`] never starts it).
+static POOL: OnceLock<&'static Pool> = OnceLock::new();
+
+fn start_pool() -> &'static Pool {
+    let n_helpers = rayon::current_num_threads().max(1) - 1;
+    let pool: &'static Pool = Box::leak(Box::new(Pool {
+        helpers: Vec::new(),
+        sleeping: (0..n_helpers).map(|_| AtomicBool::new(false)).collect(),
+        seats: (0..n_helpers).map(|_| AtomicU8::new(IDLE)).collect(),
+        generation: AtomicU64::new(0),
+        job: UnsafeCell::new(Job { f: &noop as &(dyn Fn(usize) + Sync), n: 0 }),
+        next: AtomicUsize::new(0),
+        panicked: AtomicBool::new(false),
+        submit: Mutex::new(()),
+        epoch: Instant::now(),
+        serial_until_ns: AtomicU64::new(0),
+        backoff_ns: AtomicU64::new(BACKOFF_MIN.as_nanos() as u64),
+        late_jobs: AtomicU64::new(0),
+        revoked: AtomicU64::new(0),
+    }));
+    let handles: Vec<Thread> = (0..n_helpers)
+        .map(|k| {
+            thread::Builder::new()
+                .name(format!("burnlens-kernel-{k}"))
+                .spawn(move || helper(pool, k))
+                .expect("starting a kernel thread")
+                .thread()
+                .clone()
+        })
+        .collect();
+    // SAFETY: no helper reads `helpers`; it is set once, before any job is submitted.
+    let p = pool as *const Pool as *mut Pool;
+    unsafe { (*p).helpers = handles };
+    pool
 }
 
 fn helper(pool: &'static Pool, k: usize) {
@@ -107,7 +141,11 @@ fn helper(pool: &'static Pool, k: usize) {
             }
             pool.sleeping[k].store(false, Ordering::SeqCst);
         }
-        // SAFETY: published by the generation bump above; valid until we decrement.
+        // Join only if the seat is still on offer: the caller may have finished without us.
+        if pool.seats[k].compare_exchange(OFFERED, RUNNING, Ordering::AcqRel, Ordering::Acquire).is_err() {
+            continue;
+        }
+        // SAFETY: published before the seat was offered; valid until we leave the seat.
         let job = unsafe { *pool.job.get() };
         IN_TASK.with(|t| t.set(true));
         let result = catch_unwind(AssertUnwindSafe(|| work(pool, job)));
@@ -115,7 +153,7 @@ fn helper(pool: &'static Pool, k: usize) {
         if result.is_err() {
             pool.panicked.store(true, Ordering::SeqCst);
         }
-        pool.busy_helpers.fetch_sub(1, Ordering::AcqRel);
+        pool.seats[k].store(IDLE, Ordering::Release);
     }
 }
 
@@ -125,15 +163,64 @@ fn work(pool: &Pool, job: Job) {
         if i >= job.n {
             break;
         }
-        // SAFETY: the submitter keeps `f` alive until every helper has finished this job.
+        // SAFETY: the submitter keeps `f` alive until every helper has left its seat.
         unsafe { (*job.f)(i) };
     }
 }
 
+impl Pool {
+    fn now_ns(&self) -> u64 {
+        self.epoch.elapsed().as_nanos() as u64
+    }
+
+    fn serial_now(&self) -> bool {
+        self.now_ns() < self.serial_until_ns.load(Ordering::Relaxed)
+    }
+
+    /// After a job: a late helper starts (or lengthens) a serial period; an on-time one
+    /// resets the back-off.
+    fn judge(&self, own: Duration, waited: Duration) {
+        if waited > LATE && waited > own {
+            self.late_jobs.fetch_add(1, Ordering::Relaxed);
+            let backoff = self.backoff_ns.load(Ordering::Relaxed);
+            self.serial_until_ns.store(self.now_ns() + backoff, Ordering::Relaxed);
+            self.backoff_ns.store((backoff * 2).min(BACKOFF_MAX.as_nanos() as u64), Ordering::Relaxed);
+        } else {
+            self.backoff_ns.store(BACKOFF_MIN.as_nanos() as u64, Ordering::Relaxed);
+        }
+    }
+}
+
 /// Threads a kernel may use here: rayon's count (so `RAYON_NUM_THREADS` and an enclosing
-/// rayon pool both apply), 1 inside a task.
+/// rayon pool both apply), 1 inside a task and while the pool is serial after late helpers.
 pub fn threads() -> usize {
-    if IN_TASK.with(|t| t.get()) { 1 } else { rayon::current_num_threads().max(1) }
+    if IN_TASK.with(|t| t.get()) {
+        return 1;
+    }
+    let n = rayon::current_num_threads().max(1);
+    if n > 1
+        && let Some(p) = POOL.get()
+        && p.serial_now()
+    {
+        return 1;
+    }
+    n
+}
+
+/// How the pool has fared: jobs whose helper came late, seats taken back from helpers that
+/// had not started, and whether it is serial now.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PoolStats {
+    pub late_jobs: u64,
+    pub revoked_seats: u64,
+    pub serial_now: bool,
+}
+
+pub fn stats() -> PoolStats {
+    match POOL.get() {
+        None => PoolStats::default(),
+        Some(p) => PoolStats { late_jobs: p.late_jobs.load(Ordering::Relaxed), revoked_seats: p.revoked.load(Ordering::Relaxed), serial_now: p.serial_now() },
+    }
 }
 
 /// Run `f(i)` for every `i < n`, spread over the kernel threads (the caller included), and
@@ -146,7 +233,7 @@ pub fn run(n: usize, f: impl Fn(usize) + Sync) {
     if n == 1 || threads() <= 1 {
         return serial();
     }
-    let pool = pool();
+    let pool = *POOL.get_or_init(start_pool);
     if pool.helpers.is_empty() {
         return serial();
     }
@@ -159,23 +246,42 @@ pub fn run(n: usize, f: impl Fn(usize) + Sync) {
     };
     let f_ref: &(dyn Fn(usize) + Sync) = &f;
     // SAFETY: the lifetime is erased only for the duration of this call, which does not
-    // return before every helper has stopped using the job (busy_helpers == 0 below).
+    // return before every helper that took a seat has left it (the wait below).
     let f_static: *const (dyn Fn(usize) + Sync) = unsafe { std::mem::transmute(f_ref as *const (dyn Fn(usize) + Sync + '_)) };
     unsafe { *pool.job.get() = Job { f: f_static, n } };
     pool.next.store(0, Ordering::Relaxed);
-    pool.busy_helpers.store(pool.helpers.len(), Ordering::Relaxed);
+    for seat in &pool.seats {
+        seat.store(OFFERED, Ordering::Release);
+    }
     pool.generation.fetch_add(1, Ordering::SeqCst);
     for (k, t) in pool.helpers.iter().enumerate() {
         if pool.sleeping[k].load(Ordering::SeqCst) {
             t.unpark();
         }
     }
+    let start = Instant::now();
     IN_TASK.with(|t| t.set(true));
     let mine = catch_unwind(AssertUnwindSafe(|| work(pool, Job { f: f_static, n })));
     IN_TASK.with(|t| t.set(false));
-    while pool.busy_helpers.load(Ordering::Acquire) != 0 {
-        std::hint::spin_loop();
+    let own_done = Instant::now();
+    // No task is left to claim: turn away helpers that have not started, wait for the rest.
+    for seat in &pool.seats {
+        if seat.compare_exchange(OFFERED, IDLE, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+            pool.revoked.fetch_add(1, Ordering::Relaxed);
+            continue;
+        }
+        let mut spins = 0u32;
+        while seat.load(Ordering::Acquire) == RUNNING {
+            spins += 1;
+            if spins < 2048 {
+                std::hint::spin_loop();
+            } else {
+                // The helper may be waiting for this core: let it have it.
+                thread::yield_now();
+            }
+        }
     }
+    pool.judge(own_done - start, own_done.elapsed());
     let helper_panicked = pool.panicked.swap(false, Ordering::SeqCst);
     if let Err(p) = mine {
         std::panic::resume_unwind(p);
@@ -250,6 +356,75 @@ mod tests {
             .collect();
         for t in outer {
             t.join().unwrap();
+        }
+    }
+
+    /// A helper that stalls inside a task (as one descheduled by a busy neighbour does) makes
+    /// the job late; the pool then runs serial for a while and comes back afterwards.
+    #[test]
+    fn a_late_helper_sends_the_pool_serial_for_a_while() {
+        if rayon::current_num_threads() < 2 {
+            // One thread: nothing runs in parallel, so nothing can be late.
+            assert_eq!(threads(), 1);
+            return;
+        }
+        let on_helper = || thread::current().name().is_some_and(|n| n.starts_with("burnlens-kernel"));
+        let before = stats().late_jobs;
+        let mut tries = 0;
+        while stats().late_jobs == before {
+            tries += 1;
+            assert!(tries <= 50, "no helper ever took a task of a 256-task job");
+            // Wait out a serial period another test may have started.
+            while threads() == 1 {
+                thread::sleep(Duration::from_millis(2));
+            }
+            run(256, |_| {
+                if on_helper() {
+                    thread::sleep(Duration::from_millis(30));
+                } else {
+                    let t = Instant::now();
+                    while t.elapsed() < Duration::from_micros(20) {
+                        std::hint::spin_loop();
+                    }
+                }
+            });
+        }
+        assert_eq!(threads(), 1, "serial right after a late helper");
+        assert!(stats().serial_now);
+        // Serial jobs still run every task, on the caller.
+        let count = AtomicUsize::new(0);
+        run(100, |_| {
+            assert!(!on_helper());
+            count.fetch_add(1, Ordering::Relaxed);
+        });
+        assert_eq!(count.load(Ordering::Relaxed), 100);
+        let t = Instant::now();
+        while threads() == 1 {
+            assert!(t.elapsed() < BACKOFF_MAX + Duration::from_millis(500), "the pool never came back from serial");
+            thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// A caller that finishes every task before the helper wakes does not wait for it.
+    #[test]
+    fn the_caller_does_not_wait_for_a_helper_that_has_not_started() {
+        if rayon::current_num_threads() < 2 {
+            assert_eq!(threads(), 1);
+            return;
+        }
+        run(2, |_| {}); // start the pool
+        let before = stats().revoked_seats;
+        let mut tries = 0;
+        while stats().revoked_seats == before {
+            tries += 1;
+            assert!(tries <= 100, "the helper always joined a job of two empty tasks");
+            // Let the helper park (past its spin), so that waking it takes longer than the job.
+            thread::sleep(SPIN * 4);
+            let count = AtomicUsize::new(0);
+            run(2, |_| {
+                count.fetch_add(1, Ordering::Relaxed);
+            });
+            assert_eq!(count.load(Ordering::Relaxed), 2);
         }
     }
 
