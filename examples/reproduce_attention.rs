@@ -46,7 +46,9 @@ pub fn reproduce(dir: &Path, layer: usize, ids: &[i64], device: &Device) -> Resu
     ];
     let mut hooks = Hooks::capture(|n| names.iter().any(|m| m == n));
     model.forward_hooked(model.ids_tensor(ids), &mut hooks);
-    let x: Tensor<2> = hooks.cache[&names[0]].rank3().unwrap().squeeze_dim(0); // [pos, d_model]
+    // hook_normalized is before the norm's gain and bias (as in TransformerLens): `finish`
+    // applies them, giving the attention's input.
+    let x: Tensor<2> = model.blocks[layer].ln1.finish(hooks.cache[&names[0]].rank3().unwrap().squeeze_dim(0)); // [pos, d_model]
     let model_pattern: Tensor<3> = hooks.cache[&names[1]].rank4().unwrap().squeeze_dim(0); // [head, q, k]
     let model_out: Tensor<2> = hooks.cache[&names[2]].rank3().unwrap().squeeze_dim(0); // [pos, d_model]
 

@@ -11,6 +11,7 @@ The fixture's `transformers` model is converted with TransformerLens's own
 clean and a corrupted sequence of 8 tokens it records, for the metric
 logit[3] - logit[11] at the last position:
 - `grad.<hook>`: the metric's gradient at hook points (TransformerLens backward hooks);
+- `cache.<hook>`: every norm's `hook_scale` and `hook_normalized` on the clean run;
 - `attr_head` [L, H], `attr_resid` [L, T], `attr_mlp` [L]: attribution patching,
   (corrupted - clean) * clean gradient summed over each node (hook_z per head,
   hook_resid_pre per position, hook_mlp_out);
@@ -108,6 +109,11 @@ def record(fixture):
     out["metric"] = m.detach().reshape(1)
     for name in GRAD_HOOKS:
         out[f"grad.{name}"] = grads[name].contiguous()
+    # The norms' hook points as TransformerLens fills them (3.x: the normalized value before
+    # the gain, and before the bias for a LayerNorm).
+    norm_hooks = [n for n in clean_cache.keys() if ".hook_normalized" in n or ".hook_scale" in n]
+    for name in norm_hooks:
+        out[f"cache.{name}"] = clean_cache[name].detach().contiguous()
 
     with torch.no_grad():
         _, corr_cache = tl.run_with_cache(corrupted)
@@ -144,7 +150,7 @@ def record(fixture):
     save_file({k: v.float().contiguous() if v.dtype.is_floating_point else v for k, v in out.items()}, os.path.join(dest, f"{fixture}.safetensors"))
     with open(os.path.join(dest, f"{fixture}.json"), "w") as f:
         json.dump({"model": fixture, "transformer_lens": version("transformer-lens"), "torch": torch.__version__, "right": RIGHT, "wrong": WRONG,
-                   "grad_hooks": GRAD_HOOKS, "decompose_labels": labels}, f, indent=2)
+                   "grad_hooks": GRAD_HOOKS, "norm_hooks": norm_hooks, "decompose_labels": labels}, f, indent=2)
     print("wrote", fixture, "decompose labels", labels)
 
 

@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
 """PyTorch peers for burnlens's benchmarks: a lean nanoGPT-style model (fused QKV,
-scaled_dot_product_attention, tanh GELU, tied head) written here, plus Hugging Face
+scaled_dot_product_attention, tanh GELU, tied head) written here, the same model under
+`torch.compile` (inductor on the CPU; training with the fused AdamW), plus Hugging Face
 `transformers` for the workloads users load checkpoints with.
 
 Subcommands (each prints one JSON line on stdout, timings in seconds):
   train       --config run.json       nanoGPT's CPU shakespeare-char run, as
                                       configs/shakespeare-char-cpu.toml describes it
-  train-steps --impl lean|hf          timed training steps of that configuration, random data
-  forward     --impl lean|hf --model DIR --batch B --seq T
+  train-steps --impl lean|compile|hf  timed training steps of that configuration, random data
+  forward     --impl lean|compile|hf --model DIR --batch B --seq T
   generate    --impl lean|hf --model DIR --new N     greedy, KV cache, 16-token prompt
   load        --impl lean|hf --model DIR             wall time and peak RSS
   attention   --impl lean|hf --seq T                 one GPT-2-small attention layer
@@ -176,12 +177,15 @@ def lean_from_hf(model_dir):
 def load_model(impl, model_dir):
     if impl == "lean":
         return lean_from_hf(model_dir)
+    if impl == "compile":
+        return torch.compile(lean_from_hf(model_dir))
     from transformers import GPT2LMHeadModel
     return GPT2LMHeadModel.from_pretrained(model_dir).eval()
 
 
-def timed(reps, f):
-    f()
+def timed(reps, f, warmup=1):
+    for _ in range(warmup):
+        f()
     out = []
     for _ in range(reps):
         t = time.perf_counter(); f(); out.append(time.perf_counter() - t)
@@ -197,8 +201,9 @@ def ids(n, vocab, seed):
 def bench_forward(a):
     m = load_model(a.impl, a.model)
     x = ids(a.batch * a.seq, 50257, 1).view(a.batch, a.seq)
-    f = (lambda: m(x)) if a.impl == "lean" else (lambda: m(x).logits)
-    return {"times": timed(a.reps, f), "tokens": a.batch * a.seq}
+    f = (lambda: m(x).logits) if a.impl == "hf" else (lambda: m(x))
+    # torch.compile traces and compiles on the first calls: time only what follows.
+    return {"times": timed(a.reps, f, warmup=3 if a.impl == "compile" else 1), "tokens": a.batch * a.seq}
 
 
 @torch.no_grad()
@@ -220,23 +225,27 @@ def bench_generate(a):
 def bench_train_steps(a):
     torch.manual_seed(0)
     B, T, V = 12, 64, 65
-    if a.impl == "lean":
+    if a.impl in ("lean", "compile"):
         m = GPT(V, T, 128, 4, 4)
-        fwd = lambda x: m(x)[0]
+        run = torch.compile(m) if a.impl == "compile" else m
+        fwd = lambda x: run(x)[0]
     else:
         from transformers import GPT2Config, GPT2LMHeadModel
         m = GPT2LMHeadModel(GPT2Config(vocab_size=V, n_positions=T, n_embd=128, n_layer=4, n_head=4,
                                        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0))
         fwd = lambda x: m(x).logits
     m.train()
-    opt = torch.optim.AdamW(m.parameters(), lr=1e-3, betas=(0.9, 0.99), eps=1e-8, weight_decay=0.1)
+    # The compiled peer takes the fastest optimizer PyTorch offers on the CPU as well.
+    fused = {"fused": True} if a.impl == "compile" else {}
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-3, betas=(0.9, 0.99), eps=1e-8, weight_decay=0.1, **fused)
     def step():
         d = torch.randint(0, V, (B, T + 1))
         logits = fwd(d[:, :-1])
         loss = F.cross_entropy(logits.reshape(-1, V), d[:, 1:].reshape(-1))
         opt.zero_grad(set_to_none=True); loss.backward()
         torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0); opt.step()
-    step()
+    for _ in range(3 if a.impl == "compile" else 1):
+        step()
     times = []
     for _ in range(a.reps * 10):
         t = time.perf_counter(); step(); times.append(time.perf_counter() - t)
@@ -280,7 +289,7 @@ def main():
     t.add_argument("--config", required=True, help="JSON with the run's settings")
     for name in ("train-steps", "forward", "generate", "load", "attention"):
         p = sub.add_parser(name)
-        p.add_argument("--impl", choices=["lean", "hf"], required=True)
+        p.add_argument("--impl", choices=["lean", "compile", "hf"], required=True)
         p.add_argument("--model")
         p.add_argument("--batch", type=int, default=1)
         p.add_argument("--seq", type=int, default=128)

@@ -1,4 +1,5 @@
-//! burnlens: GPT-2 and GPT-Neo on Burn. Import Hugging Face checkpoints with exact parity,
+//! burnlens: GPT-2, GPT-Neo, GPT-NeoX (Pythia) and the Llama family (Llama, Qwen2, Mistral)
+//! on Burn. Import Hugging Face checkpoints with exact parity, train them,
 //! run them on any Burn backend, and look inside.
 //!
 //! This facade re-exports the workspace crates:

@@ -103,7 +103,11 @@ fn process_weights_keeps_the_log_probabilities_of_logits_and_changes_the_cache()
         let hook = "blocks.0.ln1.hook_normalized";
         ok(&burnlens(&["cache", "--model", m, "--ids", "3,9,27", "--names", hook, "--out", ca.to_str().unwrap()]));
         ok(&burnlens(&["cache", "--model", m, "--ids", "3,9,27", "--names", hook, "--out", cb.to_str().unwrap(), "--process-weights"]));
-        assert!(max_abs_diff(&read_safetensors(&ca)[hook].f32, &read_safetensors(&cb)[hook].f32) > 1e-3, "{name}: folding the norm changes its output");
+        // hook_normalized is before the norm's gain and bias (TransformerLens's convention):
+        // folding moves them into the next weights and centring the writers changes nothing a
+        // LayerNorm lets through, so the hook keeps its value (as in TransformerLens).
+        let d = max_abs_diff(&read_safetensors(&ca)[hook].f32, &read_safetensors(&cb)[hook].f32);
+        assert!(d < 1e-4, "{name}: folding the norm changed hook_normalized by {d}");
     }
 }
 

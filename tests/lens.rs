@@ -29,7 +29,7 @@ fn qk_and_ov_circuits_reproduce_scores_and_head_outputs() {
         let ids = ids_for(&m);
         let cache = run_with_cache(&m, &ids, |n| n.ends_with("ln1.hook_normalized") || n.ends_with("hook_q") || n.ends_with("hook_k") || n.ends_with("attn.hook_result"));
         for (l, w) in all_head_weights(&m).iter().enumerate() {
-            let x: Tensor<2> = cache.get(&format!("blocks.{l}.ln1.hook_normalized")).unwrap().rank3().unwrap().squeeze_dim(0);
+            let x: Tensor<2> = m.blocks[l].ln1.finish(cache.get(&format!("blocks.{l}.ln1.hook_normalized")).unwrap().rank3().unwrap().squeeze_dim(0));
             let qk = qk(w);
             let ov = ov(w);
             for h in 0..m.config.n_heads {

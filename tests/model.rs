@@ -138,3 +138,23 @@ fn activations_match_their_hugging_face_formulas() {
         }
     }
 }
+
+/// `hook_names(cfg)` (the one list the CLI, the lens tools and the docs take names from)
+/// is exactly the hook points a forward pass visits, in the order it visits them.
+#[test]
+fn hook_names_are_the_points_a_forward_pass_visits_on_every_fixture() {
+    for name in all_fixtures() {
+        let model = load_model(&fixture(name), &Device::flex()).unwrap().model;
+        let visited = std::cell::RefCell::new(Vec::<String>::new());
+        let mut hooks = Hooks::none().with_edit(
+            |_| true,
+            |n, a| {
+                visited.borrow_mut().push(n.to_string());
+                a
+            },
+        );
+        model.forward_hooked(model.ids_tensor(&[1, 2, 3]), &mut hooks);
+        drop(hooks);
+        assert_eq!(visited.into_inner(), burnlens::model::hook_names(&model.config), "{name}");
+    }
+}

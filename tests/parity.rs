@@ -40,7 +40,8 @@ fn check(name: &str) {
             let e = &expected[&format!("resid_pre.{l}")].f32;
             d_resid = d_resid.max(max_abs_diff(&r, e) / max_abs(e).max(1.0));
         }
-        let f = hooks.cache["ln_final.hook_normalized"].to_vec();
+        // HF's last hidden state is the final norm's output (after an RMSNorm's gain).
+        let f = model.ln_final.finish(hooks.cache["ln_final.hook_normalized"].rank3().unwrap()).into_data().try_into_vec_as::<f32>().unwrap();
         d_resid = d_resid.max(max_abs_diff(&f, &expected["final"].f32) / max_abs(&expected["final"].f32).max(1.0));
         println!(
             "parity {name:<20} {backend:<8} max|dlogit| {d_logit:.2e} (fused {d_fast:.2e})  max|dpattern| {d_pattern:.2e}  max rel|dresid| {d_resid:.2e}  |dloss| {d_loss:.2e}"

@@ -282,7 +282,7 @@ fn a_full_disk_keeps_the_last_complete_checkpoint() {
     std::fs::create_dir(&mnt).unwrap();
     let mounted = Command::new("mount").args(["-t", "tmpfs", "-o", "size=8m", "tmpfs"]).arg(&mnt).stderr(std::process::Stdio::null()).status().is_ok_and(|s| s.success());
     if !mounted {
-        eprintln!("skipping: cannot mount a small tmpfs here (not root)");
+        missing_prerequisite("cannot mount a small tmpfs here (not root)");
         return;
     }
     struct Unmount(PathBuf);

@@ -182,3 +182,28 @@ fn direct_logit_attribution_and_the_logit_lens_match_transformer_lens() {
         assert!(worst < 1e-4, "{name}: {worst}");
     }
 }
+
+/// Every norm's `hook_scale` and `hook_normalized` as TransformerLens fills them: a
+/// LayerNorm's after its gain and bias, an RMSNorm's before its gain.
+#[test]
+fn norm_hooks_match_transformer_lens() {
+    for name in MODELS {
+        let (t, m) = load(name);
+        let hooks: Vec<String> = t.meta["norm_hooks"]
+            .as_array()
+            .expect("norm_hooks recorded by scripts/gen_tl_fixtures.py")
+            .iter()
+            .map(|v| v.as_str().unwrap().to_string())
+            .collect();
+        assert!(hooks.iter().any(|h| h == "ln_final.hook_normalized"), "{name}: {hooks:?}");
+        let cache = burnlens::lens::run_with_cache(&m, &t.st["ids"].i64, |n| hooks.iter().any(|h| h == n));
+        for h in &hooks {
+            let want = &t.st[&format!("cache.{h}")];
+            let got = cache.get(h).unwrap_or_else(|| panic!("{name}: burnlens has no hook point {h}"));
+            assert_eq!(got.dims(), want.shape, "{name} {h}");
+            let r = rel(&got.to_vec(), &want.f32, 1e-6);
+            eprintln!("{name} {h}: rel {r:.2e}");
+            assert!(r < 1e-5, "{name} {h}: relative difference {r:e} from TransformerLens");
+        }
+    }
+}

@@ -93,7 +93,8 @@ pub fn max_abs(a: &[f32]) -> f32 {
     a.iter().map(|x| x.abs()).fold(0.0, f32::max)
 }
 
-/// `../shared/data` or `BURNLENS_DATA`; `None` (with a note on stderr) if it is absent.
+/// `../shared/data` or `BURNLENS_DATA`; `None` (with a note on stderr) if it is absent, and
+/// a failure under CI (`CI` set), where a missing prerequisite must not pass as a skip.
 pub fn shared_data() -> Option<PathBuf> {
     let dir = std::env::var("BURNLENS_DATA")
         .map(PathBuf::from)
@@ -101,9 +102,18 @@ pub fn shared_data() -> Option<PathBuf> {
     if dir.is_dir() {
         Some(dir)
     } else {
-        eprintln!("skipping: reference data not found at {} (set BURNLENS_DATA)", dir.display());
+        missing_prerequisite(&format!("reference data not found at {} (set BURNLENS_DATA)", dir.display()));
         None
     }
+}
+
+/// A test's prerequisite is missing: a note and a skip on a developer's machine, a failure
+/// under CI.
+pub fn missing_prerequisite(what: &str) {
+    if std::env::var_os("CI").is_some_and(|v| !v.is_empty() && v != "false" && v != "0") {
+        panic!("{what}: needed under CI");
+    }
+    eprintln!("skipping: {what}");
 }
 
 /// Run the `burnlens` binary built for these tests, ignoring any `BURNLENS_BACKEND` of the

@@ -8,6 +8,9 @@
 //!   the TransformerLens references of the attribution tools in `tests/fixtures/tl` with
 //!   `scripts/gen_tl_fixtures.py`.
 //! - `venv`: only make the venv.
+//! - `test`: the README's test command: install what the tests need that a fresh machine
+//!   lacks (Debian's chromium and chromedriver for the browser tests, as root or through
+//!   passwordless sudo), then `cargo test` with any further arguments. `.ci/run` calls it.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -202,12 +205,60 @@ fn bench_train() -> Result<()> {
     Ok(())
 }
 
-/// One benchmark row: the same workload for burnlens and both PyTorch peers.
+/// One benchmark row: the same workload for burnlens and the PyTorch peers.
 struct Workload {
     label: String,
     burnlens: Vec<String>,
     peer: Vec<String>,
     rounds: usize,
+    /// Also the lean model under `torch.compile` (forward and training).
+    compile: bool,
+    /// Run with a busy neighbour process (`yes > /dev/null`) on the machine, and add
+    /// burnlens on one thread under the same load.
+    contended: bool,
+}
+
+/// Who runs a workload: burnlens (`bench` subcommand of our binary), a PyTorch peer
+/// (`scripts/peer_nanogpt.py --impl NAME`), burnlens on one thread, or burnlens on LibTorch.
+#[derive(Clone, Copy, PartialEq)]
+enum Impl {
+    Burnlens,
+    BurnlensOneThread,
+    Hf,
+    Lean,
+    Compile,
+    Tch,
+}
+
+impl Impl {
+    fn peer_name(self) -> Option<&'static str> {
+        match self {
+            Impl::Hf => Some("hf"),
+            Impl::Lean => Some("lean"),
+            Impl::Compile => Some("compile"),
+            Impl::Burnlens | Impl::BurnlensOneThread | Impl::Tch => None,
+        }
+    }
+}
+
+/// A process that keeps one core busy while it lives (the "busy neighbour": a browser tab,
+/// an IDE indexing, a notebook kernel); killed on drop.
+struct BusyNeighbour(std::process::Child);
+
+impl BusyNeighbour {
+    fn start() -> Result<Self> {
+        let child = Command::new("yes").stdout(std::process::Stdio::null()).spawn().context("starting `yes` as the busy neighbour")?;
+        // Let the scheduler see it before the measurement starts.
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        Ok(Self(child))
+    }
+}
+
+impl Drop for BusyNeighbour {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 fn run_json(cmd: &mut Command) -> Result<serde_json::Value> {
@@ -225,9 +276,10 @@ fn median(mut v: Vec<f64>) -> f64 {
     if v.is_empty() { f64::NAN } else { v[v.len() / 2] }
 }
 
-/// Every workload of issue 5 on burnlens, HF `transformers` and the lean PyTorch model,
-/// alternating, same weights (a random GPT-2 small saved by `transformers`), same threads.
-/// Writes `target/bench/report.md`.
+/// Every workload on burnlens, HF `transformers`, the lean PyTorch model and (forward,
+/// training) the lean model under `torch.compile`, alternating, same weights (a random GPT-2
+/// small saved by `transformers`), same threads; the training step again beside a busy
+/// neighbour process. Writes `target/bench/report.md`.
 fn bench(args: Vec<String>) -> Result<()> {
     let with_tch = args.iter().any(|a| a == "--tch");
     let only: Vec<String> = args.into_iter().filter(|a| a != "--tch").collect();
@@ -269,17 +321,19 @@ fn bench(args: Vec<String>) -> Result<()> {
         if let Some(i) = burn.iter().position(|a| a == "--new") {
             burn[i] = "--new-tokens".into();
         }
-        Workload { label: label.into(), burnlens: burn, peer, rounds }
+        let compile = ["forward", "train"].contains(&args[0].as_str());
+        Workload { label: label.into(), burnlens: burn, peer, rounds, compile, contended: false }
     };
     let mut workloads = vec![
         w("forward 1x128", &["forward", "--batch", "1", "--seq", "128", "--reps", "3"], 3),
         w("forward 4x256", &["forward", "--batch", "4", "--seq", "256", "--reps", "2"], 2),
         w("generate 16+64 (KV cache)", &["generate", "--new", "64", "--reps", "1"], 2),
         w("train nanoGPT CPU config", &["train", "--reps", "2"], 2),
+        Workload { label: "train, busy neighbour".into(), contended: true, compile: false, ..w("", &["train", "--reps", "2"], 2) },
         w("load GPT-2 small", &["load"], 3),
     ];
-    for t in [128, 512, 1024, 2048] {
-        workloads.push(w(&format!("attention seq {t}"), &["attention", "--seq", &t.to_string(), "--reps", "3"], 2));
+    for t in [128, 512, 1024, 2048, 4096] {
+        workloads.push(w(&format!("attention seq {t}"), &["attention", "--seq", &t.to_string(), "--reps", if t >= 4096 { "1" } else { "3" }], 2));
     }
     if !only.is_empty() {
         workloads.retain(|w| only.iter().any(|o| w.label.starts_with(o.as_str())));
@@ -287,82 +341,112 @@ fn bench(args: Vec<String>) -> Result<()> {
     let machine = machine_report(&bin)?;
     println!("{}", machine.text);
     let mut table = String::from(
-        "| workload | burnlens | HF transformers | lean PyTorch | burnlens / HF | burnlens / lean | GFLOP/s burnlens / HF / lean |",
+        "| workload | burnlens | HF transformers | lean PyTorch | torch.compile | burnlens / HF | burnlens / lean | burnlens / compile | GFLOP/s burnlens / HF / lean |",
     );
-    table.push_str(if tch.is_some() { " burnlens on tch | tch / lean |\n|---|---|---|---|---|---|---|---|---|\n" } else { "\n|---|---|---|---|---|---|---|\n" });
+    table.push_str(if tch.is_some() { " burnlens on tch | tch / lean |\n|---|---|---|---|---|---|---|---|---|---|---|\n" } else { "\n|---|---|---|---|---|---|---|---|---|\n" });
     let mut notes = String::new();
     for wl in &workloads {
-        let mut results: Vec<(String, Vec<f64>, serde_json::Value)> = vec![("burnlens".into(), vec![], serde_json::Value::Null), ("hf".into(), vec![], serde_json::Value::Null), ("lean".into(), vec![], serde_json::Value::Null)];
-        if tch.is_some() {
-            results.push(("tch".into(), vec![], serde_json::Value::Null));
+        let mut impls = vec![Impl::Burnlens, Impl::Hf, Impl::Lean];
+        if wl.compile {
+            impls.push(Impl::Compile);
         }
+        if wl.contended {
+            impls.push(Impl::BurnlensOneThread);
+        }
+        if tch.is_some() {
+            impls.push(Impl::Tch);
+        }
+        let mut results: Vec<(Impl, Vec<f64>, serde_json::Value)> = impls.iter().map(|&i| (i, vec![], serde_json::Value::Null)).collect();
         for _ in 0..wl.rounds {
-            for (name, times, last) in results.iter_mut() {
-                let v = if name == "burnlens" {
-                    run_json(Command::new(&bin).arg("bench").args(&wl.burnlens))?
-                } else if name == "tch" {
-                    let (env, tch_bin) = tch.as_ref().expect("tch built");
-                    run_json(env.apply(Command::new(tch_bin).arg("bench").args(&wl.burnlens).args(["--backend", "tch"])))?
-                } else {
-                    run_json(Command::new(&py).current_dir(root()).arg("scripts/peer_nanogpt.py").args(&wl.peer).args(["--impl", name, "--threads", &threads]))?
+            for (which, times, last) in results.iter_mut() {
+                let _neighbour = if wl.contended { Some(BusyNeighbour::start()?) } else { None };
+                let v = match *which {
+                    Impl::Burnlens => run_json(Command::new(&bin).arg("bench").args(&wl.burnlens))?,
+                    Impl::BurnlensOneThread => run_json(Command::new(&bin).arg("bench").args(&wl.burnlens).env("RAYON_NUM_THREADS", "1"))?,
+                    Impl::Tch => {
+                        let (env, tch_bin) = tch.as_ref().expect("tch built");
+                        run_json(env.apply(Command::new(tch_bin).arg("bench").args(&wl.burnlens).args(["--backend", "tch"])))?
+                    }
+                    peer => run_json(
+                        Command::new(&py)
+                            .current_dir(root())
+                            .arg("scripts/peer_nanogpt.py")
+                            .args(&wl.peer)
+                            .args(["--impl", peer.peer_name().expect("a PyTorch peer"), "--threads", &threads]),
+                    )?,
                 };
                 times.extend(v["times"].as_array().context("times")?.iter().filter_map(|x| x.as_f64()));
                 *last = v;
             }
         }
         let load = wl.burnlens[0] == "load";
-        let cell = |times: &[f64], last: &serde_json::Value| -> (f64, String) {
+        let cell = |which: Impl| -> Option<(f64, String)> {
+            let (_, times, last) = results.iter().find(|r| r.0 == which)?;
             let t = median(times.to_vec());
-            if load {
+            Some(if load {
                 let rss = last["peak_rss_bytes"].as_f64().unwrap_or(f64::NAN) - last["rss_before_bytes"].as_f64().unwrap_or(0.0);
                 let size = last["checkpoint_bytes"].as_f64().unwrap_or(f64::NAN);
                 (t, format!("{t:.2} s, +{:.0} MB RSS ({:.2}x ckpt)", rss / 1e6, rss / size))
             } else {
                 let tokens = last["tokens"].as_f64().unwrap_or(f64::NAN);
                 (t, format!("{:.0} tok/s ({:.1} ms)", tokens / t, t * 1e3))
-            }
+            })
         };
-        let (tb, cb) = cell(&results[0].1, &results[0].2);
-        let (th, ch) = cell(&results[1].1, &results[1].2);
-        let (tl, cl) = cell(&results[2].1, &results[2].2);
+        let (tb, cb) = cell(Impl::Burnlens).expect("burnlens ran");
+        let (th, ch) = cell(Impl::Hf).expect("HF ran");
+        let (tl, cl) = cell(Impl::Lean).expect("lean ran");
+        let compiled = cell(Impl::Compile);
+        let first = &results[0].2;
         // Achieved compute (or, for decoding, memory traffic) of each implementation.
         let rate = |t: f64| -> String {
-            if let Some(f) = results[0].2["flops"].as_f64() {
+            if let Some(f) = first["flops"].as_f64() {
                 format!("{:.0}", f / t / 1e9)
-            } else if let Some(bytes) = results[0].2["weight_bytes_per_token"].as_f64() {
-                let tokens = results[0].2["tokens"].as_f64().unwrap_or(f64::NAN);
+            } else if let Some(bytes) = first["weight_bytes_per_token"].as_f64() {
+                let tokens = first["tokens"].as_f64().unwrap_or(f64::NAN);
                 format!("{:.1} GB/s", bytes * tokens / t / 1e9)
             } else {
                 "-".into()
             }
         };
         let rates = format!("{} / {} / {}", rate(tb), rate(th), rate(tl));
-        if let Some(f) = results[0].2["flops"].as_f64() {
+        if let Some(f) = first["flops"].as_f64()
+            && !wl.contended
+        {
             notes.push_str(&format!("- {}: {:.1} GFLOP per run; burnlens at {:.0}% of the measured GEMM rate\n", wl.label, f / 1e9, 100.0 * f / tb / 1e9 / machine.gemm_gflops));
         }
-        if let Some(bytes) = results[0].2["weight_bytes_per_token"].as_f64() {
-            let tokens = results[0].2["tokens"].as_f64().unwrap_or(f64::NAN);
+        if let Some(bytes) = first["weight_bytes_per_token"].as_f64() {
+            let tokens = first["tokens"].as_f64().unwrap_or(f64::NAN);
             let pct = |t: f64| 100.0 * bytes * tokens / t / 1e9 / machine.read_gbps;
             notes.push_str(&format!(
                 "- {}: {:.0} MB of weights per token; burnlens reads {:.1} GB/s = {:.0}% of the measured read bandwidth ({:.1} GB/s; copy {:.1} GB/s counting bytes read and written); HF {:.0}%, lean PyTorch {:.0}%\n",
                 wl.label, bytes / 1e6, bytes * tokens / tb / 1e9, pct(tb), machine.read_gbps, machine.copy_gbps, pct(th), pct(tl)
             ));
         }
+        if let Some((t1, c1)) = cell(Impl::BurnlensOneThread) {
+            notes.push_str(&format!(
+                "- {}: with `yes > /dev/null` running, burnlens on {threads} threads {cb}, on one thread {c1}: **{:.2}x** the one-thread step (target ≤ 1.2x); lean PyTorch {cl}\n",
+                wl.label,
+                tb / t1
+            ));
+        }
         // Ratios of speed: > 1 means burnlens is faster.
-        table.push_str(&format!("| {} | {cb} | {ch} | {cl} | {:.2}x | {:.2}x | {rates} |", wl.label, th / tb, tl / tb));
-        if results.len() > 3 {
-            let (tt, ct) = cell(&results[3].1, &results[3].2);
+        let (cc, rc) = match &compiled {
+            Some((tc, cc)) => (cc.clone(), format!("{:.2}x", tc / tb)),
+            None => ("-".into(), "-".into()),
+        };
+        table.push_str(&format!("| {} | {cb} | {ch} | {cl} | {cc} | {:.2}x | {:.2}x | {rc} | {rates} |", wl.label, th / tb, tl / tb));
+        if let Some((tt, ct)) = cell(Impl::Tch) {
             table.push_str(&format!(" {ct} | {:.2}x |", tl / tt));
         }
         table.push('\n');
-        println!("{}: burnlens {cb} | HF {ch} | lean {cl}", wl.label);
+        println!("{}: burnlens {cb} | HF {ch} | lean {cl} | compile {cc}", wl.label);
         if wl.burnlens[0] == "attention" {
             notes.push_str(&format!(
                 "- {}: scores tensor {} MB; peak RSS burnlens {:.0} MB, lean {:.0} MB\n",
                 wl.label,
-                results[0].2["scores_bytes"].as_f64().unwrap_or(0.0) / 1e6,
-                results[0].2["peak_rss_bytes"].as_f64().unwrap_or(0.0) / 1e6,
-                results[2].2["peak_rss_bytes"].as_f64().unwrap_or(0.0) / 1e6
+                first["scores_bytes"].as_f64().unwrap_or(0.0) / 1e6,
+                first["peak_rss_bytes"].as_f64().unwrap_or(0.0) / 1e6,
+                results.iter().find(|r| r.0 == Impl::Lean).map(|r| r.2["peak_rss_bytes"].as_f64().unwrap_or(0.0)).unwrap_or(0.0) / 1e6
             ));
         }
     }
@@ -408,10 +492,11 @@ fn machine_report(bin: &Path) -> Result<Machine> {
     let m = run_json(Command::new(bin).args(["bench", "machine"]))?;
     let gemm = m["gemm_gflops"].as_f64().unwrap_or(f64::NAN);
     let text = format!(
-        "Machine: {} ({} CPUs, {} thread(s) per core, {simd}, {:.0} MHz); theoretical fp32 peak {peak:.0} GFLOP/s \
+        "Machine: {} {} ({} CPUs, {} thread(s) per core, {simd}, {:.0} MHz); theoretical fp32 peak {peak:.0} GFLOP/s \
          (assuming two FMA pipes of full width per core). Measured by burnlens on this run: GEMM 1536³ {gemm:.0} GFLOP/s \
          with {} threads ({:.0} on one), read bandwidth {:.1} GB/s, copy bandwidth {:.1} GB/s (bytes read + written); kernels compiled for {}. \
          The clock in /proc/cpuinfo is the nominal one: a measured GEMM rate above the theoretical peak means the cores run faster.",
+        field("Vendor ID"),
         field("Model name"),
         field("CPU(s)"),
         field("Thread(s) per core"),
@@ -483,6 +568,40 @@ fn train_exports() -> Result<Exports> {
     })
 }
 
+/// Debian's chromium and chromedriver, installed if missing (as root, or with passwordless
+/// sudo). Where neither works the browser tests will say what is missing.
+fn ensure_browser() -> Result<()> {
+    let present = || Path::new("/usr/bin/chromium").exists() && Path::new("/usr/bin/chromedriver").exists();
+    if present() || std::env::var_os("BURNLENS_SKIP_BROWSER").is_some() {
+        return Ok(());
+    }
+    eprintln!("installing chromium and chromium-driver (Debian packages) for the browser tests");
+    let is_root = Command::new("id").arg("-u").output().map(|o| o.stdout.trim_ascii() == b"0").unwrap_or(false);
+    let apt = |args: &[&str]| -> bool {
+        let mut cmd = if is_root {
+            Command::new("apt-get")
+        } else {
+            let mut c = Command::new("sudo");
+            c.args(["-n", "apt-get"]);
+            c
+        };
+        cmd.args(args).env("DEBIAN_FRONTEND", "noninteractive").status().map(|s| s.success()).unwrap_or(false)
+    };
+    if !(apt(&["update", "-qq"]) && apt(&["install", "-y", "-qq", "chromium", "chromium-driver"]) && present()) {
+        eprintln!(
+            "warning: could not install chromium and chromium-driver (needs root or passwordless sudo); \
+             the browser tests will fail: install them, or set BURNLENS_SKIP_BROWSER=1 to skip those tests"
+        );
+    }
+    Ok(())
+}
+
+/// The README's test command.
+fn test(args: Vec<String>) -> Result<()> {
+    ensure_browser()?;
+    run(Command::new(env!("CARGO")).current_dir(root()).arg("test").args(&args))
+}
+
 fn main() -> Result<()> {
     let task = std::env::args().nth(1).unwrap_or_default();
     match task.as_str() {
@@ -518,10 +637,11 @@ fn main() -> Result<()> {
             // patching, direct logit attribution, the logit lens.
             run(Command::new(py).current_dir(root()).arg("scripts/gen_tl_fixtures.py"))?;
         }
+        "test" => test(std::env::args().skip(2).collect())?,
         "bench-train" => bench_train()?,
         "bench" => bench(std::env::args().skip(2).collect())?,
         "parity-tch" => parity_tch(std::env::args().skip(2).collect())?,
-        _ => bail!("usage: cargo xtask <fixtures|sae-fixtures|venv|bench [WORKLOAD...]|bench-train|parity-tch>"),
+        _ => bail!("usage: cargo xtask <test [CARGO TEST ARGS]|fixtures|sae-fixtures|venv|bench [WORKLOAD...]|bench-train|parity-tch>"),
     }
     Ok(())
 }

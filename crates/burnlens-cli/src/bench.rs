@@ -6,7 +6,7 @@ use std::time::Instant;
 use anyhow::Result;
 use burn::tensor::{Device, Distribution, Int, Tensor, TensorData};
 use burnlens_hf::load_model;
-use burnlens_model::{Hooks, Rng, Sampling, TransformerConfig, cross_entropy, generate};
+use burnlens_model::{AttentionInput, Hooks, LayerInput, Rng, Sampling, TransformerConfig, cross_entropy, generate};
 use burnlens_train::config::TrainingSection;
 use burnlens_train::optim::{clip_global_norm, optimizer};
 use serde_json::json;
@@ -143,7 +143,8 @@ pub fn run(a: &BenchArgs, device: Device) -> Result<()> {
             let mask = causal_mask(a.seq, &device);
             let attn = &m.blocks[0].attn;
             let times = timed(a.reps, || {
-                let _ = attn.forward_with(x.clone(), None, None, mask.clone(), None, &mut Hooks::none(), 0, true).into_data();
+                let layer = LayerInput { fused: true, ..LayerInput::new(mask.clone(), 0) };
+                let _ = attn.forward(AttentionInput { x: x.clone(), qk_input: None, layer }, &mut Hooks::none()).into_data();
             });
             let (t, d) = (a.seq as f64, 768.0);
             let flops = a.batch as f64 * (2.0 * t * 4.0 * d * d + 4.0 * d * t * (t + 1.0) / 2.0);

@@ -14,20 +14,17 @@ pub enum Saved {
     I64(String, Vec<usize>, Vec<i64>),
 }
 
-/// Write `bytes` to `path` through a temporary file and a rename.
+/// Write `bytes` to `path` through [`burnlens_hf::write_atomic`] (temporary file, fsync,
+/// rename), with errors for the user.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     if !dir.is_dir() {
         return Err(UserError(format!("{}: the output directory {} does not exist", path.display(), dir.display())).into());
     }
-    let name = path.file_name().ok_or_else(|| UserError(format!("{}: not a file path", path.display())))?;
-    let tmp = dir.join(format!(".{}.tmp-{}", name.to_string_lossy(), std::process::id()));
-    let write = std::fs::write(&tmp, bytes).and_then(|_| std::fs::rename(&tmp, path));
-    if let Err(e) = write {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(UserError(format!("{}: cannot write: {e}", path.display())).into());
+    if path.file_name().is_none() {
+        return Err(UserError(format!("{}: not a file path", path.display())).into());
     }
-    Ok(())
+    burnlens_hf::write_atomic(path, bytes).map_err(|e| UserError(format!("{}: cannot write: {e}", path.display())).into())
 }
 
 /// Serialise tensors as a safetensors file and write it atomically.

@@ -305,14 +305,7 @@ pub fn export_hf(model: &Transformer, family: Family, dir: &Path, tokenizer: Opt
     Ok(())
 }
 
-/// Write through a temporary file in the same directory and rename.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let tmp = dir.join(format!(".{}.tmp-{}", path.file_name().map(|n| n.to_string_lossy()).unwrap_or_default(), std::process::id()));
-    let result = std::fs::write(&tmp, bytes).and_then(|_| std::fs::rename(&tmp, path));
-    if let Err(e) = result {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(HfError::io(path, e));
-    }
-    Ok(())
+/// [`crate::files::write_atomic`] with the error naming the file.
+pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    crate::files::write_atomic(path, bytes).map_err(|e| HfError::io(path, e))
 }

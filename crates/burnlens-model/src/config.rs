@@ -1,6 +1,6 @@
 //! The one configuration every burnlens model is built from.
 //!
-//! GPT-2 and GPT-Neo differ only in the settings below; the family-specific `config.json`
+//! GPT-2, GPT-Neo, GPT-NeoX and the Llama family differ only in the settings below; the family-specific `config.json`
 //! parsers in `burnlens-hf` translate into this struct and nothing inside the model ever asks
 //! which family it is.
 

@@ -17,7 +17,7 @@ pub use error::ModelError;
 pub use rng::Rng;
 pub use generate::{Sampling, generate};
 pub use hooks::{Activation, Hookable, Hooks, hook_names};
-pub use transformer::{
+pub use transformer::{AttentionInput, LayerInput, 
     ParamInit,
     Attention, Block, HeadWeights, KvCache, LayerNorm, MASKED_SCORE, Mlp, Norm, RotaryAngles, Transformer, Unembed, activate, apply_rotary, cross_entropy, next_token_loss,
 };

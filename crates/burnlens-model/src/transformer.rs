@@ -39,13 +39,28 @@ pub struct Norm {
     pub kind: NormKind,
 }
 
-/// The name the first implementation used; GPT-2 and GPT-Neo norms are LayerNorms.
+/// The name the first implementation used (GPT-2's norms are LayerNorms); a [`Norm`] of
+/// either kind.
 pub type LayerNorm = Norm;
 
 impl Norm {
+    /// The norm's output from its `hook_normalized` value (which is before the affine map):
+    /// times the gain, plus the bias for a LayerNorm.
+    pub fn finish<const D: usize>(&self, normalized: Tensor<D>) -> Tensor<D> {
+        let mut shape = [1usize; D];
+        shape[D - 1] = self.weight.dims()[0];
+        let out = normalized * self.weight.val().reshape(shape);
+        match &self.bias {
+            Some(b) => out + b.val().reshape(shape),
+            None => out,
+        }
+    }
+
     /// `x: [batch, pos, d_model]`. Hook points `{name}.hook_scale` `[batch, pos, 1]` and
-    /// `{name}.hook_normalized` `[batch, pos, d_model]` (after the affine map, as in
-    /// TransformerLens).
+    /// `{name}.hook_normalized` `[batch, pos, d_model]` where TransformerLens (3.x) has them:
+    /// the normalized value **before** the affine map (`(x - mean) / scale` for a
+    /// LayerNorm, `x / scale` for an RMSNorm); the gain and bias apply to whatever the hook
+    /// returns ([`finish`](Self::finish)).
     pub fn forward(&self, x: Tensor<3>, hooks: &mut Hooks, name: &str) -> Tensor<3> {
         let bias = self.bias.as_ref().map(|b| b.val());
         if !hooks.is_active() {
@@ -55,8 +70,7 @@ impl Norm {
                 NormKind::RmsNorm => kernels::rms_norm(x, self.weight.val(), self.eps),
             };
         }
-        let d = self.weight.dims()[0];
-        let x = match self.kind {
+        let normalized = match self.kind {
             NormKind::LayerNorm => {
                 let (var, mean) = x.clone().var_mean_bias(2);
                 let scale = hooks.point(|| format!("{name}.hook_scale"), (var + self.eps).sqrt());
@@ -67,12 +81,7 @@ impl Norm {
                 x / scale
             }
         };
-        let out = x * self.weight.val().reshape([1, 1, d]);
-        let out = match bias {
-            Some(b) => out + b.reshape([1, 1, d]),
-            None => out,
-        };
-        hooks.point(|| format!("{name}.hook_normalized"), out)
+        self.finish(hooks.point(|| format!("{name}.hook_normalized"), normalized))
     }
 }
 
@@ -278,38 +287,12 @@ impl Attention {
         }
     }
 
-    /// `x: [batch, pos, d_model]` (the normalized residual stream); `qk_input`, if given, is
-    /// what queries and keys are computed from instead of `x` (shortformer models pass
-    /// `x + pos_embed`), while values always read `x`; `mask: [batch or 1, 1, query, key]`,
-    /// true where a key is hidden. Returns `[batch, pos, d_model]`.
-    pub fn forward(
-        &self,
-        x: Tensor<3>,
-        qk_input: Option<Tensor<3>>,
-        mask: Tensor<4, Bool>,
-        kv: Option<(&mut KvCache, usize)>,
-        hooks: &mut Hooks,
-        layer: usize,
-    ) -> Tensor<3> {
-        self.forward_with(x, qk_input, None, mask, kv, hooks, layer, false)
-    }
-
-    /// [`forward`](Self::forward); with `fused` (no padding) and no hook active, a fused
-    /// attention computes softmax(q kᵀ) v without materialising the pattern: burnlens's
-    /// kernel on flex (inference and training), the backend's own elsewhere (inference).
-    #[allow(clippy::too_many_arguments)]
-    /// `rotary`: the angles of the new tokens' positions, for rotary models.
-    pub fn forward_with(
-        &self,
-        x: Tensor<3>,
-        qk_input: Option<Tensor<3>>,
-        rotary: Option<&RotaryAngles>,
-        mask: Tensor<4, Bool>,
-        kv: Option<(&mut KvCache, usize)>,
-        hooks: &mut Hooks,
-        layer: usize,
-        fused: bool,
-    ) -> Tensor<3> {
+    /// One attention layer on `input` (see [`AttentionInput`]): returns `[batch, pos,
+    /// d_model]`. With `fused` and no hook active, a fused attention computes
+    /// softmax(q kᵀ) v without materialising the pattern: burnlens's kernel on flex
+    /// (inference and training), the backend's own elsewhere (inference).
+    pub fn forward(&self, input: AttentionInput, hooks: &mut Hooks) -> Tensor<3> {
+        let AttentionInput { x, qk_input, layer: LayerInput { rotary, mask, cache, layer, fused } } = input;
         let [b, t, _] = x.dims();
         let (h, hk, dh) = (self.n_heads, self.n_kv_heads, self.d_head);
         let hd = h * dh;
@@ -344,8 +327,8 @@ impl Attention {
 
         // [batch, head, pos, d_head]
         let (q, k, v) = (q.swap_dims(1, 2), k.swap_dims(1, 2), v.swap_dims(1, 2));
-        let (k, v) = match kv {
-            Some((cache, l)) => cache.extend(l, k, v),
+        let (k, v) = match cache {
+            Some(cache) => cache.extend(layer, k, v),
             None => (k, v),
         };
         let s = k.dims()[2];
@@ -404,6 +387,37 @@ impl Attention {
     fn project_out(&self, z: Tensor<3>) -> Tensor<3> {
         linear(z, self.out.weight.val(), self.out.bias.as_ref().map(|b| b.val()))
     }
+}
+
+/// What one layer gets from the model's forward pass besides the residual stream.
+pub struct LayerInput<'a> {
+    /// The angles of the new tokens' positions, for rotary models.
+    pub rotary: Option<&'a RotaryAngles>,
+    /// `[batch or 1, 1, query, key]`, true where a key is hidden.
+    pub mask: Tensor<4, Bool>,
+    /// The KV cache to extend and attend over (decoding), if any.
+    pub cache: Option<&'a mut KvCache>,
+    /// The layer's index: its hook names and its slot in the cache.
+    pub layer: usize,
+    /// Whether a fused attention may run (no padding); hooks still take the explicit path.
+    pub fused: bool,
+}
+
+impl<'a> LayerInput<'a> {
+    /// Layer `layer` under `mask`: no rotary, no cache, not fused.
+    pub fn new(mask: Tensor<4, Bool>, layer: usize) -> Self {
+        Self { rotary: None, mask, cache: None, layer, fused: false }
+    }
+}
+
+/// What an attention layer reads besides its weights (as burn-nn's `MhaInput`).
+pub struct AttentionInput<'a> {
+    /// `[batch, pos, d_model]`: the normalized residual stream; values always read it.
+    pub x: Tensor<3>,
+    /// What queries and keys read instead of `x`, if anything (shortformer models pass
+    /// `x + pos_embed`).
+    pub qk_input: Option<Tensor<3>>,
+    pub layer: LayerInput<'a>,
 }
 
 
@@ -495,18 +509,9 @@ pub struct Block {
 }
 
 impl Block {
-    #[allow(clippy::too_many_arguments)]
-    fn forward(
-        &self,
-        resid: Tensor<3>,
-        pos_qk: Option<Tensor<3>>,
-        rotary: Option<&RotaryAngles>,
-        mask: Tensor<4, Bool>,
-        kv: Option<(&mut KvCache, usize)>,
-        hooks: &mut Hooks,
-        l: usize,
-        fused: bool,
-    ) -> Tensor<3> {
+    /// `pos_qk`: shortformer position embeddings (queries and keys only), if any.
+    fn forward(&self, resid: Tensor<3>, pos_qk: Option<Tensor<3>>, input: LayerInput, hooks: &mut Hooks) -> Tensor<3> {
+        let l = input.layer;
         let resid = hooks.point(|| format!("blocks.{l}.hook_resid_pre"), resid);
         let ln1 = format!("blocks.{l}.ln1");
         let x = self.ln1.forward(resid.clone(), hooks, &ln1);
@@ -515,7 +520,7 @@ impl Block {
         // together instead couples position and content and, in our measurements, keeps a
         // two-layer model from forming induction heads.
         let qk_input = pos_qk.map(|p| x.clone() + p);
-        let attn_out = self.attn.forward_with(x, qk_input, rotary, mask, kv, hooks, l, fused);
+        let attn_out = self.attn.forward(AttentionInput { x, qk_input, layer: input }, hooks);
         let attn_out = hooks.point(|| format!("blocks.{l}.hook_attn_out"), self.resid_dropout.forward(attn_out));
         if self.parallel {
             // Both branches read the block input.
@@ -807,8 +812,8 @@ impl Transformer {
                     m
                 }
             };
-            let kv = cache.as_deref_mut().map(|c| (c, l));
-            resid = block.forward(resid, pos_qk.clone(), rotary.as_ref(), mask, kv, hooks, l, fused);
+            let input = LayerInput { rotary: rotary.as_ref(), mask, cache: cache.as_deref_mut(), layer: l, fused };
+            resid = block.forward(resid, pos_qk.clone(), input, hooks);
         }
         let x = self.ln_final.forward(resid, hooks, "ln_final");
         self.unembed(x)

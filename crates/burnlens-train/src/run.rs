@@ -80,19 +80,7 @@ pub struct RunSummary {
 }
 
 fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let tmp = dir.join(format!(".{}.tmp-{}", path.file_name().map(|n| n.to_string_lossy()).unwrap_or_default(), std::process::id()));
-    let r = std::fs::File::create(&tmp)
-        .and_then(|mut f| {
-            f.write_all(bytes)?;
-            f.sync_all()
-        })
-        .and_then(|_| std::fs::rename(&tmp, path));
-    if let Err(e) = r {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(TrainError::io(path, e));
-    }
-    Ok(())
+    burnlens_hf::write_atomic(path, bytes).map_err(|e| TrainError::io(path, e))
 }
 
 /// Resolve the device: `[backend]` in the config, else the flag, else `BURNLENS_BACKEND`.

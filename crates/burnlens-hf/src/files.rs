@@ -1,0 +1,50 @@
+//! Writing files so that a crash, a full disk or Ctrl-C never leaves a half-written file
+//! where a good one was: the bytes go to a temporary file beside the target, are flushed
+//! to the disk (`fsync`), and only then renamed over the target; the directory is synced
+//! too, so the rename itself survives a power cut. The one writer every crate uses.
+
+use std::io::Write;
+use std::path::Path;
+
+/// Write `bytes` to `path` atomically and durably. On error the temporary file is removed
+/// and `path` is untouched.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let name = path.file_name().ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a file path"))?;
+    let tmp = dir.join(format!(".{}.tmp-{}", name.to_string_lossy(), std::process::id()));
+    let result = std::fs::File::create(&tmp)
+        .and_then(|mut f| {
+            f.write_all(bytes)?;
+            f.sync_all()
+        })
+        .and_then(|_| std::fs::rename(&tmp, path));
+    if let Err(e) = result {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
+    }
+    // Best effort: some file systems cannot open or sync a directory.
+    if let Ok(d) = std::fs::File::open(dir) {
+        let _ = d.sync_all();
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replaces_the_file_and_leaves_no_temporary_behind() {
+        let tmp = std::env::temp_dir().join(format!("burnlens-files-{}", std::process::id()));
+        std::fs::create_dir_all(&tmp).unwrap();
+        let p = tmp.join("a.json");
+        write_atomic(&p, b"one").unwrap();
+        write_atomic(&p, b"two").unwrap();
+        assert_eq!(std::fs::read(&p).unwrap(), b"two");
+        let names: Vec<_> = std::fs::read_dir(&tmp).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(names.len(), 1, "{names:?}");
+        // A target in a missing directory fails and creates nothing.
+        assert!(write_atomic(&tmp.join("missing/b.json"), b"x").is_err());
+        std::fs::remove_dir_all(&tmp).unwrap();
+    }
+}
