@@ -123,7 +123,9 @@ pub fn run(a: &BenchArgs, device: Device) -> Result<()> {
                 })
                 .collect();
             // Forward, then backward at twice its cost.
-            json!({"times": times, "tokens": b * block, "flops": 3.0 * forward_flops(&cfg, b, block)})
+            let pool = burnlens_model::kernels::pool::stats();
+            json!({"times": times, "tokens": b * block, "flops": 3.0 * forward_flops(&cfg, b, block),
+                   "pool_late_jobs": pool.late_jobs, "pool_revoked_seats": pool.revoked_seats})
         }
         "load" => {
             let dir = need_model()?;
