@@ -470,24 +470,14 @@ fn load_tokenizer(dir: &Path) -> Result<Option<Tokenizer>> {
     Ok(Tokenizer::find_in_dir(dir).transpose()?)
 }
 
-/// Parse `--metric`.
+/// Parse `--metric` with the library's grammar ([`burnlens_lens::Metric::parse`]); tokens may
+/// be ids or text of one token.
 fn parse_metric(m: &AnyModel, spec: &str, len: usize) -> Result<burnlens_lens::Metric> {
-    use burnlens_lens::Metric;
-    let bad = |why: &str| UserError(format!("--metric {spec:?}: {why}; expected loss[:FROM], logprob:TOKEN[@POS] or logit-diff:RIGHT,WRONG[@POS]"));
-    let (kind, rest) = spec.split_once(':').unwrap_or((spec, ""));
-    let (args, pos) = match rest.rsplit_once('@') {
-        Some((a, p)) => (a, Some(p.trim().parse::<usize>().map_err(|_| bad("POS is not a position"))?)),
-        None => (rest, None),
-    };
-    let metric = match kind {
-        "loss" => Metric::Loss { from: if args.is_empty() { 0 } else { args.trim().parse().map_err(|_| bad("FROM is not a position"))? } },
-        "logprob" if !args.is_empty() => Metric::LogProb { pos, token: parse_token(m, "--metric", args)? },
-        "logit-diff" | "logit_diff" => {
-            let (r, w) = args.split_once(',').ok_or_else(|| bad("logit-diff needs RIGHT,WRONG"))?;
-            Metric::LogitDiff { pos, right: parse_token(m, "--metric", r)?, wrong: parse_token(m, "--metric", w)? }
-        }
-        _ => return Err(bad("unknown metric").into()),
-    };
+    use burnlens_lens::{Metric, MetricParseError};
+    let metric = Metric::parse(spec, |t| parse_token(m, "--metric", t)).map_err(|e| match e {
+        MetricParseError::Syntax(why) => UserError(format!("--metric {spec:?}: {why}; expected {}", Metric::GRAMMAR)).into(),
+        MetricParseError::Token(e) => e,
+    })?;
     metric.check(len, m.model.config.vocab_size).map_err(|e| UserError(format!("--metric {spec:?}: {e}")))?;
     Ok(metric)
 }

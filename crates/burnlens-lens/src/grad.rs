@@ -45,7 +45,38 @@ pub enum MetricError {
     Lengths { clean: usize, corrupted: usize },
 }
 
+/// Why a metric specification does not parse: its syntax, or one of its tokens (the error of
+/// the caller's token reader).
+#[derive(Debug, PartialEq)]
+pub enum MetricParseError<E> {
+    Syntax(&'static str),
+    Token(E),
+}
+
 impl Metric {
+    /// The grammar [`Metric::parse`] reads, for error messages.
+    pub const GRAMMAR: &'static str = "loss[:FROM], logprob:TOKEN[@POS] or logit-diff:RIGHT,WRONG[@POS]";
+
+    /// Read `loss[:FROM]`, `logprob:TOKEN[@POS]` or `logit-diff:RIGHT,WRONG[@POS]` (also
+    /// `logit_diff`); `token` turns one TOKEN (an id, or text of one token) into an id.
+    pub fn parse<E>(spec: &str, mut token: impl FnMut(&str) -> Result<i64, E>) -> Result<Self, MetricParseError<E>> {
+        use MetricParseError::{Syntax, Token};
+        let (kind, rest) = spec.split_once(':').unwrap_or((spec, ""));
+        let (args, pos) = match rest.rsplit_once('@') {
+            Some((a, p)) => (a, Some(p.trim().parse::<usize>().map_err(|_| Syntax("POS is not a position"))?)),
+            None => (rest, None),
+        };
+        Ok(match kind {
+            "loss" => Metric::Loss { from: if args.is_empty() { 0 } else { args.trim().parse().map_err(|_| Syntax("FROM is not a position"))? } },
+            "logprob" if !args.is_empty() => Metric::LogProb { pos, token: token(args).map_err(Token)? },
+            "logit-diff" | "logit_diff" => {
+                let (r, w) = args.split_once(',').ok_or(Syntax("logit-diff needs RIGHT,WRONG"))?;
+                Metric::LogitDiff { pos, right: token(r).map_err(Token)?, wrong: token(w).map_err(Token)? }
+            }
+            _ => return Err(Syntax("unknown metric")),
+        })
+    }
+
     /// Check the metric against a sequence of `len` tokens and a vocabulary.
     pub fn check(&self, len: usize, vocab: usize) -> Result<(), MetricError> {
         let token = |id: i64| if id < 0 || id as usize >= vocab { Err(MetricError::Token { id, vocab }) } else { Ok(()) };
@@ -165,5 +196,30 @@ fn inner(a: Activation) -> Activation {
     match a {
         Activation::Rank3(t) => Activation::Rank3(t.inner()),
         Activation::Rank4(t) => Activation::Rank4(t.inner()),
+    }
+}
+
+#[cfg(test)]
+mod parse_tests {
+    use super::*;
+
+    fn ids(s: &str) -> Result<i64, String> {
+        s.trim().parse::<i64>().map_err(|_| format!("{s:?} is not an id"))
+    }
+
+    #[test]
+    fn the_metric_grammar() {
+        assert_eq!(Metric::parse("loss", ids), Ok(Metric::Loss { from: 0 }));
+        assert_eq!(Metric::parse("loss:3", ids), Ok(Metric::Loss { from: 3 }));
+        assert_eq!(Metric::parse("logprob:7", ids), Ok(Metric::LogProb { pos: None, token: 7 }));
+        assert_eq!(Metric::parse("logprob:7@2", ids), Ok(Metric::LogProb { pos: Some(2), token: 7 }));
+        assert_eq!(Metric::parse("logit-diff:3,11", ids), Ok(Metric::LogitDiff { pos: None, right: 3, wrong: 11 }));
+        assert_eq!(Metric::parse("logit_diff:3, 11@5", ids), Ok(Metric::LogitDiff { pos: Some(5), right: 3, wrong: 11 }));
+        assert_eq!(Metric::parse("loss:x", ids), Err(MetricParseError::Syntax("FROM is not a position")));
+        assert_eq!(Metric::parse("logprob:7@x", ids), Err(MetricParseError::Syntax("POS is not a position")));
+        assert_eq!(Metric::parse("logit-diff:3", ids), Err(MetricParseError::Syntax("logit-diff needs RIGHT,WRONG")));
+        assert_eq!(Metric::parse("logprob", ids), Err(MetricParseError::Syntax("unknown metric")));
+        assert_eq!(Metric::parse("accuracy", ids), Err(MetricParseError::Syntax("unknown metric")));
+        assert_eq!(Metric::parse("logprob:cat", ids), Err(MetricParseError::Token("\"cat\" is not an id".to_string())));
     }
 }

@@ -20,7 +20,7 @@ pub mod views;
 pub use cache::{Ablation, ActivationCache, ablate_heads, patch, run_with_cache};
 pub use composition::{CompositionScores, composition_scores};
 pub use detect::{Detector, InductionCircuit, InductionReport, head_scores, induction_circuit, induction_experiment};
-pub use grad::{HookGradients, Metric, MetricError, hook_gradients};
+pub use grad::{HookGradients, Metric, MetricError, MetricParseError, hook_gradients};
 pub use patching::{Node, NodeKind, PatchingResult, activation_patching, attribution_patching, compare_patching};
 pub use residual::{Components, LogitAttribution, LogitLens, decompose_resid, direct_logit_attribution, logit_lens, residual_components, stack_head_results};
 pub use sae::{Sae, SaeConfig, SaeError, SaeRun, run_sae};
