@@ -422,6 +422,9 @@ fn bench(args: Vec<String>) -> Result<()> {
                 wl.label, bytes / 1e6, bytes * tokens / tb / 1e9, pct(tb), machine.read_gbps, machine.copy_gbps, pct(th), pct(tl)
             ));
         }
+        if let Some(faults) = first["page_faults_per_step"].as_f64() {
+            notes.push_str(&format!("- {}: burnlens {faults:.0} page faults per step\n", wl.label));
+        }
         if let Some((t1, c1)) = cell(Impl::BurnlensOneThread) {
             notes.push_str(&format!(
                 "- {}: with `yes > /dev/null` running, burnlens on {threads} threads {cb}, on one thread {c1}: **{:.2}x** the one-thread step (target ≤ 1.2x); lean PyTorch {cl}\n",

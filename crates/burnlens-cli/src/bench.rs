@@ -33,6 +33,13 @@ pub struct BenchArgs {
     pub new_tokens: usize,
 }
 
+/// Minor page faults of this process so far (Linux `/proc/self/stat`, field 10).
+fn minor_faults() -> Option<u64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // The command name (field 2) may hold spaces; count fields after its closing parenthesis.
+    stat.rsplit_once(')')?.1.split_whitespace().nth(7)?.parse().ok()
+}
+
 /// Peak resident memory of this process so far, in bytes (Linux `VmHWM`).
 pub fn peak_rss() -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
@@ -115,6 +122,7 @@ pub fn run(a: &BenchArgs, device: Device) -> Result<()> {
             };
             let steps = a.reps.max(1) * 10;
             step();
+            let faults_before = minor_faults();
             let times: Vec<f64> = (0..steps)
                 .map(|_| {
                     let t = Instant::now();
@@ -123,9 +131,10 @@ pub fn run(a: &BenchArgs, device: Device) -> Result<()> {
                 })
                 .collect();
             // Forward, then backward at twice its cost.
+            let faults = minor_faults().zip(faults_before).map(|(after, before)| (after - before) as f64 / steps as f64);
             let pool = burnlens_model::kernels::pool::stats();
             json!({"times": times, "tokens": b * block, "flops": 3.0 * forward_flops(&cfg, b, block),
-                   "pool_late_jobs": pool.late_jobs, "pool_revoked_seats": pool.revoked_seats})
+                   "page_faults_per_step": faults, "pool_late_jobs": pool.late_jobs, "pool_revoked_seats": pool.revoked_seats})
         }
         "load" => {
             let dir = need_model()?;

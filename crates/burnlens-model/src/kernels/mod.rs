@@ -18,7 +18,8 @@
 //! | softmax–cross-entropy | log-sum-exp and the target's logit per row, mean; backward `softmax - onehot` | [`cross_entropy`] |
 //!
 //! `BURNLENS_KERNELS=0` (or [`set_enabled`]) turns every kernel off, so that the reference
-//! path can be timed or compared in the same build.
+//! path can be timed or compared in the same build. The first kernel to run also tells
+//! glibc's allocator to keep freed buffers for the next step ([`memory`]).
 
 pub mod activation;
 pub mod attention;
@@ -26,6 +27,7 @@ pub mod cross_entropy;
 pub mod gemm;
 pub mod layer_norm;
 pub mod linear;
+pub mod memory;
 pub mod pool;
 pub mod simd;
 
@@ -96,7 +98,11 @@ pub fn is_flex(device: &Device) -> bool {
 
 /// Whether a kernel may run: kernels on, every tensor on flex and f32.
 pub(crate) fn use_kernels(devices: &[&Device], dtypes: &[DType]) -> bool {
-    enabled() && devices.iter().all(|d| is_flex(d)) && dtypes.iter().all(|t| *t == DType::F32)
+    let yes = enabled() && devices.iter().all(|d| is_flex(d)) && dtypes.iter().all(|t| *t == DType::F32);
+    if yes {
+        memory::keep_freed_memory();
+    }
+    yes
 }
 
 /// A contiguous f32 flex tensor whose `storage()` is exactly its elements in order.
