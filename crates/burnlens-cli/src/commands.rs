@@ -9,7 +9,7 @@ use burn::tensor::Device;
 use burnlens_hf::{LoadedModel, Tokenizer, load_model};
 use burnlens_model::backend;
 use burnlens_model::{AttentionSpan, Hooks, Sampling, Transformer, generate, next_token_loss};
-use burnlens_train::{RunConfig, TrainOptions};
+use burnlens_train::{AnyModel, RunConfig, TrainOptions};
 use serde_json::json;
 
 use crate::output::{Saved, write_atomic, write_safetensors};
@@ -163,28 +163,10 @@ fn token_suffix(m: &AnyModel, id: i64) -> String {
     m.tokenizer.as_ref().map_or(String::new(), |t| format!(" {:?}", t.decode(&[id as u32])))
 }
 
-/// Hook names from `--names`: exact names, comma-separated, or `re:REGEX` matched against the
-/// whole name.
+/// Hook names from `--names` ([`burnlens_lens::HookSelection`]'s grammar).
 fn hook_filter(spec: &str, all: &[String]) -> Result<Box<dyn Fn(&str) -> bool>> {
-    let examples = "names look like hook_embed, blocks.0.hook_resid_pre, blocks.0.attn.hook_pattern, blocks.0.mlp.hook_post";
-    if let Some(re) = spec.strip_prefix("re:") {
-        let anchored = regex::Regex::new(&format!("^(?:{re})$")).map_err(|e| UserError(format!("--names: invalid regex: {e}")))?;
-        if !all.iter().any(|n| anchored.is_match(n)) {
-            return Err(UserError(format!("--names: regex \"{re}\" matches no hook point of this model (it must match a whole name); {examples}")).into());
-        }
-        return Ok(Box::new(move |n| anchored.is_match(n)));
-    }
-    let names: Vec<String> = spec.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect();
-    if names.is_empty() {
-        return Err(UserError(format!("--names: no hook name given; {examples}")).into());
-    }
-    for n in &names {
-        if !all.contains(n) {
-            let hint = if n.contains(['*', '(', '|', '\\', '[']) { " (for a regex, write re:PATTERN)".to_string() } else { String::new() };
-            return Err(UserError(format!("--names: \"{n}\" is not a hook point of this model{hint}; {examples}")).into());
-        }
-    }
-    Ok(Box::new(move |n| names.iter().any(|m| m == n)))
+    let selection = burnlens_lens::HookSelection::parse(spec, all).map_err(|why| UserError(format!("--names: {why}")))?;
+    Ok(Box::new(move |n| selection.matches(n)))
 }
 
 pub fn cache(args: &ModelArgs, input: &Input, names: &str, grad: Option<&str>, out: &Path, common: &Common) -> Result<()> {
@@ -264,22 +246,13 @@ pub fn export(run: &Path, out: &Path) -> Result<()> {
     Ok(())
 }
 
-/// A model to look at or sample from: a burnlens run directory, or a Hugging Face model
-/// directory; its tokenizer, if one is saved beside it; its BOS token, if it has one.
-struct AnyModel {
-    model: Transformer,
-    tokenizer: Option<Tokenizer>,
-    bos: Option<i64>,
-}
-
+/// [`burnlens_train::load_any`] on the chosen device, its warnings printed.
 fn load_any(dir: &Path, common: &Common) -> Result<AnyModel> {
-    if dir.join("checkpoints").is_dir() && !dir.join("config.json").is_file() {
-        let run = burnlens_train::load_run(dir, &device(common)?)?;
-        Ok(AnyModel { model: run.model, tokenizer: run.tokenizer, bos: None })
-    } else {
-        let loaded = load(dir, common)?;
-        Ok(AnyModel { model: loaded.model, tokenizer: Tokenizer::find_in_dir(dir).transpose()?, bos: loaded.hf.bos_token_id })
+    let m = burnlens_train::load_any(dir, &device(common)?)?;
+    for w in &m.warnings {
+        eprintln!("warning: {w}");
     }
+    Ok(m)
 }
 
 pub fn sample(dir: &Path, prompt: Option<&str>, ids: Option<&str>, s: &Sampling, common: &Common) -> Result<()> {

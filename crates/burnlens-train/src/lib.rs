@@ -1,6 +1,7 @@
 //! Training toy transformers from a TOML run config: data, the loop, checkpoints that survive
 //! interruption, and export back to Hugging Face.
 
+pub mod any;
 pub mod config;
 pub mod data;
 pub mod error;
@@ -8,6 +9,7 @@ pub mod optim;
 pub mod plot;
 pub mod run;
 
+pub use any::{AnyModel, is_run_dir, load_any};
 pub use config::RunConfig;
 pub use error::TrainError;
 pub use run::{LoadedRun, RunSummary, TrainOptions, export_run, install_interrupt_handler, load_run, request_stop, train};

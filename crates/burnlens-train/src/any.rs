@@ -1,0 +1,40 @@
+//! A model to look at or sample from, whichever kind of directory holds it: a burnlens run
+//! directory (its `checkpoints/`, no `config.json`) or a Hugging Face model directory. The
+//! one place that tells them apart, for the CLI and any other front end.
+
+use std::path::Path;
+
+use burn::tensor::Device;
+use burnlens_hf::{Tokenizer, load_model};
+use burnlens_model::Transformer;
+
+use crate::error::TrainError;
+use crate::run::load_run;
+
+/// A loaded model with what a front end needs beside it.
+pub struct AnyModel {
+    pub model: Transformer,
+    /// Saved beside the weights (`tokenizer.json`, or a run's `char_vocab.json`), if any.
+    pub tokenizer: Option<Tokenizer>,
+    /// The checkpoint's `bos_token_id`, if it has one (runs have none).
+    pub bos: Option<i64>,
+    /// What the import noticed and let pass (ignored legacy buffers and the like).
+    pub warnings: Vec<String>,
+}
+
+/// Whether `dir` is a burnlens run directory rather than a Hugging Face model directory.
+pub fn is_run_dir(dir: &Path) -> bool {
+    dir.join("checkpoints").is_dir() && !dir.join("config.json").is_file()
+}
+
+/// Load the latest checkpoint of a run, or a Hugging Face model, from `dir`.
+pub fn load_any(dir: &Path, device: &Device) -> Result<AnyModel, TrainError> {
+    if is_run_dir(dir) {
+        let run = load_run(dir, device)?;
+        Ok(AnyModel { model: run.model, tokenizer: run.tokenizer, bos: None, warnings: Vec::new() })
+    } else {
+        let loaded = load_model(dir, device)?;
+        let tokenizer = Tokenizer::find_in_dir(dir).transpose()?;
+        Ok(AnyModel { model: loaded.model, tokenizer, bos: loaded.hf.bos_token_id, warnings: loaded.info.warnings })
+    }
+}
