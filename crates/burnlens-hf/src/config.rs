@@ -14,16 +14,23 @@ use serde_json::{Map, Value};
 
 use crate::error::{HfError, Result};
 
-/// The model families burnlens reads and writes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The model families burnlens reads and writes; in run configs and `model.json` by their
+/// `model_type` (`gpt2`, `gpt_neo`, ...).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Family {
+    #[serde(rename = "gpt2")]
     Gpt2,
+    #[serde(rename = "gpt_neo")]
     GptNeo,
     /// GPT-NeoX (Pythia).
+    #[serde(rename = "gpt_neox")]
     GptNeoX,
     /// Llama 1–3, TinyLlama, SmolLM.
+    #[serde(rename = "llama")]
     Llama,
+    #[serde(rename = "qwen2")]
     Qwen2,
+    #[serde(rename = "mistral")]
     Mistral,
 }
 

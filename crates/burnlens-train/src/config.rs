@@ -3,6 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
+use burnlens_hf::Family;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Result, TrainError};
@@ -31,7 +32,7 @@ pub struct ModelSection {
     /// parallel residual, untied unembedding), `llama`, `qwen2` or `mistral` (RMSNorm, rotary,
     /// gated SiLU MLP, grouped-query attention): sets everything the family fixes and the
     /// export format.
-    pub family: Option<String>,
+    pub family: Option<Family>,
     /// Key/value heads (Llama family; default `n_heads`).
     pub n_kv_heads: Option<usize>,
     /// Rotated fraction of each head (default 0.25 for gpt_neox, 1 for the Llama family).

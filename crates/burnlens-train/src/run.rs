@@ -52,7 +52,7 @@ pub fn install_interrupt_handler() {
 /// The architecture of a run, saved as `model.json`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ModelSpec {
-    pub family: String,
+    pub family: Family,
     pub config: TransformerConfig,
 }
 
@@ -93,8 +93,8 @@ pub fn run_device(cfg: &RunConfig, flag: Option<&str>) -> Result<Device> {
 pub fn model_spec(cfg: &RunConfig, vocab: usize) -> Result<ModelSpec> {
     let m = &cfg.model;
     let bad = |msg: String| TrainError::Config { path: PathBuf::from("[model]"), msg };
-    let family = m.family.clone().unwrap_or_else(|| "gpt2".into());
-    let fam = Family::from_model_type(&family).ok_or_else(|| bad(format!("model.family = \"{family}\" is not one of {}", Family::SUPPORTED.join(", "))))?;
+    let fam = m.family.unwrap_or(Family::Gpt2);
+    let family = fam.model_type();
     let rotary_family = !matches!(fam, Family::Gpt2 | Family::GptNeo);
     let d_model = m.d_model.ok_or_else(|| bad("model.d_model is required (or model.from)".into()))?;
     let n_heads = m.n_heads.ok_or_else(|| bad("model.n_heads is required (or model.from)".into()))?;
@@ -180,7 +180,7 @@ pub fn model_spec(cfg: &RunConfig, vocab: usize) -> Result<ModelSpec> {
         mlp_bias: !llama,
     };
     config.validate().map_err(|e| bad(e.to_string()))?;
-    Ok(ModelSpec { family, config })
+    Ok(ModelSpec { family: fam, config })
 }
 
 /// A run directory's latest complete checkpoint, if any.
@@ -231,8 +231,7 @@ pub fn load_run(run_dir: &Path, device: &Device) -> Result<LoadedRun> {
 /// Export the latest checkpoint of `run_dir` as a Hugging Face directory.
 pub fn export_run(run_dir: &Path, out: &Path) -> Result<()> {
     let run = load_run(run_dir, &Device::flex())?;
-    let family = Family::from_model_type(&run.spec.family).expect("validated family");
-    export_hf(&run.model, family, out, run.tokenizer.as_ref())?;
+    export_hf(&run.model, run.spec.family, out, run.tokenizer.as_ref())?;
     Ok(())
 }
 
@@ -285,7 +284,7 @@ pub fn train(cfg: &RunConfig, opts: &TrainOptions) -> Result<RunSummary> {
                         }
                     })?;
                     let loaded = load_model(&dir, &ad)?;
-                    (ModelSpec { family: loaded.hf.family.to_string(), config: loaded.model.config.clone() }, loaded.model)
+                    (ModelSpec { family: loaded.hf.family, config: loaded.model.config.clone() }, loaded.model)
                 }
                 None => {
                     let spec = model_spec(cfg, data.vocab_size)?;
@@ -395,7 +394,7 @@ pub fn train(cfg: &RunConfig, opts: &TrainOptions) -> Result<RunSummary> {
     let seconds = started.elapsed().as_secs_f64();
     let steps_run = t.steps.saturating_sub(state.step);
     let exported = if cfg.output.export {
-        let family = Family::from_model_type(&spec.family).expect("validated family");
+        let family = spec.family;
         match burnlens_hf::check_exportable(&spec.config, family) {
             Ok(()) => {
                 let out = run_dir.join("hf");
