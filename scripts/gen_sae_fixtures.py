@@ -48,6 +48,8 @@ def capture(model_dir, hook):
         attn = getattr(block, "attn", None) or getattr(block, "self_attn", None)
         out = getattr(attn, "c_proj", None) or getattr(attn, "o_proj", None) or getattr(attn, "dense", None)
         h = out.register_forward_pre_hook(lambda m, args: keep(args[0]))
+    elif hook.endswith("hook_resid_post"):
+        h = block.register_forward_hook(lambda m, args, out: keep(out[0] if isinstance(out, tuple) else out))
     elif hook.endswith("hook_mlp_out"):
         h = block.mlp.register_forward_hook(lambda m, args, out: keep(out))
     else:

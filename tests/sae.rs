@@ -9,7 +9,9 @@ use burnlens::hf::load_model;
 use burnlens::lens::sae::{Architecture, Normalize, Sae, features, run_sae};
 use common::*;
 
-const SAE_FIXTURES: &[&str] = &["standard_gpt2_resid", "jumprelu_llama_resid", "topk_pythia_resid", "layernorm_gpt2_hook_z", "constnorm_qwen2_mlp_out", "legacy_topk_gpt_neo_resid", "burnlens_topk_trained_gpt2_char"];
+const SAE_FIXTURES: &[&str] = &["standard_gpt2_resid", "jumprelu_llama_resid", "topk_pythia_resid", "layernorm_gpt2_hook_z", "constnorm_qwen2_mlp_out", "legacy_topk_gpt_neo_resid", "burnlens_topk_trained_gpt2_char", GEMMA_SCOPE];
+/// A Gemma Scope SAE in its release layout (params.npz, no cfg.json; scripts/gen_gemma_scope_fixture.py).
+const GEMMA_SCOPE: &str = "gemma_scope/gemma-scope-2b-pt-res/layer_1/width_96/average_l0_5";
 
 fn sae_dir(name: &str) -> std::path::PathBuf {
     fixture("sae").join(name)
@@ -167,6 +169,20 @@ fn bad_sae_directories_are_refused_by_name() {
     cfg["architecture"] = "gated".into();
     std::fs::write(d.join("cfg.json"), cfg.to_string()).unwrap();
     assert!(msg(&d).contains("architecture") && msg(&d).contains("gated"), "{}", msg(&d));
+
+    // Gemma Scope's layout without a release name or layer in its path, and with a
+    // truncated params.npz.
+    let params = std::fs::read(sae_dir(GEMMA_SCOPE).join("params.npz")).unwrap();
+    let d = tmp.path().join("saes/layer_1");
+    std::fs::create_dir_all(&d).unwrap();
+    std::fs::write(d.join("params.npz"), &params).unwrap();
+    assert!(msg(&d).contains("cannot tell the hook point") && msg(&d).contains("-res, -mlp or -att"), "{}", msg(&d));
+    let d = tmp.path().join("gemma-scope-2b-pt-mlp/layer_1/width_96");
+    std::fs::create_dir_all(&d).unwrap();
+    std::fs::write(d.join("params.npz"), &params[..params.len() / 2]).unwrap();
+    assert!(msg(&d).contains("params.npz"), "{}", msg(&d));
+    std::fs::write(d.join("params.npz"), &params).unwrap();
+    assert_eq!(Sae::load(&d, &device).unwrap().cfg.hook_name, "blocks.1.hook_mlp_out");
 
     // An SAE for a wider model than the one it is run on.
     let sae = Sae::load(&sae_dir("jumprelu_llama_resid"), &device).unwrap();

@@ -636,6 +636,8 @@ fn main() -> Result<()> {
             let trained = root().join("target/sae-export/topk_trained_gpt2_char");
             run(Command::new("cargo").current_dir(root()).args(["run", "--quiet", "--", "train-sae", "--model", "tests/fixtures/trained_gpt2_char", "--hook", "blocks.1.hook_resid_pre", "--architecture", "topk", "--k", "8", "--d-sae", "96", "--steps", "400", "--batch", "8", "--seq-len", "24", "--seed", "3", "--out"]).arg(&trained))?;
             run(Command::new(&py).current_dir(root()).arg("scripts/gen_sae_fixtures.py").arg(format!("burnlens_topk_trained_gpt2_char={}@trained_gpt2_char", trained.display())))?;
+            // A Gemma Scope SAE in its release layout (params.npz), read by sae-lens's own loader.
+            run(Command::new(&py).current_dir(root().join("scripts")).arg("gen_gemma_scope_fixture.py"))?;
             // TransformerLens (a dependency of sae-lens) on the gpt2 fixture: gradients,
             // patching, direct logit attribution, the logit lens.
             run(Command::new(py).current_dir(root()).arg("scripts/gen_tl_fixtures.py"))?;

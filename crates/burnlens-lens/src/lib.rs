@@ -7,6 +7,7 @@ pub mod circuits;
 pub mod composition;
 pub mod detect;
 pub mod factored;
+pub mod gemma_scope;
 pub mod grad;
 pub mod names;
 pub mod patching;

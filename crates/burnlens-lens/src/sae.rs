@@ -262,8 +262,13 @@ struct NormState {
 
 impl Sae {
     /// Load an SAE directory written by SAELens (`SAE.save_model`) or by burnlens.
+    /// Gemma Scope's release layout (a folder with only `params.npz`) is read too
+    /// ([`crate::gemma_scope`]).
     pub fn load(dir: &Path, device: &Device) -> Result<Sae, SaeError> {
         let cfg_path = dir.join(CFG_FILE);
+        if !cfg_path.is_file() && dir.join(crate::gemma_scope::PARAMS_FILE).is_file() {
+            return crate::gemma_scope::load(dir, device);
+        }
         let text = std::fs::read_to_string(&cfg_path).map_err(|e| SaeError::File { path: cfg_path.clone(), msg: format!("{e} (an SAE directory holds {CFG_FILE} and {WEIGHTS_FILE})") })?;
         let cfg = SaeConfig::parse(&text, &cfg_path)?;
         let mut w = read_weights(&dir.join(WEIGHTS_FILE), &cfg, device)?;
