@@ -205,4 +205,25 @@ fn an_sae_in_a_folder_of_a_hub_repository_is_fetched_alone_and_then_served_from_
     assert_eq!(server.log().len(), before);
     assert_exit(&run("org/llama-saes:blocks.2.hook_resid_pre", &hub_out, &[("HF_HUB_OFFLINE", "1")]), 2, "has no blocks.2.hook_resid_pre/cfg.json");
     assert_exit(&run("org/llama-saes:blocks.9.hook_resid_pre", &hub_out, &[]), 2, "has no file blocks.9.hook_resid_pre/cfg.json");
+
+    // A Gemma Scope release: the folder holds only params.npz, and the hook point comes from
+    // the repository's name and the layer folder.
+    let gs = tmp.path().join("gemma-scope");
+    let folder = "layer_1/width_96/average_l0_5";
+    std::fs::create_dir_all(gs.join(folder)).unwrap();
+    let src = fixture("sae").join("gemma_scope/gemma-scope-2b-pt-res").join(folder);
+    std::fs::copy(src.join("params.npz"), gs.join(folder).join("params.npz")).unwrap();
+    std::fs::write(gs.join("README.md"), "not fetched").unwrap();
+    server.publish("google/gemma-scope-2b-pt-res", "main", COMMIT_B, &gs);
+    let (gs_hub, gs_local) = (tmp.path().join("gs-hub"), tmp.path().join("gs-local"));
+    let before = server.log().len();
+    let o = run(&format!("google/gemma-scope-2b-pt-res:{folder}"), &gs_hub, &[]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = run(src.to_str().unwrap(), &gs_local, &[]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(read(&gs_hub)["top_features"], read(&gs_local)["top_features"]);
+    assert_eq!(read(&gs_hub)["hook_name"], "blocks.1.hook_resid_post");
+    let fetched: Vec<String> = server.log()[before..].iter().filter(|l| l.starts_with("GET") && l.contains("/resolve/")).cloned().collect();
+    assert_eq!(fetched.len(), 1, "{fetched:?}");
+    assert!(fetched[0].contains("params.npz"), "{fetched:?}");
 }

@@ -554,7 +554,7 @@ pub fn lens(args: &ModelArgs, input: &Input, target: Option<&str>, top: usize, o
 pub fn sae(args: &ModelArgs, sae_dir: &Path, input: &Input, top: usize, out: &Path, common: &Common) -> Result<()> {
     let (m, dir) = load_model_args(args, common)?;
     let (ids, tokens) = ids_and_labels(&m, &dir, input, "")?;
-    let sae_dir = &crate::progress::folder(sae_dir, &[burnlens_lens::sae::CFG_FILE, burnlens_lens::sae::WEIGHTS_FILE])?;
+    let sae_dir = &crate::progress::folder(sae_dir, burnlens_lens::sae::folder_files(&sae_dir.to_string_lossy()))?;
     let sae = burnlens_lens::Sae::load(sae_dir, &m.model.device())?;
     let run = burnlens_lens::run_sae(&m.model, &sae, &ids, top)?;
     let d_sae = sae.cfg.d_sae;

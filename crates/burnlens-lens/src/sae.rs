@@ -22,6 +22,14 @@ use serde_json::Value;
 pub const CFG_FILE: &str = "cfg.json";
 pub const WEIGHTS_FILE: &str = "sae_weights.safetensors";
 
+/// The files of an SAE folder named by `spec` (`org/name[@rev]:folder` or a path): Gemma
+/// Scope releases (a repository named `gemma-scope-...`) hold only `params.npz`, every other
+/// release SAELens's `cfg.json` and weights. Only these are fetched from the Hub.
+pub fn folder_files(spec: &str) -> &'static [&'static str] {
+    let repo = spec.split_once(':').map_or(spec, |(r, _)| r);
+    if repo.contains("gemma-scope") { &[crate::gemma_scope::PARAMS_FILE] } else { &[CFG_FILE, WEIGHTS_FILE] }
+}
+
 /// A problem with an SAE directory or with using it on a model.
 #[derive(Debug, thiserror::Error)]
 pub enum SaeError {
