@@ -35,8 +35,13 @@ pub enum Family {
 }
 
 impl Family {
+    /// Every family, in the order errors list them: the one list the others derive from.
+    pub const ALL: [Family; 6] = [Family::Gpt2, Family::GptNeo, Family::GptNeoX, Family::Llama, Family::Qwen2, Family::Mistral];
+
     /// `model_type` values understood, in the order they are listed in errors.
-    pub const SUPPORTED: &'static [&'static str] = &["gpt2", "gpt_neo", "gpt_neox", "llama", "qwen2", "mistral"];
+    pub fn supported() -> Vec<&'static str> {
+        Self::ALL.iter().map(|f| f.model_type()).collect()
+    }
 
     pub fn model_type(self) -> &'static str {
         match self {
@@ -50,15 +55,7 @@ impl Family {
     }
 
     pub fn from_model_type(s: &str) -> Option<Self> {
-        Some(match s {
-            "gpt2" => Family::Gpt2,
-            "gpt_neo" => Family::GptNeo,
-            "gpt_neox" => Family::GptNeoX,
-            "llama" => Family::Llama,
-            "qwen2" => Family::Qwen2,
-            "mistral" => Family::Mistral,
-            _ => return None,
-        })
+        Self::ALL.into_iter().find(|f| f.model_type() == s)
     }
 
     /// The prefix of the base model's tensors in a `*ForCausalLM` checkpoint.
@@ -117,7 +114,7 @@ pub fn parse_config(text: &str, path: &Path) -> Result<HfConfig> {
     let family = Family::from_model_type(&model_type).ok_or_else(|| HfError::UnknownModelType {
         path: path.into(),
         found: model_type.clone(),
-        supported: Family::SUPPORTED.to_vec(),
+        supported: Family::supported(),
     })?;
     let model = match family {
         Family::Gpt2 => gpt2(&f)?,
@@ -480,7 +477,7 @@ impl Fields<'_> {
             (Some(Value::String(s)), _) => Ok(s.clone()),
             (Some(v), _) => Err(self.err(name, format!("must be a string, found {v}"))),
             (None, Some(d)) => Ok(d.to_string()),
-            (None, None) => Err(self.err(name, format!("is missing; expected one of {}", Family::SUPPORTED.join(", ")))),
+            (None, None) => Err(self.err(name, format!("is missing; expected one of {}", Family::supported().join(", ")))),
         }
     }
 
@@ -624,5 +621,22 @@ mod tests {
         assert!(msg(r#"{"model_type": "gpt_neo", "num_layers": 2, "window_size": 0, "attention_types": [[["global", "local"], 1]]}"#)
             .contains("`window_size` is 0"));
         assert!(msg("{not json").contains("config.json: not valid JSON"));
+    }
+}
+
+#[cfg(test)]
+mod family_tests {
+    use super::Family;
+
+    /// Every family's `model_type` reads back as that family, and serde uses the same names.
+    #[test]
+    fn names_agree_everywhere() {
+        for f in Family::ALL {
+            assert_eq!(Family::from_model_type(f.model_type()), Some(f));
+            assert_eq!(serde_json::to_value(f).unwrap(), serde_json::Value::from(f.model_type()));
+            assert_eq!(f.to_string(), f.model_type());
+        }
+        assert_eq!(Family::supported().len(), Family::ALL.len());
+        assert_eq!(Family::from_model_type("gemma2"), None);
     }
 }

@@ -54,7 +54,9 @@ impl Entry {
 
 /// Buffers older HF versions saved next to the weights; never parameters.
 pub fn is_legacy_buffer(name: &str) -> bool {
-    let name = ["transformer.", "gpt_neox.", "model."].iter().fold(name, |n, p| n.strip_prefix(p).unwrap_or(n));
+    let mut prefixes: Vec<&str> = Family::ALL.iter().map(|f| f.base_prefix()).collect();
+    prefixes.dedup();
+    let name = prefixes.iter().fold(name, |n, p| n.strip_prefix(p).unwrap_or(n));
     let Some(rest) = name.strip_prefix("h.").or_else(|| name.strip_prefix("layers.")) else { return false };
     let Some((layer, tail)) = rest.split_once('.') else { return false };
     layer.parse::<usize>().is_ok()
