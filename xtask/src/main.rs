@@ -192,11 +192,12 @@ fn bench_train() -> Result<()> {
     let peer: serde_json::Value = serde_json::from_slice(out.stdout.trim_ascii())?;
     let peer_tps = peer["tokens_per_s"].as_f64().unwrap_or(f64::NAN);
     let report = format!(
-        "# Training: nanoGPT CPU shakespeare-char ({steps} steps, batch 12 x block 64, 4 layers, 4 heads, d_model 128)\n\n\
+        "# Training: nanoGPT CPU shakespeare-char ({steps} steps, batch 12 x block 64, 4 layers, 4 heads, d_model 128)\n\n{}\n\n\
          | | wall (s) | training loop (s) | tokens/s | val loss |\n|---|---|---|---|---|\n\
          | burnlens (flex) | {ours_wall:.1} | {ours_loop:.1} | {ours_tps:.0} | {ours_val:.4} |\n\
          | PyTorch lean peer ({} threads, torch {}) | - | {:.1} | {peer_tps:.0} | {:.4} |\n\n\
          burnlens / PyTorch tokens/s: {:.2}x\n",
+        cpu_line(),
         peer["threads"], peer["torch"].as_str().unwrap_or("?"), peer["seconds"].as_f64().unwrap_or(f64::NAN), peer["val_loss"].as_f64().unwrap_or(f64::NAN), ours_tps / peer_tps
     );
     print!("{report}");
@@ -463,6 +464,15 @@ fn bench(args: Vec<String>) -> Result<()> {
     std::fs::write(out_dir.join("report.md"), &report)?;
     println!("\n{report}\nwritten to {}", out_dir.join("report.md").display());
     Ok(())
+}
+
+/// `Machine: VENDOR MODEL (N CPUs, ISA flags)` from `lscpu`, for every report.
+fn cpu_line() -> String {
+    let lscpu = Command::new("lscpu").output().map(|o| String::from_utf8_lossy(&o.stdout).to_string()).unwrap_or_default();
+    let field = |name: &str| lscpu.lines().find(|l| l.starts_with(name)).and_then(|l| l.split_once(':')).map(|(_, v)| v.trim().to_string()).unwrap_or_else(|| "?".into());
+    let flags = field("Flags");
+    let simd = if flags.split_whitespace().any(|f| f == "avx512f") { "AVX-512" } else if flags.split_whitespace().any(|f| f == "avx2") { "AVX2" } else { "SSE" };
+    format!("Machine: {} {} (family {}, model {}; {} CPUs; {simd})", field("Vendor ID"), field("Model name"), field("CPU family"), field("Model:"), field("CPU(s)"))
 }
 
 /// The machine a bench ran on: `lscpu`, burnlens's GEMM rate on a large square product,
