@@ -158,3 +158,19 @@ fn hook_names_are_the_points_a_forward_pass_visits_on_every_fixture() {
         assert_eq!(visited.into_inner(), burnlens::model::hook_names(&model.config), "{name}");
     }
 }
+
+/// Every model imported from Hugging Face exports as its own family: the config.json written
+/// for it parses back to the same configuration (the export check's round trip).
+#[test]
+fn every_fixture_round_trips_through_its_config_json() {
+    for name in all_fixtures() {
+        let loaded = load_model(&fixture(name), &Device::flex()).unwrap();
+        burnlens::hf::check_exportable(&loaded.model.config, loaded.hf.family).unwrap_or_else(|e| panic!("{name}: {e}"));
+    }
+    // A setting the family cannot express is refused, naming it.
+    let loaded = load_model(&fixture("gpt2"), &Device::flex()).unwrap();
+    let mut cfg = loaded.model.config.clone();
+    cfg.qkv_bias = false;
+    let e = burnlens::hf::check_exportable(&cfg, loaded.hf.family).unwrap_err().to_string();
+    assert!(e.contains("cannot export as gpt2") && e.contains("q/k/v biases"), "{e}");
+}

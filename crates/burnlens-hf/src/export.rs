@@ -15,8 +15,31 @@ use crate::error::{HfError, Result};
 use crate::layout::{entries, extract};
 use crate::tokenizer::Tokenizer;
 
-/// The HF family that can represent `cfg`, if any; `family` is the one asked for.
+/// Whether `family` can represent `cfg`: the rules below name the usual reasons in words, and
+/// then the round trip decides — the `config.json` written for `cfg` must parse back to `cfg`
+/// itself (dropout aside, which `config.json` does not carry for every family), so nothing a
+/// rule forgot can export silently as a different model.
 pub fn check_exportable(cfg: &TransformerConfig, family: Family) -> Result<()> {
+    let json = hf_config_json(cfg, family, None)?;
+    let back = crate::config::parse_config(&json.to_string(), Path::new("config.json"))?.model;
+    let fields = |c: &TransformerConfig| -> serde_json::Map<String, Value> {
+        let mut c = c.clone();
+        c.dropout = 0.0;
+        match serde_json::to_value(&c).expect("a config serialises") {
+            Value::Object(m) => m,
+            _ => unreachable!("a config is a JSON object"),
+        }
+    };
+    let (want, got) = (fields(cfg), fields(&back));
+    let differ: Vec<String> = want.iter().filter(|(k, v)| got.get(*k) != Some(v)).map(|(k, v)| format!("{k} = {v} reads back as {}", got.get(k).unwrap_or(&Value::Null))).collect();
+    if !differ.is_empty() {
+        return Err(HfError::Export(format!("cannot export as {family}: its config.json would describe another model ({})", differ.join("; "))));
+    }
+    Ok(())
+}
+
+/// The rules of [`check_exportable`] that have a reason in words.
+fn exportable_rules(cfg: &TransformerConfig, family: Family) -> Result<()> {
     let fail = |why: String| Err(HfError::Export(format!("cannot export as {family}: {why}")));
     if cfg.d_mlp.is_none() {
         return fail("attention-only models have no Hugging Face equivalent".into());
@@ -105,7 +128,7 @@ pub fn check_exportable(cfg: &TransformerConfig, family: Family) -> Result<()> {
 /// `config.json` for `cfg` as `family`; `bos_eos` is the id of the end-of-text token, if
 /// the tokenizer has one.
 pub fn hf_config_json(cfg: &TransformerConfig, family: Family, bos_eos: Option<u32>) -> Result<Value> {
-    check_exportable(cfg, family)?;
+    exportable_rules(cfg, family)?;
     let d_mlp = cfg.d_mlp.expect("checked");
     let rope_parameters = |r: &burnlens_model::Rotary| -> Value {
         let mut p = json!({"rope_theta": r.base, "rope_type": "default"});
@@ -268,6 +291,7 @@ pub fn export_hf(model: &Transformer, family: Family, dir: &Path, tokenizer: Opt
         Some(Tokenizer::Hf { inner, .. }) => inner.token_to_id("<|endoftext|>"),
         _ => None,
     };
+    check_exportable(cfg, family)?;
     let config = hf_config_json(cfg, family, eos)?;
     std::fs::create_dir_all(dir).map_err(|e| HfError::io(dir, e))?;
 
