@@ -191,7 +191,11 @@ fn cross_entropy_matches_log_softmax_and_gather() {
             let g = (loss * 1.7).backward();
             vec(&x.grad(&g).unwrap())
         };
-        assert_close(&format!("cross-entropy gradient {rows}x{vocab}"), &grad(true), &grad(false), 1e-4);
+        // Each row's gradient is 1.7 / rows · (softmax − onehot): measure errors against that
+        // scale. Against the largest element instead, a peaked softmax (1 − p ≈ 1e-4 on
+        // random logits of scale 3) turned the f32 rounding of 1 − p into "relative" errors
+        // of 1.2e-4 now and then (seen once in CI-like runs, unseeded inputs).
+        assert_close_floor(&format!("cross-entropy gradient {rows}x{vocab}"), &grad(true), &grad(false), 1e-4, 1.7 / rows as f64);
     }
 }
 
