@@ -12,6 +12,8 @@ Subcommands (each prints one JSON line on stdout, timings in seconds):
   generate    --impl lean|hf --model DIR --new N     greedy, KV cache, 16-token prompt
   load        --impl lean|hf --model DIR             wall time and peak RSS
   attention   --impl lean|hf --seq T                 one GPT-2-small attention layer
+  gemm        --impl lean --shape MxKxN[t]             torch.matmul on one product (t: the
+                                                      [K, N] operand is an [N, K] matrix's .T)
 """
 
 import argparse
@@ -282,12 +284,22 @@ def bench_attention(a):
     return {"times": times, "tokens": a.batch * a.seq, "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
 
 
+@torch.no_grad()
+def bench_gemm(a):
+    dims, transposed = (a.shape[:-1], True) if a.shape.endswith("t") else (a.shape, False)
+    m, k, n = (int(d) for d in dims.split("x"))
+    x = torch.randn(m, k)
+    w = torch.randn(n, k).T if transposed else torch.randn(k, n)
+    out = torch.empty(m, n)
+    return {"times": timed(a.reps, lambda: torch.matmul(x, w, out=out)), "flops": 2.0 * m * k * n, "shape": a.shape}
+
+
 def main():
     ap = argparse.ArgumentParser()
     sub = ap.add_subparsers(dest="cmd", required=True)
     t = sub.add_parser("train")
     t.add_argument("--config", required=True, help="JSON with the run's settings")
-    for name in ("train-steps", "forward", "generate", "load", "attention"):
+    for name in ("train-steps", "forward", "generate", "load", "attention", "gemm"):
         p = sub.add_parser(name)
         p.add_argument("--impl", choices=["lean", "compile", "hf"], required=True)
         p.add_argument("--model")
@@ -296,6 +308,7 @@ def main():
         p.add_argument("--reps", type=int, default=3)
         p.add_argument("--new", type=int, default=64)
         p.add_argument("--threads", type=int, default=0)
+        p.add_argument("--shape", default="128x768x768")
     args = ap.parse_args()
     if getattr(args, "threads", 0):
         torch.set_num_threads(args.threads)
@@ -307,7 +320,7 @@ def main():
         print(json.dumps(train(c)))
         return
     run = {"train-steps": bench_train_steps, "forward": bench_forward, "generate": bench_generate,
-           "load": bench_load, "attention": bench_attention}[args.cmd]
+           "load": bench_load, "attention": bench_attention, "gemm": bench_gemm}[args.cmd]
     out = run(args)
     out.update({"workload": args.cmd.replace("train-steps", "train"), "impl": args.impl, "threads": torch.get_num_threads()})
     print(json.dumps(out))

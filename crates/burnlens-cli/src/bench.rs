@@ -16,7 +16,7 @@ use crate::UserError;
 /// Which workload and its sizes.
 #[derive(clap::Args, Clone)]
 pub struct BenchArgs {
-    /// forward | generate | train | load | attention | machine
+    /// forward | generate | train | load | attention | gemm | machine
     pub workload: String,
     /// Model directory (forward, generate, load).
     #[arg(long)]
@@ -31,6 +31,10 @@ pub struct BenchArgs {
     /// generate: new tokens after a 16-token prompt.
     #[arg(long, default_value_t = 64)]
     pub new_tokens: usize,
+    /// gemm: the product's shape `MxKxN`; a trailing `t` reads the `[K, N]` operand through a
+    /// transposed view of an `[N, K]` matrix (the tied unembedding's layout).
+    #[arg(long)]
+    pub shape: Option<String>,
 }
 
 /// Minor page faults of this process so far (Linux `/proc/self/stat`, field 10).
@@ -161,8 +165,25 @@ pub fn run(a: &BenchArgs, device: Device) -> Result<()> {
             let flops = a.batch as f64 * (2.0 * t * 4.0 * d * d + 4.0 * d * t * (t + 1.0) / 2.0);
             json!({"times": times, "tokens": a.batch * a.seq, "flops": flops, "scores_bytes": a.batch * 12 * a.seq * a.seq * 4, "peak_rss_bytes": peak_rss()})
         }
+        "gemm" => {
+            use burnlens_model::kernels::gemm::{MatRef, matmul};
+            let spec = a.shape.as_deref().ok_or_else(|| UserError("bench gemm: --shape MxKxN is required".into()))?;
+            let (dims, transposed) = match spec.strip_suffix('t') {
+                Some(d) => (d, true),
+                None => (spec, false),
+            };
+            let bad = || UserError(format!("bench gemm: --shape {spec:?}: expected MxKxN (e.g. 128x768x2304), optionally ending in t"));
+            let v: Vec<usize> = dims.split('x').map(|d| d.parse().map_err(|_| bad())).collect::<Result<_, _>>()?;
+            let [m, k, n] = v[..] else { return Err(bad().into()) };
+            let x: Vec<f32> = (0..m * k).map(|i| ((i % 97) as f32 - 48.0) / 97.0).collect();
+            let w: Vec<f32> = (0..k * n).map(|i| ((i % 89) as f32 - 44.0) / 89.0).collect();
+            let mut c = vec![0.0f32; m * n];
+            let b = if transposed { MatRef::row_major(&w, n, k).t() } else { MatRef::row_major(&w, k, n) };
+            let times = timed(a.reps, || matmul(&mut c, n, MatRef::row_major(&x, m, k), b, false));
+            json!({"times": times, "flops": 2.0 * (m * k * n) as f64, "shape": spec})
+        }
         "machine" => machine(),
-        other => return Err(UserError(format!("unknown workload \"{other}\"; expected forward, generate, train, load, attention or machine")).into()),
+        other => return Err(UserError(format!("unknown workload \"{other}\"; expected forward, generate, train, load, attention, gemm or machine")).into()),
     };
     let mut out = out;
     out["workload"] = json!(a.workload);
