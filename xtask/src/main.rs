@@ -495,13 +495,29 @@ fn bench(args: Vec<String>) -> Result<()> {
     Ok(())
 }
 
-/// `Machine: VENDOR MODEL (N CPUs, ISA flags)` from `lscpu`, for every report.
+/// `lscpu` as fields, and the widest vector ISA its flags name.
+struct Lscpu(String);
+
+impl Lscpu {
+    fn read() -> Self {
+        Lscpu(Command::new("lscpu").output().map(|o| String::from_utf8_lossy(&o.stdout).to_string()).unwrap_or_default())
+    }
+
+    fn field(&self, name: &str) -> String {
+        self.0.lines().find(|l| l.starts_with(name)).and_then(|l| l.split_once(':')).map(|(_, v)| v.trim().to_string()).unwrap_or_else(|| "?".into())
+    }
+
+    fn simd(&self) -> &'static str {
+        let flags = self.field("Flags");
+        let has = |f: &str| flags.split_whitespace().any(|x| x == f);
+        if has("avx512f") { "AVX-512" } else if has("avx2") { "AVX2" } else { "SSE" }
+    }
+}
+
+/// `Machine: VENDOR MODEL (family, model; N CPUs; ISA)` from `lscpu`, for every report.
 fn cpu_line() -> String {
-    let lscpu = Command::new("lscpu").output().map(|o| String::from_utf8_lossy(&o.stdout).to_string()).unwrap_or_default();
-    let field = |name: &str| lscpu.lines().find(|l| l.starts_with(name)).and_then(|l| l.split_once(':')).map(|(_, v)| v.trim().to_string()).unwrap_or_else(|| "?".into());
-    let flags = field("Flags");
-    let simd = if flags.split_whitespace().any(|f| f == "avx512f") { "AVX-512" } else if flags.split_whitespace().any(|f| f == "avx2") { "AVX2" } else { "SSE" };
-    format!("Machine: {} {} (family {}, model {}; {} CPUs; {simd})", field("Vendor ID"), field("Model name"), field("CPU family"), field("Model:"), field("CPU(s)"))
+    let l = Lscpu::read();
+    format!("Machine: {} {} (family {}, model {}; {} CPUs; {})", l.field("Vendor ID"), l.field("Model name"), l.field("CPU family"), l.field("Model:"), l.field("CPU(s)"), l.simd())
 }
 
 /// The machine a bench ran on: `lscpu`, burnlens's GEMM rate on a large square product,
@@ -514,11 +530,9 @@ struct Machine {
 }
 
 fn machine_report(bin: &Path) -> Result<Machine> {
-    let lscpu = Command::new("lscpu").output().map(|o| String::from_utf8_lossy(&o.stdout).to_string()).unwrap_or_default();
-    let field = |name: &str| lscpu.lines().find(|l| l.starts_with(name)).and_then(|l| l.split_once(':')).map(|(_, v)| v.trim().to_string()).unwrap_or_else(|| "?".into());
-    let flags = field("Flags");
-    let has = |f: &str| flags.split_whitespace().any(|x| x == f);
-    let simd = if has("avx512f") { "AVX-512" } else if has("avx2") { "AVX2" } else { "SSE" };
+    let lscpu = Lscpu::read();
+    let field = |name: &str| lscpu.field(name);
+    let simd = lscpu.simd();
     let mhz = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
         .and_then(|c| c.lines().find(|l| l.starts_with("cpu MHz")).and_then(|l| l.split(':').nth(1)).and_then(|v| v.trim().parse::<f64>().ok()))
