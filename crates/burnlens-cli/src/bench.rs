@@ -175,8 +175,7 @@ pub fn run(a: &BenchArgs, device: Device) -> Result<()> {
             let bad = || UserError(format!("bench gemm: --shape {spec:?}: expected MxKxN (e.g. 128x768x2304), optionally ending in t"));
             let v: Vec<usize> = dims.split('x').map(|d| d.parse().map_err(|_| bad())).collect::<Result<_, _>>()?;
             let [m, k, n] = v[..] else { return Err(bad().into()) };
-            let x: Vec<f32> = (0..m * k).map(|i| ((i % 97) as f32 - 48.0) / 97.0).collect();
-            let w: Vec<f32> = (0..k * n).map(|i| ((i % 89) as f32 - 44.0) / 89.0).collect();
+            let (x, w) = (operand(m * k, 97), operand(k * n, 89));
             let mut c = vec![0.0f32; m * n];
             let b = if transposed { MatRef::row_major(&w, n, k).t() } else { MatRef::row_major(&w, k, n) };
             let times = timed(a.reps, || matmul(&mut c, n, MatRef::row_major(&x, m, k), b, false));
@@ -192,14 +191,19 @@ pub fn run(a: &BenchArgs, device: Device) -> Result<()> {
     Ok(())
 }
 
+/// A GEMM operand of `len` values in [-0.5, 0.5), periodic in `period` (a prime, so rows
+/// and columns do not line up).
+fn operand(len: usize, period: usize) -> Vec<f32> {
+    (0..len).map(|i| ((i % period) as f32 - (period / 2) as f32) / period as f32).collect()
+}
+
 /// What this machine can do: a large square GEMM with all threads and with one (the
 /// reachable compute peak), and a large copy with all threads (the reachable memory
 /// bandwidth, which bounds decoding).
 fn machine() -> serde_json::Value {
     use burnlens_model::kernels::gemm::{MatRef, matmul};
     let n = 1536;
-    let a: Vec<f32> = (0..n * n).map(|i| ((i % 97) as f32 - 48.0) / 97.0).collect();
-    let b: Vec<f32> = (0..n * n).map(|i| ((i % 89) as f32 - 44.0) / 89.0).collect();
+    let (a, b) = (operand(n * n, 97), operand(n * n, 89));
     let mut c = vec![0.0f32; n * n];
     let flops = 2.0 * (n * n * n) as f64;
     let gemm_all = median(timed(5, || matmul(&mut c, n, MatRef::row_major(&a, n, n), MatRef::row_major(&b, n, n), false)));

@@ -21,6 +21,11 @@ use crate::tokenizer::Tokenizer;
 /// rule forgot can export silently as a different model.
 pub fn check_exportable(cfg: &TransformerConfig, family: Family) -> Result<()> {
     let json = hf_config_json(cfg, family, None)?;
+    reads_back_as(cfg, family, &json)
+}
+
+/// The round trip of [`check_exportable`] on an already written `config.json`.
+fn reads_back_as(cfg: &TransformerConfig, family: Family, json: &Value) -> Result<()> {
     let back = crate::config::parse_config(&json.to_string(), Path::new("config.json"))?.model;
     let fields = |c: &TransformerConfig| -> serde_json::Map<String, Value> {
         let mut c = c.clone();
@@ -291,8 +296,8 @@ pub fn export_hf(model: &Transformer, family: Family, dir: &Path, tokenizer: Opt
         Some(Tokenizer::Hf { inner, .. }) => inner.token_to_id("<|endoftext|>"),
         _ => None,
     };
-    check_exportable(cfg, family)?;
     let config = hf_config_json(cfg, family, eos)?;
+    reads_back_as(cfg, family, &config)?;
     std::fs::create_dir_all(dir).map_err(|e| HfError::io(dir, e))?;
 
     // Canonical parameters by module path, read back from the device through burn-store.

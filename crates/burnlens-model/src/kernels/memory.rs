@@ -5,9 +5,9 @@
 //! threshold (128 KB at first) with `mmap` and returns them with `munmap`, and trims the top
 //! of the heap when more than 128 KB is free there, so each step's buffers are fresh pages: a
 //! page fault and a zeroed 4 KB page each time they are first touched. Measured on the
-//! nanoGPT CPU training step (2-core AMD EPYC Zen 4): 354,000 page faults in 50 steps with
-//! glibc's defaults against 11,700 with the settings below, and the kernel's page clearing
-//! and fault handling were about 10% of the step's samples.
+//! nanoGPT CPU training step (2-core AMD EPYC Zen 4, `burnlens bench train`): 7,900 page
+//! faults per step with glibc's defaults against 160 with the settings below, and the
+//! kernel's page clearing and fault handling were about 10% of the step's samples.
 //!
 //! [`keep_freed_memory`] raises the mmap threshold to 32 MB (the largest glibc accepts) and the
 //! trim threshold to 512 MB: blocks up to 32 MB come from the heap and go back to its free
