@@ -89,9 +89,14 @@ pub fn info(dir: &Path, common: &Common) -> Result<()> {
     };
     println!("positions:   {positions}");
     println!("residual:    {}", if c.parallel_residual { "parallel (attention and MLP read the block input)" } else { "sequential" });
+    println!("norms:       {:?}{}{}", c.norm_placement, c.qk_norm.map_or(String::new(), |q| format!(", QK-norm {q:?}")), if c.scale_embed { ", embedding x sqrt(d_model)" } else { "" });
+    if c.attn_softcap.is_some() || c.final_softcap.is_some() {
+        println!("soft caps:   attention {:?}, logits {:?}", c.attn_softcap, c.final_softcap);
+    }
     let scale = match c.score_scale {
         burnlens_model::ScoreScale::InvSqrtDHead => format!("1/sqrt(d_head) = {:.4}", 1.0 / (c.d_head as f64).sqrt()),
         burnlens_model::ScoreScale::None => "none (1.0)".to_string(),
+        burnlens_model::ScoreScale::InvSqrtOf(n) => format!("1/sqrt(query_pre_attn_scalar = {n}) = {:.4}", 1.0 / (n as f64).sqrt()),
     };
     println!("score scale: {scale}{}", if c.scale_by_inverse_layer { ", then / (layer + 1)" } else { "" });
     println!("local attn:  {}", if local.is_empty() { "none (all layers global)".into() } else { local.join(", ") });

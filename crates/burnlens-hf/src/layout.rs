@@ -1,16 +1,15 @@
-//! Where each Hugging Face tensor goes in the canonical model, per family. Import and export
-//! both read this one table, so the two directions cannot disagree.
+//! Where each Hugging Face tensor goes in the canonical model. Each family lists its tensors
+//! (`FamilySpec::tensors`, in its own file) with the [`Tensors`] builder; import and export
+//! both read that one table, so the two directions cannot disagree.
 //!
-//! - GPT-2 stores its projections as `Conv1D` weights, already `[in, out]` like burnlens's
-//!   right-multiplying layout, with Q, K and V fused in `c_attn`.
-//! - GPT-Neo and the Llama family store `nn.Linear` weights `[out, in]`, which are
-//!   transposed, and Q, K, V separately: they become column blocks of the fused canonical
-//!   `qkv` weight (K and V narrower than Q under grouped-query attention). Llama's gated MLP
-//!   has `gate_proj` (`W_gate`), `up_proj` (`W_in`) and `down_proj` (`W_out`).
+//! - `Conv1D` weights (GPT-2) are already `[in, out]` like burnlens's right-multiplying
+//!   layout; `nn.Linear` weights `[out, in]` are transposed.
+//! - Separate Q, K, V (and fused `qkv_proj` rows) become column blocks of the fused canonical
+//!   `qkv` weight (K and V narrower than Q under grouped-query attention).
 //! - GPT-NeoX fuses Q, K, V in `query_key_value` with rows grouped per head,
 //!   `[head, (q, k, v), d_head]`; they are regrouped into the canonical Q | K | V blocks.
-//! - Untied unembeddings (`embed_out` in GPT-NeoX, `lm_head` in Llama-family checkpoints that
-//!   do not tie) are `[vocab, d_model]` and transposed into `W_U`.
+//! - Gemma's norms multiply by `1 + w`: the canonical gain is `1 + w`, so the model's norm
+//!   is an ordinary one (as TransformerLens converts it).
 
 use burnlens_model::{NormKind, TransformerConfig};
 
@@ -29,6 +28,8 @@ pub enum Placement {
     /// GPT-NeoX's fused `query_key_value` weight `[heads * 3 * d_head, d_in]` or bias, rows
     /// ordered `(head, q/k/v, i)`, is the whole canonical Q | K | V (`(q/k/v, head, i)`).
     NeoxQkv { heads: usize, d_head: usize },
+    /// The canonical values are the HF values plus one (Gemma's norm gains `1 + w`).
+    PlusOne,
 }
 
 /// One tensor of an HF checkpoint.
@@ -55,6 +56,7 @@ impl Entry {
 /// Buffers older HF versions saved next to the weights; never parameters.
 pub fn is_legacy_buffer(name: &str) -> bool {
     let mut prefixes: Vec<&str> = Family::ALL.iter().map(|f| f.base_prefix()).collect();
+    prefixes.sort();
     prefixes.dedup();
     let name = prefixes.iter().fold(name, |n, p| n.strip_prefix(p).unwrap_or(n));
     let Some(rest) = name.strip_prefix("h.").or_else(|| name.strip_prefix("layers.")) else { return false };
@@ -76,113 +78,90 @@ pub fn is_legacy_buffer(name: &str) -> bool {
 /// The tensors a checkpoint of `family` with architecture `cfg` must hold (a tied
 /// `lm_head.weight` is optional and not listed).
 pub fn entries(family: Family, cfg: &TransformerConfig) -> Vec<Entry> {
-    let d = cfg.d_model;
-    let (h, hk, dh) = (cfg.n_heads, cfg.kv_heads(), cfg.d_head);
-    let hd = h * dh;
-    let m = cfg.d_mlp.unwrap_or(4 * d);
-    let mut out = Vec::new();
-    let mut add = |hf: String, hf_shape: Vec<usize>, canonical: String, placement| out.push(Entry { hf, prefixed: true, hf_shape, canonical, placement });
-    use Placement::*;
-    let norm = |add: &mut dyn FnMut(String, Vec<usize>, String, Placement), hf: &str, canonical: &str| {
-        add(format!("{hf}.weight"), vec![d], format!("{canonical}.weight"), Same);
-        if cfg.norm == NormKind::LayerNorm {
-            add(format!("{hf}.bias"), vec![d], format!("{canonical}.bias"), Same);
-        }
-    };
-    match family {
-        Family::Gpt2 | Family::GptNeo => {
-            add("wte.weight".into(), vec![cfg.vocab_size, d], "embed.weight".into(), Same);
-            add("wpe.weight".into(), vec![cfg.n_ctx, d], "pos_embed.weight".into(), Same);
-        }
-        Family::GptNeoX => add("embed_in.weight".into(), vec![cfg.vocab_size, d], "embed.weight".into(), Same),
-        Family::Llama | Family::Qwen2 | Family::Mistral => add("embed_tokens.weight".into(), vec![cfg.vocab_size, d], "embed.weight".into(), Same),
+    let mut t = Tensors { cfg: cfg.clone(), out: Vec::new() };
+    family.spec().tensors(cfg, &mut t);
+    t.out
+}
+
+/// The builder a family lists its tensors with.
+pub struct Tensors {
+    cfg: TransformerConfig,
+    out: Vec<Entry>,
+}
+
+impl Tensors {
+    /// One tensor under the base-model prefix.
+    pub fn add(&mut self, hf: String, hf_shape: Vec<usize>, canonical: String, placement: Placement) {
+        self.out.push(Entry { hf, prefixed: true, hf_shape, canonical, placement });
     }
-    for l in 0..cfg.n_layers() {
-        let b = format!("blocks.{l}");
-        match family {
-            Family::Gpt2 => {
-                let h = format!("h.{l}");
-                norm(&mut add, &format!("{h}.ln_1"), &format!("{b}.ln1"));
-                norm(&mut add, &format!("{h}.ln_2"), &format!("{b}.ln2"));
-                add(format!("{h}.attn.c_attn.weight"), vec![d, 3 * hd], format!("{b}.attn.qkv.weight"), Same);
-                add(format!("{h}.attn.c_attn.bias"), vec![3 * hd], format!("{b}.attn.qkv.bias"), Same);
-                add(format!("{h}.attn.c_proj.weight"), vec![hd, d], format!("{b}.attn.out.weight"), Same);
-                add(format!("{h}.attn.c_proj.bias"), vec![d], format!("{b}.attn.out.bias"), Same);
-                add(format!("{h}.mlp.c_fc.weight"), vec![d, m], format!("{b}.mlp.fc_in.weight"), Same);
-                add(format!("{h}.mlp.c_proj.weight"), vec![m, d], format!("{b}.mlp.fc_out.weight"), Same);
-                add(format!("{h}.mlp.c_fc.bias"), vec![m], format!("{b}.mlp.fc_in.bias"), Same);
-                add(format!("{h}.mlp.c_proj.bias"), vec![d], format!("{b}.mlp.fc_out.bias"), Same);
-            }
-            Family::GptNeo => {
-                let h = format!("h.{l}");
-                norm(&mut add, &format!("{h}.ln_1"), &format!("{b}.ln1"));
-                norm(&mut add, &format!("{h}.ln_2"), &format!("{b}.ln2"));
-                let a = format!("{h}.attn.attention");
-                for (part, name) in ["q_proj", "k_proj", "v_proj"].iter().enumerate() {
-                    add(format!("{a}.{name}.weight"), vec![hd, d], format!("{b}.attn.qkv.weight"), Block { start: part * hd });
-                }
-                add(format!("{a}.out_proj.weight"), vec![d, hd], format!("{b}.attn.out.weight"), Transposed);
-                add(format!("{a}.out_proj.bias"), vec![d], format!("{b}.attn.out.bias"), Same);
-                add(format!("{h}.mlp.c_fc.weight"), vec![m, d], format!("{b}.mlp.fc_in.weight"), Transposed);
-                add(format!("{h}.mlp.c_proj.weight"), vec![d, m], format!("{b}.mlp.fc_out.weight"), Transposed);
-                add(format!("{h}.mlp.c_fc.bias"), vec![m], format!("{b}.mlp.fc_in.bias"), Same);
-                add(format!("{h}.mlp.c_proj.bias"), vec![d], format!("{b}.mlp.fc_out.bias"), Same);
-            }
-            Family::GptNeoX => {
-                let h = format!("layers.{l}");
-                norm(&mut add, &format!("{h}.input_layernorm"), &format!("{b}.ln1"));
-                norm(&mut add, &format!("{h}.post_attention_layernorm"), &format!("{b}.ln2"));
-                let qkv = NeoxQkv { heads: cfg.n_heads, d_head: dh };
-                add(format!("{h}.attention.query_key_value.weight"), vec![3 * hd, d], format!("{b}.attn.qkv.weight"), qkv);
-                if cfg.qkv_bias {
-                    add(format!("{h}.attention.query_key_value.bias"), vec![3 * hd], format!("{b}.attn.qkv.bias"), qkv);
-                }
-                add(format!("{h}.attention.dense.weight"), vec![d, hd], format!("{b}.attn.out.weight"), Transposed);
-                if cfg.attn_out_bias {
-                    add(format!("{h}.attention.dense.bias"), vec![d], format!("{b}.attn.out.bias"), Same);
-                }
-                add(format!("{h}.mlp.dense_h_to_4h.weight"), vec![m, d], format!("{b}.mlp.fc_in.weight"), Transposed);
-                add(format!("{h}.mlp.dense_4h_to_h.weight"), vec![d, m], format!("{b}.mlp.fc_out.weight"), Transposed);
-                if cfg.mlp_bias {
-                    add(format!("{h}.mlp.dense_h_to_4h.bias"), vec![m], format!("{b}.mlp.fc_in.bias"), Same);
-                    add(format!("{h}.mlp.dense_4h_to_h.bias"), vec![d], format!("{b}.mlp.fc_out.bias"), Same);
-                }
-            }
-            Family::Llama | Family::Qwen2 | Family::Mistral => {
-                let h = format!("layers.{l}");
-                norm(&mut add, &format!("{h}.input_layernorm"), &format!("{b}.ln1"));
-                norm(&mut add, &format!("{h}.post_attention_layernorm"), &format!("{b}.ln2"));
-                let a = format!("{h}.self_attn");
-                for (name, start, rows) in [("q_proj", 0, hd), ("k_proj", hd, hk * dh), ("v_proj", hd + hk * dh, hk * dh)] {
-                    add(format!("{a}.{name}.weight"), vec![rows, d], format!("{b}.attn.qkv.weight"), Block { start });
-                    if cfg.qkv_bias {
-                        add(format!("{a}.{name}.bias"), vec![rows], format!("{b}.attn.qkv.bias"), Block { start });
-                    }
-                }
-                add(format!("{a}.o_proj.weight"), vec![d, hd], format!("{b}.attn.out.weight"), Transposed);
-                if cfg.attn_out_bias {
-                    add(format!("{a}.o_proj.bias"), vec![d], format!("{b}.attn.out.bias"), Same);
-                }
-                for (name, canonical, shape) in [("gate_proj", "fc_gate", vec![m, d]), ("up_proj", "fc_in", vec![m, d]), ("down_proj", "fc_out", vec![d, m])] {
-                    let bias_len = shape[0];
-                    add(format!("{h}.mlp.{name}.weight"), shape, format!("{b}.mlp.{canonical}.weight"), Transposed);
-                    if cfg.mlp_bias {
-                        add(format!("{h}.mlp.{name}.bias"), vec![bias_len], format!("{b}.mlp.{canonical}.bias"), Same);
-                    }
-                }
+
+    /// One tensor outside the base-model prefix (`lm_head.weight`).
+    pub fn add_unprefixed(&mut self, hf: &str, hf_shape: Vec<usize>, canonical: &str, placement: Placement) {
+        self.out.push(Entry { hf: hf.into(), prefixed: false, hf_shape, canonical: canonical.into(), placement });
+    }
+
+    /// A `d_model`-wide norm: `{hf}.weight` (and `{hf}.bias` for a LayerNorm).
+    pub fn norm(&mut self, hf: &str, canonical: &str) {
+        let d = self.cfg.d_model;
+        self.norm_of_width(hf, canonical, d, Placement::Same);
+    }
+
+    /// A norm of `width` gains, placed as `gain` says (Gemma: [`Placement::PlusOne`]).
+    pub fn norm_of_width(&mut self, hf: &str, canonical: &str, width: usize, gain: Placement) {
+        self.add(format!("{hf}.weight"), vec![width], format!("{canonical}.weight"), gain);
+        if self.cfg.norm == NormKind::LayerNorm {
+            self.add(format!("{hf}.bias"), vec![width], format!("{canonical}.bias"), Placement::Same);
+        }
+    }
+
+    /// An `nn.Linear` `[d_out, d_in]` that is the whole canonical `[d_in, d_out]` projection
+    /// `canonical`, with its bias when `bias`.
+    pub fn linear(&mut self, hf: &str, canonical: &str, d_in: usize, d_out: usize, bias: bool) {
+        self.add(format!("{hf}.weight"), vec![d_out, d_in], format!("{canonical}.weight"), Placement::Transposed);
+        if bias {
+            self.add(format!("{hf}.bias"), vec![d_out], format!("{canonical}.bias"), Placement::Same);
+        }
+    }
+
+    /// Separate `q_proj`, `k_proj`, `v_proj` `nn.Linear`s under `hf` as the column blocks of
+    /// the fused canonical `{canonical}.qkv` (biases when the model has q/k/v biases).
+    pub fn split_qkv(&mut self, hf: &str, canonical: &str, names: [&str; 3]) {
+        let (h, hk, dh, d) = (self.cfg.n_heads, self.cfg.kv_heads(), self.cfg.d_head, self.cfg.d_model);
+        let hd = h * dh;
+        for (name, start, rows) in [(names[0], 0, hd), (names[1], hd, hk * dh), (names[2], hd + hk * dh, hk * dh)] {
+            self.add(format!("{hf}.{name}.weight"), vec![rows, d], format!("{canonical}.qkv.weight"), Placement::Block { start });
+            if self.cfg.qkv_bias {
+                self.add(format!("{hf}.{name}.bias"), vec![rows], format!("{canonical}.qkv.bias"), Placement::Block { start });
             }
         }
     }
-    match family {
-        Family::Gpt2 | Family::GptNeo => norm(&mut add, "ln_f", "ln_final"),
-        Family::GptNeoX => norm(&mut add, "final_layer_norm", "ln_final"),
-        Family::Llama | Family::Qwen2 | Family::Mistral => norm(&mut add, "norm", "ln_final"),
+
+    /// A gated MLP's `gate_proj`, `up_proj`, `down_proj` under `hf`.
+    pub fn gated_mlp(&mut self, hf: &str, canonical: &str) {
+        let (d, m, bias) = (self.cfg.d_model, self.cfg.d_mlp.unwrap_or(4 * self.cfg.d_model), self.cfg.mlp_bias);
+        self.linear(&format!("{hf}.gate_proj"), &format!("{canonical}.fc_gate"), d, m, bias);
+        self.linear(&format!("{hf}.up_proj"), &format!("{canonical}.fc_in"), d, m, bias);
+        self.linear(&format!("{hf}.down_proj"), &format!("{canonical}.fc_out"), m, d, bias);
     }
-    if cfg.untied_unembed {
-        let name = if family == Family::GptNeoX { "embed_out.weight" } else { "lm_head.weight" };
-        out.push(Entry { hf: name.into(), prefixed: false, hf_shape: vec![cfg.vocab_size, d], canonical: "unembed.weight".into(), placement: Transposed });
+
+    /// Change the placement of the entries of canonical parameter `canonical`.
+    pub fn set_placement(&mut self, canonical: &str, placement: Placement) {
+        for e in self.out.iter_mut().filter(|e| e.canonical == canonical) {
+            e.placement = placement;
+        }
     }
-    out
+
+    /// An untied unembedding stored as `name` `[vocab, d_model]` (outside the prefix), with
+    /// `{name}.bias` when the model has `b_U`.
+    pub fn unembed(&mut self, name: &str) {
+        if self.cfg.untied_unembed {
+            let (v, d) = (self.cfg.vocab_size, self.cfg.d_model);
+            self.add_unprefixed(&format!("{name}.weight"), vec![v, d], "unembed.weight", Placement::Transposed);
+            if self.cfg.unembed_bias {
+                self.add_unprefixed(&format!("{name}.bias"), vec![v], "unembed.bias", Placement::Same);
+            }
+        }
+    }
 }
 
 /// The canonical column (weight) or element (bias) that row `r` of the HF tensor maps to.
@@ -193,7 +172,7 @@ fn target_index(placement: Placement, r: usize) -> usize {
             let (head, part, i) = (r / (3 * d_head), (r / d_head) % 3, r % d_head);
             part * heads * d_head + head * d_head + i
         }
-        Placement::Same | Placement::Transposed => r,
+        Placement::Same | Placement::Transposed | Placement::PlusOne => r,
     }
 }
 
@@ -205,6 +184,7 @@ pub fn place(e: &Entry, values: Vec<f32>, canonical: &[usize], out: &mut Option<
     let n: usize = canonical.iter().product();
     match e.placement {
         Placement::Same => *out = Some(values),
+        Placement::PlusOne => *out = Some(values.into_iter().map(|v| v + 1.0).collect()),
         Placement::Transposed => *out = Some(transpose(&values, e.hf_shape[0], e.hf_shape[1])),
         p @ (Placement::Block { .. } | Placement::NeoxQkv { .. }) => {
             let buf = out.get_or_insert_with(|| vec![0.0; n]);
@@ -231,6 +211,7 @@ pub fn place(e: &Entry, values: Vec<f32>, canonical: &[usize], out: &mut Option<
 pub fn extract(e: &Entry, values: &[f32], canonical: &[usize]) -> Vec<f32> {
     match e.placement {
         Placement::Same => values.to_vec(),
+        Placement::PlusOne => values.iter().map(|v| v - 1.0).collect(),
         Placement::Transposed => transpose(values, canonical[0], canonical[1]),
         p @ (Placement::Block { .. } | Placement::NeoxQkv { .. }) => {
             if canonical.len() == 1 {
@@ -299,9 +280,9 @@ mod tests {
     #[test]
     fn every_placement_round_trips_through_place_and_extract() {
         let cfg = TransformerConfig::llama_like(11, 8, 12, 1, 4, 2);
-        for family in [Family::Gpt2, Family::GptNeo, Family::GptNeoX, Family::Llama] {
+        for family in [Family::Gpt2, Family::GptNeo, Family::GptNeoX, Family::Llama, Family::GptJ] {
             let mut cfg = cfg.clone();
-            if matches!(family, Family::Gpt2 | Family::GptNeo) {
+            if matches!(family, Family::Gpt2 | Family::GptNeo | Family::GptJ) {
                 cfg = TransformerConfig::gpt2_like(11, 8, 12, 1, 4);
             }
             if family == Family::GptNeoX {
@@ -325,12 +306,13 @@ mod tests {
 
     fn canonical_shape(e: &Entry) -> Vec<usize> {
         match e.placement {
-            Placement::Same => e.hf_shape.clone(),
+            Placement::Same | Placement::PlusOne => e.hf_shape.clone(),
             Placement::Transposed => vec![e.hf_shape[1], e.hf_shape[0]],
             Placement::NeoxQkv { .. } => if e.hf_shape.len() == 1 { e.hf_shape.clone() } else { vec![e.hf_shape[1], e.hf_shape[0]] },
             // The fused qkv of the test configs: 12 wide (q) + 2 * 6 (k, v) for Llama, 3 * 12 for GPT-Neo.
             Placement::Block { .. } => {
                 let width = if e.hf.contains("self_attn") { 24 } else { 36 };
+                let width = if e.hf.contains("h.0.attn.q_proj") || e.hf.contains("h.0.attn.k_proj") || e.hf.contains("h.0.attn.v_proj") { 36 } else { width };
                 if e.hf_shape.len() == 1 { vec![width] } else { vec![e.hf_shape[1], width] }
             }
         }

@@ -8,6 +8,7 @@ pub mod checkpoint;
 pub mod config;
 pub mod error;
 pub mod export;
+pub mod family;
 pub mod files;
 pub mod hub;
 pub mod import;
@@ -15,7 +16,8 @@ pub mod layout;
 pub mod tokenizer;
 
 pub use checkpoint::{Checkpoint, WeightFormat};
-pub use config::{Family, HfConfig, parse_config, read_config};
+pub use config::{HfConfig, parse_config, read_config};
+pub use family::{Family, FamilySpec, FreshShape};
 pub use error::HfError;
 pub use import::{CheckpointInfo, LoadedModel, import, load_model};
 pub use tokenizer::Tokenizer;

@@ -38,6 +38,8 @@ pub enum ScoreScale {
     InvSqrtDHead,
     /// No scaling at all (GPT-Neo).
     None,
+    /// `1 / sqrt(n)` for a fixed `n` (Gemma's `query_pre_attn_scalar`).
+    InvSqrtOf(usize),
 }
 
 /// The MLP's non-linearity, named as in Hugging Face's `activation_function`.
@@ -131,6 +133,10 @@ pub struct Rotary {
     /// Frequency scaling, if the checkpoint asks for one.
     #[serde(default)]
     pub scaling: Option<RopeScaling>,
+    /// GPT-J's form: pairs `(x[2i], x[2i+1])` rotate by `θ_i` ("rotate every two")
+    /// instead of the two halves.
+    #[serde(default)]
+    pub interleaved: bool,
 }
 
 /// The frequency scalings of Hugging Face's `rope_scaling` / `rope_parameters` that burnlens
@@ -153,6 +159,32 @@ pub enum NormKind {
     LayerNorm,
     /// `x / sqrt(mean(x²) + eps) * w`, no centring and no bias (Llama).
     RmsNorm,
+}
+
+/// Where a block's norms sit around attention and the MLP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NormPlacement {
+    /// `x + f(ln(x))` (GPT-2 and nearly everything since).
+    #[default]
+    Pre,
+    /// `x + ln(f(x))`: OLMo 2. As in TransformerLens, `ln1` and `ln2` are then the norms
+    /// after attention and after the MLP.
+    Post,
+    /// `x + ln_post(f(ln(x)))`: Gemma 2 and 3 (`ln1_post`, `ln2_post`).
+    Sandwich,
+}
+
+/// RMSNorm of the queries and keys before rotary embeddings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum QkNorm {
+    /// Over each head's `d_head` values, one gain `[d_head]` shared by all heads (Qwen3,
+    /// Gemma 3).
+    PerHead,
+    /// Over the whole projection, `[n_heads d_head]` for queries and `[n_kv_heads d_head]`
+    /// for keys (OLMo 2).
+    Whole,
 }
 
 /// The MLP's shape.
@@ -236,6 +268,31 @@ pub struct TransformerConfig {
     /// Whether the MLP projections have biases (Llama: no).
     #[serde(default = "yes")]
     pub mlp_bias: bool,
+    /// Norms before, after or around attention and the MLP.
+    #[serde(default)]
+    pub norm_placement: NormPlacement,
+    /// QK-norm, if any (Qwen3, OLMo 2, Gemma 3).
+    #[serde(default)]
+    pub qk_norm: Option<QkNorm>,
+    /// With a parallel residual, the MLP reads `ln1`'s output too and the block has no `ln2`
+    /// (GPT-J).
+    #[serde(default)]
+    pub shared_norm: bool,
+    /// The token embedding is multiplied by `sqrt(d_model)` (rounded to f32) before
+    /// `hook_embed` (Gemma); the tied unembedding is not.
+    #[serde(default)]
+    pub scale_embed: bool,
+    /// Attention scores soft-capped as `c tanh(s / c)` after scaling, before the mask
+    /// (Gemma 2's `attn_logit_softcapping`).
+    #[serde(default)]
+    pub attn_softcap: Option<f64>,
+    /// Logits soft-capped as `c tanh(l / c)` (Gemma 2's `final_logit_softcapping`).
+    #[serde(default)]
+    pub final_softcap: Option<f64>,
+    /// Rotary settings of the local (sliding-window) layers when they differ from the
+    /// global ones (Gemma 3's `rope_local_base_freq`).
+    #[serde(default)]
+    pub rotary_local: Option<Rotary>,
 }
 
 impl TransformerConfig {
@@ -265,6 +322,13 @@ impl TransformerConfig {
             rotary: None,
             attn_out_bias: true,
             mlp_bias: true,
+            norm_placement: NormPlacement::Pre,
+            qk_norm: None,
+            shared_norm: false,
+            scale_embed: false,
+            attn_softcap: None,
+            final_softcap: None,
+            rotary_local: None,
         }
     }
 
@@ -283,7 +347,7 @@ impl TransformerConfig {
             norm: NormKind::RmsNorm,
             mlp: MlpKind::Gated,
             n_kv_heads: Some(n_kv_heads),
-            rotary: Some(Rotary { dims: d_head, base: 10000.0, scaling: None }),
+            rotary: Some(Rotary { dims: d_head, base: 10000.0, scaling: None, interleaved: false }),
             attn_out_bias: false,
             mlp_bias: false,
             ..Self::gpt2_like(vocab_size, n_ctx, d_model, n_layers, n_heads)
@@ -315,8 +379,30 @@ impl TransformerConfig {
         let base = match self.score_scale {
             ScoreScale::InvSqrtDHead => 1.0 / (self.d_head as f64).sqrt(),
             ScoreScale::None => 1.0,
+            ScoreScale::InvSqrtOf(n) => 1.0 / (n as f64).sqrt(),
         };
         if self.scale_by_inverse_layer { base / (layer + 1) as f64 } else { base }
+    }
+
+    /// The rotary settings of layer `layer` (local layers may have their own).
+    pub fn rotary_for(&self, layer: usize) -> Option<&Rotary> {
+        match (self.spans.get(layer), &self.rotary_local) {
+            (Some(AttentionSpan::Local(_)), Some(local)) => Some(local),
+            _ => self.rotary.as_ref(),
+        }
+    }
+
+    /// Whether block `layer` has an `ln2` of its own (it has an MLP and does not share `ln1`).
+    pub fn has_ln2(&self) -> bool {
+        self.d_mlp.is_some() && !self.shared_norm
+    }
+
+    /// Width of the query and key norms' gains, if the model has QK-norm.
+    pub fn qk_norm_widths(&self) -> Option<(usize, usize)> {
+        self.qk_norm.map(|k| match k {
+            QkNorm::PerHead => (self.d_head, self.d_head),
+            QkNorm::Whole => (self.n_heads * self.d_head, self.kv_heads() * self.d_head),
+        })
     }
 
     /// Number of trainable scalars (the tied unembedding counted once).
@@ -337,7 +423,11 @@ impl TransformerConfig {
             let gate = if self.mlp == MlpKind::Gated { d * m } else { 0 };
             d * m + gate + m * d + if self.mlp_bias { m + d } else { 0 }
         });
-        let per_layer = ln + attn + if self.d_mlp.is_some() { ln + mlp } else { 0 };
+        let post = if self.norm_placement == NormPlacement::Sandwich { ln } else { 0 };
+        let ln_w = |w: usize| if self.norm == NormKind::RmsNorm { w as u128 } else { 2 * w as u128 };
+        let qk = self.qk_norm_widths().map_or(0, |(q, k)| ln_w(q) + ln_w(k));
+        let mlp_norms = if self.has_ln2() { ln } else { 0 } + if self.d_mlp.is_some() { post } else { 0 };
+        let per_layer = ln + post + qk + attn + if self.d_mlp.is_some() { mlp_norms + mlp } else { 0 };
         let unembed = if self.untied_unembed { d * vocab + if self.unembed_bias { vocab } else { 0 } } else { 0 };
         let positions = if self.learned_positions() { (self.n_ctx as u128) * d } else { 0 };
         vocab * d + positions + (self.n_layers() as u128) * per_layer + ln + unembed
@@ -386,6 +476,27 @@ impl TransformerConfig {
                 }
             }
             _ => {}
+        }
+        if let Some(local) = &self.rotary_local {
+            if self.positional != Positional::Rotary || self.rotary.map(|r| (r.dims, r.interleaved)) != Some((local.dims, local.interleaved)) {
+                return bad("rotary_local", "needs rotary positions and the same rotated dimensions as `rotary`".into());
+            }
+        }
+        if self.shared_norm && !self.parallel_residual {
+            return bad("shared_norm", "needs a parallel residual (the MLP reads ln1's output beside attention)".into());
+        }
+        if self.norm_placement == NormPlacement::Post && self.parallel_residual {
+            return bad("norm_placement", "\"post\" norms with a parallel residual are not supported".into());
+        }
+        for (field, cap) in [("attn_softcap", self.attn_softcap), ("final_softcap", self.final_softcap)] {
+            if let Some(c) = cap
+                && !(c.is_finite() && c > 0.0)
+            {
+                return bad(field, format!("must be a positive number, found {c}"));
+            }
+        }
+        if self.score_scale == ScoreScale::InvSqrtOf(0) {
+            return bad("score_scale", "query_pre_attn_scalar must be at least 1, found 0".into());
         }
         if self.mlp == MlpKind::Gated && self.d_mlp.is_none() {
             return bad("mlp", "is gated but the model has no MLP (d_mlp absent)".into());

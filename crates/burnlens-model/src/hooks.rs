@@ -179,13 +179,24 @@ pub fn hook_names(cfg: &crate::TransformerConfig) -> Vec<String> {
     }
     let rotary = cfg.positional == crate::Positional::Rotary;
     let gated = cfg.mlp == crate::MlpKind::Gated;
+    let post = cfg.norm_placement == crate::NormPlacement::Post;
+    let sandwich = cfg.norm_placement == crate::NormPlacement::Sandwich;
+    let norm = |names: &mut Vec<String>, n: &str| {
+        names.push(format!("{n}.hook_scale"));
+        names.push(format!("{n}.hook_normalized"));
+    };
     for l in 0..cfg.n_layers() {
         let b = format!("blocks.{l}");
         names.push(format!("{b}.hook_resid_pre"));
-        names.push(format!("{b}.ln1.hook_scale"));
-        names.push(format!("{b}.ln1.hook_normalized"));
+        if !post {
+            norm(&mut names, &format!("{b}.ln1"));
+        }
         for h in ["hook_q", "hook_k", "hook_v"] {
             names.push(format!("{b}.attn.{h}"));
+        }
+        if cfg.qk_norm.is_some() {
+            norm(&mut names, &format!("{b}.attn.q_norm"));
+            norm(&mut names, &format!("{b}.attn.k_norm"));
         }
         if rotary {
             names.push(format!("{b}.attn.hook_rot_q"));
@@ -194,18 +205,31 @@ pub fn hook_names(cfg: &crate::TransformerConfig) -> Vec<String> {
         for h in ["hook_attn_scores", "hook_pattern", "hook_z", "hook_result"] {
             names.push(format!("{b}.attn.{h}"));
         }
+        if post {
+            norm(&mut names, &format!("{b}.ln1"));
+        }
+        if sandwich {
+            norm(&mut names, &format!("{b}.ln1_post"));
+        }
         names.push(format!("{b}.hook_attn_out"));
         if cfg.d_mlp.is_some() {
             if !cfg.parallel_residual {
                 names.push(format!("{b}.hook_resid_mid"));
             }
-            names.push(format!("{b}.ln2.hook_scale"));
-            names.push(format!("{b}.ln2.hook_normalized"));
+            if cfg.has_ln2() && !post {
+                norm(&mut names, &format!("{b}.ln2"));
+            }
             names.push(format!("{b}.mlp.hook_pre"));
             if gated {
                 names.push(format!("{b}.mlp.hook_pre_linear"));
             }
             names.push(format!("{b}.mlp.hook_post"));
+            if post {
+                norm(&mut names, &format!("{b}.ln2"));
+            }
+            if sandwich {
+                norm(&mut names, &format!("{b}.ln2_post"));
+            }
             names.push(format!("{b}.hook_mlp_out"));
         }
         names.push(format!("{b}.hook_resid_post"));

@@ -12,7 +12,7 @@ pub mod rng;
 pub mod generate;
 pub mod transformer;
 
-pub use config::{ActivationFn, AttentionSpan, MAX_LAYERS, MlpKind, NormKind, Positional, RopeScaling, Rotary, ScoreScale, TransformerConfig};
+pub use config::{ActivationFn, AttentionSpan, MAX_LAYERS, MlpKind, NormKind, NormPlacement, Positional, QkNorm, RopeScaling, Rotary, ScoreScale, TransformerConfig};
 pub use error::ModelError;
 pub use rng::Rng;
 pub use generate::{Sampling, generate};

@@ -12,7 +12,8 @@ use burn::nn::{Dropout, DropoutConfig, Embedding, Initializer, Linear};
 use burn::tensor::activation::{relu, sigmoid, softmax};
 use burn::tensor::{Bool, Device, Int, Tensor, TensorData};
 
-use crate::config::{ActivationFn, AttentionSpan, MlpKind, NormKind, Positional, RopeScaling, Rotary, TransformerConfig};
+use crate::config::{ActivationFn, AttentionSpan, MlpKind, NormKind, NormPlacement, Positional, QkNorm, RopeScaling, Rotary, TransformerConfig};
+use crate::hooks::Hookable;
 use crate::error::ModelError;
 use crate::hooks::Hooks;
 use crate::kernels::{self, AttentionMask, linear};
@@ -61,7 +62,13 @@ impl Norm {
     /// the normalized value **before** the affine map (`(x - mean) / scale` for a
     /// LayerNorm, `x / scale` for an RMSNorm); the gain and bias apply to whatever the hook
     /// returns ([`finish`](Self::finish)).
-    pub fn forward(&self, x: Tensor<3>, hooks: &mut Hooks, name: &str) -> Tensor<3> {
+    ///
+    /// Any rank works (QK-norm normalizes `[batch, pos, head, d_head]`); the norm is over the
+    /// last dimension.
+    pub fn forward<const D: usize>(&self, x: Tensor<D>, hooks: &mut Hooks, name: &str) -> Tensor<D>
+    where
+        Tensor<D>: Hookable,
+    {
         let bias = self.bias.as_ref().map(|b| b.val());
         if !hooks.is_active() {
             // One fused pass (burnlens's kernel on flex, composed ops elsewhere).
@@ -72,12 +79,12 @@ impl Norm {
         }
         let normalized = match self.kind {
             NormKind::LayerNorm => {
-                let (var, mean) = x.clone().var_mean_bias(2);
+                let (var, mean) = x.clone().var_mean_bias(D - 1);
                 let scale = hooks.point(|| format!("{name}.hook_scale"), (var + self.eps).sqrt());
                 (x - mean) / scale
             }
             NormKind::RmsNorm => {
-                let scale = hooks.point(|| format!("{name}.hook_scale"), (x.clone().square().mean_dim(2) + self.eps).sqrt());
+                let scale = hooks.point(|| format!("{name}.hook_scale"), (x.clone().square().mean_dim(D - 1) + self.eps).sqrt());
                 x / scale
             }
         };
@@ -95,6 +102,8 @@ impl Norm {
 pub struct RotaryAngles {
     pub cos: Tensor<3>,
     pub sin: Tensor<3>,
+    /// Whether pairs are interleaved (GPT-J) rather than halves.
+    pub interleaved: bool,
 }
 
 impl Rotary {
@@ -145,23 +154,34 @@ impl Rotary {
         RotaryAngles {
             cos: Tensor::from_data(TensorData::new(cos, [b, t, half]), device),
             sin: Tensor::from_data(TensorData::new(sin, [b, t, half]), device),
+            interleaved: self.interleaved,
         }
     }
 }
 
 /// Rotate the first `2 * half` dimensions of every head of `x: [batch, pos, heads, d_head]`
-/// (rotate-half form); the rest pass through.
+/// (rotate-half form, or GPT-J's interleaved pairs); the rest pass through.
 pub fn apply_rotary(x: Tensor<4>, angles: &RotaryAngles) -> Tensor<4> {
     let [b, t, h, dh] = x.dims();
     let half = angles.cos.dims()[2];
     let cos = angles.cos.clone().reshape([b, t, 1, half]);
     let sin = angles.sin.clone().reshape([b, t, 1, half]);
-    let x1 = x.clone().narrow(3, 0, half);
-    let x2 = x.clone().narrow(3, half, half);
-    let r1 = x1.clone() * cos.clone() - x2.clone() * sin.clone();
-    let r2 = x2 * cos + x1 * sin;
-    let _ = h;
-    if 2 * half == dh { Tensor::cat(vec![r1, r2], 3) } else { Tensor::cat(vec![r1, r2, x.narrow(3, 2 * half, dh - 2 * half)], 3) }
+    let rotated = if angles.interleaved {
+        // Pairs (x[2i], x[2i + 1]) rotate by θ_i.
+        let pairs: Tensor<5> = x.clone().narrow(3, 0, 2 * half).reshape([b, t, h, half, 2]);
+        let even: Tensor<4> = pairs.clone().narrow(4, 0, 1).reshape([b, t, h, half]);
+        let odd: Tensor<4> = pairs.narrow(4, 1, 1).reshape([b, t, h, half]);
+        let r_even = even.clone() * cos.clone() - odd.clone() * sin.clone();
+        let r_odd = odd * cos + even * sin;
+        Tensor::stack::<5>(vec![r_even, r_odd], 4).reshape([b, t, h, 2 * half])
+    } else {
+        let x1 = x.clone().narrow(3, 0, half);
+        let x2 = x.clone().narrow(3, half, half);
+        let r1 = x1.clone() * cos.clone() - x2.clone() * sin.clone();
+        let r2 = x2 * cos + x1 * sin;
+        Tensor::cat(vec![r1, r2], 3)
+    };
+    if 2 * half == dh { rotated } else { Tensor::cat(vec![rotated, x.narrow(3, 2 * half, dh - 2 * half)], 3) }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -178,6 +198,14 @@ pub struct Attention {
     /// Output projection `W_O`: weight `[n_heads * d_head, d_model]`, optional bias `[d_model]`.
     pub out: Linear,
     pub attn_dropout: Dropout,
+    /// QK-norm of the queries and keys (before rotary), if the model has one.
+    pub q_norm: Option<Norm>,
+    pub k_norm: Option<Norm>,
+    #[module(skip)]
+    pub qk_norm: Option<QkNorm>,
+    /// Soft-capping of the scores: `c tanh(s / c)`.
+    #[module(skip)]
+    pub softcap: Option<f64>,
     #[module(skip)]
     pub n_heads: usize,
     #[module(skip)]
@@ -317,6 +345,19 @@ impl Attention {
         let q = hooks.point(|| format!("blocks.{layer}.attn.hook_q"), q);
         let k = hooks.point(|| format!("blocks.{layer}.attn.hook_k"), k);
         let v = hooks.point(|| format!("blocks.{layer}.attn.hook_v"), v);
+        let (q, k) = match (&self.q_norm, &self.k_norm, self.qk_norm) {
+            (Some(qn), Some(kn), Some(kind)) => {
+                let (qn_name, kn_name) = (format!("blocks.{layer}.attn.q_norm"), format!("blocks.{layer}.attn.k_norm"));
+                match kind {
+                    QkNorm::PerHead => (qn.forward(q, hooks, &qn_name), kn.forward(k, hooks, &kn_name)),
+                    QkNorm::Whole => (
+                        qn.forward(q.reshape([b, t, hd]), hooks, &qn_name).reshape([b, t, h, dh]),
+                        kn.forward(k.reshape([b, t, hk * dh]), hooks, &kn_name).reshape([b, t, hk, dh]),
+                    ),
+                }
+            }
+            _ => (q, k),
+        };
         let (q, k) = match rotary {
             Some(angles) => (
                 hooks.point(|| format!("blocks.{layer}.attn.hook_rot_q"), apply_rotary(q, angles)),
@@ -335,6 +376,7 @@ impl Attention {
 
         let device = q.device();
         let dropout_live = self.attn_dropout.prob > 0.0 && device.is_autodiff();
+        let fused = fused && self.softcap.is_none();
         if fused && !hooks.is_active() && !dropout_live && kernels::is_flex(&device) && kernels::enabled() {
             let window = match self.span {
                 AttentionSpan::Global => None,
@@ -358,6 +400,10 @@ impl Attention {
         }
 
         let scores = q.matmul(k.swap_dims(2, 3)) * self.scale;
+        let scores = match self.softcap {
+            Some(c) => (scores / c).tanh() * c,
+            None => scores,
+        };
         let scores = scores.mask_fill(mask.expand([b, h, t, s]), MASKED_SCORE);
         let scores = hooks.point(|| format!("blocks.{layer}.attn.hook_attn_scores"), scores);
         let pattern = softmax(scores, 3);
@@ -496,16 +542,27 @@ impl Mlp {
 // ---------------------------------------------------------------------------------------
 
 /// Pre-norm block: `x + attn(ln1(x))`, then `+ mlp(ln2(.))` (no MLP in attention-only
-/// models); with a parallel residual `x + attn(ln1(x)) + mlp(ln2(x))`.
+/// models); with a parallel residual `x + attn(ln1(x)) + mlp(ln2(x))` (GPT-J: `mlp(ln1(x))`).
+/// Post-norm (OLMo 2): `x + ln1(attn(x))`, then `+ ln2(mlp(.))`. Sandwich (Gemma):
+/// `x + ln1_post(attn(ln1(x)))`, then `+ ln2_post(mlp(ln2(.)))`.
 #[derive(Module, Debug)]
 pub struct Block {
+    /// Before attention (after it with [`NormPlacement::Post`]).
     pub ln1: Norm,
+    /// After attention, with [`NormPlacement::Sandwich`].
+    pub ln1_post: Option<Norm>,
     pub attn: Attention,
+    /// Before the MLP (after it with [`NormPlacement::Post`]); none in attention-only
+    /// models and when the MLP shares `ln1` (GPT-J).
     pub ln2: Option<Norm>,
+    /// After the MLP, with [`NormPlacement::Sandwich`].
+    pub ln2_post: Option<Norm>,
     pub mlp: Option<Mlp>,
     pub resid_dropout: Dropout,
     #[module(skip)]
     pub parallel: bool,
+    #[module(skip)]
+    pub placement: NormPlacement,
 }
 
 impl Block {
@@ -514,24 +571,32 @@ impl Block {
         let l = input.layer;
         let resid = hooks.point(|| format!("blocks.{l}.hook_resid_pre"), resid);
         let ln1 = format!("blocks.{l}.ln1");
-        let x = self.ln1.forward(resid.clone(), hooks, &ln1);
+        let post = self.placement == NormPlacement::Post;
+        let x = if post { resid.clone() } else { self.ln1.forward(resid.clone(), hooks, &ln1) };
         // Shortformer positions join the normalized stream (as TransformerLens does): the
         // query/key input is ln1(resid) + pos, the value input ln1(resid). Normalizing them
         // together instead couples position and content and, in our measurements, keeps a
         // two-layer model from forming induction heads.
         let qk_input = pos_qk.map(|p| x.clone() + p);
-        let attn_out = self.attn.forward(AttentionInput { x, qk_input, layer: input }, hooks);
+        let attn_out = self.attn.forward(AttentionInput { x: x.clone(), qk_input, layer: input }, hooks);
+        let attn_out = match (&self.ln1_post, post) {
+            (Some(n), _) => n.forward(attn_out, hooks, &format!("blocks.{l}.ln1_post")),
+            (None, true) => self.ln1.forward(attn_out, hooks, &ln1),
+            (None, false) => attn_out,
+        };
         let attn_out = hooks.point(|| format!("blocks.{l}.hook_attn_out"), self.resid_dropout.forward(attn_out));
         if self.parallel {
             // Both branches read the block input.
-            let resid = match (&self.ln2, &self.mlp) {
-                (Some(ln2), Some(mlp)) => {
-                    let x = ln2.forward(resid.clone(), hooks, &format!("blocks.{l}.ln2"));
-                    let mlp_out = self.resid_dropout.forward(mlp.forward(x, hooks, l));
-                    let mlp_out = hooks.point(|| format!("blocks.{l}.hook_mlp_out"), mlp_out);
+            let resid = match &self.mlp {
+                Some(mlp) => {
+                    let x = match &self.ln2 {
+                        Some(ln2) => ln2.forward(resid.clone(), hooks, &format!("blocks.{l}.ln2")),
+                        None => x,
+                    };
+                    let mlp_out = self.mlp_out(mlp.forward(x, hooks, l), hooks, l);
                     resid + attn_out + mlp_out
                 }
-                _ => resid + attn_out,
+                None => resid + attn_out,
             };
             return hooks.point(|| format!("blocks.{l}.hook_resid_post"), resid);
         }
@@ -539,14 +604,24 @@ impl Block {
         let resid = match (&self.ln2, &self.mlp) {
             (Some(ln2), Some(mlp)) => {
                 let resid = hooks.point(|| format!("blocks.{l}.hook_resid_mid"), resid);
-                let x = ln2.forward(resid.clone(), hooks, &format!("blocks.{l}.ln2"));
-                let mlp_out = self.resid_dropout.forward(mlp.forward(x, hooks, l));
-                let mlp_out = hooks.point(|| format!("blocks.{l}.hook_mlp_out"), mlp_out);
-                resid + mlp_out
+                let x = if post { resid.clone() } else { ln2.forward(resid.clone(), hooks, &format!("blocks.{l}.ln2")) };
+                let mlp_out = mlp.forward(x, hooks, l);
+                let mlp_out = if post { ln2.forward(mlp_out, hooks, &format!("blocks.{l}.ln2")) } else { mlp_out };
+                resid + self.mlp_out(mlp_out, hooks, l)
             }
             _ => resid,
         };
         hooks.point(|| format!("blocks.{l}.hook_resid_post"), resid)
+    }
+
+    /// The MLP's write into the residual stream: after `ln2_post` (Gemma), dropout and
+    /// `hook_mlp_out`.
+    fn mlp_out(&self, out: Tensor<3>, hooks: &mut Hooks, l: usize) -> Tensor<3> {
+        let out = match &self.ln2_post {
+            Some(n) => n.forward(out, hooks, &format!("blocks.{l}.ln2_post")),
+            None => out,
+        };
+        hooks.point(|| format!("blocks.{l}.hook_mlp_out"), self.resid_dropout.forward(out))
     }
 }
 
@@ -615,21 +690,31 @@ impl TransformerConfig {
         let mut blocks = Vec::with_capacity(self.n_layers());
         for l in 0..self.n_layers() {
             let p = format!("blocks.{l}");
+            let sandwich = self.norm_placement == NormPlacement::Sandwich;
+            let (q_norm, k_norm) = match self.qk_norm_widths() {
+                Some((wq, wk)) => (Some(b.norm(&format!("{p}.attn.q_norm"), wq, eps, norm)?), Some(b.norm(&format!("{p}.attn.k_norm"), wk, eps, norm)?)),
+                None => (None, None),
+            };
             blocks.push(Block {
                 ln1: b.norm(&format!("{p}.ln1"), d, eps, norm)?,
+                ln1_post: if sandwich { Some(b.norm(&format!("{p}.ln1_post"), d, eps, norm)?) } else { None },
                 attn: Attention {
                     qkv: b.linear(&format!("{p}.attn.qkv"), d, self.qkv_width(), self.qkv_bias, std)?,
                     out: b.linear(&format!("{p}.attn.out"), hd, d, self.attn_out_bias, resid_std)?,
                     attn_dropout: dropout.init(),
+                    q_norm,
+                    k_norm,
+                    qk_norm: self.qk_norm,
+                    softcap: self.attn_softcap,
                     n_heads: self.n_heads,
                     n_kv_heads: self.kv_heads(),
                     d_head: self.d_head,
                     scale: self.score_factor(l),
                     span: self.spans[l],
                 },
-                ln2: match self.d_mlp {
-                    Some(_) => Some(b.norm(&format!("{p}.ln2"), d, eps, norm)?),
-                    None => None,
+                ln2: match self.has_ln2() {
+                    true => Some(b.norm(&format!("{p}.ln2"), d, eps, norm)?),
+                    false => None,
                 },
                 mlp: match self.d_mlp {
                     Some(m) => Some(Mlp {
@@ -643,8 +728,10 @@ impl TransformerConfig {
                     }),
                     None => None,
                 },
+                ln2_post: if sandwich && self.d_mlp.is_some() { Some(b.norm(&format!("{p}.ln2_post"), d, eps, norm)?) } else { None },
                 resid_dropout: dropout.init(),
                 parallel: self.parallel_residual,
+                placement: self.norm_placement,
             });
         }
         Ok(Transformer {
@@ -790,7 +877,12 @@ impl Transformer {
         let flat: Vec<i64> = pos.ids.iter().flatten().map(|&p| p as i64).collect();
         let pos_ids = Tensor::<2, Int>::from_data(TensorData::new(flat, [b, t]), &device);
 
-        let embed = hooks.point(|| "hook_embed".into(), self.embed.forward(ids));
+        let mut embed = self.embed.forward(ids);
+        if self.config.scale_embed {
+            // Gemma: sqrt(d_model) rounded to f32, as the checkpoint's dtype holds it.
+            embed = embed * ((self.config.d_model as f64).sqrt() as f32);
+        }
+        let embed = hooks.point(|| "hook_embed".into(), embed);
         let pos_embed = self.pos_embed.as_ref().map(|p| hooks.point(|| "hook_pos_embed".into(), p.forward(pos_ids)));
         let (mut resid, pos_qk) = match (self.config.positional, pos_embed) {
             (Positional::Residual, Some(p)) => (embed + p, None),
@@ -798,7 +890,9 @@ impl Transformer {
             _ => (embed, None),
         };
         resid = self.embed_dropout.forward(resid);
-        let rotary = self.config.rotary.as_ref().filter(|_| self.config.positional == Positional::Rotary).map(|r| r.angles(&pos.ids, &device));
+        let is_rotary = self.config.positional == Positional::Rotary;
+        let rotary = self.config.rotary.as_ref().filter(|_| is_rotary).map(|r| r.angles(&pos.ids, &device));
+        let rotary_local = self.config.rotary_local.as_ref().filter(|_| is_rotary).map(|r| r.angles(&pos.ids, &device));
 
         // One mask per distinct span, shared by the layers that use it.
         let mut masks: Vec<(AttentionSpan, Tensor<4, Bool>)> = Vec::new();
@@ -812,11 +906,25 @@ impl Transformer {
                     m
                 }
             };
-            let input = LayerInput { rotary: rotary.as_ref(), mask, cache: cache.as_deref_mut(), layer: l, fused };
+            let angles = match (span, &rotary_local) {
+                (AttentionSpan::Local(_), Some(local)) => Some(local),
+                _ => rotary.as_ref(),
+            };
+            let input = LayerInput { rotary: angles, mask, cache: cache.as_deref_mut(), layer: l, fused };
             resid = block.forward(resid, pos_qk.clone(), input, hooks);
         }
         let x = self.ln_final.forward(resid, hooks, "ln_final");
-        self.unembed(x)
+        self.soft_cap_logits(self.unembed(x))
+    }
+
+    /// Gemma 2's final soft-capping `c tanh(l / c)`, when the model has it (the identity
+    /// otherwise). [`unembed`](Self::unembed) does not apply it: direct logit attribution
+    /// and the logit lens sum and compare logits before the cap.
+    pub fn soft_cap_logits(&self, logits: Tensor<3>) -> Tensor<3> {
+        match self.config.final_softcap {
+            Some(c) => (logits / c).tanh() * c,
+            None => logits,
+        }
     }
 
     /// `x: [batch, pos, d_model]` -> logits `[batch, pos, vocab]` through `W_U` (`W_Eᵀ` when tied).

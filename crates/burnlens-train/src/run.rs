@@ -25,9 +25,9 @@ use burn::module::Module;
 use burn::optim::{GradientsAccumulator, GradientsParams, ModuleOptimizer};
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use burn_store::{BurnpackStore, ModuleSnapshot};
-use burnlens_hf::{Family, Tokenizer, export_hf, load_model};
+use burnlens_hf::{Family, FreshShape, Tokenizer, export_hf, load_model};
 use burnlens_model::backend;
-use burnlens_model::{ActivationFn, AttentionSpan, MlpKind, NormKind, Positional, Rng, Rotary, ScoreScale, Transformer, TransformerConfig, cross_entropy};
+use burnlens_model::{ActivationFn, AttentionSpan, Positional, Rng, Transformer, TransformerConfig, cross_entropy};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
@@ -95,7 +95,6 @@ pub fn model_spec(cfg: &RunConfig, vocab: usize) -> Result<ModelSpec> {
     let bad = |msg: String| TrainError::Config { path: PathBuf::from("[model]"), msg };
     let fam = m.family.unwrap_or(Family::Gpt2);
     let family = fam.model_type();
-    let rotary_family = !matches!(fam, Family::Gpt2 | Family::GptNeo);
     let d_model = m.d_model.ok_or_else(|| bad("model.d_model is required (or model.from)".into()))?;
     let n_heads = m.n_heads.ok_or_else(|| bad("model.n_heads is required (or model.from)".into()))?;
     let n_layers = m.n_layers.ok_or_else(|| bad("model.n_layers is required (or model.from)".into()))?;
@@ -105,36 +104,38 @@ pub fn model_spec(cfg: &RunConfig, vocab: usize) -> Result<ModelSpec> {
     if n_heads == 0 || d_model % n_heads != 0 {
         return Err(bad(format!("model.d_model = {d_model} must be a positive multiple of model.n_heads = {n_heads}")));
     }
-    let window = m.window.unwrap_or(256);
-    let kinds: Vec<String> = match &m.attention {
-        Some(k) => k.clone(),
-        None if fam == Family::GptNeo => (0..n_layers).map(|l| if l % 2 == 0 { "global" } else { "local" }.to_string()).collect(),
-        None => vec!["global".to_string(); n_layers],
-    };
-    if kinds.len() != n_layers {
-        return Err(bad(format!("model.attention lists {} layers but model.n_layers is {n_layers}", kinds.len())));
+    // The family's fresh model, then the run config's overrides.
+    let n_ctx = m.context.unwrap_or(cfg.training.block_size);
+    let mut config = fam.spec().fresh(&FreshShape { vocab, n_ctx, d_model, n_layers, n_heads });
+    let rotary_family = config.positional == Positional::Rotary;
+    let window = m.window;
+    if let Some(kinds) = &m.attention {
+        if kinds.len() != n_layers {
+            return Err(bad(format!("model.attention lists {} layers but model.n_layers is {n_layers}", kinds.len())));
+        }
+        config.spans = kinds
+            .iter()
+            .map(|k| match k.as_str() {
+                "global" => Ok(AttentionSpan::Global),
+                "local" => Ok(AttentionSpan::Local(window.unwrap_or(256))),
+                other => Err(bad(format!("model.attention has \"{other}\"; expected \"global\" or \"local\""))),
+            })
+            .collect::<Result<Vec<_>>>()?;
+    } else if let Some(w) = window {
+        for s in config.spans.iter_mut().filter(|s| matches!(s, AttentionSpan::Local(_))) {
+            *s = AttentionSpan::Local(w);
+        }
     }
-    let spans = kinds
-        .iter()
-        .map(|k| match k.as_str() {
-            "global" => Ok(AttentionSpan::Global),
-            "local" => Ok(AttentionSpan::Local(window)),
-            other => Err(bad(format!("model.attention has \"{other}\"; expected \"global\" or \"local\""))),
-        })
-        .collect::<Result<Vec<_>>>()?;
-    let activation = match &m.activation {
-        None if rotary_family && fam != Family::GptNeoX => ActivationFn::Silu,
-        None => ActivationFn::GeluNew,
-        Some(a) => ActivationFn::from_hf_name(a)
-            .ok_or_else(|| bad(format!("model.activation = \"{a}\" is not one of {}", ActivationFn::HF_NAMES.join(", "))))?,
-    };
-    let positional = match m.positional.as_deref() {
-        None if rotary_family => Positional::Rotary,
+    if let Some(a) = &m.activation {
+        config.activation = ActivationFn::from_hf_name(a)
+            .ok_or_else(|| bad(format!("model.activation = \"{a}\" is not one of {}", ActivationFn::HF_NAMES.join(", "))))?;
+    }
+    config.positional = match m.positional.as_deref() {
+        None => config.positional,
         Some("rotary") if rotary_family => Positional::Rotary,
-        None | Some("residual") if !rotary_family => Positional::Residual,
+        Some("residual") if !rotary_family => Positional::Residual,
         Some("query_key_only") if !rotary_family => Positional::QueryKeyOnly,
-        other => {
-            let p = other.unwrap_or_default();
+        Some(p) => {
             let allowed = if rotary_family { "rotary" } else { "residual, query_key_only" };
             return Err(bad(format!("model.positional = \"{p}\" is not one of {allowed} (for model.family = \"{family}\")")));
         }
@@ -142,43 +143,31 @@ pub fn model_spec(cfg: &RunConfig, vocab: usize) -> Result<ModelSpec> {
     if !rotary_family {
         for (key, set) in [("n_kv_heads", m.n_kv_heads.is_some()), ("rotary_pct", m.rotary_pct.is_some()), ("rope_theta", m.rope_theta.is_some()), ("parallel_residual", m.parallel_residual.is_some())] {
             if set {
-                return Err(bad(format!("model.{key} applies to gpt_neox and the Llama family, not to model.family = \"{family}\"")));
+                return Err(bad(format!("model.{key} applies to the rotary families, not to model.family = \"{family}\"")));
             }
         }
     }
     let d_head = d_model / n_heads;
-    let rotary = rotary_family.then(|| {
-        let pct = m.rotary_pct.unwrap_or(if fam == Family::GptNeoX { 0.25 } else { 1.0 });
-        Rotary { dims: ((d_head as f64 * pct) as usize) & !1, base: m.rope_theta.unwrap_or(10000.0), scaling: None }
-    });
-    let llama = matches!(fam, Family::Llama | Family::Qwen2 | Family::Mistral);
-    let tie = m.tie_embeddings.unwrap_or(matches!(fam, Family::Gpt2 | Family::GptNeo | Family::Qwen2));
-    let config = TransformerConfig {
-        vocab_size: vocab,
-        n_ctx: m.context.unwrap_or(cfg.training.block_size),
-        d_model,
-        n_heads,
-        d_head: d_model / n_heads,
-        d_mlp: if m.attention_only { None } else { Some(m.d_mlp.unwrap_or(4 * d_model)) },
-        spans,
-        score_scale: if fam == Family::GptNeo { ScoreScale::None } else { ScoreScale::InvSqrtDHead },
-        scale_by_inverse_layer: m.scale_attn_by_inverse_layer_idx,
-        qkv_bias: matches!(fam, Family::Gpt2 | Family::GptNeoX | Family::Qwen2),
-        activation,
-        layer_norm_eps: 1e-5,
-        positional,
-        dropout: cfg.training.dropout,
-        untied_unembed: !tie,
-        // Toy GPT-2-style models keep a b_U; the HF families' lm_head has none.
-        unembed_bias: !rotary_family,
-        norm: if llama { NormKind::RmsNorm } else { NormKind::LayerNorm },
-        mlp: if llama { MlpKind::Gated } else { MlpKind::Standard },
-        n_kv_heads: m.n_kv_heads,
-        parallel_residual: fam == Family::GptNeoX && m.parallel_residual.unwrap_or(true),
-        rotary,
-        attn_out_bias: !llama,
-        mlp_bias: !llama,
-    };
+    for r in [config.rotary.as_mut(), config.rotary_local.as_mut()].into_iter().flatten() {
+        if let Some(pct) = m.rotary_pct {
+            r.dims = ((d_head as f64 * pct) as usize) & !1;
+        }
+    }
+    if let (Some(theta), Some(r)) = (m.rope_theta, config.rotary.as_mut()) {
+        r.base = theta;
+    }
+    if let Some(t) = m.tie_embeddings {
+        config.untied_unembed = !t;
+    }
+    if let Some(p) = m.parallel_residual {
+        config.parallel_residual = p;
+    }
+    if m.n_kv_heads.is_some() {
+        config.n_kv_heads = m.n_kv_heads;
+    }
+    config.d_mlp = if m.attention_only { None } else { Some(m.d_mlp.unwrap_or(4 * d_model)) };
+    config.scale_by_inverse_layer = m.scale_attn_by_inverse_layer_idx;
+    config.dropout = cfg.training.dropout;
     config.validate().map_err(|e| bad(e.to_string()))?;
     Ok(ModelSpec { family: fam, config })
 }
