@@ -21,9 +21,11 @@ import sys
 import torch
 import transformers
 from safetensors.torch import save_file
-from transformers import (GPT2Config, GPT2LMHeadModel, GPTNeoConfig, GPTNeoForCausalLM, GPTNeoXConfig,
-                          GPTNeoXForCausalLM, LlamaConfig, LlamaForCausalLM, MistralConfig,
-                          MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM)
+from transformers import (Gemma2Config, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3TextConfig, GPT2Config,
+                          GPT2LMHeadModel, GPTJConfig, GPTJForCausalLM, GPTNeoConfig, GPTNeoForCausalLM,
+                          GPTNeoXConfig, GPTNeoXForCausalLM, LlamaConfig, LlamaForCausalLM, MistralConfig,
+                          MistralForCausalLM, Olmo2Config, Olmo2ForCausalLM, Qwen2Config, Qwen2ForCausalLM,
+                          Qwen3Config, Qwen3ForCausalLM)
 
 SEQ_LEN = 20
 # Greedy continuation recorded for the rotary families: HF's full forward, argmax, repeated
@@ -36,12 +38,18 @@ def randomise(model, seed, weight_std=0.25, embed_std=1.0):
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if name.endswith(("wte.weight", "embed_in.weight", "embed_tokens.weight")):
+            if name.endswith(("wte.weight", "embed_in.weight", "embed_tokens.weight")) and getattr(model.config, "model_type", "").startswith("gemma"):
+                # Gemma multiplies the embedding by sqrt(d_model): keep the residual stream
+                # at the other fixtures' scale.
+                p.copy_(torch.randn(p.shape, generator=g) * embed_std / model.config.hidden_size ** 0.5)
+            elif name.endswith(("wte.weight", "embed_in.weight", "embed_tokens.weight")):
                 p.copy_(torch.randn(p.shape, generator=g) * embed_std)
             elif name.endswith("wpe.weight"):
                 p.copy_(torch.randn(p.shape, generator=g) * 0.5 * embed_std)
             elif p.dim() == 1 and ("ln" in name or "norm" in name) and name.endswith("weight"):
-                p.copy_(0.5 + torch.rand(p.shape, generator=g) * 1.5)
+                # Gemma's norms multiply by (1 + w): the same gains, shifted.
+                shift = 1.0 if getattr(model.config, "model_type", "").startswith("gemma") else 0.0
+                p.copy_(0.5 + torch.rand(p.shape, generator=g) * 1.5 - shift)
             elif name.endswith("bias"):
                 p.copy_(torch.randn(p.shape, generator=g) * 0.1)
             else:
@@ -175,7 +183,8 @@ def bpe_export_check(src, manifest):
     manifest["bpe_export_check"] = {"tokenizer_ids": ids, "model": type(m).__name__, "logits_shape": list(logits.shape)}
 
 
-ROTARY_FIXTURES = ["pythia_like", "neox_sequential", "llama_gqa", "qwen2_tied", "mistral_window"]
+ROTARY_FIXTURES = ["pythia_like", "neox_sequential", "llama_gqa", "qwen2_tied", "mistral_window",
+                   "qwen3_qknorm", "olmo2_postnorm", "gptj_interleaved", "gemma2_softcap", "gemma3_local_rope"]
 
 
 def rotary_fixtures(out_root, manifest, only):
@@ -205,6 +214,36 @@ def rotary_fixtures(out_root, manifest, only):
     save("mistral_window", MistralForCausalLM,
          llama_family_config(MistralConfig, num_key_value_heads=1, sliding_window=6, head_dim=16,
                              tie_word_embeddings=False), 15)
+    # Qwen3: per-head QK-norm, head_dim (24) independent of hidden_size / heads (16), a
+    # sliding window (6) on the last layer, untied.
+    save("qwen3_qknorm", Qwen3ForCausalLM,
+         llama_family_config(Qwen3Config, head_dim=24, use_sliding_window=True, sliding_window=6,
+                             max_window_layers=2, tie_word_embeddings=False), 16)
+    # OLMo 2: norms after attention and MLP, QK-norm over the whole projections (GQA: k_norm
+    # narrower than q_norm).
+    save("olmo2_postnorm", Olmo2ForCausalLM, llama_family_config(Olmo2Config, tie_word_embeddings=False), 17)
+    # GPT-J: interleaved rotary on 8 of 16 dims, parallel attention and MLP from one LayerNorm,
+    # lm_head with a bias.
+    gptj = GPTJConfig(vocab_size=128, n_positions=32, n_embd=64, n_layer=3, n_head=4, rotary_dim=8,
+                      n_inner=96, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+                      bos_token_id=0, eos_token_id=0)
+    gptj._attn_implementation = "eager"
+    save("gptj_interleaved", GPTJForCausalLM, gptj, 18)
+    # Gemma 2: (1 + w) norms before and after attention and MLP, sqrt(d) embedding scale,
+    # query_pre_attn_scalar (20) unlike head_dim (16), soft-capping low enough to bite (attention
+    # 5, logits 8), local (window 6) and global layers alternating, tied, GeGLU.
+    save("gemma2_softcap", Gemma2ForCausalLM,
+         llama_family_config(Gemma2Config, head_dim=16, query_pre_attn_scalar=20, sliding_window=6,
+                             attn_logit_softcapping=5.0, final_logit_softcapping=8.0,
+                             num_hidden_layers=4, tie_word_embeddings=True), 19)
+    # Gemma 3 text: as Gemma 2 without soft-capping, plus per-head QK-norm, a local rotary base
+    # (10000) beside the global one (1e6, linear scaling x4); two local layers then a global.
+    save("gemma3_local_rope", Gemma3ForCausalLM,
+         llama_family_config(Gemma3TextConfig, head_dim=16, query_pre_attn_scalar=16, sliding_window=6,
+                             layer_types=["sliding_attention", "sliding_attention", "full_attention"],
+                             rope_parameters={"full_attention": {"rope_type": "linear", "factor": 4.0, "rope_theta": 1000000.0},
+                                              "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}},
+                             tie_word_embeddings=True), 20)
 
 
 def main():

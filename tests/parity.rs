@@ -124,6 +124,31 @@ fn mistral_sliding_window_shorter_than_sequence_one_kv_head() {
     check("mistral_window");
 }
 
+#[test]
+fn qwen3_per_head_qk_norm_independent_head_dim_sliding_window() {
+    check("qwen3_qknorm");
+}
+
+#[test]
+fn olmo2_post_norms_whole_projection_qk_norm() {
+    check("olmo2_postnorm");
+}
+
+#[test]
+fn gptj_interleaved_partial_rotary_shared_norm_parallel_lm_head_bias() {
+    check("gptj_interleaved");
+}
+
+#[test]
+fn gemma2_softcaps_sandwich_norms_scaled_embedding_query_pre_attn_scalar() {
+    check("gemma2_softcap");
+}
+
+#[test]
+fn gemma3_qk_norm_local_rope_base_linear_scaled_global_rope() {
+    check("gemma3_local_rope");
+}
+
 /// The fixtures must exercise what they claim to: a wrong scale, mask or transpose would
 /// move the patterns, so they must be peaked, and the local fixture's window must bite.
 #[test]

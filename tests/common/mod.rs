@@ -28,6 +28,11 @@ pub const FIXTURES: &[&str] = &[
     "llama_gqa",
     "qwen2_tied",
     "mistral_window",
+    "qwen3_qknorm",
+    "olmo2_postnorm",
+    "gptj_interleaved",
+    "gemma2_softcap",
+    "gemma3_local_rope",
 ];
 
 /// Models trained and exported by burnlens, recorded by `transformers`.
