@@ -6,7 +6,12 @@
 //! models (GPT-NeoX, Llama, Qwen2, Mistral) rotate queries and keys by their positions
 //! before the dot product, so there the queries and keys are formed, rotated by hand
 //! (rotate-half: the pair `(x_i, x_{i+half})` turns by `θ_i = p · base^(-2i/dims)`) and
-//! multiplied; grouped keys and values arrive already repeated per query head.
+//! multiplied (GPT-J pairs neighbouring dimensions instead: `(x_2i, x_2i+1)`); grouped keys
+//! and values arrive already repeated per query head. The newer families add steps that are
+//! written out here too: QK-norm (Qwen3, Gemma 3: an RMSNorm of each head's query and key;
+//! OLMo 2: of the whole projection), soft-capped scores (Gemma 2: `c tanh(s / c)`), a norm
+//! after attention (Gemma's `ln1_post`; OLMo 2's only norm, `ln1`, whose attention reads the
+//! residual stream itself), and Gemma's score scale `query_pre_attn_scalar^-1/2`.
 //!
 //! ```text
 //! cargo run --example reproduce_attention -- MODEL_DIR [LAYER] [IDS]
@@ -19,7 +24,7 @@ use std::path::Path;
 use burn::tensor::activation::softmax;
 use burn::tensor::{Bool, Device, Tensor, TensorData};
 use burnlens::hf::load_model;
-use burnlens::model::{Hooks, MASKED_SCORE};
+use burnlens::model::{Hooks, MASKED_SCORE, NormPlacement, QkNorm};
 
 /// Largest differences between the hand-built and the model's own results.
 #[derive(Debug)]
@@ -43,12 +48,19 @@ pub fn reproduce(dir: &Path, layer: usize, ids: &[i64], device: &Device) -> Resu
         format!("blocks.{layer}.ln1.hook_normalized"),
         format!("blocks.{layer}.attn.hook_pattern"),
         format!("blocks.{layer}.hook_attn_out"),
+        format!("blocks.{layer}.hook_resid_pre"),
     ];
     let mut hooks = Hooks::capture(|n| names.iter().any(|m| m == n));
     model.forward_hooked(model.ids_tensor(ids), &mut hooks);
+    let cfg = &model.config;
+    let post_norms = cfg.norm_placement == NormPlacement::Post;
     // hook_normalized is before the norm's gain and bias (as in TransformerLens): `finish`
-    // applies them, giving the attention's input.
-    let x: Tensor<2> = model.blocks[layer].ln1.finish(hooks.cache[&names[0]].rank3().unwrap().squeeze_dim(0)); // [pos, d_model]
+    // applies them, giving the attention's input. With post-norms attention reads the stream.
+    let x: Tensor<2> = if post_norms {
+        hooks.cache[&names[3]].rank3().unwrap().squeeze_dim(0)
+    } else {
+        model.blocks[layer].ln1.finish(hooks.cache[&names[0]].rank3().unwrap().squeeze_dim(0)) // [pos, d_model]
+    };
     let model_pattern: Tensor<3> = hooks.cache[&names[1]].rank4().unwrap().squeeze_dim(0); // [head, q, k]
     let model_out: Tensor<2> = hooks.cache[&names[2]].rank3().unwrap().squeeze_dim(0); // [pos, d_model]
 
@@ -64,6 +76,30 @@ pub fn reproduce(dir: &Path, layer: usize, ids: &[i64], device: &Device) -> Resu
     let hidden: Vec<bool> = (0..t).flat_map(|q| (0..t).map(move |k| !span.allows(q, k))).collect();
     let hidden = Tensor::<2, Bool>::from_data(TensorData::new(hidden, [t, t]), device);
 
+    // QK-norm: an RMSNorm (no centring) of each query and key before rotary, over one head
+    // (`[d_head]` gain) or over all heads at once (`[heads * d_head]` gain).
+    let eps = cfg.layer_norm_eps;
+    let rms = |v: Tensor<2>| (v.clone().square().mean_dim(1) + eps).sqrt(); // [pos, 1]
+    let all_q: Vec<Tensor<2>> = (0..attn.n_heads).map(|h| x.clone().matmul(w.w_q.clone().narrow(0, h, 1).squeeze_dim(0)) + w.b_q.clone().narrow(0, h, 1)).collect();
+    let all_k: Vec<Tensor<2>> = (0..attn.n_heads).map(|h| x.clone().matmul(w.w_k.clone().narrow(0, h, 1).squeeze_dim(0)) + w.b_k.clone().narrow(0, h, 1)).collect();
+    // Whole-projection norms: the scale over every head (keys repeated per query head have
+    // the same mean square as the key heads themselves).
+    let whole_q = rms(Tensor::cat(all_q.clone(), 1));
+    let whole_k = rms(Tensor::cat(all_k.clone(), 1));
+    let group = attn.n_heads / attn.n_kv_heads;
+    let qk_norm = |v: Tensor<2>, h: usize, is_q: bool| -> Tensor<2> {
+        let dh = cfg.d_head;
+        let (norm, whole) = if is_q { (&attn.q_norm, &whole_q) } else { (&attn.k_norm, &whole_k) };
+        match (cfg.qk_norm, norm) {
+            (Some(QkNorm::PerHead), Some(n)) => v.clone() / rms(v) * n.weight.val().reshape([1, dh]),
+            (Some(QkNorm::Whole), Some(n)) => {
+                let slot = if is_q { h } else { h / group };
+                v / whole.clone() * n.weight.val().narrow(0, slot * dh, dh).reshape([1, dh])
+            }
+            _ => v,
+        }
+    };
+
     let mut max_pattern_diff = 0f32;
     let mut out = w.b_o.clone().reshape([1, d_model]).expand([t, d_model]); // b_O
     for h in 0..attn.n_heads {
@@ -72,8 +108,8 @@ pub fn reproduce(dir: &Path, layer: usize, ids: &[i64], device: &Device) -> Resu
         let (w_q, w_k, w_v, w_o) = (head(&w.w_q), head(&w.w_k), head(&w.w_v), head(&w.w_o));
         let (b_q, b_k, b_v) = (row(&w.b_q), row(&w.b_k), row(&w.b_v));
 
-        let scores = match &model.config.rotary {
-            None => {
+        let scores = match cfg.rotary_for(layer) {
+            None if cfg.qk_norm.is_none() => {
                 // Scores from the bilinear form QK = W_Q W_Kᵀ [d_model, d_model]:
                 //   (x W_Q + b_Q)(x W_K + b_K)ᵀ = x QK xᵀ + x W_Q b_Kᵀ + b_Q W_Kᵀ xᵀ + b_Q b_Kᵀ
                 let qk = w_q.clone().matmul(w_k.clone().transpose());
@@ -82,13 +118,21 @@ pub fn reproduce(dir: &Path, layer: usize, ids: &[i64], device: &Device) -> Resu
                     + b_q.clone().matmul(w_k.transpose()).matmul(x.clone().transpose()) // [1, t]
                     + b_q.matmul(b_k.transpose()) // [1, 1]
             }
-            Some(rot) => {
-                let q = rotate_by_hand(x.clone().matmul(w_q) + b_q, rot);
-                let k = rotate_by_hand(x.clone().matmul(w_k) + b_k, rot);
+            rot => {
+                let _ = (w_q, w_k, b_q, b_k);
+                let (q, k) = (qk_norm(all_q[h].clone(), h, true), qk_norm(all_k[h].clone(), h, false));
+                let (q, k) = match rot {
+                    Some(rot) => (rotate_by_hand(q, rot), rotate_by_hand(k, rot)),
+                    None => (q, k),
+                };
                 q.matmul(k.transpose())
             }
         };
-        let pattern = softmax((scores * scale).mask_fill(hidden.clone(), MASKED_SCORE), 1);
+        let scores = match cfg.attn_softcap {
+            Some(c) => ((scores * scale) / c).tanh() * c,
+            None => scores * scale,
+        };
+        let pattern = softmax(scores.mask_fill(hidden.clone(), MASKED_SCORE), 1);
         let theirs: Tensor<2> = model_pattern.clone().narrow(0, h, 1).squeeze_dim(0);
         max_pattern_diff = max_pattern_diff.max((pattern.clone() - theirs).abs().max().into_scalar::<f32>());
 
@@ -96,6 +140,15 @@ pub fn reproduce(dir: &Path, layer: usize, ids: &[i64], device: &Device) -> Resu
         // value bias contributes b_V W_O to every position.
         let ov = w_v.matmul(w_o.clone());
         out = out + pattern.matmul(x.clone()).matmul(ov) + b_v.matmul(w_o);
+    }
+    // A norm after attention (Gemma's ln1_post, OLMo 2's ln1) acts on the whole output.
+    let after = match (&model.blocks[layer].ln1_post, post_norms) {
+        (Some(n), _) => Some(n),
+        (None, true) => Some(&model.blocks[layer].ln1),
+        (None, false) => None,
+    };
+    if let Some(n) = after {
+        out = out.clone() / rms(out) * n.weight.val().reshape([1, d_model]);
     }
     let max_output_diff = (out - model_out).abs().max().into_scalar::<f32>();
     Ok(Reproduction { max_pattern_diff, max_output_diff, n_heads: attn.n_heads })
@@ -105,6 +158,7 @@ pub fn reproduce(dir: &Path, layer: usize, ids: &[i64], device: &Device) -> Resu
 /// for `i < half`, `(x_i, x_{i+half}) -> (x_i cos θ - x_{i+half} sin θ, x_{i+half} cos θ + x_i sin θ)`
 /// with `θ = p · f_i`; the dimensions past `2 half` pass through. The frequencies `f_i` are
 /// `base^(-2i/dims)`, rescaled when the checkpoint asks for a rope scaling.
+/// GPT-J's interleaved form turns the neighbours `(x_2i, x_2i+1)` instead.
 fn rotate_by_hand(x: Tensor<2>, rot: &burnlens::model::Rotary) -> Tensor<2> {
     let [t, dh] = x.dims();
     let half = rot.dims / 2;
@@ -115,9 +169,10 @@ fn rotate_by_hand(x: Tensor<2>, rot: &burnlens::model::Rotary) -> Tensor<2> {
         for i in 0..half {
             let theta = (p as f32 * freqs[i]) as f64;
             let (c, s) = (theta.cos() as f32, theta.sin() as f32);
-            let (a, b) = (v[p * dh + i], v[p * dh + i + half]);
-            out[p * dh + i] = a * c - b * s;
-            out[p * dh + i + half] = b * c + a * s;
+            let (ia, ib) = if rot.interleaved { (2 * i, 2 * i + 1) } else { (i, i + half) };
+            let (a, b) = (v[p * dh + ia], v[p * dh + ib]);
+            out[p * dh + ia] = a * c - b * s;
+            out[p * dh + ib] = b * c + a * s;
         }
     }
     Tensor::from_data(TensorData::new(out, [t, dh]), &x.device())

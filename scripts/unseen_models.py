@@ -16,9 +16,11 @@ import sys
 
 import torch
 from safetensors.torch import load_file
-from transformers import (GPT2Config, GPT2LMHeadModel, GPTNeoConfig, GPTNeoForCausalLM, GPTNeoXConfig,
-                          GPTNeoXForCausalLM, LlamaConfig, LlamaForCausalLM, MistralConfig,
-                          MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM)
+from transformers import (Gemma2Config, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3TextConfig, GPT2Config,
+                          GPT2LMHeadModel, GPTJConfig, GPTJForCausalLM, GPTNeoConfig, GPTNeoForCausalLM,
+                          GPTNeoXConfig, GPTNeoXForCausalLM, LlamaConfig, LlamaForCausalLM, MistralConfig,
+                          MistralForCausalLM, Olmo2Config, Olmo2ForCausalLM, Qwen2Config, Qwen2ForCausalLM,
+                          Qwen3Config, Qwen3ForCausalLM)
 
 MODELS = {
     # GPT-2 small and GPT-Neo 125M, whole.
@@ -56,6 +58,33 @@ MODELS = {
     "mistral-small-window": (MistralForCausalLM, MistralConfig(
         vocab_size=32000, hidden_size=512, intermediate_size=1408, num_hidden_layers=4, num_attention_heads=8,
         num_key_value_heads=2, sliding_window=16, max_position_embeddings=4096, tie_word_embeddings=False)),
+    # google/gemma-2-2b's config, first 2 of 26 layers (one local with a 4096 window, one global;
+    # soft-capping 50 / 30; query_pre_attn_scalar 256; head_dim 256).
+    "gemma-2-2b-2layers": (Gemma2ForCausalLM, Gemma2Config(
+        vocab_size=256000, hidden_size=2304, intermediate_size=9216, num_hidden_layers=2, num_attention_heads=8,
+        num_key_value_heads=4, head_dim=256, query_pre_attn_scalar=256, sliding_window=4096,
+        attn_logit_softcapping=50.0, final_logit_softcapping=30.0, max_position_embeddings=8192)),
+    # google/gemma-3-1b-pt's config, 2 layers: one local (window 512, rope base 10000), one global
+    # (rope base 1e6); QK-norm; one key/value head.
+    "gemma-3-1b-2layers": (Gemma3ForCausalLM, Gemma3TextConfig(
+        vocab_size=262144, hidden_size=1152, intermediate_size=6912, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=1, head_dim=256, query_pre_attn_scalar=256, sliding_window=512,
+        layer_types=["sliding_attention", "full_attention"], max_position_embeddings=32768,
+        rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 1000000.0},
+                         "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}})),
+    # Qwen/Qwen3-0.6B's config, first 2 of 28 layers (QK-norm, head_dim 128 with d_model 1024, tied).
+    "qwen3-0.6b-2layers": (Qwen3ForCausalLM, Qwen3Config(
+        vocab_size=151936, hidden_size=1024, intermediate_size=3072, num_hidden_layers=2, num_attention_heads=16,
+        num_key_value_heads=8, head_dim=128, max_position_embeddings=40960, rms_norm_eps=1e-6,
+        rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}, tie_word_embeddings=True)),
+    # allenai/OLMo-2-0425-1B's config, first 2 of 16 layers (post-norms, whole-projection QK-norm).
+    "olmo-2-1b-2layers": (Olmo2ForCausalLM, Olmo2Config(
+        vocab_size=100352, hidden_size=2048, intermediate_size=8192, num_hidden_layers=2, num_attention_heads=16,
+        num_key_value_heads=16, max_position_embeddings=4096, rms_norm_eps=1e-6,
+        rope_parameters={"rope_type": "default", "rope_theta": 500000.0}, tie_word_embeddings=False)),
+    # EleutherAI/gpt-j-6b's config, first 2 of 28 layers (interleaved rotary on 64 of 256 dims).
+    "gpt-j-6b-2layers": (GPTJForCausalLM, GPTJConfig(
+        vocab_size=50400, n_positions=2048, n_embd=4096, n_layer=2, n_head=16, rotary_dim=64)),
 }
 
 SEQ = 48

@@ -393,7 +393,11 @@ fn load_model_args(args: &ModelArgs, common: &Common) -> Result<(AnyModel, PathB
     let dir = crate::progress::model_dir(&args.model)?;
     let mut m = load_any(&dir, common)?;
     if args.process_weights {
-        m.model = burnlens_lens::process_weights(&m.model, burnlens_lens::ProcessOptions::all())?;
+        let (opts, dropped) = burnlens_lens::ProcessOptions::all().allowed_for(&m.model.config);
+        for why in dropped {
+            eprintln!("warning: --process-weights: {why}");
+        }
+        m.model = burnlens_lens::process_weights(&m.model, opts)?;
     }
     Ok((m, dir))
 }

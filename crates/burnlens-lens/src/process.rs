@@ -14,6 +14,8 @@
 //!   `Σ_h b_V[h] W_O[h]` to the output; move it into `b_O`.
 //!
 //! Any step unties the unembedding from the embedding (they no longer agree afterwards).
+//! Gemma's norms after attention and the MLP (`ln1_post`, `ln2_post`) and the QK-norms stay
+//! as they are: nothing linear reads their output before the next norm.
 
 use std::collections::HashMap;
 
@@ -34,6 +36,52 @@ impl ProcessOptions {
     /// Everything, as TransformerLens's `from_pretrained` does by default.
     pub fn all() -> Self {
         Self { fold_ln: true, center_writing_weights: true, center_unembed: true, fold_value_biases: true }
+    }
+
+    /// The steps of `self` that `cfg` allows, and why each dropped one cannot apply
+    /// (TransformerLens drops them the same way): no fold after post-norms (OLMo 2), no
+    /// centring of the unembedding under logit soft-capping (Gemma 2).
+    pub fn allowed_for(self, cfg: &burnlens_model::TransformerConfig) -> (Self, Vec<String>) {
+        let mut opts = self;
+        let mut dropped = Vec::new();
+        if opts.fold_ln
+            && let Err(e) = (Self { fold_ln: true, ..Default::default() }).check(cfg)
+        {
+            opts.fold_ln = false;
+            dropped.push(e.to_string());
+        }
+        if opts.center_unembed
+            && let Err(e) = (Self { center_unembed: true, ..Default::default() }).check(cfg)
+        {
+            opts.center_unembed = false;
+            dropped.push(e.to_string());
+        }
+        (opts, dropped)
+    }
+
+    /// Whether every step of `self` leaves a model of architecture `cfg` unchanged.
+    pub fn check(&self, cfg: &burnlens_model::TransformerConfig) -> Result<(), ModelError> {
+        if self.fold_ln && cfg.positional == burnlens_model::Positional::QueryKeyOnly {
+            // q = (ln1(x) + pos) W_Q: the LayerNorm scale cannot move into W_Q without also
+            // scaling the position term, so folding would change the model.
+            return Err(ModelError::Config {
+                field: "positional",
+                msg: "is query_key_only (shortformer): LayerNorm cannot be folded into W_Q/W_K without changing the position term; process without fold_ln".into(),
+            });
+        }
+        if self.fold_ln && cfg.norm_placement == burnlens_model::NormPlacement::Post {
+            return Err(ModelError::Config {
+                field: "norm_placement",
+                msg: "is post (OLMo 2): the block norms follow attention and the MLP, so no weights read their output to fold them into; process without fold_ln".into(),
+            });
+        }
+        if self.center_unembed && cfg.final_softcap.is_some() {
+            return Err(ModelError::Config {
+                field: "final_softcap",
+                msg: "is set (Gemma 2): soft-capped logits change when a constant is added to every logit, so the unembedding cannot be centred; process without center_unembed".into(),
+            });
+        }
+        Ok(())
     }
 
     fn any(&self) -> bool {
@@ -113,14 +161,7 @@ pub fn process_weights(model: &Transformer, opts: ProcessOptions) -> Result<Tran
     if !opts.any() {
         return Ok(model.clone());
     }
-    if opts.fold_ln && cfg.positional == burnlens_model::Positional::QueryKeyOnly {
-        // q = (ln1(x) + pos) W_Q: the LayerNorm scale cannot move into W_Q without also
-        // scaling the position term, so folding would change the model.
-        return Err(ModelError::Config {
-            field: "positional",
-            msg: "is query_key_only (shortformer): LayerNorm cannot be folded into W_Q/W_K without changing the position term; process without fold_ln".into(),
-        });
-    }
+    opts.check(&cfg)?;
     let mut params: HashMap<String, P> = model
         .collect(None, None, false)
         .into_iter()
@@ -177,13 +218,18 @@ pub fn process_weights(model: &Transformer, opts: ProcessOptions) -> Result<Tran
     if opts.fold_ln {
         for l in 0..cfg.n_layers() {
             let b = format!("blocks.{l}");
-            fold_into(&mut params, &format!("{b}.ln1"), &[pair(&format!("{b}.attn.qkv"))], layer_norm);
-            if cfg.d_mlp.is_some() {
-                let mut readers = vec![pair(&format!("{b}.mlp.fc_in"))];
-                if cfg.mlp == burnlens_model::MlpKind::Gated {
-                    readers.push(pair(&format!("{b}.mlp.fc_gate")));
-                }
-                fold_into(&mut params, &format!("{b}.ln2"), &readers, layer_norm);
+            let mut mlp_readers = vec![pair(&format!("{b}.mlp.fc_in"))];
+            if cfg.mlp == burnlens_model::MlpKind::Gated {
+                mlp_readers.push(pair(&format!("{b}.mlp.fc_gate")));
+            }
+            let mut ln1_readers = vec![pair(&format!("{b}.attn.qkv"))];
+            if cfg.shared_norm {
+                // GPT-J: the MLP reads ln1's output too.
+                ln1_readers.extend(mlp_readers.clone());
+            }
+            fold_into(&mut params, &format!("{b}.ln1"), &ln1_readers, layer_norm);
+            if cfg.has_ln2() {
+                fold_into(&mut params, &format!("{b}.ln2"), &mlp_readers, layer_norm);
             }
         }
         fold_into(&mut params, "ln_final", &[pair("unembed")], layer_norm);

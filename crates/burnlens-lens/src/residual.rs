@@ -5,11 +5,15 @@
 //! Direct logit attribution freezes the final norm's scale at its value on this sequence (as
 //! TransformerLens's `apply_ln_to_stack` does): the norm is then linear, so each component's
 //! share of a logit is `norm(component) · W_U[:, token]` and the shares plus one bias term
-//! (the norm's bias and `b_U`) sum to the logit exactly.
+//! (the norm's bias and `b_U`) sum to the logit exactly. Where a norm follows attention
+//! (Gemma's `ln1_post`, OLMo 2's `ln1`) each head's write is its result through that norm
+//! with the scale frozen the same way, so the heads and the bias still sum to `hook_attn_out`.
+//! Logit soft-capping (Gemma 2) is not linear: attribution sums to the logits **before** the
+//! final cap, which [`LogitAttribution::logits`] holds.
 
 use burn::tensor::activation::log_softmax;
 use burn::tensor::Tensor;
-use burnlens_model::{Hooks, NormKind, Positional, Transformer};
+use burnlens_model::{Hooks, NormKind, NormPlacement, Positional, Transformer};
 use serde::Serialize;
 
 use crate::cache::run_with_cache;
@@ -41,6 +45,38 @@ fn upto(model: &Transformer, layer: Option<usize>) -> usize {
     layer.unwrap_or(model.config.n_layers()).min(model.config.n_layers())
 }
 
+/// The norm a layer's attention output passes through before it joins the stream, and the
+/// name of its hook points.
+fn attn_post_norm(model: &Transformer, l: usize) -> Option<(&burnlens_model::transformer::Norm, String)> {
+    let block = &model.blocks[l];
+    match (&block.ln1_post, model.config.norm_placement) {
+        (Some(n), _) => Some((n, format!("blocks.{l}.ln1_post"))),
+        (None, NormPlacement::Post) => Some((&block.ln1, format!("blocks.{l}.ln1"))),
+        _ => None,
+    }
+}
+
+/// Whether `name` is a hook the decompositions need beside the components: the scale of
+/// a norm after attention.
+fn post_norm_scale(name: &str) -> bool {
+    name.ends_with("ln1_post.hook_scale") || name.ends_with(".ln1.hook_scale")
+}
+
+/// `x: [pos, d_model]` through layer `l`'s norm after attention with its scale frozen at
+/// this sequence's (`[1, pos, 1]` in the cache), without the norm's bias; `x` unchanged
+/// when the layer has no such norm.
+fn through_post_norm(model: &Transformer, cache: &crate::ActivationCache, l: usize, x: Tensor<2>) -> Tensor<2> {
+    let Some((norm, name)) = attn_post_norm(model, l) else { return x };
+    let scale = cache.get(&format!("{name}.hook_scale")).and_then(|a| a.rank3()).unwrap_or_else(|| panic!("`{name}.hook_scale` was cached"));
+    let [_, t, _] = scale.dims();
+    let d = x.dims()[1];
+    let centred = match norm.kind {
+        NormKind::LayerNorm => x.clone() - x.mean_dim(1),
+        NormKind::RmsNorm => x,
+    };
+    centred / scale.narrow(0, 0, 1).reshape([t, 1]) * norm.weight.val().reshape([1, d])
+}
+
 fn embeddings(model: &Transformer, cache: &crate::ActivationCache, labels: &mut Vec<String>, parts: &mut Vec<Tensor<2>>) {
     let get = |n: &str| first(cache.get(n).and_then(|a| a.rank3()).unwrap_or_else(|| panic!("`{n}` was cached")));
     labels.push("embed".into());
@@ -51,13 +87,14 @@ fn embeddings(model: &Transformer, cache: &crate::ActivationCache, labels: &mut 
     }
 }
 
-/// Layer `l`'s per-head results of the first sequence, labelled `L{l}H{h}`.
-fn push_heads(cache: &crate::ActivationCache, l: usize, labels: &mut Vec<String>, parts: &mut Vec<Tensor<2>>) {
+/// Layer `l`'s per-head writes of the first sequence, labelled `L{l}H{h}`: the results, through
+/// a norm after attention if the layer has one.
+fn push_heads(model: &Transformer, cache: &crate::ActivationCache, l: usize, labels: &mut Vec<String>, parts: &mut Vec<Tensor<2>>) {
     let r = cache.get(&format!("blocks.{l}.attn.hook_result")).and_then(|a| a.rank4()).expect("hook_result cached");
     let [_, t, h, d] = r.dims();
     for head in 0..h {
         labels.push(format!("L{l}H{head}"));
-        parts.push(r.clone().narrow(0, 0, 1).narrow(2, head, 1).reshape([t, d]));
+        parts.push(through_post_norm(model, cache, l, r.clone().narrow(0, 0, 1).narrow(2, head, 1).reshape([t, d])));
     }
 }
 
@@ -85,13 +122,14 @@ pub fn decompose_resid(model: &Transformer, ids: &[i64], layer: Option<usize>) -
 }
 
 /// Every head's result (`z_h W_O[h]`, without `b_O`) of layers before `layer` (all layers
-/// with `None`), labelled `L{l}H{h}`.
+/// with `None`), labelled `L{l}H{h}`; where a norm follows attention (Gemma, OLMo 2), through
+/// that norm with its scale frozen, so that heads and bias sum to `hook_attn_out`.
 pub fn stack_head_results(model: &Transformer, ids: &[i64], layer: Option<usize>) -> Components {
     let upto = upto(model, layer);
-    let cache = run_with_cache(model, ids, |n| n.ends_with("attn.hook_result"));
+    let cache = run_with_cache(model, ids, |n| n.ends_with("attn.hook_result") || post_norm_scale(n));
     let (mut labels, mut parts) = (Vec::new(), Vec::new());
     for l in 0..upto {
-        push_heads(&cache, l, &mut labels, &mut parts);
+        push_heads(model, &cache, l, &mut labels, &mut parts);
     }
     stack(labels, parts)
 }
@@ -101,16 +139,20 @@ pub fn stack_head_results(model: &Transformer, ids: &[i64], layer: Option<usize>
 /// norm's scale `[pos]` on this sequence.
 pub fn residual_components(model: &Transformer, ids: &[i64]) -> (Components, Tensor<1>) {
     let cache = run_with_cache(model, ids, |n| {
-        n == "hook_embed" || n == "hook_pos_embed" || n.ends_with("attn.hook_result") || n.ends_with("hook_mlp_out") || n == "ln_final.hook_scale"
+        n == "hook_embed" || n == "hook_pos_embed" || n.ends_with("attn.hook_result") || n.ends_with("hook_mlp_out") || n == "ln_final.hook_scale" || post_norm_scale(n)
     });
     let (mut labels, mut parts) = (Vec::new(), Vec::new());
     embeddings(model, &cache, &mut labels, &mut parts);
     let t = ids.len();
     for (l, block) in model.blocks.iter().enumerate() {
-        push_heads(&cache, l, &mut labels, &mut parts);
+        push_heads(model, &cache, l, &mut labels, &mut parts);
         let d = model.config.d_model;
         if let Some(b) = &block.attn.out.bias {
             labels.push(format!("L{l}_attn_bias"));
+            parts.push(through_post_norm(model, &cache, l, b.val().reshape([1, d]).expand([t, d])));
+        }
+        if let Some(b) = attn_post_norm(model, l).and_then(|(n, _)| n.bias.as_ref()) {
+            labels.push(format!("L{l}_attn_norm_bias"));
             parts.push(b.val().reshape([1, d]).expand([t, d]));
         }
         if let Some(a) = cache.get(&format!("blocks.{l}.hook_mlp_out")) {
@@ -156,10 +198,13 @@ pub struct LogitAttribution {
     pub contributions: Vec<Vec<f64>>,
     /// `[pos]`: the final norm's bias and `b_U` along the direction.
     pub bias: Vec<f64>,
-    /// `[pos]`: the model's own logit (or difference).
+    /// `[pos]`: the model's own logit (or difference), before the final soft-cap where the
+    /// model has one (Gemma 2): the cap is not linear, so no decomposition sums to capped logits.
     pub logits: Vec<f64>,
     /// `max |Σ contributions + bias − logits|` over positions.
     pub max_error: f64,
+    /// The model's final soft-cap `c` (the model outputs `c tanh(logit / c)`), if any.
+    pub final_softcap: Option<f64>,
 }
 
 /// Direct logit attribution of `logit[right]` (minus `logit[wrong]`) at every position of
@@ -173,7 +218,10 @@ pub fn direct_logit_attribution(model: &Transformer, ids: &[i64], right: i64, wr
     let norm_bias = model.ln_final.bias.as_ref().map_or(0.0, |b| (b.val() * dir).sum().into_scalar::<f32>() as f64);
     let values: Vec<f32> = contrib.into_data().try_into_vec_as::<f32>().expect("f32");
     let contributions: Vec<Vec<f64>> = values.chunks(t).map(|r| r.iter().map(|&x| x as f64).collect()).collect();
-    let logits_t = model.forward(model.ids_tensor(ids));
+    // The logits before any final soft-cap: the unembedding of the final norm's output.
+    let cache = run_with_cache(model, ids, |n| n == "ln_final.hook_normalized");
+    let normalized = cache.get("ln_final.hook_normalized").and_then(|a| a.rank3()).expect("ln_final.hook_normalized cached");
+    let logits_t = model.unembed(model.ln_final.finish(normalized.narrow(0, 0, 1)));
     let v = model.config.vocab_size;
     let all: Vec<f32> = logits_t.into_data().try_into_vec_as::<f32>().expect("f32");
     let logits: Vec<f64> = (0..t)
@@ -184,7 +232,7 @@ pub fn direct_logit_attribution(model: &Transformer, ids: &[i64], right: i64, wr
         .collect();
     let bias = vec![norm_bias + b_u; t];
     let max_error = (0..t).map(|p| (contributions.iter().map(|c| c[p]).sum::<f64>() + bias[p] - logits[p]).abs()).fold(0.0, f64::max);
-    LogitAttribution { right, wrong, labels: comps.labels, contributions, bias, logits, max_error }
+    LogitAttribution { right, wrong, labels: comps.labels, contributions, bias, logits, max_error, final_softcap: model.config.final_softcap }
 }
 
 /// The logit lens: each layer's residual stream read through the final norm and the

@@ -156,6 +156,16 @@ pub fn write_attribution(dir: &Path, r: &AttributionReport, title: &str) -> std:
         d.bias[p],
         d.max_error
     );
+    if let (Some(c), None) = (d.final_softcap, d.wrong) {
+        let _ = write!(
+            body,
+            "<p>This model soft-caps its logits (it outputs {c} tanh(logit / {c})). The cap is not linear, so the values above and below are the logits <b>before</b> the cap, \
+             which the components sum to; the model's capped value at position {p} is {:.4}.</p>",
+            c * (d.logits[p] / c).tanh()
+        );
+    } else if d.final_softcap.is_some() {
+        body.push_str("<p>This model soft-caps its logits (c tanh(logit / c)); the cap is not linear, so the values here are differences of logits <b>before</b> the cap, which the components sum to.</p>");
+    }
     let values: Vec<Option<f64>> = d.logits.iter().map(|&x| Some(x)).collect();
     body.push_str(&coloured_tokens(&format!("{} at every position", r.target), &r.tokens, &values, true));
     // Heads at the chosen position.
