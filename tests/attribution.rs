@@ -62,7 +62,7 @@ fn nudged(m: &Transformer, ids: &[i64], metric: &Metric, name: &str, u: &[f32], 
 #[test]
 fn gradients_at_hook_points_match_central_finite_differences() {
     let mut worst: f64 = 0.0;
-    for name in ["gpt2", "gpt_neo_local", "pythia_like", "llama_gqa", "qwen2_tied", "mistral_window"] {
+    for name in ["gpt2", "gpt_neo_local", "pythia_like", "llama_gqa", "qwen2_tied", "mistral_window", "qwen3_qknorm", "olmo2_postnorm", "gptj_interleaved", "gemma2_softcap", "gemma3_local_rope"] {
         let m = model(name);
         let ids = ids_for(&m, 0);
         let v = m.config.vocab_size as i64;

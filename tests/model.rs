@@ -174,3 +174,119 @@ fn every_fixture_round_trips_through_its_config_json() {
     let e = burnlens::hf::check_exportable(&cfg, loaded.hf.family).unwrap_err().to_string();
     assert!(e.contains("cannot export as gpt2") && e.contains("q/k/v biases"), "{e}");
 }
+
+/// Training through the newer families' settings: the parameter gradients autodiff gives
+/// (burnlens's kernels on flex where they apply) match central finite differences of the
+/// loss, for a Gemma-like block (QK-norm, attention and logit soft-caps, norms before and
+/// after, scaled embedding, local rotary base, query_pre_attn_scalar), an OLMo-2-like one
+/// (post-norms, whole-projection QK-norm) and a GPT-J-like one (interleaved partial rotary,
+/// attention and MLP from one norm, unembedding bias).
+#[test]
+fn parameter_gradients_of_the_new_settings_match_finite_differences() {
+    use burnlens::model::{NormPlacement, ParamInit, Positional, QkNorm, Rotary, ScoreScale, next_token_loss};
+    let base = TransformerConfig::llama_like(24, 16, 16, 2, 2, 1);
+    let rot = base.rotary.unwrap();
+    let gemma = TransformerConfig {
+        qk_norm: Some(QkNorm::PerHead),
+        attn_softcap: Some(1.5),
+        final_softcap: Some(2.5),
+        norm_placement: NormPlacement::Sandwich,
+        scale_embed: true,
+        score_scale: ScoreScale::InvSqrtOf(12),
+        spans: vec![AttentionSpan::Local(3), AttentionSpan::Global],
+        rotary_local: Some(Rotary { base: 100.0, ..rot }),
+        untied_unembed: false,
+        ..base.clone()
+    };
+    let olmo = TransformerConfig { qk_norm: Some(QkNorm::Whole), norm_placement: NormPlacement::Post, ..base.clone() };
+    let gptj = TransformerConfig {
+        positional: Positional::Rotary,
+        rotary: Some(Rotary { dims: 4, base: 10000.0, scaling: None, interleaved: true }),
+        parallel_residual: true,
+        shared_norm: true,
+        untied_unembed: true,
+        unembed_bias: true,
+        qkv_bias: false,
+        attn_out_bias: false,
+        ..TransformerConfig::gpt2_like(24, 16, 16, 2, 2)
+    };
+    let ids: Vec<i64> = (0..10).map(|i| (i * 7 + 3) % 24).collect();
+    // Deterministic values per parameter, large enough that the caps and norms bite.
+    let values = |name: &str, n: usize| -> Vec<f32> {
+        let mut s = name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3));
+        (0..n)
+            .map(|_| {
+                s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                let u = ((s >> 33) as f32 / (1u64 << 31) as f32) * 2.0 - 1.0;
+                if name.contains("norm") || name.contains("ln") { 1.0 + 0.3 * u } else { 0.6 * u }
+            })
+            .collect()
+    };
+    let build = |cfg: &TransformerConfig, device: &Device, nudge: Option<(&str, &[f32], f32)>| {
+        cfg.build(device, |name, shape, _| {
+            let n = shape.iter().product();
+            let mut v = values(name, n);
+            if let Some((target, dir, eps)) = nudge
+                && target == name
+            {
+                v.iter_mut().zip(dir).for_each(|(x, d)| *x += eps * d);
+            }
+            Ok::<_, burnlens::model::ModelError>(ParamInit::Data(TensorData::new(v, shape.to_vec())))
+        })
+        .unwrap()
+    };
+    let loss = |m: &burnlens::model::Transformer| -> f64 {
+        next_token_loss(m.forward(m.ids_tensor(&ids)), m.ids_tensor(&ids)).into_scalar::<f32>() as f64
+    };
+    let device = Device::flex();
+    let ad = device.clone().autodiff();
+    let mut worst = 0f64;
+    for (arch, cfg) in [("gemma-like", gemma), ("olmo2-like", olmo), ("gptj-like", gptj)] {
+        let m = build(&cfg, &ad, None);
+        let l = next_token_loss(m.forward(m.ids_tensor(&ids)), m.ids_tensor(&ids));
+        let grads = l.backward();
+        let b0 = &m.blocks[0];
+        let b1 = &m.blocks[1];
+        let g1 = |p: &burn::module::Param<Tensor<1>>| p.grad(&grads).unwrap().into_data().try_into_vec_as::<f32>().unwrap();
+        let g2 = |p: &burn::module::Param<Tensor<2>>| p.grad(&grads).unwrap().into_data().try_into_vec_as::<f32>().unwrap();
+        let mut checks: Vec<(String, Vec<f32>)> = vec![
+            ("embed.weight".into(), g2(&m.embed.weight)),
+            ("blocks.0.attn.qkv.weight".into(), g2(&b0.attn.qkv.weight)),
+            ("blocks.1.attn.out.weight".into(), g2(&b1.attn.out.weight)),
+            ("blocks.1.mlp.fc_in.weight".into(), g2(&b1.mlp.as_ref().unwrap().fc_in.weight)),
+            ("blocks.0.ln1.weight".into(), g1(&b0.ln1.weight)),
+            ("ln_final.weight".into(), g1(&m.ln_final.weight)),
+        ];
+        if let Some(q) = &b0.attn.q_norm {
+            checks.push(("blocks.0.attn.q_norm.weight".into(), g1(&q.weight)));
+            checks.push(("blocks.1.attn.k_norm.weight".into(), g1(&b1.attn.k_norm.as_ref().unwrap().weight)));
+        }
+        if let Some(n) = &b1.ln1_post {
+            checks.push(("blocks.1.ln1_post.weight".into(), g1(&n.weight)));
+            checks.push(("blocks.0.ln2_post.weight".into(), g1(&b0.ln2_post.as_ref().unwrap().weight)));
+        }
+        if let Some(u) = &m.unembed {
+            checks.push(("unembed.weight".into(), g2(&u.weight)));
+            if let Some(b) = &u.bias {
+                checks.push(("unembed.bias".into(), g1(b)));
+            }
+        }
+        for (k, (name, grad)) in checks.iter().enumerate() {
+            let dir: Vec<f32> = values(&format!("direction {k}"), grad.len()).iter().map(|x| x / 0.6).collect();
+            let analytic: f64 = grad.iter().zip(&dir).map(|(g, d)| *g as f64 * *d as f64).sum();
+            let eps = 1e-2;
+            let up = loss(&build(&cfg, &device, Some((name, &dir, eps))));
+            let down = loss(&build(&cfg, &device, Some((name, &dir, -eps))));
+            let fd = (up - down) / (2.0 * eps as f64);
+            let g_norm = grad.iter().map(|x| (*x as f64).powi(2)).sum::<f64>().sqrt();
+            let d_norm = dir.iter().map(|x| (*x as f64).powi(2)).sum::<f64>().sqrt();
+            let scale = analytic.abs().max(g_norm * d_norm / (dir.len() as f64).sqrt()).max(1e-5);
+            let err = (analytic - fd).abs() / scale;
+            println!("{arch:<11} {name:<28} analytic {analytic:+.5e}  finite difference {fd:+.5e}  rel {err:.1e}");
+            assert!(g_norm > 0.0, "{arch} {name}: zero gradient");
+            assert!(err < 3e-2, "{arch} {name}: analytic {analytic} vs finite difference {fd} (rel {err})");
+            worst = worst.max(err);
+        }
+    }
+    println!("worst relative error: {worst:.1e}");
+}
