@@ -36,7 +36,17 @@ pub const FIXTURES: &[&str] = &[
 ];
 
 /// Models trained and exported by burnlens, recorded by `transformers`.
-pub const EXPORT_FIXTURES: &[&str] = &["trained_gpt2_char", "trained_gpt_neo_char", "trained_llama_char", "trained_pythia_char"];
+pub const EXPORT_FIXTURES: &[&str] = &[
+    "trained_gpt2_char",
+    "trained_gpt_neo_char",
+    "trained_llama_char",
+    "trained_pythia_char",
+    "trained_qwen3_char",
+    "trained_olmo2_char",
+    "trained_gptj_char",
+    "trained_gemma2_char",
+    "trained_gemma3_char",
+];
 
 /// Every fixture.
 pub fn all_fixtures() -> Vec<&'static str> {

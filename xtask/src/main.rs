@@ -608,6 +608,17 @@ fn train_exports() -> Result<Exports> {
     };
     let llama = rotary("llama", "configs/tiny-llama-char.toml")?;
     let pythia = rotary("pythia", "configs/tiny-pythia-char.toml")?;
+    // The newer families, each from its own fresh defaults on the tiny character config.
+    let mut newer = Vec::new();
+    for (name, family) in [
+        ("trained_qwen3_char", "qwen3"),
+        ("trained_olmo2_char", "olmo2"),
+        ("trained_gptj_char", "gptj"),
+        ("trained_gemma2_char", "gemma2"),
+        ("trained_gemma3_char", "gemma3_text"),
+    ] {
+        newer.push((name, train(family, &["training.steps=30".into(), format!("model.family={family:?}")])?));
+    }
     let bpe = train(
         "bpe",
         &[
@@ -619,7 +630,7 @@ fn train_exports() -> Result<Exports> {
         ],
     )?;
     Ok(Exports {
-        char_models: vec![("trained_gpt2_char", gpt2), ("trained_gpt_neo_char", neo), ("trained_llama_char", llama), ("trained_pythia_char", pythia)],
+        char_models: [vec![("trained_gpt2_char", gpt2), ("trained_gpt_neo_char", neo), ("trained_llama_char", llama), ("trained_pythia_char", pythia)], newer].concat(),
         bpe_model: bpe,
     })
 }

@@ -246,7 +246,6 @@ pub(super) fn json_common(cfg: &TransformerConfig, family: &str) -> std::result:
 pub(super) fn fresh_common(s: &FreshShape) -> TransformerConfig {
     TransformerConfig {
         d_mlp: Some(4 * s.d_model),
-        n_kv_heads: None,
         ..TransformerConfig::llama_like(s.vocab, s.n_ctx, s.d_model, s.n_layers, s.n_heads, s.n_heads)
     }
 }
