@@ -227,3 +227,19 @@ fn an_sae_in_a_folder_of_a_hub_repository_is_fetched_alone_and_then_served_from_
     assert_eq!(fetched.len(), 1, "{fetched:?}");
     assert!(fetched[0].contains("params.npz"), "{fetched:?}");
 }
+
+/// Every newer family loads by Hub id: the model downloaded from the stand-in computes what
+/// the fixture directory does (whose logits match `transformers`).
+#[test]
+fn the_newer_families_load_by_hub_id() {
+    let server = HubServer::start();
+    let tmp = tempfile::tempdir().unwrap();
+    let home = tmp.path().join("hf");
+    for (i, name) in ["qwen3_qknorm", "olmo2_postnorm", "gptj_interleaved", "gemma2_softcap", "gemma3_local_rope"].iter().enumerate() {
+        let repo = format!("org/{}", name.replace('_', "-"));
+        server.publish(&repo, "main", if i % 2 == 0 { COMMIT_A } else { COMMIT_B }, &fixture(name));
+        let out = tmp.path().join(format!("{name}.json"));
+        let o = cli(&server.url, &home, &[], &["logits", "--model", &repo, "--ids", "1,2,3,4,5", "--out", out.to_str().unwrap()]);
+        assert_eq!(logits_json(&o, &out), local_logits(name, "1,2,3,4,5", tmp.path()), "{name} by Hub id");
+    }
+}
