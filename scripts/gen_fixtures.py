@@ -24,8 +24,8 @@ from safetensors.torch import save_file
 from transformers import (Gemma2Config, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3TextConfig, GPT2Config,
                           GPT2LMHeadModel, GPTJConfig, GPTJForCausalLM, GPTNeoConfig, GPTNeoForCausalLM,
                           GPTNeoXConfig, GPTNeoXForCausalLM, LlamaConfig, LlamaForCausalLM, MistralConfig,
-                          MistralForCausalLM, Olmo2Config, Olmo2ForCausalLM, Qwen2Config, Qwen2ForCausalLM,
-                          Qwen3Config, Qwen3ForCausalLM)
+                          MistralForCausalLM, Olmo2Config, Olmo2ForCausalLM, Phi3Config, Phi3ForCausalLM,
+                          Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
 
 SEQ_LEN = 20
 # Greedy continuation recorded for the rotary families: HF's full forward, argmax, repeated
@@ -184,7 +184,8 @@ def bpe_export_check(src, manifest):
 
 
 ROTARY_FIXTURES = ["pythia_like", "neox_sequential", "llama_gqa", "qwen2_tied", "mistral_window",
-                   "qwen3_qknorm", "olmo2_postnorm", "gptj_interleaved", "gemma2_softcap", "gemma3_local_rope"]
+                   "qwen3_qknorm", "olmo2_postnorm", "gptj_interleaved", "gemma2_softcap", "gemma3_local_rope",
+                   "phi3_fused"]
 
 
 def rotary_fixtures(out_root, manifest, only):
@@ -244,6 +245,11 @@ def rotary_fixtures(out_root, manifest, only):
                              rope_parameters={"full_attention": {"rope_type": "linear", "factor": 4.0, "rope_theta": 1000000.0},
                                               "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}},
                              tie_word_embeddings=True), 20)
+    # Phi-3: fused qkv_proj and gate_up_proj, half of each head rotated, grouped-query
+    # attention, a sliding window (6) on every layer, untied.
+    save("phi3_fused", Phi3ForCausalLM,
+         llama_family_config(Phi3Config, sliding_window=6, tie_word_embeddings=False,
+                             rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5}), 21)
 
 
 def main():

@@ -235,7 +235,7 @@ fn the_newer_families_load_by_hub_id() {
     let server = HubServer::start();
     let tmp = tempfile::tempdir().unwrap();
     let home = tmp.path().join("hf");
-    for (i, name) in ["qwen3_qknorm", "olmo2_postnorm", "gptj_interleaved", "gemma2_softcap", "gemma3_local_rope"].iter().enumerate() {
+    for (i, name) in ["qwen3_qknorm", "olmo2_postnorm", "gptj_interleaved", "gemma2_softcap", "gemma3_local_rope", "phi3_fused"].iter().enumerate() {
         let repo = format!("org/{}", name.replace('_', "-"));
         server.publish(&repo, "main", if i % 2 == 0 { COMMIT_A } else { COMMIT_B }, &fixture(name));
         let out = tmp.path().join(format!("{name}.json"));

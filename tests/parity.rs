@@ -149,6 +149,11 @@ fn gemma3_qk_norm_local_rope_base_linear_scaled_global_rope() {
     check("gemma3_local_rope");
 }
 
+#[test]
+fn phi3_fused_qkv_and_gate_up_partial_rotary_sliding_window() {
+    check("phi3_fused");
+}
+
 /// The fixtures must exercise what they claim to: a wrong scale, mask or transpose would
 /// move the patterns, so they must be peaked, and the local fixture's window must bite.
 #[test]

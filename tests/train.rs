@@ -274,7 +274,7 @@ fn bad_training_inputs_are_one_line_errors_and_lose_nothing() {
     assert_bad_input(&burnlens(&["train", "--config", c, "--set", "training.stepz=1"]), "training.stepz: unknown field `stepz`");
     assert_bad_input(&burnlens(&["train", "--config", c, "--set", "training.steps=-1"]), "training.steps: invalid value");
     // The family is typed: an unknown one is refused while the config is read, naming the key and the choices.
-    assert_bad_input(&burnlens(&["train", "--config", c, "--set", "model.family=\"gpt5\""]), "model.family: unknown family \"gpt5\"; expected one of gpt2, gpt_neo, gpt_neox, llama, qwen2, mistral, qwen3, olmo2, gptj, gemma2, gemma3_text");
+    assert_bad_input(&burnlens(&["train", "--config", c, "--set", "model.family=\"gpt5\""]), "model.family: unknown family \"gpt5\"; expected one of gpt2, gpt_neo, gpt_neox, llama, qwen2, mistral, qwen3, olmo2, gptj, gemma2, gemma3_text, phi3");
     assert_bad_input(&burnlens(&["train", "--config", c, "--backend", "quantum"]), "unknown backend \"quantum\"");
     assert_bad_input(&burnlens(&["train", "--config", c, "--set", "backend.name=quantum"]), "unknown backend \"quantum\"");
     if let Some(data) = shared_data() {

@@ -33,6 +33,7 @@ pub const FIXTURES: &[&str] = &[
     "gptj_interleaved",
     "gemma2_softcap",
     "gemma3_local_rope",
+    "phi3_fused",
 ];
 
 /// Models trained and exported by burnlens, recorded by `transformers`.
@@ -46,6 +47,7 @@ pub const EXPORT_FIXTURES: &[&str] = &[
     "trained_gptj_char",
     "trained_gemma2_char",
     "trained_gemma3_char",
+    "trained_phi3_char",
 ];
 
 /// Every fixture.

@@ -616,6 +616,7 @@ fn train_exports() -> Result<Exports> {
         ("trained_gptj_char", "gptj"),
         ("trained_gemma2_char", "gemma2"),
         ("trained_gemma3_char", "gemma3_text"),
+        ("trained_phi3_char", "phi3"),
     ] {
         newer.push((name, train(family, &["training.steps=30".into(), format!("model.family={family:?}")])?));
     }

@@ -346,6 +346,11 @@ mod tests {
         assert!(msg(r#"{"model_type": "gpt_neo", "num_layers": 2, "window_size": 0, "attention_types": [[["global", "local"], 1]]}"#)
             .contains("`window_size` is 0"));
         assert!(msg("{not json").contains("config.json: not valid JSON"));
+        // Phi-3-mini-128k's long-context rope is named, not silently run as plain rope.
+        assert!(msg(r#"{"model_type": "phi3", "rope_scaling": {"type": "longrope", "short_factor": [1.0], "long_factor": [1.0]}}"#)
+            .contains("has rope_type \"longrope\"; burnlens implements default, linear and llama3"));
+        assert!(msg(r#"{"model_type": "gptj", "n_embd": 64, "n_head": 4, "rotary_dim": 20}"#).contains("`rotary_dim` = 20 must be even and at most the head size 16"));
+        assert!(msg(r#"{"model_type": "gemma2", "use_bidirectional_attention": true}"#).contains("causal decoders only"));
     }
 }
 

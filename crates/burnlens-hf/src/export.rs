@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 
 use crate::config::Family;
 use crate::error::{HfError, Result};
-use crate::layout::{entries, extract};
+use crate::layout::{Placement, entries, extract};
 use crate::tokenizer::Tokenizer;
 
 /// Whether `family` can represent `cfg`: the family's rules name the usual reasons in words,
@@ -66,6 +66,8 @@ pub fn hf_config_json(cfg: &TransformerConfig, family: Family, bos_eos: Option<u
     obj.insert("torch_dtype".into(), json!("float32"));
     obj.insert("bos_token_id".into(), json!(bos_eos));
     obj.insert("eos_token_id".into(), json!(bos_eos));
+    // Some config classes default to a padding id past a small vocabulary (Phi-3: 32000).
+    obj.insert("pad_token_id".into(), Value::Null);
     Ok(v)
 }
 
@@ -90,13 +92,29 @@ pub fn export_hf(model: &Transformer, family: Family, dir: &Path, tokenizer: Opt
         let shape = data.shape().to_vec();
         params.insert(name, (shape, data.try_into_vec_as::<f32>().expect("float parameter")));
     }
-    let mut out: Vec<(String, Vec<usize>, Vec<u8>)> = Vec::new();
+    let mut out: Vec<(String, Vec<usize>, Vec<f32>)> = Vec::new();
     for e in entries(family, cfg) {
         let (shape, values) = params.get(&e.canonical).ok_or_else(|| HfError::Export(format!("model has no parameter `{}`", e.canonical)))?;
         let hf_values = extract(&e, values, shape);
-        let bytes = hf_values.iter().flat_map(|x| x.to_le_bytes()).collect();
-        out.push((e.full_name(family), e.hf_shape.clone(), bytes));
+        let name = e.full_name(family);
+        match e.placement {
+            // A block of rows of a tensor several entries share: write it into that tensor.
+            Placement::Rows { start, .. } => {
+                let n: usize = e.hf_shape.iter().product();
+                let pos = match out.iter().position(|(n, _, _)| *n == name) {
+                    Some(i) => i,
+                    None => {
+                        out.push((name, e.hf_shape.clone(), vec![0.0; n]));
+                        out.len() - 1
+                    }
+                };
+                let d_in = e.hf_shape[1];
+                out[pos].2[start * d_in..start * d_in + hf_values.len()].copy_from_slice(&hf_values);
+            }
+            _ => out.push((name, e.hf_shape.clone(), hf_values)),
+        }
     }
+    let out: Vec<(String, Vec<usize>, Vec<u8>)> = out.into_iter().map(|(n, s, v)| (n, s, v.iter().flat_map(|x| x.to_le_bytes()).collect())).collect();
     let views: Vec<(&str, TensorView)> = out
         .iter()
         .map(|(n, s, b)| (n.as_str(), TensorView::new(Dtype::F32, s.clone(), b).expect("shape matches data")))

@@ -30,6 +30,10 @@ pub enum Placement {
     NeoxQkv { heads: usize, d_head: usize },
     /// The canonical values are the HF values plus one (Gemma's norm gains `1 + w`).
     PlusOne,
+    /// Rows `start..start + rows` of a fused `nn.Linear` weight `[_, d_in]` (Phi-3's
+    /// `gate_up_proj`) are the whole canonical `[d_in, rows]` parameter; the HF tensor is
+    /// shared with other entries (export writes it once, assembled from all of them).
+    Rows { start: usize, rows: usize },
 }
 
 /// One tensor of an HF checkpoint.
@@ -172,7 +176,7 @@ fn target_index(placement: Placement, r: usize) -> usize {
             let (head, part, i) = (r / (3 * d_head), (r / d_head) % 3, r % d_head);
             part * heads * d_head + head * d_head + i
         }
-        Placement::Same | Placement::Transposed | Placement::PlusOne => r,
+        Placement::Same | Placement::Transposed | Placement::PlusOne | Placement::Rows { .. } => r,
     }
 }
 
@@ -186,6 +190,10 @@ pub fn place(e: &Entry, values: Vec<f32>, canonical: &[usize], out: &mut Option<
         Placement::Same => *out = Some(values),
         Placement::PlusOne => *out = Some(values.into_iter().map(|v| v + 1.0).collect()),
         Placement::Transposed => *out = Some(transpose(&values, e.hf_shape[0], e.hf_shape[1])),
+        Placement::Rows { start, rows } => {
+            let d_in = e.hf_shape[1];
+            *out = Some(transpose(&values[start * d_in..(start + rows) * d_in], rows, d_in));
+        }
         p @ (Placement::Block { .. } | Placement::NeoxQkv { .. }) => {
             let buf = out.get_or_insert_with(|| vec![0.0; n]);
             if canonical.len() == 1 {
@@ -213,6 +221,8 @@ pub fn extract(e: &Entry, values: &[f32], canonical: &[usize]) -> Vec<f32> {
         Placement::Same => values.to_vec(),
         Placement::PlusOne => values.iter().map(|v| v - 1.0).collect(),
         Placement::Transposed => transpose(values, canonical[0], canonical[1]),
+        // Only this entry's rows; the exporter places them into the shared tensor.
+        Placement::Rows { .. } => transpose(values, canonical[0], canonical[1]),
         p @ (Placement::Block { .. } | Placement::NeoxQkv { .. }) => {
             if canonical.len() == 1 {
                 (0..e.hf_shape[0]).map(|r| values[target_index(p, r)]).collect()
@@ -280,7 +290,7 @@ mod tests {
     #[test]
     fn every_placement_round_trips_through_place_and_extract() {
         let cfg = TransformerConfig::llama_like(11, 8, 12, 1, 4, 2);
-        for family in [Family::Gpt2, Family::GptNeo, Family::GptNeoX, Family::Llama, Family::GptJ] {
+        for family in [Family::Gpt2, Family::GptNeo, Family::GptNeoX, Family::Llama, Family::GptJ, Family::Phi3] {
             let mut cfg = cfg.clone();
             if matches!(family, Family::Gpt2 | Family::GptNeo | Family::GptJ) {
                 cfg = TransformerConfig::gpt2_like(11, 8, 12, 1, 4);
@@ -299,7 +309,11 @@ mod tests {
             }
             for (e, v) in table.iter().zip(&hf) {
                 let (shape, values) = &canon[&e.canonical];
-                assert_eq!(&extract(e, values.as_ref().unwrap(), shape), v, "{family:?} {}", e.hf);
+                let want = match e.placement {
+                    Placement::Rows { start, rows } => &v[start * e.hf_shape[1]..(start + rows) * e.hf_shape[1]],
+                    _ => &v[..],
+                };
+                assert_eq!(extract(e, values.as_ref().unwrap(), shape), want, "{family:?} {}", e.hf);
             }
         }
     }
@@ -307,6 +321,7 @@ mod tests {
     fn canonical_shape(e: &Entry) -> Vec<usize> {
         match e.placement {
             Placement::Same | Placement::PlusOne => e.hf_shape.clone(),
+            Placement::Rows { rows, .. } => vec![e.hf_shape[1], rows],
             Placement::Transposed => vec![e.hf_shape[1], e.hf_shape[0]],
             Placement::NeoxQkv { .. } => if e.hf_shape.len() == 1 { e.hf_shape.clone() } else { vec![e.hf_shape[1], e.hf_shape[0]] },
             // The fused qkv of the test configs: 12 wide (q) + 2 * 6 (k, v) for Llama, 3 * 12 for GPT-Neo.

@@ -21,6 +21,7 @@ mod gpt_neox;
 mod gptj;
 mod llama;
 mod olmo2;
+mod phi3;
 mod qwen3;
 
 /// What defines a family.
@@ -93,6 +94,7 @@ registry! {
     GptJ => gptj::GptJ,
     Gemma2 => gemma::GEMMA2,
     Gemma3 => gemma::GEMMA3,
+    Phi3 => phi3::Phi3,
 }
 
 impl Family {
