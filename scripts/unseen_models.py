@@ -19,8 +19,8 @@ from safetensors.torch import load_file
 from transformers import (Gemma2Config, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3TextConfig, GPT2Config,
                           GPT2LMHeadModel, GPTJConfig, GPTJForCausalLM, GPTNeoConfig, GPTNeoForCausalLM,
                           GPTNeoXConfig, GPTNeoXForCausalLM, LlamaConfig, LlamaForCausalLM, MistralConfig,
-                          MistralForCausalLM, Olmo2Config, Olmo2ForCausalLM, Qwen2Config, Qwen2ForCausalLM,
-                          Qwen3Config, Qwen3ForCausalLM)
+                          MistralForCausalLM, Olmo2Config, Olmo2ForCausalLM, Phi3Config, Phi3ForCausalLM,
+                          Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
 
 MODELS = {
     # GPT-2 small and GPT-Neo 125M, whole.
@@ -82,6 +82,12 @@ MODELS = {
         vocab_size=100352, hidden_size=2048, intermediate_size=8192, num_hidden_layers=2, num_attention_heads=16,
         num_key_value_heads=16, max_position_embeddings=4096, rms_norm_eps=1e-6,
         rope_parameters={"rope_type": "default", "rope_theta": 500000.0}, tie_word_embeddings=False)),
+    # microsoft/Phi-3-mini-4k-instruct's config, first 2 of 32 layers (fused qkv and gate_up,
+    # sliding window 2047).
+    "phi-3-mini-2layers": (Phi3ForCausalLM, Phi3Config(
+        vocab_size=32064, hidden_size=3072, intermediate_size=8192, num_hidden_layers=2, num_attention_heads=32,
+        num_key_value_heads=32, max_position_embeddings=4096, original_max_position_embeddings=4096,
+        rms_norm_eps=1e-5, sliding_window=2047, pad_token_id=32000, tie_word_embeddings=False)),
     # EleutherAI/gpt-j-6b's config, first 2 of 28 layers (interleaved rotary on 64 of 256 dims).
     "gpt-j-6b-2layers": (GPTJForCausalLM, GPTJConfig(
         vocab_size=50400, n_positions=2048, n_embd=4096, n_layer=2, n_head=16, rotary_dim=64)),
@@ -118,7 +124,7 @@ def main():
         id_list = ",".join(str(i) for i in ids[0].tolist())
         subprocess.run([args.bin, "logits", "--model", d, "--ids", id_list, "--out", logits_path], check=True,
                        stdout=subprocess.DEVNULL)
-        subprocess.run([args.bin, "cache", "--model", d, "--ids", id_list, "--names", r"blocks\.\d+\.attn\.hook_pattern",
+        subprocess.run([args.bin, "cache", "--model", d, "--ids", id_list, "--names", r"re:blocks\.\d+\.attn\.hook_pattern",
                         "--out", acts], check=True, stdout=subprocess.DEVNULL)
         ours = torch.tensor(json.load(open(logits_path))["logits"])
         d_logit = (ours - out.logits[0]).abs().max().item()

@@ -228,7 +228,7 @@ pub fn train(config: Option<&Path>, sets: &[String], resume: Option<&Path>, quie
         (None, None) => return Err(UserError("train: give --config FILE (or --resume RUN_DIR)".into()).into()),
     };
     burnlens_train::install_interrupt_handler();
-    let opts = TrainOptions { backend_flag: common.backend.clone(), resume: resume.is_some(), quiet };
+    let opts = TrainOptions { backend_flag: common.backend.clone(), resume: resume.is_some(), quiet, on_step: None };
     let s = burnlens_train::train(&cfg, &opts)?;
     println!(
         "trained {} steps in {:.1}s ({:.0} tokens/s): final train loss {:.4}, validation loss {}",

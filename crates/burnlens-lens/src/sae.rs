@@ -41,6 +41,8 @@ pub enum SaeError {
     Tensor { path: PathBuf, name: String, msg: String },
     #[error("SAE hook point `{hook}`: {msg}")]
     Hook { hook: String, msg: String },
+    #[error("SAE: {0}")]
+    Unsupported(String),
 }
 
 /// How features are switched on.
@@ -391,6 +393,18 @@ impl Sae {
             _ => f,
         };
         self.norm_out(f.matmul(self.w_dec.clone()) + self.b_dec.clone().reshape([1, d]), state)
+    }
+
+    /// Reconstruction `[n, d_in]` from feature activations `f: [n, d_sae]`, for SAEs whose
+    /// output does not depend on their input's normalisation (`none`,
+    /// `expected_average_only_in`); the others need the input ([`Sae::forward`]).
+    pub fn decode(&self, f: Tensor<2>) -> Result<Tensor<2>, SaeError> {
+        match self.cfg.normalize_activations {
+            Normalize::None | Normalize::ExpectedAverageOnlyIn => Ok(self.decode_with(f, &NormState { scale: None, mean: None })),
+            other => Err(SaeError::Unsupported(format!(
+                "decoding features alone: this SAE's normalize_activations ({other:?}) rescales its output by its input's norm; use forward on the input"
+            ))),
+        }
     }
 
     /// Features and reconstruction of `x: [n, d_in]`: `([n, d_sae], [n, d_in])`.

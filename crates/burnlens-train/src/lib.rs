@@ -12,4 +12,4 @@ pub mod run;
 pub use any::{AnyModel, is_run_dir, load_any};
 pub use config::RunConfig;
 pub use error::TrainError;
-pub use run::{LoadedRun, RunSummary, TrainOptions, export_run, install_interrupt_handler, load_run, request_stop, train};
+pub use run::{LoadedRun, OnStep, RunSummary, TrainOptions, export_run, install_interrupt_handler, load_run, request_stop, train};

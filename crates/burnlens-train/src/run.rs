@@ -233,6 +233,19 @@ pub struct TrainOptions {
     pub resume: bool,
     /// Print nothing but errors.
     pub quiet: bool,
+    /// Called after every optimizer step with the metrics line of that step (`step`, `loss`,
+    /// `lr`, `grad_norm`, `tokens_per_s`, `elapsed_s`); the Python API's `on_step`.
+    pub on_step: Option<OnStep>,
+}
+
+/// A callback of [`TrainOptions::on_step`].
+#[derive(Clone)]
+pub struct OnStep(pub std::sync::Arc<dyn Fn(&serde_json::Value) + Send + Sync>);
+
+impl std::fmt::Debug for OnStep {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("OnStep(..)")
+    }
 }
 
 /// Train as `cfg` says. Returns when the steps are done, or with
@@ -360,6 +373,9 @@ pub fn train(cfg: &RunConfig, opts: &TrainOptions) -> Result<RunSummary> {
         let tps = (done - state.step) as f64 * tokens_per_step as f64 / elapsed.max(1e-9);
         let line = json!({"kind": "train", "step": done, "loss": loss_sum, "lr": lr, "grad_norm": grad_norm, "tokens_per_s": tps, "elapsed_s": elapsed});
         writeln!(metrics, "{line}").map_err(|e| TrainError::io(&metrics_path, e))?;
+        if let Some(OnStep(f)) = &opts.on_step {
+            f(&line);
+        }
         history.push(line);
 
         if done % t.eval_interval.max(1) == 0 || done == t.steps {

@@ -1,0 +1,577 @@
+"""burnlens from Python: transformers in Rust on Burn with TransformerLens's verbs.
+
+    import burnlens
+    model = burnlens.HookedModel.from_pretrained("tests/fixtures/gpt2")   # or "gpt2", "org/name@rev"
+    logits, cache = model.run_with_cache(model.to_tokens("Hello world"))
+    cache["pattern", 0]                  # == cache["blocks.0.attn.hook_pattern"]
+
+Everything returns numpy arrays (float32 activations, int64 tokens); the compute runs in Rust
+with the GIL released. Names, shapes and meanings follow TransformerLens where it has them
+(hook names, `W_Q [n_layers, n_heads, d_model, d_head]`, `decompose_resid`, ...). Errors are
+Python exceptions carrying the CLI's one-line messages: `FileNotFoundError` for a missing
+model, `KeyError` for an unknown hook name, `ValueError` for bad input.
+
+Unlike TransformerLens's `from_pretrained`, weights are not processed unless asked
+(`process_weights=True`), so the numbers are those of the checkpoint, as `transformers` and the
+burnlens CLI compute them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from . import _native
+
+__all__ = ["HookedModel", "ActivationCache", "HookPoint", "Config", "SAE", "train", "get_act_name", "backends"]
+
+Tokens = Union[str, Sequence[str], np.ndarray, Sequence[int], Sequence[Sequence[int]]]
+HookFn = Callable[[np.ndarray, "HookPoint"], Optional[np.ndarray]]
+NamesFilter = Union[None, str, Sequence[str], Callable[[str], bool]]
+
+_ATTN = {"q", "k", "v", "z", "result", "attn_scores", "pattern", "rot_q", "rot_k"}
+_BLOCK = {"resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out"}
+_MLP = {"pre", "post", "pre_linear"}
+
+
+def backends() -> List[str]:
+    """The backends compiled into this build (`flex` and `ndarray` by default)."""
+    return _native.backends()
+
+
+def get_act_name(name: str, layer: Optional[int] = None, sub: Optional[str] = None) -> str:
+    """TransformerLens's short names: `("pattern", 0)` -> `blocks.0.attn.hook_pattern`,
+    `("resid_pre", 3)`, `("post", 1)` -> `blocks.1.mlp.hook_post`, `("scale", 2, "ln1")` ->
+    `blocks.2.ln1.hook_scale`, `"embed"` -> `hook_embed`. Full names pass through."""
+    if "." in name or (name.startswith("hook_") and layer is None):
+        return name
+    if name in ("embed", "pos_embed"):
+        return f"hook_{name}"
+    if name in ("scale", "normalized"):
+        if layer is None:
+            return f"ln_final.hook_{name}"
+        if sub is None:
+            raise KeyError(f'"{name}" at layer {layer} needs the norm: ("{name}", {layer}, "ln1" or "ln2")')
+        return f"blocks.{layer}.{sub}.hook_{name}"
+    if layer is None:
+        raise KeyError(f'"{name}" needs a layer: cache["{name}", LAYER]')
+    if name in _ATTN:
+        return f"blocks.{layer}.attn.hook_{name}"
+    if name in _BLOCK:
+        return f"blocks.{layer}.hook_{name}"
+    if name in _MLP:
+        return f"blocks.{layer}.mlp.hook_{name}"
+    raise KeyError(f'"{name}" is not a TransformerLens short hook name')
+
+
+class HookPoint:
+    """What a hook function receives beside the activation: `hook.name`, `hook.layer()`."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def layer(self) -> Optional[int]:
+        parts = self.name.split(".")
+        return int(parts[1]) if parts[0] == "blocks" else None
+
+    def __repr__(self) -> str:
+        return f"HookPoint({self.name!r})"
+
+
+class Config:
+    """The architecture, with TransformerLens's field names (`n_layers`, `n_heads`, `d_model`,
+    `d_head`, `d_mlp`, `d_vocab`, `n_ctx`, `n_key_value_heads`) and burnlens's (`raw`)."""
+
+    def __init__(self, raw: Dict[str, Any], family: Optional[str]):
+        self.raw = raw
+        self.family = family
+        self.n_layers: int = len(raw["spans"])
+        self.n_heads: int = raw["n_heads"]
+        self.d_model: int = raw["d_model"]
+        self.d_head: int = raw["d_head"]
+        self.d_mlp: Optional[int] = raw["d_mlp"]
+        self.d_vocab: int = raw["vocab_size"]
+        self.n_ctx: int = raw["n_ctx"]
+        self.n_key_value_heads: int = raw.get("n_kv_heads") or raw["n_heads"]
+        self.n_kv_heads = self.n_key_value_heads
+        self.eps: float = raw["layer_norm_eps"]
+        self.normalization_type: str = "LN" if raw["norm"] == "layer_norm" else "RMS"
+        self.positional_embedding_type: str = {"residual": "standard", "query_key_only": "shortformer", "rotary": "rotary"}[raw["positional"]]
+        self.act_fn: str = raw["activation"]
+        self.attn_only: bool = raw["d_mlp"] is None
+        self.gated_mlp: bool = raw["mlp"] == "gated"
+        self.parallel_attn_mlp: bool = raw["parallel_residual"]
+        self.attn_scores_soft_cap: float = raw.get("attn_softcap") or -1.0
+        self.output_logits_soft_cap: float = raw.get("final_softcap") or -1.0
+
+    def __repr__(self) -> str:
+        return (f"Config(family={self.family!r}, n_layers={self.n_layers}, n_heads={self.n_heads}, d_model={self.d_model}, "
+                f"d_head={self.d_head}, d_mlp={self.d_mlp}, d_vocab={self.d_vocab}, n_key_value_heads={self.n_key_value_heads})")
+
+
+class ActivationCache:
+    """Activations by hook name (`cache["blocks.0.attn.hook_pattern"]`, `cache["pattern", 0]`),
+    with TransformerLens's residual-stream views. Arrays have a leading batch dimension."""
+
+    def __init__(self, acts: Dict[str, np.ndarray], model: "HookedModel", tokens: np.ndarray, padded: bool):
+        self.cache_dict = acts
+        self.model = model
+        self.tokens = tokens
+        self._padded = padded
+
+    def _key(self, key: Union[str, Tuple]) -> str:
+        return get_act_name(*key) if isinstance(key, tuple) else get_act_name(key)
+
+    def __getitem__(self, key: Union[str, Tuple]) -> np.ndarray:
+        name = self._key(key)
+        if name not in self.cache_dict:
+            known = name in self.model._names
+            raise KeyError(f'"{name}" is {"not in this cache (filtered out by names_filter)" if known else "not a hook point of this model"}')
+        return self.cache_dict[name]
+
+    def __contains__(self, key: Union[str, Tuple]) -> bool:
+        try:
+            return self._key(key) in self.cache_dict
+        except KeyError:
+            return False
+
+    def __len__(self) -> int:
+        return len(self.cache_dict)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.cache_dict)
+
+    def keys(self):
+        return self.cache_dict.keys()
+
+    def values(self):
+        return self.cache_dict.values()
+
+    def items(self):
+        return self.cache_dict.items()
+
+    def _per_sequence(self, kind: str, layer: Optional[int]) -> Tuple[List[str], np.ndarray]:
+        if self._padded:
+            raise ValueError("residual decompositions of a padded batch are not supported; run each sequence alone")
+        if layer is not None and layer < 0:
+            layer = self.model.cfg.n_layers + layer + 1
+        stacks, labels = [], []
+        for row in self.tokens:
+            labels, stack = self.model._native.residual([int(t) for t in row], kind, layer)
+            stacks.append(stack)
+        return labels, np.stack(stacks, axis=1)  # [components, batch, pos, d_model]
+
+    def decompose_resid(self, layer: Optional[int] = None, return_labels: bool = False):
+        """The residual stream entering `layer` (after the last layer with `None`) as the
+        embeddings plus each earlier attention and MLP output: `[components, batch, pos, d_model]`."""
+        labels, stack = self._per_sequence("decompose", layer)
+        return (stack, labels) if return_labels else stack
+
+    def stack_head_results(self, layer: Optional[int] = None, return_labels: bool = False):
+        """Every head's result (`z_h W_O[h]`, without `b_O`) of the layers before `layer`:
+        `[layer * heads, batch, pos, d_model]`, labelled `L{l}H{h}`. Where a norm follows
+        attention (Gemma, OLMo 2) each result passes through it with its scale frozen."""
+        labels, stack = self._per_sequence("heads", layer)
+        return (stack, labels) if return_labels else stack
+
+    def accumulated_resid(self, layer: Optional[int] = None, incl_mid: bool = False, apply_ln: bool = False, return_labels: bool = False):
+        """The residual stream entering each layer up to `layer` (and after the last with
+        `None`): `[n, batch, pos, d_model]`, labelled `{l}_pre`, `{l}_mid`, `final_post`; with
+        `apply_ln` the final norm is recomputed on each (the logit lens's input)."""
+        n = self.model.cfg.n_layers
+        if layer is None or layer == -1:
+            layer = n
+        comps, labels = [], []
+        for l in range(layer + 1):
+            if l == n:
+                comps.append(self["resid_post", n - 1])
+                labels.append("final_post")
+                continue
+            comps.append(self["resid_pre", l])
+            labels.append(f"{l}_pre")
+            if incl_mid and l < layer:
+                comps.append(self["resid_mid", l])
+                labels.append(f"{l}_mid")
+        stack = np.stack(comps)
+        if apply_ln:
+            stack = self.model.apply_ln_final(stack)
+        return (stack, labels) if return_labels else stack
+
+    def __repr__(self) -> str:
+        return f"ActivationCache with keys {list(self.cache_dict)}"
+
+
+class HookedModel:
+    """A model with TransformerLens's verbs. Load with :meth:`from_pretrained`."""
+
+    def __init__(self, native: "_native.NativeModel", dropped: Sequence[str] = ()):
+        self._native = native
+        self.cfg = Config(json.loads(native.config_json()), native.family)
+        self._names: List[str] = native.hook_names()
+        self._hooks: List[Tuple[str, HookFn]] = []
+        self._weights: Optional[Dict[str, np.ndarray]] = None
+        self.processing_dropped: List[str] = list(dropped)
+
+    # ------------------------------------------------------------------ loading
+
+    @classmethod
+    def from_pretrained(cls, name: str, backend: Optional[str] = None, process_weights: bool = False) -> "HookedModel":
+        """Load a `save_pretrained` directory, a burnlens run directory or a Hub id
+        (`gpt2`, `org/name@revision`). `backend`: `flex` (default), `ndarray`, or a GPU backend
+        compiled in. `process_weights=True` folds norms and centres weights as
+        TransformerLens's `from_pretrained` does (steps the architecture cannot take are
+        dropped and listed in `processing_dropped`)."""
+        native = _native.NativeModel.load(str(name), backend)
+        if process_weights:
+            native, dropped = native.processed()
+            return cls(native, dropped)
+        return cls(native)
+
+    @classmethod
+    def from_pretrained_no_processing(cls, name: str, backend: Optional[str] = None) -> "HookedModel":
+        """:meth:`from_pretrained` without weight processing (the default here)."""
+        return cls.from_pretrained(name, backend)
+
+    def hook_names(self) -> List[str]:
+        """Every hook point, in the order a forward pass visits them."""
+        return list(self._names)
+
+    # --------------------------------------------------------------- tokenizing
+
+    def to_tokens(self, text: Union[str, Sequence[str]], prepend_bos: bool = True) -> np.ndarray:
+        """`[batch, pos]` int64 token ids; a list of texts is right-padded (pass the list
+        itself to the model to get the matching attention mask)."""
+        tokens, _ = self._tokens_and_mask(text, prepend_bos)
+        return tokens
+
+    def _encode(self, text: str, prepend_bos: bool) -> List[int]:
+        ids = list(self._native.encode(text))
+        bos = self._native.bos_token_id
+        if prepend_bos and bos is not None:
+            ids = [bos] + ids
+        return ids
+
+    def _tokens_and_mask(self, x: Tokens, prepend_bos: bool = True) -> Tuple[np.ndarray, Optional[np.ndarray]]:
+        if isinstance(x, str):
+            return np.array([self._encode(x, prepend_bos)], dtype=np.int64), None
+        if isinstance(x, (list, tuple)) and x and all(isinstance(s, str) for s in x):
+            rows = [self._encode(s, prepend_bos) for s in x]
+            width = max(len(r) for r in rows)
+            if all(len(r) == width for r in rows):
+                return np.array(rows, dtype=np.int64), None
+            pad = self._native.bos_token_id or 0
+            tokens = np.full((len(rows), width), pad, dtype=np.int64)
+            mask = np.zeros((len(rows), width), dtype=bool)
+            for i, r in enumerate(rows):
+                tokens[i, : len(r)] = r
+                mask[i, : len(r)] = True
+            return tokens, mask
+        arr = np.asarray(x)
+        if arr.dtype.kind not in "iu":
+            raise ValueError(f"tokens: expected integer token ids, found dtype {arr.dtype}")
+        if arr.ndim == 1:
+            arr = arr[None, :]
+        if arr.ndim != 2:
+            raise ValueError(f"tokens: expected [batch, pos] (or [pos]) token ids, found shape {arr.shape}")
+        return np.ascontiguousarray(arr, dtype=np.int64), None
+
+    def to_str_tokens(self, x: Union[str, Sequence[int], np.ndarray], prepend_bos: bool = True) -> List[str]:
+        """Each token of one sequence as text."""
+        tokens, _ = self._tokens_and_mask(x, prepend_bos)
+        if tokens.shape[0] != 1:
+            raise ValueError("to_str_tokens takes one sequence")
+        return [self._native.decode([int(t)]) for t in tokens[0]]
+
+    def to_string(self, tokens: Union[Sequence[int], np.ndarray]) -> Union[str, List[str]]:
+        """The text of `[pos]` tokens (a list of texts for `[batch, pos]`)."""
+        arr = np.asarray(tokens)
+        if arr.ndim == 2:
+            return [self._native.decode([int(t) for t in row]) for row in arr]
+        return self._native.decode([int(t) for t in arr])
+
+    # ------------------------------------------------------------------ running
+
+    def _names_from(self, filt: NamesFilter) -> List[str]:
+        if filt is None:
+            return list(self._names)
+        if isinstance(filt, str):
+            filt = [filt]
+        if callable(filt):
+            return [n for n in self._names if filt(n)]
+        names = [get_act_name(n) for n in filt]
+        for n in names:
+            if n not in self._names:
+                raise KeyError(f'"{n}" is not a hook point of this model; names look like hook_embed, blocks.0.hook_resid_pre, blocks.0.attn.hook_pattern (model.hook_names() lists them all)')
+        return names
+
+    def _expand_hooks(self, hooks: Iterable[Tuple[Union[str, Callable[[str], bool]], HookFn]]) -> List[Tuple[str, Any]]:
+        out = []
+        for name, fn in hooks:
+            names = [n for n in self._names if name(n)] if callable(name) else self._names_from([name])
+            for n in names:
+                out.append((n, _wrap(fn)))
+        return out
+
+    def _run(self, x: Tokens, attention_mask: Optional[np.ndarray], capture: List[str], hooks: List[Tuple[str, HookFn]]):
+        tokens, mask = self._tokens_and_mask(x)
+        if attention_mask is not None:
+            mask = np.ascontiguousarray(np.asarray(attention_mask, dtype=bool))
+        all_hooks = self._expand_hooks(self._hooks) + self._expand_hooks(hooks)
+        logits, acts = self._native.run(tokens, mask, capture, all_hooks)
+        return tokens, mask, logits, acts
+
+    def _output(self, logits: np.ndarray, tokens: np.ndarray, mask: Optional[np.ndarray], return_type: Optional[str]):
+        if return_type == "logits":
+            return logits
+        if return_type is None:
+            return None
+        if return_type not in ("loss", "both"):
+            raise ValueError(f'return_type "{return_type}": expected "logits", "loss", "both" or None')
+        loss = _next_token_loss(logits, tokens, mask)
+        return loss if return_type == "loss" else (logits, loss)
+
+    def __call__(self, x: Tokens, return_type: Optional[str] = "logits", attention_mask: Optional[np.ndarray] = None):
+        """Logits `[batch, pos, d_vocab]` (float32) of text, texts (padded, with the attention
+        mask) or token ids; `return_type="loss"` gives the mean next-token cross-entropy,
+        `"both"` the pair."""
+        tokens, mask, logits, _ = self._run(x, attention_mask, [], [])
+        return self._output(logits, tokens, mask, return_type)
+
+    forward = __call__
+
+    def run_with_cache(self, x: Tokens, names_filter: NamesFilter = None, return_type: Optional[str] = "logits", attention_mask: Optional[np.ndarray] = None):
+        """`(logits, cache)`: the activations at every hook point `names_filter` selects (a
+        name, a list of names or short names, or a predicate; all with `None`)."""
+        names = self._names_from(names_filter)
+        tokens, mask, logits, acts = self._run(x, attention_mask, names, [])
+        return self._output(logits, tokens, mask, return_type), ActivationCache(acts, self, tokens, mask is not None)
+
+    def run_with_hooks(self, x: Tokens, fwd_hooks: Sequence[Tuple[Union[str, Callable[[str], bool]], HookFn]] = (), return_type: Optional[str] = "logits", attention_mask: Optional[np.ndarray] = None):
+        """Run with `fn(activation, hook)` at each `(name, fn)` of `fwd_hooks` (a name or a
+        predicate over names); what `fn` returns (same shape) replaces the activation, `None`
+        keeps it."""
+        tokens, mask, logits, _ = self._run(x, attention_mask, [], list(fwd_hooks))
+        return self._output(logits, tokens, mask, return_type)
+
+    @contextlib.contextmanager
+    def hooks(self, fwd_hooks: Sequence[Tuple[Union[str, Callable[[str], bool]], HookFn]] = ()):
+        """`with model.hooks(fwd_hooks=[...]):` — the hooks apply to every call inside."""
+        added = list(fwd_hooks)
+        self._expand_hooks(added)  # unknown names fail here, not at the first call
+        self._hooks.extend(added)
+        try:
+            yield self
+        finally:
+            for h in added:
+                self._hooks.remove(h)
+
+    def add_hook(self, name: Union[str, Callable[[str], bool]], fn: HookFn) -> None:
+        """Keep `fn` at `name` for every later call (until :meth:`reset_hooks`)."""
+        self._expand_hooks([(name, fn)])
+        self._hooks.append((name, fn))
+
+    def reset_hooks(self) -> None:
+        self._hooks.clear()
+
+    def run_with_saes(self, x: Tokens, saes: Sequence["SAE"], return_type: Optional[str] = "logits"):
+        """Logits with each SAE's reconstruction in place of the activation it reads."""
+        tokens, mask = self._tokens_and_mask(x)
+        if mask is not None:
+            raise ValueError("run_with_saes takes sequences of one length (no padding)")
+        logits = self._native.run_with_saes(tokens, [s._native for s in saes])
+        return self._output(logits, tokens, None, return_type)
+
+    def generate(self, x: Union[str, Sequence[int], np.ndarray], max_new_tokens: int = 10, temperature: float = 0.0, top_k: Optional[int] = None,
+                 top_p: Optional[float] = None, seed: int = 0, stop_token: Optional[int] = None, prepend_bos: bool = True):
+        """The prompt continued by up to `max_new_tokens` tokens (greedy at temperature 0, with
+        the KV cache): a string for a string prompt, else the token ids (prompt included)."""
+        tokens, _ = self._tokens_and_mask(x, prepend_bos)
+        if tokens.shape[0] != 1:
+            raise ValueError("generate takes one prompt")
+        prompt = [int(t) for t in tokens[0]]
+        new = self._native.generate(prompt, max_new_tokens, temperature, top_k, top_p, seed, stop_token)
+        if isinstance(x, str):
+            return self._native.decode(prompt[1:] + new if prepend_bos and self._native.bos_token_id is not None else prompt + new)
+        return np.array(prompt + new, dtype=np.int64)
+
+    # ------------------------------------------------------------- attribution
+
+    def _one(self, x) -> List[int]:
+        tokens, mask = self._tokens_and_mask(x)
+        if tokens.shape[0] != 1:
+            raise ValueError("this tool takes one sequence")
+        return [int(t) for t in tokens[0]]
+
+    def metric(self, x, metric: str) -> float:
+        """`loss[:FROM]`, `logprob:TOKEN[@POS]` or `logit-diff:RIGHT,WRONG[@POS]` on one sequence
+        (TOKEN: an id, or the text of one token)."""
+        return self._native.metric_value(self._one(x), metric)
+
+    def hook_gradients(self, x, names: NamesFilter, metric: str) -> Dict[str, np.ndarray]:
+        """The metric's gradient at each selected hook point (one sequence): arrays shaped
+        like the activations."""
+        _, grads, _ = self._native.hook_gradients(self._one(x), self._names_from(names), metric)
+        return grads
+
+    def patching(self, clean, corrupted, metric: str, kinds: Sequence[str] = ("head",), method: str = "activation") -> Dict[str, Any]:
+        """Patch each node of `kinds` (`head`: `hook_z` per head, `resid_pre`: per position,
+        `mlp`: `hook_mlp_out`) from `corrupted` into `clean` (`method="activation"`) or its
+        linear estimate (`"attribution"`): the clean metric and, per kind, the metric's change,
+        `head` `[layers, heads]`, `resid_pre` `[layers, pos]`, `mlp` `[layers]`."""
+        if method not in ("activation", "attribution"):
+            raise ValueError(f'method "{method}": expected "activation" or "attribution"')
+        clean_ids, corr_ids = self._one(clean), self._one(corrupted)
+        base, rows = self._native.patching(clean_ids, corr_ids, metric, list(kinds), method == "attribution")
+        L, H, T = self.cfg.n_layers, self.cfg.n_heads, len(clean_ids)
+        out: Dict[str, Any] = {"clean_metric": base}
+        shapes = {"head": (L, H), "resid_pre": (L, T), "mlp": (L,)}
+        for k in kinds:
+            out[k] = np.zeros(shapes[k], dtype=np.float64)
+        for kind, layer, index, effect in rows:
+            if kind == "mlp":
+                out[kind][layer] = effect
+            else:
+                out[kind][layer, index] = effect
+        return out
+
+    def logit_lens(self, x, k: int = 5, target: Optional[int] = None) -> Dict[str, Any]:
+        """Each layer's residual stream read through the final norm and the unembedding: the
+        top `k` tokens with probabilities per layer and position, and the target's."""
+        return json.loads(self._native.logit_lens(self._one(x), k, target))
+
+    def logit_attribution(self, x, right: int, wrong: Optional[int] = None) -> Dict[str, Any]:
+        """Direct logit attribution of `logit[right]` (minus `logit[wrong]`) at every position:
+        `labels`, `contributions` `[component, pos]`, `bias`, `logits`, `max_error`. Under a
+        final soft-cap (Gemma 2) the sum is the logit before the cap."""
+        d = json.loads(self._native.logit_attribution(self._one(x), right, wrong))
+        d["contributions"] = np.array(d["contributions"])
+        d["logits"] = np.array(d["logits"])
+        d["bias"] = np.array(d["bias"])
+        return d
+
+    # ------------------------------------------------------------------ weights
+
+    @property
+    def weights(self) -> Dict[str, np.ndarray]:
+        if self._weights is None:
+            self._weights = dict(self._native.weights())
+        return self._weights
+
+    def _w(self, name: str) -> np.ndarray:
+        w = self.weights
+        if name not in w:
+            raise AttributeError(f"this model has no {name}")
+        return w[name]
+
+    W_E = property(lambda self: self._w("W_E"), doc="`[d_vocab, d_model]`")
+    W_pos = property(lambda self: self._w("W_pos"), doc="`[n_ctx, d_model]` (learned positions only)")
+    W_U = property(lambda self: self._w("W_U"), doc="`[d_model, d_vocab]`")
+    b_U = property(lambda self: self._w("b_U") if "b_U" in self.weights else np.zeros(self.cfg.d_vocab, np.float32), doc="`[d_vocab]`")
+    W_Q = property(lambda self: self._w("W_Q"), doc="`[n_layers, n_heads, d_model, d_head]`")
+    W_K = property(lambda self: self._w("W_K"), doc="`[n_layers, n_heads, d_model, d_head]` (grouped heads repeated)")
+    W_V = property(lambda self: self._w("W_V"), doc="`[n_layers, n_heads, d_model, d_head]` (grouped heads repeated)")
+    W_O = property(lambda self: self._w("W_O"), doc="`[n_layers, n_heads, d_head, d_model]`")
+    b_Q = property(lambda self: self._w("b_Q"), doc="`[n_layers, n_heads, d_head]`")
+    b_K = property(lambda self: self._w("b_K"), doc="`[n_layers, n_heads, d_head]`")
+    b_V = property(lambda self: self._w("b_V"), doc="`[n_layers, n_heads, d_head]`")
+    b_O = property(lambda self: self._w("b_O"), doc="`[n_layers, d_model]`")
+    W_in = property(lambda self: self._w("W_in"), doc="`[n_layers, d_model, d_mlp]`")
+    W_gate = property(lambda self: self._w("W_gate"), doc="`[n_layers, d_model, d_mlp]` (gated MLPs)")
+    W_out = property(lambda self: self._w("W_out"), doc="`[n_layers, d_mlp, d_model]`")
+    b_in = property(lambda self: self._w("b_in"), doc="`[n_layers, d_mlp]`")
+    b_out = property(lambda self: self._w("b_out"), doc="`[n_layers, d_model]`")
+
+    def apply_ln_final(self, x: np.ndarray) -> np.ndarray:
+        """The final norm (recomputed on `x`, `[..., d_model]`)."""
+        x = np.asarray(x, dtype=np.float32)
+        w = self.weights["ln_final.w"]
+        if self.cfg.normalization_type == "LN":
+            centred = x - x.mean(-1, keepdims=True)
+            return centred / np.sqrt((centred ** 2).mean(-1, keepdims=True) + self.cfg.eps) * w + self.weights["ln_final.b"]
+        return x / np.sqrt((x ** 2).mean(-1, keepdims=True) + self.cfg.eps) * w
+
+    def __repr__(self) -> str:
+        return f"HookedModel({self._native.directory!r}, {self.cfg!r})"
+
+
+def _wrap(fn: HookFn):
+    return lambda act, name: fn(act, HookPoint(name))
+
+
+def _next_token_loss(logits: np.ndarray, tokens: np.ndarray, mask: Optional[np.ndarray]) -> float:
+    """Mean cross-entropy of position p predicting token p + 1 (over real tokens)."""
+    x = logits[:, :-1].astype(np.float64)
+    x = x - x.max(-1, keepdims=True)
+    logp = x - np.log(np.exp(x).sum(-1, keepdims=True))
+    target = tokens[:, 1:]
+    nll = -np.take_along_axis(logp, target[..., None], axis=-1)[..., 0]
+    if mask is not None:
+        keep = mask[:, 1:] & mask[:, :-1]
+        return float(nll[keep].mean())
+    return float(nll.mean())
+
+
+class SAE:
+    """A sparse autoencoder (SAELens's layout, Gemma Scope's `params.npz`, or burnlens's)."""
+
+    def __init__(self, native: "_native.NativeSae"):
+        self._native = native
+        self.cfg: Dict[str, Any] = json.loads(native.cfg_json())
+
+    @classmethod
+    def load(cls, spec: str, backend: Optional[str] = None) -> "SAE":
+        """From a directory, or a Hub folder `org/name[@revision]:folder`."""
+        return cls(_native.NativeSae.load(str(spec), backend))
+
+    @property
+    def hook_name(self) -> str:
+        """The hook point the SAE reads (SAELens 6 keeps it in `cfg["metadata"]`)."""
+        return self.cfg.get("hook_name") or self.cfg["metadata"]["hook_name"]
+
+    @property
+    def d_in(self) -> int:
+        return self.cfg["d_in"]
+
+    @property
+    def d_sae(self) -> int:
+        return self.cfg["d_sae"]
+
+    def encode(self, x: np.ndarray) -> np.ndarray:
+        """Feature activations `[..., d_sae]` of `x` `[..., d_in]`."""
+        x = np.asarray(x, dtype=np.float32)
+        flat = np.ascontiguousarray(x.reshape(-1, x.shape[-1]))
+        return self._native.encode(flat).reshape(*x.shape[:-1], self.d_sae)
+
+    def decode(self, feature_acts: np.ndarray) -> np.ndarray:
+        """Reconstruction `[..., d_in]` of feature activations `[..., d_sae]`."""
+        f = np.asarray(feature_acts, dtype=np.float32)
+        flat = np.ascontiguousarray(f.reshape(-1, f.shape[-1]))
+        return self._native.decode(flat).reshape(*f.shape[:-1], self.d_in)
+
+    def __repr__(self) -> str:
+        return f"SAE(hook_name={self.hook_name!r}, d_in={self.d_in}, d_sae={self.d_sae})"
+
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    if isinstance(v, str):
+        return json.dumps(v)
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    raise ValueError(f"override value {v!r}: expected a bool, number, string or list")
+
+
+def train(config_path: str, overrides: Optional[Dict[str, Any]] = None, on_step: Optional[Callable[[Dict[str, Any]], None]] = None, resume: bool = False) -> str:
+    """Train as the run config says (`overrides`: `{"training.steps": 100, ...}` as the CLI's
+    `--set`); `on_step(metrics)` after every optimizer step (`step`, `loss`, `lr`,
+    `grad_norm`, `tokens_per_s`); an exception it raises stops the run (checkpointed) and is
+    re-raised. Returns the run directory."""
+    sets = [f"{k}={_toml_value(v)}" for k, v in (overrides or {}).items()]
+    cb = (lambda line: on_step(json.loads(line))) if on_step is not None else None
+    return _native.train(str(config_path), sets, cb, resume)

@@ -1,0 +1,617 @@
+//! `burnlens._native`: the Rust side of burnlens's Python API. The Python package around it
+//! (`python/burnlens/__init__.py`) gives it TransformerLens's names and shapes; everything
+//! here takes and returns plain values and numpy arrays, runs with the GIL released, and turns
+//! burnlens's errors into Python exceptions carrying the CLI's one-line messages
+//! (`FileNotFoundError` for a missing path, `KeyError` for an unknown hook name, `ValueError`
+//! for the rest).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use burn::tensor::{Device, Int, Tensor, TensorData};
+use burnlens_hf::Tokenizer;
+use burnlens_lens::{Metric, Sae};
+use burnlens_model::{Activation, Hooks, Sampling, Transformer, generate, hook_names};
+use numpy::{IntoPyArray, PyArrayDyn, PyArrayMethods, PyReadonlyArray2, PyReadonlyArrayDyn, PyUntypedArrayMethods};
+use pyo3::exceptions::{PyFileNotFoundError, PyKeyError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+/// An error as Python sees it: the message, and which exception class carries it.
+enum Fail {
+    NotFound(String),
+    Key(String),
+    Value(String),
+}
+
+impl From<Fail> for PyErr {
+    fn from(f: Fail) -> PyErr {
+        match f {
+            Fail::NotFound(m) => PyFileNotFoundError::new_err(m),
+            Fail::Key(m) => PyKeyError::new_err(m),
+            Fail::Value(m) => PyValueError::new_err(m),
+        }
+    }
+}
+
+/// A loading error: missing files become `FileNotFoundError`.
+fn load_fail(msg: String, missing: bool) -> Fail {
+    if missing { Fail::NotFound(msg) } else { Fail::Value(msg) }
+}
+
+fn value(e: impl std::fmt::Display) -> Fail {
+    Fail::Value(e.to_string())
+}
+
+/// Whether loading failed because a file or directory is missing.
+trait Missing {
+    fn missing(&self) -> bool;
+}
+
+impl Missing for burnlens_hf::HfError {
+    fn missing(&self) -> bool {
+        matches!(self, burnlens_hf::HfError::Io { error, .. } if error.kind() == std::io::ErrorKind::NotFound)
+    }
+}
+
+impl Missing for burnlens_train::TrainError {
+    fn missing(&self) -> bool {
+        match self {
+            burnlens_train::TrainError::Io { error, .. } => error.kind() == std::io::ErrorKind::NotFound,
+            burnlens_train::TrainError::Hf(e) => e.missing(),
+            _ => false,
+        }
+    }
+}
+
+fn is_not_found(e: &impl Missing) -> bool {
+    e.missing()
+}
+
+/// `Vec<f32>` of shape `dims` as a numpy array, without copying the values again.
+fn array<'py>(py: Python<'py>, values: Vec<f32>, dims: &[usize]) -> PyResult<Bound<'py, PyArrayDyn<f32>>> {
+    values.into_pyarray(py).reshape(dims.to_vec())
+}
+
+/// A tensor's values and shape on the host.
+fn host<const D: usize>(t: Tensor<D>) -> (Vec<f32>, Vec<usize>) {
+    let dims = t.dims().to_vec();
+    (t.into_data().try_into_vec_as::<f32>().expect("f32 tensor"), dims)
+}
+
+fn activation_host(a: &Activation) -> (Vec<f32>, Vec<usize>) {
+    (a.to_vec(), a.dims())
+}
+
+/// A model loaded from a directory, a run or a Hub id.
+#[pyclass(frozen, module = "burnlens._native")]
+struct NativeModel {
+    model: Transformer,
+    tokenizer: Option<std::sync::Arc<Tokenizer>>,
+    bos: Option<i64>,
+    dir: PathBuf,
+    family: Option<String>,
+    names: Vec<String>,
+}
+
+impl NativeModel {
+    fn device(&self) -> Device {
+        self.model.device()
+    }
+
+    fn ids(&self, tokens: &[i64], batch: usize, pos: usize) -> Result<Tensor<2, Int>, Fail> {
+        if batch == 0 || pos == 0 {
+            return Err(Fail::Value("tokens: expected a non-empty [batch, pos] array".into()));
+        }
+        for row in tokens.chunks(pos) {
+            self.model.check_ids(row).map_err(value)?;
+        }
+        Ok(Tensor::from_data(TensorData::new(tokens.to_vec(), [batch, pos]), &self.device()))
+    }
+
+    fn check_names(&self, names: &[String]) -> Result<(), Fail> {
+        match names.iter().find(|n| !self.names.contains(n)) {
+            Some(bad) => Err(Fail::Key(format!(
+                "\"{bad}\" is not a hook point of this model; names look like hook_embed, blocks.0.hook_resid_pre, blocks.0.attn.hook_pattern (model.hook_names() lists them all)"
+            ))),
+            None => Ok(()),
+        }
+    }
+}
+
+/// `tokens` as a flat `i64` slice with its `[batch, pos]` shape.
+fn tokens_of(tokens: &PyReadonlyArray2<'_, i64>) -> Result<(Vec<i64>, usize, usize), Fail> {
+    let shape = tokens.shape();
+    let flat: Vec<i64> = tokens.as_array().iter().copied().collect();
+    Ok((flat, shape[0], shape[1]))
+}
+
+/// Resolve a model spec (directory, run directory, or Hub id) to a local directory.
+fn resolve(spec: &str) -> Result<PathBuf, Fail> {
+    burnlens_hf::resolve_model(spec, &mut |_| {}).map_err(|e| load_fail(format!("{spec}: {e}"), is_not_found(&e)))
+}
+
+#[pymethods]
+impl NativeModel {
+    /// Load `spec` (a `save_pretrained` directory, a burnlens run directory, or a Hub id
+    /// `org/name[@revision]`) on `backend` (`flex` by default).
+    #[staticmethod]
+    #[pyo3(signature = (spec, backend=None))]
+    fn load(py: Python<'_>, spec: &str, backend: Option<&str>) -> PyResult<Self> {
+        let spec = spec.to_string();
+        let backend = backend.map(str::to_string);
+        Ok(py.detach(move || -> Result<Self, Fail> {
+            let name = burnlens_model::backend::resolve_name(&[backend.as_deref()]);
+            let device = burnlens_model::backend::device(&name, None).map_err(value)?;
+            let dir = resolve(&spec)?;
+            let any = burnlens_train::load_any(&dir, &device).map_err(|e| load_fail(e.to_string(), is_not_found(&e)))?;
+            let family = burnlens_hf::read_config(&dir.join("config.json")).ok().map(|c| c.family.to_string());
+            let names = hook_names(&any.model.config);
+            Ok(Self { model: any.model, tokenizer: any.tokenizer.map(std::sync::Arc::new), bos: any.bos, dir, family, names })
+        })?)
+    }
+
+    /// The architecture as JSON (burnlens's `TransformerConfig`).
+    fn config_json(&self) -> String {
+        serde_json::to_string(&self.model.config).expect("config serialises")
+    }
+
+    /// The `model_type` of a Hugging Face directory (`None` for a burnlens run).
+    #[getter]
+    fn family(&self) -> Option<String> {
+        self.family.clone()
+    }
+
+    #[getter]
+    fn directory(&self) -> String {
+        self.dir.display().to_string()
+    }
+
+    /// The checkpoint's `bos_token_id`, if any.
+    #[getter]
+    fn bos_token_id(&self) -> Option<i64> {
+        self.bos
+    }
+
+    #[getter]
+    fn has_tokenizer(&self) -> bool {
+        self.tokenizer.is_some()
+    }
+
+    /// Every hook point, in the order a forward pass visits them.
+    fn hook_names(&self) -> Vec<String> {
+        self.names.clone()
+    }
+
+    /// Token ids of `text` (no BOS added here).
+    fn encode(&self, text: &str) -> PyResult<Vec<i64>> {
+        let tok = self.tokenizer.as_ref().ok_or_else(|| Fail::Value(format!("{}: the model has no tokenizer (tokenizer.json or char_vocab.json); pass token ids", self.dir.display())))?;
+        Ok(tok.encode(text).map_err(value)?.into_iter().map(i64::from).collect())
+    }
+
+    /// The text of `ids`.
+    fn decode(&self, ids: Vec<i64>) -> PyResult<String> {
+        let tok = self.tokenizer.as_ref().ok_or_else(|| Fail::Value(format!("{}: the model has no tokenizer; cannot turn ids into text", self.dir.display())))?;
+        let ids: Vec<u32> = ids.into_iter().map(|i| u32::try_from(i).map_err(|_| Fail::Value(format!("token id {i} is negative")))).collect::<Result<_, _>>()?;
+        Ok(tok.decode(&ids))
+    }
+
+    /// Run `tokens` `[batch, pos]` (with `attention_mask` `[batch, pos]`, true for real
+    /// tokens, when padded). Captures the hook points in `capture`; at each `(name, fn)` of
+    /// `hooks` calls `fn(activation, name)` and uses what it returns (an array of the same
+    /// shape) unless it returns `None`. Returns the logits `[batch, pos, vocab]` and the
+    /// captured activations by name.
+    #[pyo3(signature = (tokens, attention_mask=None, capture=Vec::new(), hooks=Vec::new()))]
+    fn run<'py>(
+        &self,
+        py: Python<'py>,
+        tokens: PyReadonlyArray2<'py, i64>,
+        attention_mask: Option<PyReadonlyArray2<'py, bool>>,
+        capture: Vec<String>,
+        hooks: Vec<(String, Py<PyAny>)>,
+    ) -> PyResult<(Bound<'py, PyArrayDyn<f32>>, Bound<'py, PyDict>)> {
+        let (flat, b, t) = tokens_of(&tokens)?;
+        let mask: Option<Vec<Vec<bool>>> = match &attention_mask {
+            None => None,
+            Some(m) => {
+                if m.shape() != [b, t] {
+                    return Err(Fail::Value(format!("attention_mask: expected shape [{b}, {t}] like tokens, found {:?}", m.shape())).into());
+                }
+                Some(m.as_array().rows().into_iter().map(|r| r.to_vec()).collect())
+            }
+        };
+        self.check_names(&capture)?;
+        let hook_names: Vec<String> = hooks.iter().map(|(n, _)| n.clone()).collect();
+        self.check_names(&hook_names)?;
+        let ids = self.ids(&flat, b, t)?;
+        let hook_error: Mutex<Option<PyErr>> = Mutex::new(None);
+        let (logits, cache) = py.detach(|| {
+            let capture_set = capture.clone();
+            let mut h = Hooks::capture(move |n| capture_set.iter().any(|c| c == n));
+            for (name, f) in &hooks {
+                let name = name.clone();
+                let hook_error = &hook_error;
+                h = h.with_edit(
+                    move |n| n == name,
+                    move |n, act| {
+                        Python::attach(|py| match call_hook(py, f, n, &act) {
+                            Ok(Some(new)) => new,
+                            Ok(None) => act,
+                            Err(e) => {
+                                hook_error.lock().unwrap().get_or_insert(e);
+                                act
+                            }
+                        })
+                    },
+                );
+            }
+            let logits = match &mask {
+                None => self.model.forward_hooked(ids, &mut h),
+                Some(m) => self.model.forward_padded(ids, m, &mut h),
+            };
+            let cache: BTreeMap<String, (Vec<f32>, Vec<usize>)> = h.take_cache().iter().map(|(k, v)| (k.clone(), activation_host(v))).collect();
+            (host(logits), cache)
+        });
+        if let Some(e) = hook_error.into_inner().unwrap() {
+            return Err(e);
+        }
+        let out = PyDict::new(py);
+        for (k, (v, d)) in cache {
+            out.set_item(k, array(py, v, &d)?)?;
+        }
+        Ok((array(py, logits.0, &logits.1)?, out))
+    }
+
+    /// Logits `[batch, pos, vocab]` of `tokens` with SAEs spliced in at their hook points
+    /// (each SAE's reconstruction replaces the activation it reads).
+    fn run_with_saes<'py>(&self, py: Python<'py>, tokens: PyReadonlyArray2<'py, i64>, saes: Vec<PyRef<'py, NativeSae>>) -> PyResult<Bound<'py, PyArrayDyn<f32>>> {
+        let (flat, b, t) = tokens_of(&tokens)?;
+        for s in &saes {
+            s.sae.check_model(&self.model).map_err(value)?;
+        }
+        let ids = self.ids(&flat, b, t)?;
+        let saes: Vec<&Sae> = saes.iter().map(|s| &s.sae).collect();
+        let logits = py.detach(|| {
+            let mut h = Hooks::none();
+            for s in &saes {
+                h = burnlens_lens::sae::splice(h, s);
+            }
+            host(self.model.forward_hooked(ids, &mut h))
+        });
+        array(py, logits.0, &logits.1)
+    }
+
+    /// The weights with TransformerLens's names and shapes: `W_E [vocab, d]`, `W_pos`,
+    /// `W_U [d, vocab]`, `b_U`, and per layer stacked `W_Q, W_K, W_V [L, H, d, d_head]`,
+    /// `W_O [L, H, d_head, d]`, `b_Q, b_K, b_V [L, H, d_head]`, `b_O [L, d]`,
+    /// `W_in, W_gate [L, d, d_mlp]`, `W_out [L, d_mlp, d]`, `b_in [L, d_mlp]`, `b_out [L, d]`.
+    fn weights<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let m = &self.model;
+        let mut out: Vec<(&str, (Vec<f32>, Vec<usize>))> = vec![("W_E", host(m.embed.weight.val()))];
+        if let Some(p) = &m.pos_embed {
+            out.push(("W_pos", host(p.weight.val())));
+        }
+        out.push(("ln_final.w", host(m.ln_final.weight.val())));
+        if let Some(b) = &m.ln_final.bias {
+            out.push(("ln_final.b", host(b.val())));
+        }
+        let (w_u, b_u) = m.w_u();
+        out.push(("W_U", host(w_u)));
+        if let Some(b) = b_u {
+            out.push(("b_U", host(b)));
+        }
+        let heads: Vec<_> = m.blocks.iter().map(|b| b.attn.head_weights()).collect();
+        let stack3 = |f: &dyn Fn(&burnlens_model::HeadWeights) -> Tensor<3>| host(Tensor::stack::<4>(heads.iter().map(f).collect(), 0));
+        let stack2 = |f: &dyn Fn(&burnlens_model::HeadWeights) -> Tensor<2>| host(Tensor::stack::<3>(heads.iter().map(f).collect(), 0));
+        out.push(("W_Q", stack3(&|h| h.w_q.clone())));
+        out.push(("W_K", stack3(&|h| h.w_k.clone())));
+        out.push(("W_V", stack3(&|h| h.w_v.clone())));
+        out.push(("W_O", stack3(&|h| h.w_o.clone())));
+        out.push(("b_Q", stack2(&|h| h.b_q.clone())));
+        out.push(("b_K", stack2(&|h| h.b_k.clone())));
+        out.push(("b_V", stack2(&|h| h.b_v.clone())));
+        out.push(("b_O", host(Tensor::stack::<2>(heads.iter().map(|h| h.b_o.clone()).collect(), 0))));
+        if m.blocks.iter().all(|b| b.mlp.is_some()) && !m.blocks.is_empty() {
+            let mlps: Vec<_> = m.blocks.iter().map(|b| b.mlp.as_ref().unwrap()).collect();
+            let d = m.config.d_model;
+            let dm = m.config.d_mlp.unwrap_or(0);
+            out.push(("W_in", host(Tensor::stack::<3>(mlps.iter().map(|x| x.fc_in.weight.val()).collect(), 0))));
+            out.push(("W_out", host(Tensor::stack::<3>(mlps.iter().map(|x| x.fc_out.weight.val()).collect(), 0))));
+            if mlps.iter().all(|x| x.fc_gate.is_some()) {
+                out.push(("W_gate", host(Tensor::stack::<3>(mlps.iter().map(|x| x.fc_gate.as_ref().unwrap().weight.val()).collect(), 0))));
+            }
+            let dev = self.device();
+            out.push(("b_in", host(Tensor::stack::<2>(mlps.iter().map(|x| x.fc_in.bias.as_ref().map_or_else(|| Tensor::zeros([dm], &dev), |b| b.val())).collect(), 0))));
+            out.push(("b_out", host(Tensor::stack::<2>(mlps.iter().map(|x| x.fc_out.bias.as_ref().map_or_else(|| Tensor::zeros([d], &dev), |b| b.val())).collect(), 0))));
+        }
+        let dict = PyDict::new(py);
+        for (k, (v, d)) in out {
+            dict.set_item(k, array(py, v, &d)?)?;
+        }
+        Ok(dict)
+    }
+
+    /// Continue `prompt` by up to `max_new_tokens` tokens (greedy at temperature 0); the new
+    /// tokens only.
+    #[pyo3(signature = (prompt, max_new_tokens=32, temperature=0.0, top_k=None, top_p=None, seed=0, stop_token=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn generate(&self, py: Python<'_>, prompt: Vec<i64>, max_new_tokens: usize, temperature: f64, top_k: Option<usize>, top_p: Option<f64>, seed: u64, stop_token: Option<i64>) -> PyResult<Vec<i64>> {
+        let s = Sampling { max_new_tokens, temperature, top_k, top_p, seed, stop_token, use_cache: true };
+        Ok(py.detach(|| generate(&self.model, &prompt, &s)).map_err(value)?)
+    }
+
+    /// The metric's value on `tokens` (one sequence) and its gradient at each hook point of
+    /// `names`. `metric`: `loss[:FROM]`, `logprob:TOKEN[@POS]`, `logit-diff:RIGHT,WRONG[@POS]`.
+    fn hook_gradients<'py>(&self, py: Python<'py>, tokens: Vec<i64>, names: Vec<String>, metric: &str) -> PyResult<(f64, Bound<'py, PyDict>, Bound<'py, PyDict>)> {
+        self.check_names(&names)?;
+        let metric = self.metric(metric)?;
+        self.model.check_ids(&tokens).map_err(value)?;
+        let (value_, grads, acts) = py
+            .detach(|| {
+                let g = burnlens_lens::hook_gradients(&self.model, &tokens, &|n| names.iter().any(|x| x == n), &metric)?;
+                let grads: BTreeMap<String, (Vec<f32>, Vec<usize>)> = g.gradients.iter().map(|(k, v)| (k.clone(), activation_host(v))).collect();
+                let acts: BTreeMap<String, (Vec<f32>, Vec<usize>)> = g.activations.iter().map(|(k, v)| (k.clone(), activation_host(v))).collect();
+                Ok::<_, burnlens_lens::MetricError>((g.metric, grads, acts))
+            })
+            .map_err(value)?;
+        let (g, a) = (PyDict::new(py), PyDict::new(py));
+        for (k, (v, d)) in grads {
+            g.set_item(k, array(py, v, &d)?)?;
+        }
+        for (k, (v, d)) in acts {
+            a.set_item(k, array(py, v, &d)?)?;
+        }
+        Ok((value_, g, a))
+    }
+
+    /// The metric on `tokens` (one sequence).
+    fn metric_value(&self, py: Python<'_>, tokens: Vec<i64>, metric: &str) -> PyResult<f64> {
+        let metric = self.metric(metric)?;
+        self.model.check_ids(&tokens).map_err(value)?;
+        metric.check(tokens.len(), self.model.config.vocab_size).map_err(value)?;
+        Ok(py.detach(|| metric.value(&self.model, &tokens, &mut Hooks::none())))
+    }
+
+    /// Activation patching (`attribution=False`) or attribution patching of every node of
+    /// `kinds` (`head`, `resid_pre`, `mlp`) from `corrupted` into `clean`: the clean metric
+    /// and, per node, `(kind, layer, index, effect)`.
+    #[pyo3(signature = (clean, corrupted, metric, kinds, attribution=false))]
+    fn patching(&self, py: Python<'_>, clean: Vec<i64>, corrupted: Vec<i64>, metric: &str, kinds: Vec<String>, attribution: bool) -> PyResult<(f64, Vec<(String, usize, usize, f64)>)> {
+        use burnlens_lens::NodeKind;
+        let metric = self.metric(metric)?;
+        self.model.check_ids(&clean).map_err(value)?;
+        self.model.check_ids(&corrupted).map_err(value)?;
+        let kinds: Vec<NodeKind> = kinds
+            .iter()
+            .map(|k| match k.as_str() {
+                "head" => Ok(NodeKind::Head),
+                "resid_pre" => Ok(NodeKind::ResidPre),
+                "mlp" => Ok(NodeKind::Mlp),
+                other => Err(Fail::Value(format!("patching kind \"{other}\": expected head, resid_pre or mlp"))),
+            })
+            .collect::<Result<_, _>>()?;
+        let nodes = burnlens_lens::patching::nodes(&self.model, clean.len(), &kinds);
+        let (base, effects) = py
+            .detach(|| {
+                if attribution {
+                    burnlens_lens::attribution_patching(&self.model, &clean, &corrupted, &metric, &nodes)
+                } else {
+                    burnlens_lens::activation_patching(&self.model, &clean, &corrupted, &metric, &nodes)
+                }
+            })
+            .map_err(value)?;
+        let rows = nodes
+            .iter()
+            .zip(effects)
+            .map(|(n, e)| {
+                let kind = match n.kind {
+                    NodeKind::Head => "head",
+                    NodeKind::ResidPre => "resid_pre",
+                    NodeKind::Mlp => "mlp",
+                };
+                (kind.to_string(), n.layer, n.index, e)
+            })
+            .collect();
+        Ok((base, rows))
+    }
+
+    /// The logit lens on one sequence, as JSON (`layers`, `top` `[layer][pos][k]` of
+    /// `(token, probability)`, `targets`, and the target's probabilities and ranks).
+    #[pyo3(signature = (tokens, k=5, target=None))]
+    fn logit_lens(&self, py: Python<'_>, tokens: Vec<i64>, k: usize, target: Option<i64>) -> PyResult<String> {
+        self.model.check_ids(&tokens).map_err(value)?;
+        let lens = py.detach(|| burnlens_lens::logit_lens(&self.model, &tokens, k, target));
+        Ok(serde_json::to_string(&lens).expect("serialises"))
+    }
+
+    /// Direct logit attribution of `logit[right]` (minus `logit[wrong]`) at every position,
+    /// as JSON (`labels`, `contributions` `[component][pos]`, `bias`, `logits`, `max_error`,
+    /// `final_softcap`).
+    #[pyo3(signature = (tokens, right, wrong=None))]
+    fn logit_attribution(&self, py: Python<'_>, tokens: Vec<i64>, right: i64, wrong: Option<i64>) -> PyResult<String> {
+        self.model.check_ids(&tokens).map_err(value)?;
+        for id in std::iter::once(right).chain(wrong) {
+            if id < 0 || id as usize >= self.model.config.vocab_size {
+                return Err(Fail::Value(format!("token {id} is outside the vocabulary of {}", self.model.config.vocab_size)).into());
+            }
+        }
+        let dla = py.detach(|| burnlens_lens::direct_logit_attribution(&self.model, &tokens, right, wrong));
+        Ok(serde_json::to_string(&dla).expect("serialises"))
+    }
+
+    /// TransformerLens's residual decompositions of one sequence: `kind` is `decompose`
+    /// (embeddings, each attention and MLP output), `heads` (each head's result) or
+    /// `components` (embeddings, heads, biases, MLPs). Returns labels and `[n, pos, d]`.
+    #[pyo3(signature = (tokens, kind, layer=None))]
+    fn residual<'py>(&self, py: Python<'py>, tokens: Vec<i64>, kind: &str, layer: Option<usize>) -> PyResult<(Vec<String>, Bound<'py, PyArrayDyn<f32>>)> {
+        self.model.check_ids(&tokens).map_err(value)?;
+        let c = py.detach(|| match kind {
+            "decompose" => Ok(burnlens_lens::decompose_resid(&self.model, &tokens, layer)),
+            "heads" => Ok(burnlens_lens::stack_head_results(&self.model, &tokens, layer)),
+            "components" => Ok(burnlens_lens::residual_components(&self.model, &tokens).0),
+            other => Err(Fail::Value(format!("residual kind \"{other}\": expected decompose, heads or components"))),
+        })?;
+        let (v, d) = host(c.stack);
+        Ok((c.labels, array(py, v, &d)?))
+    }
+
+    /// The model with its weights processed as TransformerLens's `from_pretrained` does
+    /// (steps the architecture does not allow are dropped and named in the second value).
+    fn processed(&self, py: Python<'_>) -> PyResult<(Self, Vec<String>)> {
+        let (opts, dropped) = burnlens_lens::ProcessOptions::all().allowed_for(&self.model.config);
+        let model = py.detach(|| burnlens_lens::process_weights(&self.model, opts)).map_err(value)?;
+        let names = hook_names(&model.config);
+        Ok((Self { model, tokenizer: self.tokenizer.clone(), bos: self.bos, dir: self.dir.clone(), family: self.family.clone(), names }, dropped))
+    }
+}
+
+impl NativeModel {
+    fn metric(&self, spec: &str) -> Result<Metric, Fail> {
+        let tok = self.tokenizer.clone();
+        Metric::parse(spec, |t: &str| -> Result<i64, String> {
+            if let Ok(id) = t.parse::<i64>() {
+                return Ok(id);
+            }
+            match &tok {
+                Some(tok) => match tok.encode(t).map_err(|e| e.to_string())?.as_slice() {
+                    [one] => Ok(*one as i64),
+                    other => Err(format!("\"{t}\" is {} tokens, not one", other.len())),
+                },
+                None => Err(format!("\"{t}\" is not a token id and the model has no tokenizer")),
+            }
+        })
+        .map_err(|e| match e {
+            burnlens_lens::MetricParseError::Syntax(why) => Fail::Value(format!("metric \"{spec}\": {why}; expected {}", Metric::GRAMMAR)),
+            burnlens_lens::MetricParseError::Token(why) => Fail::Value(format!("metric \"{spec}\": {why}")),
+        })
+    }
+}
+
+/// Call a Python hook `f(activation, name)`; its result replaces the activation unless it is
+/// `None`.
+fn call_hook(py: Python<'_>, f: &Py<PyAny>, name: &str, act: &Activation) -> PyResult<Option<Activation>> {
+    let (v, dims) = activation_host(act);
+    let arr = array(py, v, &dims)?;
+    let out = f.call1(py, (arr, name))?;
+    if out.is_none(py) {
+        return Ok(None);
+    }
+    let out = out.bind(py);
+    let arr: PyReadonlyArrayDyn<f32> = out.extract().map_err(|_| PyValueError::new_err(format!("hook at {name}: expected a float32 numpy array (or None), got {}", out.get_type().name().map(|n| n.to_string()).unwrap_or_default())))?;
+    if arr.shape() != dims.as_slice() {
+        return Err(PyValueError::new_err(format!("hook at {name}: returned shape {:?}, expected {:?} (a hook must keep the activation's shape)", arr.shape(), dims)));
+    }
+    let values: Vec<f32> = arr.as_array().iter().copied().collect();
+    let device = match act {
+        Activation::Rank3(t) => t.device(),
+        Activation::Rank4(t) => t.device(),
+    };
+    Ok(Some(match act {
+        Activation::Rank3(_) => Activation::Rank3(Tensor::from_data(TensorData::new(values, [dims[0], dims[1], dims[2]]), &device)),
+        Activation::Rank4(_) => Activation::Rank4(Tensor::from_data(TensorData::new(values, [dims[0], dims[1], dims[2], dims[3]]), &device)),
+    }))
+}
+
+/// A sparse autoencoder.
+#[pyclass(frozen, module = "burnlens._native")]
+struct NativeSae {
+    sae: Sae,
+}
+
+#[pymethods]
+impl NativeSae {
+    /// Load an SAE from a directory (SAELens's layout or Gemma Scope's `params.npz`) or a
+    /// Hub folder `org/name[@rev]:folder`.
+    #[staticmethod]
+    #[pyo3(signature = (spec, backend=None))]
+    fn load(py: Python<'_>, spec: &str, backend: Option<&str>) -> PyResult<Self> {
+        let spec = spec.to_string();
+        let backend = backend.map(str::to_string);
+        Ok(py.detach(move || -> Result<Self, Fail> {
+            let name = burnlens_model::backend::resolve_name(&[backend.as_deref()]);
+            let device = burnlens_model::backend::device(&name, None).map_err(value)?;
+            let dir = burnlens_hf::resolve_folder(&spec, burnlens_lens::sae::folder_files(&spec), &mut |_| {}).map_err(|e| load_fail(format!("{spec}: {e}"), is_not_found(&e)))?;
+            let sae = Sae::load(&dir, &device).map_err(|e| load_fail(e.to_string(), !Path::new(&dir).exists()))?;
+            Ok(Self { sae })
+        })?)
+    }
+
+    /// The SAE's configuration as JSON (SAELens's `cfg.json` fields).
+    fn cfg_json(&self) -> String {
+        self.sae.cfg.to_json().to_string()
+    }
+
+    /// Feature activations `[n, d_sae]` of `x` `[n, d_in]`.
+    fn encode<'py>(&self, py: Python<'py>, x: PyReadonlyArray2<'py, f32>) -> PyResult<Bound<'py, PyArrayDyn<f32>>> {
+        let t = self.input(&x, self.sae.cfg.d_in, "x")?;
+        let out = py.detach(|| host(self.sae.encode(t)));
+        array(py, out.0, &out.1)
+    }
+
+    /// Reconstruction `[n, d_in]` from feature activations `f` `[n, d_sae]`.
+    fn decode<'py>(&self, py: Python<'py>, f: PyReadonlyArray2<'py, f32>) -> PyResult<Bound<'py, PyArrayDyn<f32>>> {
+        let t = self.input(&f, self.sae.cfg.d_sae, "feature_acts")?;
+        let out = py.detach(|| self.sae.decode(t).map(host)).map_err(value)?;
+        array(py, out.0, &out.1)
+    }
+}
+
+impl NativeSae {
+    fn input(&self, x: &PyReadonlyArray2<'_, f32>, width: usize, what: &str) -> Result<Tensor<2>, Fail> {
+        let shape = x.shape();
+        if shape[1] != width {
+            return Err(Fail::Value(format!("{what}: expected [n, {width}], found {shape:?}")));
+        }
+        let values: Vec<f32> = x.as_array().iter().copied().collect();
+        Ok(Tensor::from_data(TensorData::new(values, [shape[0], shape[1]]), &self.sae.w_enc.device()))
+    }
+}
+
+/// Train as the run config at `config_path` says, with `overrides` (`table.key=value`, as
+/// `--set` takes them); `on_step(metrics_dict_as_json)` after every optimizer step. Returns
+/// the run directory.
+#[pyfunction]
+#[pyo3(signature = (config_path, overrides=Vec::new(), on_step=None, resume=false))]
+fn train(py: Python<'_>, config_path: &str, overrides: Vec<String>, on_step: Option<Py<PyAny>>, resume: bool) -> PyResult<String> {
+    let path = PathBuf::from(config_path);
+    let cfg = burnlens_train::RunConfig::load(&path, &overrides).map_err(|e| load_fail(e.to_string(), is_not_found(&e)))?;
+    let error: std::sync::Arc<Mutex<Option<PyErr>>> = Default::default();
+    let on_step = on_step.map(|f| {
+        let error = error.clone();
+        burnlens_train::OnStep(std::sync::Arc::new(move |line: &serde_json::Value| {
+            Python::attach(|py| {
+                if error.lock().unwrap().is_some() {
+                    return;
+                }
+                if let Err(e) = f.call1(py, (line.to_string(),)) {
+                    *error.lock().unwrap() = Some(e);
+                    burnlens_train::request_stop();
+                }
+            })
+        }))
+    });
+    let opts = burnlens_train::TrainOptions { backend_flag: None, resume, quiet: true, on_step };
+    let result = py.detach(|| burnlens_train::train(&cfg, &opts));
+    if let Some(e) = error.lock().unwrap().take() {
+        return Err(e);
+    }
+    let summary = result.map_err(value)?;
+    Ok(summary.run_dir.display().to_string())
+}
+
+/// The compiled backends and whether a small computation runs on each here.
+#[pyfunction]
+fn backends() -> Vec<String> {
+    burnlens_model::backend::BACKENDS.iter().filter(|b| burnlens_model::backend::is_compiled(b)).map(|b| b.to_string()).collect()
+}
+
+#[pymodule]
+#[pyo3(name = "_native")]
+fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<NativeModel>()?;
+    m.add_class::<NativeSae>()?;
+    m.add_function(wrap_pyfunction!(train, m)?)?;
+    m.add_function(wrap_pyfunction!(backends, m)?)?;
+    Ok(())
+}

@@ -1,0 +1,363 @@
+"""The Python API on the committed fixtures, with the Rust suite's tolerances: logits and
+patterns against what `transformers` recorded, gradients, caches, patching and DLA against
+TransformerLens's record, SAEs against sae-lens's, hooks that edit activations, and bad input
+raising the right exception. Run by `cargo test` (crates/burnlens-py/tests/pytest.rs)."""
+
+import json
+import os
+import struct
+import threading
+from functools import partial
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+import numpy as np
+import pytest
+
+import burnlens
+
+ROOT = os.environ.get("BURNLENS_ROOT", os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
+FIXTURES = os.path.join(ROOT, "tests", "fixtures")
+
+
+def fixture(name):
+    return os.path.join(FIXTURES, name)
+
+
+def read_safetensors(path):
+    """The tensors of a safetensors file as numpy arrays (the format is a length, a JSON
+    header and the raw little-endian data)."""
+    kinds = {"F32": np.float32, "I64": np.int64, "F64": np.float64}
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+        data = f.read()
+    out = {}
+    for name, t in header.items():
+        if name == "__metadata__":
+            continue
+        a, b = t["data_offsets"]
+        out[name] = np.frombuffer(data[a:b], dtype=kinds[t["dtype"]]).reshape(t["shape"])
+    return out
+
+
+def rel(a, b, floor):
+    return float(np.abs(np.asarray(a, np.float64) - b).max() / max(np.abs(b).max(), floor))
+
+
+PARITY = ["gpt2", "gpt_neo_local", "pythia_like", "llama_gqa", "qwen3_qknorm", "olmo2_postnorm", "gptj_interleaved", "gemma2_softcap", "gemma3_local_rope", "phi3_fused"]
+
+
+@pytest.mark.parametrize("name", PARITY)
+def test_logits_and_patterns_match_transformers(name):
+    e = read_safetensors(os.path.join(fixture(name), "expected.safetensors"))
+    model = burnlens.HookedModel.from_pretrained(fixture(name))
+    ids = e["ids"]
+    logits, cache = model.run_with_cache(ids, names_filter=lambda n: n.endswith("hook_pattern"))
+    assert logits.dtype == np.float32 and logits.shape == (1, len(ids), model.cfg.d_vocab)
+    assert np.abs(logits[0] - e["logits"]).max() <= 1e-4
+    for layer in range(model.cfg.n_layers):
+        assert np.abs(cache["pattern", layer][0] - e[f"pattern.{layer}"]).max() <= 1e-5
+    # The fused path (no hooks) gives the same logits, and the loss is HF's.
+    assert np.abs(model(ids)[0] - e["logits"]).max() <= 1e-4
+    assert abs(model(ids, return_type="loss") - float(e["loss"][0])) <= 1e-4
+    if "greedy" in e:
+        prompt = ids[:8]
+        out = model.generate(prompt, max_new_tokens=len(e["greedy"]), prepend_bos=False)
+        assert list(out[8:]) == list(e["greedy"])
+
+
+def tl(name):
+    st = read_safetensors(os.path.join(FIXTURES, "tl", f"{name}.safetensors"))
+    meta = json.load(open(os.path.join(FIXTURES, "tl", f"{name}.json")))
+    return st, meta
+
+
+@pytest.mark.parametrize("name", ["gpt2", "pythia_like", "llama_gqa"])
+def test_gradients_norm_caches_and_patching_match_transformer_lens(name):
+    st, meta = tl(name)
+    model = burnlens.HookedModel.from_pretrained(fixture(name))
+    ids, corrupted = st["ids"], st["corrupted_ids"]
+    metric = f"logit-diff:{meta['right']},{meta['wrong']}"
+    grads = {k[len("grad."):]: v for k, v in st.items() if k.startswith("grad.")}
+    got = model.hook_gradients(ids, list(grads), metric)
+    for hook, want in grads.items():
+        assert got[hook].shape == want.shape, hook
+        assert rel(got[hook], want, 1e-6) < 1e-4, hook
+    assert abs(model.metric(ids, metric) - float(st["metric"][0])) < 1e-4
+    # Norm hooks as TransformerLens fills them (before the gain).
+    norms = {k[len("cache."):]: v for k, v in st.items() if k.startswith("cache.")}
+    _, cache = model.run_with_cache(ids, names_filter=list(norms))
+    for hook, want in norms.items():
+        assert rel(cache[hook], want, 1e-6) < 1e-5, hook
+    # Activation and attribution patching, per head, position and MLP.
+    for method, prefix in [("activation", "patch"), ("attribution", "attr")]:
+        out = model.patching(ids, corrupted, metric, kinds=["head", "resid_pre", "mlp"], method=method)
+        for kind, key in [("head", "head"), ("resid_pre", "resid"), ("mlp", "mlp")]:
+            assert rel(out[kind], st[f"{prefix}_{key}"], 1e-3) < 1e-4, (method, kind)
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama_gqa"])
+def test_dla_and_logit_lens_match_transformer_lens(name):
+    st, meta = tl(name)
+    model = burnlens.HookedModel.from_pretrained(fixture(name))
+    ids = st["ids"]
+    dla = model.logit_attribution(ids, meta["right"], meta["wrong"])
+    heads = [i for i, l in enumerate(dla["labels"]) if "H" in l and "_" not in l]
+    assert rel(dla["contributions"][heads, -1], st["dla_heads"], 1e-3) < 1e-4
+    assert dla["max_error"] <= 1e-4
+    lens = model.logit_lens(ids, k=3)
+    assert len(lens["layers"]) == model.cfg.n_layers + 1
+    # The lens's top token at the last layer is the model's own argmax.
+    logits = model(ids)[0]
+    assert [top[0][0] for top in lens["top"][-1]] == list(logits.argmax(-1))
+
+
+def test_cache_names_short_names_and_residual_views():
+    model = burnlens.HookedModel.from_pretrained(fixture("gpt2"))
+    ids = np.array([[5, 17, 33, 2, 90, 12, 7, 64]])
+    logits, cache = model.run_with_cache(ids)
+    assert set(cache.keys()) == set(model.hook_names())
+    assert cache["pattern", 1] is cache["blocks.1.attn.hook_pattern"]
+    assert cache["resid_pre", 0] is cache["blocks.0.hook_resid_pre"]
+    assert cache["post", 2] is cache["blocks.2.mlp.hook_post"]
+    assert cache["scale", 0, "ln1"] is cache["blocks.0.ln1.hook_scale"]
+    assert cache["embed"] is cache["hook_embed"]
+    L = model.cfg.n_layers
+    final = cache["resid_post", L - 1]
+    # decompose_resid sums to the stream; the last accumulated stream is resid_post.
+    parts, labels = cache.decompose_resid(return_labels=True)
+    assert labels[0] == "embed" and parts.shape[1:] == final.shape
+    assert np.abs(parts.sum(0) - final).max() <= 1e-4 * max(1.0, np.abs(final).max())
+    acc, acc_labels = cache.accumulated_resid(return_labels=True)
+    assert acc_labels[-1] == "final_post" and acc.shape[0] == L + 1
+    assert np.array_equal(acc[-1], final)
+    # The final norm applied to the last accumulated stream, unembedded, gives the logits.
+    normed = cache.accumulated_resid(apply_ln=True)[-1]
+    rebuilt = normed @ model.W_U + model.b_U
+    assert np.abs(rebuilt - logits).max() <= 1e-3
+    # Heads plus b_O are the attention output.
+    heads = cache.stack_head_results(layer=1)
+    assert heads.shape[0] == model.cfg.n_heads
+    assert np.abs(heads.sum(0) + model.b_O[0] - cache["attn_out", 0]).max() <= 1e-4
+    # A filter keeps only what it names; a name not cached is a KeyError that says so.
+    _, small = model.run_with_cache(ids, names_filter=["blocks.0.attn.hook_pattern"])
+    assert list(small.keys()) == ["blocks.0.attn.hook_pattern"]
+    with pytest.raises(KeyError, match="not in this cache"):
+        small["blocks.0.hook_resid_pre"]
+
+
+def test_weights_have_transformer_lens_shapes_and_rebuild_queries():
+    model = burnlens.HookedModel.from_pretrained(fixture("llama_gqa"))
+    c = model.cfg
+    assert model.W_Q.shape == (c.n_layers, c.n_heads, c.d_model, c.d_head)
+    assert model.W_K.shape == (c.n_layers, c.n_heads, c.d_model, c.d_head)
+    assert model.W_O.shape == (c.n_layers, c.n_heads, c.d_head, c.d_model)
+    assert model.W_E.shape == (c.d_vocab, c.d_model) and model.W_U.shape == (c.d_model, c.d_vocab)
+    assert model.W_gate.shape == model.W_in.shape == (c.n_layers, c.d_model, c.d_mlp)
+    # With the norm gains folded in (processing), ln1's normalized input times W_Q plus b_Q is
+    # the cached query of every head.
+    p = burnlens.HookedModel.from_pretrained(fixture("llama_gqa"), process_weights=True)
+    ids = np.array([[3, 1, 4, 1, 5, 9, 2, 6]])
+    _, cache = p.run_with_cache(ids, names_filter=["blocks.1.ln1.hook_normalized", "blocks.1.attn.hook_q"])
+    x = cache["blocks.1.ln1.hook_normalized"][0]  # [pos, d_model]
+    q = cache["blocks.1.attn.hook_q"][0]  # [pos, head, d_head]
+    for h in range(c.n_heads):
+        rebuilt = x @ p.W_Q[1, h] + p.b_Q[1, h]
+        assert np.abs(rebuilt - q[:, h]).max() <= 1e-4 * max(1.0, np.abs(q).max())
+
+
+def test_hooks_edit_activations_exactly_where_they_should():
+    model = burnlens.HookedModel.from_pretrained(fixture("gpt2"))
+    ids = np.array([[5, 17, 33, 2, 90, 12, 7, 64]])
+    layer, head = 1, 2
+    _, clean = model.run_with_cache(ids)
+    seen = []
+
+    def zero_head(z, hook):
+        seen.append(hook.name)
+        z = z.copy()
+        z[:, :, head] = 0.0
+        return z
+
+    logits, ablated = None, None
+    with model.hooks(fwd_hooks=[(f"blocks.{layer}.attn.hook_z", zero_head)]):
+        logits, ablated = model.run_with_cache(ids)
+    assert seen == [f"blocks.{layer}.attn.hook_z"] and model._hooks == []
+    # Zero-ablating one head removes exactly its write z_h W_O[h] from the attention output.
+    z = clean["z", layer][0, :, head]  # [pos, d_head]
+    removed = z @ model.W_O[layer, head]
+    diff = clean["attn_out", layer][0] - ablated["attn_out", layer][0]
+    assert np.abs(diff - removed).max() <= 1e-4 * max(1.0, np.abs(removed).max())
+    # Everything before that layer is untouched, and the logits move.
+    assert np.array_equal(clean["resid_pre", layer], ablated["resid_pre", layer])
+    assert np.abs(logits - model(ids)).max() > 1e-3
+    # A hook that returns None observes only; run_with_hooks with a predicate reaches every match.
+    names = []
+    out = model.run_with_hooks(ids, fwd_hooks=[(lambda n: n.endswith("hook_resid_pre"), lambda a, h: names.append(h.name))])
+    assert names == [f"blocks.{l}.hook_resid_pre" for l in range(model.cfg.n_layers)]
+    assert np.array_equal(out, model(ids))
+    # Steering: adding a vector to the residual stream changes the logits by its effect only.
+    v = np.zeros(model.cfg.d_model, np.float32)
+    v[0] = 10.0
+    steered = model.run_with_hooks(ids, fwd_hooks=[("blocks.2.hook_resid_pre", lambda a, h: a + v)])
+    assert np.abs(steered - model(ids)).max() > 1e-3
+
+
+def test_padded_batches_match_single_sequences():
+    model = burnlens.HookedModel.from_pretrained(fixture("llama_gqa"))
+    a = [5, 17, 33, 2, 90, 12]
+    b = [7, 64, 3]
+    tokens = np.array([a, b + [0, 0, 0]])
+    mask = np.array([[True] * 6, [True] * 3 + [False] * 3])
+    logits = model(tokens, attention_mask=mask)
+    assert np.abs(logits[0] - model(np.array([a]))[0]).max() <= 1e-4
+    assert np.abs(logits[1, :3] - model(np.array([b]))[0]).max() <= 1e-4
+
+
+def test_saes_match_sae_lens_and_splice_into_the_model():
+    for name in ["standard_gpt2_resid", "jumprelu_llama_resid", "topk_pythia_resid"]:
+        d = os.path.join(FIXTURES, "sae", name)
+        e = read_safetensors(os.path.join(d, "expected.safetensors"))
+        sae = burnlens.SAE.load(d)
+        f = sae.encode(e["sae_in"])
+        assert rel(f, e["feature_acts"], 1.0) <= 1e-5, name
+        assert np.array_equal(f > 0, e["feature_acts"] > 0), name
+        assert rel(sae.decode(f), e["sae_out"], 1.0) <= 1e-5, name
+        # Leading dimensions are kept.
+        assert sae.encode(e["sae_in"][None]).shape == (1,) + e["feature_acts"].shape
+    meta = json.load(open(os.path.join(FIXTURES, "sae", "standard_gpt2_resid", "meta.json")))
+    model = burnlens.HookedModel.from_pretrained(fixture(meta["model"]))
+    sae = burnlens.SAE.load(os.path.join(FIXTURES, "sae", "standard_gpt2_resid"))
+    ids = read_safetensors(os.path.join(FIXTURES, "sae", "standard_gpt2_resid", "expected.safetensors"))["ids"]
+    spliced = model.run_with_saes(ids, saes=[sae])
+    # The same as replacing the activation by the SAE's reconstruction by hand.
+    by_hand = model.run_with_hooks(ids, fwd_hooks=[(sae.hook_name, lambda a, h: sae.decode(sae.encode(a)).astype(np.float32))])
+    assert np.abs(spliced - by_hand).max() <= 1e-4
+    assert np.abs(spliced - model(ids)).max() > 1e-4
+
+
+def test_gemma_scope_release_layout():
+    d = os.path.join(FIXTURES, "sae", "gemma_scope", "gemma-scope-2b-pt-res", "layer_1", "width_96", "average_l0_5")
+    e = read_safetensors(os.path.join(d, "expected.safetensors"))
+    sae = burnlens.SAE.load(d)
+    assert sae.hook_name == "blocks.1.hook_resid_post"
+    assert rel(sae.encode(e["sae_in"]), e["feature_acts"], 1.0) <= 1e-5
+
+
+def test_bad_input_raises_the_right_exception_with_the_cli_message():
+    with pytest.raises(FileNotFoundError, match="no-such-model"):
+        burnlens.HookedModel.from_pretrained(os.path.join(FIXTURES, "no-such-model"))
+    model = burnlens.HookedModel.from_pretrained(fixture("gpt2"))
+    with pytest.raises(KeyError, match="is not a hook point of this model"):
+        model.run_with_cache(np.array([[1, 2]]), names_filter=["blocks.0.attn.hook_nothing"])
+    with pytest.raises(KeyError, match="not a hook point"):
+        model.run_with_hooks(np.array([[1, 2]]), fwd_hooks=[("blocks.9.hook_resid_pre", lambda a, h: a)])
+    with pytest.raises(ValueError, match="token id 100000 at position 1 is out of range"):
+        model(np.array([[1, 100000]]))
+    with pytest.raises(ValueError, match="expected integer token ids"):
+        model(np.array([[1.5, 2.0]]))
+    with pytest.raises(ValueError, match="must keep the activation's shape"):
+        model.run_with_hooks(np.array([[1, 2]]), fwd_hooks=[("hook_embed", lambda a, h: a[:, :1])])
+    with pytest.raises(ZeroDivisionError):
+        model.run_with_hooks(np.array([[1, 2]]), fwd_hooks=[("hook_embed", lambda a, h: 1 / 0)])
+    with pytest.raises(ValueError, match="metric"):
+        model.hook_gradients(np.array([[1, 2, 3]]), ["hook_embed"], "logit-diff:1")
+    with pytest.raises(ValueError, match="attention-only|sae|SAE|width|d_in|expected"):
+        burnlens.SAE.load(os.path.join(FIXTURES, "sae", "standard_gpt2_resid")).encode(np.zeros((2, 7), np.float32))
+
+
+def test_processing_weights_keeps_log_probabilities():
+    ids = np.array([[5, 17, 33, 2, 90, 12, 7, 64]])
+    for name in ["gpt2", "olmo2_postnorm"]:
+        raw = burnlens.HookedModel.from_pretrained(fixture(name))
+        processed = burnlens.HookedModel.from_pretrained(fixture(name), process_weights=True)
+        lp = lambda x: x - np.log(np.exp(x - x.max(-1, keepdims=True)).sum(-1, keepdims=True)) - x.max(-1, keepdims=True)
+        assert np.abs(lp(raw(ids)) - lp(processed(ids))).max() <= 1e-4
+        assert bool(processed.processing_dropped) == (name == "olmo2_postnorm")
+
+
+def test_train_from_python_with_a_step_callback(tmp_path):
+    data = os.environ.get("BURNLENS_DATA", os.path.join(ROOT, "..", "shared", "data"))
+    text = os.path.join(data, "tinyshakespeare.txt")
+    if not os.path.exists(text):
+        if os.environ.get("CI"):
+            pytest.fail(f"{text} is missing")
+        pytest.skip(f"{text} is missing")
+    steps = []
+    run = burnlens.train(os.path.join(ROOT, "configs", "tiny-char.toml"),
+                         overrides={"data.path": text, "output.dir": str(tmp_path / "run"), "training.steps": 4, "model.family": "qwen3"},
+                         on_step=steps.append)
+    assert [s["step"] for s in steps] == [1, 2, 3, 4] and all(np.isfinite(s["loss"]) for s in steps)
+    model = burnlens.HookedModel.from_pretrained(run)
+    assert model.to_string(model.to_tokens("ROMEO", prepend_bos=False)[0]) == "ROMEO"
+    # An exception in the callback stops the run and comes back.
+    def stop(_):
+        raise RuntimeError("enough")
+    with pytest.raises(RuntimeError, match="enough"):
+        burnlens.train(os.path.join(ROOT, "configs", "tiny-char.toml"),
+                       overrides={"data.path": text, "output.dir": str(tmp_path / "run2"), "training.steps": 50}, on_step=stop)
+    with pytest.raises(FileNotFoundError):
+        burnlens.train(str(tmp_path / "missing.toml"))
+
+
+class _Hub(SimpleHTTPRequestHandler):
+    """A Hugging Face Hub stand-in for one repository: the revision API and resolve URLs."""
+
+    repo_dir = None
+    commit = "0123456789abcdef0123456789abcdef01234567"
+
+    def log_message(self, *args):
+        pass
+
+    def do_HEAD(self):
+        self.do_GET(head=True)
+
+    def do_GET(self, head=False):
+        path = self.path.split("?")[0]
+        files = sorted(os.listdir(self.repo_dir))
+        if path.startswith("/api/models/org/tiny/revision/"):
+            body = json.dumps({"id": "org/tiny", "sha": self.commit, "siblings": [{"rfilename": f} for f in files]}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            if not head:
+                self.wfile.write(body)
+            return
+        prefix = "/org/tiny/resolve/"
+        if path.startswith(prefix):
+            name = path[len(prefix):].split("/", 1)[1]
+            full = os.path.join(self.repo_dir, name)
+            if os.path.isfile(full):
+                body = open(full, "rb").read()
+                import hashlib
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.send_header("X-Repo-Commit", self.commit)
+                self.send_header("ETag", '"' + hashlib.sha256(body).hexdigest() + '"')
+                self.send_header("X-Linked-Etag", '"' + hashlib.sha256(body).hexdigest() + '"')
+                self.end_headers()
+                if not head:
+                    self.wfile.write(body)
+                return
+        self.send_response(404)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+
+def test_a_hub_id_loads_from_a_stand_in_server(tmp_path, monkeypatch):
+    handler = type("Hub", (_Hub,), {"repo_dir": fixture("qwen3_qknorm")})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{server.server_address[1]}")
+        monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+        monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+        monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+        by_id = burnlens.HookedModel.from_pretrained("org/tiny")
+        local = burnlens.HookedModel.from_pretrained(fixture("qwen3_qknorm"))
+        ids = np.array([[1, 2, 3, 4, 5]])
+        assert np.array_equal(by_id(ids), local(ids))
+        assert by_id.cfg.family == "qwen3"
+    finally:
+        server.shutdown()
