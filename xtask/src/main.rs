@@ -664,10 +664,27 @@ fn ensure_browser() -> Result<()> {
     Ok(())
 }
 
-/// The README's test command.
+/// What the Python API's tests run with: `.venv/bin/python` (made if missing) with numpy
+/// and pytest (installed if missing; torch is not needed for them).
+fn ensure_python_tests() -> Result<PathBuf> {
+    let venv = root().join(".venv");
+    let python = venv.join("bin/python");
+    if !python.exists() {
+        run(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
+    }
+    let ready = Command::new(&python).args(["-c", "import numpy, pytest"]).status().map(|s| s.success()).unwrap_or(false);
+    if !ready {
+        run(Command::new(&python).args(["-m", "pip", "install", "--quiet", "numpy", "pytest"]))?;
+    }
+    Ok(python)
+}
+
+/// The README's test command: chromium for the browser tests, a Python with numpy and
+/// pytest for the Python API's tests, then `cargo test` (which runs the pytest suite too).
 fn test(args: Vec<String>) -> Result<()> {
     ensure_browser()?;
-    run(Command::new(env!("CARGO")).current_dir(root()).arg("test").args(&args))
+    let python = ensure_python_tests()?;
+    run(Command::new(env!("CARGO")).current_dir(root()).arg("test").args(&args).env("BURNLENS_PYTHON", python))
 }
 
 fn main() -> Result<()> {

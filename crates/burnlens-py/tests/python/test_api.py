@@ -361,3 +361,28 @@ def test_a_hub_id_loads_from_a_stand_in_server(tmp_path, monkeypatch):
         assert by_id.cfg.family == "qwen3"
     finally:
         server.shutdown()
+
+
+def _example():
+    import importlib.util
+    path = os.path.join(ROOT, "examples", "python", "attention_and_induction.py")
+    spec = importlib.util.spec_from_file_location("attention_and_induction", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_example_rebuilds_attention_by_hand():
+    ex = _example()
+    for name in ["gpt2", "gpt2_sharded_f64"]:
+        dp, do = ex.attention_by_hand(fixture(name))
+        assert dp <= 1e-5 and do <= 1e-4, (dp, do)
+
+
+def test_example_finds_induction_heads(tmp_path):
+    r = _example().induction(out_dir=str(tmp_path))
+    pl, ph, ps = r["previous_token_head"]
+    il, ih, score = r["induction_head"]
+    assert (pl, il) == (0, 1), r
+    assert ps > 0.4 and score > 0.4, r
+    assert r["loss_with_head_ablated"] > 1.5 * r["loss_repeated_half"], r
