@@ -664,6 +664,50 @@ fn ensure_browser() -> Result<()> {
     Ok(())
 }
 
+/// `.venv` with sae-lens (and so TransformerLens), torch and transformers held at the
+/// versions above.
+fn venv_with_sae_lens() -> Result<PathBuf> {
+    let py = venv()?;
+    let has = Command::new(&py).args(["-c", "import sae_lens, transformer_lens, pytest"]).status().map(|s| s.success()).unwrap_or(false);
+    if !has {
+        let constraints = root().join("target/py-constraints.txt");
+        std::fs::create_dir_all(root().join("target"))?;
+        std::fs::write(&constraints, PY_PACKAGES[..2].join("\n"))?;
+        run(Command::new(&py).args(["-m", "pip", "install", "--quiet", "-c"]).arg(&constraints).args([SAE_LENS, "pytest"]))?;
+    }
+    Ok(py)
+}
+
+/// The Python API against TransformerLens on GPT-2 small (`scripts/bench_python.py`): the
+/// extension as the tests build it (dev profile, dependencies optimised as in release),
+/// staged with the Python package into `target/bench/py`. Writes `target/bench/python.json`.
+fn bench_python() -> Result<()> {
+    let py = venv_with_sae_lens()?;
+    let out_dir = root().join("target/bench");
+    let model = out_dir.join("gpt2-small");
+    if !model.join("model.safetensors").is_file() {
+        bail!("{} is missing: run `cargo xtask bench forward` first (it writes the random GPT-2 small)", model.display());
+    }
+    run(Command::new(env!("CARGO")).current_dir(root()).args(["test", "--workspace", "--no-run", "--quiet"]))?;
+    let so = root().join("target/debug/deps/libburnlens_native.so");
+    let pkg = out_dir.join("py/burnlens");
+    std::fs::create_dir_all(&pkg)?;
+    for entry in std::fs::read_dir(root().join("crates/burnlens-py/python/burnlens"))? {
+        let entry = entry?;
+        std::fs::copy(entry.path(), pkg.join(entry.file_name()))?;
+    }
+    std::fs::copy(&so, pkg.join("_native.abi3.so")).with_context(|| format!("copying {}", so.display()))?;
+    let out = Command::new(&py).current_dir(root()).arg("scripts/bench_python.py").arg(&model).env("PYTHONPATH", out_dir.join("py")).output()?;
+    if !out.status.success() {
+        bail!("bench_python.py failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let mut report: serde_json::Value = serde_json::from_slice(&out.stdout).context("bench_python.py printed no JSON")?;
+    report["machine"] = serde_json::Value::String(cpu_line());
+    std::fs::write(out_dir.join("python.json"), serde_json::to_string_pretty(&report)?)?;
+    println!("{}", serde_json::to_string_pretty(&report)?);
+    Ok(())
+}
+
 /// What the Python API's tests run with: `.venv/bin/python` (made if missing) with numpy
 /// and pytest (installed if missing; torch is not needed for them).
 fn ensure_python_tests() -> Result<PathBuf> {
@@ -706,14 +750,7 @@ fn main() -> Result<()> {
             run(&mut cmd)?;
         }
         "sae-fixtures" => {
-            let py = venv()?;
-            let has = Command::new(&py).args(["-c", "import sae_lens"]).status().map(|s| s.success()).unwrap_or(false);
-            if !has {
-                let constraints = root().join("target/py-constraints.txt");
-                std::fs::create_dir_all(root().join("target"))?;
-                std::fs::write(&constraints, PY_PACKAGES[..2].join("\n"))?;
-                run(Command::new(&py).args(["-m", "pip", "install", "--quiet", "-c"]).arg(&constraints).arg(SAE_LENS))?;
-            }
+            let py = venv_with_sae_lens()?;
             // An SAE trained by burnlens on a model trained by burnlens, for sae-lens to read.
             let trained = root().join("target/sae-export/topk_trained_gpt2_char");
             run(Command::new("cargo").current_dir(root()).args(["run", "--quiet", "--", "train-sae", "--model", "tests/fixtures/trained_gpt2_char", "--hook", "blocks.1.hook_resid_pre", "--architecture", "topk", "--k", "8", "--d-sae", "96", "--steps", "400", "--batch", "8", "--seq-len", "24", "--seed", "3", "--out"]).arg(&trained))?;
@@ -727,6 +764,7 @@ fn main() -> Result<()> {
         "test" => test(std::env::args().skip(2).collect())?,
         "bench-train" => bench_train()?,
         "bench" => bench(std::env::args().skip(2).collect())?,
+        "bench-python" => bench_python()?,
         "parity-tch" => parity_tch(std::env::args().skip(2).collect())?,
         _ => bail!("usage: cargo xtask <test [CARGO TEST ARGS]|fixtures|sae-fixtures|venv|bench [WORKLOAD...]|bench-train|parity-tch>"),
     }

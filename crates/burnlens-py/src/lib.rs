@@ -84,6 +84,14 @@ fn activation_host(a: &Activation) -> (Vec<f32>, Vec<usize>) {
     (a.to_vec(), a.dims())
 }
 
+/// An activation's values and shape, moved out of the tensor where nothing else holds it.
+fn activation_into_host(a: Activation) -> (Vec<f32>, Vec<usize>) {
+    match a {
+        Activation::Rank3(t) => host(t),
+        Activation::Rank4(t) => host(t),
+    }
+}
+
 /// A model loaded from a directory, a run or a Hub id.
 #[pyclass(frozen, module = "burnlens._native")]
 struct NativeModel {
@@ -250,7 +258,8 @@ impl NativeModel {
                 None => self.model.forward_hooked(ids, &mut h),
                 Some(m) => self.model.forward_padded(ids, m, &mut h),
             };
-            let cache: BTreeMap<String, (Vec<f32>, Vec<usize>)> = h.take_cache().iter().map(|(k, v)| (k.clone(), activation_host(v))).collect();
+            let cache: BTreeMap<String, (Vec<f32>, Vec<usize>)> = h.take_cache().into_iter().map(|(k, v)| (k, activation_into_host(v))).collect();
+            drop(h);
             (host(logits), cache)
         });
         if let Some(e) = hook_error.into_inner().unwrap() {
