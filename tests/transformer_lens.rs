@@ -207,3 +207,41 @@ fn norm_hooks_match_transformer_lens() {
         }
     }
 }
+
+/// The newer families against TransformerLens (`scripts/gen_tl_family_fixtures.py`, built
+/// with TransformerLens's own weight conversions): every hook point both define holds the
+/// same values — the QK-norm hooks (TransformerLens keeps them as `[batch * pos * heads,
+/// d_head]` rows, burnlens as `[batch, pos, heads, d_head]`, the same values in the same
+/// order), Gemma 2's norms after attention and the MLP, GPT-J's rotary queries and keys.
+/// The only TransformerLens points burnlens lacks are named here: `unembed.hook_in/out`,
+/// and GPT-J's `ln2` (a copy of `ln1` in TransformerLens; burnlens has the one norm).
+#[test]
+fn newer_families_cache_what_transformer_lens_caches() {
+    for name in ["qwen3_qknorm", "gptj_interleaved", "gemma2_softcap"] {
+        let st = read_safetensors(&fixture("tl").join(format!("{name}.safetensors")));
+        let model = load_model(&fixture(name), &Device::flex()).unwrap().model;
+        let ours = burnlens::model::hook_names(&model.config);
+        let ids = &st["ids"].i64;
+        let cache = burnlens::lens::run_with_cache(&model, ids, |_| true);
+        let mut compared = 0;
+        let mut worst = 0f32;
+        for (key, want) in &st {
+            let Some(hook) = key.strip_prefix("cache.") else { continue };
+            if !ours.iter().any(|n| n == hook) {
+                let tl_only = hook.starts_with("unembed.") || (name == "gptj_interleaved" && hook.contains(".ln2."));
+                assert!(tl_only, "{name}: TransformerLens has `{hook}`, burnlens does not");
+                continue;
+            }
+            let got = cache.get(hook).unwrap().to_vec();
+            assert_eq!(got.len(), want.f32.len(), "{name} {hook}: {:?} vs {:?}", cache.get(hook).unwrap().dims(), want.shape);
+            let r = rel(&got, &want.f32, 1e-6);
+            worst = worst.max(r);
+            assert!(r < 1e-4, "{name} {hook}: relative difference {r:e} from TransformerLens");
+            compared += 1;
+        }
+        let logits = model.forward(model.ids_tensor(ids)).into_data().try_into_vec_as::<f32>().unwrap();
+        assert!(rel(&logits, &st["logits"].f32, 1e-6) < 1e-5, "{name}: logits");
+        println!("{name}: {compared} hook points equal TransformerLens's (worst relative difference {worst:.1e})");
+        assert!(compared >= 40, "{name}: only {compared} hook points compared");
+    }
+}

@@ -759,7 +759,9 @@ fn main() -> Result<()> {
             run(Command::new(&py).current_dir(root().join("scripts")).arg("gen_gemma_scope_fixture.py"))?;
             // TransformerLens (a dependency of sae-lens) on the gpt2 fixture: gradients,
             // patching, direct logit attribution, the logit lens.
-            run(Command::new(py).current_dir(root()).arg("scripts/gen_tl_fixtures.py"))?;
+            run(Command::new(&py).current_dir(root()).arg("scripts/gen_tl_fixtures.py"))?;
+            // TransformerLens's caches on the newer families (QK-norm, post-norms, soft-caps).
+            run(Command::new(py).current_dir(root()).arg("scripts/gen_tl_family_fixtures.py"))?;
         }
         "test" => test(std::env::args().skip(2).collect())?,
         "bench-train" => bench_train()?,
