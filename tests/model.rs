@@ -290,3 +290,20 @@ fn parameter_gradients_of_the_new_settings_match_finite_differences() {
     }
     println!("worst relative error: {worst:.1e}");
 }
+
+/// Starting a forward pass at block `l` from the stream a full pass had there gives the full
+/// pass's logits (activation patching runs each patched pass this way).
+#[test]
+fn a_pass_started_at_a_block_gives_the_full_pass_logits() {
+    for name in ["gpt2", "llama_gqa", "gemma2_softcap", "gptj_interleaved"] {
+        let model = load_model(&fixture(name), &Device::flex()).unwrap().model;
+        let ids = [5i64, 17, 33, 2, 90, 12, 7];
+        let mut hooks = Hooks::capture(|n| n.ends_with("hook_resid_pre"));
+        let full = to_vec(model.forward_hooked(model.ids_tensor(&ids), &mut hooks));
+        for l in 0..model.config.n_layers() {
+            let start = hooks.cache[&format!("blocks.{l}.hook_resid_pre")].rank3().unwrap();
+            let got = to_vec(model.forward_from(model.ids_tensor(&ids), l, start, &mut Hooks::capture(|_| false)));
+            assert_eq!(got, full, "{name}: from block {l}");
+        }
+    }
+}

@@ -179,6 +179,10 @@ pub fn activation_patching(model: &Transformer, clean: &[i64], corrupted: &[i64]
     // The baseline takes the same (explicit, hooked) path as the patched runs, so that an
     // unchanged activation gives exactly no effect.
     let base = metric.value(model, clean, &mut Hooks::capture(|_| false));
+    // Each patched pass starts at the patched block from the clean stream entering it (the
+    // same values the full pass computes there), so the blocks before it are not recomputed.
+    let resid_pre = run_with_cache(model, clean, |n| n.ends_with("hook_resid_pre")).activations;
+    let clean_ids = model.ids_tensor(clean);
     let effects = nodes
         .iter()
         .map(|node| {
@@ -193,7 +197,9 @@ pub fn activation_patching(model: &Transformer, clean: &[i64], corrupted: &[i64]
                     _ => unreachable!("one hook, one rank"),
                 },
             );
-            metric.value(model, clean, &mut hooks) - base
+            let start = resid_pre[&format!("blocks.{}.hook_resid_pre", node.layer)].rank3().expect("resid_pre is rank 3");
+            let logits = model.forward_from(clean_ids.clone(), node.layer, start, &mut hooks);
+            metric.eval(logits, clean).into_scalar::<f32>() as f64 - base
         })
         .collect();
     Ok((base, effects))

@@ -846,7 +846,19 @@ impl Transformer {
     pub fn forward_hooked(&self, ids: Tensor<2, Int>, hooks: &mut Hooks) -> Tensor<3> {
         let [b, t] = ids.dims();
         let pos = Positions { ids: vec![(0..t).collect(); b], keys_real: None };
-        self.run(ids, pos, None, hooks)
+        self.run(ids, pos, None, hooks, None)
+    }
+
+    /// [`forward_hooked`](Self::forward_hooked) from block `layer` on: `resid_pre` is the
+    /// residual stream entering that block (`blocks.{layer}.hook_resid_pre` of an earlier run
+    /// on the same `ids`), and the embedding and earlier blocks are not recomputed. Activation
+    /// patching runs each patched pass from the patched layer.
+    pub fn forward_from(&self, ids: Tensor<2, Int>, layer: usize, resid_pre: Tensor<3>, hooks: &mut Hooks) -> Tensor<3> {
+        let [b, t] = ids.dims();
+        assert!(layer < self.blocks.len(), "forward_from: layer {layer} of {}", self.blocks.len());
+        assert_eq!(resid_pre.dims(), [b, t, self.config.d_model], "forward_from: resid_pre must be [batch, pos, d_model]");
+        let pos = Positions { ids: vec![(0..t).collect(); b], keys_real: None };
+        self.run(ids, pos, None, hooks, Some((layer, resid_pre)))
     }
 
     /// Logits for a padded batch. `attention_mask[b][p]` is false for padding. Position ids
@@ -854,7 +866,7 @@ impl Transformer {
     /// positions as it would alone.
     pub fn forward_padded(&self, ids: Tensor<2, Int>, attention_mask: &[Vec<bool>], hooks: &mut Hooks) -> Tensor<3> {
         let pos = Positions { ids: positions_from_mask(attention_mask, &vec![0; attention_mask.len()]), keys_real: Some(attention_mask.to_vec()) };
-        self.run(ids, pos, None, hooks)
+        self.run(ids, pos, None, hooks, None)
     }
 
     /// Logits for `ids` continuing the sequence held in `cache`; the new keys and values are
@@ -863,12 +875,13 @@ impl Transformer {
         let [b, t] = ids.dims();
         let start = cache.len();
         let pos = Positions { ids: vec![(start..start + t).collect(); b], keys_real: None };
-        let logits = self.run(ids, pos, Some(cache), &mut Hooks::none());
+        let logits = self.run(ids, pos, Some(cache), &mut Hooks::none(), None);
         cache.len += t;
         logits
     }
 
-    fn run(&self, ids: Tensor<2, Int>, pos: Positions, mut cache: Option<&mut KvCache>, hooks: &mut Hooks) -> Tensor<3> {
+    /// The forward pass; `start`: begin at that block with that residual stream.
+    fn run(&self, ids: Tensor<2, Int>, pos: Positions, mut cache: Option<&mut KvCache>, hooks: &mut Hooks, start: Option<(usize, Tensor<3>)>) -> Tensor<3> {
         let device = self.device();
         let [b, t] = ids.dims();
         let n_keys = cache.as_ref().map_or(0, |c| c.len()) + t;
@@ -882,21 +895,28 @@ impl Transformer {
             // Gemma: sqrt(d_model) rounded to f32, as the checkpoint's dtype holds it.
             embed = embed * ((self.config.d_model as f64).sqrt() as f32);
         }
-        let embed = hooks.point(|| "hook_embed".into(), embed);
-        let pos_embed = self.pos_embed.as_ref().map(|p| hooks.point(|| "hook_pos_embed".into(), p.forward(pos_ids)));
+        let first = start.as_ref().map_or(0, |(l, _)| *l);
+        let embed = if first == 0 { hooks.point(|| "hook_embed".into(), embed) } else { embed };
+        let pos_embed = self.pos_embed.as_ref().map(|p| {
+            let p = p.forward(pos_ids);
+            if first == 0 { hooks.point(|| "hook_pos_embed".into(), p) } else { p }
+        });
         let (mut resid, pos_qk) = match (self.config.positional, pos_embed) {
             (Positional::Residual, Some(p)) => (embed + p, None),
             (Positional::QueryKeyOnly, Some(p)) => (embed, Some(p)),
             _ => (embed, None),
         };
         resid = self.embed_dropout.forward(resid);
+        if let Some((_, r)) = start {
+            resid = r;
+        }
         let is_rotary = self.config.positional == Positional::Rotary;
         let rotary = self.config.rotary.as_ref().filter(|_| is_rotary).map(|r| r.angles(&pos.ids, &device));
         let rotary_local = self.config.rotary_local.as_ref().filter(|_| is_rotary).map(|r| r.angles(&pos.ids, &device));
 
         // One mask per distinct span, shared by the layers that use it.
         let mut masks: Vec<(AttentionSpan, Tensor<4, Bool>)> = Vec::new();
-        for (l, block) in self.blocks.iter().enumerate() {
+        for (l, block) in self.blocks.iter().enumerate().skip(first) {
             let span = block.attn.span;
             let mask = match masks.iter().find(|(s, _)| *s == span) {
                 Some((_, m)) => m.clone(),
