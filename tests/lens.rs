@@ -249,3 +249,60 @@ fn shortformer_queries_read_ln1_of_the_residual_plus_positions() {
     let diff = a.iter().zip(&b).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
     assert!(diff < 1e-4, "centring without folding keeps log-probabilities: {diff}");
 }
+
+/// Every tool on the newer families: composition scores, detectors, the induction
+/// experiment, circuits, the logit lens, patching (attribution beside activation) and direct
+/// logit attribution, each checked for a property that holds whatever the weights.
+#[test]
+fn every_tool_runs_on_the_newer_families() {
+    use burnlens::lens::{Metric, NodeKind, compare_patching, direct_logit_attribution, induction_experiment, logit_lens};
+    for name in ["qwen3_qknorm", "olmo2_postnorm", "gptj_interleaved", "gemma2_softcap", "gemma3_local_rope", "phi3_fused"] {
+        let m = model(name);
+        let (l, h) = (m.config.n_layers(), m.config.n_heads);
+        let ids: Vec<i64> = vec![5, 17, 33, 2, 90, 12, 7, 64, 5, 17];
+        // Composition: zero unless the first head is earlier.
+        let c = composition_scores(&m);
+        for l1 in 0..l {
+            for l2 in 0..=l1 {
+                let i = c.index(l1, 0, l2, 0);
+                assert_eq!((c.q[i], c.k[i], c.v[i]), (0.0, 0.0, 0.0), "{name}");
+            }
+        }
+        // Detectors: scores are attention masses in [0, 1].
+        for d in [Detector::PreviousToken, Detector::Induction, Detector::DuplicateToken] {
+            let s = head_scores(&m, &[ids.clone()], d);
+            assert!(s.iter().flatten().all(|x| (-1e-6..=1.0 + 1e-6).contains(x)), "{name} {d:?}: {s:?}");
+        }
+        let report = induction_experiment(&m, 6, 2, 1, None);
+        assert!(report.logprobs.iter().all(|x| x.is_finite() && *x <= 0.0), "{name}: induction log-probabilities");
+        // Circuits: the OV circuit's eigenvalues exist for every head.
+        for w in all_head_weights(&m) {
+            assert_eq!(ov(&w).shape()[0], h, "{name}");
+        }
+        // The logit lens's last layer is the model's own prediction (after any soft-cap,
+        // which keeps the order).
+        let lens = logit_lens(&m, &ids, 3, None);
+        let logits: Vec<f32> = m.forward(m.ids_tensor(&ids)).into_data().try_into_vec_as().unwrap();
+        let v = m.config.vocab_size;
+        for (p, top) in lens.top.last().unwrap().iter().enumerate() {
+            let row = &logits[p * v..(p + 1) * v];
+            let best = (0..v).max_by(|&a, &b| row[a].total_cmp(&row[b])).unwrap() as i64;
+            assert_eq!(top[0].0, best, "{name}: logit lens at position {p}");
+        }
+        // Patching: a corrupted run equal to the clean one moves nothing, exactly.
+        let metric = Metric::LogitDiff { pos: None, right: 3, wrong: 11 };
+        let same = compare_patching(&m, &ids, &ids, &metric, &[NodeKind::Head, NodeKind::ResidPre, NodeKind::Mlp], true).unwrap();
+        assert!(same.patched.unwrap().iter().chain(&same.attribution).all(|e| e.abs() < 1e-6), "{name}: patching a run with itself");
+        let mut corrupted = ids.clone();
+        corrupted[4] = 91;
+        let r = compare_patching(&m, &ids, &corrupted, &metric, &[NodeKind::ResidPre], true).unwrap();
+        // Patching the whole stream at the changed position of layer 0 gives the corrupted metric.
+        let p0 = r.nodes.iter().position(|n| n.layer == 0 && n.index == 4).unwrap();
+        let full = r.patched.as_ref().unwrap()[p0] + r.clean_metric;
+        assert!((full - r.corrupted_metric).abs() < 1e-3 * r.corrupted_metric.abs().max(1.0), "{name}: {full} vs {}", r.corrupted_metric);
+        // DLA: the components sum to the logits (before any final soft-cap).
+        let dla = direct_logit_attribution(&m, &ids, 3, Some(11));
+        assert!(dla.max_error <= 1e-3, "{name}: DLA sums to the logits within {}", dla.max_error);
+        assert_eq!(dla.final_softcap, m.config.final_softcap);
+    }
+}
