@@ -57,8 +57,8 @@ pub fn hf_config_json(cfg: &TransformerConfig, family: Family, bos_eos: Option<u
     let spec = family.spec();
     let mut v = spec.config_json(cfg).map_err(fail)?;
     let obj = v.as_object_mut().ok_or_else(|| fail("the family wrote a config.json that is not an object".into()))?;
-    obj.insert("architectures".into(), json!([spec.architecture()]));
-    obj.insert("model_type".into(), json!(spec.model_type()));
+    obj.insert("architectures".into(), json!([spec.names().architecture]));
+    obj.insert("model_type".into(), json!(spec.names().model_type));
     obj.insert("vocab_size".into(), json!(cfg.vocab_size));
     obj.insert("initializer_range".into(), json!(0.02));
     obj.insert("tie_word_embeddings".into(), json!(!cfg.untied_unembed));

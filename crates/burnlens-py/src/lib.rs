@@ -135,6 +135,12 @@ fn tokens_of(tokens: &PyReadonlyArray2<'_, i64>) -> Result<(Vec<i64>, usize, usi
     Ok((flat, shape[0], shape[1]))
 }
 
+/// The device of `backend` (else `BURNLENS_BACKEND`, else flex).
+fn device_for(backend: Option<&str>) -> Result<Device, Fail> {
+    let name = burnlens_model::backend::resolve_name(&[backend]);
+    burnlens_model::backend::device(&name, None).map_err(value)
+}
+
 /// Resolve a model spec (directory, run directory, or Hub id) to a local directory.
 fn resolve(spec: &str) -> Result<PathBuf, Fail> {
     burnlens_hf::resolve_model(spec, &mut |_| {}).map_err(|e| load_fail(format!("{spec}: {e}"), is_not_found(&e)))
@@ -150,8 +156,7 @@ impl NativeModel {
         let spec = spec.to_string();
         let backend = backend.map(str::to_string);
         Ok(py.detach(move || -> Result<Self, Fail> {
-            let name = burnlens_model::backend::resolve_name(&[backend.as_deref()]);
-            let device = burnlens_model::backend::device(&name, None).map_err(value)?;
+            let device = device_for(backend.as_deref())?;
             let dir = resolve(&spec)?;
             let any = burnlens_train::load_any(&dir, &device).map_err(|e| load_fail(e.to_string(), is_not_found(&e)))?;
             let family = burnlens_hf::read_config(&dir.join("config.json")).ok().map(|c| c.family.to_string());
@@ -538,8 +543,7 @@ impl NativeSae {
         let spec = spec.to_string();
         let backend = backend.map(str::to_string);
         Ok(py.detach(move || -> Result<Self, Fail> {
-            let name = burnlens_model::backend::resolve_name(&[backend.as_deref()]);
-            let device = burnlens_model::backend::device(&name, None).map_err(value)?;
+            let device = device_for(backend.as_deref())?;
             let dir = burnlens_hf::resolve_folder(&spec, burnlens_lens::sae::folder_files(&spec), &mut |_| {}).map_err(|e| load_fail(format!("{spec}: {e}"), is_not_found(&e)))?;
             let sae = Sae::load(&dir, &device).map_err(|e| load_fail(e.to_string(), !Path::new(&dir).exists()))?;
             Ok(Self { sae })

@@ -10,7 +10,7 @@ use burnlens_model::{ActivationFn, AttentionSpan, NormPlacement, QkNorm, ScoreSc
 use serde_json::{Map, Value, json};
 
 use super::llama::{Defaults, fresh_common, json_common, layer_types, parse_common, tensors_common};
-use super::{FamilySpec, FreshShape};
+use super::{FamilySpec, FreshShape, Names};
 use crate::config::{Fields, activation_named};
 use crate::error::Result;
 use crate::layout::{Placement, Tensors};
@@ -48,26 +48,16 @@ impl Gemma {
 }
 
 impl FamilySpec for Gemma {
-    fn model_type(&self) -> &'static str {
-        match self.0 {
+    fn names(&self) -> Names {
+        let model_type = match self.0 {
             Version::Two => "gemma2",
             Version::Three => "gemma3_text",
-        }
-    }
-
-    fn architecture(&self) -> &'static str {
-        match self.0 {
+        };
+        let architecture = match self.0 {
             Version::Two => "Gemma2ForCausalLM",
             Version::Three => "Gemma3ForCausalLM",
-        }
-    }
-
-    fn base_prefix(&self) -> &'static str {
-        "model."
-    }
-
-    fn embed_name(&self) -> &'static str {
-        "embed_tokens.weight"
+        };
+        Names { model_type, architecture, base_prefix: "model.", embed_name: "embed_tokens.weight" }
     }
 
     fn parse(&self, f: &Fields) -> Result<TransformerConfig> {
@@ -148,7 +138,7 @@ impl FamilySpec for Gemma {
     fn config_json(&self, cfg: &TransformerConfig) -> std::result::Result<Value, String> {
         let name = self.name();
         let v3 = self.0 == Version::Three;
-        let mut v = json_common(&TransformerConfig { score_scale: ScoreScale::InvSqrtDHead, ..cfg.clone() }, self.model_type())?;
+        let mut v = json_common(&TransformerConfig { score_scale: ScoreScale::InvSqrtDHead, ..cfg.clone() }, self.names().model_type)?;
         if !cfg.scale_embed || cfg.norm_placement != NormPlacement::Sandwich || cfg.activation != ActivationFn::GeluNew {
             return Err(format!("{name} scales the embedding, has norms before and after attention and the MLP and a GeGLU MLP"));
         }

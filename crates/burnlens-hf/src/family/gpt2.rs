@@ -4,7 +4,7 @@
 use burnlens_model::{AttentionSpan, MlpKind, NormKind, Positional, ScoreScale, TransformerConfig};
 use serde_json::{Value, json};
 
-use super::{FamilySpec, FreshShape};
+use super::{FamilySpec, FreshShape, Names};
 use crate::config::{Fields, activation, head_dim};
 use crate::error::Result;
 use crate::layout::{Placement, Tensors};
@@ -12,20 +12,8 @@ use crate::layout::{Placement, Tensors};
 pub struct Gpt2;
 
 impl FamilySpec for Gpt2 {
-    fn model_type(&self) -> &'static str {
-        "gpt2"
-    }
-
-    fn architecture(&self) -> &'static str {
-        "GPT2LMHeadModel"
-    }
-
-    fn base_prefix(&self) -> &'static str {
-        "transformer."
-    }
-
-    fn embed_name(&self) -> &'static str {
-        "wte.weight"
+    fn names(&self) -> Names {
+        Names { model_type: "gpt2", architecture: "GPT2LMHeadModel", base_prefix: "transformer.", embed_name: "wte.weight" }
     }
 
     fn parse(&self, f: &Fields) -> Result<TransformerConfig> {

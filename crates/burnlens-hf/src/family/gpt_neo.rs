@@ -4,7 +4,7 @@
 use burnlens_model::{AttentionSpan, ScoreScale, TransformerConfig};
 use serde_json::{Value, json};
 
-use super::{FamilySpec, FreshShape};
+use super::{FamilySpec, FreshShape, Names};
 use crate::config::{Fields, activation, head_dim};
 use crate::error::Result;
 use crate::layout::{Placement, Tensors};
@@ -12,20 +12,8 @@ use crate::layout::{Placement, Tensors};
 pub struct GptNeo;
 
 impl FamilySpec for GptNeo {
-    fn model_type(&self) -> &'static str {
-        "gpt_neo"
-    }
-
-    fn architecture(&self) -> &'static str {
-        "GPTNeoForCausalLM"
-    }
-
-    fn base_prefix(&self) -> &'static str {
-        "transformer."
-    }
-
-    fn embed_name(&self) -> &'static str {
-        "wte.weight"
+    fn names(&self) -> Names {
+        Names { model_type: "gpt_neo", architecture: "GPTNeoForCausalLM", base_prefix: "transformer.", embed_name: "wte.weight" }
     }
 
     fn parse(&self, f: &Fields) -> Result<TransformerConfig> {

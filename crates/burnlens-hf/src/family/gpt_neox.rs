@@ -5,7 +5,7 @@
 use burnlens_model::{AttentionSpan, MlpKind, NormKind, Positional, Rotary, ScoreScale, TransformerConfig};
 use serde_json::{Value, json};
 
-use super::{FamilySpec, FreshShape};
+use super::{FamilySpec, FreshShape, Names};
 use crate::config::{Fields, activation_named, head_dim};
 use crate::error::Result;
 use crate::layout::{Placement, Tensors};
@@ -13,20 +13,8 @@ use crate::layout::{Placement, Tensors};
 pub struct GptNeoX;
 
 impl FamilySpec for GptNeoX {
-    fn model_type(&self) -> &'static str {
-        "gpt_neox"
-    }
-
-    fn architecture(&self) -> &'static str {
-        "GPTNeoXForCausalLM"
-    }
-
-    fn base_prefix(&self) -> &'static str {
-        "gpt_neox."
-    }
-
-    fn embed_name(&self) -> &'static str {
-        "embed_in.weight"
+    fn names(&self) -> Names {
+        Names { model_type: "gpt_neox", architecture: "GPTNeoXForCausalLM", base_prefix: "gpt_neox.", embed_name: "embed_in.weight" }
     }
 
     fn parse(&self, f: &Fields) -> Result<TransformerConfig> {

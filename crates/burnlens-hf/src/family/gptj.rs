@@ -6,7 +6,7 @@
 use burnlens_model::{AttentionSpan, MlpKind, NormKind, Positional, Rotary, ScoreScale, TransformerConfig};
 use serde_json::{Value, json};
 
-use super::{FamilySpec, FreshShape};
+use super::{FamilySpec, FreshShape, Names};
 use crate::config::{Fields, activation, head_dim};
 use crate::error::Result;
 use crate::layout::{Placement, Tensors};
@@ -14,20 +14,8 @@ use crate::layout::{Placement, Tensors};
 pub struct GptJ;
 
 impl FamilySpec for GptJ {
-    fn model_type(&self) -> &'static str {
-        "gptj"
-    }
-
-    fn architecture(&self) -> &'static str {
-        "GPTJForCausalLM"
-    }
-
-    fn base_prefix(&self) -> &'static str {
-        "transformer."
-    }
-
-    fn embed_name(&self) -> &'static str {
-        "wte.weight"
+    fn names(&self) -> Names {
+        Names { model_type: "gptj", architecture: "GPTJForCausalLM", base_prefix: "transformer.", embed_name: "wte.weight" }
     }
 
     fn parse(&self, f: &Fields) -> Result<TransformerConfig> {

@@ -6,7 +6,7 @@
 use burnlens_model::{AttentionSpan, MlpKind, NormKind, Positional, ScoreScale, TransformerConfig};
 use serde_json::{Value, json};
 
-use super::{FamilySpec, FreshShape};
+use super::{FamilySpec, FreshShape, Names};
 use crate::config::{Fields, activation_named, head_dim};
 use crate::error::Result;
 use crate::layout::{Placement, Tensors};
@@ -26,28 +26,18 @@ pub const QWEN2: LlamaLike = LlamaLike(Kind::Qwen2);
 pub const MISTRAL: LlamaLike = LlamaLike(Kind::Mistral);
 
 impl FamilySpec for LlamaLike {
-    fn model_type(&self) -> &'static str {
-        match self.0 {
+    fn names(&self) -> Names {
+        let model_type = match self.0 {
             Kind::Llama => "llama",
             Kind::Qwen2 => "qwen2",
             Kind::Mistral => "mistral",
-        }
-    }
-
-    fn architecture(&self) -> &'static str {
-        match self.0 {
+        };
+        let architecture = match self.0 {
             Kind::Llama => "LlamaForCausalLM",
             Kind::Qwen2 => "Qwen2ForCausalLM",
             Kind::Mistral => "MistralForCausalLM",
-        }
-    }
-
-    fn base_prefix(&self) -> &'static str {
-        "model."
-    }
-
-    fn embed_name(&self) -> &'static str {
-        "embed_tokens.weight"
+        };
+        Names { model_type, architecture, base_prefix: "model.", embed_name: "embed_tokens.weight" }
     }
 
     fn parse(&self, f: &Fields) -> Result<TransformerConfig> {
@@ -80,7 +70,7 @@ impl FamilySpec for LlamaLike {
     }
 
     fn config_json(&self, cfg: &TransformerConfig) -> std::result::Result<Value, String> {
-        let family = self.model_type();
+        let family = self.names().model_type;
         let mut v = json_common(cfg, family)?;
         let qwen = self.0 == Kind::Qwen2;
         if (qwen && (!cfg.qkv_bias || cfg.attn_out_bias)) || (!qwen && cfg.qkv_bias != cfg.attn_out_bias) {

@@ -24,16 +24,23 @@ mod olmo2;
 mod phi3;
 mod qwen3;
 
+/// A family's names in Hugging Face's files.
+#[derive(Debug, Clone, Copy)]
+pub struct Names {
+    /// `model_type` in `config.json`; also the family's name in run configs and `model.json`.
+    pub model_type: &'static str,
+    /// The `*ForCausalLM` class written into `architectures` on export.
+    pub architecture: &'static str,
+    /// The prefix of the base model's tensors in a `*ForCausalLM` checkpoint.
+    pub base_prefix: &'static str,
+    /// The HF name of the token embedding (without the prefix).
+    pub embed_name: &'static str,
+}
+
 /// What defines a family.
 pub trait FamilySpec: Sync {
-    /// `model_type` in `config.json`; also the family's name in run configs and `model.json`.
-    fn model_type(&self) -> &'static str;
-    /// The `*ForCausalLM` class written into `architectures` on export.
-    fn architecture(&self) -> &'static str;
-    /// The prefix of the base model's tensors in a `*ForCausalLM` checkpoint.
-    fn base_prefix(&self) -> &'static str;
-    /// The HF name of the token embedding (without the prefix).
-    fn embed_name(&self) -> &'static str;
+    /// Its names in Hugging Face's files.
+    fn names(&self) -> Names;
     /// `config.json` (absent fields at the defaults of the family's `transformers` config
     /// class) into burnlens's architecture.
     fn parse(&self, f: &Fields) -> Result<TransformerConfig>;
@@ -104,7 +111,7 @@ impl Family {
     }
 
     pub fn model_type(self) -> &'static str {
-        self.spec().model_type()
+        self.spec().names().model_type
     }
 
     pub fn from_model_type(s: &str) -> Option<Self> {
@@ -113,12 +120,12 @@ impl Family {
 
     /// The prefix of the base model's tensors in a `*ForCausalLM` checkpoint.
     pub fn base_prefix(self) -> &'static str {
-        self.spec().base_prefix()
+        self.spec().names().base_prefix
     }
 
     /// The HF name of the token embedding (without the prefix).
     pub fn embed_name(self) -> &'static str {
-        self.spec().embed_name()
+        self.spec().names().embed_name
     }
 }
 

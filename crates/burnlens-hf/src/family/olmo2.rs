@@ -7,7 +7,7 @@ use burnlens_model::{NormPlacement, QkNorm, TransformerConfig};
 use serde_json::{Value, json};
 
 use super::llama::{Defaults, fresh_common, json_common, parse_common, tensors_common};
-use super::{FamilySpec, FreshShape};
+use super::{FamilySpec, FreshShape, Names};
 use crate::config::Fields;
 use crate::error::Result;
 use crate::layout::{Placement, Tensors};
@@ -28,20 +28,8 @@ const DEFAULTS: Defaults = Defaults {
 };
 
 impl FamilySpec for Olmo2 {
-    fn model_type(&self) -> &'static str {
-        "olmo2"
-    }
-
-    fn architecture(&self) -> &'static str {
-        "Olmo2ForCausalLM"
-    }
-
-    fn base_prefix(&self) -> &'static str {
-        "model."
-    }
-
-    fn embed_name(&self) -> &'static str {
-        "embed_tokens.weight"
+    fn names(&self) -> Names {
+        Names { model_type: "olmo2", architecture: "Olmo2ForCausalLM", base_prefix: "model.", embed_name: "embed_tokens.weight" }
     }
 
     fn parse(&self, f: &Fields) -> Result<TransformerConfig> {

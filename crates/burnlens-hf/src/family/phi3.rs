@@ -8,7 +8,7 @@ use burnlens_model::{AttentionSpan, TransformerConfig};
 use serde_json::{Value, json};
 
 use super::llama::{Defaults, fresh_common, json_common, parse_common};
-use super::{FamilySpec, FreshShape};
+use super::{FamilySpec, FreshShape, Names};
 use crate::config::Fields;
 use crate::error::Result;
 use crate::layout::{Placement, Tensors};
@@ -29,20 +29,8 @@ const DEFAULTS: Defaults = Defaults {
 };
 
 impl FamilySpec for Phi3 {
-    fn model_type(&self) -> &'static str {
-        "phi3"
-    }
-
-    fn architecture(&self) -> &'static str {
-        "Phi3ForCausalLM"
-    }
-
-    fn base_prefix(&self) -> &'static str {
-        "model."
-    }
-
-    fn embed_name(&self) -> &'static str {
-        "embed_tokens.weight"
+    fn names(&self) -> Names {
+        Names { model_type: "phi3", architecture: "Phi3ForCausalLM", base_prefix: "model.", embed_name: "embed_tokens.weight" }
     }
 
     fn parse(&self, f: &Fields) -> Result<TransformerConfig> {
