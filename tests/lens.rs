@@ -306,3 +306,20 @@ fn every_tool_runs_on_the_newer_families() {
         assert_eq!(dla.final_softcap, m.config.final_softcap);
     }
 }
+
+/// A metric read from the final stream, unembedding only the positions it needs, is the
+/// metric of the full logits (soft-capped models included).
+#[test]
+fn metrics_from_the_final_stream_equal_metrics_from_the_logits() {
+    use burnlens::lens::Metric;
+    for name in ["gpt2", "gemma2_softcap", "llama_gqa"] {
+        let m = model(name);
+        let ids: Vec<i64> = vec![5, 17, 33, 2, 90, 12, 7, 64];
+        for metric in [Metric::LogitDiff { pos: None, right: 3, wrong: 11 }, Metric::LogitDiff { pos: Some(2), right: 1, wrong: 4 }, Metric::LogProb { pos: Some(5), token: 7 }, Metric::Loss { from: 2 }] {
+            let full = metric.value(&m, &ids, &mut Hooks::none());
+            let stream = m.final_stream(m.ids_tensor(&ids), &mut Hooks::none());
+            let part = metric.eval_stream(&m, stream, &ids).into_scalar::<f32>() as f64;
+            assert!((full - part).abs() <= 1e-5 * full.abs().max(1.0), "{name} {metric:?}: {full} vs {part}");
+        }
+    }
+}

@@ -123,6 +123,27 @@ impl Metric {
         }
     }
 
+    /// The metric from the final norm's output `stream: [batch, pos, d_model]` of the first
+    /// sequence, unembedding only the positions it reads (one for a logit or log-probability,
+    /// `from..` for the loss).
+    pub fn eval_stream(&self, model: &Transformer, stream: Tensor<3>, ids: &[i64]) -> Tensor<1> {
+        let t = stream.dims()[1];
+        let (start, shifted) = match *self {
+            Metric::LogitDiff { pos, right, wrong } => {
+                let p = pos.unwrap_or(t - 1);
+                (p, Metric::LogitDiff { pos: Some(0), right, wrong })
+            }
+            Metric::LogProb { pos, token } => {
+                let p = pos.unwrap_or(t - 1);
+                (p, Metric::LogProb { pos: Some(0), token })
+            }
+            Metric::Loss { from } => (from, Metric::Loss { from: 0 }),
+        };
+        let end = if matches!(self, Metric::Loss { .. }) { t } else { start + 1 };
+        let logits = model.soft_cap_logits(model.unembed(stream.narrow(0, 0, 1).narrow(1, start, end - start)));
+        shifted.eval(logits, &ids[start..])
+    }
+
     /// The metric's value for `ids` (a plain forward pass, no gradient), with `hooks`.
     pub fn value(&self, model: &Transformer, ids: &[i64], hooks: &mut Hooks) -> f64 {
         let logits = model.forward_hooked(model.ids_tensor(ids), hooks);

@@ -178,11 +178,14 @@ pub fn activation_patching(model: &Transformer, clean: &[i64], corrupted: &[i64]
     let device = model.device();
     // The baseline takes the same (explicit, hooked) path as the patched runs, so that an
     // unchanged activation gives exactly no effect.
-    let base = metric.value(model, clean, &mut Hooks::capture(|_| false));
     // Each patched pass starts at the patched block from the clean stream entering it (the
-    // same values the full pass computes there), so the blocks before it are not recomputed.
-    let resid_pre = run_with_cache(model, clean, |n| n.ends_with("hook_resid_pre")).activations;
+    // same values the full pass computes there), so the blocks before it are not recomputed,
+    // and unembeds only the positions the metric reads; the baseline is computed the same way.
     let clean_ids = model.ids_tensor(clean);
+    let mut capture = Hooks::capture(|n| n.ends_with("hook_resid_pre"));
+    let stream = model.final_stream(clean_ids.clone(), &mut capture);
+    let base = metric.eval_stream(model, stream, clean).into_scalar::<f32>() as f64;
+    let resid_pre = capture.take_cache();
     let effects = nodes
         .iter()
         .map(|node| {
@@ -198,8 +201,8 @@ pub fn activation_patching(model: &Transformer, clean: &[i64], corrupted: &[i64]
                 },
             );
             let start = resid_pre[&format!("blocks.{}.hook_resid_pre", node.layer)].rank3().expect("resid_pre is rank 3");
-            let logits = model.forward_from(clean_ids.clone(), node.layer, start, &mut hooks);
-            metric.eval(logits, clean).into_scalar::<f32>() as f64 - base
+            let stream = model.final_stream_from(clean_ids.clone(), node.layer, start, &mut hooks);
+            metric.eval_stream(model, stream, clean).into_scalar::<f32>() as f64 - base
         })
         .collect();
     Ok((base, effects))

@@ -854,11 +854,26 @@ impl Transformer {
     /// on the same `ids`), and the embedding and earlier blocks are not recomputed. Activation
     /// patching runs each patched pass from the patched layer.
     pub fn forward_from(&self, ids: Tensor<2, Int>, layer: usize, resid_pre: Tensor<3>, hooks: &mut Hooks) -> Tensor<3> {
+        self.soft_cap_logits(self.unembed(self.final_stream_from(ids, layer, resid_pre, hooks)))
+    }
+
+    /// [`forward_hooked`](Self::forward_hooked) up to the final norm's output `[batch, pos,
+    /// d_model]` (what the unembedding reads).
+    pub fn final_stream(&self, ids: Tensor<2, Int>, hooks: &mut Hooks) -> Tensor<3> {
+        let [b, t] = ids.dims();
+        let pos = Positions { ids: vec![(0..t).collect(); b], keys_real: None };
+        self.run_stream(ids, pos, None, hooks, None)
+    }
+
+    /// [`forward_from`](Self::forward_from) up to the final norm's output `[batch, pos,
+    /// d_model]`, for callers that unembed only the positions they read (block 0 with the
+    /// embedded stream is a whole pass).
+    pub fn final_stream_from(&self, ids: Tensor<2, Int>, layer: usize, resid_pre: Tensor<3>, hooks: &mut Hooks) -> Tensor<3> {
         let [b, t] = ids.dims();
         assert!(layer < self.blocks.len(), "forward_from: layer {layer} of {}", self.blocks.len());
         assert_eq!(resid_pre.dims(), [b, t, self.config.d_model], "forward_from: resid_pre must be [batch, pos, d_model]");
         let pos = Positions { ids: vec![(0..t).collect(); b], keys_real: None };
-        self.run(ids, pos, None, hooks, Some((layer, resid_pre)))
+        self.run_stream(ids, pos, None, hooks, Some((layer, resid_pre)))
     }
 
     /// Logits for a padded batch. `attention_mask[b][p]` is false for padding. Position ids
@@ -881,7 +896,13 @@ impl Transformer {
     }
 
     /// The forward pass; `start`: begin at that block with that residual stream.
-    fn run(&self, ids: Tensor<2, Int>, pos: Positions, mut cache: Option<&mut KvCache>, hooks: &mut Hooks, start: Option<(usize, Tensor<3>)>) -> Tensor<3> {
+    fn run(&self, ids: Tensor<2, Int>, pos: Positions, cache: Option<&mut KvCache>, hooks: &mut Hooks, start: Option<(usize, Tensor<3>)>) -> Tensor<3> {
+        let x = self.run_stream(ids, pos, cache, hooks, start);
+        self.soft_cap_logits(self.unembed(x))
+    }
+
+    /// The forward pass up to the final norm's output.
+    fn run_stream(&self, ids: Tensor<2, Int>, pos: Positions, mut cache: Option<&mut KvCache>, hooks: &mut Hooks, start: Option<(usize, Tensor<3>)>) -> Tensor<3> {
         let device = self.device();
         let [b, t] = ids.dims();
         let n_keys = cache.as_ref().map_or(0, |c| c.len()) + t;
@@ -933,8 +954,7 @@ impl Transformer {
             let input = LayerInput { rotary: angles, mask, cache: cache.as_deref_mut(), layer: l, fused };
             resid = block.forward(resid, pos_qk.clone(), input, hooks);
         }
-        let x = self.ln_final.forward(resid, hooks, "ln_final");
-        self.soft_cap_logits(self.unembed(x))
+        self.ln_final.forward(resid, hooks, "ln_final")
     }
 
     /// Gemma 2's final soft-capping `c tanh(l / c)`, when the model has it (the identity
