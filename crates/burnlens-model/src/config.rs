@@ -1,8 +1,8 @@
 //! The one configuration every burnlens model is built from.
 //!
-//! GPT-2, GPT-Neo, GPT-NeoX and the Llama family differ only in the settings below; the family-specific `config.json`
-//! parsers in `burnlens-hf` translate into this struct and nothing inside the model ever asks
-//! which family it is.
+//! The families differ only in the settings below; each family's file in `burnlens-hf`
+//! (`family/*.rs`) translates its `config.json` into this struct, and nothing inside the model
+//! ever asks which family it is.
 
 use serde::{Deserialize, Serialize};
 

@@ -1,6 +1,7 @@
 //! The canonical decoder-only transformer, top to bottom: norm, rotary embeddings,
-//! attention, MLP, block, the whole model. GPT-2, GPT-Neo, GPT-NeoX (Pythia) and the Llama
-//! family are all this model with different [`TransformerConfig`] settings.
+//! attention, MLP, block, the whole model. GPT-2, GPT-Neo, GPT-NeoX (Pythia), GPT-J, the Llama
+//! family, Qwen3, OLMo 2, Gemma 2/3 and Phi-3 are all this model with different
+//! [`TransformerConfig`] settings.
 //!
 //! Weights right-multiply (`x @ W`), as in TransformerLens: a projection from `d_in` to
 //! `d_out` stores `[d_in, d_out]`. The query, key and value projections are fused into one
