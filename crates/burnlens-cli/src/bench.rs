@@ -178,8 +178,11 @@ pub fn run(a: &BenchArgs, device: Device) -> Result<()> {
             let (x, w) = (operand(m * k, 97), operand(k * n, 89));
             let mut c = vec![0.0f32; m * n];
             let b = if transposed { MatRef::row_major(&w, n, k).t() } else { MatRef::row_major(&w, k, n) };
+            let before = burnlens_model::kernels::pool::stats();
             let times = timed(a.reps, || matmul(&mut c, n, MatRef::row_major(&x, m, k), b, false));
-            json!({"times": times, "flops": 2.0 * (m * k * n) as f64, "shape": spec})
+            let pool = burnlens_model::kernels::pool::stats();
+            json!({"times": times, "flops": 2.0 * (m * k * n) as f64, "shape": spec,
+                   "pool_late_jobs": pool.late_jobs - before.late_jobs, "pool_revoked_seats": pool.revoked_seats - before.revoked_seats})
         }
         "machine" => machine(),
         other => return Err(UserError(format!("unknown workload \"{other}\"; expected forward, generate, train, load, attention, gemm or machine")).into()),
