@@ -119,7 +119,6 @@ pub fn reproduce(dir: &Path, layer: usize, ids: &[i64], device: &Device) -> Resu
                     + b_q.matmul(b_k.transpose()) // [1, 1]
             }
             rot => {
-                let _ = (w_q, w_k, b_q, b_k);
                 let (q, k) = (qk_norm(all_q[h].clone(), h, true), qk_norm(all_k[h].clone(), h, false));
                 let (q, k) = match rot {
                     Some(rot) => (rotate_by_hand(q, rot), rotate_by_hand(k, rot)),

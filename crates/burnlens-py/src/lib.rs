@@ -65,10 +65,6 @@ impl Missing for burnlens_train::TrainError {
     }
 }
 
-fn is_not_found(e: &impl Missing) -> bool {
-    e.missing()
-}
-
 /// `Vec<f32>` of shape `dims` as a numpy array, without copying the values again.
 fn array<'py>(py: Python<'py>, values: Vec<f32>, dims: &[usize]) -> PyResult<Bound<'py, PyArrayDyn<f32>>> {
     values.into_pyarray(py).reshape(dims.to_vec())
@@ -143,7 +139,7 @@ fn device_for(backend: Option<&str>) -> Result<Device, Fail> {
 
 /// Resolve a model spec (directory, run directory, or Hub id) to a local directory.
 fn resolve(spec: &str) -> Result<PathBuf, Fail> {
-    burnlens_hf::resolve_model(spec, &mut |_| {}).map_err(|e| load_fail(format!("{spec}: {e}"), is_not_found(&e)))
+    burnlens_hf::resolve_model(spec, &mut |_| {}).map_err(|e| load_fail(format!("{spec}: {e}"), e.missing()))
 }
 
 #[pymethods]
@@ -158,7 +154,7 @@ impl NativeModel {
         Ok(py.detach(move || -> Result<Self, Fail> {
             let device = device_for(backend.as_deref())?;
             let dir = resolve(&spec)?;
-            let any = burnlens_train::load_any(&dir, &device).map_err(|e| load_fail(e.to_string(), is_not_found(&e)))?;
+            let any = burnlens_train::load_any(&dir, &device).map_err(|e| load_fail(e.to_string(), e.missing()))?;
             let family = burnlens_hf::read_config(&dir.join("config.json")).ok().map(|c| c.family.to_string());
             let names = hook_names(&any.model.config);
             Ok(Self { model: any.model, tokenizer: any.tokenizer.map(std::sync::Arc::new), bos: any.bos, dir, family, names })
@@ -544,7 +540,7 @@ impl NativeSae {
         let backend = backend.map(str::to_string);
         Ok(py.detach(move || -> Result<Self, Fail> {
             let device = device_for(backend.as_deref())?;
-            let dir = burnlens_hf::resolve_folder(&spec, burnlens_lens::sae::folder_files(&spec), &mut |_| {}).map_err(|e| load_fail(format!("{spec}: {e}"), is_not_found(&e)))?;
+            let dir = burnlens_hf::resolve_folder(&spec, burnlens_lens::sae::folder_files(&spec), &mut |_| {}).map_err(|e| load_fail(format!("{spec}: {e}"), e.missing()))?;
             let sae = Sae::load(&dir, &device).map_err(|e| load_fail(e.to_string(), !Path::new(&dir).exists()))?;
             Ok(Self { sae })
         })?)
@@ -588,7 +584,7 @@ impl NativeSae {
 #[pyo3(signature = (config_path, overrides=Vec::new(), on_step=None, resume=false))]
 fn train(py: Python<'_>, config_path: &str, overrides: Vec<String>, on_step: Option<Py<PyAny>>, resume: bool) -> PyResult<String> {
     let path = PathBuf::from(config_path);
-    let cfg = burnlens_train::RunConfig::load(&path, &overrides).map_err(|e| load_fail(e.to_string(), is_not_found(&e)))?;
+    let cfg = burnlens_train::RunConfig::load(&path, &overrides).map_err(|e| load_fail(e.to_string(), e.missing()))?;
     let error: std::sync::Arc<Mutex<Option<PyErr>>> = Default::default();
     let on_step = on_step.map(|f| {
         let error = error.clone();

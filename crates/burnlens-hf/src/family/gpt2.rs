@@ -42,8 +42,7 @@ impl FamilySpec for Gpt2 {
     fn tensors(&self, cfg: &TransformerConfig, t: &mut Tensors) {
         use Placement::Same;
         let (d, hd, m) = (cfg.d_model, cfg.n_heads * cfg.d_head, cfg.d_mlp.unwrap_or(4 * cfg.d_model));
-        t.add("wte.weight".into(), vec![cfg.vocab_size, d], "embed.weight".into(), Same);
-        t.add("wpe.weight".into(), vec![cfg.n_ctx, d], "pos_embed.weight".into(), Same);
+        classic_embeddings(cfg, t);
         for l in 0..cfg.n_layers() {
             let (h, b) = (format!("h.{l}"), format!("blocks.{l}"));
             t.norm(&format!("{h}.ln_1"), &format!("{b}.ln1"));
@@ -88,6 +87,12 @@ impl FamilySpec for Gpt2 {
     fn fresh(&self, s: &FreshShape) -> TransformerConfig {
         TransformerConfig::gpt2_like(s.vocab, s.n_ctx, s.d_model, s.n_layers, s.n_heads)
     }
+}
+
+/// GPT-2's and GPT-Neo's token and learned position embeddings (`wte`, `wpe`).
+pub(super) fn classic_embeddings(cfg: &TransformerConfig, t: &mut Tensors) {
+    t.add("wte.weight".into(), vec![cfg.vocab_size, cfg.d_model], "embed.weight".into(), Placement::Same);
+    t.add("wpe.weight".into(), vec![cfg.n_ctx, cfg.d_model], "pos_embed.weight".into(), Placement::Same);
 }
 
 /// What GPT-2 and GPT-Neo share and Hugging Face cannot express otherwise: learned

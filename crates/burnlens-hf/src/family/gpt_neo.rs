@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 use super::{FamilySpec, FreshShape, Names};
 use crate::config::{Fields, activation, head_dim};
 use crate::error::Result;
-use crate::layout::{Placement, Tensors};
+use crate::layout::Tensors;
 
 pub struct GptNeo;
 
@@ -45,10 +45,8 @@ impl FamilySpec for GptNeo {
     }
 
     fn tensors(&self, cfg: &TransformerConfig, t: &mut Tensors) {
-        use Placement::Same;
         let (d, hd, m) = (cfg.d_model, cfg.n_heads * cfg.d_head, cfg.d_mlp.unwrap_or(4 * cfg.d_model));
-        t.add("wte.weight".into(), vec![cfg.vocab_size, d], "embed.weight".into(), Same);
-        t.add("wpe.weight".into(), vec![cfg.n_ctx, d], "pos_embed.weight".into(), Same);
+        super::gpt2::classic_embeddings(cfg, t);
         for l in 0..cfg.n_layers() {
             let (h, b) = (format!("h.{l}"), format!("blocks.{l}"));
             t.norm(&format!("{h}.ln_1"), &format!("{b}.ln1"));
