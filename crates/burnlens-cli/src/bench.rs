@@ -179,9 +179,16 @@ pub fn run(a: &BenchArgs, device: Device) -> Result<()> {
             let mut c = vec![0.0f32; m * n];
             let b = if transposed { MatRef::row_major(&w, n, k).t() } else { MatRef::row_major(&w, k, n) };
             let before = burnlens_model::kernels::pool::stats();
-            let times = timed(a.reps, || matmul(&mut c, n, MatRef::row_major(&x, m, k), b, false));
+            // The model's path: the weight packed once (before timing), as `linear` keeps it.
+            let packed = burnlens_model::kernels::packed::Packed::new(b);
+            let times = match &packed {
+                Some(p) => timed(a.reps, || burnlens_model::kernels::packed::matmul_packed(&mut c, n, MatRef::row_major(&x, m, k), p, false)),
+                None => timed(a.reps, || matmul(&mut c, n, MatRef::row_major(&x, m, k), b, false)),
+            };
+            // One `gemm::gemm` call per block, packing both operands every time.
+            let unpacked = timed(a.reps, || matmul(&mut c, n, MatRef::row_major(&x, m, k), b, false));
             let pool = burnlens_model::kernels::pool::stats();
-            json!({"times": times, "flops": 2.0 * (m * k * n) as f64, "shape": spec,
+            json!({"times": times, "times_repacking": unpacked, "packed": packed.is_some(), "flops": 2.0 * (m * k * n) as f64, "shape": spec,
                    "pool_late_jobs": pool.late_jobs - before.late_jobs, "pool_revoked_seats": pool.revoked_seats - before.revoked_seats})
         }
         "machine" => machine(),

@@ -263,3 +263,47 @@ fn a_model_on_flex_runs_its_hot_paths_through_the_kernels_forward_and_backward()
         assert!(b1 > b0, "{op:?}: no backward call");
     }
 }
+
+/// A constant weight is packed once and reused; a weight that changes, in place or as a new
+/// tensor, is packed again and the product follows the new values; a weight being trained
+/// is not packed.
+#[test]
+fn a_weight_is_packed_once_and_a_changed_weight_is_packed_again() {
+    use kernels::packed::packs_on_this_thread;
+    let d = flex();
+    let x = rand([3, 7, 40], 1.0, &d);
+    let w = rand([40, 150], 0.5, &d);
+    let packs = packs_on_this_thread();
+    let y1 = vec(&kernels::linear(x.clone(), w.clone(), None));
+    assert_close("first product", &y1, &vec(&kernels::linear_reference(x.clone(), w.clone(), None)), 1e-5);
+    // Packing applies wherever the CPU has gemm's AVX2 or AVX-512 micro-kernels.
+    let packs_here = cfg!(target_arch = "x86_64") && std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma");
+    if std::env::var("BURNLENS_PACKED_MB").as_deref() != Ok("0") {
+        assert_eq!(packs_on_this_thread(), packs + usize::from(packs_here), "the first product packs the weight");
+    }
+    let packs = packs_on_this_thread();
+    assert_eq!(vec(&kernels::linear(x.clone(), w.clone(), None)), y1, "the same weight gives the same product");
+    assert_eq!(packs_on_this_thread(), packs, "a second product with the same weight packs nothing");
+
+    // In place: `w` is moved into the op, so flex may write the sum into its own buffer.
+    let w2 = w.add_scalar(0.25);
+    let y2 = vec(&kernels::linear(x.clone(), w2.clone(), None));
+    assert!(rel_err(&y2, &y1, 1e-3) > 1e-2, "the edited weight changed nothing");
+    assert_close("after an in-place edit", &y2, &vec(&kernels::linear_reference(x.clone(), w2.clone(), None)), 1e-5);
+    // A new tensor with other values, and a narrowed view of one storage: each its own copy.
+    let w3 = w2.clone().mul_scalar(-1.0);
+    assert_close("a new weight", &vec(&kernels::linear(x.clone(), w3.clone(), None)), &vec(&kernels::linear_reference(x.clone(), w3, None)), 1e-5);
+    let wide = rand([40, 300], 0.5, &d);
+    for part in [wide.clone().narrow(1, 0, 150), wide.clone().narrow(1, 150, 150)] {
+        assert_close("a view", &vec(&kernels::linear(x.clone(), part.clone(), None)), &vec(&kernels::linear_reference(x.clone(), part, None)), 1e-5);
+    }
+
+    // Trained weights change every step: they go through gemm, unpacked.
+    let ad = d.autodiff();
+    let packs = packs_on_this_thread();
+    let wt = Tensor::<2>::from_data(w2.to_data(), &ad).require_grad();
+    let y = kernels::linear(Tensor::<3>::from_data(x.to_data(), &ad), wt.clone(), None);
+    let g = y.sum().backward();
+    assert!(wt.grad(&g).is_some());
+    assert_eq!(packs_on_this_thread(), packs, "a trained weight was packed");
+}

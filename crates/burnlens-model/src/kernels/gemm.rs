@@ -47,7 +47,7 @@ impl<'a> MatRef<'a> {
     }
 
     /// Panics unless every element lies inside `data`.
-    fn check(&self) {
+    pub(crate) fn check(&self) {
         if self.rows == 0 || self.cols == 0 {
             return;
         }

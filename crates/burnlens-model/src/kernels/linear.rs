@@ -18,6 +18,7 @@ use burn::backend::{Autodiff, Backend, Dispatch, Flex, backend_extension};
 use burn::tensor::{Shape, Tensor};
 
 use super::gemm::{MatRef, matmul};
+use super::packed::{matmul_packed, packed_weight};
 use super::pool::{self, GRAIN};
 use super::{contiguous, flex_vec, use_kernels};
 
@@ -47,6 +48,17 @@ pub fn linear_reference<const D: usize>(x: Tensor<D>, weight: Tensor<2>, bias: O
     burn::tensor::module::linear(x, weight, bias)
 }
 
+/// `dst (+)= a · w` for the weight view `w` of `owner`. A constant weight (`pack`: not
+/// trained in this pass) goes through its packed copy (packed at first use and kept, see
+/// [`super::packed`]) where the CPU has micro-kernels for it; a weight an optimizer is about
+/// to change, or one packing does not apply to, through one `gemm` call that packs it again.
+fn weight_product(dst: &mut [f32], dst_rs: usize, a: MatRef, owner: &FlexTensor, w: MatRef, accumulate: bool, pack: bool) {
+    match pack.then(|| packed_weight(owner, w)).flatten() {
+        Some(p) => matmul_packed(dst, dst_rs, a, &p, accumulate),
+        None => matmul(dst, dst_rs, a, w, accumulate),
+    }
+}
+
 /// A 2-D flex tensor read in place through its strides (copied only if a stride is negative).
 fn weight_view(w: &FlexTensor) -> (FlexTensor, [usize; 2], [isize; 2], usize) {
     let dims = w.layout().shape().clone();
@@ -61,8 +73,9 @@ fn mat<'a>(t: &'a FlexTensor, dims: [usize; 2], strides: [isize; 2], offset: usi
     MatRef { data: t.storage::<f32>(), offset, rows: dims[0], cols: dims[1], rs: strides[0], cs: strides[1] }
 }
 
-/// Forward on flex tensors; returns `y` and the contiguous `x` it read.
-fn flex_forward(x: &FlexTensor, w: &FlexTensor, b: Option<&FlexTensor>) -> (FlexTensor, FlexTensor) {
+/// Forward on flex tensors; returns `y` and the contiguous `x` it read. `pack`: the weight
+/// is constant (see [`weight_product`]).
+fn flex_forward(x: &FlexTensor, w: &FlexTensor, b: Option<&FlexTensor>, pack: bool) -> (FlexTensor, FlexTensor) {
     super::record(super::Op::Linear, false);
     let x = contiguous(x);
     let (w, [k, n], ws, woff) = weight_view(w);
@@ -79,7 +92,7 @@ fn flex_forward(x: &FlexTensor, w: &FlexTensor, b: Option<&FlexTensor>) -> (Flex
             }
         });
     }
-    matmul(&mut y, n, MatRef::row_major(x.storage(), m, k), mat(&w, [k, n], ws, woff), b.is_some());
+    weight_product(&mut y, n, MatRef::row_major(x.storage(), m, k), &w, mat(&w, [k, n], ws, woff), b.is_some(), pack);
     let mut out_dims = xs.to_vec();
     *out_dims.last_mut().expect("rank >= 1") = n;
     (flex_vec(y, Shape::from(out_dims)), x)
@@ -87,10 +100,10 @@ fn flex_forward(x: &FlexTensor, w: &FlexTensor, b: Option<&FlexTensor>) -> (Flex
 
 impl LinearKernel for Flex {
     fn bl_linear(x: FlexTensor, w: FlexTensor) -> FlexTensor {
-        flex_forward(&x, &w, None).0
+        flex_forward(&x, &w, None, true).0
     }
     fn bl_linear_bias(x: FlexTensor, w: FlexTensor, b: FlexTensor) -> FlexTensor {
-        flex_forward(&x, &w, Some(&b)).0
+        flex_forward(&x, &w, Some(&b), true).0
     }
 }
 
@@ -103,7 +116,7 @@ fn gradients(x: &FlexTensor, w: &FlexTensor, dy: &FlexTensor, want: [bool; 3]) -
     let dy_m = MatRef::row_major(dy.storage(), m, n);
     let dx = want[0].then(|| {
         let mut dx = vec![0.0f32; m * k];
-        matmul(&mut dx, k, dy_m, mat(&w, [k, n], ws, woff).t(), false);
+        weight_product(&mut dx, k, dy_m, &w, mat(&w, [k, n], ws, woff).t(), false, !want[1]);
         flex_vec(dx, x.layout().shape().clone())
     });
     let dw = want[1].then(|| {
@@ -179,27 +192,29 @@ impl Backward<Flex, 3> for LinearBiasBackward {
 
 impl<C: CheckpointStrategy> LinearKernel for Autodiff<Flex, C> {
     fn bl_linear(x: FloatTensor<Self>, w: FloatTensor<Self>) -> FloatTensor<Self> {
+        let pack = !w.is_tracked();
         let (x, gx) = x.into_parts();
         let (w, gw) = w.into_parts();
         match LinearBackward.prepare::<C>([gx, gw]).compute_bound().stateful() {
             OpsKind::Tracked(prep) => {
-                let (y, x) = flex_forward(&x, &w, None);
+                let (y, x) = flex_forward(&x, &w, None, pack);
                 prep.finish((x, w), y)
             }
-            OpsKind::UnTracked(prep) => prep.finish(flex_forward(&x, &w, None).0),
+            OpsKind::UnTracked(prep) => prep.finish(flex_forward(&x, &w, None, pack).0),
         }
     }
 
     fn bl_linear_bias(x: FloatTensor<Self>, w: FloatTensor<Self>, b: FloatTensor<Self>) -> FloatTensor<Self> {
+        let pack = !w.is_tracked();
         let (x, gx) = x.into_parts();
         let (w, gw) = w.into_parts();
         let (b, gb) = b.into_parts();
         match LinearBiasBackward.prepare::<C>([gx, gw, gb]).compute_bound().stateful() {
             OpsKind::Tracked(prep) => {
-                let (y, x) = flex_forward(&x, &w, Some(&b));
+                let (y, x) = flex_forward(&x, &w, Some(&b), pack);
                 prep.finish((x, w), y)
             }
-            OpsKind::UnTracked(prep) => prep.finish(flex_forward(&x, &w, Some(&b)).0),
+            OpsKind::UnTracked(prep) => prep.finish(flex_forward(&x, &w, Some(&b), pack).0),
         }
     }
 }

@@ -28,6 +28,7 @@ pub mod gemm;
 pub mod layer_norm;
 pub mod linear;
 pub mod memory;
+pub mod packed;
 pub mod pool;
 pub mod simd;
 

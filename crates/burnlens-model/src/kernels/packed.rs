@@ -1,0 +1,381 @@
+//! Weights packed once: `x W` with `W` laid out, the first time it is used, in the panel
+//! order gemm's micro-kernels read, and the packed copy kept beside the weight.
+//!
+//! `gemm::gemm` repacks both operands on every call; for the skinny products of a forward
+//! pass (`m` = positions, often 128 or fewer) packing the weight is a large share of the
+//! work (16–17% of a GPT-2 small forward in `perf`, BENCHMARKS.md). Here a weight `W: [k, n]`
+//! (any strides) is packed into panels of `P` columns (`P` = 64 with AVX-512, 16 with AVX2),
+//! each panel `k × P` contiguous and zero-padded, and the product drives gemm-f32's own
+//! micro-kernels directly: they compute a `P × 6` block of `(x W)ᵀ` from one panel and six
+//! rows of `x`, read in place (no packing of `x` at all). Loops, outermost first: column
+//! groups of [`GROUP_COLS`] (one task each, so the group's panels stay in L2), depth blocks of
+//! [`KC`], six rows at a time, the group's panels.
+//!
+//! **Keeping the copy with the weight.** The cache is keyed by the weight's storage (the
+//! `Arc` flex holds its bytes in) and view (offset, shape, strides), and holds only a `Weak`
+//! to that storage. That makes the key sound: while the `Weak` lives the address cannot be
+//! reused, and flex cannot change the bytes in place (`Arc::get_mut` refuses while a `Weak`
+//! exists, and `Arc::make_mut` moves them under a new `Arc`, a new key). Every change to a
+//! weight (an optimizer step, weight processing, a hook, a user's edit) therefore reaches the
+//! product as a different key, and a packed copy whose weight is gone is dropped at the next
+//! insertion. The copies held together stay under `BURNLENS_PACKED_MB` (default 1024; 0
+//! turns packing off); a weight that does not fit runs through `gemm::gemm` as before.
+
+use std::cell::Cell;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+
+use burn::backend::flex::FlexTensor;
+use burn::tensor::Bytes;
+use gemm_common::microkernel::MicroKernelFn;
+
+use super::gemm::MatRef;
+use super::pool::{self, SendPtr};
+
+/// Depth of one block of the product: a panel's `KC × P` slice stays in L1/L2 while six
+/// rows of `x` stream past it.
+const KC: usize = 256;
+/// Output columns per task (several panels): their `KC`-deep slices stay in L2 together.
+const GROUP_COLS: usize = 512;
+/// Rows of `x` per micro-kernel call (the micro-kernels' `nr`).
+const NR: usize = 6;
+/// Below this many multiply-adds a product runs on one thread.
+const SPLIT_MIN_MACS: usize = 48 * 48 * 64;
+
+/// The micro-kernels this CPU runs: `ukr[v - 1][r - 1]` computes `v` vectors of `lanes`
+/// output columns for `r` rows.
+#[derive(Clone, Copy)]
+struct Isa {
+    lanes: usize,
+    ukr: &'static [[MicroKernelFn<f32>; NR]],
+}
+
+impl Isa {
+    fn panel(&self) -> usize {
+        self.lanes * self.ukr.len()
+    }
+}
+
+fn isa() -> Option<Isa> {
+    static ISA: OnceLock<Option<Isa>> = OnceLock::new();
+    *ISA.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::arch::is_x86_feature_detected!("avx512f") {
+                return Some(Isa { lanes: 16, ukr: &gemm_f32::microkernel::avx512f::f32::UKR });
+            }
+            if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+                return Some(Isa { lanes: 8, ukr: &gemm_f32::microkernel::fma::f32::UKR });
+            }
+        }
+        None
+    })
+}
+
+/// Bytes of packed copies the cache may hold (`BURNLENS_PACKED_MB`, default 1024).
+fn budget() -> usize {
+    static BUDGET: OnceLock<usize> = OnceLock::new();
+    *BUDGET.get_or_init(|| {
+        let mb = std::env::var("BURNLENS_PACKED_MB").ok().and_then(|v| v.trim().parse::<usize>().ok()).unwrap_or(1024);
+        mb.saturating_mul(1 << 20)
+    })
+}
+
+/// A `[k, n]` matrix in panels of `panel` columns, each `k × panel` contiguous.
+pub struct Packed {
+    k: usize,
+    n: usize,
+    isa: Isa,
+    data: Vec<f32>,
+}
+
+impl std::fmt::Debug for Packed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Packed").field("k", &self.k).field("n", &self.n).field("panel", &self.isa.panel()).finish()
+    }
+}
+
+impl Packed {
+    /// Pack `b`, or `None` where this CPU has no micro-kernel for it (the caller uses gemm).
+    pub fn new(b: MatRef) -> Option<Self> {
+        let isa = isa()?;
+        let (k, n, p) = (b.rows, b.cols, isa.panel());
+        let mut data = vec![0.0f32; n.div_ceil(p) * k * p];
+        if k == 0 {
+            return Some(Self { k, n, isa, data });
+        }
+        b.check();
+        let at = |r: usize, c: usize| b.data[(b.offset as isize + r as isize * b.rs + c as isize * b.cs) as usize];
+        pool::for_chunks(&mut data, k * p, |j, panel| {
+            let c0 = j * p;
+            let cols = p.min(n - c0);
+            if b.cs == 1 {
+                for (r, dst) in panel.chunks_exact_mut(p).enumerate() {
+                    let start = (b.offset as isize + r as isize * b.rs + c0 as isize) as usize;
+                    dst[..cols].copy_from_slice(&b.data[start..start + cols]);
+                }
+            } else {
+                // Column by column: each reads a contiguous run when `rs == 1` (a transposed view).
+                for c in 0..cols {
+                    for r in 0..k {
+                        panel[r * p + c] = at(r, c0 + c);
+                    }
+                }
+            }
+        });
+        Some(Self { k, n, isa, data })
+    }
+
+    pub fn rows(&self) -> usize {
+        self.k
+    }
+
+    pub fn cols(&self) -> usize {
+        self.n
+    }
+
+    fn bytes(&self) -> usize {
+        self.data.len() * 4
+    }
+}
+
+/// `dst[m, n] (+)= a[m, k] · b`, `dst` row-major with row stride `dst_rs`.
+pub fn matmul_packed(dst: &mut [f32], dst_rs: usize, a: MatRef, b: &Packed, accumulate: bool) {
+    let (m, k, n) = (a.rows, a.cols, b.n);
+    assert_eq!(b.k, k, "matmul_packed: inner dimensions {k} and {}", b.k);
+    assert!(m == 0 || dst.len() >= (m - 1) * dst_rs + n, "matmul_packed: destination too small");
+    if m == 0 || n == 0 {
+        return;
+    }
+    if k == 0 {
+        if !accumulate {
+            for r in 0..m {
+                dst[r * dst_rs..r * dst_rs + n].fill(0.0);
+            }
+        }
+        return;
+    }
+    a.check();
+    let p = b.isa.panel();
+    let panels = n.div_ceil(p);
+    let group_max = (GROUP_COLS / p).max(1);
+    let threads = pool::threads();
+    let parallel = threads > 1 && m.saturating_mul(n).saturating_mul(k) >= SPLIT_MIN_MACS;
+    // Column groups first (each thread streams its own panels); rows are split as well when
+    // there are fewer groups than threads.
+    let per_group = if parallel { panels.div_ceil(threads).min(group_max) } else { group_max };
+    let groups = panels.div_ceil(per_group);
+    let row_splits = if parallel && groups < threads { threads.div_ceil(groups).min(m.div_ceil(NR)) } else { 1 };
+    let rows_per = m.div_ceil(row_splits).next_multiple_of(NR);
+    let row_splits = m.div_ceil(rows_per);
+    let ptr = SendPtr(dst.as_mut_ptr());
+    let task = |t: usize| {
+        let ptr = ptr;
+        let (g, rs) = (t / row_splits, t % row_splits);
+        let panels = g * per_group..((g + 1) * per_group).min(panels);
+        let rows = rs * rows_per..((rs + 1) * rows_per).min(m);
+        // SAFETY: tasks write disjoint (rows × panel columns) blocks of `dst`, all inside it
+        // (checked above); `a` was bounds-checked and `b` holds whole zero-padded panels.
+        unsafe { block(ptr.0, dst_rs, a, b, panels, rows, accumulate) };
+    };
+    let tasks = groups * row_splits;
+    if parallel {
+        pool::run(tasks, task);
+    } else {
+        (0..tasks).for_each(task);
+    }
+}
+
+/// One task: `panels` of `b` against `rows` of `a`.
+///
+/// # Safety
+/// `dst` must be valid for the written block and not accessed by others meanwhile; `a`'s
+/// view must be in bounds.
+unsafe fn block(dst: *mut f32, dst_rs: usize, a: MatRef, b: &Packed, panels: std::ops::Range<usize>, rows: std::ops::Range<usize>, accumulate: bool) {
+    let (k, n, isa) = (b.k, b.n, b.isa);
+    let p = isa.panel();
+    let a_ptr = unsafe { a.data.as_ptr().add(a.offset) };
+    let mut p0 = 0;
+    while p0 < k {
+        let kc = KC.min(k - p0);
+        // Overwrite on the first depth block unless accumulating, then add.
+        let alpha_status = if p0 == 0 && !accumulate { 0 } else { 1 };
+        let mut r0 = rows.start;
+        while r0 < rows.end {
+            let nr = NR.min(rows.end - r0);
+            for j in panels.clone() {
+                let c0 = j * p;
+                let cols = p.min(n - c0);
+                let ukr = isa.ukr[cols.div_ceil(isa.lanes) - 1][nr - 1];
+                unsafe {
+                    let lhs = b.data.as_ptr().add(j * k * p + p0 * p);
+                    ukr(
+                        cols,
+                        nr,
+                        kc,
+                        dst.add(r0 * dst_rs + c0),
+                        lhs,
+                        a_ptr.offset(r0 as isize * a.rs + p0 as isize * a.cs),
+                        dst_rs as isize,
+                        1,
+                        p as isize,
+                        a.cs,
+                        a.rs,
+                        1.0,
+                        1.0,
+                        alpha_status,
+                        false,
+                        false,
+                        false,
+                        lhs,
+                    );
+                }
+            }
+            r0 += nr;
+        }
+        p0 += kc;
+    }
+}
+
+thread_local! {
+    static PACKS_HERE: Cell<usize> = const { Cell::new(0) };
+}
+
+/// Weights this thread has packed so far (a product finding its weight's copy packs none).
+pub fn packs_on_this_thread() -> usize {
+    PACKS_HERE.with(|c| c.get())
+}
+
+/// What identifies a weight's view: its storage and how the view reads it.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+struct Key {
+    storage: usize,
+    offset: usize,
+    dims: [usize; 2],
+    strides: [isize; 2],
+}
+
+struct Entry {
+    owner: Weak<Bytes>,
+    packed: Arc<Packed>,
+}
+
+#[derive(Default)]
+struct Cache {
+    map: HashMap<Key, Entry>,
+    bytes: usize,
+}
+
+impl Cache {
+    fn drop_dead(&mut self) {
+        let mut freed = 0;
+        self.map.retain(|_, e| {
+            let alive = e.owner.strong_count() > 0;
+            if !alive {
+                freed += e.packed.bytes();
+            }
+            alive
+        });
+        self.bytes -= freed;
+    }
+}
+
+fn cache() -> &'static Mutex<Cache> {
+    static CACHE: OnceLock<Mutex<Cache>> = OnceLock::new();
+    CACHE.get_or_init(Default::default)
+}
+
+/// The packed copy of the weight `view` (a view of `owner`'s storage), packed now if it is
+/// not cached yet; `None` where packing does not apply (no micro-kernel for this CPU, packing
+/// turned off, or the copy would not fit the budget).
+pub fn packed_weight(owner: &FlexTensor, view: MatRef) -> Option<Arc<Packed>> {
+    let isa = isa()?;
+    let budget = budget();
+    if budget == 0 {
+        return None;
+    }
+    let storage = owner.data_arc();
+    let key = Key { storage: Arc::as_ptr(&storage) as usize, offset: view.offset, dims: [view.rows, view.cols], strides: [view.rs, view.cs] };
+    let size = view.cols.div_ceil(isa.panel()) * view.rows * isa.panel() * 4;
+    {
+        let mut c = cache().lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(e) = c.map.get(&key)
+            && e.owner.strong_count() > 0
+        {
+            return Some(e.packed.clone());
+        }
+        c.drop_dead();
+        if c.bytes + size > budget {
+            return None;
+        }
+    }
+    let packed = Arc::new(Packed::new(view)?);
+    PACKS_HERE.with(|c| c.set(c.get() + 1));
+    let mut c = cache().lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(old) = c.map.insert(key, Entry { owner: Arc::downgrade(&storage), packed: packed.clone() }) {
+        c.bytes -= old.packed.bytes();
+    }
+    c.bytes += packed.bytes();
+    Some(packed)
+}
+
+/// Packed copies held now: `(entries, bytes)`, dead ones included until the next insertion.
+pub fn cached() -> (usize, usize) {
+    let c = cache().lock().unwrap_or_else(|p| p.into_inner());
+    (c.map.len(), c.bytes)
+}
+
+/// Drop every packed copy (they are made again on next use).
+pub fn clear() {
+    let mut c = cache().lock().unwrap_or_else(|p| p.into_inner());
+    c.map.clear();
+    c.bytes = 0;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn naive(a: &MatRef, b: &MatRef) -> Vec<f32> {
+        let at = |m: &MatRef, i: usize, j: usize| m.data[(m.offset as isize + i as isize * m.rs + j as isize * m.cs) as usize];
+        let mut out = vec![0.0; a.rows * b.cols];
+        for i in 0..a.rows {
+            for j in 0..b.cols {
+                out[i * b.cols + j] = (0..a.cols).map(|p| at(a, i, p) as f64 * at(b, p, j) as f64).sum::<f64>() as f32;
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn packed_products_match_a_naive_product_on_every_edge() {
+        if isa().is_none() {
+            assert!(Packed::new(MatRef::row_major(&[1.0], 1, 1)).is_none());
+            return;
+        }
+        let vals = |n: usize, s: usize| (0..n).map(|i| (((i * 7919 + s * 104729) % 1000) as f32 - 500.0) / 250.0).collect::<Vec<f32>>();
+        // Partial panels, partial row blocks, several depth blocks, m = 1, big enough to split.
+        for &(m, k, n) in &[(1, 5, 3), (1, 768, 300), (7, 1, 4), (13, 600, 130), (6, 257, 64), (130, 64, 1100), (200, 70, 9), (0, 3, 4), (4, 0, 5)] {
+            let a_data = vals(m * k + 3, 1);
+            let b_data = vals(k * n, 2);
+            let bt: Vec<f32> = (0..n * k).map(|i| b_data[(i % k) * n + i / k]).collect();
+            // `a` at an offset and with a wider row stride than its width.
+            let a_wide: Vec<f32> = (0..m * (k + 2) + 1).map(|i| if i == 0 || (i - 1) % (k + 2) >= k { 9.0 } else { a_data[(i - 1) / (k + 2) * k + (i - 1) % (k + 2)] }).collect();
+            let a_views = [MatRef::row_major(&a_data, m, k), MatRef { data: &a_wide, offset: 1, rows: m, cols: k, rs: (k + 2) as isize, cs: 1 }];
+            for b in [MatRef::row_major(&b_data, k, n), MatRef::row_major(&bt, n, k).t()] {
+                let packed = Packed::new(b).expect("this CPU packs");
+                for a in a_views {
+                    let want = naive(&a, &b);
+                    for accumulate in [false, true] {
+                        let mut dst = vec![1.0f32; m * n];
+                        matmul_packed(&mut dst, n, a, &packed, accumulate);
+                        for (i, (&g, &w)) in dst.iter().zip(&want).enumerate() {
+                            let w = if accumulate { w + 1.0 } else { w };
+                            assert!((g - w).abs() <= 1e-4 * (1.0 + w.abs()), "{m}x{k}x{n} acc={accumulate} [{i}]: {g} vs {w}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
