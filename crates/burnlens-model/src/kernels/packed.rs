@@ -39,6 +39,8 @@ const KC: usize = 256;
 const GROUP_COLS: usize = 512;
 /// Rows of `x` per micro-kernel call (the micro-kernels' `nr`).
 const NR: usize = 6;
+/// Tasks per thread in a split product.
+const TASKS_PER_THREAD: usize = 3;
 /// Below this many multiply-adds a product runs on one thread.
 const SPLIT_MIN_MACS: usize = 48 * 48 * 64;
 
@@ -162,8 +164,9 @@ pub fn matmul_packed(dst: &mut [f32], dst_rs: usize, a: MatRef, b: &Packed, accu
     let threads = pool::threads();
     let parallel = threads > 1 && m.saturating_mul(n).saturating_mul(k) >= SPLIT_MIN_MACS;
     // Column groups first (each thread streams its own panels); rows are split as well when
-    // there are fewer groups than threads.
-    let per_group = if parallel { panels.div_ceil(threads).min(group_max) } else { group_max };
+    // there are fewer groups than threads. About [`TASKS_PER_THREAD`] tasks per thread, so
+    // that a helper the scheduler starts late still takes its share of what is left.
+    let per_group = if parallel { panels.div_ceil(threads * TASKS_PER_THREAD).clamp(1, group_max) } else { group_max };
     let groups = panels.div_ceil(per_group);
     let row_splits = if parallel && groups < threads { threads.div_ceil(groups).min(m.div_ceil(NR)) } else { 1 };
     let rows_per = m.div_ceil(row_splits).next_multiple_of(NR);

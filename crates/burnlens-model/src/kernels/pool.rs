@@ -17,11 +17,14 @@
 //! - **A helper joins a job only by claiming its seat** (`OFFERED → RUNNING`); once the caller
 //!   has run out of tasks it takes back the seats still on offer (`OFFERED → IDLE`), so it
 //!   waits only for helpers that are inside a task, never for one that has not started.
-//! - **Late helpers send the pool serial for a while**: when, twice in a row, the caller
-//!   waited more than [`LATE`] (and longer than its own share took) for a helper to finish,
-//!   [`threads`] answers 1 for a back-off period (10 ms, doubling while the next try is late
-//!   again, at most 1 s), so kernels stop splitting work at all; the first job after it
-//!   probes again.
+//! - **Late helpers send the pool serial for a while**: when, in [`LATE_IN_WINDOW`] of the
+//!   last [`WINDOW`] jobs a helper took part in, the caller waited more than [`LATE`] (and
+//!   longer than its own share took) for a helper to finish, [`threads`] answers 1 for a
+//!   back-off period (10 ms, doubling while the next try is late again, at most 1 s), so
+//!   kernels stop splitting work at all; the first job after it probes again. (Counting over
+//!   a window rather than a streak: a quiet virtual machine has a late job now and then, about
+//!   1 in 100 on the 2-vCPU machines we measure on, and two in a row were enough to send the
+//!   pool serial for 10–80 ms several times a second; a busy neighbour makes most jobs late.)
 
 use std::cell::{Cell, UnsafeCell};
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -37,8 +40,9 @@ pub const LATE: Duration = Duration::from_micros(1000);
 /// The first serial period after a late helper; it doubles up to [`BACKOFF_MAX`].
 const BACKOFF_MIN: Duration = Duration::from_millis(10);
 const BACKOFF_MAX: Duration = Duration::from_secs(1);
-/// Late jobs in a row (among those a helper took part in) that make the pool serial.
-const LATE_STREAK: u32 = 2;
+/// Late jobs among the last [`WINDOW`] that a helper took part in that make the pool serial.
+const LATE_IN_WINDOW: u32 = 3;
+const WINDOW: u32 = 8;
 
 thread_local! {
     static IN_TASK: Cell<bool> = const { Cell::new(false) };
@@ -70,7 +74,8 @@ struct Pool {
     epoch: Instant,
     serial_until_ns: AtomicU64,
     backoff_ns: AtomicU64,
-    late_streak: AtomicU32,
+    /// One bit per recent job a helper took part in, newest lowest: 1 if it was late.
+    late_history: AtomicU32,
     /// Counters for tests and the bench: jobs whose helper came late, seats taken back.
     late_jobs: AtomicU64,
     revoked: AtomicU64,
@@ -101,7 +106,7 @@ fn start_pool() -> &'static Pool {
         epoch: Instant::now(),
         serial_until_ns: AtomicU64::new(0),
         backoff_ns: AtomicU64::new(BACKOFF_MIN.as_nanos() as u64),
-        late_streak: AtomicU32::new(0),
+        late_history: AtomicU32::new(0),
         late_jobs: AtomicU64::new(0),
         revoked: AtomicU64::new(0),
     }));
@@ -182,19 +187,22 @@ impl Pool {
         self.now_ns() < self.serial_until_ns.load(Ordering::Relaxed)
     }
 
-    /// After a job that a helper took part in: [`LATE_STREAK`] late jobs in a row start (or
-    /// lengthen) a serial period; an on-time one ends the streak and resets the back-off.
-    /// (One late job alone happens on a quiet machine too: an interrupt, the hypervisor.)
+    /// After a job that a helper took part in: a late one with [`LATE_IN_WINDOW`] late jobs
+    /// among the last [`WINDOW`] starts (or lengthens) a serial period; an on-time one resets
+    /// the back-off. (A late job alone happens on a quiet machine too: an interrupt, the
+    /// hypervisor.)
     fn judge(&self, own: Duration, waited: Duration) {
-        if waited > LATE && waited > own {
+        let late = waited > LATE && waited > own;
+        let history = ((self.late_history.load(Ordering::Relaxed) << 1) | u32::from(late)) & ((1 << WINDOW) - 1);
+        self.late_history.store(history, Ordering::Relaxed);
+        if late {
             self.late_jobs.fetch_add(1, Ordering::Relaxed);
-            if self.late_streak.fetch_add(1, Ordering::Relaxed) + 1 >= LATE_STREAK {
+            if history.count_ones() >= LATE_IN_WINDOW {
                 let backoff = self.backoff_ns.load(Ordering::Relaxed);
                 self.serial_until_ns.store(self.now_ns() + backoff, Ordering::Relaxed);
                 self.backoff_ns.store((backoff * 2).min(BACKOFF_MAX.as_nanos() as u64), Ordering::Relaxed);
             }
         } else {
-            self.late_streak.store(0, Ordering::Relaxed);
             self.backoff_ns.store(BACKOFF_MIN.as_nanos() as u64, Ordering::Relaxed);
         }
     }
@@ -402,7 +410,7 @@ mod tests {
                 }
             });
         }
-        assert!(stats().late_jobs >= before + u64::from(LATE_STREAK), "serial only after {LATE_STREAK} late jobs");
+        assert!(stats().late_jobs >= before + u64::from(LATE_IN_WINDOW), "serial only after {LATE_IN_WINDOW} late jobs");
         assert_eq!(threads(), 1, "serial right after a late helper");
         assert!(stats().serial_now);
         // Serial jobs still run every task, on the caller.
