@@ -458,7 +458,7 @@ fn bench(args: Vec<String>) -> Result<()> {
     // against torch.matmul (MKL/oneDNN) on the same shapes, GFLOP/s.
     let mut gemm_table = String::new();
     if only.is_empty() || only.iter().any(|o| o.starts_with("gemm")) {
-        gemm_table.push_str("\n| GEMM m×k×n | what | burnlens GFLOP/s | torch.matmul GFLOP/s | burnlens / torch |\n|---|---|---|---|---|\n");
+        gemm_table.push_str("\n| GEMM m×k×n | what | burnlens GFLOP/s (weight packed once) | gemm repacking per call | torch.matmul GFLOP/s | burnlens / torch |\n|---|---|---|---|---|---|\n");
         for (shape, what) in [
             ("128x768x2304", "qkv, forward 1x128"),
             ("128x768x768", "attention out"),
@@ -469,18 +469,19 @@ fn bench(args: Vec<String>) -> Result<()> {
             ("768x128x384", "qkv, nanoGPT training"),
             ("1536x1536x1536", "square"),
         ] {
-            let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+            let (mut ours, mut repacking, mut theirs) = (Vec::new(), Vec::new(), Vec::new());
             for _ in 0..2 {
                 let v = run_json(Command::new(&bin).args(["bench", "gemm", "--shape", shape, "--reps", "5"]))?;
                 ours.extend(v["times"].as_array().context("times")?.iter().filter_map(|x| x.as_f64()));
+                repacking.extend(v["times_repacking"].as_array().context("times_repacking")?.iter().filter_map(|x| x.as_f64()));
                 let v = run_json(Command::new(&py).current_dir(root()).args(["scripts/peer_nanogpt.py", "gemm", "--impl", "lean", "--shape", shape, "--reps", "5", "--threads", &threads]))?;
                 theirs.extend(v["times"].as_array().context("times")?.iter().filter_map(|x| x.as_f64()));
             }
             let dims: Vec<f64> = shape.trim_end_matches('t').split('x').filter_map(|d| d.parse().ok()).collect();
             let flops = 2.0 * dims.iter().product::<f64>();
-            let (a, b) = (flops / median(ours) / 1e9, flops / median(theirs) / 1e9);
-            println!("gemm {shape}: burnlens {a:.0} GFLOP/s | torch.matmul {b:.0} GFLOP/s");
-            gemm_table.push_str(&format!("| {shape} | {what} | {a:.0} | {b:.0} | {:.2}x |\n", a / b));
+            let (a, r, b) = (flops / median(ours) / 1e9, flops / median(repacking) / 1e9, flops / median(theirs) / 1e9);
+            println!("gemm {shape}: burnlens {a:.0} GFLOP/s (repacking {r:.0}) | torch.matmul {b:.0} GFLOP/s");
+            gemm_table.push_str(&format!("| {shape} | {what} | {a:.0} | {r:.0} | {b:.0} | {:.2}x |\n", a / b));
         }
     }
     let torch = Command::new(&py).args(["-c", "import torch, transformers; print(torch.__version__, transformers.__version__, torch.get_num_threads())"]).output()?;

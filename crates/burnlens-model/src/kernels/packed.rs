@@ -7,9 +7,10 @@
 //! (any strides) is packed into panels of `P` columns (`P` = 64 with AVX-512, 16 with AVX2),
 //! each panel `k × P` contiguous and zero-padded, and the product drives gemm-f32's own
 //! micro-kernels directly: they compute a `P × 6` block of `(x W)ᵀ` from one panel and six
-//! rows of `x`, read in place (no packing of `x` at all). Loops, outermost first: column
-//! groups of [`GROUP_COLS`] (one task each, so the group's panels stay in L2), depth blocks of
-//! [`KC`], six rows at a time, the group's panels.
+//! rows of `x`, read in place (no packing of `x` at all). Loops, outermost first: the tasks
+//! (blocks of rows or groups of panels, see [`matmul_packed`]), column groups of at most
+//! [`GROUP_COLS`] (so that their panels stay in L2), depth blocks of [`KC`], six rows at a
+//! time, the group's panels.
 //!
 //! **Keeping the copy with the weight.** The cache is keyed by the weight's storage (the
 //! `Arc` flex holds its bytes in) and view (offset, shape, strides), and holds only a `Weak`
@@ -35,7 +36,7 @@ use super::pool::{self, SendPtr};
 /// Depth of one block of the product: a panel's `KC × P` slice stays in L1/L2 while six
 /// rows of `x` stream past it.
 const KC: usize = 256;
-/// Output columns per task (several panels): their `KC`-deep slices stay in L2 together.
+/// Output columns passed together (several panels): their `KC`-deep slices stay in L2.
 const GROUP_COLS: usize = 512;
 /// Rows of `x` per micro-kernel call (the micro-kernels' `nr`).
 const NR: usize = 6;
@@ -163,13 +164,24 @@ pub fn matmul_packed(dst: &mut [f32], dst_rs: usize, a: MatRef, b: &Packed, accu
     let group_max = (GROUP_COLS / p).max(1);
     let threads = pool::threads();
     let parallel = threads > 1 && m.saturating_mul(n).saturating_mul(k) >= SPLIT_MIN_MACS;
-    // Column groups first (each thread streams its own panels); rows are split as well when
-    // there are fewer groups than threads. About [`TASKS_PER_THREAD`] tasks per thread, so
-    // that a helper the scheduler starts late still takes its share of what is left.
-    let per_group = if parallel { panels.div_ceil(threads * TASKS_PER_THREAD).clamp(1, group_max) } else { group_max };
+    // About [`TASKS_PER_THREAD`] tasks per thread, so that a helper the scheduler starts late
+    // still takes its share of what is left. Taller than wide (the training step's `m =
+    // batch · positions` rows against a narrow weight): blocks of rows, each against every
+    // panel, so that threads write different rows and share no cache line of `dst`. Wider
+    // than tall (a forward pass over few positions): groups of panels, each thread streaming
+    // its own part of the weight, with the rows split as well if there are too few groups.
+    let tasks_wanted = threads * TASKS_PER_THREAD;
+    let (per_group, rows_per) = if !parallel {
+        (panels, m)
+    } else if m >= n {
+        (panels, m.div_ceil(tasks_wanted).next_multiple_of(NR))
+    } else {
+        let per_group = panels.div_ceil(tasks_wanted).clamp(1, group_max);
+        let groups = panels.div_ceil(per_group);
+        let row_splits = if groups < threads { threads.div_ceil(groups).min(m.div_ceil(NR)) } else { 1 };
+        (per_group, m.div_ceil(row_splits).next_multiple_of(NR))
+    };
     let groups = panels.div_ceil(per_group);
-    let row_splits = if parallel && groups < threads { threads.div_ceil(groups).min(m.div_ceil(NR)) } else { 1 };
-    let rows_per = m.div_ceil(row_splits).next_multiple_of(NR);
     let row_splits = m.div_ceil(rows_per);
     let ptr = SendPtr(dst.as_mut_ptr());
     let task = |t: usize| {
@@ -195,6 +207,22 @@ pub fn matmul_packed(dst: &mut [f32], dst_rs: usize, a: MatRef, b: &Packed, accu
 /// `dst` must be valid for the written block and not accessed by others meanwhile; `a`'s
 /// view must be in bounds.
 unsafe fn block(dst: *mut f32, dst_rs: usize, a: MatRef, b: &Packed, panels: std::ops::Range<usize>, rows: std::ops::Range<usize>, accumulate: bool) {
+    let p = b.isa.panel();
+    let group_max = (GROUP_COLS / p).max(1);
+    let mut g0 = panels.start;
+    while g0 < panels.end {
+        let g1 = (g0 + group_max).min(panels.end);
+        unsafe { group(dst, dst_rs, a, b, g0..g1, rows.clone(), accumulate) };
+        g0 = g1;
+    }
+}
+
+/// [`block`] for at most [`GROUP_COLS`] columns: their `KC`-deep slices stay in L2 while
+/// every row block passes.
+///
+/// # Safety
+/// As for [`block`].
+unsafe fn group(dst: *mut f32, dst_rs: usize, a: MatRef, b: &Packed, panels: std::ops::Range<usize>, rows: std::ops::Range<usize>, accumulate: bool) {
     let (k, n, isa) = (b.k, b.n, b.isa);
     let p = isa.panel();
     let a_ptr = unsafe { a.data.as_ptr().add(a.offset) };
