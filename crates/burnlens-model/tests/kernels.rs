@@ -213,7 +213,14 @@ fn attention_matches_the_explicit_pattern_on_every_mask_and_layout() {
         (2, 2, 2, 1, 9, 16, None),
         (1, 4, 2, 3, 20, 8, Some(5)),
         (1, 2, 2, 200, 0, 64, None),
+        // More keys than one tile (`KEY_TILE`): the forward's online softmax across tiles,
+        // with grouped heads, a window wider than a tile, and cached queries.
+        (1, 2, 1, 1100, 0, 16, None),
+        (1, 2, 2, 700, 0, 8, Some(600)),
+        (1, 3, 3, 3, 1200, 8, None),
+        (1, 1, 1, 40, 1000, 8, Some(530)),
     ];
+    assert!(cases.iter().any(|c| c.3 + c.4 > 2 * kernels::attention::KEY_TILE), "no case spans several key tiles");
     for (b, h, hk, t, off, dh, window) in cases {
         let s = off + t;
         let mask = AttentionMask { q_offset: off, window };

@@ -14,7 +14,9 @@
 //! Work is split into blocks of [`BLOCK`] queries per (batch, head). Each block computes its
 //! scores against only the keys some row of it can see, takes the softmax in place and
 //! multiplies by `v`: the largest temporary is `BLOCK × keys` per thread, never the
-//! `[heads, queries, keys]` pattern. The forward keeps one log-sum-exp per query; the
+//! `[heads, queries, keys]` pattern. In the forward, a block that sees more than
+//! [`KEY_TILE`] keys goes through them one tile at a time with an online softmax, so that its
+//! scores stay in L2 at any length. The forward keeps one log-sum-exp per query; the
 //! backward recomputes each block's probabilities from it (as FlashAttention does) and
 //! accumulates `dk`, `dv` per key/value head. Tolerance against the composed ops: 1e-5
 //! relative (values), 1e-4 (gradients).
@@ -36,6 +38,9 @@ use super::{flex_strided, use_kernels};
 
 /// Queries per block.
 pub const BLOCK: usize = 64;
+/// Keys per tile where a block sees more keys than this (the forward at long sequences):
+/// shorter blocks take the whole softmax at once, with no running rescale.
+pub const KEY_TILE: usize = 512;
 
 /// Which keys each query sees (always causal).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -171,6 +176,84 @@ fn softmax_block(p: &mut [f32], kw: usize, klo: usize, i0: usize, rows: usize, k
     }
 }
 
+/// One task of the forward: `rows` queries from `i0` of head `hi` (key/value head `kh`) of
+/// batch `bi`, and the keys some of them see.
+struct QueryBlock {
+    bi: usize,
+    hi: usize,
+    kh: usize,
+    i0: usize,
+    rows: usize,
+    keys: std::ops::Range<usize>,
+}
+
+/// The forward of a block that sees more than [`KEY_TILE`] keys, one tile of keys at a time
+/// with a running maximum and sum per row (FlashAttention's online softmax): the scores in
+/// flight are `BLOCK × KEY_TILE` (128 KB) rather than `BLOCK × keys` (1 MB at 4096 keys, more
+/// than a core's L2), and the output accumulates in a `BLOCK × d_head` buffer, normalised
+/// once at the end. Writes the block's output rows at `dst` (row stride `dst_rs`) and each
+/// row's log-sum-exp.
+///
+/// # Safety
+/// `dst` must be valid for `rows` rows of `d_head` values at stride `dst_rs`, written by
+/// this call alone.
+#[allow(clippy::too_many_arguments)]
+unsafe fn forward_key_tiled(q: &Heads, k: &Heads, v: &Heads, blk: &QueryBlock, scale: f32, mask: AttentionMask, dst: *mut f32, dst_rs: usize, row_lse: &mut [f32]) {
+    let (dh, s, rows) = (q.dims[3], k.dims[2], blk.rows);
+    let mut acc = vec![0.0f32; rows * dh];
+    let mut max = [f32::NEG_INFINITY; BLOCK];
+    let mut sum = [0.0f32; BLOCK];
+    let mut p = vec![0.0f32; rows * KEY_TILE];
+    for k0 in blk.keys.clone().step_by(KEY_TILE) {
+        let kt = KEY_TILE.min(blk.keys.end - k0);
+        let p = &mut p[..rows * kt];
+        unsafe { matmul_single(p.as_mut_ptr(), kt, q.mat(blk.bi, blk.hi, blk.i0, rows), k.mat(blk.bi, blk.kh, k0, kt).t(), false) };
+        for r in 0..rows {
+            let (lo, hi) = mask.visible(blk.i0 + r, s);
+            // This row's visible keys inside the tile, relative to its start.
+            let (a, b) = (lo.clamp(k0, k0 + kt) - k0, hi.clamp(k0, k0 + kt) - k0);
+            let row = &mut p[r * kt..(r + 1) * kt];
+            if a >= b {
+                row.fill(0.0);
+                continue;
+            }
+            row[..a].fill(0.0);
+            row[b..].fill(0.0);
+            let (m_old, acc_row) = (max[r], &mut acc[r * dh..(r + 1) * dh]);
+            let (m_new, tile_sum) = dispatch!(|row: &mut [f32], a: usize, b: usize, scale: f32, m_old: f32| -> (f32, f32) {
+                let x = &mut row[a..b];
+                let m = simd::max_by(x, |v| v * scale).max(m_old);
+                for v in x.iter_mut() {
+                    *v = simd::exp(*v * scale - m);
+                }
+                (m, simd::sum_by(x, |v| v))
+            });
+            // exp(-inf) = 0 on the first visible tile, where the sum and output are still 0.
+            let c = (m_old - m_new).exp();
+            if c != 1.0 {
+                acc_row.iter_mut().for_each(|o| *o *= c);
+            }
+            sum[r] = sum[r] * c + tile_sum;
+            max[r] = m_new;
+        }
+        unsafe { matmul_single(acc.as_mut_ptr(), dh, MatRef::row_major(p, rows, kt), v.mat(blk.bi, blk.kh, k0, kt), true) };
+    }
+    for r in 0..rows {
+        // SAFETY: the caller's guarantee.
+        let out = unsafe { std::slice::from_raw_parts_mut(dst.add(r * dst_rs), dh) };
+        if sum[r] == 0.0 {
+            out.fill(0.0);
+            row_lse[r] = f32::NEG_INFINITY;
+        } else {
+            let inv = 1.0 / sum[r];
+            for (o, a) in out.iter_mut().zip(&acc[r * dh..(r + 1) * dh]) {
+                *o = a * inv;
+            }
+            row_lse[r] = max[r] + sum[r].ln();
+        }
+    }
+}
+
 /// Forward. `out` is `[b, t, h, dh]`; `lse`, if given, `[b, h, t]`.
 fn forward(q: &Heads, k: &Heads, v: &Heads, scale: f32, mask: AttentionMask, out: &mut [f32], lse: Option<&mut [f32]>) {
     let [b, h, t, dh] = q.dims;
@@ -197,11 +280,15 @@ fn forward(q: &Heads, k: &Heads, v: &Heads, scale: f32, mask: AttentionMask, out
                 unsafe { std::slice::from_raw_parts_mut(dst.add(r * h * dh), dh).fill(0.0) };
             }
             row_lse[..rows].fill(f32::NEG_INFINITY);
-        } else {
+        } else if kw <= KEY_TILE {
             let mut p = vec![0.0f32; rows * kw];
             unsafe { matmul_single(p.as_mut_ptr(), kw, q.mat(bi, hi, i0, rows), k.mat(bi, kh, klo, kw).t(), false) };
             softmax_block(&mut p, kw, klo, i0, rows, s, mask, scale, &mut row_lse);
             unsafe { matmul_single(dst, h * dh, MatRef::row_major(&p, rows, kw), v.mat(bi, kh, klo, kw), false) };
+        } else {
+            let block = QueryBlock { bi, hi, kh, i0, rows, keys: klo..khi };
+            // SAFETY: as above.
+            unsafe { forward_key_tiled(q, k, v, &block, scale, mask, dst, h * dh, &mut row_lse) };
         }
         if let Some(l) = lse_ptr {
             // SAFETY: disjoint rows of lse, as above.
