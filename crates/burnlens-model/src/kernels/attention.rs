@@ -32,12 +32,15 @@ use burn::tensor::activation::softmax;
 use burn::tensor::{Bool, Shape, Tensor, TensorData};
 
 use super::gemm::{MatRef, matmul_single};
+use super::packed::{Packed, matmul_packed_part};
 use super::pool::{self, SendPtr};
 use super::simd::{self, dispatch};
 use super::{flex_strided, use_kernels};
 
 /// Queries per block.
 pub const BLOCK: usize = 64;
+/// Query rows per key/value head from which the forward packs `kᵀ` and `v` once.
+const PACK_MIN_QUERIES: usize = 16;
 /// Keys per tile where a block sees more keys than this (the forward at long sequences):
 /// shorter blocks take the whole softmax at once, with no running rescale.
 pub const KEY_TILE: usize = 512;
@@ -176,6 +179,65 @@ fn softmax_block(p: &mut [f32], kw: usize, klo: usize, i0: usize, rows: usize, k
     }
 }
 
+/// The forward's two products per query block, `q kᵀ` and `p v`: through `kᵀ` and `v`
+/// packed once per key/value head for every block (gemm-f32's micro-kernels, as
+/// [`super::packed`] drives them for weights) where the CPU has them, else one gemm call
+/// each, which packs its operands again every time (22% of the forward at 4096 tokens).
+struct Products<'a> {
+    q: &'a Heads<'a>,
+    k: &'a Heads<'a>,
+    v: &'a Heads<'a>,
+    /// `(kᵀ, v)` of each `(batch, kv head)`, at `bi · kv_heads + kh`.
+    packed: Option<Vec<(Packed, Packed)>>,
+}
+
+impl<'a> Products<'a> {
+    fn new(q: &'a Heads<'a>, k: &'a Heads<'a>, v: &'a Heads<'a>) -> Self {
+        let [b, hk, s, _] = k.dims;
+        // Packing reads and writes each key and value once: worth it when many query rows
+        // share them, not for a decoding step's one query per head.
+        let queries_per_kv_head = q.dims[2] * (q.dims[1] / hk.max(1));
+        let packed = (s > 0 && queries_per_kv_head >= PACK_MIN_QUERIES)
+            .then(|| (0..b * hk).map(|i| Some((Packed::new(k.mat(i / hk, i % hk, 0, s).t())?, Packed::new(v.mat(i / hk, i % hk, 0, s))?))).collect())
+            .flatten();
+        Self { q, k, v, packed }
+    }
+
+    /// Where a block's keys may start: a panel boundary of the packed `kᵀ` (scores for the
+    /// few keys before the first visible one are computed and masked).
+    fn align(&self, key: usize) -> usize {
+        match &self.packed {
+            Some(p) => key / p[0].0.panel() * p[0].0.panel(),
+            None => key,
+        }
+    }
+
+    /// Scores `q kᵀ` of the block's rows against `keys` (start from [`Self::align`]) into
+    /// `p`, row stride `keys.len()`.
+    fn scores(&self, p: &mut [f32], blk: &QueryBlock, keys: std::ops::Range<usize>) {
+        let (q, kw) = (self.q.mat(blk.bi, blk.hi, blk.i0, blk.rows), keys.len());
+        assert!(p.len() >= blk.rows * kw);
+        match &self.packed {
+            // SAFETY: `p` holds `rows × kw` values (checked), this task's own buffer.
+            Some(pk) => unsafe { matmul_packed_part(p.as_mut_ptr(), kw, q, &pk[blk.bi * self.k.dims[1] + blk.kh].0, 0..q.cols, keys, false) },
+            None => unsafe { matmul_single(p.as_mut_ptr(), kw, q, self.k.mat(blk.bi, blk.kh, keys.start, kw).t(), false) },
+        }
+    }
+
+    /// `dst (+)= p v[keys]` for the block's rows.
+    ///
+    /// # Safety
+    /// `dst` must be valid for the block's rows of `d_head` values at stride `dst_rs`, and
+    /// written by this task alone.
+    unsafe fn times_v(&self, dst: *mut f32, dst_rs: usize, p: MatRef, blk: &QueryBlock, keys: std::ops::Range<usize>, accumulate: bool) {
+        let dh = self.v.dims[3];
+        match &self.packed {
+            Some(pk) => unsafe { matmul_packed_part(dst, dst_rs, p, &pk[blk.bi * self.k.dims[1] + blk.kh].1, keys, 0..dh, accumulate) },
+            None => unsafe { matmul_single(dst, dst_rs, p, self.v.mat(blk.bi, blk.kh, keys.start, keys.len()), accumulate) },
+        }
+    }
+}
+
 /// One task of the forward: `rows` queries from `i0` of head `hi` (key/value head `kh`) of
 /// batch `bi`, and the keys some of them see.
 struct QueryBlock {
@@ -198,8 +260,8 @@ struct QueryBlock {
 /// `dst` must be valid for `rows` rows of `d_head` values at stride `dst_rs`, written by
 /// this call alone.
 #[allow(clippy::too_many_arguments)]
-unsafe fn forward_key_tiled(q: &Heads, k: &Heads, v: &Heads, blk: &QueryBlock, scale: f32, mask: AttentionMask, dst: *mut f32, dst_rs: usize, row_lse: &mut [f32]) {
-    let (dh, s, rows) = (q.dims[3], k.dims[2], blk.rows);
+unsafe fn forward_key_tiled(pr: &Products, blk: &QueryBlock, scale: f32, mask: AttentionMask, dst: *mut f32, dst_rs: usize, row_lse: &mut [f32]) {
+    let (dh, s, rows) = (pr.q.dims[3], pr.k.dims[2], blk.rows);
     let mut acc = vec![0.0f32; rows * dh];
     let mut max = [f32::NEG_INFINITY; BLOCK];
     let mut sum = [0.0f32; BLOCK];
@@ -207,7 +269,7 @@ unsafe fn forward_key_tiled(q: &Heads, k: &Heads, v: &Heads, blk: &QueryBlock, s
     for k0 in blk.keys.clone().step_by(KEY_TILE) {
         let kt = KEY_TILE.min(blk.keys.end - k0);
         let p = &mut p[..rows * kt];
-        unsafe { matmul_single(p.as_mut_ptr(), kt, q.mat(blk.bi, blk.hi, blk.i0, rows), k.mat(blk.bi, blk.kh, k0, kt).t(), false) };
+        pr.scores(p, blk, k0..k0 + kt);
         for r in 0..rows {
             let (lo, hi) = mask.visible(blk.i0 + r, s);
             // This row's visible keys inside the tile, relative to its start.
@@ -236,7 +298,8 @@ unsafe fn forward_key_tiled(q: &Heads, k: &Heads, v: &Heads, blk: &QueryBlock, s
             sum[r] = sum[r] * c + tile_sum;
             max[r] = m_new;
         }
-        unsafe { matmul_single(acc.as_mut_ptr(), dh, MatRef::row_major(p, rows, kt), v.mat(blk.bi, blk.kh, k0, kt), true) };
+        // SAFETY: `acc` is this block's own `rows × d_head` buffer.
+        unsafe { pr.times_v(acc.as_mut_ptr(), dh, MatRef::row_major(p, rows, kt), blk, k0..k0 + kt, true) };
     }
     for r in 0..rows {
         // SAFETY: the caller's guarantee.
@@ -262,6 +325,7 @@ fn forward(q: &Heads, k: &Heads, v: &Heads, scale: f32, mask: AttentionMask, out
     let blocks = t.div_ceil(BLOCK);
     let out_ptr = SendPtr(out.as_mut_ptr());
     let lse_ptr = lse.map(|l| SendPtr(l.as_mut_ptr()));
+    let pr = Products::new(q, k, v);
     pool::run(b * h * blocks, |task| {
         let (out_ptr, lse_ptr) = (out_ptr, lse_ptr);
         let (bi, rest) = (task / (h * blocks), task % (h * blocks));
@@ -269,12 +333,13 @@ fn forward(q: &Heads, k: &Heads, v: &Heads, scale: f32, mask: AttentionMask, out
         let kh = hi / group;
         let i0 = blk * BLOCK;
         let rows = BLOCK.min(t - i0);
-        let klo = mask.visible(i0, s).0;
         let khi = mask.visible(i0 + rows - 1, s).1;
+        let klo = pr.align(mask.visible(i0, s).0.min(khi));
         let kw = khi.saturating_sub(klo);
         let mut row_lse = [0.0f32; BLOCK];
         // SAFETY: this task alone writes rows i0..i0+rows of head hi of batch bi.
         let dst = unsafe { out_ptr.0.add((bi * t + i0) * h * dh + hi * dh) };
+        let block = QueryBlock { bi, hi, kh, i0, rows, keys: klo..khi };
         if kw == 0 {
             for r in 0..rows {
                 unsafe { std::slice::from_raw_parts_mut(dst.add(r * h * dh), dh).fill(0.0) };
@@ -282,13 +347,13 @@ fn forward(q: &Heads, k: &Heads, v: &Heads, scale: f32, mask: AttentionMask, out
             row_lse[..rows].fill(f32::NEG_INFINITY);
         } else if kw <= KEY_TILE {
             let mut p = vec![0.0f32; rows * kw];
-            unsafe { matmul_single(p.as_mut_ptr(), kw, q.mat(bi, hi, i0, rows), k.mat(bi, kh, klo, kw).t(), false) };
+            pr.scores(&mut p, &block, klo..khi);
             softmax_block(&mut p, kw, klo, i0, rows, s, mask, scale, &mut row_lse);
-            unsafe { matmul_single(dst, h * dh, MatRef::row_major(&p, rows, kw), v.mat(bi, kh, klo, kw), false) };
-        } else {
-            let block = QueryBlock { bi, hi, kh, i0, rows, keys: klo..khi };
             // SAFETY: as above.
-            unsafe { forward_key_tiled(q, k, v, &block, scale, mask, dst, h * dh, &mut row_lse) };
+            unsafe { pr.times_v(dst, h * dh, MatRef::row_major(&p, rows, kw), &block, klo..khi, false) };
+        } else {
+            // SAFETY: as above.
+            unsafe { forward_key_tiled(&pr, &block, scale, mask, dst, h * dh, &mut row_lse) };
         }
         if let Some(l) = lse_ptr {
             // SAFETY: disjoint rows of lse, as above.

@@ -129,6 +129,11 @@ impl Packed {
         Some(Self { k, n, isa, data })
     }
 
+    /// Columns per panel: where a part of the matrix may start ([`matmul_packed_part`]).
+    pub fn panel(&self) -> usize {
+        self.isa.panel()
+    }
+
     pub fn rows(&self) -> usize {
         self.k
     }
@@ -184,6 +189,7 @@ pub fn matmul_packed(dst: &mut [f32], dst_rs: usize, a: MatRef, b: &Packed, accu
     let groups = panels.div_ceil(per_group);
     let row_splits = m.div_ceil(rows_per);
     let ptr = SendPtr(dst.as_mut_ptr());
+    let win = Window { depth: 0..k, col0: 0, col_end: n };
     let task = |t: usize| {
         let ptr = ptr;
         let (g, rs) = (t / row_splits, t % row_splits);
@@ -191,7 +197,7 @@ pub fn matmul_packed(dst: &mut [f32], dst_rs: usize, a: MatRef, b: &Packed, accu
         let rows = rs * rows_per..((rs + 1) * rows_per).min(m);
         // SAFETY: tasks write disjoint (rows × panel columns) blocks of `dst`, all inside it
         // (checked above); `a` was bounds-checked and `b` holds whole zero-padded panels.
-        unsafe { block(ptr.0, dst_rs, a, b, panels, rows, accumulate) };
+        unsafe { block(ptr.0, dst_rs, a, b, panels, rows, &win, accumulate) };
     };
     let tasks = groups * row_splits;
     if parallel {
@@ -201,18 +207,53 @@ pub fn matmul_packed(dst: &mut [f32], dst_rs: usize, a: MatRef, b: &Packed, accu
     }
 }
 
+/// Which part of a packed matrix a product reads: rows `depth` (the columns of `a`), and
+/// columns from `col0` (a panel boundary, `dst`'s column 0) to `col_end`.
+struct Window {
+    depth: std::ops::Range<usize>,
+    col0: usize,
+    col_end: usize,
+}
+
+/// `dst (+)= a · b[depth, cols]` on the calling thread, for kernels that split work
+/// themselves: `a` is `[m, depth.len()]`, `cols.start` a multiple of [`Packed::panel`], and
+/// `dst` column `c` is `b`'s column `cols.start + c`.
+///
+/// # Safety
+/// `dst` must be valid for `a.rows` rows of `cols.len()` values at stride `dst_rs`, and
+/// nothing else may access them during the call.
+pub unsafe fn matmul_packed_part(dst: *mut f32, dst_rs: usize, a: MatRef, b: &Packed, depth: std::ops::Range<usize>, cols: std::ops::Range<usize>, accumulate: bool) {
+    let p = b.isa.panel();
+    assert!(cols.start.is_multiple_of(p) && cols.end <= b.n && depth.end <= b.k && a.cols == depth.len(), "matmul_packed_part: {cols:?} × {depth:?} of a {}×{} packed matrix, a {}×{}", b.k, b.n, a.rows, a.cols);
+    if a.rows == 0 || cols.is_empty() {
+        return;
+    }
+    if depth.is_empty() {
+        if !accumulate {
+            for r in 0..a.rows {
+                unsafe { std::slice::from_raw_parts_mut(dst.add(r * dst_rs), cols.len()).fill(0.0) };
+            }
+        }
+        return;
+    }
+    a.check();
+    let win = Window { depth, col0: cols.start, col_end: cols.end };
+    unsafe { block(dst, dst_rs, a, b, cols.start / p..cols.end.div_ceil(p), 0..a.rows, &win, accumulate) };
+}
+
 /// One task: `panels` of `b` against `rows` of `a`.
 ///
 /// # Safety
 /// `dst` must be valid for the written block and not accessed by others meanwhile; `a`'s
 /// view must be in bounds.
-unsafe fn block(dst: *mut f32, dst_rs: usize, a: MatRef, b: &Packed, panels: std::ops::Range<usize>, rows: std::ops::Range<usize>, accumulate: bool) {
+#[allow(clippy::too_many_arguments)]
+unsafe fn block(dst: *mut f32, dst_rs: usize, a: MatRef, b: &Packed, panels: std::ops::Range<usize>, rows: std::ops::Range<usize>, win: &Window, accumulate: bool) {
     let p = b.isa.panel();
     let group_max = (GROUP_COLS / p).max(1);
     let mut g0 = panels.start;
     while g0 < panels.end {
         let g1 = (g0 + group_max).min(panels.end);
-        unsafe { group(dst, dst_rs, a, b, g0..g1, rows.clone(), accumulate) };
+        unsafe { group(dst, dst_rs, a, b, g0..g1, rows.clone(), win, accumulate) };
         g0 = g1;
     }
 }
@@ -222,21 +263,23 @@ unsafe fn block(dst: *mut f32, dst_rs: usize, a: MatRef, b: &Packed, panels: std
 ///
 /// # Safety
 /// As for [`block`].
-unsafe fn group(dst: *mut f32, dst_rs: usize, a: MatRef, b: &Packed, panels: std::ops::Range<usize>, rows: std::ops::Range<usize>, accumulate: bool) {
-    let (k, n, isa) = (b.k, b.n, b.isa);
+#[allow(clippy::too_many_arguments)]
+unsafe fn group(dst: *mut f32, dst_rs: usize, a: MatRef, b: &Packed, panels: std::ops::Range<usize>, rows: std::ops::Range<usize>, win: &Window, accumulate: bool) {
+    let (k, isa) = (b.k, b.isa);
     let p = isa.panel();
     let a_ptr = unsafe { a.data.as_ptr().add(a.offset) };
-    let mut p0 = 0;
-    while p0 < k {
-        let kc = KC.min(k - p0);
+    let mut p0 = win.depth.start;
+    while p0 < win.depth.end {
+        let kc = KC.min(win.depth.end - p0);
         // Overwrite on the first depth block unless accumulating, then add.
-        let alpha_status = if p0 == 0 && !accumulate { 0 } else { 1 };
+        let alpha_status = if p0 == win.depth.start && !accumulate { 0 } else { 1 };
+        let a_col = (p0 - win.depth.start) as isize;
         let mut r0 = rows.start;
         while r0 < rows.end {
             let nr = NR.min(rows.end - r0);
             for j in panels.clone() {
                 let c0 = j * p;
-                let cols = p.min(n - c0);
+                let cols = p.min(win.col_end - c0);
                 let ukr = isa.ukr[cols.div_ceil(isa.lanes) - 1][nr - 1];
                 unsafe {
                     let lhs = b.data.as_ptr().add(j * k * p + p0 * p);
@@ -244,9 +287,9 @@ unsafe fn group(dst: *mut f32, dst_rs: usize, a: MatRef, b: &Packed, panels: std
                         cols,
                         nr,
                         kc,
-                        dst.add(r0 * dst_rs + c0),
+                        dst.add(r0 * dst_rs + c0 - win.col0),
                         lhs,
-                        a_ptr.offset(r0 as isize * a.rs + p0 as isize * a.cs),
+                        a_ptr.offset(r0 as isize * a.rs + a_col * a.cs),
                         dst_rs as isize,
                         1,
                         p as isize,
@@ -405,6 +448,30 @@ mod tests {
                             assert!((g - w).abs() <= 1e-4 * (1.0 + w.abs()), "{m}x{k}x{n} acc={accumulate} [{i}]: {g} vs {w}");
                         }
                     }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_part_of_a_packed_matrix_matches_the_same_part_unpacked() {
+        let Some(b_full) = Packed::new(MatRef::row_major(&[0.0; 4], 2, 2)) else { return };
+        let p = b_full.panel();
+        let (k, n, m) = (300usize, 5 * p + 7, 11usize);
+        let vals = |n: usize, s: usize| (0..n).map(|i| (((i * 7919 + s * 104729) % 1000) as f32 - 500.0) / 250.0).collect::<Vec<f32>>();
+        let b_data = vals(k * n, 3);
+        let b = MatRef::row_major(&b_data, k, n);
+        let packed = Packed::new(b).unwrap();
+        for (depth, cols) in [(0..k, 0..n), (17..290, p..n), (100..101, 2 * p..2 * p + 3), (0..40, 4 * p..n), (5..5, 0..p)] {
+            let a_data = vals(m * depth.len(), 4);
+            let a = MatRef::row_major(&a_data, m, depth.len());
+            let want = naive(&a, &b.rows(depth.start, depth.len()).cols(cols.start, cols.len()));
+            for accumulate in [false, true] {
+                let mut dst = vec![1.0f32; m * cols.len()];
+                unsafe { matmul_packed_part(dst.as_mut_ptr(), cols.len(), a, &packed, depth.clone(), cols.clone(), accumulate) };
+                for (i, (&g, &w)) in dst.iter().zip(&want).enumerate() {
+                    let w = if accumulate { w + 1.0 } else { w };
+                    assert!((g - w).abs() <= 1e-4 * (1.0 + w.abs()), "{depth:?} {cols:?} acc={accumulate} [{i}]: {g} vs {w}");
                 }
             }
         }
