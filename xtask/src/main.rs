@@ -478,11 +478,11 @@ fn bench(args: Vec<String>) -> Result<()> {
             ("1536x1536x1536", "square"),
         ] {
             let (mut ours, mut repacking, mut theirs) = (Vec::new(), Vec::new(), Vec::new());
-            for _ in 0..2 {
-                let v = run_json(Command::new(&bin).args(["bench", "gemm", "--shape", shape, "--reps", "5"]))?;
+            for _ in 0..3 {
+                let v = run_json(Command::new(&bin).args(["bench", "gemm", "--shape", shape, "--reps", "20"]))?;
                 ours.extend(v["times"].as_array().context("times")?.iter().filter_map(|x| x.as_f64()));
                 repacking.extend(v["times_repacking"].as_array().context("times_repacking")?.iter().filter_map(|x| x.as_f64()));
-                let v = run_json(Command::new(&py).current_dir(root()).args(["scripts/peer_nanogpt.py", "gemm", "--impl", "lean", "--shape", shape, "--reps", "5", "--threads", &threads]))?;
+                let v = run_json(Command::new(&py).current_dir(root()).args(["scripts/peer_nanogpt.py", "gemm", "--impl", "lean", "--shape", shape, "--reps", "20", "--threads", &threads]))?;
                 theirs.extend(v["times"].as_array().context("times")?.iter().filter_map(|x| x.as_f64()));
             }
             let dims: Vec<f64> = shape.trim_end_matches('t').split('x').filter_map(|d| d.parse().ok()).collect();
