@@ -12,7 +12,7 @@ Subcommands (each prints one JSON line on stdout, timings in seconds):
   generate    --impl lean|hf --model DIR --new N     greedy, KV cache, 16-token prompt
   load        --impl lean|hf --model DIR             wall time and peak RSS
   attention   --impl lean|hf --seq T                 one GPT-2-small attention layer
-  gemm        --impl lean --shape MxKxN[t]             torch.matmul on one product (t: the
+  gemm        --impl lean|openblas --shape MxKxN[t]    torch.matmul (or numpy's OpenBLAS) on one product (t: the
                                                       [K, N] operand is an [N, K] matrix's .T)
 """
 
@@ -293,6 +293,17 @@ def bench_attention(a):
 def bench_gemm(a):
     dims, transposed = (a.shape[:-1], True) if a.shape.endswith("t") else (a.shape, False)
     m, k, n = (int(d) for d in dims.split("x"))
+    if a.impl == "openblas":
+        # numpy's matmul on the OpenBLAS its wheel bundles (threads: OPENBLAS_NUM_THREADS,
+        # set by the caller before numpy loads).
+        import numpy as np
+        rng = np.random.default_rng(0)
+        x = rng.standard_normal((m, k), dtype=np.float32)
+        w = rng.standard_normal((n, k), dtype=np.float32).T if transposed else rng.standard_normal((k, n), dtype=np.float32)
+        out = np.empty((m, n), dtype=np.float32)
+        blas = np.__config__.CONFIG["Build Dependencies"]["blas"]
+        return {"times": timed(a.reps, lambda: np.matmul(x, w, out=out), warm_s=0.3), "flops": 2.0 * m * k * n, "shape": a.shape,
+                "blas": f"{blas.get('name')} {blas.get('version')}"}
     x = torch.randn(m, k)
     w = torch.randn(n, k).T if transposed else torch.randn(k, n)
     out = torch.empty(m, n)
@@ -306,7 +317,7 @@ def main():
     t.add_argument("--config", required=True, help="JSON with the run's settings")
     for name in ("train-steps", "forward", "generate", "load", "attention", "gemm"):
         p = sub.add_parser(name)
-        p.add_argument("--impl", choices=["lean", "compile", "hf"], required=True)
+        p.add_argument("--impl", choices=["lean", "compile", "hf", "openblas"], required=True)
         p.add_argument("--model")
         p.add_argument("--batch", type=int, default=1)
         p.add_argument("--seq", type=int, default=128)

@@ -465,8 +465,9 @@ fn bench(args: Vec<String>) -> Result<()> {
     // The products under the forward pass and the training step, alone: burnlens's GEMM
     // against torch.matmul (MKL/oneDNN) on the same shapes, GFLOP/s.
     let mut gemm_table = String::new();
+    let mut blas_name = String::from("OpenBLAS");
     if only.is_empty() || only.iter().any(|o| o.starts_with("gemm")) {
-        gemm_table.push_str("\n| GEMM m×k×n | what | burnlens GFLOP/s (weight packed once) | gemm repacking per call | torch.matmul GFLOP/s | burnlens / torch |\n|---|---|---|---|---|---|\n");
+        gemm_table.push_str("\n| GEMM m×k×n | what | burnlens GFLOP/s (weight packed once) | gemm repacking per call | torch.matmul GFLOP/s | OpenBLAS (numpy) GFLOP/s | burnlens / torch | burnlens / OpenBLAS |\n|---|---|---|---|---|---|---|---|\n");
         for (shape, what) in [
             ("128x768x2304", "qkv, forward 1x128"),
             ("128x768x768", "attention out"),
@@ -477,20 +478,29 @@ fn bench(args: Vec<String>) -> Result<()> {
             ("768x128x384", "qkv, nanoGPT training"),
             ("1536x1536x1536", "square"),
         ] {
-            let (mut ours, mut repacking, mut theirs) = (Vec::new(), Vec::new(), Vec::new());
+            let (mut ours, mut repacking, mut theirs, mut blas) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
             for _ in 0..3 {
                 let v = run_json(Command::new(&bin).args(["bench", "gemm", "--shape", shape, "--reps", "20"]))?;
                 ours.extend(v["times"].as_array().context("times")?.iter().filter_map(|x| x.as_f64()));
                 repacking.extend(v["times_repacking"].as_array().context("times_repacking")?.iter().filter_map(|x| x.as_f64()));
                 let v = run_json(Command::new(&py).current_dir(root()).args(["scripts/peer_nanogpt.py", "gemm", "--impl", "lean", "--shape", shape, "--reps", "20", "--threads", &threads]))?;
                 theirs.extend(v["times"].as_array().context("times")?.iter().filter_map(|x| x.as_f64()));
+                let v = run_json(
+                    Command::new(&py)
+                        .current_dir(root())
+                        .args(["scripts/peer_nanogpt.py", "gemm", "--impl", "openblas", "--shape", shape, "--reps", "20"])
+                        .env("OPENBLAS_NUM_THREADS", &threads),
+                )?;
+                blas_name = v["blas"].as_str().unwrap_or("OpenBLAS").to_string();
+                blas.extend(v["times"].as_array().context("times")?.iter().filter_map(|x| x.as_f64()));
             }
             let dims: Vec<f64> = shape.trim_end_matches('t').split('x').filter_map(|d| d.parse().ok()).collect();
             let flops = 2.0 * dims.iter().product::<f64>();
-            let (a, r, b) = (flops / median(ours) / 1e9, flops / median(repacking) / 1e9, flops / median(theirs) / 1e9);
-            println!("gemm {shape}: burnlens {a:.0} GFLOP/s (repacking {r:.0}) | torch.matmul {b:.0} GFLOP/s");
-            gemm_table.push_str(&format!("| {shape} | {what} | {a:.0} | {r:.0} | {b:.0} | {:.2}x |\n", a / b));
+            let (a, r, b, o) = (flops / median(ours) / 1e9, flops / median(repacking) / 1e9, flops / median(theirs) / 1e9, flops / median(blas) / 1e9);
+            println!("gemm {shape}: burnlens {a:.0} GFLOP/s (repacking {r:.0}) | torch.matmul {b:.0} GFLOP/s | {blas_name} {o:.0} GFLOP/s");
+            gemm_table.push_str(&format!("| {shape} | {what} | {a:.0} | {r:.0} | {b:.0} | {o:.0} | {:.2}x | {:.2}x |\n", a / b, a / o));
         }
+        gemm_table.push_str(&format!("\nOpenBLAS: {blas_name}, the build numpy's wheel bundles, `OPENBLAS_NUM_THREADS={threads}`; every product after 0.3 s of warm-up.\n"));
     }
     let torch = Command::new(&py).args(["-c", "import torch, transformers; print(torch.__version__, transformers.__version__, torch.get_num_threads())"]).output()?;
     let report = format!(
