@@ -191,13 +191,14 @@ pub fn matmul_packed(dst: &mut [f32], dst_rs: usize, a: MatRef, b: &Packed, accu
     let ptr = SendPtr(dst.as_mut_ptr());
     let win = Window { depth: 0..k, col0: 0, col_end: n };
     let task = |t: usize| {
-        let ptr = ptr;
+        // The whole `SendPtr` (a closure naming only `ptr.0` would capture a bare pointer).
+        let dst = ptr;
         let (g, rs) = (t / row_splits, t % row_splits);
         let panels = g * per_group..((g + 1) * per_group).min(panels);
         let rows = rs * rows_per..((rs + 1) * rows_per).min(m);
         // SAFETY: tasks write disjoint (rows × panel columns) blocks of `dst`, all inside it
         // (checked above); `a` was bounds-checked and `b` holds whole zero-padded panels.
-        unsafe { block(ptr.0, dst_rs, a, b, panels, rows, &win, accumulate) };
+        unsafe { block(dst.0, dst_rs, a, b, panels, rows, &win, accumulate) };
     };
     let tasks = groups * row_splits;
     if parallel {
