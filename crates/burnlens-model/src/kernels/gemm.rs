@@ -69,16 +69,7 @@ const SPLIT_MIN_MACS: usize = 48 * 48 * 64;
 pub fn matmul(dst: &mut [f32], dst_rs: usize, a: MatRef, b: MatRef, accumulate: bool) {
     let (m, k, n) = (a.rows, a.cols, b.cols);
     assert_eq!(b.rows, k, "matmul: inner dimensions {k} and {}", b.rows);
-    assert!(m == 0 || dst.len() >= (m - 1) * dst_rs + n, "matmul: destination too small");
-    if m == 0 || n == 0 {
-        return;
-    }
-    if k == 0 {
-        if !accumulate {
-            for r in 0..m {
-                dst[r * dst_rs..r * dst_rs + n].fill(0.0);
-            }
-        }
+    if nothing_to_multiply(dst, dst_rs, [m, k, n], accumulate, "matmul") {
         return;
     }
     a.check();
@@ -110,6 +101,25 @@ pub fn matmul(dst: &mut [f32], dst_rs: usize, a: MatRef, b: MatRef, accumulate: 
             unsafe { call(p.0.add(r0 * dst_rs), dst_rs, a.rows(r0, block.min(m - r0)), b, accumulate) };
         });
     }
+}
+
+/// What every product checks first: panics unless `dst` holds the `m × n` result at row
+/// stride `dst_rs`; `true` when nothing is left to multiply (an empty result, or `k = 0`:
+/// zeros, unless accumulating).
+pub(crate) fn nothing_to_multiply(dst: &mut [f32], dst_rs: usize, [m, k, n]: [usize; 3], accumulate: bool, what: &str) -> bool {
+    assert!(m == 0 || dst.len() >= (m - 1) * dst_rs + n, "{what}: destination too small");
+    if m == 0 || n == 0 {
+        return true;
+    }
+    if k == 0 {
+        if !accumulate {
+            for r in 0..m {
+                dst[r * dst_rs..r * dst_rs + n].fill(0.0);
+            }
+        }
+        return true;
+    }
+    false
 }
 
 /// `dst (+)= a · b` on the calling thread, for kernels that split work themselves.
@@ -170,10 +180,16 @@ unsafe fn call(dst: *mut f32, dst_rs: usize, a: MatRef, b: MatRef, accumulate: b
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn naive(a: &MatRef, b: &MatRef) -> Vec<f32> {
+    /// Deterministic test values in [-2, 2): `n` of them, seeded by `s`.
+    pub(crate) fn vals(n: usize, s: usize) -> Vec<f32> {
+        (0..n).map(|i| (((i * 7919 + s * 104729) % 1000) as f32 - 500.0) / 250.0).collect()
+    }
+
+    /// `a · b` in f64, the reference for the products.
+    pub(crate) fn naive(a: &MatRef, b: &MatRef) -> Vec<f32> {
         let at = |m: &MatRef, i: usize, j: usize| m.data[(m.offset as isize + i as isize * m.rs + j as isize * m.cs) as usize];
         let mut out = vec![0.0; a.rows * b.cols];
         for i in 0..a.rows {
@@ -186,7 +202,6 @@ mod tests {
 
     #[test]
     fn strided_products_match_a_naive_product_on_every_split() {
-        let vals = |n: usize, s: usize| (0..n).map(|i| (((i * 7919 + s * 104729) % 1000) as f32 - 500.0) / 250.0).collect::<Vec<f32>>();
         for &(m, k, n) in &[(1, 5, 3), (1, 768, 300), (3, 1, 4), (200, 70, 9), (7, 130, 333), (130, 64, 130), (0, 3, 4), (4, 0, 5)] {
             let a_data = vals(m * k, 1);
             let b_data = vals(k * n, 2);

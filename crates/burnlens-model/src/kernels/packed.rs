@@ -30,7 +30,7 @@ use burn::backend::flex::FlexTensor;
 use burn::tensor::Bytes;
 use gemm_common::microkernel::MicroKernelFn;
 
-use super::gemm::MatRef;
+use super::gemm::{MatRef, nothing_to_multiply};
 use super::pool::{self, SendPtr};
 
 /// Depth of one block of the product: a panel's `KC × P` slice stays in L1/L2 while six
@@ -151,16 +151,7 @@ impl Packed {
 pub fn matmul_packed(dst: &mut [f32], dst_rs: usize, a: MatRef, b: &Packed, accumulate: bool) {
     let (m, k, n) = (a.rows, a.cols, b.n);
     assert_eq!(b.k, k, "matmul_packed: inner dimensions {k} and {}", b.k);
-    assert!(m == 0 || dst.len() >= (m - 1) * dst_rs + n, "matmul_packed: destination too small");
-    if m == 0 || n == 0 {
-        return;
-    }
-    if k == 0 {
-        if !accumulate {
-            for r in 0..m {
-                dst[r * dst_rs..r * dst_rs + n].fill(0.0);
-            }
-        }
+    if nothing_to_multiply(dst, dst_rs, [m, k, n], accumulate, "matmul_packed") {
         return;
     }
     a.check();
@@ -410,17 +401,7 @@ pub fn clear() {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn naive(a: &MatRef, b: &MatRef) -> Vec<f32> {
-        let at = |m: &MatRef, i: usize, j: usize| m.data[(m.offset as isize + i as isize * m.rs + j as isize * m.cs) as usize];
-        let mut out = vec![0.0; a.rows * b.cols];
-        for i in 0..a.rows {
-            for j in 0..b.cols {
-                out[i * b.cols + j] = (0..a.cols).map(|p| at(a, i, p) as f64 * at(b, p, j) as f64).sum::<f64>() as f32;
-            }
-        }
-        out
-    }
+    use crate::kernels::gemm::tests::{naive, vals};
 
     #[test]
     fn packed_products_match_a_naive_product_on_every_edge() {
@@ -428,7 +409,6 @@ mod tests {
             assert!(Packed::new(MatRef::row_major(&[1.0], 1, 1)).is_none());
             return;
         }
-        let vals = |n: usize, s: usize| (0..n).map(|i| (((i * 7919 + s * 104729) % 1000) as f32 - 500.0) / 250.0).collect::<Vec<f32>>();
         // Partial panels, partial row blocks, several depth blocks, m = 1, big enough to split.
         for &(m, k, n) in &[(1, 5, 3), (1, 768, 300), (7, 1, 4), (13, 600, 130), (6, 257, 64), (130, 64, 1100), (200, 70, 9), (0, 3, 4), (4, 0, 5)] {
             let a_data = vals(m * k + 3, 1);
@@ -459,7 +439,6 @@ mod tests {
         let Some(b_full) = Packed::new(MatRef::row_major(&[0.0; 4], 2, 2)) else { return };
         let p = b_full.panel();
         let (k, n, m) = (300usize, 5 * p + 7, 11usize);
-        let vals = |n: usize, s: usize| (0..n).map(|i| (((i * 7919 + s * 104729) % 1000) as f32 - 500.0) / 250.0).collect::<Vec<f32>>();
         let b_data = vals(k * n, 3);
         let b = MatRef::row_major(&b_data, k, n);
         let packed = Packed::new(b).unwrap();
