@@ -287,6 +287,9 @@ fn a_weight_is_packed_once_and_a_changed_weight_is_packed_again() {
     let packs_here = cfg!(target_arch = "x86_64") && std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma");
     if std::env::var("BURNLENS_PACKED_MB").as_deref() != Ok("0") {
         assert_eq!(packs_on_this_thread(), packs + usize::from(packs_here), "the first product packs the weight");
+        // Its copy is held (other tests' copies may be there too).
+        let (entries, bytes) = kernels::packed::cached();
+        assert!(!packs_here || (entries >= 1 && bytes >= 40 * 150 * 4), "cache after packing: {entries} copies, {bytes} bytes");
     }
     let packs = packs_on_this_thread();
     assert_eq!(vec(&kernels::linear(x.clone(), w.clone(), None)), y1, "the same weight gives the same product");

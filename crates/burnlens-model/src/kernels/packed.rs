@@ -391,13 +391,6 @@ pub fn cached() -> (usize, usize) {
     (c.map.len(), c.bytes)
 }
 
-/// Drop every packed copy (they are made again on next use).
-pub fn clear() {
-    let mut c = cache().lock().unwrap_or_else(|p| p.into_inner());
-    c.map.clear();
-    c.bytes = 0;
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
