@@ -22,9 +22,10 @@
 //!   longer than its own share took) for a helper to finish, [`threads`] answers 1 for a
 //!   back-off period (10 ms, doubling while the next try is late again, at most 1 s), so
 //!   kernels stop splitting work at all; the first job after it probes again. (Counting over
-//!   a window rather than a streak: a quiet virtual machine has a late job now and then, about
-//!   1 in 100 on the 2-vCPU machines we measure on, and two in a row were enough to send the
-//!   pool serial for 10–80 ms several times a second; a busy neighbour makes most jobs late.)
+//!   a window rather than a streak: a quiet virtual machine has a late job now and then, 1 to
+//!   9 in the ~600 jobs of a `burnlens bench gemm` run on the 2-vCPU machines we measure on,
+//!   and two in a row were enough to send the pool serial; a busy neighbour makes most jobs
+//!   late, so the window still fills at once there.)
 
 use std::cell::{Cell, UnsafeCell};
 use std::panic::{AssertUnwindSafe, catch_unwind};
