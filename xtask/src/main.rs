@@ -272,6 +272,11 @@ fn run_json(cmd: &mut Command) -> Result<serde_json::Value> {
     Ok(serde_json::from_str(line)?)
 }
 
+/// The numbers of the array `key` of a bench report.
+fn floats(v: &serde_json::Value, key: &str) -> Result<Vec<f64>> {
+    Ok(v[key].as_array().with_context(|| format!("the report has no array {key:?}"))?.iter().filter_map(|x| x.as_f64()).collect())
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     if v.is_empty() { f64::NAN } else { v[v.len() / 2] }
@@ -384,7 +389,7 @@ fn bench(args: Vec<String>) -> Result<()> {
                             .args(["--impl", peer.peer_name().expect("a PyTorch peer"), "--threads", &threads]),
                     )?,
                 };
-                times.extend(v["times"].as_array().context("times")?.iter().filter_map(|x| x.as_f64()));
+                times.extend(floats(&v, "times")?);
                 *last = v;
             }
         }
@@ -481,10 +486,10 @@ fn bench(args: Vec<String>) -> Result<()> {
             let (mut ours, mut repacking, mut theirs, mut blas) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
             for _ in 0..3 {
                 let v = run_json(Command::new(&bin).args(["bench", "gemm", "--shape", shape, "--reps", "20"]))?;
-                ours.extend(v["times"].as_array().context("times")?.iter().filter_map(|x| x.as_f64()));
-                repacking.extend(v["times_repacking"].as_array().context("times_repacking")?.iter().filter_map(|x| x.as_f64()));
+                ours.extend(floats(&v, "times")?);
+                repacking.extend(floats(&v, "times_repacking")?);
                 let v = run_json(Command::new(&py).current_dir(root()).args(["scripts/peer_nanogpt.py", "gemm", "--impl", "lean", "--shape", shape, "--reps", "20", "--threads", &threads]))?;
-                theirs.extend(v["times"].as_array().context("times")?.iter().filter_map(|x| x.as_f64()));
+                theirs.extend(floats(&v, "times")?);
                 let v = run_json(
                     Command::new(&py)
                         .current_dir(root())
@@ -492,7 +497,7 @@ fn bench(args: Vec<String>) -> Result<()> {
                         .env("OPENBLAS_NUM_THREADS", &threads),
                 )?;
                 blas_name = v["blas"].as_str().unwrap_or("OpenBLAS").to_string();
-                blas.extend(v["times"].as_array().context("times")?.iter().filter_map(|x| x.as_f64()));
+                blas.extend(floats(&v, "times")?);
             }
             let dims: Vec<f64> = shape.trim_end_matches('t').split('x').filter_map(|d| d.parse().ok()).collect();
             let flops = 2.0 * dims.iter().product::<f64>();
