@@ -176,13 +176,18 @@ def lean_from_hf(model_dir):
     return m.eval()
 
 
+DTYPE = torch.float32
+
+
 def load_model(impl, model_dir):
+    """The model in DTYPE (`--dtype`: bf16 keeps the weights and computes in bfloat16, as
+    `torch_dtype=torch.bfloat16` does)."""
     if impl == "lean":
-        return lean_from_hf(model_dir)
+        return lean_from_hf(model_dir).to(DTYPE)
     if impl == "compile":
-        return torch.compile(lean_from_hf(model_dir))
+        return torch.compile(lean_from_hf(model_dir).to(DTYPE))
     from transformers import GPT2LMHeadModel
-    return GPT2LMHeadModel.from_pretrained(model_dir).eval()
+    return GPT2LMHeadModel.from_pretrained(model_dir, dtype=DTYPE).eval()
 
 
 def timed(reps, f, warmup=1, warm_s=0.0):
@@ -325,7 +330,10 @@ def main():
         p.add_argument("--new", type=int, default=64)
         p.add_argument("--threads", type=int, default=0)
         p.add_argument("--shape", default="128x768x768")
+        p.add_argument("--dtype", choices=["f32", "bf16"], default="f32")
     args = ap.parse_args()
+    global DTYPE
+    DTYPE = {"f32": torch.float32, "bf16": torch.bfloat16}[getattr(args, "dtype", "f32")]
     if getattr(args, "threads", 0):
         torch.set_num_threads(args.threads)
     if args.cmd == "train":

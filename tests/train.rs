@@ -184,7 +184,8 @@ fn export_loads_back_with_the_same_logits() {
         assert_eq!(max_abs_diff(&a, &b), 0.0, "{family}: re-imported export differs");
         // The run and its export, each loaded as "any model": told apart by their layout.
         assert!(is_run_dir(&dir) && !is_run_dir(&hf));
-        let (from_run, from_hf) = (load_any(&dir, &Device::flex()).unwrap(), load_any(&hf, &Device::flex()).unwrap());
+        let opts = burnlens::hf::LoadOptions::default();
+        let (from_run, from_hf) = (load_any(&dir, &Device::flex(), &opts).unwrap(), load_any(&hf, &Device::flex(), &opts).unwrap());
         assert_eq!(from_run.model.config, from_hf.model.config);
         assert!(from_run.tokenizer.is_some() && from_hf.tokenizer.is_some(), "{family}: the char vocabulary travels with both");
         let c: Vec<f32> = from_hf.model.forward(from_hf.model.ids_tensor(&ids)).into_data().try_into_vec_as::<f32>().unwrap();

@@ -165,7 +165,7 @@ pub fn assert_exit(o: &Output, code: i32, needle: &str) {
 pub fn copy_fixture(name: &str) -> (tempfile::TempDir, PathBuf) {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join(name);
-    std::fs::create_dir(&dir).unwrap();
+    std::fs::create_dir_all(&dir).unwrap();
     for entry in std::fs::read_dir(fixture(name)).unwrap() {
         let p = entry.unwrap().path();
         std::fs::copy(&p, dir.join(p.file_name().unwrap())).unwrap();

@@ -327,13 +327,16 @@ fn bench(args: Vec<String>) -> Result<()> {
         if let Some(i) = burn.iter().position(|a| a == "--new") {
             burn[i] = "--new-tokens".into();
         }
-        let compile = ["forward", "train"].contains(&args[0].as_str());
+        let compile = ["forward", "train"].contains(&args[0].as_str()) && !args.iter().any(|a| a == "bf16");
         Workload { label: label.into(), burnlens: burn, peer, rounds, compile, contended: false }
     };
     let mut workloads = vec![
         w("forward 1x128", &["forward", "--batch", "1", "--seq", "128", "--reps", "3"], 3),
         w("forward 4x256", &["forward", "--batch", "4", "--seq", "256", "--reps", "2"], 2),
         w("generate 16+64 (KV cache)", &["generate", "--new", "64", "--reps", "1"], 2),
+        // The same weights kept in bf16 (PyTorch peers in bf16 too).
+        w("generate 16+64 bf16 (KV cache)", &["generate", "--new", "64", "--reps", "1", "--dtype", "bf16"], 2),
+        w("forward 1x128 bf16", &["forward", "--batch", "1", "--seq", "128", "--reps", "3", "--dtype", "bf16"], 3),
         w("train nanoGPT CPU config", &["train", "--reps", "2"], 2),
         Workload { label: "train, busy neighbour".into(), contended: true, compile: false, ..w("", &["train", "--reps", "2"], 2) },
         w("load GPT-2 small", &["load"], 3),
@@ -359,6 +362,7 @@ fn bench(args: Vec<String>) -> Result<()> {
     );
     table.push_str(if tch.is_some() { " burnlens on tch | tch / lean |\n|---|---|---|---|---|---|---|---|---|---|---|\n" } else { "\n|---|---|---|---|---|---|---|---|---|\n" });
     let mut notes = String::new();
+    let mut burnlens_times: Vec<(String, f64)> = Vec::new();
     for wl in &workloads {
         let mut impls = vec![Impl::Burnlens, Impl::Hf, Impl::Lean];
         if wl.compile {
@@ -456,6 +460,7 @@ fn bench(args: Vec<String>) -> Result<()> {
             table.push_str(&format!(" {ct} | {:.2}x |", tl / tt));
         }
         table.push('\n');
+        burnlens_times.push((wl.label.clone(), tb));
         println!("{}: burnlens {cb} | HF {ch} | lean {cl} | compile {cc}", wl.label);
         if wl.burnlens[0] == "attention" {
             notes.push_str(&format!(
@@ -465,6 +470,13 @@ fn bench(args: Vec<String>) -> Result<()> {
                 first["peak_rss_bytes"].as_f64().unwrap_or(0.0) / 1e6,
                 results.iter().find(|r| r.0 == Impl::Lean).map(|r| r.2["peak_rss_bytes"].as_f64().unwrap_or(0.0)).unwrap_or(0.0) / 1e6
             ));
+        }
+    }
+    // Half weights against f32 ones, burnlens alone: decoding reads half the bytes.
+    let time_of = |label: &str| burnlens_times.iter().find(|(l, _)| l == label).map(|(_, t)| *t);
+    for (f32_row, bf16_row, target) in [("generate 16+64 (KV cache)", "generate 16+64 bf16 (KV cache)", "≥ 1.8x"), ("forward 1x128", "forward 1x128 bf16", "≥ 0.9x")] {
+        if let (Some(a), Some(b)) = (time_of(f32_row), time_of(bf16_row)) {
+            notes.push_str(&format!("- {bf16_row}: burnlens with bf16 weights at **{:.2}x** its speed with f32 weights (target {target})\n", a / b));
         }
     }
     // The products under the forward pass and the training step, alone: burnlens's GEMM
@@ -705,6 +717,76 @@ fn venv_with_sae_lens() -> Result<PathBuf> {
 /// The Python API against TransformerLens on GPT-2 small (`scripts/bench_python.py`): the
 /// extension as the tests build it (dev profile, dependencies optimised as in release),
 /// staged with the Python package into `target/bench/py`. Writes `target/bench/python.json`.
+/// Models at the sizes interpretability works on, in bf16 (`scripts/make_scale_checkpoints.py`:
+/// random weights with the shapes of Llama 3.1 8B and Gemma 2 9B, sharded as transformers
+/// saves them, in `target/scale`, never committed): burnlens (`bench scale`: load, a
+/// 128-token forward, a cache of every `hook_resid_post`, 32 greedy decoding steps) and
+/// transformers in bf16 on the same checkpoint and threads, one after the other.
+fn bench_scale(args: Vec<String>) -> Result<()> {
+    let py = venv()?;
+    let dir = root().join("target/scale");
+    let models: Vec<String> = if args.is_empty() { vec!["llama31_8b".into(), "gemma2_9b".into()] } else { args };
+    for m in &models {
+        if !dir.join(m).join("model.safetensors.index.json").is_file() {
+            run(Command::new(&py).current_dir(root()).args(["scripts/make_scale_checkpoints.py", "--out"]).arg(&dir).args(["--only", m]))?;
+        }
+    }
+    run(Command::new(env!("CARGO")).current_dir(root()).args(["build", "--quiet", "--bin", "burnlens"]))?;
+    let bin = root().join("target/debug/burnlens");
+    let machine = machine_report(&bin)?;
+    println!("{}", machine.text);
+    let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).to_string();
+    let mut table = String::from(
+        "| model | impl | checkpoint | load | peak RSS (x checkpoint) | forward 128 tok | GFLOP/s | cache resid_post | decode 32 | decode GB/s (% of read bandwidth) |\n|---|---|---|---|---|---|---|---|---|---|\n",
+    );
+    for m in &models {
+        let path = dir.join(m);
+        let ours = run_json(Command::new(&bin).arg("bench").arg("scale").arg("--model").arg(&path).args(["--seq", "128", "--new-tokens", "32"]))?;
+        println!("{m} burnlens: {ours}");
+        let size = ours["checkpoint_bytes"].as_f64().unwrap_or(f64::NAN);
+        let (flops, bytes) = (ours["flops"].as_f64().unwrap_or(f64::NAN), ours["weight_bytes_per_token"].as_f64().unwrap_or(f64::NAN));
+        let theirs = run_json(Command::new(&py).current_dir(root()).args(["scripts/peer_scale.py", "--model"]).arg(&path).args(["--seq", "128", "--new", "32", "--threads", &threads]));
+        let theirs = match theirs {
+            Ok(v) => v,
+            Err(e) => {
+                println!("{m} transformers failed: {e:#}");
+                serde_json::json!({"failed": format!("{e:#}").lines().last().unwrap_or("").to_string()})
+            }
+        };
+        println!("{m} transformers: {theirs}");
+        for (name, v) in [("burnlens", &ours), ("transformers bf16", &theirs)] {
+            if let Some(why) = v["failed"].as_str() {
+                table.push_str(&format!("| {m} | {name} | {:.2} GB | failed: {why} |||||||\n", size / 1e9));
+                continue;
+            }
+            let f = |k: &str| v[k].as_f64().unwrap_or(f64::NAN);
+            let fwd = floats(v, "times")?.first().copied().unwrap_or(f64::NAN);
+            let decode = f("decode_s") / f("decode_tokens");
+            table.push_str(&format!(
+                "| {m} | {name} | {:.2} GB | {:.1} s | {:.2} GB ({:.2}x) | {:.1} s ({:.0} tok/s) | {:.0} | {:.1} s | {:.2} s/token ({:.2} tok/s) | {:.1} GB/s ({:.0}%) |\n",
+                size / 1e9,
+                f("load_s"),
+                f("peak_rss_bytes") / 1e9,
+                f("peak_rss_bytes") / size,
+                fwd,
+                128.0 / fwd,
+                flops / fwd / 1e9,
+                f("cache_s"),
+                decode,
+                1.0 / decode,
+                bytes / decode / 1e9,
+                100.0 * bytes / decode / 1e9 / machine.read_gbps
+            ));
+        }
+    }
+    println!("\n{table}");
+    let out_dir = root().join("target/bench");
+    std::fs::create_dir_all(&out_dir)?;
+    std::fs::write(out_dir.join("scale.md"), format!("{}\n\n{table}", machine.text))?;
+    println!("written to {}", out_dir.join("scale.md").display());
+    Ok(())
+}
+
 fn bench_python() -> Result<()> {
     let py = venv_with_sae_lens()?;
     let out_dir = root().join("target/bench");
@@ -752,7 +834,18 @@ fn ensure_python_tests() -> Result<PathBuf> {
 fn test(args: Vec<String>) -> Result<()> {
     ensure_browser()?;
     let python = ensure_python_tests()?;
-    run(Command::new(env!("CARGO")).current_dir(root()).arg("test").args(&args).env("BURNLENS_PYTHON", python))
+    run(Command::new(env!("CARGO")).current_dir(root()).arg("test").args(&args).env("BURNLENS_PYTHON", python))?;
+    if args.is_empty() {
+        // Once more on the portable path a Mac or any non-x86 machine runs: no AVX2 /
+        // AVX-512 bodies, no packed weights (the same test binaries, nothing rebuilt).
+        println!("== kernel, parity and half-weight tests on the portable path (BURNLENS_ISA=baseline)");
+        run(Command::new(env!("CARGO"))
+            .current_dir(root())
+            .args(["test", "-p", "burnlens-model", "--test", "kernels", "--lib"])
+            .env("BURNLENS_ISA", "baseline"))?;
+        run(Command::new(env!("CARGO")).current_dir(root()).args(["test", "--test", "parity", "--test", "half"]).env("BURNLENS_ISA", "baseline"))?;
+    }
+    Ok(())
 }
 
 fn main() -> Result<()> {
@@ -787,12 +880,18 @@ fn main() -> Result<()> {
             // TransformerLens's caches on the newer families (QK-norm, post-norms, soft-caps).
             run(Command::new(py).current_dir(root()).arg("scripts/gen_tl_family_fixtures.py"))?;
         }
+        "half-fixtures" => {
+            // bf16 copies of every family's fixture, with transformers' f32 run on each.
+            let py = venv()?;
+            run(Command::new(py).current_dir(root()).args(["scripts/gen_half_fixtures.py", "--fixtures", "tests/fixtures"]))?;
+        }
         "test" => test(std::env::args().skip(2).collect())?,
         "bench-train" => bench_train()?,
         "bench" => bench(std::env::args().skip(2).collect())?,
         "bench-python" => bench_python()?,
+        "bench-scale" => bench_scale(std::env::args().skip(2).collect())?,
         "parity-tch" => parity_tch(std::env::args().skip(2).collect())?,
-        _ => bail!("usage: cargo xtask <test [CARGO TEST ARGS]|fixtures|sae-fixtures|venv|bench [WORKLOAD...]|bench-train|parity-tch>"),
+        _ => bail!("usage: cargo xtask <test [CARGO TEST ARGS]|fixtures|half-fixtures|sae-fixtures|venv|bench [WORKLOAD...]|bench-train|bench-scale [MODEL...]|parity-tch>"),
     }
     Ok(())
 }

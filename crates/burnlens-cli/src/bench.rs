@@ -5,8 +5,8 @@ use std::time::Instant;
 
 use anyhow::Result;
 use burn::tensor::{Device, Distribution, Int, Tensor, TensorData};
-use burnlens_hf::load_model;
-use burnlens_model::{AttentionInput, Hooks, LayerInput, Rng, Sampling, TransformerConfig, cross_entropy, generate};
+use burnlens_hf::{LoadOptions, load_model_with};
+use burnlens_model::{AttentionInput, Hooks, KvCache, LayerInput, Rng, Sampling, Transformer, TransformerConfig, cross_entropy, generate};
 use burnlens_train::config::TrainingSection;
 use burnlens_train::optim::{clip_global_norm, optimizer};
 use serde_json::json;
@@ -16,9 +16,9 @@ use crate::UserError;
 /// Which workload and its sizes.
 #[derive(clap::Args, Clone)]
 pub struct BenchArgs {
-    /// forward | generate | train | load | attention | gemm | machine
+    /// forward | generate | train | load | scale | attention | gemm | machine
     pub workload: String,
-    /// Model directory (forward, generate, load).
+    /// Model directory (forward, generate, load, scale).
     #[arg(long)]
     pub model: Option<std::path::PathBuf>,
     #[arg(long, default_value_t = 1)]
@@ -77,19 +77,82 @@ fn timed(reps: usize, mut f: impl FnMut()) -> Vec<f64> {
 /// Floating-point operations of one forward pass over `batch × seq` tokens (matrix products
 /// and the attention core; the element-wise work is not counted).
 pub fn forward_flops(c: &TransformerConfig, batch: usize, seq: usize) -> f64 {
-    let (d, hd, layers, vocab) = (c.d_model as f64, (c.n_heads * c.d_head) as f64, c.n_layers() as f64, c.vocab_size as f64);
-    let mlp = c.d_mlp.unwrap_or(0) as f64;
-    let per_token = layers * (d * 3.0 * hd + hd * d + 2.0 * d * mlp) + d * vocab;
+    let (d, hd, kv, layers, vocab) = (c.d_model as f64, (c.n_heads * c.d_head) as f64, (c.kv_heads() * c.d_head) as f64, c.n_layers() as f64, c.vocab_size as f64);
+    let mlp = c.d_mlp.unwrap_or(0) as f64 * if c.mlp == burnlens_model::MlpKind::Gated { 3.0 } else { 2.0 };
+    let per_token = layers * (d * (hd + 2.0 * kv) + hd * d + d * mlp) + d * vocab;
     let tokens = (batch * seq) as f64;
     let visible_keys = batch as f64 * (seq * (seq + 1) / 2) as f64;
     2.0 * per_token * tokens + 4.0 * hd * layers * visible_keys
 }
 
-/// Bytes of weights a decoding step reads: every projection and the unembedding, fp32.
-pub fn weight_bytes_per_token(c: &TransformerConfig) -> f64 {
-    let (d, hd, layers, vocab) = (c.d_model as f64, (c.n_heads * c.d_head) as f64, c.n_layers() as f64, c.vocab_size as f64);
-    let mlp = c.d_mlp.unwrap_or(0) as f64;
-    4.0 * (layers * (d * 3.0 * hd + hd * d + 2.0 * d * mlp) + d * vocab)
+/// Bytes of weights a decoding step reads: every projection (grouped keys and values at
+/// their own width, a gated MLP's three matrices) and the unembedding, at the model's
+/// weight dtype.
+pub fn weight_bytes_per_token(m: &Transformer) -> f64 {
+    let c = &m.config;
+    let (d, hd, kv, layers, vocab) = (c.d_model as f64, (c.n_heads * c.d_head) as f64, (c.kv_heads() * c.d_head) as f64, c.n_layers() as f64, c.vocab_size as f64);
+    let mlp = c.d_mlp.unwrap_or(0) as f64 * if c.mlp == burnlens_model::MlpKind::Gated { 3.0 } else { 2.0 };
+    m.weight_dtype().size() as f64 * (layers * (d * (hd + 2.0 * kv) + hd * d + d * mlp) + d * vocab)
+}
+
+/// Resident memory of this process now, in bytes (Linux `VmRSS`: mapped file pages
+/// included).
+fn rss() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    line.split_whitespace().nth(1)?.parse::<u64>().ok().map(|kb| kb * 1024)
+}
+
+/// Bytes of the weight files in `dir` (safetensors shards or a `.bin`).
+fn checkpoint_bytes(dir: &std::path::Path) -> Result<u64> {
+    let weights = |n: &str| n.ends_with(".safetensors") || n.ends_with(".bin");
+    Ok(std::fs::read_dir(dir)?.filter_map(|e| e.ok()).filter(|e| weights(&e.file_name().to_string_lossy())).map(|e| e.metadata().map(|m| m.len()).unwrap_or(0)).sum())
+}
+
+/// A large model end to end in one process: load, a `seq`-token forward, a cache of every
+/// `hook_resid_post`, and `new_tokens` greedy decoding steps after it, each timed once
+/// (each takes seconds), with the resident memory after loading and at the end.
+fn scale(a: &BenchArgs, device: &Device, options: &LoadOptions) -> Result<serde_json::Value> {
+    let dir = a.model.as_deref().ok_or_else(|| UserError("bench scale: --model DIR is required".into()))?;
+    let t = Instant::now();
+    let loaded = load_model_with(dir, device, options)?;
+    let load_s = t.elapsed().as_secs_f64();
+    let rss_loaded = rss();
+    let m = &loaded.model;
+    let prompt = ids(a.seq, m.config.vocab_size, 5);
+    let t = Instant::now();
+    let _ = m.forward(m.ids_tensor(&prompt)).into_data();
+    let forward_s = t.elapsed().as_secs_f64();
+    let t = Instant::now();
+    let mut hooks = Hooks::capture(|n| n.ends_with("hook_resid_post"));
+    let _ = m.forward_hooked(m.ids_tensor(&prompt), &mut hooks).into_data();
+    let cached: usize = hooks.cache.values().map(|v| v.dims().iter().product::<usize>() * 4).sum();
+    let cache_s = t.elapsed().as_secs_f64();
+    drop(hooks);
+    // Decoding after the prompt: the prefill, then one token at a time through the cache.
+    let mut cache = KvCache::new();
+    let last = |logits: Tensor<3>| -> i64 {
+        let t = logits.dims()[1];
+        let row: Vec<f32> = logits.narrow(1, t - 1, 1).into_data().try_into_vec_as::<f32>().expect("f32 logits");
+        row.iter().enumerate().fold((0, f32::MIN), |b, (i, &v)| if v > b.1 { (i, v) } else { b }).0 as i64
+    };
+    let mut next = last(m.forward_cached(m.ids_tensor(&prompt), &mut cache));
+    let mut produced = vec![next];
+    let t = Instant::now();
+    for _ in 0..a.new_tokens {
+        next = last(m.forward_cached(m.ids_tensor(&[next]), &mut cache));
+        produced.push(next);
+    }
+    let decode_s = t.elapsed().as_secs_f64();
+    let c = &m.config;
+    Ok(json!({
+        "times": [forward_s], "tokens": a.seq, "flops": forward_flops(c, 1, a.seq),
+        "load_s": load_s, "cache_s": cache_s, "cached_bytes": cached,
+        "decode_s": decode_s, "decode_tokens": a.new_tokens, "weight_bytes_per_token": weight_bytes_per_token(m),
+        "first_tokens": &produced[..produced.len().min(8)],
+        "params": burn::module::Module::num_params(m), "weight_dtype": loaded.info.weight_dtype, "checkpoint_bytes": checkpoint_bytes(dir)?,
+        "rss_after_load_bytes": rss_loaded, "peak_rss_bytes": peak_rss(),
+    }))
 }
 
 fn ids(n: usize, vocab: usize, seed: u64) -> Vec<i64> {
@@ -97,7 +160,8 @@ fn ids(n: usize, vocab: usize, seed: u64) -> Vec<i64> {
     (0..n).map(|_| rng.below(vocab as u64) as i64).collect()
 }
 
-pub fn run(a: &BenchArgs, device: Device) -> Result<()> {
+pub fn run(a: &BenchArgs, device: Device, options: &LoadOptions) -> Result<()> {
+    let load_model = |dir: &std::path::Path, device: &Device| load_model_with(dir, device, options);
     let need_model = || a.model.as_deref().ok_or_else(|| UserError(format!("bench {}: --model DIR is required", a.workload)));
     let out = match a.workload.as_str() {
         "forward" => {
@@ -114,7 +178,7 @@ pub fn run(a: &BenchArgs, device: Device) -> Result<()> {
             let s = Sampling { max_new_tokens: a.new_tokens, temperature: 0.0, ..Sampling::default() };
             let mut produced = Vec::new();
             let times = timed(a.reps, || produced = generate(&m, &prompt, &s).expect("valid prompt"));
-            json!({"times": times, "tokens": a.new_tokens, "first_tokens": &produced[..produced.len().min(8)], "weight_bytes_per_token": weight_bytes_per_token(&m.config)})
+            json!({"times": times, "tokens": a.new_tokens, "first_tokens": &produced[..produced.len().min(8)], "weight_bytes_per_token": weight_bytes_per_token(&m)})
         }
         "train" => {
             // nanoGPT's CPU shakespeare-char configuration on random characters.
@@ -154,7 +218,7 @@ pub fn run(a: &BenchArgs, device: Device) -> Result<()> {
         }
         "load" => {
             let dir = need_model()?;
-            let size: u64 = std::fs::read_dir(dir)?.filter_map(|e| e.ok()).filter(|e| e.file_name().to_string_lossy().ends_with(".safetensors")).map(|e| e.metadata().map(|m| m.len()).unwrap_or(0)).sum();
+            let size = checkpoint_bytes(dir)?;
             let base = peak_rss().unwrap_or(0);
             let t = Instant::now();
             let m = load_model(dir, &device)?.model;
@@ -162,6 +226,7 @@ pub fn run(a: &BenchArgs, device: Device) -> Result<()> {
             let _keep = &m;
             json!({"times": [secs], "checkpoint_bytes": size, "peak_rss_bytes": peak_rss(), "rss_before_bytes": base})
         }
+        "scale" => scale(a, &device, options)?,
         "attention" => {
             // One GPT-2-small-shaped attention layer on random input.
             let cfg = TransformerConfig::gpt2_like(8, a.seq.max(1), 768, 1, 12);
@@ -205,7 +270,7 @@ pub fn run(a: &BenchArgs, device: Device) -> Result<()> {
                    "pool_late_jobs": pool.late_jobs - before.late_jobs, "pool_revoked_seats": pool.revoked_seats - before.revoked_seats})
         }
         "machine" => machine(),
-        other => return Err(UserError(format!("unknown workload \"{other}\"; expected forward, generate, train, load, attention, gemm or machine")).into()),
+        other => return Err(UserError(format!("unknown workload \"{other}\"; expected forward, generate, train, load, scale, attention, gemm or machine")).into()),
     };
     let mut out = out;
     out["workload"] = json!(a.workload);

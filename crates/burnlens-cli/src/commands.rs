@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use burn::module::Module;
 use burn::tensor::Device;
-use burnlens_hf::{LoadedModel, Tokenizer, load_model};
+use burnlens_hf::{LoadOptions, LoadedModel, Tokenizer, load_model_with};
 use burnlens_model::backend;
 use burnlens_model::{AttentionSpan, Hooks, Sampling, Transformer, generate, next_token_loss};
 use burnlens_train::{AnyModel, RunConfig, TrainOptions};
@@ -26,7 +26,7 @@ fn device(common: &Common) -> Result<Device> {
 
 fn load(model: &Path, common: &Common) -> Result<LoadedModel> {
     let device = device(common)?;
-    let loaded = load_model(model, &device)?;
+    let loaded = load_model_with(model, &device, &LoadOptions::dtype(common.dtype))?;
     for w in &loaded.info.warnings {
         eprintln!("warning: {w}");
     }
@@ -101,6 +101,7 @@ pub fn info(dir: &Path, common: &Common) -> Result<()> {
     println!("score scale: {scale}{}", if c.scale_by_inverse_layer { ", then / (layer + 1)" } else { "" });
     println!("local attn:  {}", if local.is_empty() { "none (all layers global)".into() } else { local.join(", ") });
     println!("checkpoint:  {} ({} file{}), dtype {}", info.format, info.files.len(), if info.files.len() == 1 { "" } else { "s" }, info.dtypes.join("/"));
+    println!("weights:     {} matrices, f32 vectors and compute", info.weight_dtype);
     let unembed = match (c.untied_unembed, info.lm_head_present) {
         (true, _) => "untied",
         (false, true) => "present (tied)",
@@ -253,7 +254,7 @@ pub fn export(run: &Path, out: &Path) -> Result<()> {
 
 /// [`burnlens_train::load_any`] on the chosen device, its warnings printed.
 fn load_any(dir: &Path, common: &Common) -> Result<AnyModel> {
-    let m = burnlens_train::load_any(dir, &device(common)?)?;
+    let m = burnlens_train::load_any(dir, &device(common)?, &LoadOptions::dtype(common.dtype))?;
     for w in &m.warnings {
         eprintln!("warning: {w}");
     }

@@ -33,6 +33,10 @@ pub struct Common {
     /// Device index for GPU backends.
     #[arg(long, global = true)]
     pub device_index: Option<usize>,
+    /// The dtype a loaded model's weight matrices are kept in: auto (as the checkpoint
+    /// stores them), f32, bf16 or f16. Compute and activations are f32 either way.
+    #[arg(long, global = true, default_value = "auto")]
+    pub dtype: burnlens_hf::WeightDtype,
 }
 
 /// The sequence a command runs on: text through the model's tokenizer, or token ids.
@@ -418,7 +422,7 @@ pub fn run() -> ExitCode {
         }
         Command::Data { action: DataAction::Fetch { name, out } } => commands::fetch(&name, out.as_deref()),
         Command::Backends => commands::backends(),
-        Command::Bench { args, common } => commands::device_of(&common).and_then(|d| bench::run(&args, d)),
+        Command::Bench { args, common } => commands::device_of(&common).and_then(|d| bench::run(&args, d, &burnlens_hf::LoadOptions::dtype(common.dtype))),
         Command::Analyze { model, input, out, common } => commands::analyze(&model, &input, &out, &common),
         Command::Induction { model, len, batch, seed, bos, out, common } => {
             dir(&model).and_then(|m| commands::induction(&m, len, batch, seed, bos, &out, &common))

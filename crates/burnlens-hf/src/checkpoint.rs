@@ -5,16 +5,24 @@
 //! with its shards. `burn-store` opens and validates every file and lists its tensors;
 //! nothing is read until asked for, so a tensor that is never used costs nothing.
 //!
-//! Safetensors data is then read with positioned reads rather than through the memory map:
-//! pages touched through a map stay resident until the whole map goes, so mapping a
-//! checkpoint while building the model from it would hold the file and the model in memory
-//! at once (twice the checkpoint size). Reading tensor by tensor keeps the peak near the
-//! model's own size.
+//! A tensor kept exactly as stored (a half weight matrix loaded in its own dtype) is read in
+//! place: [`Checkpoint::mapped`] hands out a view of the memory-mapped file, shared with the
+//! page cache and with other processes, so loading costs no copy. Everything that is
+//! converted on the way in (widened to f32, transposed, fused, `1 + w`) is read with
+//! positioned reads instead, never through the map: pages touched through a map stay
+//! resident until the whole map goes, so converting through it would hold the file and the
+//! model in memory at once.
+//!
+//! Every safetensors file is checked at open to hold all the bytes its header promises, so
+//! a truncated file is refused with the file and the tensor named instead of becoming a
+//! SIGBUS when a mapped page past its end is first read.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use burn::tensor::DType;
+use std::sync::OnceLock;
+
+use burn::tensor::{AllocationProperty, Bytes, DType, TensorData, bf16, f16};
 use burn_store::burn_pack::Tensor as PackTensor;
 use burn_store::{ModuleStore, PytorchStore, SafetensorsStore, bridge};
 
@@ -62,6 +70,45 @@ pub struct Checkpoint {
     /// The weight files, in the order they were opened.
     pub files: Vec<PathBuf>,
     tensors: BTreeMap<String, Entry>,
+    /// Each file's read-only mapping, made when a tensor is first read in place.
+    maps: Vec<OnceLock<bytes::Bytes>>,
+}
+
+/// A float type a tensor can be read as.
+pub trait Elem: burn::tensor::Element + Copy + Default + Send {
+    const DTYPE: DType;
+    fn from_f32(v: f32) -> Self;
+    fn to_f32(self) -> f32;
+}
+
+impl Elem for f32 {
+    const DTYPE: DType = DType::F32;
+    fn from_f32(v: f32) -> Self {
+        v
+    }
+    fn to_f32(self) -> f32 {
+        self
+    }
+}
+
+impl Elem for bf16 {
+    const DTYPE: DType = DType::BF16;
+    fn from_f32(v: f32) -> Self {
+        bf16::from_f32(v)
+    }
+    fn to_f32(self) -> f32 {
+        bf16::to_f32(self)
+    }
+}
+
+impl Elem for f16 {
+    const DTYPE: DType = DType::F16;
+    fn from_f32(v: f32) -> Self {
+        f16::from_f32(v)
+    }
+    fn to_f32(self) -> f32 {
+        f16::to_f32(self)
+    }
 }
 
 impl Checkpoint {
@@ -86,7 +133,8 @@ impl Checkpoint {
             WeightFormat::Safetensors | WeightFormat::PytorchBin => vec![file],
             WeightFormat::ShardedSafetensors | WeightFormat::ShardedPytorchBin => shard_files(&file)?,
         };
-        let mut ckpt = Checkpoint { dir: dir.to_path_buf(), format, files: files.clone(), tensors: BTreeMap::new() };
+        let maps = files.iter().map(|_| OnceLock::new()).collect();
+        let mut ckpt = Checkpoint { dir: dir.to_path_buf(), format, files: files.clone(), tensors: BTreeMap::new(), maps };
         for (file, path) in files.iter().enumerate() {
             match format {
                 WeightFormat::Safetensors | WeightFormat::ShardedSafetensors => {
@@ -155,6 +203,13 @@ impl Checkpoint {
 
     /// Read tensor `name` (checked as [`check`](Self::check) does) as `f32` values.
     pub fn read_f32(&self, name: &str, expected: &[usize]) -> Result<Vec<f32>> {
+        self.read::<f32>(name, expected)
+    }
+
+    /// Read tensor `name` (checked as [`check`](Self::check) does) as `T` values: its own
+    /// bytes when it is stored as `T`, else converted through f32 (rounded to nearest even
+    /// when narrowing).
+    pub fn read<T: Elem>(&self, name: &str, expected: &[usize]) -> Result<Vec<T>> {
         self.check(name, expected)?;
         let e = &self.tensors[name];
         let path = &self.files[e.file];
@@ -162,41 +217,76 @@ impl Checkpoint {
         match &e.source {
             Source::Pack(t) => {
                 let data = bridge::into_data(t.clone()).map_err(|err| fail(err.to_string()))?;
-                data.try_into_vec_as::<f32>().map_err(|err| fail(format!("{err:?}")))
+                if e.dtype == T::DTYPE {
+                    return data.try_into_vec::<T>().map_err(|err| fail(format!("{err:?}")));
+                }
+                let v = data.try_into_vec_as::<f32>().map_err(|err| fail(format!("{err:?}")))?;
+                Ok(v.into_iter().map(T::from_f32).collect())
             }
             Source::Range { start, len } => {
                 use std::os::unix::fs::FileExt;
                 let file = std::fs::File::open(path).map_err(|err| HfError::io(path, err))?;
                 let n: usize = e.shape.iter().product();
                 let read = |buf: &mut [u8]| file.read_exact_at(buf, *start).map_err(|err| fail(format!("reading {len} bytes: {err}")));
-                Ok(match e.dtype {
-                    DType::F32 => {
-                        let mut v = vec![0f32; n];
-                        // SAFETY: any bit pattern is a valid f32, and the byte view covers exactly v.
-                        read(unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr().cast::<u8>(), n * 4) })?;
-                        if cfg!(target_endian = "big") {
-                            v.iter_mut().for_each(|x| *x = f32::from_bits(x.to_bits().swap_bytes()));
-                        }
-                        v
-                    }
-                    DType::F16 | DType::BF16 => {
-                        let mut raw = vec![0u8; n * 2];
-                        read(&mut raw)?;
-                        let bits = raw.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]]));
-                        if e.dtype == DType::F16 {
-                            bits.map(|b| half::f16::from_bits(b).to_f32()).collect()
-                        } else {
-                            bits.map(|b| half::bf16::from_bits(b).to_f32()).collect()
-                        }
-                    }
-                    _ => {
-                        let mut raw = vec![0u8; n * 8];
-                        read(&mut raw)?;
-                        raw.chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().expect("8 bytes")) as f32).collect()
-                    }
-                })
+                if e.dtype == T::DTYPE && cfg!(target_endian = "little") {
+                    let mut v = vec![T::default(); n];
+                    // SAFETY: T is a plain float type (any bit pattern valid), and the byte
+                    // view covers exactly v.
+                    read(unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr().cast::<u8>(), n * std::mem::size_of::<T>()) })?;
+                    return Ok(v);
+                }
+                let size = match e.dtype {
+                    DType::F64 => 8,
+                    DType::F32 => 4,
+                    _ => 2,
+                };
+                let mut raw = vec![0u8; n * size];
+                read(&mut raw)?;
+                let widened = raw.chunks_exact(size).map(|c| match e.dtype {
+                    DType::F64 => f64::from_le_bytes(c.try_into().expect("8 bytes")) as f32,
+                    DType::F32 => f32::from_le_bytes(c.try_into().expect("4 bytes")),
+                    DType::F16 => f16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32(),
+                    _ => bf16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32(),
+                });
+                Ok(widened.map(T::from_f32).collect())
             }
         }
+    }
+
+    /// Tensor `name` (checked as [`check`](Self::check) does) read in place from its
+    /// memory-mapped safetensors file, when it is stored as `dtype`; `None` when it cannot
+    /// be (a PyTorch pickle, another dtype, a misaligned offset): the caller reads a copy.
+    pub fn mapped(&self, name: &str, expected: &[usize], dtype: DType) -> Result<Option<TensorData>> {
+        self.check(name, expected)?;
+        let e = &self.tensors[name];
+        let Source::Range { start, len } = e.source else { return Ok(None) };
+        if e.dtype != dtype || cfg!(target_endian = "big") || std::env::var("BURNLENS_MMAP").as_deref() == Ok("0") {
+            return Ok(None);
+        }
+        let map = self.map(e.file)?;
+        let start = start as usize;
+        let bytes = map.slice(start..start + len);
+        if !(bytes.as_ptr() as usize).is_multiple_of(dtype.size()) {
+            return Ok(None);
+        }
+        let bytes = Bytes::from_shared(bytes, AllocationProperty::File);
+        Ok(Some(TensorData::from_bytes(bytes, e.shape.clone(), dtype)))
+    }
+
+    /// File `file`'s read-only mapping (made once).
+    fn map(&self, file: usize) -> Result<bytes::Bytes> {
+        if let Some(m) = self.maps[file].get() {
+            return Ok(m.clone());
+        }
+        let path = &self.files[file];
+        let f = std::fs::File::open(path).map_err(|e| HfError::io(path, e))?;
+        // SAFETY: the mapping is read-only and the file's length was checked at open
+        // against every tensor's range. Like every reader of a mapped file, it assumes the
+        // file is not truncated or rewritten while the model is alive (Hugging Face's cache
+        // never rewrites a blob in place: downloads go to a temporary name and are renamed).
+        let map = unsafe { memmap2::Mmap::map(&f) }.map_err(|e| HfError::io(path, e))?;
+        let m = bytes::Bytes::from_owner(map);
+        Ok(self.maps[file].get_or_init(|| m).clone())
     }
 }
 
@@ -275,6 +365,7 @@ fn safetensors_ranges(path: &Path) -> Result<std::collections::HashMap<String, (
     let value: serde_json::Value = serde_json::from_slice(&header).map_err(|e| bad(e.to_string()))?;
     let obj = value.as_object().ok_or_else(|| bad("header is not a JSON object".into()))?;
     let base = 8 + n;
+    let file_len = file.metadata().map_err(|e| HfError::io(path, e))?.len();
     let mut out = std::collections::HashMap::new();
     for (name, info) in obj {
         if name == "__metadata__" {
@@ -282,6 +373,11 @@ fn safetensors_ranges(path: &Path) -> Result<std::collections::HashMap<String, (
         }
         let offsets = info["data_offsets"].as_array().filter(|a| a.len() == 2).ok_or_else(|| bad(format!("tensor `{name}` has no data_offsets")))?;
         let (s, e) = (offsets[0].as_u64().unwrap_or(0), offsets[1].as_u64().unwrap_or(0));
+        // Mapped tensors are read in place: a file shorter than its header says must be
+        // refused here, not become a SIGBUS when the missing page is touched.
+        if base + e > file_len {
+            return Err(bad(format!("tensor `{name}` ends at byte {} but the file has {file_len} bytes", base + e)));
+        }
         out.insert(name.clone(), (base + s, e.saturating_sub(s) as usize));
     }
     Ok(out)

@@ -26,6 +26,8 @@ pub enum HfError {
     Shape { path: PathBuf, name: String, expected: Vec<usize>, found: Vec<usize> },
     #[error("{}: tensor `{name}` has dtype {found}, expected a floating-point dtype (F32, F16, BF16 or F64)", path.display())]
     Dtype { path: PathBuf, name: String, found: String },
+    #[error("this backend cannot hold {dtype} tensors; load with --dtype f32 (or auto), or use the flex backend")]
+    Backend { dtype: String },
     #[error("{}: `lm_head.weight` differs from `{embed}` although config.json ties them (tie_word_embeddings)", path.display())]
     Untied { path: PathBuf, embed: String },
     #[error("{}: {msg}", path.display())]

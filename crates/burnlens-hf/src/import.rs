@@ -3,13 +3,14 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use burn::tensor::{Device, TensorData};
+use burn::tensor::{DType, Device, TensorData, bf16, f16};
 use burnlens_model::{ParamInit, Transformer};
 
-use crate::checkpoint::{Checkpoint, WeightFormat, dtype_name};
+use crate::checkpoint::{Checkpoint, Elem, WeightFormat, dtype_name};
+use crate::dtype::{LoadOptions, WeightDtype};
 use crate::config::{HfConfig, read_config};
 use crate::error::{HfError, Result};
-use crate::layout::{entries, is_legacy_buffer, place};
+use crate::layout::{Entry, Placement, entries, is_legacy_buffer, place};
 
 /// A model loaded from a Hugging Face directory, with what was learned on the way.
 pub struct LoadedModel {
@@ -26,6 +27,8 @@ pub struct CheckpointInfo {
     pub files: Vec<PathBuf>,
     /// Storage dtypes of the weights (`f32`, `f16`, ...), usually one.
     pub dtypes: Vec<String>,
+    /// The dtype the weight matrices were loaded as (`f32`, `bf16`, `f16`); vectors are f32.
+    pub weight_dtype: String,
     /// Whether names carried the family's base-model prefix (`transformer.`, `gpt_neox.`, `model.`).
     pub prefixed: bool,
     /// Whether an explicit `lm_head.weight` was present (for a tied model it must equal the
@@ -38,8 +41,14 @@ pub struct CheckpointInfo {
     pub warnings: Vec<String>,
 }
 
-/// Read `dir/config.json` and the weights beside it onto `device`, as `f32`.
+/// Read `dir/config.json` and the weights beside it onto `device`, the weight matrices in
+/// the dtype the checkpoint stores them in ([`WeightDtype::Auto`]).
 pub fn load_model(dir: &Path, device: &Device) -> Result<LoadedModel> {
+    load_model_with(dir, device, &LoadOptions::default())
+}
+
+/// [`load_model`] with the weight matrices in the dtype `options` asks for.
+pub fn load_model_with(dir: &Path, device: &Device, options: &LoadOptions) -> Result<LoadedModel> {
     let config_path = dir.join("config.json");
     if !config_path.is_file() && !dir.is_dir() {
         let e = std::io::Error::new(std::io::ErrorKind::NotFound, "no such model directory");
@@ -47,12 +56,13 @@ pub fn load_model(dir: &Path, device: &Device) -> Result<LoadedModel> {
     }
     let hf = read_config(&config_path)?;
     let ckpt = Checkpoint::open(dir)?;
-    let (model, info) = import(&hf, &ckpt, device)?;
+    let (model, info) = import(&hf, &ckpt, device, options)?;
     Ok(LoadedModel { model, hf, info })
 }
 
-/// Build the model of `hf` from the tensors of `ckpt`.
-pub fn import(hf: &HfConfig, ckpt: &Checkpoint, device: &Device) -> Result<(Transformer, CheckpointInfo)> {
+/// Build the model of `hf` from the tensors of `ckpt`. Weight matrices (2-D parameters)
+/// take the dtype `options` resolves to; vectors (norms, biases) are f32.
+pub fn import(hf: &HfConfig, ckpt: &Checkpoint, device: &Device, options: &LoadOptions) -> Result<(Transformer, CheckpointInfo)> {
     let cfg = &hf.model;
     let prefix = hf.family.base_prefix();
     let prefixed = ckpt.names().any(|n| n.starts_with(prefix));
@@ -60,7 +70,7 @@ pub fn import(hf: &HfConfig, ckpt: &Checkpoint, device: &Device) -> Result<(Tran
         let with = format!("{prefix}{name}");
         if ckpt.contains(&with) || (prefixed && !ckpt.contains(name)) { with } else { name.to_string() }
     };
-    let resolve = |e: &crate::layout::Entry| -> String { if e.prefixed { resolve_name(&e.hf) } else { e.hf.clone() } };
+    let resolve = |e: &Entry| -> String { if e.prefixed { resolve_name(&e.hf) } else { e.hf.clone() } };
 
     let table = entries(hf.family, cfg);
     let mut warnings = hf.warnings.clone();
@@ -101,30 +111,85 @@ pub fn import(hf: &HfConfig, ckpt: &Checkpoint, device: &Device) -> Result<(Tran
 
     // Build the model one parameter at a time, reading each from the checkpoint only when
     // it is needed, so that at most one tensor is held besides the model.
+    let mut kept: BTreeSet<&'static str> = BTreeSet::new();
+    let mut widened_for_backend = false;
     let model = cfg.build(device, |canonical, shape, _| {
-        let mut out: Option<Vec<f32>> = None;
-        for e in table.iter().filter(|e| e.canonical == canonical) {
-            let name = resolve(e);
-            let values = ckpt.read_f32(&name, &e.hf_shape)?;
-            if let Some(bad) = values.iter().position(|v| !v.is_finite()) {
-                let n = values.iter().filter(|v| !v.is_finite()).count();
-                warnings.push(format!("tensor `{name}` has {n} non-finite values (first at flat index {bad}: {})", values[bad]));
+        let parts: Vec<&Entry> = table.iter().filter(|e| e.canonical == canonical).collect();
+        let first = parts.first().unwrap_or_else(|| panic!("layout table has no entry for `{canonical}`"));
+        let stored = ckpt.dtype(&resolve(first)).expect("checked");
+        let dtype = match (shape.len(), options.dtype.resolve(stored, device)) {
+            (2, Ok(d)) => d,
+            (2, Err(d)) if options.dtype != WeightDtype::Auto => return Err(HfError::Backend { dtype: dtype_name(d).into() }),
+            (2, Err(_)) => {
+                widened_for_backend = true;
+                DType::F32
             }
-            place(e, values, shape, &mut out);
+            _ => DType::F32,
+        };
+        kept.insert(dtype_name(dtype));
+        match dtype {
+            DType::BF16 => param::<bf16>(ckpt, &parts, &resolve, shape, &mut warnings),
+            DType::F16 => param::<f16>(ckpt, &parts, &resolve, shape, &mut warnings),
+            _ => param::<f32>(ckpt, &parts, &resolve, shape, &mut warnings),
         }
-        let values = out.unwrap_or_else(|| panic!("layout table has no entry for `{canonical}`"));
-        Ok::<_, HfError>(ParamInit::Data(TensorData::new(values, shape.to_vec())))
     })?;
+    if widened_for_backend {
+        warnings.push(format!("this backend holds no {} tensors: the weights were widened to f32", dtypes.iter().copied().collect::<Vec<_>>().join("/")));
+    }
 
     let info = CheckpointInfo {
         dir: ckpt.dir.clone(),
         format: ckpt.format,
         files: ckpt.files.clone(),
         dtypes: dtypes.into_iter().map(String::from).collect(),
+        weight_dtype: kept.iter().copied().find(|d| *d != "f32").unwrap_or("f32").to_string(),
         prefixed,
         lm_head_present,
         ignored_buffers,
         warnings,
     };
     Ok((model, info))
+}
+
+/// One canonical parameter from its checkpoint tensors, as `T`. A parameter that is one
+/// tensor stored as `T` and needing no change (a half one: but perhaps a transpose) is read
+/// in place from the mapped file (or copied as it is) and kept in that layout; everything
+/// else is read, converted and placed. Values are scanned for NaN and infinities except
+/// in a mapped half matrix (scanning would read the whole file at load; its values are
+/// exactly the checkpoint's).
+fn param<T: Elem>(ckpt: &Checkpoint, parts: &[&Entry], resolve: &dyn Fn(&Entry) -> String, shape: &[usize], warnings: &mut Vec<String>) -> Result<ParamInit> {
+    if let [e] = parts
+        && matches!(e.placement, Placement::Same | Placement::Transposed)
+        && (T::DTYPE != DType::F32 || e.placement == Placement::Same)
+    {
+        let name = resolve(e);
+        let data = match ckpt.mapped(&name, &e.hf_shape, T::DTYPE)? {
+            Some(data) if T::DTYPE == DType::F32 => {
+                warn_non_finite(&name, data.as_slice::<T>().expect("read as T"), warnings);
+                data
+            }
+            Some(data) => data,
+            None => {
+                let values = ckpt.read::<T>(&name, &e.hf_shape)?;
+                warn_non_finite(&name, &values, warnings);
+                TensorData::new(values, e.hf_shape.clone())
+            }
+        };
+        return Ok(if e.placement == Placement::Same { ParamInit::Data(data) } else { ParamInit::Transposed(data) });
+    }
+    let mut out: Option<Vec<T>> = None;
+    for e in parts {
+        let name = resolve(e);
+        let values = ckpt.read::<T>(&name, &e.hf_shape)?;
+        warn_non_finite(&name, &values, warnings);
+        place(e, values, shape, &mut out);
+    }
+    Ok(ParamInit::Data(TensorData::new(out.expect("at least one entry"), shape.to_vec())))
+}
+
+fn warn_non_finite<T: Elem>(name: &str, values: &[T], warnings: &mut Vec<String>) {
+    if let Some(bad) = values.iter().position(|v| !v.to_f32().is_finite()) {
+        let n = values.iter().filter(|v| !v.to_f32().is_finite()).count();
+        warnings.push(format!("tensor `{name}` has {n} non-finite values (first at flat index {bad}: {})", values[bad].to_f32()));
+    }
 }

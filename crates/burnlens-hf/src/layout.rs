@@ -13,6 +13,7 @@
 
 use burnlens_model::{NormKind, TransformerConfig};
 
+use crate::checkpoint::Elem;
 use crate::config::Family;
 
 /// How an HF tensor's values relate to its canonical parameter.
@@ -184,18 +185,18 @@ fn target_index(placement: Placement, r: usize) -> usize {
 /// shape `canonical` (allocated on first use, as several entries may share one parameter).
 /// `values` is moved, not copied, when the layouts agree: loading holds at most one tensor
 /// besides the model.
-pub fn place(e: &Entry, values: Vec<f32>, canonical: &[usize], out: &mut Option<Vec<f32>>) {
+pub fn place<T: Elem>(e: &Entry, values: Vec<T>, canonical: &[usize], out: &mut Option<Vec<T>>) {
     let n: usize = canonical.iter().product();
     match e.placement {
         Placement::Same => *out = Some(values),
-        Placement::PlusOne => *out = Some(values.into_iter().map(|v| v + 1.0).collect()),
+        Placement::PlusOne => *out = Some(values.into_iter().map(|v| T::from_f32(v.to_f32() + 1.0)).collect()),
         Placement::Transposed => *out = Some(transpose(&values, e.hf_shape[0], e.hf_shape[1])),
         Placement::Rows { start, rows } => {
             let d_in = e.hf_shape[1];
             *out = Some(transpose(&values[start * d_in..(start + rows) * d_in], rows, d_in));
         }
         p @ (Placement::Block { .. } | Placement::NeoxQkv { .. }) => {
-            let buf = out.get_or_insert_with(|| vec![0.0; n]);
+            let buf = out.get_or_insert_with(|| vec![T::default(); n]);
             if canonical.len() == 1 {
                 for (r, &v) in values.iter().enumerate() {
                     buf[target_index(p, r)] = v;
@@ -242,9 +243,9 @@ pub fn extract(e: &Entry, values: &[f32], canonical: &[usize]) -> Vec<f32> {
 }
 
 /// `[rows, cols]` row-major -> `[cols, rows]` row-major, in cache-sized tiles.
-pub fn transpose(data: &[f32], rows: usize, cols: usize) -> Vec<f32> {
+pub fn transpose<T: Copy + Default>(data: &[T], rows: usize, cols: usize) -> Vec<T> {
     const TILE: usize = 32;
-    let mut out = vec![0.0; data.len()];
+    let mut out = vec![T::default(); data.len()];
     for r0 in (0..rows).step_by(TILE) {
         for c0 in (0..cols).step_by(TILE) {
             for r in r0..(r0 + TILE).min(rows) {

@@ -6,6 +6,7 @@
 
 pub mod checkpoint;
 pub mod config;
+pub mod dtype;
 pub mod error;
 pub mod export;
 pub mod family;
@@ -19,7 +20,8 @@ pub use checkpoint::{Checkpoint, WeightFormat};
 pub use config::{HfConfig, parse_config, read_config};
 pub use family::{Family, FamilySpec, FreshShape};
 pub use error::HfError;
-pub use import::{CheckpointInfo, LoadedModel, import, load_model};
+pub use dtype::{LoadOptions, WeightDtype};
+pub use import::{CheckpointInfo, LoadedModel, import, load_model, load_model_with};
 pub use tokenizer::Tokenizer;
 pub use export::{check_exportable, export_hf, hf_config_json};
 pub use files::write_atomic;

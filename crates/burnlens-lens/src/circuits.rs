@@ -16,7 +16,7 @@ pub fn all_head_weights(model: &Transformer) -> Vec<HeadWeights> {
 
 /// `W_E [vocab, d_model]`.
 pub fn w_e(model: &Transformer) -> Tensor<2> {
-    model.embed.weight.val()
+    burnlens_model::f32_val(&model.embed.weight)
 }
 
 /// `W_U [d_model, vocab]` (`W_Eᵀ` unless weight processing untied it).

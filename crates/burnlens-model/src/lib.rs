@@ -19,5 +19,5 @@ pub use generate::{Sampling, generate};
 pub use hooks::{Activation, Hookable, Hooks, hook_names};
 pub use transformer::{AttentionInput, LayerInput, 
     ParamInit,
-    Attention, Block, HeadWeights, KvCache, LayerNorm, MASKED_SCORE, Mlp, Norm, RotaryAngles, Transformer, Unembed, activate, apply_rotary, cross_entropy, next_token_loss,
+    Attention, Block, HeadWeights, KvCache, LayerNorm, MASKED_SCORE, Mlp, Norm, RotaryAngles, Transformer, Unembed, activate, apply_rotary, cross_entropy, f32_val, next_token_loss,
 };

@@ -11,7 +11,7 @@
 use burn::module::{Module, Param};
 use burn::nn::{Dropout, DropoutConfig, Embedding, Initializer, Linear};
 use burn::tensor::activation::{relu, sigmoid, softmax};
-use burn::tensor::{Bool, Device, Int, Tensor, TensorData};
+use burn::tensor::{Bool, DType, Device, Int, Tensor, TensorCreationOptions, TensorData};
 
 use crate::config::{ActivationFn, AttentionSpan, MlpKind, NormKind, NormPlacement, Positional, QkNorm, RopeScaling, Rotary, TransformerConfig};
 use crate::hooks::Hookable;
@@ -284,7 +284,7 @@ impl Attention {
     /// Split the fused projection into per-head `W_Q`, `W_K`, `W_V`, `W_O` and biases.
     pub fn head_weights(&self) -> HeadWeights {
         let (h, hk, dh) = (self.n_heads, self.n_kv_heads, self.d_head);
-        let w = self.qkv.weight.val();
+        let w = f32_val(&self.qkv.weight);
         let d = w.dims()[0];
         let device = w.device();
         // (first column, heads) of Q, K and V.
@@ -302,7 +302,7 @@ impl Attention {
             };
             if n == h { b } else { b.reshape([n, 1, dh]).expand([n, h / n, dh]).reshape([h, dh]) }
         };
-        let w_o = self.out.weight.val();
+        let w_o = f32_val(&self.out.weight);
         let d_out = w_o.dims()[1];
         HeadWeights {
             w_q: part(0),
@@ -417,7 +417,7 @@ impl Attention {
         let result_name = format!("blocks.{layer}.attn.hook_result");
         if hooks.is_active() && hooks.wants(&result_name) {
             // Per-head writes into the residual stream, without b_O: [batch, pos, head, d_model].
-            let w_o = self.out.weight.val();
+            let w_o = f32_val(&self.out.weight);
             let d = w_o.dims()[1];
             let per_head = z.clone().swap_dims(1, 2).matmul(w_o.reshape([1, h, dh, d]).expand([b, h, dh, d]));
             let result = hooks.point(|| result_name.clone(), per_head.swap_dims(1, 2));
@@ -434,6 +434,12 @@ impl Attention {
     fn project_out(&self, z: Tensor<3>) -> Tensor<3> {
         linear(z, self.out.weight.val(), self.out.bias.as_ref().map(|b| b.val()))
     }
+}
+
+/// A parameter's values in f32 (a half weight widened: the forward reads half weights
+/// through its kernels, everything else that multiplies by a weight takes f32).
+pub fn f32_val<const D: usize>(p: &Param<Tensor<D>>) -> Tensor<D> {
+    p.val().cast(DType::F32)
 }
 
 /// What one layer gets from the model's forward pass besides the residual stream.
@@ -658,8 +664,14 @@ pub struct Unembed {
 
 /// How one parameter of a model being built gets its values.
 pub enum ParamInit {
-    /// These values, already in the canonical layout and of the requested shape.
+    /// These values, already in the canonical layout and of the requested shape, kept in
+    /// their own dtype (f32, or bf16 / f16 for a weight matrix kept as its checkpoint
+    /// stores it; the forward computes in f32 either way).
     Data(TensorData),
+    /// The transpose of a 2-D parameter: values `[d_out, d_in]` for a `[d_in, d_out]`
+    /// parameter, kept in that layout and read through a transposed view (an `nn.Linear`
+    /// weight read in place, with no transposed copy).
+    Transposed(TensorData),
     /// Drawn from this initializer.
     Random(Initializer),
 }
@@ -774,10 +786,20 @@ where
     F: FnMut(&str, &[usize], Initializer) -> Result<ParamInit, E>,
 {
     fn param<const D: usize>(&mut self, name: String, shape: [usize; D], init: Initializer) -> Result<Param<Tensor<D>>, E> {
+        // The data's own dtype: Burn's `from_data` would turn it into the device default.
+        let tensor = |data: TensorData| {
+            let options = TensorCreationOptions::new(self.device.clone()).with_dtype(data.dtype());
+            Tensor::<D>::from_data(data, options)
+        };
         Ok(match (self.source)(&name, &shape, init)? {
             ParamInit::Data(data) => {
                 assert_eq!(data.shape().as_slice(), shape.as_slice(), "parameter source gave `{name}` the wrong shape");
-                Param::from_data(data, self.device)
+                Param::from_tensor(tensor(data))
+            }
+            ParamInit::Transposed(data) => {
+                let flipped: Vec<usize> = shape.iter().rev().copied().collect();
+                assert!(D == 2 && data.shape().as_slice() == flipped.as_slice(), "parameter source gave `{name}` the wrong transposed shape");
+                Param::from_tensor(tensor(data).transpose())
             }
             ParamInit::Random(init) => init.init_with(shape, Some(shape[0]), None, self.device),
         })
@@ -912,7 +934,8 @@ impl Transformer {
         let flat: Vec<i64> = pos.ids.iter().flatten().map(|&p| p as i64).collect();
         let pos_ids = Tensor::<2, Int>::from_data(TensorData::new(flat, [b, t]), &device);
 
-        let mut embed = self.embed.forward(ids);
+        // A half table is gathered as stored and only the gathered rows widened.
+        let mut embed = self.embed.forward(ids).cast(DType::F32);
         if self.config.scale_embed {
             // Gemma: sqrt(d_model) rounded to f32, as the checkpoint's dtype holds it.
             embed = embed * ((self.config.d_model as f64).sqrt() as f32);
@@ -920,7 +943,7 @@ impl Transformer {
         let first = start.as_ref().map_or(0, |(l, _)| *l);
         let embed = if first == 0 { hooks.point(|| "hook_embed".into(), embed) } else { embed };
         let pos_embed = self.pos_embed.as_ref().map(|p| {
-            let p = p.forward(pos_ids);
+            let p = p.forward(pos_ids).cast(DType::F32);
             if first == 0 { hooks.point(|| "hook_pos_embed".into(), p) } else { p }
         });
         let (mut resid, pos_qk) = match (self.config.positional, pos_embed) {
@@ -968,18 +991,31 @@ impl Transformer {
         }
     }
 
-    /// `x: [batch, pos, d_model]` -> logits `[batch, pos, vocab]` through `W_U` (`W_Eᵀ` when tied).
+    /// `x: [batch, pos, d_model]` -> logits `[batch, pos, vocab]` through `W_U` (`W_Eᵀ` when
+    /// tied), read in the dtype it is stored in.
     pub fn unembed(&self, x: Tensor<3>) -> Tensor<3> {
-        let (w_u, b_u) = self.w_u();
+        let (w_u, b_u) = self.w_u_stored();
         linear(x, w_u, b_u)
     }
 
-    /// The unembedding matrix `W_U [d_model, vocab]` (`W_Eᵀ` when tied) and its bias, if any.
+    /// The unembedding matrix `W_U [d_model, vocab]` (`W_Eᵀ` when tied) and its bias, if
+    /// any, in f32.
     pub fn w_u(&self) -> (Tensor<2>, Option<Tensor<1>>) {
+        let (w, b) = self.w_u_stored();
+        (w.cast(DType::F32), b)
+    }
+
+    fn w_u_stored(&self) -> (Tensor<2>, Option<Tensor<1>>) {
         match &self.unembed {
             None => (self.embed.weight.val().transpose(), None),
             Some(u) => (u.weight.val(), u.bias.as_ref().map(|b| b.val())),
         }
+    }
+
+    /// The dtype the weight matrices are stored in (`F32`, or `BF16` / `F16` for a half
+    /// checkpoint loaded as it is stored).
+    pub fn weight_dtype(&self) -> DType {
+        self.embed.weight.val().dtype()
     }
 }
 

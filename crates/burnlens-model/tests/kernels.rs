@@ -283,8 +283,9 @@ fn a_weight_is_packed_once_and_a_changed_weight_is_packed_again() {
     let packs = packs_on_this_thread();
     let y1 = vec(&kernels::linear(x.clone(), w.clone(), None));
     assert_close("first product", &y1, &vec(&kernels::linear_reference(x.clone(), w.clone(), None)), 1e-5);
-    // Packing applies wherever the CPU has gemm's AVX2 or AVX-512 micro-kernels.
-    let packs_here = cfg!(target_arch = "x86_64") && std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma");
+    // Packing applies wherever the CPU has gemm's AVX2 or AVX-512 micro-kernels (not under
+    // BURNLENS_ISA=baseline, nor off x86).
+    let packs_here = kernels::packed::available();
     if std::env::var("BURNLENS_PACKED_MB").as_deref() != Ok("0") {
         assert_eq!(packs_on_this_thread(), packs + usize::from(packs_here), "the first product packs the weight");
         // Its copy is held (other tests' copies may be there too).

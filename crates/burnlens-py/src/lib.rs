@@ -12,7 +12,7 @@ use std::sync::Mutex;
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use burnlens_hf::Tokenizer;
 use burnlens_lens::{Metric, Sae};
-use burnlens_model::{Activation, Hooks, Sampling, Transformer, generate, hook_names};
+use burnlens_model::{Activation, Hooks, Sampling, Transformer, f32_val, generate, hook_names};
 use numpy::{IntoPyArray, PyArrayDyn, PyArrayMethods, PyReadonlyArray2, PyReadonlyArrayDyn, PyUntypedArrayMethods};
 use pyo3::exceptions::{PyFileNotFoundError, PyKeyError, PyValueError};
 use pyo3::prelude::*;
@@ -145,16 +145,18 @@ fn resolve(spec: &str) -> Result<PathBuf, Fail> {
 #[pymethods]
 impl NativeModel {
     /// Load `spec` (a `save_pretrained` directory, a burnlens run directory, or a Hub id
-    /// `org/name[@revision]`) on `backend` (`flex` by default).
+    /// `org/name[@revision]`) on `backend` (`flex` by default), the weight matrices in
+    /// `dtype` (`auto`: as stored; `f32`, `bf16`, `f16`).
     #[staticmethod]
-    #[pyo3(signature = (spec, backend=None))]
-    fn load(py: Python<'_>, spec: &str, backend: Option<&str>) -> PyResult<Self> {
+    #[pyo3(signature = (spec, backend=None, dtype=None))]
+    fn load(py: Python<'_>, spec: &str, backend: Option<&str>, dtype: Option<&str>) -> PyResult<Self> {
         let spec = spec.to_string();
         let backend = backend.map(str::to_string);
+        let options = burnlens_hf::LoadOptions::dtype(dtype.unwrap_or("auto").parse().map_err(PyValueError::new_err)?);
         Ok(py.detach(move || -> Result<Self, Fail> {
             let device = device_for(backend.as_deref())?;
             let dir = resolve(&spec)?;
-            let any = burnlens_train::load_any(&dir, &device).map_err(|e| load_fail(e.to_string(), e.missing()))?;
+            let any = burnlens_train::load_any(&dir, &device, &options).map_err(|e| load_fail(e.to_string(), e.missing()))?;
             let family = burnlens_hf::read_config(&dir.join("config.json")).ok().map(|c| c.family.to_string());
             let names = hook_names(&any.model.config);
             Ok(Self { model: any.model, tokenizer: any.tokenizer.map(std::sync::Arc::new), bos: any.bos, dir, family, names })
@@ -164,6 +166,12 @@ impl NativeModel {
     /// The architecture as JSON (burnlens's `TransformerConfig`).
     fn config_json(&self) -> String {
         serde_json::to_string(&self.model.config).expect("config serialises")
+    }
+
+    /// The dtype the weight matrices are kept in (`f32`, `bf16`, `f16`).
+    #[getter]
+    fn weight_dtype(&self) -> &'static str {
+        burnlens_hf::checkpoint::dtype_name(self.model.weight_dtype())
     }
 
     /// The `model_type` of a Hugging Face directory (`None` for a burnlens run).
@@ -298,9 +306,9 @@ impl NativeModel {
     /// `W_in, W_gate [L, d, d_mlp]`, `W_out [L, d_mlp, d]`, `b_in [L, d_mlp]`, `b_out [L, d]`.
     fn weights<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let m = &self.model;
-        let mut out: Vec<(&str, (Vec<f32>, Vec<usize>))> = vec![("W_E", host(m.embed.weight.val()))];
+        let mut out: Vec<(&str, (Vec<f32>, Vec<usize>))> = vec![("W_E", host(f32_val(&m.embed.weight)))];
         if let Some(p) = &m.pos_embed {
-            out.push(("W_pos", host(p.weight.val())));
+            out.push(("W_pos", host(f32_val(&p.weight))));
         }
         out.push(("ln_final.w", host(m.ln_final.weight.val())));
         if let Some(b) = &m.ln_final.bias {
@@ -326,10 +334,10 @@ impl NativeModel {
             let mlps: Vec<_> = m.blocks.iter().map(|b| b.mlp.as_ref().unwrap()).collect();
             let d = m.config.d_model;
             let dm = m.config.d_mlp.unwrap_or(0);
-            out.push(("W_in", host(Tensor::stack::<3>(mlps.iter().map(|x| x.fc_in.weight.val()).collect(), 0))));
-            out.push(("W_out", host(Tensor::stack::<3>(mlps.iter().map(|x| x.fc_out.weight.val()).collect(), 0))));
+            out.push(("W_in", host(Tensor::stack::<3>(mlps.iter().map(|x| f32_val(&x.fc_in.weight)).collect(), 0))));
+            out.push(("W_out", host(Tensor::stack::<3>(mlps.iter().map(|x| f32_val(&x.fc_out.weight)).collect(), 0))));
             if mlps.iter().all(|x| x.fc_gate.is_some()) {
-                out.push(("W_gate", host(Tensor::stack::<3>(mlps.iter().map(|x| x.fc_gate.as_ref().unwrap().weight.val()).collect(), 0))));
+                out.push(("W_gate", host(Tensor::stack::<3>(mlps.iter().map(|x| f32_val(&x.fc_gate.as_ref().unwrap().weight)).collect(), 0))));
             }
             let dev = self.device();
             out.push(("b_in", host(Tensor::stack::<2>(mlps.iter().map(|x| x.fc_in.bias.as_ref().map_or_else(|| Tensor::zeros([dm], &dev), |b| b.val())).collect(), 0))));

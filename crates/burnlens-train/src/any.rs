@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use burn::tensor::Device;
-use burnlens_hf::{Tokenizer, load_model};
+use burnlens_hf::{LoadOptions, Tokenizer, load_model_with};
 use burnlens_model::Transformer;
 
 use crate::error::TrainError;
@@ -27,13 +27,14 @@ pub fn is_run_dir(dir: &Path) -> bool {
     dir.join("checkpoints").is_dir() && !dir.join("config.json").is_file()
 }
 
-/// Load the latest checkpoint of a run, or a Hugging Face model, from `dir`.
-pub fn load_any(dir: &Path, device: &Device) -> Result<AnyModel, TrainError> {
+/// Load the latest checkpoint of a run, or a Hugging Face model (its weight matrices as
+/// `options` asks), from `dir`.
+pub fn load_any(dir: &Path, device: &Device, options: &LoadOptions) -> Result<AnyModel, TrainError> {
     if is_run_dir(dir) {
         let run = load_run(dir, device)?;
         Ok(AnyModel { model: run.model, tokenizer: run.tokenizer, bos: None, warnings: Vec::new() })
     } else {
-        let loaded = load_model(dir, device)?;
+        let loaded = load_model_with(dir, device, options)?;
         let tokenizer = Tokenizer::find_in_dir(dir).transpose()?;
         Ok(AnyModel { model: loaded.model, tokenizer, bos: loaded.hf.bos_token_id, warnings: loaded.info.warnings })
     }

@@ -25,7 +25,7 @@ use burn::module::Module;
 use burn::optim::{GradientsAccumulator, GradientsParams, ModuleOptimizer};
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use burn_store::{BurnpackStore, ModuleSnapshot};
-use burnlens_hf::{Family, FreshShape, Tokenizer, export_hf, load_model};
+use burnlens_hf::{Family, FreshShape, LoadOptions, Tokenizer, WeightDtype, export_hf, load_model_with};
 use burnlens_model::backend;
 use burnlens_model::{ActivationFn, AttentionSpan, Positional, Rng, Transformer, TransformerConfig, cross_entropy};
 use serde::{Deserialize, Serialize};
@@ -285,7 +285,9 @@ pub fn train(cfg: &RunConfig, opts: &TrainOptions) -> Result<RunSummary> {
                             eprintln!("downloading {file} ({size} bytes)");
                         }
                     })?;
-                    let loaded = load_model(&dir, &ad)?;
+                    // Training keeps f32 master weights: a half checkpoint fine-tunes from an
+                    // f32 copy.
+                    let loaded = load_model_with(&dir, &ad, &LoadOptions::dtype(WeightDtype::F32))?;
                     (ModelSpec { family: loaded.hf.family, config: loaded.model.config.clone() }, loaded.model)
                 }
                 None => {

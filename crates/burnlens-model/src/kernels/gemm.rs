@@ -48,16 +48,20 @@ impl<'a> MatRef<'a> {
 
     /// Panics unless every element lies inside `data`.
     pub(crate) fn check(&self) {
-        if self.rows == 0 || self.cols == 0 {
-            return;
-        }
-        let last = |n: usize, s: isize| (n as isize - 1) * s;
-        let (lo, hi) = [last(self.rows, self.rs), last(self.cols, self.cs)]
-            .iter()
-            .fold((0isize, 0isize), |(lo, hi), &e| (lo + e.min(0), hi + e.max(0)));
-        let start = self.offset as isize;
-        assert!(start + lo >= 0 && ((start + hi) as usize) < self.data.len(), "matrix view out of bounds");
+        check_view([self.offset, self.rows, self.cols], [self.rs, self.cs], self.data.len());
     }
+}
+
+/// Panics unless every element of the strided view `[offset, rows, cols]`, `[rs, cs]` lies
+/// inside a buffer of `len` elements.
+pub(crate) fn check_view([offset, rows, cols]: [usize; 3], [rs, cs]: [isize; 2], len: usize) {
+    if rows == 0 || cols == 0 {
+        return;
+    }
+    let last = |n: usize, s: isize| (n as isize - 1) * s;
+    let (lo, hi) = [last(rows, rs), last(cols, cs)].iter().fold((0isize, 0isize), |(lo, hi), &e| (lo + e.min(0), hi + e.max(0)));
+    let start = offset as isize;
+    assert!(start + lo >= 0 && ((start + hi) as usize) < len, "matrix view out of bounds");
 }
 
 /// Below this many multiply-adds a product runs on one thread: splitting costs more than it

@@ -15,9 +15,10 @@ use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::backend::flex::FlexTensor;
 use burn::backend::tensor::FloatTensor;
 use burn::backend::{Autodiff, Backend, Dispatch, Flex, backend_extension};
-use burn::tensor::{Shape, Tensor};
+use burn::tensor::{DType, Shape, Tensor, bf16, f16};
 
 use super::gemm::{MatRef, matmul};
+use super::half::{Half, HalfRef, matmul_half};
 use super::packed::{matmul_packed, packed_weight};
 use super::pool::{self, GRAIN};
 use super::{contiguous, flex_vec, use_kernels};
@@ -29,10 +30,14 @@ pub trait LinearKernel: Backend {
 }
 
 /// `x W + b` for `x: [.., d_in]`, `W: [d_in, d_out]`: the kernel on flex, Burn's
-/// `module::linear` elsewhere.
+/// `module::linear` elsewhere. A half-precision `W` gives an f32 result either way.
 pub fn linear<const D: usize>(x: Tensor<D>, weight: Tensor<2>, bias: Option<Tensor<1>>) -> Tensor<D> {
-    let mut dtypes = vec![x.dtype(), weight.dtype()];
+    let mut dtypes = vec![x.dtype()];
     dtypes.extend(bias.as_ref().map(|b| b.dtype()));
+    let half_ok = matches!(weight.dtype(), DType::BF16 | DType::F16);
+    if !half_ok {
+        dtypes.push(weight.dtype());
+    }
     if use_kernels(&[&x.device(), &weight.device()], &dtypes) {
         Tensor::from_dispatch(match bias {
             None => Dispatch::bl_linear(x.into_dispatch(), weight.into_dispatch()),
@@ -43,8 +48,10 @@ pub fn linear<const D: usize>(x: Tensor<D>, weight: Tensor<2>, bias: Option<Tens
     }
 }
 
-/// The composed reference.
+/// The composed reference (a half weight widened to `x`'s dtype first: Burn's products
+/// take one dtype).
 pub fn linear_reference<const D: usize>(x: Tensor<D>, weight: Tensor<2>, bias: Option<Tensor<1>>) -> Tensor<D> {
+    let weight = weight.cast(x.dtype());
     burn::tensor::module::linear(x, weight, bias)
 }
 
@@ -52,10 +59,29 @@ pub fn linear_reference<const D: usize>(x: Tensor<D>, weight: Tensor<2>, bias: O
 /// trained in this pass) goes through its packed copy (packed at first use and kept, see
 /// [`super::packed`]) where the CPU has micro-kernels for it; a weight an optimizer is about
 /// to change, or one packing does not apply to, through one `gemm` call that packs it again.
-fn weight_product(dst: &mut [f32], dst_rs: usize, a: MatRef, owner: &FlexTensor, w: MatRef, accumulate: bool, pack: bool) {
-    match pack.then(|| packed_weight(owner, w)).flatten() {
-        Some(p) => matmul_packed(dst, dst_rs, a, &p, accumulate),
-        None => matmul(dst, dst_rs, a, w, accumulate),
+fn weight_product(dst: &mut [f32], dst_rs: usize, a: MatRef, owner: &FlexTensor, w: WeightRef, accumulate: bool, pack: bool) {
+    match w {
+        WeightRef::Half(w) => matmul_half(dst, dst_rs, a, w, accumulate),
+        WeightRef::F32(w) => match pack.then(|| packed_weight(owner, w)).flatten() {
+            Some(p) => matmul_packed(dst, dst_rs, a, &p, accumulate),
+            None => matmul(dst, dst_rs, a, w, accumulate),
+        },
+    }
+}
+
+/// A weight view in the dtype it is stored in.
+#[derive(Clone, Copy)]
+enum WeightRef<'a> {
+    F32(MatRef<'a>),
+    Half(HalfRef<'a>),
+}
+
+impl WeightRef<'_> {
+    fn t(self) -> Self {
+        match self {
+            WeightRef::F32(m) => WeightRef::F32(m.t()),
+            WeightRef::Half(h) => WeightRef::Half(h.t()),
+        }
     }
 }
 
@@ -64,13 +90,28 @@ fn weight_view(w: &FlexTensor) -> (FlexTensor, [usize; 2], [isize; 2], usize) {
     let dims = w.layout().shape().clone();
     assert_eq!(dims.num_dims(), 2, "linear: weight must be 2-D, found {dims:?}");
     let strides = w.layout().strides();
-    let w = if strides.iter().all(|&s| s >= 0) { w.clone() } else { contiguous(w) };
+    let w = if strides.iter().all(|&s| s >= 0) { w.clone() } else { w.to_contiguous() };
     let (s, off) = (w.layout().strides().to_vec(), w.layout().start_offset());
     (w, [dims[0], dims[1]], [s[0], s[1]], off)
 }
 
-fn mat<'a>(t: &'a FlexTensor, dims: [usize; 2], strides: [isize; 2], offset: usize) -> MatRef<'a> {
-    MatRef { data: t.storage::<f32>(), offset, rows: dims[0], cols: dims[1], rs: strides[0], cs: strides[1] }
+fn mat<'a>(t: &'a FlexTensor, dims: [usize; 2], strides: [isize; 2], offset: usize) -> WeightRef<'a> {
+    let [rows, cols] = dims;
+    let [rs, cs] = strides;
+    let half = |data: &'a [u16], kind| WeightRef::Half(HalfRef { data, kind, offset, rows, cols, rs, cs });
+    match t.dtype() {
+        DType::BF16 => half(bits(t.storage::<bf16>()), Half::Bf16),
+        DType::F16 => half(bits(t.storage::<f16>()), Half::F16),
+        _ => WeightRef::F32(MatRef { data: t.storage::<f32>(), offset, rows, cols, rs, cs }),
+    }
+}
+
+/// The bits of 16-bit floats.
+fn bits<T: Copy>(v: &[T]) -> &[u16] {
+    assert_eq!(std::mem::size_of::<T>(), 2);
+    // SAFETY: bf16 and f16 are `repr(transparent)` over `u16`: same size and alignment,
+    // every bit pattern valid.
+    unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u16>(), v.len()) }
 }
 
 /// Forward on flex tensors; returns `y` and the contiguous `x` it read. `pack`: the weight

@@ -35,9 +35,9 @@ use super::pool::{self, SendPtr};
 
 /// Depth of one block of the product: a panel's `KC × P` slice stays in L1/L2 while six
 /// rows of `x` stream past it.
-const KC: usize = 256;
+pub(crate) const KC: usize = 256;
 /// Output columns passed together (several panels): their `KC`-deep slices stay in L2.
-const GROUP_COLS: usize = 512;
+pub(crate) const GROUP_COLS: usize = 512;
 /// Rows of `x` per micro-kernel call (the micro-kernels' `nr`).
 const NR: usize = 6;
 /// Tasks per thread in a split product.
@@ -48,22 +48,22 @@ const SPLIT_MIN_MACS: usize = 48 * 48 * 64;
 /// The micro-kernels this CPU runs: `ukr[v - 1][r - 1]` computes `v` vectors of `lanes`
 /// output columns for `r` rows.
 #[derive(Clone, Copy)]
-struct Isa {
+pub(crate) struct Isa {
     lanes: usize,
     ukr: &'static [[MicroKernelFn<f32>; NR]],
 }
 
 impl Isa {
-    fn panel(&self) -> usize {
+    pub(crate) fn panel(&self) -> usize {
         self.lanes * self.ukr.len()
     }
 }
 
-fn isa() -> Option<Isa> {
+pub(crate) fn isa() -> Option<Isa> {
     static ISA: OnceLock<Option<Isa>> = OnceLock::new();
     *ISA.get_or_init(|| {
         #[cfg(target_arch = "x86_64")]
-        {
+        if !super::simd::baseline() {
             if std::arch::is_x86_feature_detected!("avx512f") {
                 return Some(Isa { lanes: 16, ukr: &gemm_f32::microkernel::avx512f::f32::UKR });
             }
@@ -73,6 +73,12 @@ fn isa() -> Option<Isa> {
         }
         None
     })
+}
+
+/// Whether this CPU (and `BURNLENS_ISA`) lets weights be packed: gemm-f32's AVX2 or AVX-512
+/// micro-kernels are there and [`super::simd::baseline`] is off.
+pub fn available() -> bool {
+    isa().is_some()
 }
 
 /// Bytes of packed copies the cache may hold (`BURNLENS_PACKED_MB`, default 1024).
@@ -155,47 +161,71 @@ pub fn matmul_packed(dst: &mut [f32], dst_rs: usize, a: MatRef, b: &Packed, accu
         return;
     }
     a.check();
-    let p = b.isa.panel();
-    let panels = n.div_ceil(p);
-    let group_max = (GROUP_COLS / p).max(1);
-    let threads = pool::threads();
-    let parallel = threads > 1 && m.saturating_mul(n).saturating_mul(k) >= SPLIT_MIN_MACS;
-    // About [`TASKS_PER_THREAD`] tasks per thread, so that a helper the scheduler starts late
-    // still takes its share of what is left. Taller than wide (the training step's `m =
-    // batch · positions` rows against a narrow weight): blocks of rows, each against every
-    // panel, so that threads write different rows and share no cache line of `dst`. Wider
-    // than tall (a forward pass over few positions): groups of panels, each thread streaming
-    // its own part of the weight, with the rows split as well if there are too few groups.
-    let tasks_wanted = threads * TASKS_PER_THREAD;
-    let (per_group, rows_per) = if !parallel {
-        (panels, m)
-    } else if m >= n {
-        (panels, m.div_ceil(tasks_wanted).next_multiple_of(NR))
-    } else {
-        let per_group = panels.div_ceil(tasks_wanted).clamp(1, group_max);
-        let groups = panels.div_ceil(per_group);
-        let row_splits = if groups < threads { threads.div_ceil(groups).min(m.div_ceil(NR)) } else { 1 };
-        (per_group, m.div_ceil(row_splits).next_multiple_of(NR))
-    };
-    let groups = panels.div_ceil(per_group);
-    let row_splits = m.div_ceil(rows_per);
+    let split = Split::new([m, k, n], b.isa.panel());
     let ptr = SendPtr(dst.as_mut_ptr());
     let win = Window { depth: 0..k, col0: 0, col_end: n };
-    let task = |t: usize| {
+    split.run(|t| {
         // The whole `SendPtr` (a closure naming only `ptr.0` would capture a bare pointer).
         let dst = ptr;
-        let (g, rs) = (t / row_splits, t % row_splits);
-        let panels = g * per_group..((g + 1) * per_group).min(panels);
-        let rows = rs * rows_per..((rs + 1) * rows_per).min(m);
+        let (panels, rows) = split.task(t);
         // SAFETY: tasks write disjoint (rows × panel columns) blocks of `dst`, all inside it
         // (checked above); `a` was bounds-checked and `b` holds whole zero-padded panels.
         unsafe { block(dst.0, dst_rs, a, b, panels, rows, &win, accumulate) };
-    };
-    let tasks = groups * row_splits;
-    if parallel {
-        pool::run(tasks, task);
-    } else {
-        (0..tasks).for_each(task);
+    });
+}
+
+/// How a product of `m` rows, depth `k` and `n` columns (in panels of `p`) splits into
+/// tasks, each a range of panels against a range of rows.
+pub(crate) struct Split {
+    m: usize,
+    panels: usize,
+    per_group: usize,
+    rows_per: usize,
+    row_splits: usize,
+    parallel: bool,
+}
+
+impl Split {
+    pub(crate) fn new([m, k, n]: [usize; 3], p: usize) -> Self {
+        let panels = n.div_ceil(p);
+        let group_max = (GROUP_COLS / p).max(1);
+        let threads = pool::threads();
+        let parallel = threads > 1 && m.saturating_mul(n).saturating_mul(k) >= SPLIT_MIN_MACS;
+        // About [`TASKS_PER_THREAD`] tasks per thread, so that a helper the scheduler starts
+        // late still takes its share of what is left. Taller than wide (the training step's
+        // `m = batch · positions` rows against a narrow weight): blocks of rows, each against
+        // every panel, so that threads write different rows and share no cache line of
+        // `dst`. Wider than tall (a forward pass over few positions): groups of panels, each
+        // thread streaming its own part of the weight, with the rows split as well if there
+        // are too few groups.
+        let tasks_wanted = threads * TASKS_PER_THREAD;
+        let (per_group, rows_per) = if !parallel {
+            (panels, m)
+        } else if m >= n {
+            (panels, m.div_ceil(tasks_wanted).next_multiple_of(NR))
+        } else {
+            let per_group = panels.div_ceil(tasks_wanted).clamp(1, group_max);
+            let groups = panels.div_ceil(per_group);
+            let row_splits = if groups < threads { threads.div_ceil(groups).min(m.div_ceil(NR)) } else { 1 };
+            (per_group, m.div_ceil(row_splits).next_multiple_of(NR))
+        };
+        Self { m, panels, per_group, rows_per, row_splits: m.div_ceil(rows_per), parallel }
+    }
+
+    /// Task `t`'s panels and rows.
+    pub(crate) fn task(&self, t: usize) -> (std::ops::Range<usize>, std::ops::Range<usize>) {
+        let (g, r) = (t / self.row_splits, t % self.row_splits);
+        (g * self.per_group..((g + 1) * self.per_group).min(self.panels), r * self.rows_per..((r + 1) * self.rows_per).min(self.m))
+    }
+
+    /// Run every task, on the pool when the product is big enough to split.
+    pub(crate) fn run(&self, task: impl Fn(usize) + Sync) {
+        let tasks = self.panels.div_ceil(self.per_group) * self.row_splits;
+        if self.parallel {
+            pool::run(tasks, task);
+        } else {
+            (0..tasks).for_each(task);
+        }
     }
 }
 
@@ -257,49 +287,69 @@ unsafe fn block(dst: *mut f32, dst_rs: usize, a: MatRef, b: &Packed, panels: std
 /// As for [`block`].
 #[allow(clippy::too_many_arguments)]
 unsafe fn group(dst: *mut f32, dst_rs: usize, a: MatRef, b: &Packed, panels: std::ops::Range<usize>, rows: std::ops::Range<usize>, win: &Window, accumulate: bool) {
-    let (k, isa) = (b.k, b.isa);
-    let p = isa.panel();
-    let a_ptr = unsafe { a.data.as_ptr().add(a.offset) };
+    let (k, p) = (b.k, b.isa.panel());
     let mut p0 = win.depth.start;
     while p0 < win.depth.end {
         let kc = KC.min(win.depth.end - p0);
         // Overwrite on the first depth block unless accumulating, then add.
-        let alpha_status = if p0 == win.depth.start && !accumulate { 0 } else { 1 };
-        let a_col = (p0 - win.depth.start) as isize;
-        let mut r0 = rows.start;
-        while r0 < rows.end {
-            let nr = NR.min(rows.end - r0);
-            for j in panels.clone() {
-                let c0 = j * p;
-                let cols = p.min(win.col_end - c0);
-                let ukr = isa.ukr[cols.div_ceil(isa.lanes) - 1][nr - 1];
-                unsafe {
-                    let lhs = b.data.as_ptr().add(j * k * p + p0 * p);
-                    ukr(
-                        cols,
-                        nr,
-                        kc,
-                        dst.add(r0 * dst_rs + c0 - win.col0),
-                        lhs,
-                        a_ptr.offset(r0 as isize * a.rs + a_col * a.cs),
-                        dst_rs as isize,
-                        1,
-                        p as isize,
-                        a.cs,
-                        a.rs,
-                        1.0,
-                        1.0,
-                        alpha_status,
-                        false,
-                        false,
-                        false,
-                        lhs,
-                    );
-                }
-            }
-            r0 += nr;
-        }
+        let add = p0 > win.depth.start || accumulate;
+        let a_part = a.cols(p0 - win.depth.start, kc);
+        let out = Out { dst, dst_rs, col0: win.col0, col_end: win.col_end };
+        unsafe { depth_block(b.isa, &out, a_part, panels.clone(), rows.clone(), add, |j| b.data.as_ptr().add(j * k * p + p0 * p)) };
         p0 += kc;
+    }
+}
+
+/// Where a product writes: `dst` column `c` is the matrix's column `col0 + c`, up to `col_end`.
+pub(crate) struct Out {
+    pub dst: *mut f32,
+    pub dst_rs: usize,
+    pub col0: usize,
+    pub col_end: usize,
+}
+
+/// The micro-kernel calls of one depth block: `rows` of `a` (`[m, kc]`, read in place)
+/// against `panels`, panel `j`'s `kc × P` slice starting at `lhs(j)` with row stride `P`;
+/// `add`: accumulate into `dst`, else overwrite.
+///
+/// # Safety
+/// `out` must be valid for the written block and not accessed by others meanwhile; `a`'s
+/// view must be in bounds and every `lhs(j)` valid for `kc × P` reads.
+pub(crate) unsafe fn depth_block(isa: Isa, out: &Out, a: MatRef, panels: std::ops::Range<usize>, rows: std::ops::Range<usize>, add: bool, lhs: impl Fn(usize) -> *const f32) {
+    let p = isa.panel();
+    let a_ptr = unsafe { a.data.as_ptr().add(a.offset) };
+    let mut r0 = rows.start;
+    while r0 < rows.end {
+        let nr = NR.min(rows.end - r0);
+        for j in panels.clone() {
+            let c0 = j * p;
+            let cols = p.min(out.col_end - c0);
+            let ukr = isa.ukr[cols.div_ceil(isa.lanes) - 1][nr - 1];
+            let lhs = lhs(j);
+            unsafe {
+                ukr(
+                    cols,
+                    nr,
+                    a.cols,
+                    out.dst.add(r0 * out.dst_rs + c0 - out.col0),
+                    lhs,
+                    a_ptr.offset(r0 as isize * a.rs),
+                    out.dst_rs as isize,
+                    1,
+                    p as isize,
+                    a.cs,
+                    a.rs,
+                    1.0,
+                    1.0,
+                    u8::from(add),
+                    false,
+                    false,
+                    false,
+                    lhs,
+                )
+            };
+        }
+        r0 += nr;
     }
 }
 

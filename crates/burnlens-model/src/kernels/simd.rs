@@ -36,28 +36,50 @@ macro_rules! dispatch {
 }
 pub(crate) use dispatch;
 
-/// Whether the CPU has the AVX-512 subset the kernels are compiled for.
+/// Whether `BURNLENS_ISA=baseline` sends every kernel to its portable path: no
+/// AVX2/AVX-512 bodies, no packed weights, the plain loops an aarch64 build (Apple silicon)
+/// compiles. Read once per process; the README's test command runs the kernel and parity
+/// tests once this way, so the code a Mac runs is tested on x86 too.
+pub fn baseline() -> bool {
+    static BASELINE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *BASELINE.get_or_init(|| match std::env::var("BURNLENS_ISA").as_deref().map(str::trim) {
+        Ok("baseline") => true,
+        Ok("" | "native") | Err(_) => false,
+        Ok(other) => {
+            eprintln!("warning: BURNLENS_ISA={other:?} is not one of baseline, native; using native");
+            false
+        }
+    })
+}
+
+/// Whether the CPU has the AVX-512 subset the kernels are compiled for (and
+/// [`baseline`] does not forbid it).
 #[cfg(target_arch = "x86_64")]
 #[inline]
 pub fn has_avx512() -> bool {
-    std::arch::is_x86_feature_detected!("avx512f")
+    !baseline()
+        && std::arch::is_x86_feature_detected!("avx512f")
         && std::arch::is_x86_feature_detected!("avx512bw")
         && std::arch::is_x86_feature_detected!("avx512dq")
         && std::arch::is_x86_feature_detected!("avx512vl")
         && has_avx2_fma()
 }
 
-/// Whether the CPU has AVX2, FMA and BMI2.
+/// Whether the CPU has AVX2, FMA and BMI2 (and [`baseline`] does not forbid them).
 #[cfg(target_arch = "x86_64")]
 #[inline]
 pub fn has_avx2_fma() -> bool {
-    std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") && std::arch::is_x86_feature_detected!("bmi2")
+    !baseline()
+        && std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") && std::arch::is_x86_feature_detected!("bmi2")
 }
 
 /// The instruction set the kernels run with on this CPU, for reports.
 pub fn isa() -> &'static str {
     #[cfg(target_arch = "x86_64")]
     {
+        if baseline() {
+            return "baseline";
+        }
         if has_avx512() {
             return "avx512";
         }

@@ -210,6 +210,8 @@ class HookedModel:
     def __init__(self, native: "_native.NativeModel", dropped: Sequence[str] = ()):
         self._native = native
         self.cfg = Config(json.loads(native.config_json()), native.family)
+        # What the weight matrices are kept in (`f32`, `bf16`, `f16`); compute is float32.
+        self.cfg.dtype = native.weight_dtype
         self._names: List[str] = native.hook_names()
         self._hooks: List[Tuple[str, HookFn]] = []
         self._weights: Optional[Dict[str, np.ndarray]] = None
@@ -218,22 +220,25 @@ class HookedModel:
     # ------------------------------------------------------------------ loading
 
     @classmethod
-    def from_pretrained(cls, name: str, backend: Optional[str] = None, process_weights: bool = False) -> "HookedModel":
+    def from_pretrained(cls, name: str, backend: Optional[str] = None, process_weights: bool = False, dtype: Optional[str] = None) -> "HookedModel":
         """Load a `save_pretrained` directory, a burnlens run directory or a Hub id
         (`gpt2`, `org/name@revision`). `backend`: `flex` (default), `ndarray`, or a GPU backend
         compiled in. `process_weights=True` folds norms and centres weights as
         TransformerLens's `from_pretrained` does (steps the architecture cannot take are
-        dropped and listed in `processing_dropped`)."""
-        native = _native.NativeModel.load(str(name), backend)
+        dropped and listed in `processing_dropped`). `dtype`: what the weight matrices are
+        kept in, `"auto"` (default: as the checkpoint stores them, so a bf16 model takes
+        half the memory), `"f32"`, `"bf16"` or `"f16"` (`torch.bfloat16` and friends are
+        accepted by name); activations and results are float32 either way."""
+        native = _native.NativeModel.load(str(name), backend, _dtype_name(dtype))
         if process_weights:
             native, dropped = native.processed()
             return cls(native, dropped)
         return cls(native)
 
     @classmethod
-    def from_pretrained_no_processing(cls, name: str, backend: Optional[str] = None) -> "HookedModel":
+    def from_pretrained_no_processing(cls, name: str, backend: Optional[str] = None, dtype: Optional[str] = None) -> "HookedModel":
         """:meth:`from_pretrained` without weight processing (the default here)."""
-        return cls.from_pretrained(name, backend)
+        return cls.from_pretrained(name, backend, dtype=dtype)
 
     def hook_names(self) -> List[str]:
         """Every hook point, in the order a forward pass visits them."""
@@ -495,6 +500,15 @@ class HookedModel:
 
     def __repr__(self) -> str:
         return f"HookedModel({self._native.directory!r}, {self.cfg!r})"
+
+
+def _dtype_name(dtype: Any) -> Optional[str]:
+    """`torch.bfloat16` (or `numpy.float32`, or a plain name) as the native loader spells it;
+    the loader itself checks the name."""
+    if dtype is None:
+        return None
+    name = dtype if isinstance(dtype, str) else getattr(dtype, "__name__", None) or str(dtype)
+    return name.rsplit(".", 1)[-1]
 
 
 def _wrap(fn: HookFn):

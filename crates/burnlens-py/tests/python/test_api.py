@@ -386,3 +386,39 @@ def test_example_finds_induction_heads(tmp_path):
     assert (pl, il) == (0, 1), r
     assert ps > 0.4 and score > 0.4, r
     assert r["loss_with_head_ablated"] > 1.5 * r["loss_repeated_half"], r
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama_gqa", "gemma2_softcap"])
+def test_half_weights_work_everywhere_and_equal_their_f32_widening(name):
+    """A bf16 checkpoint (tests/fixtures/bf16) keeps bf16 weights by default; every verb
+    returns float32 and agrees with the same checkpoint loaded as f32."""
+    path = os.path.join(FIXTURES, "bf16", name)
+    e = read_safetensors(os.path.join(path, "expected.safetensors"))
+    ids = e["ids"]
+    half = burnlens.HookedModel.from_pretrained(path)
+    wide = burnlens.HookedModel.from_pretrained(path, dtype="float32")
+    assert half.cfg.dtype == "bf16" and wide.cfg.dtype == "f32"
+    # torch's spelling is accepted by name.
+    assert burnlens.HookedModel.from_pretrained(path, dtype="torch.bfloat16").cfg.dtype == "bf16"
+    lh, ch = half.run_with_cache(ids)
+    lw, cw = wide.run_with_cache(ids)
+    assert lh.dtype == np.float32 and np.abs(lh[0] - e["logits"]).max() <= 1e-4
+    assert sorted(ch.keys()) == sorted(cw.keys())
+    for k in cw.keys():
+        assert rel(ch[k], cw[k], 1.0) <= 1e-5, k
+    wh, ww = half.weights(), wide.weights()
+    for k in ww:
+        assert wh[k].dtype == np.float32 and np.array_equal(wh[k], ww[k]), k
+    hooks = [f"blocks.{l}.hook_resid_pre" for l in range(half.cfg.n_layers)]
+    gh, gw = half.hook_gradients(ids, hooks, "loss"), wide.hook_gradients(ids, hooks, "loss")
+    for k in hooks:
+        assert rel(gh[k], gw[k], 1e-6) <= 1e-4, k
+    corrupted = ids[::-1].copy()
+    ph = half.patching(ids, corrupted, "loss", kinds=["head", "mlp"])
+    pw = wide.patching(ids, corrupted, "loss", kinds=["head", "mlp"])
+    for kind in ["head", "mlp"]:
+        assert rel(ph[kind], pw[kind], 1e-3) <= 1e-4, kind
+    dh, dw = half.logit_attribution(ids, 1, 2), wide.logit_attribution(ids, 1, 2)
+    assert rel(dh["contributions"], dw["contributions"], 1e-3) <= 1e-4 and dh["max_error"] <= 1e-4
+    with pytest.raises(ValueError, match="expected one of auto, f32, bf16, f16"):
+        burnlens.HookedModel.from_pretrained(path, dtype="fp8")

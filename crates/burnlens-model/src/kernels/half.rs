@@ -1,0 +1,404 @@
+//! Products with half-precision weights and f32 compute: `dst (+)= a · W` for f32 `a` and a
+//! bf16 or f16 weight `W` read in place (any strides: the transposed view of a Hugging Face
+//! `[out, in]` weight, the tied unembedding `W_Eᵀ`), widened a block at a time and never as
+//! a whole f32 copy.
+//!
+//! - **Few rows** (decoding, [`STREAM_ROWS`] or fewer): a streaming kernel reads each weight
+//!   element once and widens it in registers — dot products down a column that is
+//!   contiguous (`W`'s row stride 1, every `nn.Linear` weight), or rows of `W` scaled into
+//!   the output (column stride 1, GPT-2's `Conv1D`). Memory-bound, so half the bytes of an
+//!   f32 weight is up to twice the speed.
+//! - **More rows** (prefill, training-free forward passes): each task widens the `KC × P`
+//!   panels of its columns for one depth block into a buffer of its own (at most
+//!   `KC × GROUP_COLS` floats, 512 KiB) and runs gemm-f32's micro-kernels over it, as
+//!   gemm-f16 does when it packs; the weight's own bytes are all that stays in memory.
+//! - **No micro-kernels** (`BURNLENS_ISA=baseline`, non-x86): the same blocks widened
+//!   row-major and multiplied by `gemm`.
+//!
+//! Widening is exact: bf16 → f32 is a 16-bit shift; f16 → f32 ([`f16_to_f32`]) a branch-free
+//! bit conversion that LLVM vectorises, checked against `half` on all 65,536 values.
+//! Tolerance against widening `W` to f32 and multiplying: the products are the same sums in
+//! f32 (1e-5 relative; only the summation order may differ).
+
+use std::cell::RefCell;
+
+use super::gemm::{MatRef, matmul, nothing_to_multiply};
+use super::packed::{self, KC, Out, Split};
+use super::pool::{self, GRAIN, SendPtr};
+use super::simd::dispatch;
+
+/// Which 16-bit float a weight holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Half {
+    Bf16,
+    F16,
+}
+
+/// At most this many rows of `a` take the streaming kernel.
+pub const STREAM_ROWS: usize = 4;
+
+/// A strided read-only view of a half-precision matrix: element `(i, j)` is
+/// `data[offset + i·rs + j·cs]` (the bits, widened by [`Half`]'s rule).
+#[derive(Clone, Copy, Debug)]
+pub struct HalfRef<'a> {
+    pub data: &'a [u16],
+    pub kind: Half,
+    pub offset: usize,
+    pub rows: usize,
+    pub cols: usize,
+    pub rs: isize,
+    pub cs: isize,
+}
+
+impl<'a> HalfRef<'a> {
+    /// The transpose (a view: no copy).
+    pub fn t(self) -> Self {
+        Self { rows: self.cols, cols: self.rows, rs: self.cs, cs: self.rs, ..self }
+    }
+
+    fn at(&self, r: usize, c: usize) -> usize {
+        (self.offset as isize + r as isize * self.rs + c as isize * self.cs) as usize
+    }
+
+    /// Panics unless every element lies inside `data`.
+    fn check(&self) {
+        super::gemm::check_view([self.offset, self.rows, self.cols], [self.rs, self.cs], self.data.len());
+    }
+}
+
+/// bf16 → f32: the bf16 bits are the f32's upper half.
+#[inline(always)]
+pub fn bf16_to_f32(b: u16) -> f32 {
+    f32::from_bits((b as u32) << 16)
+}
+
+/// f16 → f32, exact for every value (normal, subnormal, zero, infinity, NaN), without
+/// branches: the exponent is rebiased, subnormals renormalised by one float subtraction.
+#[inline(always)]
+pub fn f16_to_f32(h: u16) -> f32 {
+    const SHIFTED_EXP: u32 = 0x7c00 << 13;
+    let h = h as u32;
+    let mut o = (h & 0x7fff) << 13;
+    let exp = o & SHIFTED_EXP;
+    o += (127 - 15) << 23;
+    let inf_nan = o + ((128 - 16) << 23);
+    // 2^-14: a subnormal's value once the implicit one is added and subtracted again.
+    let magic = f32::from_bits(113 << 23);
+    let subnormal = (f32::from_bits(o + (1 << 23)) - magic).to_bits();
+    let o = if exp == SHIFTED_EXP { inf_nan } else if exp == 0 { subnormal } else { o };
+    f32::from_bits(o | ((h & 0x8000) << 16))
+}
+
+/// Widen `src` into `dst` (equal lengths).
+pub fn widen(kind: Half, src: &[u16], dst: &mut [f32]) {
+    assert_eq!(src.len(), dst.len(), "widen: lengths differ");
+    match kind {
+        Half::Bf16 => dispatch!(|src: &[u16], dst: &mut [f32]| -> () {
+            for (d, &s) in dst.iter_mut().zip(src) {
+                *d = bf16_to_f32(s);
+            }
+        }),
+        Half::F16 => dispatch!(|src: &[u16], dst: &mut [f32]| -> () {
+            for (d, &s) in dst.iter_mut().zip(src) {
+                *d = f16_to_f32(s);
+            }
+        }),
+    }
+}
+
+/// `dst[m, n] (+)= a[m, k] · w[k, n]`, `dst` row-major with row stride `dst_rs`.
+pub fn matmul_half(dst: &mut [f32], dst_rs: usize, a: MatRef, w: HalfRef, accumulate: bool) {
+    let (m, k, n) = (a.rows, a.cols, w.cols);
+    assert_eq!(w.rows, k, "matmul_half: inner dimensions {k} and {}", w.rows);
+    if nothing_to_multiply(dst, dst_rs, [m, k, n], accumulate, "matmul_half") {
+        return;
+    }
+    a.check();
+    w.check();
+    if m <= STREAM_ROWS && (w.rs == 1 || w.cs == 1) {
+        stream(dst, dst_rs, a, w, accumulate);
+    } else if let Some(isa) = packed::isa() {
+        blocked(dst, dst_rs, a, w, accumulate, isa);
+    } else {
+        portable(dst, dst_rs, a, w, accumulate);
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Few rows: one pass over the weight
+// ---------------------------------------------------------------------------------------
+
+/// Columns per streaming task: enough weight per task to amortise it, few enough tasks
+/// per thread to balance.
+fn stream_cols(n: usize, k: usize) -> usize {
+    let by_work = (GRAIN * 4 / k.max(1)).max(16);
+    let by_threads = n.div_ceil(pool::threads() * 4).max(16);
+    by_work.min(by_threads).next_multiple_of(16)
+}
+
+fn stream(dst: &mut [f32], dst_rs: usize, a: MatRef, w: HalfRef, accumulate: bool) {
+    let (m, k, n) = (a.rows, a.cols, w.cols);
+    // The rows of `a`, contiguous (at most STREAM_ROWS × k floats).
+    let rows: Vec<Vec<f32>> = (0..m).map(|r| (0..k).map(|i| a.data[(a.offset as isize + r as isize * a.rs + i as isize * a.cs) as usize]).collect()).collect();
+    let block = stream_cols(n, k);
+    let ptr = SendPtr(dst.as_mut_ptr());
+    let task = |t: usize| {
+        let dst = ptr;
+        let c0 = t * block;
+        let cols = block.min(n - c0);
+        let mut out = vec![0.0f32; m * cols];
+        if w.rs == 1 {
+            columns_dot(&rows, w, c0, &mut out, cols);
+        } else {
+            rows_axpy(&rows, w, c0, &mut out, cols);
+        }
+        for (r, row) in out.chunks_exact(cols).enumerate() {
+            // SAFETY: tasks write disjoint columns of `dst`, inside it (checked by the caller).
+            let d = unsafe { std::slice::from_raw_parts_mut(dst.0.add(r * dst_rs + c0), cols) };
+            if accumulate {
+                d.iter_mut().zip(row).for_each(|(d, v)| *d += v);
+            } else {
+                d.copy_from_slice(row);
+            }
+        }
+    };
+    let tasks = n.div_ceil(block);
+    if tasks > 1 && pool::threads() > 1 && m * k * n >= GRAIN * 16 {
+        pool::run(tasks, task);
+    } else {
+        (0..tasks).for_each(task);
+    }
+}
+
+/// `out[r, c] = rows[r] · w[:, c0 + c]` for columns contiguous in `w` (`rs == 1`).
+fn columns_dot(rows: &[Vec<f32>], w: HalfRef, c0: usize, out: &mut [f32], cols: usize) {
+    match w.kind {
+        Half::Bf16 => dispatch!(|rows: &[Vec<f32>], w: HalfRef, c0: usize, out: &mut [f32], cols: usize| -> () { columns_dot_body::<true>(rows, w, c0, out, cols) }),
+        Half::F16 => dispatch!(|rows: &[Vec<f32>], w: HalfRef, c0: usize, out: &mut [f32], cols: usize| -> () { columns_dot_body::<false>(rows, w, c0, out, cols) }),
+    }
+}
+
+#[inline(always)]
+fn wide<const BF16: bool>(bits: u16) -> f32 {
+    if BF16 { bf16_to_f32(bits) } else { f16_to_f32(bits) }
+}
+
+const LANES: usize = 16;
+
+#[inline(always)]
+fn columns_dot_body<const BF16: bool>(rows: &[Vec<f32>], w: HalfRef, c0: usize, out: &mut [f32], cols: usize) {
+    let k = w.rows;
+    for c in 0..cols {
+        let start = w.at(0, c0 + c);
+        let col = &w.data[start..start + k];
+        for (r, row) in rows.iter().enumerate() {
+            // Sixteen independent sums (one f32 chain does not vectorise).
+            let mut acc = [0.0f32; LANES];
+            let (xs, ws) = (row[..k].chunks_exact(LANES), col.chunks_exact(LANES));
+            let tail: f32 = xs.remainder().iter().zip(ws.remainder()).map(|(&x, &b)| x * wide::<BF16>(b)).sum();
+            for (x, b) in xs.zip(ws) {
+                for l in 0..LANES {
+                    acc[l] += x[l] * wide::<BF16>(b[l]);
+                }
+            }
+            out[r * cols + c] = acc.iter().sum::<f32>() + tail;
+        }
+    }
+}
+
+/// `out[r, ..] = Σ_i rows[r][i] · w[i, c0..c0 + cols]` for rows contiguous in `w` (`cs == 1`).
+fn rows_axpy(rows: &[Vec<f32>], w: HalfRef, c0: usize, out: &mut [f32], cols: usize) {
+    match w.kind {
+        Half::Bf16 => dispatch!(|rows: &[Vec<f32>], w: HalfRef, c0: usize, out: &mut [f32], cols: usize| -> () { rows_axpy_body::<true>(rows, w, c0, out, cols) }),
+        Half::F16 => dispatch!(|rows: &[Vec<f32>], w: HalfRef, c0: usize, out: &mut [f32], cols: usize| -> () { rows_axpy_body::<false>(rows, w, c0, out, cols) }),
+    }
+}
+
+#[inline(always)]
+fn rows_axpy_body<const BF16: bool>(rows: &[Vec<f32>], w: HalfRef, c0: usize, out: &mut [f32], cols: usize) {
+    for i in 0..w.rows {
+        let start = w.at(i, c0);
+        let src = &w.data[start..start + cols];
+        for (r, row) in rows.iter().enumerate() {
+            let x = row[i];
+            for (o, &b) in out[r * cols..(r + 1) * cols].iter_mut().zip(src) {
+                *o += x * wide::<BF16>(b);
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// More rows: panels widened per depth block, gemm-f32's micro-kernels
+// ---------------------------------------------------------------------------------------
+
+thread_local! {
+    /// Each thread's widened panels (reused from product to product).
+    static PANELS: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+fn blocked(dst: &mut [f32], dst_rs: usize, a: MatRef, w: HalfRef, accumulate: bool, isa: packed::Isa) {
+    let (m, k, n) = (a.rows, a.cols, w.cols);
+    let p = isa.panel();
+    let split = Split::new([m, k, n], p);
+    let ptr = SendPtr(dst.as_mut_ptr());
+    split.run(|t| {
+        let dst = ptr;
+        let (panels, rows) = split.task(t);
+        PANELS.with(|buf| {
+            let mut buf = buf.borrow_mut();
+            let mut g0 = panels.start;
+            while g0 < panels.end {
+                let g1 = (g0 + packed::GROUP_COLS.div_ceil(p)).min(panels.end);
+                let mut p0 = 0;
+                while p0 < k {
+                    let kc = KC.min(k - p0);
+                    fill_panels(&mut buf, w, p0..p0 + kc, g0 * p..(g1 * p).min(n), p);
+                    let out = Out { dst: dst.0, dst_rs, col0: 0, col_end: n };
+                    let panel0 = buf.as_ptr();
+                    // SAFETY: tasks write disjoint (rows × panel columns) blocks of `dst`,
+                    // inside it (checked by the caller); `buf` holds `g1 - g0` whole
+                    // zero-padded `kc × p` panels.
+                    unsafe { packed::depth_block(isa, &out, a.cols(p0, kc), g0..g1, rows.clone(), p0 > 0 || accumulate, |j| panel0.add((j - g0) * kc * p)) };
+                    p0 += kc;
+                }
+                g0 = g1;
+            }
+        });
+    });
+}
+
+/// Widen `w[depth, cols]` into `buf` as panels of `p` columns, each `depth.len() × p`
+/// contiguous and zero-padded past the last column.
+fn fill_panels(buf: &mut Vec<f32>, w: HalfRef, depth: std::ops::Range<usize>, cols: std::ops::Range<usize>, p: usize) {
+    let kc = depth.len();
+    let panels = cols.len().div_ceil(p);
+    buf.clear();
+    buf.resize(panels * kc * p, 0.0);
+    let mut column = vec![0.0f32; if w.rs == 1 { kc } else { 0 }];
+    for j in 0..panels {
+        let c0 = cols.start + j * p;
+        let width = p.min(cols.end - c0);
+        let panel = &mut buf[j * kc * p..(j + 1) * kc * p];
+        if w.cs == 1 {
+            for (r, dst) in panel.chunks_exact_mut(p).enumerate() {
+                let start = w.at(depth.start + r, c0);
+                widen(w.kind, &w.data[start..start + width], &mut dst[..width]);
+            }
+        } else if w.rs == 1 {
+            // A column is contiguous: widen it, then spread it down the panel.
+            for c in 0..width {
+                let start = w.at(depth.start, c0 + c);
+                widen(w.kind, &w.data[start..start + kc], &mut column);
+                for (r, &v) in column.iter().enumerate() {
+                    panel[r * p + c] = v;
+                }
+            }
+        } else {
+            for r in 0..kc {
+                for c in 0..width {
+                    let bits = w.data[w.at(depth.start + r, c0 + c)];
+                    panel[r * p + c] = widen_one(w.kind, bits);
+                }
+            }
+        }
+    }
+}
+
+fn widen_one(kind: Half, bits: u16) -> f32 {
+    match kind {
+        Half::Bf16 => wide::<true>(bits),
+        Half::F16 => wide::<false>(bits),
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// No micro-kernels: blocks widened row-major, multiplied by gemm
+// ---------------------------------------------------------------------------------------
+
+fn portable(dst: &mut [f32], dst_rs: usize, a: MatRef, w: HalfRef, accumulate: bool) {
+    let (m, k, n) = (a.rows, a.cols, w.cols);
+    let cols_per = packed::GROUP_COLS;
+    let mut block = Vec::new();
+    for c0 in (0..n).step_by(cols_per) {
+        let cols = cols_per.min(n - c0);
+        for p0 in (0..k).step_by(KC) {
+            let kc = KC.min(k - p0);
+            block.clear();
+            block.resize(kc * cols, 0.0);
+            for r in 0..kc {
+                for c in 0..cols {
+                    block[r * cols + c] = widen_one(w.kind, w.data[w.at(p0 + r, c0 + c)]);
+                }
+            }
+            let b = MatRef::row_major(&block, kc, cols);
+            let part = &mut dst[c0..(m - 1) * dst_rs + c0 + cols];
+            matmul(part, dst_rs, a.cols(p0, kc), b, p0 > 0 || accumulate);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::gemm::tests::{naive, vals};
+
+    fn to_bits(kind: Half, v: &[f32]) -> Vec<u16> {
+        v.iter()
+            .map(|&x| match kind {
+                Half::Bf16 => burn::tensor::bf16::from_f32(x).to_bits(),
+                Half::F16 => burn::tensor::f16::from_f32(x).to_bits(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn f16_widening_is_exact_for_every_value() {
+        for h in 0..=u16::MAX {
+            let want = burn::tensor::f16::from_bits(h).to_f32();
+            let got = f16_to_f32(h);
+            assert!(got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()), "f16 {h:#06x}: {got} vs {want}");
+        }
+        let src: Vec<u16> = (0..=u16::MAX).collect();
+        let mut dst = vec![0.0f32; src.len()];
+        widen(Half::Bf16, &src, &mut dst);
+        for (&h, d) in src.iter().zip(&dst) {
+            // `half` quiets signalling NaNs; the shift keeps their bits (both are NaN).
+            let want = burn::tensor::bf16::from_bits(h).to_f32();
+            assert!(d.to_bits() == want.to_bits() || (d.is_nan() && want.is_nan()), "bf16 {h:#06x}: {d} vs {want}");
+        }
+    }
+
+    #[test]
+    fn half_products_match_the_widened_f32_product_on_every_path_and_edge() {
+        // m ≤ STREAM_ROWS streams, larger m goes through widened panels; partial panels,
+        // several depth blocks, both layouts of `w`, a strided `a`, both half kinds.
+        for &(m, k, n) in &[(1, 5, 3), (1, 700, 300), (3, 257, 1100), (4, 64, 17), (5, 300, 70), (13, 600, 130), (130, 64, 1100), (0, 3, 4), (4, 0, 5)] {
+            let a_data = vals(m * (k + 2) + 1, 1);
+            let a = MatRef { data: &a_data, offset: 1, rows: m, cols: k, rs: (k + 2) as isize, cs: 1 };
+            for kind in [Half::Bf16, Half::F16] {
+                let w_f32: Vec<f32> = vals(k * n, 2);
+                // Round to the half type first: the reference then multiplies exactly the
+                // values the half weight holds.
+                let bits = to_bits(kind, &w_f32);
+                let wide: Vec<f32> = bits.iter().map(|&b| widen_one(kind, b)).collect();
+                let bits_t: Vec<u16> = (0..n * k).map(|i| bits[(i % k) * n + i / k]).collect();
+                let views = [
+                    HalfRef { data: &bits, kind, offset: 0, rows: k, cols: n, rs: n as isize, cs: 1 },
+                    HalfRef { data: &bits_t, kind, offset: 0, rows: n, cols: k, rs: k as isize, cs: 1 }.t(),
+                ];
+                let want = naive(&a, &MatRef::row_major(&wide, k, n));
+                for w in views {
+                    for accumulate in [false, true] {
+                        let mut dst = vec![1.0f32; m * n];
+                        matmul_half(&mut dst, n, a, w, accumulate);
+                        for (i, (&g, &w)) in dst.iter().zip(&want).enumerate() {
+                            let w = if accumulate { w + 1.0 } else { w };
+                            assert!((g - w).abs() <= 1e-4 * (1.0 + w.abs()), "{kind:?} {m}x{k}x{n} acc={accumulate} [{i}]: {g} vs {w}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
