@@ -737,7 +737,7 @@ fn bench_scale(args: Vec<String>) -> Result<()> {
     println!("{}", machine.text);
     let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).to_string();
     let mut table = String::from(
-        "| model | impl | checkpoint | load | peak RSS (x checkpoint) | forward 128 tok | GFLOP/s | cache resid_post | decode 32 | decode GB/s (% of read bandwidth) |\n|---|---|---|---|---|---|---|---|---|---|\n",
+        "| model | impl | checkpoint | load | peak RSS (x checkpoint) | first forward | forward 128 tok | GFLOP/s (% of GEMM rate) | cache resid_post | decode 32 | decode GB/s (% of read bandwidth) |\n|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for m in &models {
         let path = dir.join(m);
@@ -756,21 +756,23 @@ fn bench_scale(args: Vec<String>) -> Result<()> {
         println!("{m} transformers: {theirs}");
         for (name, v) in [("burnlens", &ours), ("transformers bf16", &theirs)] {
             if let Some(why) = v["failed"].as_str() {
-                table.push_str(&format!("| {m} | {name} | {:.2} GB | failed: {why} |||||||\n", size / 1e9));
+                table.push_str(&format!("| {m} | {name} | {:.2} GB | failed: {why} ||||||||\n", size / 1e9));
                 continue;
             }
             let f = |k: &str| v[k].as_f64().unwrap_or(f64::NAN);
             let fwd = floats(v, "times")?.first().copied().unwrap_or(f64::NAN);
             let decode = f("decode_s") / f("decode_tokens");
             table.push_str(&format!(
-                "| {m} | {name} | {:.2} GB | {:.1} s | {:.2} GB ({:.2}x) | {:.1} s ({:.0} tok/s) | {:.0} | {:.1} s | {:.2} s/token ({:.2} tok/s) | {:.1} GB/s ({:.0}%) |\n",
+                "| {m} | {name} | {:.2} GB | {:.1} s | {:.2} GB ({:.2}x) | {:.1} s | {:.1} s ({:.1} tok/s) | {:.0} ({:.0}%) | {:.1} s | {:.2} s/token ({:.2} tok/s) | {:.1} GB/s ({:.0}%) |\n",
                 size / 1e9,
                 f("load_s"),
                 f("peak_rss_bytes") / 1e9,
                 f("peak_rss_bytes") / size,
+                f("first_forward_s"),
                 fwd,
                 128.0 / fwd,
                 flops / fwd / 1e9,
+                100.0 * flops / fwd / 1e9 / machine.gemm_gflops,
                 f("cache_s"),
                 decode,
                 1.0 / decode,

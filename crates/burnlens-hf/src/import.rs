@@ -177,6 +177,19 @@ fn param<T: Elem>(ckpt: &Checkpoint, parts: &[&Entry], resolve: &dyn Fn(&Entry) 
         };
         return Ok(if e.placement == Placement::Same { ParamInit::Data(data) } else { ParamInit::Transposed(data) });
     }
+    // A half weight assembled from several `[out, in]` tensors (fused Q/K/V, Phi-3's split
+    // gate/up): kept in their `[out, in]` layout and read through a transposed view, so
+    // assembling is row copies and decoding streams contiguous columns.
+    if T::DTYPE != DType::F32 && shape.len() == 2 && parts.iter().all(|e| !matches!(e.placement, Placement::Same | Placement::PlusOne)) {
+        let mut out: Option<Vec<T>> = None;
+        for e in parts {
+            let name = resolve(e);
+            let values = ckpt.read::<T>(&name, &e.hf_shape)?;
+            warn_non_finite(&name, &values, warnings);
+            assert!(crate::layout::place_transposed(e, &values, shape, &mut out), "`{name}` is an [out, in] tensor");
+        }
+        return Ok(ParamInit::Transposed(TensorData::new(out.expect("at least one entry"), vec![shape[1], shape[0]])));
+    }
     let mut out: Option<Vec<T>> = None;
     for e in parts {
         let name = resolve(e);

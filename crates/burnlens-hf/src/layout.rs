@@ -202,17 +202,44 @@ pub fn place<T: Elem>(e: &Entry, values: Vec<T>, canonical: &[usize], out: &mut 
                     buf[target_index(p, r)] = v;
                 }
             } else {
-                // HF [rows, d_in] (rows = output features) -> canonical [d_in, cols].
+                // HF [rows, d_in] (rows = output features) -> canonical [d_in, cols], a tile
+                // of rows at a time: each source row is read in order and each canonical row
+                // written in runs (one column at a time wrote a cache line per value).
+                const TILE: usize = 32;
                 let (rows, d_in, cols) = (e.hf_shape[0], e.hf_shape[1], canonical[1]);
-                for r in 0..rows {
-                    let c = target_index(p, r);
-                    for i in 0..d_in {
-                        buf[i * cols + c] = values[r * d_in + i];
+                for r0 in (0..rows).step_by(TILE) {
+                    let targets: Vec<usize> = (r0..(r0 + TILE).min(rows)).map(|r| target_index(p, r)).collect();
+                    for (i, dst) in buf.chunks_exact_mut(cols).enumerate().take(d_in) {
+                        for (j, &c) in targets.iter().enumerate() {
+                            dst[c] = values[(r0 + j) * d_in + i];
+                        }
                     }
                 }
             }
         }
     }
+}
+
+/// Import into the transpose of the canonical layout, `[cols, d_in]` for a `[d_in, cols]`
+/// parameter (how `nn.Linear` stores it): every HF row is one contiguous row there, so a
+/// fused or split weight is assembled by row copies, with no transpose. Returns `false` for
+/// an entry whose HF tensor is not `[out, in]` (GPT-2's `Conv1D`, vectors).
+pub fn place_transposed<T: Elem>(e: &Entry, values: &[T], canonical: &[usize], out: &mut Option<Vec<T>>) -> bool {
+    let [d_in, cols] = canonical[..] else { return false };
+    let rows_of = |first: usize, count: usize| &values[first * d_in..(first + count) * d_in];
+    match e.placement {
+        Placement::Transposed => *out = Some(values.to_vec()),
+        Placement::Rows { start, rows } => *out = Some(rows_of(start, rows).to_vec()),
+        p @ (Placement::Block { .. } | Placement::NeoxQkv { .. }) => {
+            let buf = out.get_or_insert_with(|| vec![T::default(); cols * d_in]);
+            for r in 0..e.hf_shape[0] {
+                let c = target_index(p, r);
+                buf[c * d_in..(c + 1) * d_in].copy_from_slice(rows_of(r, 1));
+            }
+        }
+        Placement::Same | Placement::PlusOne => return false,
+    }
+    true
 }
 
 /// Export: the HF tensor of entry `e` cut from the canonical parameter `values` of shape

@@ -128,11 +128,17 @@ pub fn matmul_half(dst: &mut [f32], dst_rs: usize, a: MatRef, w: HalfRef, accumu
 // Few rows: one pass over the weight
 // ---------------------------------------------------------------------------------------
 
-/// Columns per streaming task: enough weight per task to amortise it, few enough tasks
-/// per thread to balance.
-fn stream_cols(n: usize, k: usize) -> usize {
-    let by_work = (GRAIN * 4 / k.max(1)).max(16);
+/// Columns per streaming task. Columns contiguous in `w` (`rows_contiguous == false`): enough
+/// weight per task to amortise it, few enough tasks per thread to balance. Rows contiguous:
+/// as wide as balance allows, since each of the task's `k` reads of a row is only `cols`
+/// long (16 columns would read 32 bytes from each of 4,096 rows: half-used cache lines, and
+/// a stride no prefetcher follows).
+fn stream_cols(n: usize, k: usize, rows_contiguous: bool) -> usize {
     let by_threads = n.div_ceil(pool::threads() * 4).max(16);
+    if rows_contiguous {
+        return by_threads.min(4096).next_multiple_of(16);
+    }
+    let by_work = (GRAIN * 4 / k.max(1)).max(16);
     by_work.min(by_threads).next_multiple_of(16)
 }
 
@@ -140,7 +146,7 @@ fn stream(dst: &mut [f32], dst_rs: usize, a: MatRef, w: HalfRef, accumulate: boo
     let (m, k, n) = (a.rows, a.cols, w.cols);
     // The rows of `a`, contiguous (at most STREAM_ROWS × k floats).
     let rows: Vec<Vec<f32>> = (0..m).map(|r| (0..k).map(|i| a.data[(a.offset as isize + r as isize * a.rs + i as isize * a.cs) as usize]).collect()).collect();
-    let block = stream_cols(n, k);
+    let block = stream_cols(n, k, w.rs != 1);
     let ptr = SendPtr(dst.as_mut_ptr());
     let task = |t: usize| {
         let dst = ptr;
@@ -183,7 +189,9 @@ fn wide<const BF16: bool>(bits: u16) -> f32 {
     if BF16 { bf16_to_f32(bits) } else { f16_to_f32(bits) }
 }
 
-const LANES: usize = 16;
+/// Independent sums per dot product: four AVX2 registers (two AVX-512), enough to hide the
+/// latency of the fused multiply-adds.
+const LANES: usize = 32;
 
 #[inline(always)]
 fn columns_dot_body<const BF16: bool>(rows: &[Vec<f32>], w: HalfRef, c0: usize, out: &mut [f32], cols: usize) {
@@ -192,7 +200,7 @@ fn columns_dot_body<const BF16: bool>(rows: &[Vec<f32>], w: HalfRef, c0: usize, 
         let start = w.at(0, c0 + c);
         let col = &w.data[start..start + k];
         for (r, row) in rows.iter().enumerate() {
-            // Sixteen independent sums (one f32 chain does not vectorise).
+            // Independent sums (one f32 chain does not vectorise).
             let mut acc = [0.0f32; LANES];
             let (xs, ws) = (row[..k].chunks_exact(LANES), col.chunks_exact(LANES));
             let tail: f32 = xs.remainder().iter().zip(ws.remainder()).map(|(&x, &b)| x * wide::<BF16>(b)).sum();
@@ -216,9 +224,25 @@ fn rows_axpy(rows: &[Vec<f32>], w: HalfRef, c0: usize, out: &mut [f32], cols: us
 
 #[inline(always)]
 fn rows_axpy_body<const BF16: bool>(rows: &[Vec<f32>], w: HalfRef, c0: usize, out: &mut [f32], cols: usize) {
-    for i in 0..w.rows {
+    let row = |i: usize| {
         let start = w.at(i, c0);
-        let src = &w.data[start..start + cols];
+        &w.data[start..start + cols]
+    };
+    // Four rows of `w` per pass over the output: a quarter of the output loads and stores,
+    // four streams for the prefetcher.
+    let k4 = w.rows / 4 * 4;
+    for i in (0..k4).step_by(4) {
+        let (w0, w1, w2, w3) = (row(i), row(i + 1), row(i + 2), row(i + 3));
+        for (r, x) in rows.iter().enumerate() {
+            let (x0, x1, x2, x3) = (x[i], x[i + 1], x[i + 2], x[i + 3]);
+            let o = &mut out[r * cols..(r + 1) * cols];
+            for ((((o, &a), &b), &c), &d) in o.iter_mut().zip(w0).zip(w1).zip(w2).zip(w3) {
+                *o += (x0 * wide::<BF16>(a) + x1 * wide::<BF16>(b)) + (x2 * wide::<BF16>(c) + x3 * wide::<BF16>(d));
+            }
+        }
+    }
+    for i in k4..w.rows {
+        let src = row(i);
         for (r, row) in rows.iter().enumerate() {
             let x = row[i];
             for (o, &b) in out[r * cols..(r + 1) * cols].iter_mut().zip(src) {
