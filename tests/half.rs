@@ -181,3 +181,38 @@ fn cli_dtype_flag_reports_and_refuses() {
     let (a, b) = (run("auto"), run("f32"));
     assert!(rel_diff(&a, &b) <= 1e-5, "{}", rel_diff(&a, &b));
 }
+
+#[test]
+fn export_writes_the_dtype_asked_for() {
+    // An f32 model exported in bf16 loads back as bf16, with exactly the weights that
+    // rounding the f32 checkpoint to bf16 on load gives.
+    let src = fixture("llama_gqa");
+    let device = Device::flex();
+    let m = load(&src, WeightDtype::F32, &device);
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("bf16");
+    let options = burnlens::hf::ExportOptions { tokenizer: None, dtype: WeightDtype::Bf16 };
+    burnlens::hf::export_hf(&m.model, m.hf.family, &out, &options).unwrap();
+    let config: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out.join("config.json")).unwrap()).unwrap();
+    assert_eq!(config["torch_dtype"], "bfloat16");
+    let back = load(&out, WeightDtype::Auto, &device);
+    assert_eq!((back.info.dtypes.as_slice(), back.model.weight_dtype()), (&["bf16".to_string()][..], DType::BF16));
+    let rounded = load(&src, WeightDtype::Bf16, &device);
+    let host = |t: burn::tensor::Tensor<3>| t.into_data().try_into_vec_as::<f32>().unwrap();
+    // The weight matrices are the bf16 roundings, bit for bit.
+    let (a, b) = (back.model.blocks[1].attn.head_weights(), rounded.model.blocks[1].attn.head_weights());
+    for (what, x, y) in [("W_Q", a.w_q, b.w_q), ("W_K", a.w_k, b.w_k), ("W_V", a.w_v, b.w_v), ("W_O", a.w_o, b.w_o)] {
+        assert_eq!(host(x), host(y), "{what}");
+    }
+    let u = |m: &Transformer| m.w_u().0.into_data().try_into_vec_as::<f32>().unwrap();
+    assert_eq!(u(&back.model), u(&rounded.model), "W_U");
+    // Vectors (norm gains) are rounded in the file too (all of a checkpoint is one dtype),
+    // while a load keeps them f32: they differ by at most bf16's rounding.
+    let g = |m: &Transformer| m.ln_final.weight.val().into_data().try_into_vec_as::<f32>().unwrap();
+    let (gb, gr) = (g(&back.model), g(&rounded.model));
+    assert!(gb.iter().zip(&gr).all(|(x, y)| (x - y).abs() <= y.abs() / 256.0) && gb != gr, "norm gains: bf16 rounding");
+    // Auto keeps a trained (f32) model in f32.
+    let f32_out = tmp.path().join("auto");
+    burnlens::hf::export_hf(&m.model, m.hf.family, &f32_out, &burnlens::hf::ExportOptions::default()).unwrap();
+    assert_eq!(load(&f32_out, WeightDtype::Auto, &device).info.dtypes, ["f32"]);
+}

@@ -246,8 +246,8 @@ pub fn train(config: Option<&Path>, sets: &[String], resume: Option<&Path>, quie
     Ok(())
 }
 
-pub fn export(run: &Path, out: &Path) -> Result<()> {
-    burnlens_train::export_run(run, out)?;
+pub fn export(run: &Path, out: &Path, dtype: burnlens_hf::WeightDtype) -> Result<()> {
+    burnlens_train::export_run(run, out, dtype)?;
     println!("exported {} to {}", run.display(), out.display());
     Ok(())
 }

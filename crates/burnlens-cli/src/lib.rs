@@ -109,6 +109,9 @@ enum Command {
         run: std::path::PathBuf,
         #[arg(long)]
         out: std::path::PathBuf,
+        /// The dtype of the tensors written: auto (f32, as trained), f32, bf16 or f16.
+        #[arg(long, default_value = "auto")]
+        dtype: burnlens_hf::WeightDtype,
     },
     /// Generate text (or token ids) from a model directory or a run directory.
     Sample {
@@ -415,7 +418,7 @@ pub fn run() -> ExitCode {
         Command::Sae { model, sae, input, top, out, common } => commands::sae(&model, &sae, &input, top, &out, &common),
         Command::Download { id } => commands::download(&id),
         Command::Train { config, sets, resume, quiet, common } => commands::train(config.as_deref(), &sets, resume.as_deref(), quiet, &common),
-        Command::Export { run, out } => commands::export(&run, &out),
+        Command::Export { run, out, dtype } => commands::export(&run, &out, dtype),
         Command::Sample { model, prompt, ids, max_new_tokens, temperature, top_k, top_p, seed, no_cache, common } => {
             let sampling = burnlens_model::Sampling { max_new_tokens, temperature, top_k, top_p, seed, stop_token: None, use_cache: !no_cache };
             dir(&model).and_then(|m| commands::sample(&m, prompt.as_deref(), ids.as_deref(), &sampling, &common))

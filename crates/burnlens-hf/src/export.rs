@@ -11,6 +11,7 @@ use safetensors::{Dtype, tensor::TensorView};
 use serde_json::{Value, json};
 
 use crate::config::Family;
+use crate::dtype::WeightDtype;
 use crate::error::{HfError, Result};
 use crate::layout::{Placement, entries, extract};
 use crate::tokenizer::Tokenizer;
@@ -71,16 +72,34 @@ pub fn hf_config_json(cfg: &TransformerConfig, family: Family, bos_eos: Option<u
     Ok(v)
 }
 
+/// What [`export_hf`] writes besides the weights, and in which dtype.
+#[derive(Default, Clone, Copy)]
+pub struct ExportOptions<'a> {
+    /// Saved beside the model (its `<|endoftext|>` becomes `eos_token_id`).
+    pub tokenizer: Option<&'a Tokenizer>,
+    /// The dtype of every tensor written (`auto`: the model's weight dtype).
+    pub dtype: WeightDtype,
+}
+
 /// Write `model` into `dir` (created if needed) as a Hugging Face `family` model. Each file
 /// is written beside its target and renamed into place, so an interrupted export never
 /// leaves a half-written file.
-pub fn export_hf(model: &Transformer, family: Family, dir: &Path, tokenizer: Option<&Tokenizer>) -> Result<()> {
+pub fn export_hf(model: &Transformer, family: Family, dir: &Path, options: &ExportOptions) -> Result<()> {
     let cfg = &model.config;
+    let tokenizer = options.tokenizer;
     let eos = match tokenizer {
         Some(Tokenizer::Hf { inner, .. }) => inner.token_to_id("<|endoftext|>"),
         _ => None,
     };
-    let config = hf_config_json(cfg, family, eos)?;
+    // `auto`: the dtype the model's weights are kept in (f32 for a model being trained).
+    let dtype = options.dtype.resolve(model.weight_dtype(), &burn::tensor::Device::flex()).unwrap_or(burn::tensor::DType::F32);
+    let (st_dtype, torch_name) = match dtype {
+        burn::tensor::DType::BF16 => (Dtype::BF16, "bfloat16"),
+        burn::tensor::DType::F16 => (Dtype::F16, "float16"),
+        _ => (Dtype::F32, "float32"),
+    };
+    let mut config = hf_config_json(cfg, family, eos)?;
+    config["torch_dtype"] = serde_json::json!(torch_name);
     reads_back_as(cfg, family, &config)?;
     std::fs::create_dir_all(dir).map_err(|e| HfError::io(dir, e))?;
 
@@ -114,10 +133,19 @@ pub fn export_hf(model: &Transformer, family: Family, dir: &Path, tokenizer: Opt
             _ => out.push((name, e.hf_shape.clone(), hf_values)),
         }
     }
-    let out: Vec<(String, Vec<usize>, Vec<u8>)> = out.into_iter().map(|(n, s, v)| (n, s, v.iter().flat_map(|x| x.to_le_bytes()).collect())).collect();
+    // Every tensor in the one dtype, as `save_pretrained` writes a model (half values rounded
+    // to nearest even).
+    let bytes_of = |v: &[f32]| -> Vec<u8> {
+        match st_dtype {
+            Dtype::BF16 => v.iter().flat_map(|&x| half::bf16::from_f32(x).to_le_bytes()).collect(),
+            Dtype::F16 => v.iter().flat_map(|&x| half::f16::from_f32(x).to_le_bytes()).collect(),
+            _ => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        }
+    };
+    let out: Vec<(String, Vec<usize>, Vec<u8>)> = out.into_iter().map(|(n, s, v)| (n, s, bytes_of(&v))).collect();
     let views: Vec<(&str, TensorView)> = out
         .iter()
-        .map(|(n, s, b)| (n.as_str(), TensorView::new(Dtype::F32, s.clone(), b).expect("shape matches data")))
+        .map(|(n, s, b)| (n.as_str(), TensorView::new(st_dtype, s.clone(), b).expect("shape matches data")))
         .collect();
     let metadata = HashMap::from([("format".to_string(), "pt".to_string())]);
     let bytes = safetensors::serialize(views, Some(metadata)).map_err(|e| HfError::Export(format!("serialising safetensors: {e}")))?;

@@ -25,7 +25,7 @@ use burn::module::Module;
 use burn::optim::{GradientsAccumulator, GradientsParams, ModuleOptimizer};
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use burn_store::{BurnpackStore, ModuleSnapshot};
-use burnlens_hf::{Family, FreshShape, LoadOptions, Tokenizer, WeightDtype, export_hf, load_model_with};
+use burnlens_hf::{ExportOptions, Family, FreshShape, LoadOptions, Tokenizer, WeightDtype, export_hf, load_model_with};
 use burnlens_model::backend;
 use burnlens_model::{ActivationFn, AttentionSpan, Positional, Rng, Transformer, TransformerConfig, cross_entropy};
 use serde::{Deserialize, Serialize};
@@ -218,9 +218,11 @@ pub fn load_run(run_dir: &Path, device: &Device) -> Result<LoadedRun> {
 }
 
 /// Export the latest checkpoint of `run_dir` as a Hugging Face directory.
-pub fn export_run(run_dir: &Path, out: &Path) -> Result<()> {
+/// Export the latest checkpoint of `run_dir` to `out` as a Hugging Face model, its tensors
+/// in `dtype` (`auto`: f32, the dtype it was trained in).
+pub fn export_run(run_dir: &Path, out: &Path, dtype: WeightDtype) -> Result<()> {
     let run = load_run(run_dir, &Device::flex())?;
-    export_hf(&run.model, run.spec.family, out, run.tokenizer.as_ref())?;
+    export_hf(&run.model, run.spec.family, out, &ExportOptions { tokenizer: run.tokenizer.as_ref(), dtype })?;
     Ok(())
 }
 
@@ -405,7 +407,7 @@ pub fn train(cfg: &RunConfig, opts: &TrainOptions) -> Result<RunSummary> {
         match burnlens_hf::check_exportable(&spec.config, family) {
             Ok(()) => {
                 let out = run_dir.join("hf");
-                export_hf(&model.valid(), family, &out, data.tokenizer.as_ref())?;
+                export_hf(&model.valid(), family, &out, &ExportOptions { tokenizer: data.tokenizer.as_ref(), dtype: WeightDtype::F32 })?;
                 Some(out)
             }
             Err(e) => {

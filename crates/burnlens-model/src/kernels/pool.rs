@@ -455,10 +455,12 @@ mod tests {
         }
         run(2, |_| {}); // start the pool
         let before = stats().revoked_seats;
-        let mut tries = 0;
+        // Bounded in time, not tries: another test's late jobs may have sent the pool serial
+        // for up to BACKOFF_MAX, when no seat is offered at all (100 tries of ~1 ms failed
+        // once that way).
+        let start = std::time::Instant::now();
         while stats().revoked_seats == before {
-            tries += 1;
-            assert!(tries <= 100, "the helper always joined a job of two empty tasks");
+            assert!(start.elapsed() < BACKOFF_MAX * 3, "the helper always joined a job of two empty tasks");
             // Let the helper park (past its spin), so that waking it takes longer than the job.
             thread::sleep(SPIN * 4);
             let count = AtomicUsize::new(0);
