@@ -292,7 +292,8 @@ fn every_tool_runs_on_the_newer_families() {
         // Patching: a corrupted run equal to the clean one moves nothing, exactly.
         let metric = Metric::LogitDiff { pos: None, right: 3, wrong: 11 };
         let same = compare_patching(&m, &ids, &ids, &metric, &[NodeKind::Head, NodeKind::ResidPre, NodeKind::Mlp], true).unwrap();
-        assert!(same.patched.unwrap().iter().chain(&same.attribution).all(|e| e.abs() < 1e-6), "{name}: patching a run with itself");
+        let (sp, sa) = (same.patched.clone().unwrap(), same.attribution.clone());
+        assert!(sp.iter().chain(&sa).all(|e| e.abs() < 1e-6), "{name}: patching a run with itself: patched max {:e}, attribution max {:e}", sp.iter().fold(0f64, |a, e| a.max(e.abs())), sa.iter().fold(0f64, |a, e| a.max(e.abs())));
         let mut corrupted = ids.clone();
         corrupted[4] = 91;
         let r = compare_patching(&m, &ids, &corrupted, &metric, &[NodeKind::ResidPre], true).unwrap();

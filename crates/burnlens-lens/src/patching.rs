@@ -142,11 +142,16 @@ pub fn attribution_patching(model: &Transformer, clean: &[i64], corrupted: &[i64
     let filter = hook_filter(nodes);
     let g = hook_gradients(model, clean, &filter, metric)?;
     let corr = run_with_cache(model, corrupted, &filter).activations;
+    // The clean activations from the same kind of pass as the corrupted ones: the gradient
+    // pass multiplies by weights being tracked (not packed), whose sums may differ in the
+    // last bits (on AVX2, by 3e-6 in an attribution), so identical inputs would not give
+    // exactly zero.
+    let clean_acts = if clean == corrupted { corr.clone() } else { run_with_cache(model, clean, &filter).activations };
     let device = model.device();
     // Per hook: (corrupted − clean) · gradient, elementwise, computed once.
     let mut products: BTreeMap<String, Activation> = BTreeMap::new();
     for name in g.gradients.keys() {
-        let p = match (&g.gradients[name], &g.activations[name], &corr[name]) {
+        let p = match (&g.gradients[name], &clean_acts[name], &corr[name]) {
             (Activation::Rank3(gr), Activation::Rank3(a), Activation::Rank3(c)) => Activation::Rank3((c.clone() - a.clone()) * gr.clone()),
             (Activation::Rank4(gr), Activation::Rank4(a), Activation::Rank4(c)) => Activation::Rank4((c.clone() - a.clone()) * gr.clone()),
             _ => unreachable!("one hook, one rank"),
