@@ -406,7 +406,7 @@ def test_half_weights_work_everywhere_and_equal_their_f32_widening(name):
     assert sorted(ch.keys()) == sorted(cw.keys())
     for k in cw.keys():
         assert rel(ch[k], cw[k], 1.0) <= 1e-5, k
-    wh, ww = half.weights(), wide.weights()
+    wh, ww = half.weights, wide.weights
     for k in ww:
         assert wh[k].dtype == np.float32 and np.array_equal(wh[k], ww[k]), k
     hooks = [f"blocks.{l}.hook_resid_pre" for l in range(half.cfg.n_layers)]
