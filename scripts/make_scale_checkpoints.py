@@ -44,42 +44,42 @@ GEMMA2_9B = {
 }
 
 
-def llama_tensors(c):
-    d, f, v = c["hidden_size"], c["intermediate_size"], c["vocab_size"]
+def projections(p, c):
+    """One layer's attention and gated-MLP matrices, `[out, in]` as nn.Linear stores them
+    (the same names in both families)."""
+    d, f = c["hidden_size"], c["intermediate_size"]
     q, kv = c["num_attention_heads"] * c["head_dim"], c["num_key_value_heads"] * c["head_dim"]
+    yield p + "self_attn.q_proj.weight", (q, d), "proj"
+    yield p + "self_attn.k_proj.weight", (kv, d), "proj"
+    yield p + "self_attn.v_proj.weight", (kv, d), "proj"
+    yield p + "self_attn.o_proj.weight", (d, q), "proj"
+    yield p + "mlp.gate_proj.weight", (f, d), "proj"
+    yield p + "mlp.up_proj.weight", (f, d), "proj"
+    yield p + "mlp.down_proj.weight", (d, f), "proj"
+
+
+def llama_tensors(c):
+    d, v = c["hidden_size"], c["vocab_size"]
     yield "model.embed_tokens.weight", (v, d), "embed"
     for l in range(c["num_hidden_layers"]):
         p = f"model.layers.{l}."
         yield p + "input_layernorm.weight", (d,), "norm"
-        yield p + "self_attn.q_proj.weight", (q, d), "proj"
-        yield p + "self_attn.k_proj.weight", (kv, d), "proj"
-        yield p + "self_attn.v_proj.weight", (kv, d), "proj"
-        yield p + "self_attn.o_proj.weight", (d, q), "proj"
+        yield from projections(p, c)
         yield p + "post_attention_layernorm.weight", (d,), "norm"
-        yield p + "mlp.gate_proj.weight", (f, d), "proj"
-        yield p + "mlp.up_proj.weight", (f, d), "proj"
-        yield p + "mlp.down_proj.weight", (d, f), "proj"
     yield "model.norm.weight", (d,), "norm"
     if not c["tie_word_embeddings"]:
         yield "lm_head.weight", (v, d), "proj"
 
 
 def gemma2_tensors(c):
-    d, f, v = c["hidden_size"], c["intermediate_size"], c["vocab_size"]
-    q, kv = c["num_attention_heads"] * c["head_dim"], c["num_key_value_heads"] * c["head_dim"]
+    d, v = c["hidden_size"], c["vocab_size"]
     yield "model.embed_tokens.weight", (v, d), "embed"
     for l in range(c["num_hidden_layers"]):
         p = f"model.layers.{l}."
         yield p + "input_layernorm.weight", (d,), "gemma_norm"
-        yield p + "self_attn.q_proj.weight", (q, d), "proj"
-        yield p + "self_attn.k_proj.weight", (kv, d), "proj"
-        yield p + "self_attn.v_proj.weight", (kv, d), "proj"
-        yield p + "self_attn.o_proj.weight", (d, q), "proj"
         yield p + "post_attention_layernorm.weight", (d,), "gemma_norm"
         yield p + "pre_feedforward_layernorm.weight", (d,), "gemma_norm"
-        yield p + "mlp.gate_proj.weight", (f, d), "proj"
-        yield p + "mlp.up_proj.weight", (f, d), "proj"
-        yield p + "mlp.down_proj.weight", (d, f), "proj"
+        yield from projections(p, c)
         yield p + "post_feedforward_layernorm.weight", (d,), "gemma_norm"
     yield "model.norm.weight", (d,), "gemma_norm"
 

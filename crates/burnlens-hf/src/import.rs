@@ -180,24 +180,24 @@ fn param<T: Elem>(ckpt: &Checkpoint, parts: &[&Entry], resolve: &dyn Fn(&Entry) 
     // A half weight assembled from several `[out, in]` tensors (fused Q/K/V, Phi-3's split
     // gate/up): kept in their `[out, in]` layout and read through a transposed view, so
     // assembling is row copies and decoding streams contiguous columns.
-    if T::DTYPE != DType::F32 && shape.len() == 2 && parts.iter().all(|e| !matches!(e.placement, Placement::Same | Placement::PlusOne)) {
-        let mut out: Option<Vec<T>> = None;
-        for e in parts {
-            let name = resolve(e);
-            let values = ckpt.read::<T>(&name, &e.hf_shape)?;
-            warn_non_finite(&name, &values, warnings);
-            assert!(crate::layout::place_transposed(e, &values, shape, &mut out), "`{name}` is an [out, in] tensor");
-        }
-        return Ok(ParamInit::Transposed(TensorData::new(out.expect("at least one entry"), vec![shape[1], shape[0]])));
-    }
+    let transposed = T::DTYPE != DType::F32 && shape.len() == 2 && parts.iter().all(|e| !matches!(e.placement, Placement::Same | Placement::PlusOne));
     let mut out: Option<Vec<T>> = None;
     for e in parts {
         let name = resolve(e);
         let values = ckpt.read::<T>(&name, &e.hf_shape)?;
         warn_non_finite(&name, &values, warnings);
-        place(e, values, shape, &mut out);
+        if transposed {
+            assert!(crate::layout::place_transposed(e, &values, shape, &mut out), "`{name}` is an [out, in] tensor");
+        } else {
+            place(e, values, shape, &mut out);
+        }
     }
-    Ok(ParamInit::Data(TensorData::new(out.expect("at least one entry"), shape.to_vec())))
+    let values = out.expect("at least one entry");
+    Ok(if transposed {
+        ParamInit::Transposed(TensorData::new(values, vec![shape[1], shape[0]]))
+    } else {
+        ParamInit::Data(TensorData::new(values, shape.to_vec()))
+    })
 }
 
 fn warn_non_finite<T: Elem>(name: &str, values: &[T], warnings: &mut Vec<String>) {
