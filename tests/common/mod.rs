@@ -94,6 +94,9 @@ pub fn read_safetensors(path: &Path) -> HashMap<String, Stored> {
             let (f, i) = match view.dtype() {
                 safetensors::Dtype::F32 => (data.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect(), vec![]),
                 safetensors::Dtype::I64 => (vec![], data.chunks_exact(8).map(|c| i64::from_le_bytes(c.try_into().unwrap())).collect()),
+                safetensors::Dtype::F64 => (data.chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().unwrap()) as f32).collect(), vec![]),
+                // Masks are stored as bytes.
+                safetensors::Dtype::U8 => (data.iter().map(|&b| b as f32).collect(), vec![]),
                 other => panic!("unexpected dtype {other:?} for {name}"),
             };
             (name.to_string(), Stored { shape: view.shape().to_vec(), f32: f, i64: i })

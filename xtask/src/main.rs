@@ -7,6 +7,9 @@
 //!   autoencoder fixtures in `tests/fixtures/sae` with `scripts/gen_sae_fixtures.py`, and
 //!   the TransformerLens references of the attribution tools in `tests/fixtures/tl` with
 //!   `scripts/gen_tl_fixtures.py`.
+//! - `trace-fixtures`: make `target/venv-trace` with circuit-tracer (pinned below) and
+//!   regenerate the attribution-graph fixtures in `tests/fixtures/trace` with
+//!   `scripts/gen_trace_fixtures.py`.
 //! - `venv`: only make the venv.
 //! - `test`: the README's test command: install what the tests need that a fresh machine
 //!   lacks (Debian's chromium and chromedriver for the browser tests, as root or through
@@ -700,6 +703,25 @@ fn ensure_browser() -> Result<()> {
     Ok(())
 }
 
+/// circuit-tracer and the versions it installs beside torch 2.9 (its TransformerLens and
+/// transformers are older than `.venv`'s, so it has a venv of its own, `target/venv-trace`);
+/// `datasets` and `pyarrow` held where they import with the numpy 1.x TransformerLens 2 wants.
+const TRACE_PACKAGES: &[&str] = &["torch==2.9.0", "circuit-tracer==0.5.0", "transformer-lens==2.18.0", "transformers==4.57.3", "nnsight==0.6.1", "datasets<4", "pyarrow<18"];
+
+/// `target/venv-trace/bin/python` with [`TRACE_PACKAGES`], made if missing.
+fn venv_trace() -> Result<PathBuf> {
+    let venv = root().join("target/venv-trace");
+    let python = venv.join("bin/python");
+    if !python.exists() {
+        run(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
+    }
+    let has = Command::new(&python).args(["-c", "import circuit_tracer, transformer_lens"]).status().map(|s| s.success()).unwrap_or(false);
+    if !has {
+        run(Command::new(&python).args(["-m", "pip", "install", "--quiet"]).args(TRACE_PACKAGES))?;
+    }
+    Ok(python)
+}
+
 /// `.venv` with sae-lens (and so TransformerLens), torch and transformers held at the
 /// versions above.
 fn venv_with_sae_lens() -> Result<PathBuf> {
@@ -887,13 +909,18 @@ fn main() -> Result<()> {
             let py = venv()?;
             run(Command::new(py).current_dir(root()).args(["scripts/gen_half_fixtures.py", "--fixtures", "tests/fixtures"]))?;
         }
+        "trace-fixtures" => {
+            // circuit-tracer's attribution graphs on tiny models with random transcoders.
+            let py = venv_trace()?;
+            run(Command::new(py).current_dir(root()).args(["scripts/gen_trace_fixtures.py"]).args(std::env::args().skip(2)))?;
+        }
         "test" => test(std::env::args().skip(2).collect())?,
         "bench-train" => bench_train()?,
         "bench" => bench(std::env::args().skip(2).collect())?,
         "bench-python" => bench_python()?,
         "bench-scale" => bench_scale(std::env::args().skip(2).collect())?,
         "parity-tch" => parity_tch(std::env::args().skip(2).collect())?,
-        _ => bail!("usage: cargo xtask <test [CARGO TEST ARGS]|fixtures|half-fixtures|sae-fixtures|venv|bench [WORKLOAD...]|bench-train|bench-scale [MODEL...]|parity-tch>"),
+        _ => bail!("usage: cargo xtask <test [CARGO TEST ARGS]|fixtures|half-fixtures|sae-fixtures|trace-fixtures [CASE...]|venv|bench [WORKLOAD...]|bench-train|bench-scale [MODEL...]|parity-tch>"),
     }
     Ok(())
 }

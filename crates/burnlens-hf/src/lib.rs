@@ -10,7 +10,7 @@ pub mod dtype;
 pub mod error;
 pub mod export;
 pub mod family;
-pub mod files;
+pub use burnlens_model::files;
 pub mod hub;
 pub mod import;
 pub mod layout;

@@ -6,6 +6,7 @@
 pub mod backend;
 pub mod config;
 pub mod error;
+pub mod files;
 pub mod hooks;
 pub mod kernels;
 pub mod rng;

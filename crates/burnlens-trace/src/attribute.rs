@@ -1,0 +1,224 @@
+//! The attribution graph of one prompt, built as circuit-tracer's `attribute` builds it.
+//!
+//! Node order (columns are sources, rows targets): the active features (by layer, position,
+//! feature), the error nodes (`layer · n_pos + pos`), the token nodes, the logit nodes. Logit
+//! rows come first; then feature rows, either all of them or, with `max_feature_nodes`, the
+//! features with the largest influence on the logits so far, re-ranked every
+//! `update_interval` batches from the rows already computed.
+
+use burnlens_model::Transformer;
+
+use crate::TraceError;
+use crate::backward::Targets;
+use crate::graph::{Graph, normalize_rows};
+use crate::replacement::{Replacement, unembedding};
+use crate::transcoder::TranscoderSet;
+
+/// Which logits the graph explains.
+#[derive(Debug, Clone, PartialEq)]
+pub enum LogitTargets {
+    /// The most probable tokens, until their probabilities sum to `desired_prob` or there are
+    /// `max_n_logits` of them.
+    Salient { max_n_logits: usize, desired_prob: f32 },
+    /// These token ids.
+    Tokens(Vec<i64>),
+}
+
+impl Default for LogitTargets {
+    fn default() -> Self {
+        LogitTargets::Salient { max_n_logits: 10, desired_prob: 0.95 }
+    }
+}
+
+/// How to build a graph (circuit-tracer's arguments and defaults).
+#[derive(Debug, Clone, PartialEq)]
+pub struct AttributeOptions {
+    pub targets: LogitTargets,
+    /// Targets per backward pass.
+    pub batch_size: usize,
+    /// Feature rows to compute; all active features when `None`.
+    pub max_feature_nodes: Option<usize>,
+    /// Batches between re-rankings of the features by influence.
+    pub update_interval: usize,
+    /// Leading positions without features or errors (the BOS token).
+    pub zero_positions: usize,
+}
+
+impl Default for AttributeOptions {
+    fn default() -> Self {
+        Self { targets: LogitTargets::default(), batch_size: 512, max_feature_nodes: None, update_interval: 4, zero_positions: 1 }
+    }
+}
+
+fn softmax(logits: &[f32]) -> Vec<f32> {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let exps: Vec<f64> = logits.iter().map(|&l| ((l - max) as f64).exp()).collect();
+    let sum: f64 = exps.iter().sum();
+    exps.iter().map(|e| (e / sum) as f32).collect()
+}
+
+/// The logit targets' token ids and probabilities.
+pub fn select_logits(logits: &[f32], targets: &LogitTargets) -> Result<(Vec<i64>, Vec<f32>), TraceError> {
+    let probs = softmax(logits);
+    let ids: Vec<i64> = match targets {
+        LogitTargets::Tokens(ids) => {
+            if ids.is_empty() {
+                return Err(TraceError::Input("no target tokens given".into()));
+            }
+            if let Some(bad) = ids.iter().find(|&&t| t < 0 || t as usize >= logits.len()) {
+                return Err(TraceError::Input(format!("target token {bad} is outside the vocabulary of {}", logits.len())));
+            }
+            ids.clone()
+        }
+        LogitTargets::Salient { max_n_logits, desired_prob } => {
+            if *max_n_logits == 0 {
+                return Err(TraceError::Input("max_n_logits must be at least 1".into()));
+            }
+            let mut order: Vec<usize> = (0..probs.len()).collect();
+            order.sort_by(|&a, &b| probs[b].total_cmp(&probs[a]).then(a.cmp(&b)));
+            order.truncate(*max_n_logits);
+            // The first index whose running sum reaches the desired probability, inclusive.
+            let mut sum = 0f32;
+            let mut cutoff = order.len();
+            for (i, &t) in order.iter().enumerate() {
+                sum += probs[t];
+                if sum >= *desired_prob {
+                    cutoff = i + 1;
+                    break;
+                }
+            }
+            order[..cutoff].iter().map(|&t| t as i64).collect()
+        }
+    };
+    let p = ids.iter().map(|&t| probs[t as usize]).collect();
+    Ok((ids, p))
+}
+
+/// `W_U[:, t] − mean_v W_U[:, v]` for each target, `[n, d_model]` row-major.
+fn logit_directions(model: &Transformer, ids: &[i64]) -> Vec<f32> {
+    let w_u = unembedding(model);
+    let [d, v] = w_u.dims();
+    let host: Vec<f32> = w_u.into_data().try_into_vec_as::<f32>().expect("f32");
+    let mean: Vec<f32> = (0..d).map(|i| (host[i * v..(i + 1) * v].iter().map(|&x| x as f64).sum::<f64>() / v as f64) as f32).collect();
+    ids.iter().flat_map(|&t| (0..d).map(|i| host[i * v + t as usize] - mean[i]).collect::<Vec<_>>()).collect()
+}
+
+/// Influence of every node on the logits from the rows computed so far (circuit-tracer's
+/// `compute_partial_influences`): rows normalised by their absolute sum, then
+/// `Σ_k w Aᵏ` by iteration from the logit weights.
+fn partial_influences(rows: &[Vec<f32>], row_node: &[usize], n_nodes: usize, logit_probs: &[f32]) -> Result<Vec<f32>, TraceError> {
+    let normalized: Vec<Vec<f32>> = rows.iter().map(|r| normalize_rows(r, 1e-8)).collect();
+    let mut prod = vec![0f32; n_nodes];
+    let n_logits = logit_probs.len();
+    prod[n_nodes - n_logits..].copy_from_slice(logit_probs);
+    let mut influence = vec![0f32; n_nodes];
+    for _ in 0..128 {
+        let mut next = vec![0f32; n_nodes];
+        for (r, row) in normalized.iter().enumerate() {
+            let w = prod[row_node[r]];
+            if w != 0.0 {
+                next.iter_mut().zip(row).for_each(|(n, &a)| *n += w * a);
+            }
+        }
+        if next.iter().all(|&x| x == 0.0) {
+            return Ok(influence);
+        }
+        influence.iter_mut().zip(&next).for_each(|(i, &x)| *i += x);
+        prod = next;
+    }
+    Err(TraceError::Input("feature influences did not converge in 128 steps".into()))
+}
+
+/// Rows in the order computed, each over every node (logit columns zero), with the node
+/// each row is the target of.
+struct Rows {
+    rows: Vec<Vec<f32>>,
+    nodes: Vec<usize>,
+}
+
+impl Rows {
+    fn compute(&mut self, rm: &Replacement, t: Targets, nodes: &[usize], n_nodes: usize) {
+        let width = rm.active.len() + (rm.n_layers() + 1) * rm.n_pos();
+        let flat = rm.rows(&t);
+        for (i, &node) in nodes.iter().enumerate() {
+            let mut r = vec![0f32; n_nodes];
+            r[..width].copy_from_slice(&flat[i * width..(i + 1) * width]);
+            self.rows.push(r);
+            self.nodes.push(node);
+        }
+    }
+}
+
+/// The attribution graph of `ids` (attributed as given: add the BOS yourself).
+pub fn attribute(model: &Transformer, set: &TranscoderSet, ids: &[i64], opts: &AttributeOptions) -> Result<Graph, TraceError> {
+    if opts.batch_size == 0 || opts.update_interval == 0 {
+        return Err(TraceError::Input("batch_size and update_interval must be at least 1".into()));
+    }
+    let rm = Replacement::new(model, set, ids, opts.zero_positions)?;
+    let (n_layers, n_pos, d) = (rm.n_layers(), rm.n_pos(), rm.d_model());
+    let n_active = rm.active.len();
+    let (logit_ids, logit_probs) = select_logits(&rm.logits, &opts.targets)?;
+    let n_logits = logit_ids.len();
+    let logit_offset = n_active + (n_layers + 1) * n_pos;
+    let n_nodes = logit_offset + n_logits;
+    let max_features = opts.max_feature_nodes.unwrap_or(n_active).min(n_active);
+    let mut rows = Rows { rows: Vec::with_capacity(max_features + n_logits), nodes: Vec::with_capacity(max_features + n_logits) };
+
+    let directions = logit_directions(model, &logit_ids);
+    for start in (0..n_logits).step_by(opts.batch_size) {
+        let end = (start + opts.batch_size).min(n_logits);
+        let (layers, positions) = (vec![n_layers; end - start], vec![n_pos - 1; end - start]);
+        let nodes: Vec<usize> = (start..end).map(|i| logit_offset + i).collect();
+        rows.compute(&rm, Targets { layers: &layers, positions: &positions, vectors: &directions[start * d..end * d] }, &nodes, n_nodes);
+    }
+
+    let mut visited = vec![false; n_active];
+    let mut n_visited = 0;
+    while n_visited < max_features {
+        let pending: Vec<usize> = if max_features == n_active {
+            (0..n_active).collect()
+        } else {
+            let influence = partial_influences(&rows.rows, &rows.nodes, n_nodes, &logit_probs)?;
+            let mut rank: Vec<usize> = (0..n_active).collect();
+            rank.sort_by(|&a, &b| influence[b].total_cmp(&influence[a]));
+            let queue = (opts.update_interval * opts.batch_size).min(max_features - n_visited);
+            rank.into_iter().filter(|&i| !visited[i]).take(queue).collect()
+        };
+        for batch in pending.chunks(opts.batch_size) {
+            let layers: Vec<usize> = batch.iter().map(|&i| rm.active[i].layer).collect();
+            let positions: Vec<usize> = batch.iter().map(|&i| rm.active[i].pos).collect();
+            let vectors: Vec<f32> = batch.iter().flat_map(|&i| rm.encoders[i * d..(i + 1) * d].iter().copied()).collect();
+            rows.compute(&rm, Targets { layers: &layers, positions: &positions, vectors: &vectors }, batch, n_nodes);
+            batch.iter().for_each(|&i| visited[i] = true);
+            n_visited += batch.len();
+        }
+    }
+
+    // The selected features in node order, then errors, tokens and logits.
+    let selected: Vec<usize> = (0..n_active).filter(|&i| visited[i]).collect();
+    let columns: Vec<usize> = selected.iter().copied().chain(n_active..n_nodes).collect();
+    let n = columns.len();
+    let mut order: Vec<usize> = (0..rows.rows.len()).collect();
+    order.sort_by_key(|&r| rows.nodes[r]);
+    let mut adjacency = vec![0f32; n * n];
+    for (k, &r) in order.iter().enumerate() {
+        // Feature rows fill the first rows, logit rows the last.
+        let target = if k < selected.len() { k } else { n - n_logits + (k - selected.len()) };
+        let src = &rows.rows[r];
+        for (j, &c) in columns.iter().enumerate() {
+            adjacency[target * n + j] = src[c];
+        }
+    }
+    Ok(Graph {
+        input_tokens: ids.to_vec(),
+        active_features: rm.active.iter().map(|f| [f.layer as i64, f.pos as i64, f.feature as i64]).collect(),
+        activation_values: rm.active.iter().map(|f| f.activation).collect(),
+        selected_features: selected.iter().map(|&i| i as i64).collect(),
+        adjacency,
+        logit_token_ids: logit_ids,
+        logit_probabilities: logit_probs,
+        n_layers,
+        vocab_size: rm.logits.len(),
+        scan: set.scan.clone(),
+    })
+}

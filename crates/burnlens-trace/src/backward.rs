@@ -1,0 +1,165 @@
+//! Attribution rows: the backward pass of the frozen replacement model, written out.
+//!
+//! With attention patterns and norm scales constant and each MLP replaced by its
+//! transcoder's features (whose activations are sources, not functions of the input), the
+//! only paths left from one layer to the next are the residual stream, the attention
+//! value–output circuits, the norms as fixed linear maps, and the transcoders' skip
+//! connections. A target node is a direction injected as the gradient at its place (a
+//! feature's encoder row at its layer's input hook, a logit's unembedding direction after
+//! the final norm); running this linear map back gives, at each layer's output hook, the
+//! gradient that every feature decoder row and error vector there is dotted with, and at
+//! the embedding the gradient for the token nodes. Many targets run as one batch.
+//!
+//! Gradients are `[batch, pos, d_model]`, cut to the positions up to the batch's last target
+//! position: attention is causal, so nothing later can reach them.
+
+use burn::tensor::Tensor;
+use burnlens_model::{Norm, NormKind, NormPlacement};
+
+use crate::replacement::{FrozenLayer, Replacement};
+use crate::transcoder::{InputHook, OutputHook, tensor};
+
+/// The targets of one backward pass: where each injects (`layer` = the number of layers for
+/// the unembedding's input), at which position, along which direction (`[batch, d_model]`).
+pub(crate) struct Targets<'a> {
+    pub layers: &'a [usize],
+    pub positions: &'a [usize],
+    pub vectors: &'a [f32],
+}
+
+/// The gradient at a norm's input from the gradient at its output `g`, its scale frozen:
+/// `center(g · w) / scale` for a LayerNorm (no centring for an RMSNorm; no `w` when the
+/// gradient is taken at the value before the gain).
+fn norm_back(norm: &Norm, scale: &Tensor<3>, g: Tensor<3>, with_gain: bool) -> Tensor<3> {
+    let [_, p, d] = g.dims();
+    let g = if with_gain { g * burnlens_model::f32_val(&norm.weight).reshape([1, 1, d]) } else { g };
+    let g = match norm.kind {
+        NormKind::LayerNorm => g.clone() - g.mean_dim(2),
+        NormKind::RmsNorm => g,
+    };
+    g / scale.clone().narrow(1, 0, p)
+}
+
+/// Attention with its pattern frozen, backwards: from the gradient at the attention output
+/// to the gradient at its (value) input, `Σ_h Aₕᵀ (g W_Oₕᵀ) W_Vₕᵀ`.
+fn attention_back(layer: &FrozenLayer, g: Tensor<3>) -> Tensor<3> {
+    let [b, p, d] = g.dims();
+    let [h, _, _] = layer.pattern.dims();
+    let dh = layer.w_o.dims()[0] / h;
+    let a = layer.pattern.clone().narrow(1, 0, p).narrow(2, 0, p);
+    let gz = g.reshape([b * p, d]).matmul(layer.w_o.clone().transpose()).reshape([b, p, h, dh]).permute([2, 1, 0, 3]).reshape([h, p, b * dh]);
+    let gv = a.swap_dims(1, 2).matmul(gz).reshape([h, p, b, dh]).permute([2, 1, 0, 3]).reshape([b * p, h * dh]);
+    gv.matmul(layer.w_v.clone().transpose()).reshape([b, p, d])
+}
+
+impl Replacement<'_> {
+    fn scale(&self, l: usize, name: &str) -> &Tensor<3> {
+        self.layers[l].scales.get(name).unwrap_or_else(|| panic!("blocks.{l}.{name}.hook_scale was captured"))
+    }
+
+    /// The injected gradients of the targets at `layer`, `[batch, pos, d_model]`, if any.
+    fn injected(&self, t: &Targets, layer: usize, p: usize) -> Option<Tensor<3>> {
+        let d = self.d_model();
+        let b = t.layers.len();
+        if !t.layers.contains(&layer) {
+            return None;
+        }
+        let mut host = vec![0f32; b * p * d];
+        for (i, (&l, &pos)) in t.layers.iter().zip(t.positions).enumerate() {
+            if l == layer {
+                host[(i * p + pos) * d..(i * p + pos + 1) * d].copy_from_slice(&t.vectors[i * d..(i + 1) * d]);
+            }
+        }
+        Some(tensor(host, [b, p, d], &self.model.device()))
+    }
+
+    /// One attribution row per target, `[batch, n_active + (n_layers + 1) · n_pos]`: the
+    /// direct effect on the target of every active feature, then every error node
+    /// (layer-major), then every token.
+    pub(crate) fn rows(&self, t: &Targets) -> Vec<f32> {
+        let (n_layers, n_pos, d) = (self.n_layers(), self.n_pos(), self.d_model());
+        let b = t.layers.len();
+        let row = self.active.len() + (n_layers + 1) * n_pos;
+        let mut rows = vec![0f32; b * row];
+        let p = t.positions.iter().max().map_or(0, |m| m + 1);
+        let top = *t.layers.iter().max().expect("a batch has targets");
+        let device = self.model.device();
+        let mut g: Tensor<3> = Tensor::zeros([b, p, d], &device);
+        if let Some(inj) = self.injected(t, n_layers, p) {
+            g = norm_back(&self.model.ln_final, &self.ln_final_scale, inj, true);
+        }
+        for l in (0..top.min(n_layers - 1) + 1).rev() {
+            let block = &self.model.blocks[l];
+            let post = block.placement == NormPlacement::Post;
+            let ln2 = block.ln2.as_ref().expect("checked: the block has an MLP norm");
+            let g_out = match (self.set.output, &block.ln2_post) {
+                (OutputHook::MlpHookOut, Some(n)) => norm_back(n, self.scale(l, "ln2_post"), g.clone(), true),
+                (OutputHook::MlpHookOut, None) if post => norm_back(ln2, self.scale(l, "ln2"), g.clone(), true),
+                _ => g.clone(),
+            };
+            self.contract_layer(l, &g_out, &mut rows, row);
+            let mut g_in = self.set.layers[l].w_skip.as_ref().map(|w| g_out.clone().reshape([b * p, d]).matmul(w.clone()).reshape([b, p, d]));
+            if let Some(inj) = self.injected(t, l, p) {
+                g_in = Some(match g_in {
+                    Some(s) => s + inj,
+                    None => inj,
+                });
+            }
+            let mut g_mid = g;
+            if let Some(g_in) = g_in {
+                g_mid = g_mid
+                    + match self.set.input {
+                        InputHook::ResidMid => g_in,
+                        InputHook::MlpIn if post => g_in,
+                        InputHook::MlpIn => norm_back(ln2, self.scale(l, "ln2"), g_in, true),
+                        InputHook::Ln2Normalized => norm_back(ln2, self.scale(l, "ln2"), g_in, ln2.kind == NormKind::LayerNorm),
+                    };
+            }
+            let g_o = match (&block.ln1_post, post) {
+                (Some(n), _) => norm_back(n, self.scale(l, "ln1_post"), g_mid.clone(), true),
+                (None, true) => norm_back(&block.ln1, self.scale(l, "ln1"), g_mid.clone(), true),
+                (None, false) => g_mid.clone(),
+            };
+            let g_x = attention_back(&self.layers[l], g_o);
+            let g_x = if post { g_x } else { norm_back(&block.ln1, self.scale(l, "ln1"), g_x, true) };
+            g = g_mid + g_x;
+        }
+        let tok_col = self.active.len() + n_layers * n_pos;
+        let tok = (g * self.tokens.clone().narrow(0, 0, p).unsqueeze::<3>()).sum_dim(2);
+        scatter(&mut rows, row, tok_col, b, p, tok);
+        rows
+    }
+
+    /// Write the features' and errors' columns of layer `l` from the gradient at its output
+    /// hook `g_out [batch, p, d_model]`.
+    fn contract_layer(&self, l: usize, g_out: &Tensor<3>, rows: &mut [f32], row: usize) {
+        let layer = &self.layers[l];
+        let [b, p, d] = g_out.dims();
+        let mut pieces = Vec::new();
+        for pos in 0..p {
+            let (s, e) = (layer.starts[pos], layer.starts[pos + 1]);
+            if e > s {
+                let dec = layer.decoders.clone().narrow(0, s, e - s);
+                pieces.push(g_out.clone().narrow(1, pos, 1).reshape([b, d]).matmul(dec.transpose()));
+            }
+        }
+        if !pieces.is_empty() {
+            let n = layer.starts[p];
+            let vals: Vec<f32> = Tensor::cat(pieces, 1).into_data().try_into_vec_as::<f32>().expect("f32");
+            for i in 0..b {
+                let at = i * row + layer.first_feature;
+                rows[at..at + n].copy_from_slice(&vals[i * n..(i + 1) * n]);
+            }
+        }
+        let err = (g_out.clone() * layer.errors.clone().narrow(0, 0, p).unsqueeze::<3>()).sum_dim(2);
+        scatter(rows, row, self.active.len() + l * self.n_pos(), b, p, err);
+    }
+}
+
+/// Copy `vals [batch, p, 1]` into columns `col..col + p` of every row.
+fn scatter(rows: &mut [f32], row: usize, col: usize, b: usize, p: usize, vals: Tensor<3>) {
+    let v: Vec<f32> = vals.into_data().try_into_vec_as::<f32>().expect("f32");
+    for i in 0..b {
+        rows[i * row + col..i * row + col + p].copy_from_slice(&v[i * p..(i + 1) * p]);
+    }
+}

@@ -1,0 +1,36 @@
+//! Circuit tracing, as `circuit-tracer` does it: transcoders stand in for the MLPs, attention
+//! patterns and norm scales are frozen, and the direct effect of every active feature,
+//! error term and input token on every other node and on the chosen logits becomes an
+//! attribution graph, which is pruned to the nodes and edges that carry most of the
+//! influence on the output.
+//!
+//! ```ignore
+//! let set = TranscoderSet::load(Path::new("transcoders/"), &device)?;
+//! let graph = attribute(&model, &set, &ids, &AttributeOptions::default())?;
+//! let pruned = graph.prune(0.8, 0.98)?;
+//! let (replacement, completeness) = graph.scores()?;
+//! ```
+//!
+//! Modules, bottom up: [`transcoder`] (weights, activations, hook points), [`load`]
+//! (circuit-tracer's files), [`replacement`] (the frozen forward pass), [`backward`]
+//! (attribution rows), [`attribute`] (targets and the graph), [`graph`] (pruning, scores,
+//! saving).
+
+pub mod attribute;
+pub mod backward;
+pub mod error;
+pub mod graph;
+pub mod load;
+pub mod replacement;
+pub mod transcoder;
+
+pub use attribute::{AttributeOptions, LogitTargets, attribute, select_logits};
+pub use error::TraceError;
+pub use graph::{Graph, Pruned};
+pub use replacement::{ActiveFeature, Replacement};
+pub use transcoder::{FeatureActivation, InputHook, OutputHook, Transcoder, TranscoderSet};
+
+/// [`burnlens_model::files::write_atomic`] with the error naming the file.
+pub(crate) fn write_atomic(path: &std::path::Path, bytes: &[u8]) -> Result<(), TraceError> {
+    burnlens_model::files::write_atomic(path, bytes).map_err(|e| TraceError::file(path, e.to_string()))
+}

@@ -1,0 +1,216 @@
+//! circuit-tracer's transcoder-set layout on disk: a folder with `config.yaml`
+//! (`model_kind: transcoder_set`, `feature_input_hook`, `feature_output_hook`, `scan`, and
+//! optionally `transcoders:`, a list of per-layer files) and one
+//! `layer_{i}.safetensors` per layer holding `W_enc [F, d]`, `W_dec [F, d]`, `b_enc [F]`,
+//! `b_dec [d]`, and optionally `activation_function.threshold [F]` (JumpReLU; ReLU without
+//! it) and `W_skip [d, d]`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use burn::tensor::Device;
+use burnlens_model::TransformerConfig;
+
+use crate::transcoder::{FeatureActivation, InputHook, OutputHook, Transcoder, TranscoderSet, tensor};
+use crate::TraceError;
+
+/// The config file of a transcoder folder.
+pub const CONFIG_FILE: &str = "config.yaml";
+
+/// The flat YAML circuit-tracer writes: `key: value` lines, and lists of scalars
+/// (`key:` followed by `- item` lines). Anything else is refused with its line number.
+#[derive(Debug, Default)]
+pub struct FlatYaml {
+    pub values: BTreeMap<String, String>,
+    pub lists: BTreeMap<String, Vec<String>>,
+}
+
+fn unquote(s: &str) -> String {
+    let s = s.trim();
+    let quoted = s.len() >= 2 && ((s.starts_with('"') && s.ends_with('"')) || (s.starts_with('\'') && s.ends_with('\'')));
+    if quoted { s[1..s.len() - 1].to_string() } else { s.to_string() }
+}
+
+impl FlatYaml {
+    pub fn parse(text: &str, path: &Path) -> Result<Self, TraceError> {
+        let mut out = FlatYaml::default();
+        let mut open_list: Option<String> = None;
+        for (i, raw) in text.lines().enumerate() {
+            let line = raw.split(" #").next().unwrap_or("").trim_end();
+            if line.trim().is_empty() || line.trim_start().starts_with('#') {
+                continue;
+            }
+            if let Some(item) = line.trim_start().strip_prefix("- ").or_else(|| (line.trim() == "-").then_some("")) {
+                let key = open_list.as_ref().ok_or_else(|| TraceError::file(path, format!("line {}: a list item outside a list", i + 1)))?;
+                out.lists.get_mut(key).expect("opened").push(unquote(item));
+                continue;
+            }
+            if line.starts_with(' ') {
+                return Err(TraceError::file(path, format!("line {}: nested mappings are not supported (flat `key: value` lines and lists only)", i + 1)));
+            }
+            let (key, value) = line.split_once(':').ok_or_else(|| TraceError::file(path, format!("line {}: expected `key: value`", i + 1)))?;
+            let (key, value) = (key.trim().to_string(), value.trim());
+            if value.is_empty() {
+                out.lists.insert(key.clone(), Vec::new());
+                open_list = Some(key);
+            } else {
+                open_list = None;
+                out.values.insert(key, unquote(value));
+            }
+        }
+        Ok(out)
+    }
+
+    fn get(&self, key: &str, path: &Path) -> Result<&str, TraceError> {
+        self.values.get(key).map(String::as_str).ok_or_else(|| TraceError::file(path, format!("no `{key}` field")))
+    }
+}
+
+/// A safetensors file's tensors as f32 host arrays with their shapes.
+struct Tensors {
+    path: PathBuf,
+    tensors: BTreeMap<String, (Vec<usize>, Vec<f32>)>,
+}
+
+impl Tensors {
+    fn read(path: &Path) -> Result<Self, TraceError> {
+        let bytes = std::fs::read(path).map_err(|e| TraceError::file(path, e.to_string()))?;
+        let st = safetensors::SafeTensors::deserialize(&bytes).map_err(|e| TraceError::file(path, format!("not a safetensors file: {e}")))?;
+        let mut tensors = BTreeMap::new();
+        for (name, view) in st.tensors() {
+            use safetensors::Dtype;
+            let data = view.data();
+            let values: Vec<f32> = match view.dtype() {
+                Dtype::F32 => data.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect(),
+                Dtype::F64 => data.chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().expect("8 bytes")) as f32).collect(),
+                Dtype::BF16 => data.chunks_exact(2).map(|c| f32::from_bits((u16::from_le_bytes([c[0], c[1]]) as u32) << 16)).collect(),
+                Dtype::F16 => data.chunks_exact(2).map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32()).collect(),
+                other => return Err(TraceError::file(path, format!("tensor `{name}` has dtype {other:?}, expected a float type"))),
+            };
+            tensors.insert(name, (view.shape().to_vec(), values));
+        }
+        Ok(Self { path: path.to_path_buf(), tensors })
+    }
+
+    /// The tensor `name`, which must have shape `shape`.
+    fn take(&mut self, name: &str, shape: &[usize]) -> Result<Vec<f32>, TraceError> {
+        match self.tensors.remove(name) {
+            None => Err(TraceError::file(&self.path, format!("no tensor `{name}`"))),
+            Some((dims, _)) if dims != shape => Err(TraceError::file(&self.path, format!("tensor `{name}` has shape {dims:?}, expected {shape:?}"))),
+            Some((_, v)) => Ok(v),
+        }
+    }
+
+    fn shape(&self, name: &str) -> Result<Vec<usize>, TraceError> {
+        self.tensors.get(name).map(|t| t.0.clone()).ok_or_else(|| TraceError::file(&self.path, format!("no tensor `{name}`")))
+    }
+}
+
+/// Read one circuit-tracer `layer_{i}.safetensors`.
+pub fn read_layer(path: &Path, device: &Device) -> Result<Transcoder, TraceError> {
+    let mut t = Tensors::read(path)?;
+    let enc = t.shape("W_enc")?;
+    let [f, d] = enc[..] else {
+        return Err(TraceError::file(path, format!("tensor `W_enc` has shape {enc:?}, expected [features, d_model]")));
+    };
+    let w_enc = tensor(t.take("W_enc", &[f, d])?, [f, d], device);
+    let w_dec = tensor(t.take("W_dec", &[f, d])?, [f, d], device);
+    let b_enc = tensor(t.take("b_enc", &[f])?, [f], device);
+    let b_dec = tensor(t.take("b_dec", &[d])?, [d], device);
+    let w_skip = match t.tensors.contains_key("W_skip") {
+        true => Some(tensor(t.take("W_skip", &[d, d])?, [d, d], device)),
+        false => None,
+    };
+    let activation = match t.tensors.contains_key("activation_function.threshold") {
+        true => FeatureActivation::JumpRelu { threshold: t.take("activation_function.threshold", &[f])? },
+        false => FeatureActivation::Relu,
+    };
+    Ok(Transcoder { w_enc, b_enc, w_dec, b_dec, w_skip, activation })
+}
+
+impl TranscoderSet {
+    /// Load a circuit-tracer transcoder folder (`config.yaml` and its layer files).
+    pub fn load(dir: &Path, device: &Device) -> Result<Self, TraceError> {
+        let config_path = dir.join(CONFIG_FILE);
+        let text = std::fs::read_to_string(&config_path).map_err(|e| TraceError::file(&config_path, format!("{e} (a transcoder folder holds config.yaml and layer_{{i}}.safetensors)")))?;
+        let cfg = FlatYaml::parse(&text, &config_path)?;
+        match cfg.get("model_kind", &config_path)? {
+            "transcoder_set" => {}
+            "cross_layer_transcoder" => return Err(TraceError::file(&config_path, "model_kind `cross_layer_transcoder` is not supported yet (transcoder_set only)")),
+            other => return Err(TraceError::file(&config_path, format!("model_kind `{other}`, expected transcoder_set"))),
+        }
+        let input = InputHook::parse(cfg.get("feature_input_hook", &config_path)?).map_err(|e| TraceError::file(&config_path, e.to_string()))?;
+        let output = OutputHook::parse(cfg.get("feature_output_hook", &config_path)?).map_err(|e| TraceError::file(&config_path, e.to_string()))?;
+        let files: Vec<PathBuf> = match cfg.lists.get("transcoders") {
+            Some(list) => list
+                .iter()
+                .map(|p| match p.starts_with("hf://") {
+                    true => Err(TraceError::file(&config_path, format!("transcoder `{p}` is on the Hub; download it and list the local file"))),
+                    false => Ok(dir.join(p)),
+                })
+                .collect::<Result<_, _>>()?,
+            None => layer_files(dir)?,
+        };
+        let layers = files.iter().map(|p| read_layer(p, device)).collect::<Result<Vec<_>, _>>()?;
+        let set = TranscoderSet { layers, input, output, scan: cfg.values.get("scan").cloned() };
+        set.check_uniform(dir)?;
+        Ok(set)
+    }
+
+    fn check_uniform(&self, dir: &Path) -> Result<(), TraceError> {
+        let first = self.layers.first().ok_or_else(|| TraceError::file(dir, "no transcoder layers"))?;
+        for (i, t) in self.layers.iter().enumerate() {
+            if t.d_model() != first.d_model() || t.n_features() != first.n_features() {
+                return Err(TraceError::file(dir, format!("layer {i} is [{}, {}], layer 0 is [{}, {}]; every layer must have the same width", t.n_features(), t.d_model(), first.n_features(), first.d_model())));
+            }
+            if t.w_skip.is_some() != first.w_skip.is_some() {
+                return Err(TraceError::file(dir, format!("layer {i} {} W_skip and layer 0 {}", if t.w_skip.is_some() { "has" } else { "lacks" }, if first.w_skip.is_some() { "has" } else { "lacks" })));
+            }
+        }
+        Ok(())
+    }
+
+    /// Check the set against a model: one transcoder per layer, `d_model`, and hook points
+    /// the model has.
+    pub fn check(&self, cfg: &TransformerConfig) -> Result<(), TraceError> {
+        let (n, d) = (cfg.n_layers(), cfg.d_model);
+        if self.n_layers() != n {
+            return Err(TraceError::Mismatch(format!("{} transcoder layers, the model has {n} layers", self.n_layers())));
+        }
+        if self.layers[0].d_model() != d {
+            return Err(TraceError::Mismatch(format!("transcoders read d_model {}, the model's is {d}", self.layers[0].d_model())));
+        }
+        if cfg.parallel_residual {
+            return Err(TraceError::Mismatch("the model runs attention and MLP in parallel (GPT-NeoX, GPT-J); tracing supports sequential blocks".into()));
+        }
+        if cfg.d_mlp.is_none() {
+            return Err(TraceError::Mismatch("the model has no MLPs to replace".into()));
+        }
+        if self.input == InputHook::Ln2Normalized && cfg.norm_placement == burnlens_model::NormPlacement::Post {
+            return Err(TraceError::Mismatch("feature_input_hook ln2.hook_normalized: this model normalises after its MLP, not before; use hook_resid_mid or mlp.hook_in".into()));
+        }
+        Ok(())
+    }
+}
+
+/// `layer_0.safetensors`, `layer_1.safetensors`, … : every layer from 0 without a gap.
+fn layer_files(dir: &Path) -> Result<Vec<PathBuf>, TraceError> {
+    let entries = std::fs::read_dir(dir).map_err(|e| TraceError::file(dir, e.to_string()))?;
+    let mut found = Vec::new();
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().to_string();
+        if let Some(i) = name.strip_prefix("layer_").and_then(|r| r.strip_suffix(".safetensors")).and_then(|i| i.parse::<usize>().ok()) {
+            found.push(i);
+        }
+    }
+    found.sort_unstable();
+    if found.is_empty() {
+        return Err(TraceError::file(dir, "no layer_{i}.safetensors files and no `transcoders:` list in config.yaml"));
+    }
+    for (want, &i) in found.iter().enumerate() {
+        if i != want {
+            return Err(TraceError::file(dir.join(format!("layer_{want}.safetensors")), format!("missing (layers 0..={} are expected, layer_{i} exists)", found.last().expect("nonempty"))));
+        }
+    }
+    Ok(found.iter().map(|i| dir.join(format!("layer_{i}.safetensors"))).collect())
+}

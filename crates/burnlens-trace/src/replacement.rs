@@ -1,0 +1,262 @@
+//! The local replacement model of one prompt, as circuit-tracer defines it: one forward pass
+//! records every attention pattern and every norm's scale (then held constant), the
+//! transcoders' active features at each layer's input hook, and the error of each
+//! transcoder (the MLP's real output minus the reconstruction). With those frozen, the
+//! residual stream is a linear function of the feature activations, the errors and the token
+//! embeddings, and [`crate::backward`] runs that linear map backwards.
+//!
+//! The first `zero_positions` positions (the BOS token) get no features and no error, as in
+//! circuit-tracer.
+
+use std::collections::BTreeMap;
+
+use burn::tensor::{Int, Tensor, TensorData};
+use burnlens_model::{Activation, Block, Hooks, NormKind, NormPlacement, Transformer, f32_val};
+
+use crate::TraceError;
+use crate::transcoder::{InputHook, OutputHook, TranscoderSet, tensor};
+
+/// One active feature: its layer, position, index in its transcoder, and activation.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ActiveFeature {
+    pub layer: usize,
+    pub pos: usize,
+    pub feature: usize,
+    pub activation: f32,
+}
+
+/// What one layer's backward pass holds constant.
+pub(crate) struct FrozenLayer {
+    /// `[head, query, key]`
+    pub pattern: Tensor<3>,
+    /// The scale `[1, pos, 1]` of each of the block's norms, by name (`ln1`, `ln2`, `ln1_post`,
+    /// `ln2_post`).
+    pub scales: BTreeMap<&'static str, Tensor<3>>,
+    /// `W_V` of every query head side by side, `[d_model, head · d_head]`.
+    pub w_v: Tensor<2>,
+    /// `W_O` stacked by head, `[head · d_head, d_model]`.
+    pub w_o: Tensor<2>,
+    /// Active features' decoder rows times their activations, `[n, d_model]`, in position
+    /// order, and where each position's rows start (`starts[p]..starts[p + 1]`).
+    pub decoders: Tensor<2>,
+    pub starts: Vec<usize>,
+    /// Index of this layer's first active feature among all active features.
+    pub first_feature: usize,
+    /// `[pos, d_model]`
+    pub errors: Tensor<2>,
+}
+
+/// The frozen forward pass of one prompt through model and transcoders.
+pub struct Replacement<'m> {
+    pub(crate) model: &'m Transformer,
+    pub(crate) set: &'m TranscoderSet,
+    pub ids: Vec<i64>,
+    /// Every active feature, ordered by (layer, position, feature).
+    pub active: Vec<ActiveFeature>,
+    /// Encoder rows of the active features, `[n_active, d_model]`, row-major on the host.
+    pub(crate) encoders: Vec<f32>,
+    pub(crate) layers: Vec<FrozenLayer>,
+    pub(crate) ln_final_scale: Tensor<3>,
+    /// Token embeddings `hook_embed`, `[pos, d_model]`.
+    pub(crate) tokens: Tensor<2>,
+    /// The model's logits at the last position (after any soft-cap).
+    pub logits: Vec<f32>,
+}
+
+const NORMS: [&str; 4] = ["ln1", "ln2", "ln1_post", "ln2_post"];
+
+fn take(cache: &mut BTreeMap<String, Activation>, name: &str) -> Result<Activation, TraceError> {
+    cache.remove(name).ok_or_else(|| TraceError::Mismatch(format!("the model has no hook point `{name}`")))
+}
+
+/// `[1, pos, d]` → `[pos, d]`.
+fn squeeze(a: Activation, name: &str) -> Result<Tensor<2>, TraceError> {
+    let t = a.rank3().ok_or_else(|| TraceError::Mismatch(format!("`{name}` is not [batch, pos, d]")))?;
+    let [_, p, d] = t.dims();
+    Ok(t.reshape([p, d]))
+}
+
+impl<'m> Replacement<'m> {
+    /// Run `ids` through `model` once and freeze what attribution holds constant.
+    pub fn new(model: &'m Transformer, set: &'m TranscoderSet, ids: &[i64], zero_positions: usize) -> Result<Self, TraceError> {
+        set.check(&model.config)?;
+        model.check_ids(ids).map_err(|e| TraceError::Input(e.to_string()))?;
+        if ids.is_empty() {
+            return Err(TraceError::Input("the prompt has no tokens".into()));
+        }
+        let device = model.device();
+        let n_pos = ids.len();
+        let ids_t = Tensor::<2, Int>::from_data(TensorData::new(ids.to_vec(), [1, n_pos]), &device);
+        let wanted = |name: &str| {
+            name == "hook_embed"
+                || name == "ln_final.hook_scale"
+                || name.ends_with(".hook_scale")
+                || name.ends_with("attn.hook_pattern")
+                || name.ends_with(".hook_resid_mid")
+                || name.ends_with("ln2.hook_normalized")
+                || name.ends_with("ln2_post.hook_normalized")
+                || name.ends_with(".hook_mlp_out")
+        };
+        let mut hooks = Hooks::capture(wanted);
+        let logits = model.forward_hooked(ids_t, &mut hooks);
+        let mut cache = hooks.take_cache();
+        let vocab = logits.dims()[2];
+        let logits: Vec<f32> = logits.narrow(1, n_pos - 1, 1).reshape([vocab]).into_data().try_into_vec_as::<f32>().expect("f32");
+
+        let tokens = squeeze(take(&mut cache, "hook_embed")?, "hook_embed")?;
+        let ln_final_scale = take(&mut cache, "ln_final.hook_scale")?.rank3().expect("rank 3");
+        let mut active = Vec::new();
+        let mut encoders = Vec::new();
+        let mut layers = Vec::new();
+        for (l, block) in model.blocks.iter().enumerate() {
+            let prefix = format!("blocks.{l}.");
+            let mut mine: BTreeMap<String, Activation> = BTreeMap::new();
+            let keys: Vec<String> = cache.range(prefix.clone()..).take_while(|(k, _)| k.starts_with(&prefix)).map(|(k, _)| k.clone()).collect();
+            for k in keys {
+                let v = cache.remove(&k).expect("listed");
+                mine.insert(k[prefix.len()..].to_string(), v);
+            }
+            let input = input_value(set.input, block, &mut mine)?;
+            let output = output_value(set.output, block, &mut mine)?;
+            let layer = freeze_layer(model, set, l, block, &mut mine, input, output, zero_positions, &mut active, &mut encoders)?;
+            layers.push(layer);
+        }
+        Ok(Self { model, set, ids: ids.to_vec(), active, encoders, layers, ln_final_scale, tokens, logits })
+    }
+
+    pub fn n_pos(&self) -> usize {
+        self.ids.len()
+    }
+
+    pub fn n_layers(&self) -> usize {
+        self.layers.len()
+    }
+
+    pub fn d_model(&self) -> usize {
+        self.tokens.dims()[1]
+    }
+}
+
+/// The transcoder's input at `set.input`, `[pos, d_model]`, from the captured activations.
+fn input_value(hook: InputHook, block: &Block, mine: &mut BTreeMap<String, Activation>) -> Result<Tensor<2>, TraceError> {
+    let post = block.placement == NormPlacement::Post;
+    let normed = |mine: &mut BTreeMap<String, Activation>, finish: bool| -> Result<Tensor<2>, TraceError> {
+        let ln2 = block.ln2.as_ref().ok_or_else(|| TraceError::Mismatch("the block has no ln2".into()))?;
+        let n = squeeze(take(mine, "ln2.hook_normalized")?, "ln2.hook_normalized")?;
+        Ok(if finish { ln2.finish(n) } else { n })
+    };
+    match hook {
+        InputHook::ResidMid => squeeze(take(mine, "hook_resid_mid")?, "hook_resid_mid"),
+        InputHook::MlpIn if post => squeeze(take(mine, "hook_resid_mid")?, "hook_resid_mid"),
+        InputHook::MlpIn => normed(mine, true),
+        // TransformerLens 2's LayerNorm hooks its output after the affine map.
+        InputHook::Ln2Normalized => {
+            let kind = block.ln2.as_ref().map(|n| n.kind);
+            normed(mine, kind == Some(NormKind::LayerNorm))
+        }
+    }
+}
+
+/// The MLP output at `set.output`, `[pos, d_model]`.
+fn output_value(hook: OutputHook, block: &Block, mine: &mut BTreeMap<String, Activation>) -> Result<Tensor<2>, TraceError> {
+    let after_norm = match (&block.ln2_post, block.placement) {
+        (Some(n), _) => Some(("ln2_post", n)),
+        (None, NormPlacement::Post) => block.ln2.as_ref().map(|n| ("ln2", n)),
+        _ => None,
+    };
+    match (hook, after_norm) {
+        (OutputHook::MlpOut, _) | (OutputHook::MlpHookOut, None) => squeeze(take(mine, "hook_mlp_out")?, "hook_mlp_out"),
+        (OutputHook::MlpHookOut, Some((name, norm))) => {
+            if norm.kind != NormKind::RmsNorm {
+                return Err(TraceError::Mismatch(format!("mlp.hook_out before a LayerNorm `{name}` cannot be recovered; use hook_mlp_out")));
+            }
+            let n = squeeze(take(mine, &format!("{name}.hook_normalized"))?, name)?;
+            let s = squeeze(take(mine, &format!("{name}.hook_scale"))?, name)?;
+            Ok(n * s)
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn freeze_layer(
+    model: &Transformer,
+    set: &TranscoderSet,
+    l: usize,
+    block: &Block,
+    mine: &mut BTreeMap<String, Activation>,
+    input: Tensor<2>,
+    output: Tensor<2>,
+    zero_positions: usize,
+    active: &mut Vec<ActiveFeature>,
+    encoders: &mut Vec<f32>,
+) -> Result<FrozenLayer, TraceError> {
+    let device = model.device();
+    let tc = &set.layers[l];
+    let [n_pos, d] = input.dims();
+    let f = tc.n_features();
+    let mut acts = tc.activations(input.clone());
+    acts[..zero_positions.min(n_pos) * f].fill(0.0);
+    let first_feature = active.len();
+    let mut starts = vec![0usize];
+    let mut idx = Vec::new();
+    let mut values = Vec::new();
+    for p in 0..n_pos {
+        for (j, &a) in acts[p * f..(p + 1) * f].iter().enumerate() {
+            if a != 0.0 {
+                active.push(ActiveFeature { layer: l, pos: p, feature: j, activation: a });
+                idx.push(j as i64);
+                values.push(a);
+            }
+        }
+        starts.push(idx.len());
+    }
+    let n = idx.len();
+    let (decoders, enc_rows) = if n == 0 {
+        (Tensor::zeros([0, d], &device), Vec::new())
+    } else {
+        let sel = Tensor::<1, Int>::from_data(TensorData::new(idx, [n]), &device);
+        let enc: Vec<f32> = tc.w_enc.clone().select(0, sel.clone()).into_data().try_into_vec_as::<f32>().expect("f32");
+        let scale = tensor(values, [n, 1], &device);
+        (tc.w_dec.clone().select(0, sel) * scale, enc)
+    };
+    encoders.extend(enc_rows);
+    let mut recon = tensor(acts, [n_pos, f], &device).matmul(tc.w_dec.clone()) + tc.b_dec.clone().reshape([1, d]);
+    if let Some(skip) = tc.skip(input) {
+        recon = recon + skip;
+    }
+    let mut errors = output - recon;
+    if zero_positions > 0 {
+        let z = zero_positions.min(n_pos);
+        errors = errors.slice_assign([0..z, 0..d], Tensor::zeros([z, d], &device));
+    }
+    let pattern = take(mine, "attn.hook_pattern")?.rank4().ok_or_else(|| TraceError::Mismatch("attn.hook_pattern is not rank 4".into()))?;
+    let [_, h, q, k] = pattern.dims();
+    let mut scales = BTreeMap::new();
+    for name in NORMS {
+        if let Some(a) = mine.remove(&format!("{name}.hook_scale")) {
+            scales.insert(name, a.rank3().expect("rank 3"));
+        }
+    }
+    let w = block.attn.head_weights();
+    let dh = block.attn.d_head;
+    Ok(FrozenLayer {
+        pattern: pattern.reshape([h, q, k]),
+        scales,
+        w_v: w.w_v.swap_dims(0, 1).reshape([d, h * dh]),
+        w_o: w.w_o.reshape([h * dh, d]),
+        decoders,
+        starts,
+        first_feature,
+        errors,
+    })
+}
+
+/// `W_U [d_model, vocab]` as f32 (for the logit directions).
+pub(crate) fn unembedding(model: &Transformer) -> Tensor<2> {
+    model.w_u().0
+}
+
+#[allow(dead_code)]
+pub(crate) fn norm_gain(n: &burnlens_model::Norm) -> Tensor<1> {
+    f32_val(&n.weight)
+}

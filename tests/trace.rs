@@ -1,0 +1,141 @@
+//! Attribution graphs against circuit-tracer itself (`scripts/gen_trace_fixtures.py`, run
+//! through `cargo xtask trace-fixtures`): tiny GPT-2, Llama (GQA, skip connections,
+//! `max_feature_nodes`) and Gemma 2 (soft-caps, post-norms, JumpReLU,
+//! `ln2.hook_normalized`) checkpoints with random transcoders in circuit-tracer's own layout.
+//! The same active features, logit targets and probabilities, selected features, adjacency,
+//! pruned nodes and edges, and scores. Bad transcoder folders get one-line errors.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use burn::tensor::Device;
+use burnlens::hf::load_model;
+use burnlens::trace::{AttributeOptions, LogitTargets, TraceError, TranscoderSet, attribute};
+use common::*;
+
+const CASES: [&str; 3] = ["gpt2", "llama_skip", "gemma2"];
+
+fn case_dir(name: &str) -> PathBuf {
+    let dir = fixture("trace").join(name);
+    assert!(dir.join("case.json").is_file(), "{}: missing (run `cargo xtask trace-fixtures`)", dir.display());
+    dir
+}
+
+fn options(case: &serde_json::Value) -> AttributeOptions {
+    AttributeOptions {
+        targets: LogitTargets::Salient {
+            max_n_logits: case["max_n_logits"].as_u64().unwrap() as usize,
+            desired_prob: case["desired_logit_prob"].as_f64().unwrap() as f32,
+        },
+        batch_size: case["batch_size"].as_u64().unwrap() as usize,
+        max_feature_nodes: case["max_feature_nodes"].as_u64().map(|n| n as usize),
+        ..AttributeOptions::default()
+    }
+}
+
+/// `max |a - b| / max |b|`.
+fn rel(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    max_abs_diff(a, b) / max_abs(b).max(1e-30)
+}
+
+#[test]
+fn graphs_equal_circuit_tracers() {
+    let device = Device::flex();
+    for name in CASES {
+        let dir = case_dir(name);
+        let case: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("case.json")).unwrap()).unwrap();
+        let want = read_safetensors(&dir.join("expected.safetensors"));
+        let model = load_model(&dir.join("model"), &device).unwrap_or_else(|e| panic!("{name}: {e}")).model;
+        let set = TranscoderSet::load(&dir.join("transcoders"), &device).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let ids: Vec<i64> = case["ids"].as_array().unwrap().iter().map(|v| v.as_i64().unwrap()).collect();
+        let g = attribute(&model, &set, &ids, &options(&case)).unwrap_or_else(|e| panic!("{name}: {e}"));
+
+        assert_eq!(g.input_tokens, want["input_tokens"].i64, "{name}: input tokens");
+        let active: Vec<i64> = g.active_features.iter().flatten().copied().collect();
+        assert_eq!(active, want["active_features"].i64, "{name}: active features (layer, pos, feature)");
+        assert!(rel(&g.activation_values, &want["activation_values"].f32) < 1e-5, "{name}: activation values");
+        assert_eq!(g.logit_token_ids, want["logit_token_ids"].i64, "{name}: logit targets");
+        assert!(rel(&g.logit_probabilities, &want["logit_probabilities"].f32) < 1e-5, "{name}: logit probabilities");
+        assert_eq!(g.selected_features, want["selected_features"].i64, "{name}: selected features");
+        let adj = rel(&g.adjacency, &want["adjacency_matrix"].f32);
+        eprintln!("{name}: {} nodes, adjacency rel diff {adj:e}, max {}", g.n_nodes(), max_abs(&g.adjacency));
+        assert!(adj < 1e-4, "{name}: adjacency differs by {adj:e} (relative to its largest entry)");
+
+        let node_t = case["node_threshold"].as_f64().unwrap() as f32;
+        let edge_t = case["edge_threshold"].as_f64().unwrap() as f32;
+        let pruned = g.prune(node_t, edge_t).unwrap();
+        let mask = |v: &[bool]| v.iter().map(|&b| b as i64).collect::<Vec<_>>();
+        let want_nodes: Vec<i64> = want["node_mask"].f32.iter().map(|&x| x as i64).collect();
+        assert_eq!(mask(&pruned.node_mask), want_nodes, "{name}: pruned node set");
+        let want_edges: Vec<i64> = want["edge_mask"].f32.iter().map(|&x| x as i64).collect();
+        assert_eq!(mask(&pruned.edge_mask), want_edges, "{name}: pruned edge set");
+        assert!(rel(&pruned.cumulative_scores, &want["cumulative_scores"].f32) < 1e-5, "{name}: cumulative scores");
+        let (replacement, completeness) = g.scores().unwrap();
+        let scores = &want["scores"].f32;
+        assert!((replacement - scores[0]).abs() < 1e-5 && (completeness - scores[1]).abs() < 1e-5, "{name}: scores ({replacement}, {completeness}) against {scores:?}");
+    }
+}
+
+/// Copy a fixture's transcoder folder to a temporary directory to break it.
+fn broken_copy(name: &str) -> (tempfile::TempDir, PathBuf) {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = case_dir(name).join("transcoders");
+    for e in std::fs::read_dir(&src).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), tmp.path().join(e.file_name())).unwrap();
+    }
+    let dir = tmp.path().to_path_buf();
+    (tmp, dir)
+}
+
+fn load_err(dir: &Path) -> String {
+    let e: TraceError = TranscoderSet::load(dir, &Device::flex()).expect_err("a broken folder is refused");
+    let msg = e.to_string();
+    assert!(!msg.contains('\n'), "one line: {msg}");
+    msg
+}
+
+#[test]
+fn bad_transcoder_folders_get_one_line_errors() {
+    // A missing layer file.
+    let (_t, dir) = broken_copy("gpt2");
+    std::fs::remove_file(dir.join("layer_1.safetensors")).unwrap();
+    let msg = load_err(&dir);
+    assert!(msg.contains("layer_1.safetensors"), "{msg}");
+
+    // An unknown hook.
+    let (_t, dir) = broken_copy("gpt2");
+    let cfg = std::fs::read_to_string(dir.join("config.yaml")).unwrap().replace("hook_resid_mid", "hook_resid_sideways");
+    std::fs::write(dir.join("config.yaml"), cfg).unwrap();
+    let msg = load_err(&dir);
+    assert!(msg.contains("hook_resid_sideways") && msg.contains("hook_resid_mid"), "{msg}");
+
+    // A tensor of the wrong shape: layer 0's b_dec cut short.
+    let (_t, dir) = broken_copy("gpt2");
+    let path = dir.join("layer_0.safetensors");
+    let st = read_safetensors(&path);
+    let mut tensors: Vec<(String, Vec<usize>, Vec<u8>)> = Vec::new();
+    for (k, v) in &st {
+        let (shape, vals) = if k == "b_dec" { (vec![v.shape[0] - 1], v.f32[1..].to_vec()) } else { (v.shape.clone(), v.f32.clone()) };
+        tensors.push((k.clone(), shape, vals.iter().flat_map(|x| x.to_le_bytes()).collect()));
+    }
+    let views: Vec<(String, safetensors::tensor::TensorView)> =
+        tensors.iter().map(|(k, s, b)| (k.clone(), safetensors::tensor::TensorView::new(safetensors::Dtype::F32, s.clone(), b).unwrap())).collect();
+    std::fs::write(&path, safetensors::serialize(views, None).unwrap()).unwrap();
+    let msg = load_err(&dir);
+    assert!(msg.contains("layer_0.safetensors") && msg.contains("b_dec") && msg.contains("[47]") && msg.contains("[48]"), "{msg}");
+
+    // Transcoders for another model: GPT-2's (d_model 48, 3 layers) on the Gemma 2 fixture
+    // fit, Llama's skip set on GPT-2 fits too; a set with a layer missing does not.
+    let device = Device::flex();
+    let model = load_model(&case_dir("gpt2").join("model"), &device).unwrap().model;
+    let (_t, dir) = broken_copy("gpt2");
+    std::fs::remove_file(dir.join("layer_2.safetensors")).unwrap();
+    let cfg = std::fs::read_to_string(dir.join("config.yaml")).unwrap().replace("  - layer_2.safetensors\n", "");
+    std::fs::write(dir.join("config.yaml"), cfg).unwrap();
+    let set = TranscoderSet::load(&dir, &device).unwrap();
+    let e = attribute(&model, &set, &[1, 5, 6], &AttributeOptions::default()).expect_err("2 layers of transcoders for 3 layers");
+    assert!(e.to_string().contains("2 transcoder layers, the model has 3 layers"), "{e}");
+}
