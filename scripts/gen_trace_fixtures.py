@@ -36,6 +36,7 @@ from circuit_tracer.graph import compute_graph_scores, prune_graph
 from circuit_tracer.replacement_model.replacement_model_transformerlens import TransformerLensReplacementModel
 from circuit_tracer.transcoder.activation_functions import JumpReLU
 from circuit_tracer.transcoder.single_layer_transcoder import SingleLayerTranscoder, TranscoderSet
+from circuit_tracer.utils.create_graph_files import create_graph_files
 from circuit_tracer.utils.hf_utils import load_transcoders
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 from transformer_lens.pretrained.weight_conversions import convert_gemma_weights, convert_gpt2_weights, convert_llama_weights
@@ -140,6 +141,7 @@ def record(name, case):
     shutil.rmtree(out, ignore_errors=True)
     os.makedirs(out)
     hf.save_pretrained(os.path.join(out, "model"), safe_serialization=True)
+    tokenizer().save_pretrained(os.path.join(out, "model"))
     cfg = HookedTransformerConfig(**tl_cfg, device="cpu", dtype=torch.float32)
     state = convert(hf, cfg)
     set_ = transcoders(case, cfg.d_model, cfg.n_layers, os.path.join(out, "transcoders"))
@@ -174,6 +176,12 @@ def record(name, case):
         "scores": torch.tensor([replacement, completeness], dtype=torch.float64),
     }
     save_file(tensors, os.path.join(out, "expected.safetensors"))
+    # The viewer's JSON, as circuit-tracer writes it (its tokenizer from the model folder).
+    graph.cfg.tokenizer_name = os.path.join(out, "model")
+    json_dir = os.path.join(out, "json")
+    create_graph_files(graph, slug=name, output_path=json_dir, scan=set_.scan, node_threshold=NODE_THRESHOLD, edge_threshold=EDGE_THRESHOLD)
+    os.replace(os.path.join(json_dir, f"{name}.json"), os.path.join(out, "expected_graph.json"))
+    shutil.rmtree(json_dir)
     with open(os.path.join(out, "case.json"), "w") as fh:
         json.dump({"ids": IDS, **case["attribute"], "node_threshold": NODE_THRESHOLD, "edge_threshold": EDGE_THRESHOLD,
                    "logit_error": err}, fh, indent=1)

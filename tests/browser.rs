@@ -315,3 +315,55 @@ fn the_lens_attribution_and_sae_reports_render() {
     let rows = d.js("return document.querySelectorAll('table')[1].querySelectorAll('tr').length;");
     assert_eq!(rows.as_u64().unwrap() as usize, t + 1);
 }
+
+#[test]
+fn the_attribution_graph_view_renders_and_a_click_lists_a_nodes_edges() {
+    use burnlens::trace::{AttributeOptions, GraphText, TranscoderSet, attribute, write_graph};
+    let tmp = tempfile::tempdir().unwrap();
+    let device = Device::flex();
+    let case = fixture("trace").join("gpt2");
+    let model = load_model(&case.join("model"), &device).unwrap().model;
+    let set = TranscoderSet::load(&case.join("transcoders"), &device).unwrap();
+    let ids: Vec<i64> = vec![1, 17, 5, 60, 33, 2, 71, 12, 44];
+    let graph = attribute(&model, &set, &ids, &AttributeOptions::default()).unwrap();
+    let tokens: Vec<String> = ids.iter().map(|i| format!("t{i}")).collect();
+    let logit_tokens = graph.logit_token_ids.iter().map(|i| format!("t{i}")).collect();
+    let text = GraphText { slug: "g".into(), prompt: tokens.join(" "), prompt_tokens: tokens, logit_tokens };
+    let out = tmp.path().join("graph");
+    let files = write_graph(&out, &graph, &text, 0.8, 0.98).unwrap();
+    let json: Value = serde_json::from_str(&std::fs::read_to_string(&files.json).unwrap()).unwrap();
+    let (nodes, links) = (json["nodes"].as_array().unwrap(), json["links"].as_array().unwrap());
+
+    let Some(d) = Driver::start(&tmp.path().join("profile")) else { return };
+    d.cmd("/url", json!({"url": format!("file://{}", files.html.display())}));
+    // Every node a circle with a position inside the picture, every link a line.
+    let drawn = d.js("const s = document.getElementById('view').getBoundingClientRect(); \
+        return [...document.querySelectorAll('circle.node')].map(c => { const r = c.getBoundingClientRect(); \
+        return [c.dataset.id, r.width > 0 && r.left >= s.left && r.right <= s.right && r.top >= s.top && r.bottom <= s.bottom]; });");
+    let drawn = drawn.as_array().unwrap();
+    assert_eq!(drawn.len(), nodes.len());
+    for (c, n) in drawn.iter().zip(nodes) {
+        assert_eq!(c[0], n["node_id"]);
+        assert_eq!(c[1], true, "{} drawn inside the view", n["node_id"]);
+    }
+    assert_eq!(d.js("return document.querySelectorAll('line.edge').length;").as_u64().unwrap() as usize, links.len());
+    assert_eq!(d.js("return document.querySelectorAll('text.tok').length;").as_u64().unwrap() as usize, ids.len());
+    // A real click on the node with the most incoming links lists them, strongest first.
+    let target = nodes.iter().max_by_key(|n| links.iter().filter(|l| l["target"] == n["node_id"]).count()).unwrap()["node_id"].as_str().unwrap().to_string();
+    let incoming: Vec<f64> = links.iter().filter(|l| l["target"] == target.as_str()).map(|l| l["weight"].as_f64().unwrap()).collect();
+    let at = d.js(&format!("const c = document.querySelector('circle.node[data-id=\"{target}\"]'); c.scrollIntoView({{block: 'center'}}); \
+        const r = c.getBoundingClientRect(); return [r.left + r.width / 2, r.top + r.height / 2];"));
+    d.click(at[0].as_f64().unwrap(), at[1].as_f64().unwrap());
+    let panel = d.js("return [document.querySelector('#panel h4#inputs').textContent, \
+        [...document.querySelector('#panel h4#inputs').nextElementSibling.querySelectorAll('tr')].map(r => +r.cells[1].textContent), \
+        document.querySelector('circle.node.sel').dataset.id];");
+    assert_eq!(panel[2].as_str().unwrap(), target);
+    assert_eq!(panel[0].as_str().unwrap(), format!("strongest inputs ({})", incoming.len().min(10)));
+    let shown: Vec<f64> = panel[1].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
+    let mut want = incoming.clone();
+    want.sort_by(|a, b| b.abs().total_cmp(&a.abs()));
+    assert_eq!(shown.len(), want.len().min(10));
+    for (s, w) in shown.iter().zip(&want) {
+        assert!((s - w).abs() <= 5e-3 * w.abs().max(1e-9), "{s} against {w} (shown to 3 digits)");
+    }
+}

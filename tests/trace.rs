@@ -139,3 +139,73 @@ fn bad_transcoder_folders_get_one_line_errors() {
     let e = attribute(&model, &set, &[1, 5, 6], &AttributeOptions::default()).expect_err("2 layers of transcoders for 3 layers");
     assert!(e.to_string().contains("2 transcoder layers, the model has 3 layers"), "{e}");
 }
+
+/// Two JSON values equal up to `tol` relative on numbers.
+fn json_close(a: &serde_json::Value, b: &serde_json::Value, tol: f64, at: &str) {
+    use serde_json::Value;
+    match (a, b) {
+        (Value::Number(x), Value::Number(y)) => {
+            let (x, y) = (x.as_f64().unwrap(), y.as_f64().unwrap());
+            assert!((x - y).abs() <= tol * y.abs().max(1e-3), "{at}: {x} against {y}");
+        }
+        (Value::Array(x), Value::Array(y)) => {
+            assert_eq!(x.len(), y.len(), "{at}: lengths");
+            x.iter().zip(y).enumerate().for_each(|(i, (x, y))| json_close(x, y, tol, &format!("{at}[{i}]")));
+        }
+        (Value::Object(x), Value::Object(y)) => {
+            assert_eq!(x.keys().collect::<Vec<_>>(), y.keys().collect::<Vec<_>>(), "{at}: fields");
+            x.iter().for_each(|(k, v)| json_close(v, &y[k], tol, &format!("{at}.{k}")));
+        }
+        _ => assert_eq!(a, b, "{at}"),
+    }
+}
+
+#[test]
+fn the_graph_command_writes_circuit_tracers_json() {
+    for name in CASES {
+        let dir = case_dir(name);
+        let case: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("case.json")).unwrap()).unwrap();
+        let tmp = tempfile::tempdir().unwrap();
+        let out = tmp.path().join(name);
+        let ids: Vec<String> = case["ids"].as_array().unwrap().iter().map(|v| v.to_string()).collect();
+        let mut args: Vec<String> = ["graph", "--model", dir.join("model").to_str().unwrap(), "--transcoders", dir.join("transcoders").to_str().unwrap()].map(String::from).to_vec();
+        args.extend(["--ids".into(), ids.join(",")]);
+        args.extend(["--max-n-logits".into(), case["max_n_logits"].to_string(), "--desired-logit-prob".into(), case["desired_logit_prob"].to_string()]);
+        args.extend(["--batch-size".into(), case["batch_size"].to_string(), "--out".into(), out.to_str().unwrap().into()]);
+        if let Some(n) = case["max_feature_nodes"].as_u64() {
+            args.extend(["--max-feature-nodes".into(), n.to_string()]);
+        }
+        let o = burnlens(&args.iter().map(String::as_str).collect::<Vec<_>>());
+        assert!(o.status.success(), "{name}: {}", String::from_utf8_lossy(&o.stderr));
+        let got: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out.join("graph.json")).unwrap()).unwrap();
+        let mut want: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("expected_graph.json")).unwrap()).unwrap();
+        want["metadata"]["slug"] = serde_json::Value::String(name.into());
+        json_close(&got, &want, 1e-4, name);
+        // The whole graph, under circuit-tracer's tensor names.
+        let saved = read_safetensors(&out.join("graph.safetensors"));
+        let expected = read_safetensors(&dir.join("expected.safetensors"));
+        for key in ["input_tokens", "active_features", "selected_features", "logit_token_ids"] {
+            assert_eq!(saved[key].i64, expected[key].i64, "{name}: {key}");
+        }
+        assert!(rel(&saved["adjacency_matrix"].f32, &expected["adjacency_matrix"].f32) < 1e-4, "{name}: saved adjacency");
+        assert!(out.join("graph.html").is_file());
+    }
+}
+
+#[test]
+fn the_graph_command_refuses_bad_input_with_one_line() {
+    let dir = case_dir("gpt2");
+    let (model, tc) = (dir.join("model"), dir.join("transcoders"));
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("g");
+    let run = |extra: &[&str]| {
+        let mut a = vec!["graph", "--model", model.to_str().unwrap(), "--out", out.to_str().unwrap()];
+        a.extend_from_slice(extra);
+        burnlens(&a)
+    };
+    assert_bad_input(&run(&["--transcoders", tmp.path().to_str().unwrap(), "--ids", "1,2,3"]), "config.yaml");
+    assert_bad_input(&run(&["--transcoders", tc.to_str().unwrap(), "--ids", "1,2,300"]), "300");
+    assert_bad_input(&run(&["--transcoders", tc.to_str().unwrap(), "--ids", "1,2,3", "--targets", "5,999"]), "999");
+    assert_bad_input(&run(&["--transcoders", tc.to_str().unwrap(), "--ids", "1,2,3", "--node-threshold", "1.5"]), "node_threshold");
+    assert!(!out.exists(), "nothing is written for a refused run");
+}

@@ -543,6 +543,44 @@ pub fn attribute(args: &ModelArgs, input: &Input, target: &str, wrong: Option<&s
     Ok(())
 }
 
+pub fn graph(args: &ModelArgs, input: &Input, g: &crate::GraphArgs, out: &Path, common: &Common) -> Result<()> {
+    use burnlens_trace::{AttributeOptions, GraphText, LogitTargets, TranscoderSet};
+    burnlens_trace::check_thresholds(g.node_threshold, g.edge_threshold)?;
+    let (m, dir) = load_model_args(args, common)?;
+    let (mut ids, _) = ids_and_labels(&m, &dir, input, "")?;
+    if let (Some(_), Some(bos)) = (&input.text, m.bos) {
+        if ids.first() != Some(&bos) {
+            ids.insert(0, bos);
+        }
+    }
+    let set = TranscoderSet::load(&g.transcoders, &m.model.device())?;
+    let targets = match &g.targets {
+        Some(list) => LogitTargets::Tokens(list.split(',').map(|t| parse_token(&m, "--targets", t)).collect::<Result<_>>()?),
+        None => LogitTargets::Salient { max_n_logits: g.max_n_logits, desired_prob: g.desired_logit_prob },
+    };
+    let opts = AttributeOptions { targets, batch_size: g.batch_size, max_feature_nodes: g.max_feature_nodes, ..AttributeOptions::default() };
+    let graph = burnlens_trace::attribute(&m.model, &set, &ids, &opts)?;
+    let prompt = match &m.tokenizer {
+        Some(t) => t.decode(&ids.iter().map(|&i| i as u32).collect::<Vec<_>>()),
+        None => ids.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(","),
+    };
+    let slug = out.file_name().map_or("graph".into(), |n| n.to_string_lossy().into_owned());
+    let text = GraphText { slug, prompt, prompt_tokens: labels(&m, &ids), logit_tokens: labels(&m, &graph.logit_token_ids) };
+    let files = burnlens_trace::write_graph(out, &graph, &text, g.node_threshold, g.edge_threshold)?;
+    println!(
+        "{} tokens, {} active features ({} with rows), {} logit targets (p = {:.3}), {} nodes",
+        ids.len(),
+        graph.active_features.len(),
+        graph.selected_features.len(),
+        graph.logit_token_ids.len(),
+        graph.logit_probabilities.iter().sum::<f32>(),
+        graph.n_nodes()
+    );
+    println!("pruned to {} nodes and {} edges; replacement score {:.4}, completeness {:.4}", files.kept_nodes, files.kept_edges, files.replacement_score, files.completeness_score);
+    println!("wrote {}, {} and {}", files.safetensors.display(), files.json.display(), files.html.display());
+    Ok(())
+}
+
 pub fn lens(args: &ModelArgs, input: &Input, target: Option<&str>, top: usize, out: &Path, common: &Common) -> Result<()> {
     let (m, dir) = load_model_args(args, common)?;
     let (ids, tokens) = ids_and_labels(&m, &dir, input, "")?;

@@ -15,8 +15,9 @@ use burnlens_model::ModelError;
 use burnlens_model::backend::BackendError;
 use burnlens_train::TrainError;
 
-/// GPT-2, GPT-Neo, GPT-NeoX (Pythia) and the Llama family on Burn: load Hugging Face
-/// checkpoints (a directory or a Hub id), run them, train them, look inside.
+/// GPT-2, GPT-Neo, GPT-NeoX (Pythia), GPT-J, the Llama family, Qwen3, OLMo 2, Phi-3 and
+/// Gemma 2/3 on Burn: load Hugging Face checkpoints (a directory or a Hub id), run them,
+/// train them, look inside, trace circuits.
 #[derive(Parser)]
 #[command(name = "burnlens", version, about)]
 struct Cli {
@@ -61,6 +62,36 @@ pub struct ModelArgs {
     /// TransformerLens's `from_pretrained` does); the logits do not change.
     #[arg(long)]
     pub process_weights: bool,
+}
+
+/// What an attribution graph explains and how it is built and pruned (circuit-tracer's
+/// arguments and defaults).
+#[derive(clap::Args, Clone)]
+pub struct GraphArgs {
+    /// Transcoder folder: circuit-tracer's config.yaml with layer_{i}.safetensors.
+    #[arg(long)]
+    pub transcoders: std::path::PathBuf,
+    /// Explain the most probable next tokens, at most this many...
+    #[arg(long, default_value_t = 10)]
+    pub max_n_logits: usize,
+    /// ...until their probabilities sum to this.
+    #[arg(long, default_value_t = 0.95)]
+    pub desired_logit_prob: f32,
+    /// Explain these next tokens instead (comma-separated ids or one-token texts).
+    #[arg(long)]
+    pub targets: Option<String>,
+    /// Target nodes per backward pass.
+    #[arg(long, default_value_t = 512)]
+    pub batch_size: usize,
+    /// Compute rows for at most this many features, the most influential first (all by default).
+    #[arg(long)]
+    pub max_feature_nodes: Option<usize>,
+    /// Keep the nodes holding this share of the influence on the logits.
+    #[arg(long, default_value_t = 0.8)]
+    pub node_threshold: f32,
+    /// Keep the edges holding this share of it.
+    #[arg(long, default_value_t = 0.98)]
+    pub edge_threshold: f32,
 }
 
 #[derive(Subcommand)]
@@ -217,6 +248,23 @@ enum Command {
         /// The position to show in detail (default: the last).
         #[arg(long)]
         pos: Option<usize>,
+        #[arg(long)]
+        out: std::path::PathBuf,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// An attribution graph (circuit-tracer's method): transcoders stand in for the MLPs,
+    /// attention patterns and norm scales are frozen, and every direct effect between
+    /// features, errors, tokens and the top logits is measured. Writes graph.safetensors,
+    /// graph.json (the schema Neuronpedia's viewer loads) and graph.html. Token ids are
+    /// attributed as given; text gets the model's BOS first.
+    Graph {
+        #[command(flatten)]
+        model: ModelArgs,
+        #[command(flatten)]
+        input: Input,
+        #[command(flatten)]
+        graph: GraphArgs,
         #[arg(long)]
         out: std::path::PathBuf,
         #[command(flatten)]
@@ -410,6 +458,7 @@ pub fn run() -> ExitCode {
             commands::patch(&model, &input, &corrupted, &metric, &nodes, !no_exact, denoise, &out, &common)
         }
         Command::Attribute { model, input, target, wrong, pos, out, common } => commands::attribute(&model, &input, &target, wrong.as_deref(), pos, &out, &common),
+        Command::Graph { model, input, graph, out, common } => commands::graph(&model, &input, &graph, &out, &common),
         Command::Lens { model, input, target, top, out, common } => commands::lens(&model, &input, target.as_deref(), top, &out, &common),
         Command::TrainSae { model, hook, d_sae, architecture, k, l1, lr, steps, batch, seq_len, data, seed, out, common } => {
             let spec = commands::SaeTrainArgs { hook, d_sae, architecture, k, l1, lr, steps, batch, seq_len, data, seed };
@@ -457,6 +506,7 @@ fn exit_code(err: &anyhow::Error) -> u8 {
             || c.is::<UserError>()
             || c.is::<burnlens_lens::SaeError>()
             || c.is::<burnlens_lens::MetricError>()
+            || c.is::<burnlens_trace::TraceError>()
         {
             return 2;
         }

@@ -37,6 +37,16 @@ pub struct Pruned {
     pub cumulative_scores: Vec<f32>,
 }
 
+/// Both pruning thresholds must be shares, in `[0, 1]`.
+pub fn check_thresholds(node_threshold: f32, edge_threshold: f32) -> Result<(), TraceError> {
+    for (name, t) in [("node_threshold", node_threshold), ("edge_threshold", edge_threshold)] {
+        if !(0.0..=1.0).contains(&t) {
+            return Err(TraceError::Input(format!("{name} must be between 0 and 1, got {t}")));
+        }
+    }
+    Ok(())
+}
+
 /// One row's absolute values divided by their sum (at least `floor`).
 pub(crate) fn normalize_rows(row: &[f32], floor: f32) -> Vec<f32> {
     let sum: f32 = row.iter().map(|x| x.abs()).sum::<f32>().max(floor);
@@ -109,11 +119,7 @@ impl Graph {
     /// always stay, and features and errors left without outgoing (features: or incoming)
     /// edges go.
     pub fn prune(&self, node_threshold: f32, edge_threshold: f32) -> Result<Pruned, TraceError> {
-        for (name, t) in [("node_threshold", node_threshold), ("edge_threshold", edge_threshold)] {
-            if !(0.0..=1.0).contains(&t) {
-                return Err(TraceError::Input(format!("{name} must be between 0 and 1, got {t}")));
-            }
-        }
+        check_thresholds(node_threshold, edge_threshold)?;
         let n = self.n_nodes();
         let (n_logits, n_tokens, n_features) = (self.logit_token_ids.len(), self.n_pos(), self.selected_features.len());
         let weights = self.logit_weights();

@@ -20,13 +20,18 @@ pub mod attribute;
 pub mod backward;
 pub mod error;
 pub mod graph;
+pub mod html;
+pub mod json;
 pub mod load;
+pub mod output;
 pub mod replacement;
 pub mod transcoder;
 
 pub use attribute::{AttributeOptions, LogitTargets, attribute, select_logits};
 pub use error::TraceError;
-pub use graph::{Graph, Pruned};
+pub use graph::{Graph, Pruned, check_thresholds};
+pub use json::{GraphJson, GraphText};
+pub use output::{GraphFiles, write_graph};
 pub use replacement::{ActiveFeature, Replacement};
 pub use transcoder::{FeatureActivation, InputHook, OutputHook, Transcoder, TranscoderSet};
 

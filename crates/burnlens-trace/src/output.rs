@@ -1,0 +1,43 @@
+//! A graph's folder: `graph.safetensors` (the whole graph, circuit-tracer's tensors),
+//! `graph.json` (the pruned graph in the viewer's schema) and `graph.html` (a view of it).
+
+use std::path::{Path, PathBuf};
+
+use crate::TraceError;
+use crate::graph::Graph;
+use crate::json::GraphText;
+
+/// What [`write_graph`] wrote and measured.
+#[derive(Debug, Clone)]
+pub struct GraphFiles {
+    pub safetensors: PathBuf,
+    pub json: PathBuf,
+    pub html: PathBuf,
+    /// Nodes and edges of the pruned graph as the JSON holds them.
+    pub kept_nodes: usize,
+    pub kept_edges: usize,
+    pub replacement_score: f32,
+    pub completeness_score: f32,
+}
+
+/// Prune `graph` at the thresholds and write its three files into `dir` (made if missing);
+/// each file is written atomically.
+pub fn write_graph(dir: &Path, graph: &Graph, text: &GraphText, node_threshold: f32, edge_threshold: f32) -> Result<GraphFiles, TraceError> {
+    let pruned = graph.prune(node_threshold, edge_threshold)?;
+    let (replacement_score, completeness_score) = graph.scores()?;
+    std::fs::create_dir_all(dir).map_err(|e| TraceError::file(dir, format!("cannot make the output folder: {e}")))?;
+    let files = GraphFiles {
+        safetensors: dir.join("graph.safetensors"),
+        json: dir.join("graph.json"),
+        html: dir.join("graph.html"),
+        kept_nodes: 0,
+        kept_edges: 0,
+        replacement_score,
+        completeness_score,
+    };
+    graph.save_safetensors(&files.safetensors)?;
+    let json = graph.to_json(&pruned, text, node_threshold);
+    crate::write_atomic(&files.json, serde_json::to_string_pretty(&json).expect("json").as_bytes())?;
+    crate::write_atomic(&files.html, crate::html::graph_html(&json).as_bytes())?;
+    Ok(GraphFiles { kept_nodes: json.nodes.len(), kept_edges: json.links.len(), ..files })
+}
