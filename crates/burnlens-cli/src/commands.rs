@@ -559,7 +559,9 @@ pub fn graph(args: &ModelArgs, input: &Input, g: &crate::GraphArgs, out: &Path, 
         None => LogitTargets::Salient { max_n_logits: g.max_n_logits, desired_prob: g.desired_logit_prob },
     };
     let opts = AttributeOptions { targets, batch_size: g.batch_size, max_feature_nodes: g.max_feature_nodes, ..AttributeOptions::default() };
+    let t0 = std::time::Instant::now();
     let graph = burnlens_trace::attribute(&m.model, &set, &ids, &opts)?;
+    let seconds = t0.elapsed().as_secs_f64();
     let prompt = match &m.tokenizer {
         Some(t) => t.decode(&ids.iter().map(|&i| i as u32).collect::<Vec<_>>()),
         None => ids.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(","),
@@ -568,7 +570,7 @@ pub fn graph(args: &ModelArgs, input: &Input, g: &crate::GraphArgs, out: &Path, 
     let text = GraphText { slug, prompt, prompt_tokens: labels(&m, &ids), logit_tokens: labels(&m, &graph.logit_token_ids) };
     let files = burnlens_trace::write_graph(out, &graph, &text, g.node_threshold, g.edge_threshold)?;
     println!(
-        "{} tokens, {} active features ({} with rows), {} logit targets (p = {:.3}), {} nodes",
+        "{} tokens, {} active features ({} with rows), {} logit targets (p = {:.3}), {} nodes; attributed in {seconds:.2} s",
         ids.len(),
         graph.active_features.len(),
         graph.selected_features.len(),

@@ -184,6 +184,11 @@ pub fn attribute(model: &Transformer, set: &TranscoderSet, ids: &[i64], opts: &A
             let queue = (opts.update_interval * opts.batch_size).min(max_features - n_visited);
             rank.into_iter().filter(|&i| !visited[i]).take(queue).collect()
         };
+        // Rows are independent: computing a queue in another order changes nothing but the
+        // cost. Sorted by position and layer, a batch's backward pass stops at its highest
+        // layer and spans only the positions up to its last.
+        let mut pending = pending;
+        pending.sort_by_key(|&i| (rm.active[i].pos, rm.active[i].layer, i));
         for batch in pending.chunks(opts.batch_size) {
             let layers: Vec<usize> = batch.iter().map(|&i| rm.active[i].layer).collect();
             let positions: Vec<usize> = batch.iter().map(|&i| rm.active[i].pos).collect();

@@ -57,82 +57,108 @@ impl Replacement<'_> {
         self.layers[l].scales.get(name).unwrap_or_else(|| panic!("blocks.{l}.{name}.hook_scale was captured"))
     }
 
-    /// The injected gradients of the targets at `layer`, `[batch, pos, d_model]`, if any.
-    fn injected(&self, t: &Targets, layer: usize, p: usize) -> Option<Tensor<3>> {
+    /// The injected gradients of targets `order[from..to]`, `[to - from, p, d_model]`.
+    fn injected(&self, t: &Targets, order: &[usize], p: usize) -> Tensor<3> {
         let d = self.d_model();
-        let b = t.layers.len();
-        if !t.layers.contains(&layer) {
-            return None;
+        let mut host = vec![0f32; order.len() * p * d];
+        for (k, &i) in order.iter().enumerate() {
+            let at = (k * p + t.positions[i]) * d;
+            host[at..at + d].copy_from_slice(&t.vectors[i * d..(i + 1) * d]);
         }
-        let mut host = vec![0f32; b * p * d];
-        for (i, (&l, &pos)) in t.layers.iter().zip(t.positions).enumerate() {
-            if l == layer {
-                host[(i * p + pos) * d..(i * p + pos + 1) * d].copy_from_slice(&t.vectors[i * d..(i + 1) * d]);
-            }
+        tensor(host, [order.len(), p, d], &self.model.device())
+    }
+
+    /// The gradient at layer `l`'s MLP output hook from the gradient `g` at its output.
+    fn output_hook_grad(&self, l: usize, g: &Tensor<3>) -> Tensor<3> {
+        let block = &self.model.blocks[l];
+        match (self.set.output, &block.ln2_post, block.placement) {
+            (OutputHook::MlpHookOut, Some(n), _) => norm_back(n, self.scale(l, "ln2_post"), g.clone(), true),
+            (OutputHook::MlpHookOut, None, NormPlacement::Post) => norm_back(block.ln2.as_ref().expect("an MLP norm"), self.scale(l, "ln2"), g.clone(), true),
+            _ => g.clone(),
         }
-        Some(tensor(host, [b, p, d], &self.model.device()))
+    }
+
+    /// From the gradient at layer `l`'s input hook to the gradient at its `hook_resid_mid`.
+    fn input_hook_to_mid(&self, l: usize, g_in: Tensor<3>) -> Tensor<3> {
+        let block = &self.model.blocks[l];
+        let ln2 = block.ln2.as_ref().expect("checked: the block has an MLP norm");
+        match self.set.input {
+            InputHook::ResidMid => g_in,
+            InputHook::MlpIn if block.placement == NormPlacement::Post => g_in,
+            InputHook::MlpIn => norm_back(ln2, self.scale(l, "ln2"), g_in, true),
+            InputHook::Ln2Normalized => norm_back(ln2, self.scale(l, "ln2"), g_in, ln2.kind == NormKind::LayerNorm),
+        }
+    }
+
+    /// From the gradient at layer `l`'s `hook_resid_mid` to the one at its `hook_resid_pre`,
+    /// through the frozen attention (and its norms).
+    fn attention_block_back(&self, l: usize, g_mid: Tensor<3>) -> Tensor<3> {
+        let block = &self.model.blocks[l];
+        let post = block.placement == NormPlacement::Post;
+        let g_o = match (&block.ln1_post, post) {
+            (Some(n), _) => norm_back(n, self.scale(l, "ln1_post"), g_mid.clone(), true),
+            (None, true) => norm_back(&block.ln1, self.scale(l, "ln1"), g_mid.clone(), true),
+            (None, false) => g_mid.clone(),
+        };
+        let g_x = attention_back(&self.layers[l], g_o);
+        let g_x = if post { g_x } else { norm_back(&block.ln1, self.scale(l, "ln1"), g_x, true) };
+        g_mid + g_x
     }
 
     /// One attribution row per target, `[batch, n_active + (n_layers + 1) · n_pos]`: the
     /// direct effect on the target of every active feature, then every error node
     /// (layer-major), then every token.
+    ///
+    /// Targets run highest first: going down the layers, a target joins the batch at its own
+    /// input hook (the gradient above it is zero), so a layer costs only the targets above it.
     pub(crate) fn rows(&self, t: &Targets) -> Vec<f32> {
-        let (n_layers, n_pos, d) = (self.n_layers(), self.n_pos(), self.d_model());
+        let (n_layers, d) = (self.n_layers(), self.d_model());
         let b = t.layers.len();
-        let row = self.active.len() + (n_layers + 1) * n_pos;
+        let row = self.active.len() + (n_layers + 1) * self.n_pos();
         let mut rows = vec![0f32; b * row];
         let p = t.positions.iter().max().map_or(0, |m| m + 1);
-        let top = *t.layers.iter().max().expect("a batch has targets");
+        let mut order: Vec<usize> = (0..b).collect();
+        order.sort_by_key(|&i| std::cmp::Reverse(t.layers[i]));
+        let joined = |l: usize| order.iter().take_while(|&&i| t.layers[i] >= l).count();
         let device = self.model.device();
-        let mut g: Tensor<3> = Tensor::zeros([b, p, d], &device);
-        if let Some(inj) = self.injected(t, n_layers, p) {
-            g = norm_back(&self.model.ln_final, &self.ln_final_scale, inj, true);
-        }
-        for l in (0..top.min(n_layers - 1) + 1).rev() {
-            let block = &self.model.blocks[l];
-            let post = block.placement == NormPlacement::Post;
-            let ln2 = block.ln2.as_ref().expect("checked: the block has an MLP norm");
-            let g_out = match (self.set.output, &block.ln2_post) {
-                (OutputHook::MlpHookOut, Some(n)) => norm_back(n, self.scale(l, "ln2_post"), g.clone(), true),
-                (OutputHook::MlpHookOut, None) if post => norm_back(ln2, self.scale(l, "ln2"), g.clone(), true),
-                _ => g.clone(),
-            };
-            self.contract_layer(l, &g_out, &mut rows, row);
-            let mut g_in = self.set.layers[l].w_skip.as_ref().map(|w| g_out.clone().reshape([b * p, d]).matmul(w.clone()).reshape([b, p, d]));
-            if let Some(inj) = self.injected(t, l, p) {
-                g_in = Some(match g_in {
-                    Some(s) => s + inj,
-                    None => inj,
+        // The gradient at the current layer's `hook_resid_post` for targets `order[..k]`.
+        let mut k = joined(n_layers);
+        let mut g: Option<Tensor<3>> = (k > 0).then(|| norm_back(&self.model.ln_final, &self.ln_final_scale, self.injected(t, &order[..k], p), true));
+        let top = t.layers.iter().copied().max().expect("a batch has targets").min(n_layers - 1);
+        for l in (0..=top).rev() {
+            let mut g_in = None;
+            if let Some(g) = &g {
+                let g_out = self.output_hook_grad(l, g);
+                self.contract_layer(l, &g_out, &order[..k], &mut rows, row);
+                g_in = self.set.layers[l].w_skip.as_ref().map(|w| g_out.reshape([k * p, d]).matmul(w.clone()).reshape([k, p, d]));
+            }
+            let k_new = joined(l);
+            if k_new > k {
+                let inj = self.injected(t, &order[k..k_new], p);
+                let zeros = || Tensor::zeros([k, p, d], &device);
+                g_in = Some(if k == 0 { inj } else { Tensor::cat(vec![g_in.unwrap_or_else(zeros), inj], 0) });
+                g = Some(match g {
+                    Some(g) => Tensor::cat(vec![g, Tensor::zeros([k_new - k, p, d], &device)], 0),
+                    None => Tensor::zeros([k_new, p, d], &device),
                 });
+                k = k_new;
             }
-            let mut g_mid = g;
-            if let Some(g_in) = g_in {
-                g_mid = g_mid
-                    + match self.set.input {
-                        InputHook::ResidMid => g_in,
-                        InputHook::MlpIn if post => g_in,
-                        InputHook::MlpIn => norm_back(ln2, self.scale(l, "ln2"), g_in, true),
-                        InputHook::Ln2Normalized => norm_back(ln2, self.scale(l, "ln2"), g_in, ln2.kind == NormKind::LayerNorm),
-                    };
-            }
-            let g_o = match (&block.ln1_post, post) {
-                (Some(n), _) => norm_back(n, self.scale(l, "ln1_post"), g_mid.clone(), true),
-                (None, true) => norm_back(&block.ln1, self.scale(l, "ln1"), g_mid.clone(), true),
-                (None, false) => g_mid.clone(),
+            let Some(g_post) = g.take() else { continue };
+            let g_mid = match g_in {
+                Some(g_in) => g_post + self.input_hook_to_mid(l, g_in),
+                None => g_post,
             };
-            let g_x = attention_back(&self.layers[l], g_o);
-            let g_x = if post { g_x } else { norm_back(&block.ln1, self.scale(l, "ln1"), g_x, true) };
-            g = g_mid + g_x;
+            g = Some(self.attention_block_back(l, g_mid));
         }
-        let tok_col = self.active.len() + n_layers * n_pos;
+        let g = g.expect("every target has joined by layer 0");
         let tok = (g * self.tokens.clone().narrow(0, 0, p).unsqueeze::<3>()).sum_dim(2);
-        scatter(&mut rows, row, tok_col, b, p, tok);
+        scatter(&mut rows, row, self.active.len() + n_layers * self.n_pos(), &order, p, tok);
         rows
     }
 
-    /// Write the features' and errors' columns of layer `l` from the gradient at its output
-    /// hook `g_out [batch, p, d_model]`.
-    fn contract_layer(&self, l: usize, g_out: &Tensor<3>, rows: &mut [f32], row: usize) {
+    /// Write the features' and errors' columns of layer `l` for targets `order` from the
+    /// gradient at its output hook `g_out [order.len(), p, d_model]`.
+    fn contract_layer(&self, l: usize, g_out: &Tensor<3>, order: &[usize], rows: &mut [f32], row: usize) {
         let layer = &self.layers[l];
         let [b, p, d] = g_out.dims();
         let mut pieces = Vec::new();
@@ -146,20 +172,20 @@ impl Replacement<'_> {
         if !pieces.is_empty() {
             let n = layer.starts[p];
             let vals: Vec<f32> = Tensor::cat(pieces, 1).into_data().try_into_vec_as::<f32>().expect("f32");
-            for i in 0..b {
+            for (k, &i) in order.iter().enumerate() {
                 let at = i * row + layer.first_feature;
-                rows[at..at + n].copy_from_slice(&vals[i * n..(i + 1) * n]);
+                rows[at..at + n].copy_from_slice(&vals[k * n..(k + 1) * n]);
             }
         }
         let err = (g_out.clone() * layer.errors.clone().narrow(0, 0, p).unsqueeze::<3>()).sum_dim(2);
-        scatter(rows, row, self.active.len() + l * self.n_pos(), b, p, err);
+        scatter(rows, row, self.active.len() + l * self.n_pos(), order, p, err);
     }
 }
 
-/// Copy `vals [batch, p, 1]` into columns `col..col + p` of every row.
-fn scatter(rows: &mut [f32], row: usize, col: usize, b: usize, p: usize, vals: Tensor<3>) {
+/// Copy `vals [order.len(), p, 1]` into columns `col..col + p` of rows `order`.
+fn scatter(rows: &mut [f32], row: usize, col: usize, order: &[usize], p: usize, vals: Tensor<3>) {
     let v: Vec<f32> = vals.into_data().try_into_vec_as::<f32>().expect("f32");
-    for i in 0..b {
-        rows[i * row + col..i * row + col + p].copy_from_slice(&v[i * p..(i + 1) * p]);
+    for (k, &i) in order.iter().enumerate() {
+        rows[i * row + col..i * row + col + p].copy_from_slice(&v[k * p..(k + 1) * p]);
     }
 }
