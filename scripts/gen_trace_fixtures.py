@@ -11,7 +11,8 @@ that starts with the tokenizer's BOS. Writes tests/fixtures/trace/<case>/ with `
 `transcoders/`, `case.json` (the arguments) and `expected.safetensors` (the `Graph`
 tensors under their names, the pruning masks, cumulative scores and the two scores).
 
-Cases: GPT-2 (LayerNorm, `hook_resid_mid` → `hook_mlp_out`, ReLU, every feature); Llama
+Cases: GPT-2 (LayerNorm, `hook_resid_mid` → `hook_mlp_out`, ReLU, every feature); the same
+GPT-2 with a cross-layer transcoder (JumpReLU, `W_enc_{i}` / `W_dec_{i}` files); Llama
 (GQA, RMSNorm, skip connections, `mlp.hook_in` → `mlp.hook_out`, `max_feature_nodes` so the
 partial-influence order decides which rows are computed, small batches); Gemma 2 (norms
 around attention and MLP, soft-caps, `ln2.hook_normalized` → `hook_mlp_out`, JumpReLU).
@@ -96,6 +97,8 @@ CASES = {
                  attribute=dict(max_n_logits=6, desired_logit_prob=0.5, batch_size=64, max_feature_nodes=None)),
     "llama_skip": dict(build=llama, input="mlp.hook_in", output="mlp.hook_out", features=64, skip=True, jump=False,
                        attribute=dict(max_n_logits=5, desired_logit_prob=0.95, batch_size=16, max_feature_nodes=60)),
+    "gpt2_clt": dict(build=gpt2, input="hook_resid_mid", output="hook_mlp_out", features=24, skip=False, jump=True, clt=True,
+                     attribute=dict(max_n_logits=5, desired_logit_prob=0.5, batch_size=32, max_feature_nodes=None)),
     "gemma2": dict(build=gemma2, input="ln2.hook_normalized", output="hook_mlp_out", features=40, skip=False, jump=True,
                    attribute=dict(max_n_logits=4, desired_logit_prob=0.3, batch_size=32, max_feature_nodes=None)),
 }
@@ -133,6 +136,29 @@ def transcoders(case, d_model, n_layers, out_dir):
     return load_transcoders(config, device=torch.device("cpu"), dtype=torch.float32, lazy_encoder=False, lazy_decoder=False)
 
 
+def cross_layer_transcoder(case, d_model, n_layers, out_dir):
+    """A random CLT saved by circuit-tracer's `to_safetensors` (W_enc_{i} / W_dec_{i} files)
+    and read back with its `load_clt`."""
+    from circuit_tracer.transcoder.cross_layer_transcoder import CrossLayerTranscoder, load_clt
+    g = torch.Generator().manual_seed(11)
+    f = case["features"]
+    clt = CrossLayerTranscoder(n_layers, f, d_model, activation_function="jump_relu", lazy_decoder=False, feature_input_hook=case["input"],
+                               feature_output_hook=case["output"], device=torch.device("cpu"), dtype=torch.float32)
+    with torch.no_grad():
+        clt.W_enc.copy_(torch.randn(n_layers, f, d_model, generator=g) / math.sqrt(d_model))
+        clt.b_enc.copy_(torch.randn(n_layers, f, generator=g) * 0.3 - 0.4)
+        clt.b_dec.copy_(torch.randn(n_layers, d_model, generator=g) * 0.02)
+        clt.activation_function.threshold.copy_(torch.rand(n_layers, 1, f, generator=g) * 0.2)
+        for i in range(n_layers):
+            clt.W_dec[i].copy_(torch.randn(f, n_layers - i, d_model, generator=g) * 0.1)
+    clt.to_safetensors(out_dir)
+    scan = f"burnlens-fixture-{os.path.basename(os.path.dirname(out_dir))}"
+    with open(os.path.join(out_dir, "config.yaml"), "w") as fh:
+        fh.write(f"model_kind: cross_layer_transcoder\nscan: {scan}\nfeature_input_hook: {case['input']}\nfeature_output_hook: {case['output']}\n")
+    return load_clt(out_dir, feature_input_hook=case["input"], feature_output_hook=case["output"], scan=scan, device=torch.device("cpu"),
+                    dtype=torch.float32, lazy_decoder=False)
+
+
 def record(name, case):
     torch.manual_seed(0)
     hf, tl_cfg, convert = case["build"]()
@@ -144,7 +170,8 @@ def record(name, case):
     tokenizer().save_pretrained(os.path.join(out, "model"))
     cfg = HookedTransformerConfig(**tl_cfg, device="cpu", dtype=torch.float32)
     state = convert(hf, cfg)
-    set_ = transcoders(case, cfg.d_model, cfg.n_layers, os.path.join(out, "transcoders"))
+    make = cross_layer_transcoder if case.get("clt") else transcoders
+    set_ = make(case, cfg.d_model, cfg.n_layers, os.path.join(out, "transcoders"))
     model = TransformerLensReplacementModel(cfg)
     missing, unexpected = model.load_state_dict(state, strict=False)
     real_missing = [k for k in missing if not any(s in k for s in ("IGNORE", "mask", "rotary", "b_"))]
@@ -176,6 +203,19 @@ def record(name, case):
         "scores": torch.tensor([replacement, completeness], dtype=torch.float64),
     }
     save_file(tensors, os.path.join(out, "expected.safetensors"))
+    # Feature interventions on the unchanged prompt: the most active feature of the graph
+    # set to zero and another (in a later layer if any) tripled.
+    acts = graph.activation_values
+    order = torch.argsort(acts, descending=True)
+    first = graph.active_features[order[0]].tolist()
+    second = next((graph.active_features[i].tolist() for i in order[1:] if graph.active_features[i][0] != first[0]), graph.active_features[order[1]].tolist())
+    second_value = 3.0 * float(acts[(graph.active_features == torch.tensor(second)).all(1)][0])
+    interventions = [(first[0], first[1], first[2], 0.0), (second[0], second[1], second[2], second_value)]
+    with torch.no_grad():
+        new_logits, new_acts = model.feature_intervention(ids, interventions)
+    save_file({"index": torch.tensor([iv[:3] for iv in interventions], dtype=torch.long), "value": torch.tensor([iv[3] for iv in interventions], dtype=torch.float32),
+               "logits": new_logits[0].float().contiguous(), "activations": new_acts.float().contiguous()},
+              os.path.join(out, "intervention.safetensors"))
     # The viewer's JSON, as circuit-tracer writes it (its tokenizer from the model folder).
     graph.cfg.tokenizer_name = os.path.join(out, "model")
     json_dir = os.path.join(out, "json")

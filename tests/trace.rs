@@ -1,7 +1,8 @@
 //! Attribution graphs against circuit-tracer itself (`scripts/gen_trace_fixtures.py`, run
 //! through `cargo xtask trace-fixtures`): tiny GPT-2, Llama (GQA, skip connections,
 //! `max_feature_nodes`) and Gemma 2 (soft-caps, post-norms, JumpReLU,
-//! `ln2.hook_normalized`) checkpoints with random transcoders in circuit-tracer's own layout.
+//! `ln2.hook_normalized`) checkpoints with random transcoders in circuit-tracer's own layout,
+//! and GPT-2 with a cross-layer transcoder.
 //! The same active features, logit targets and probabilities, selected features, adjacency,
 //! pruned nodes and edges, and scores. Bad transcoder folders get one-line errors.
 
@@ -14,7 +15,7 @@ use burnlens::hf::load_model;
 use burnlens::trace::{AttributeOptions, LogitTargets, TraceError, TranscoderSet, attribute};
 use common::*;
 
-const CASES: [&str; 3] = ["gpt2", "llama_skip", "gemma2"];
+const CASES: [&str; 4] = ["gpt2", "gpt2_clt", "llama_skip", "gemma2"];
 
 fn case_dir(name: &str) -> PathBuf {
     let dir = fixture("trace").join(name);
@@ -59,8 +60,8 @@ fn graphs_equal_circuit_tracers() {
         assert_eq!(g.logit_token_ids, want["logit_token_ids"].i64, "{name}: logit targets");
         assert!(rel(&g.logit_probabilities, &want["logit_probabilities"].f32) < 1e-5, "{name}: logit probabilities");
         assert_eq!(g.selected_features, want["selected_features"].i64, "{name}: selected features");
-        let adj = rel(&g.adjacency, &want["adjacency_matrix"].f32);
-        eprintln!("{name}: {} nodes, adjacency rel diff {adj:e}, max {}", g.n_nodes(), max_abs(&g.adjacency));
+        let adj = rel(&g.dense_adjacency(), &want["adjacency_matrix"].f32);
+        eprintln!("{name}: {} nodes, adjacency rel diff {adj:e}, max {}", g.n_nodes(), max_abs(&g.rows));
         assert!(adj < 1e-4, "{name}: adjacency differs by {adj:e} (relative to its largest entry)");
 
         let node_t = case["node_threshold"].as_f64().unwrap() as f32;
@@ -69,8 +70,10 @@ fn graphs_equal_circuit_tracers() {
         let mask = |v: &[bool]| v.iter().map(|&b| b as i64).collect::<Vec<_>>();
         let want_nodes: Vec<i64> = want["node_mask"].f32.iter().map(|&x| x as i64).collect();
         assert_eq!(mask(&pruned.node_mask), want_nodes, "{name}: pruned node set");
+        let n = g.n_nodes();
+        let edges: Vec<i64> = (0..n * n).map(|i| g.node_row(i / n).is_some_and(|r| pruned.edge_mask[r * n + i % n]) as i64).collect();
         let want_edges: Vec<i64> = want["edge_mask"].f32.iter().map(|&x| x as i64).collect();
-        assert_eq!(mask(&pruned.edge_mask), want_edges, "{name}: pruned edge set");
+        assert_eq!(edges, want_edges, "{name}: pruned edge set");
         assert!(rel(&pruned.cumulative_scores, &want["cumulative_scores"].f32) < 1e-5, "{name}: cumulative scores");
         let (replacement, completeness) = g.scores().unwrap();
         let scores = &want["scores"].f32;
@@ -208,4 +211,39 @@ fn the_graph_command_refuses_bad_input_with_one_line() {
     assert_bad_input(&run(&["--transcoders", tc.to_str().unwrap(), "--ids", "1,2,3", "--targets", "5,999"]), "999");
     assert_bad_input(&run(&["--transcoders", tc.to_str().unwrap(), "--ids", "1,2,3", "--node-threshold", "1.5"]), "node_threshold");
     assert!(!out.exists(), "nothing is written for a refused run");
+}
+
+#[test]
+fn feature_interventions_equal_circuit_tracers() {
+    use burnlens::trace::{Intervention, feature_intervention};
+    let device = Device::flex();
+    for name in CASES {
+        let dir = case_dir(name);
+        let case: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("case.json")).unwrap()).unwrap();
+        let want = read_safetensors(&dir.join("intervention.safetensors"));
+        let model = load_model(&dir.join("model"), &device).unwrap().model;
+        let set = TranscoderSet::load(&dir.join("transcoders"), &device).unwrap();
+        let ids: Vec<i64> = case["ids"].as_array().unwrap().iter().map(|v| v.as_i64().unwrap()).collect();
+        let ivs: Vec<Intervention> = want["index"]
+            .i64
+            .chunks(3)
+            .zip(&want["value"].f32)
+            .map(|(i, &value)| Intervention { layer: i[0] as usize, pos: i[1] as usize, feature: i[2] as usize, value })
+            .collect();
+        let out = feature_intervention(&model, &set, &ids, &ivs, true, 1).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let l = rel(&out.logits, &want["logits"].f32);
+        assert!(l < 1e-4, "{name}: logits after the intervention differ by {l:e}");
+        let acts: Vec<f32> = out.activations.concat();
+        let a = rel(&acts, &want["activations"].f32);
+        assert!(a < 1e-4, "{name}: activations after the intervention differ by {a:e}");
+        // The intervention changed something: the plain run's logits differ.
+        let plain = feature_intervention(&model, &set, &ids, &[], true, 1).unwrap();
+        assert!(rel(&plain.logits, &want["logits"].f32) > 1e-4, "{name}: the intervention had no effect");
+        // Layers up to the lowest intervened one read what they read without it (their
+        // inputs are upstream of every change).
+        let lowest = ivs.iter().map(|iv| iv.layer).min().unwrap();
+        for l in 0..=lowest {
+            assert_eq!(out.activations[l], plain.activations[l], "{name}: layer {l} is upstream of the interventions");
+        }
+    }
 }

@@ -10,7 +10,7 @@ use burnlens_model::Transformer;
 
 use crate::TraceError;
 use crate::backward::Targets;
-use crate::graph::{Graph, normalize_rows};
+use crate::graph::{Graph, influence, row_scale};
 use crate::replacement::{Replacement, unembedding};
 use crate::transcoder::TranscoderSet;
 
@@ -105,28 +105,12 @@ fn logit_directions(model: &Transformer, ids: &[i64]) -> Vec<f32> {
 
 /// Influence of every node on the logits from the rows computed so far (circuit-tracer's
 /// `compute_partial_influences`): rows normalised by their absolute sum, then
-/// `Σ_k w Aᵏ` by iteration from the logit weights.
+/// `Σ_k w Aᵏ` from the logit weights, at most 128 terms.
 fn partial_influences(rows: &[Vec<f32>], row_node: &[usize], n_nodes: usize, logit_probs: &[f32]) -> Result<Vec<f32>, TraceError> {
-    let normalized: Vec<Vec<f32>> = rows.iter().map(|r| normalize_rows(r, 1e-8)).collect();
-    let mut prod = vec![0f32; n_nodes];
-    let n_logits = logit_probs.len();
-    prod[n_nodes - n_logits..].copy_from_slice(logit_probs);
-    let mut influence = vec![0f32; n_nodes];
-    for _ in 0..128 {
-        let mut next = vec![0f32; n_nodes];
-        for (r, row) in normalized.iter().enumerate() {
-            let w = prod[row_node[r]];
-            if w != 0.0 {
-                next.iter_mut().zip(row).for_each(|(n, &a)| *n += w * a);
-            }
-        }
-        if next.iter().all(|&x| x == 0.0) {
-            return Ok(influence);
-        }
-        influence.iter_mut().zip(&next).for_each(|(i, &x)| *i += x);
-        prod = next;
-    }
-    Err(TraceError::Input("feature influences did not converge in 128 steps".into()))
+    let scale: Vec<f32> = rows.iter().map(|r| row_scale(r, 1e-8)).collect();
+    let mut weights = vec![0f32; n_nodes];
+    weights[n_nodes - logit_probs.len()..].copy_from_slice(logit_probs);
+    influence(rows, &scale, row_node, n_nodes, &weights, 128)
 }
 
 /// Rows in the order computed, each over every node (logit columns zero), with the node
@@ -199,19 +183,18 @@ pub fn attribute(model: &Transformer, set: &TranscoderSet, ids: &[i64], opts: &A
         }
     }
 
-    // The selected features in node order, then errors, tokens and logits.
+    // The selected features in node order, then errors, tokens and logits; only feature
+    // and logit rows are stored (the others are zero).
     let selected: Vec<usize> = (0..n_active).filter(|&i| visited[i]).collect();
     let columns: Vec<usize> = selected.iter().copied().chain(n_active..n_nodes).collect();
     let n = columns.len();
     let mut order: Vec<usize> = (0..rows.rows.len()).collect();
     order.sort_by_key(|&r| rows.nodes[r]);
-    let mut adjacency = vec![0f32; n * n];
+    let mut adjacency = vec![0f32; order.len() * n];
     for (k, &r) in order.iter().enumerate() {
-        // Feature rows fill the first rows, logit rows the last.
-        let target = if k < selected.len() { k } else { n - n_logits + (k - selected.len()) };
         let src = &rows.rows[r];
         for (j, &c) in columns.iter().enumerate() {
-            adjacency[target * n + j] = src[c];
+            adjacency[k * n + j] = src[c];
         }
     }
     Ok(Graph {
@@ -219,7 +202,7 @@ pub fn attribute(model: &Transformer, set: &TranscoderSet, ids: &[i64], opts: &A
         active_features: rm.active.iter().map(|f| [f.layer as i64, f.pos as i64, f.feature as i64]).collect(),
         activation_values: rm.active.iter().map(|f| f.activation).collect(),
         selected_features: selected.iter().map(|&i| i as i64).collect(),
-        adjacency,
+        rows: adjacency,
         logit_token_ids: logit_ids,
         logit_probabilities: logit_probs,
         n_layers,

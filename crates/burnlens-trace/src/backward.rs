@@ -130,7 +130,8 @@ impl Replacement<'_> {
             if let Some(g) = &g {
                 let g_out = self.output_hook_grad(l, g);
                 self.contract_layer(l, &g_out, &order[..k], &mut rows, row);
-                g_in = self.set.layers[l].w_skip.as_ref().map(|w| g_out.reshape([k * p, d]).matmul(w.clone()).reshape([k, p, d]));
+                // skip = x · M, so its gradient is g · Mᵀ.
+                g_in = self.set.layers[l].w_skip.as_ref().map(|m| g_out.reshape([k * p, d]).matmul(m.clone().transpose()).reshape([k, p, d]));
             }
             let k_new = joined(l);
             if k_new > k {
@@ -161,20 +162,24 @@ impl Replacement<'_> {
     fn contract_layer(&self, l: usize, g_out: &Tensor<3>, order: &[usize], rows: &mut [f32], row: usize) {
         let layer = &self.layers[l];
         let [b, p, d] = g_out.dims();
-        let mut pieces = Vec::new();
-        for pos in 0..p {
-            let (s, e) = (layer.starts[pos], layer.starts[pos + 1]);
-            if e > s {
-                let dec = layer.decoders.clone().narrow(0, s, e - s);
-                pieces.push(g_out.clone().narrow(1, pos, 1).reshape([b, d]).matmul(dec.transpose()));
+        for w in &layer.writers {
+            let mut pieces = Vec::new();
+            for pos in 0..p {
+                let (s, e) = (w.starts[pos], w.starts[pos + 1]);
+                if e > s {
+                    let dec = w.decoders.clone().narrow(0, s, e - s);
+                    pieces.push(g_out.clone().narrow(1, pos, 1).reshape([b, d]).matmul(dec.transpose()));
+                }
             }
-        }
-        if !pieces.is_empty() {
-            let n = layer.starts[p];
+            if pieces.is_empty() {
+                continue;
+            }
+            let n = w.starts[p];
             let vals: Vec<f32> = Tensor::cat(pieces, 1).into_data().try_into_vec_as::<f32>().expect("f32");
+            // A cross-layer feature's effect sums over the layers it writes.
             for (k, &i) in order.iter().enumerate() {
-                let at = i * row + layer.first_feature;
-                rows[at..at + n].copy_from_slice(&vals[k * n..(k + 1) * n]);
+                let at = i * row + w.first_feature;
+                rows[at..at + n].iter_mut().zip(&vals[k * n..(k + 1) * n]).for_each(|(r, &v)| *r += v);
             }
         }
         let err = (g_out.clone() * layer.errors.clone().narrow(0, 0, p).unsqueeze::<3>()).sum_dim(2);

@@ -1,8 +1,11 @@
-//! An attribution graph: its nodes, the dense adjacency of direct effects (rows are targets,
+//! An attribution graph: its nodes, the direct effects between them (rows are targets,
 //! columns sources), pruning by influence on the logits, and circuit-tracer's two scores.
 //!
 //! Node order: the selected features, `n_layers · n_pos` error nodes, `n_pos` token nodes,
-//! the logit nodes.
+//! the logit nodes. Only feature and logit nodes are targets, so only their rows of the
+//! adjacency can hold edges: the graph keeps those rows (`[n_features + n_logits, n_nodes]`)
+//! and never the square matrix, whose error and token rows are zero. With `n` nodes and `k`
+//! stored rows a graph holds `k · n` floats, and pruning works on the same block.
 
 use std::path::Path;
 
@@ -18,8 +21,9 @@ pub struct Graph {
     pub activation_values: Vec<f32>,
     /// Indices into `active_features` of the feature nodes, ascending.
     pub selected_features: Vec<i64>,
-    /// `[n_nodes, n_nodes]` row-major.
-    pub adjacency: Vec<f32>,
+    /// The adjacency's feature rows then its logit rows, `[n_features + n_logits, n_nodes]`
+    /// row-major (see [`Graph::row_node`]).
+    pub rows: Vec<f32>,
     pub logit_token_ids: Vec<i64>,
     pub logit_probabilities: Vec<f32>,
     pub n_layers: usize,
@@ -31,7 +35,8 @@ pub struct Graph {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Pruned {
     pub node_mask: Vec<bool>,
-    /// `[n_nodes, n_nodes]` row-major, like the adjacency.
+    /// `[stored rows, n_nodes]` like [`Graph::rows`]; the edges of the other rows are all
+    /// pruned (they have none).
     pub edge_mask: Vec<bool>,
     /// The fraction of total influence held by the nodes at least as influential as each.
     pub cumulative_scores: Vec<f32>,
@@ -53,32 +58,39 @@ pub(crate) fn normalize_rows(row: &[f32], floor: f32) -> Vec<f32> {
     row.iter().map(|x| x.abs() / sum).collect()
 }
 
-/// `Σ_{k≥1} w Aᵏ` for a nilpotent `A` (a graph without cycles), by repeated products until
-/// the term is zero.
-fn influence(a: &[f32], n: usize, weights: &[f32]) -> Result<Vec<f32>, TraceError> {
-    let mut current = vec_mat(weights, a, n);
+/// `Σ_{k≥1} w Aᵏ` for a nilpotent `A` (a graph without cycles) given by its nonzero rows:
+/// `A[row_node[r]] = |a[r]| · scale[r]` (the absolute values are taken as they are read, so
+/// normalising costs no copy). Repeated products until a term is zero.
+pub(crate) fn influence(a: &[Vec<f32>], scale: &[f32], row_node: &[usize], n: usize, weights: &[f32], max_iter: usize) -> Result<Vec<f32>, TraceError> {
+    let step = |v: &[f32]| {
+        let mut out = vec![0f32; n];
+        for (r, row) in a.iter().enumerate() {
+            let w = v[row_node[r]] * scale[r];
+            if w != 0.0 {
+                out.iter_mut().zip(row).for_each(|(o, &x)| *o += w * x.abs());
+            }
+        }
+        out
+    };
+    let mut current = step(weights);
     let mut total = current.clone();
-    for _ in 0..1000 {
+    for _ in 0..max_iter {
         if current.iter().all(|&x| x == 0.0) {
             return Ok(total);
         }
-        current = vec_mat(&current, a, n);
+        current = step(&current);
         total.iter_mut().zip(&current).for_each(|(t, &c)| *t += c);
     }
-    Err(TraceError::Input("influence did not converge in 1000 steps (the graph has a cycle?)".into()))
+    Err(TraceError::Input(format!("influence did not converge in {max_iter} steps (the graph has a cycle?)")))
 }
 
-fn vec_mat(v: &[f32], a: &[f32], n: usize) -> Vec<f32> {
-    let mut out = vec![0f32; n];
-    for (r, &w) in v.iter().enumerate() {
-        if w != 0.0 {
-            out.iter_mut().zip(&a[r * n..(r + 1) * n]).for_each(|(o, &x)| *o += w * x);
-        }
-    }
-    out
+/// `1 / Σ|row|` (the sum at least `floor`): the factor that normalises a row.
+pub(crate) fn row_scale(row: &[f32], floor: f32) -> f32 {
+    1.0 / row.iter().map(|x| x.abs()).sum::<f32>().max(floor)
 }
 
-/// The score at which the highest scores hold `fraction` of the total.
+/// The score at which the highest scores hold `fraction` of the total (scores not listed
+/// are zero and sort last).
 fn threshold(scores: &[f32], fraction: f32) -> f32 {
     let mut sorted = scores.to_vec();
     sorted.sort_by(|a, b| b.total_cmp(a));
@@ -90,7 +102,7 @@ fn threshold(scores: &[f32], fraction: f32) -> f32 {
             return sorted[i];
         }
     }
-    *sorted.last().unwrap_or(&0.0)
+    0.0
 }
 
 impl Graph {
@@ -98,19 +110,64 @@ impl Graph {
         self.input_tokens.len()
     }
 
-    pub fn n_nodes(&self) -> usize {
-        self.selected_features.len() + (self.n_layers + 1) * self.n_pos() + self.logit_token_ids.len()
+    pub fn n_features(&self) -> usize {
+        self.selected_features.len()
     }
 
-    fn normalized(&self) -> Vec<f32> {
+    pub fn n_logits(&self) -> usize {
+        self.logit_token_ids.len()
+    }
+
+    pub fn n_nodes(&self) -> usize {
+        self.n_features() + (self.n_layers + 1) * self.n_pos() + self.n_logits()
+    }
+
+    /// The node of stored row `r`.
+    pub fn row_node(&self, r: usize) -> usize {
+        if r < self.n_features() { r } else { self.n_nodes() - self.n_logits() + (r - self.n_features()) }
+    }
+
+    /// The stored row of `node`, if it is a target (a feature or a logit).
+    pub fn node_row(&self, node: usize) -> Option<usize> {
+        let (nf, n) = (self.n_features(), self.n_nodes());
+        if node < nf {
+            Some(node)
+        } else if node >= n - self.n_logits() {
+            Some(nf + node - (n - self.n_logits()))
+        } else {
+            None
+        }
+    }
+
+    /// The direct effect of `source` on `target`.
+    pub fn edge(&self, target: usize, source: usize) -> f32 {
+        self.node_row(target).map_or(0.0, |r| self.rows[r * self.n_nodes() + source])
+    }
+
+    /// The square adjacency `[n_nodes, n_nodes]` (circuit-tracer's `adjacency_matrix`);
+    /// for small graphs.
+    pub fn dense_adjacency(&self) -> Vec<f32> {
         let n = self.n_nodes();
-        self.adjacency.chunks(n).flat_map(|r| normalize_rows(r, 1e-10)).collect()
+        let mut a = vec![0f32; n * n];
+        for (r, row) in self.rows.chunks(n).enumerate() {
+            let node = self.row_node(r);
+            a[node * n..(node + 1) * n].copy_from_slice(row);
+        }
+        a
+    }
+
+    fn stored_rows(&self) -> Vec<Vec<f32>> {
+        self.rows.chunks(self.n_nodes()).map(<[f32]>::to_vec).collect()
+    }
+
+    fn row_nodes(&self) -> Vec<usize> {
+        (0..self.rows.len() / self.n_nodes().max(1)).map(|r| self.row_node(r)).collect()
     }
 
     fn logit_weights(&self) -> Vec<f32> {
         let n = self.n_nodes();
         let mut w = vec![0f32; n];
-        w[n - self.logit_token_ids.len()..].copy_from_slice(&self.logit_probabilities);
+        w[n - self.n_logits()..].copy_from_slice(&self.logit_probabilities);
         w
     }
 
@@ -121,34 +178,42 @@ impl Graph {
     pub fn prune(&self, node_threshold: f32, edge_threshold: f32) -> Result<Pruned, TraceError> {
         check_thresholds(node_threshold, edge_threshold)?;
         let n = self.n_nodes();
-        let (n_logits, n_tokens, n_features) = (self.logit_token_ids.len(), self.n_pos(), self.selected_features.len());
+        let (n_logits, n_tokens, n_features) = (self.n_logits(), self.n_pos(), self.n_features());
+        let row_nodes = self.row_nodes();
+        let k = row_nodes.len();
         let weights = self.logit_weights();
-        let node_influence = influence(&self.normalized(), n, &weights)?;
+        let normalized: Vec<Vec<f32>> = self.stored_rows().iter().map(|r| normalize_rows(r, 1e-10)).collect();
+        let node_influence = influence(&normalized, &vec![1.0; k], &row_nodes, n, &weights, 1000)?;
         let cut = threshold(&node_influence, node_threshold);
         let mut node_mask: Vec<bool> = node_influence.iter().map(|&x| x >= cut).collect();
         node_mask[n - n_logits - n_tokens..].iter_mut().for_each(|m| *m = true);
 
-        let mut pruned = self.adjacency.clone();
-        for r in 0..n {
-            for c in 0..n {
-                if !node_mask[r] || !node_mask[c] {
-                    pruned[r * n + c] = 0.0;
+        let pruned: Vec<Vec<f32>> = self
+            .stored_rows()
+            .into_iter()
+            .enumerate()
+            .map(|(r, mut row)| {
+                if !node_mask[row_nodes[r]] {
+                    row.fill(0.0);
                 }
-            }
-        }
-        let normalized: Vec<f32> = pruned.chunks(n).flat_map(|r| normalize_rows(r, 1e-10)).collect();
-        let mut pruned_influence = influence(&normalized, n, &weights)?;
+                row.iter_mut().zip(&node_mask).for_each(|(x, &keep)| if !keep { *x = 0.0 });
+                normalize_rows(&row, 1e-10)
+            })
+            .collect();
+        let mut pruned_influence = influence(&pruned, &vec![1.0; k], &row_nodes, n, &weights, 1000)?;
         pruned_influence.iter_mut().zip(&weights).for_each(|(p, &w)| *p += w);
-        let edge_scores: Vec<f32> = (0..n * n).map(|i| normalized[i] * pruned_influence[i / n]).collect();
+        let edge_scores: Vec<f32> = (0..k * n).map(|i| pruned[i / n][i % n] * pruned_influence[row_nodes[i / n]]).collect();
         let edge_cut = threshold(&edge_scores, edge_threshold);
         let mut edge_mask: Vec<bool> = edge_scores.iter().map(|&s| s >= edge_cut).collect();
 
         let inner = n - n_logits - n_tokens;
         let mut old = node_mask.clone();
         loop {
-            for c in 0..inner {
-                node_mask[c] &= (0..n).any(|r| edge_mask[r * n + c]);
+            let mut has_out = vec![false; inner];
+            for r in 0..k {
+                edge_mask[r * n..r * n + inner].iter().zip(has_out.iter_mut()).for_each(|(&e, h)| *h |= e);
             }
+            node_mask[..inner].iter_mut().zip(&has_out).for_each(|(m, &h)| *m &= h);
             for r in 0..n_features {
                 node_mask[r] &= edge_mask[r * n..(r + 1) * n].iter().any(|&e| e);
             }
@@ -156,12 +221,9 @@ impl Graph {
                 break;
             }
             old.clone_from(&node_mask);
-            for r in 0..n {
-                for c in 0..n {
-                    if !node_mask[r] || !node_mask[c] {
-                        edge_mask[r * n + c] = false;
-                    }
-                }
+            for r in 0..k {
+                let keep_row = node_mask[row_nodes[r]];
+                edge_mask[r * n..(r + 1) * n].iter_mut().zip(&node_mask).for_each(|(e, &keep)| *e &= keep_row && keep);
             }
         }
 
@@ -182,41 +244,46 @@ impl Graph {
     /// each node's inputs that is not from errors).
     pub fn scores(&self) -> Result<(f32, f32), TraceError> {
         let n = self.n_nodes();
-        let error_start = self.selected_features.len();
+        let error_start = self.n_features();
         let error_end = error_start + self.n_pos() * self.n_layers;
         let token_end = error_end + self.n_pos();
         let weights = self.logit_weights();
-        let normalized = self.normalized();
-        let infl = influence(&normalized, n, &weights)?;
+        let row_nodes = self.row_nodes();
+        let normalized: Vec<Vec<f32>> = self.stored_rows().iter().map(|r| normalize_rows(r, 1e-10)).collect();
+        let infl = influence(&normalized, &vec![1.0; row_nodes.len()], &row_nodes, n, &weights, 1000)?;
         let token: f32 = infl[error_end..token_end].iter().sum();
         let error: f32 = infl[error_start..error_end].iter().sum();
         let replacement = token / (token + error);
-        let (mut num, mut den) = (0f32, 0f32);
-        for r in 0..n {
-            let from_errors: f32 = normalized[r * n + error_start..r * n + error_end].iter().sum();
-            let out = infl[r] + weights[r];
-            num += (1.0 - from_errors) * out;
-            den += out;
+        let out: Vec<f32> = infl.iter().zip(&weights).map(|(i, w)| i + w).collect();
+        // Rows that are not stored have no inputs at all, so none from errors.
+        let mut num: f32 = out.iter().sum();
+        for (r, row) in normalized.iter().enumerate() {
+            num -= row[error_start..error_end].iter().sum::<f32>() * out[row_nodes[r]];
         }
-        Ok((replacement, num / den))
+        Ok((replacement, num / out.iter().sum::<f32>()))
     }
 
     /// Write `graph.safetensors` with circuit-tracer's `Graph` tensors under their names.
-    pub fn save_safetensors(&self, path: &Path) -> Result<(), TraceError> {
+    /// `adjacency_matrix` (square) is written while it stays under `dense_limit` bytes;
+    /// `adjacency_rows` (the stored rows, see [`Graph::rows`]) always is.
+    pub fn save_safetensors(&self, path: &Path, dense_limit: u64) -> Result<(), TraceError> {
         use safetensors::Dtype;
         let n = self.n_nodes();
         let i64s = |v: &[i64]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
         let f32s = |v: &[f32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
         let features: Vec<i64> = self.active_features.iter().flatten().copied().collect();
-        let tensors: Vec<(&str, Dtype, Vec<usize>, Vec<u8>)> = vec![
+        let mut tensors: Vec<(&str, Dtype, Vec<usize>, Vec<u8>)> = vec![
             ("input_tokens", Dtype::I64, vec![self.n_pos()], i64s(&self.input_tokens)),
             ("active_features", Dtype::I64, vec![self.active_features.len(), 3], i64s(&features)),
             ("activation_values", Dtype::F32, vec![self.activation_values.len()], f32s(&self.activation_values)),
-            ("selected_features", Dtype::I64, vec![self.selected_features.len()], i64s(&self.selected_features)),
-            ("adjacency_matrix", Dtype::F32, vec![n, n], f32s(&self.adjacency)),
-            ("logit_token_ids", Dtype::I64, vec![self.logit_token_ids.len()], i64s(&self.logit_token_ids)),
-            ("logit_probabilities", Dtype::F32, vec![self.logit_probabilities.len()], f32s(&self.logit_probabilities)),
+            ("selected_features", Dtype::I64, vec![self.n_features()], i64s(&self.selected_features)),
+            ("adjacency_rows", Dtype::F32, vec![self.rows.len() / n.max(1), n], f32s(&self.rows)),
+            ("logit_token_ids", Dtype::I64, vec![self.n_logits()], i64s(&self.logit_token_ids)),
+            ("logit_probabilities", Dtype::F32, vec![self.n_logits()], f32s(&self.logit_probabilities)),
         ];
+        if (n as u64) * (n as u64) * 4 <= dense_limit {
+            tensors.push(("adjacency_matrix", Dtype::F32, vec![n, n], f32s(&self.dense_adjacency())));
+        }
         let views: Vec<(String, safetensors::tensor::TensorView)> = tensors
             .iter()
             .map(|(name, dtype, shape, bytes)| (name.to_string(), safetensors::tensor::TensorView::new(*dtype, shape.clone(), bytes).expect("consistent view")))

@@ -140,11 +140,13 @@ impl Graph {
         let kept: Vec<Option<Node>> = (0..n).map(|i| pruned.node_mask[i].then(|| self.json_node(i, pruned.cumulative_scores[i], text))).collect();
         let mut links = Vec::new();
         let mut connected = vec![false; n];
-        for dst in 0..n {
+        // Stored rows are in node order, so links come ordered by target, then source.
+        for r in 0..pruned.edge_mask.len() / n.max(1) {
+            let dst = self.row_node(r);
             for src in 0..n {
-                if pruned.edge_mask[dst * n + src] {
+                if pruned.edge_mask[r * n + src] {
                     if let (Some(s), Some(t)) = (&kept[src], &kept[dst]) {
-                        links.push(Link { source: s.node_id.clone(), target: t.node_id.clone(), weight: self.adjacency[dst * n + src] });
+                        links.push(Link { source: s.node_id.clone(), target: t.node_id.clone(), weight: self.rows[r * n + src] });
                         connected[src] = true;
                         connected[dst] = true;
                     }

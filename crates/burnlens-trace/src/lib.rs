@@ -14,13 +14,14 @@
 //! Modules, bottom up: [`transcoder`] (weights, activations, hook points), [`load`]
 //! (circuit-tracer's files), [`replacement`] (the frozen forward pass), [`backward`]
 //! (attribution rows), [`attribute`] (targets and the graph), [`graph`] (pruning, scores,
-//! saving).
+//! saving), [`json`] and [`html`] (the viewer's files), [`intervene`] (feature interventions).
 
 pub mod attribute;
 pub mod backward;
 pub mod error;
 pub mod graph;
 pub mod html;
+pub mod intervene;
 pub mod json;
 pub mod load;
 pub mod output;
@@ -30,6 +31,7 @@ pub mod transcoder;
 pub use attribute::{AttributeOptions, LogitTargets, attribute, select_logits};
 pub use error::TraceError;
 pub use graph::{Graph, Pruned, check_thresholds};
+pub use intervene::{Intervened, Intervention, feature_intervention};
 pub use json::{GraphJson, GraphText};
 pub use output::{GraphFiles, write_graph};
 pub use replacement::{ActiveFeature, Replacement};

@@ -114,11 +114,12 @@ pub fn read_layer(path: &Path, device: &Device) -> Result<Transcoder, TraceError
         return Err(TraceError::file(path, format!("tensor `W_enc` has shape {enc:?}, expected [features, d_model]")));
     };
     let w_enc = tensor(t.take("W_enc", &[f, d])?, [f, d], device);
-    let w_dec = tensor(t.take("W_dec", &[f, d])?, [f, d], device);
+    let w_dec = vec![tensor(t.take("W_dec", &[f, d])?, [f, d], device)];
     let b_enc = tensor(t.take("b_enc", &[f])?, [f], device);
     let b_dec = tensor(t.take("b_dec", &[d])?, [d], device);
+    // Applied as x · W_skipᵀ: kept as its transpose.
     let w_skip = match t.tensors.contains_key("W_skip") {
-        true => Some(tensor(t.take("W_skip", &[d, d])?, [d, d], device)),
+        true => Some(tensor::<2>(t.take("W_skip", &[d, d])?, [d, d], device).transpose()),
         false => None,
     };
     let activation = match t.tensors.contains_key("activation_function.threshold") {
@@ -134,13 +135,18 @@ impl TranscoderSet {
         let config_path = dir.join(CONFIG_FILE);
         let text = std::fs::read_to_string(&config_path).map_err(|e| TraceError::file(&config_path, format!("{e} (a transcoder folder holds config.yaml and layer_{{i}}.safetensors)")))?;
         let cfg = FlatYaml::parse(&text, &config_path)?;
-        match cfg.get("model_kind", &config_path)? {
-            "transcoder_set" => {}
-            "cross_layer_transcoder" => return Err(TraceError::file(&config_path, "model_kind `cross_layer_transcoder` is not supported yet (transcoder_set only)")),
-            other => return Err(TraceError::file(&config_path, format!("model_kind `{other}`, expected transcoder_set"))),
-        }
+        let cross_layer = match cfg.get("model_kind", &config_path)? {
+            "transcoder_set" => false,
+            "cross_layer_transcoder" => true,
+            other => return Err(TraceError::file(&config_path, format!("model_kind `{other}`, expected transcoder_set or cross_layer_transcoder"))),
+        };
         let input = InputHook::parse(cfg.get("feature_input_hook", &config_path)?).map_err(|e| TraceError::file(&config_path, e.to_string()))?;
         let output = OutputHook::parse(cfg.get("feature_output_hook", &config_path)?).map_err(|e| TraceError::file(&config_path, e.to_string()))?;
+        if cross_layer {
+            let set = TranscoderSet { layers: read_clt(dir, device)?, input, output, scan: cfg.values.get("scan").cloned(), cross_layer };
+            set.check_uniform(dir)?;
+            return Ok(set);
+        }
         let files: Vec<PathBuf> = match cfg.lists.get("transcoders") {
             Some(list) => list
                 .iter()
@@ -152,7 +158,7 @@ impl TranscoderSet {
             None => layer_files(dir)?,
         };
         let layers = files.iter().map(|p| read_layer(p, device)).collect::<Result<Vec<_>, _>>()?;
-        let set = TranscoderSet { layers, input, output, scan: cfg.values.get("scan").cloned() };
+        let set = TranscoderSet { layers, input, output, scan: cfg.values.get("scan").cloned(), cross_layer };
         set.check_uniform(dir)?;
         Ok(set)
     }
@@ -177,6 +183,9 @@ impl TranscoderSet {
         if self.n_layers() != n {
             return Err(TraceError::Mismatch(format!("{} transcoder layers, the model has {n} layers", self.n_layers())));
         }
+        if let Some((i, t)) = self.layers.iter().enumerate().find(|(i, t)| t.w_dec.len() != if self.cross_layer { n - i } else { 1 }) {
+            return Err(TraceError::Mismatch(format!("layer {i}'s transcoder has {} decoders, expected {}", t.w_dec.len(), if self.cross_layer { n - i } else { 1 })));
+        }
         if self.layers[0].d_model() != d {
             return Err(TraceError::Mismatch(format!("transcoders read d_model {}, the model's is {d}", self.layers[0].d_model())));
         }
@@ -193,24 +202,71 @@ impl TranscoderSet {
     }
 }
 
-/// `layer_0.safetensors`, `layer_1.safetensors`, … : every layer from 0 without a gap.
-fn layer_files(dir: &Path) -> Result<Vec<PathBuf>, TraceError> {
+/// A cross-layer transcoder in circuit-tracer's files: `W_enc_{i}.safetensors` (`W_enc_{i}
+/// [F, d]`, `b_enc_{i} [F]`, `b_dec_{i} [d]`, optionally `threshold_{i} [F]`) and
+/// `W_dec_{i}.safetensors` (`W_dec_{i} [F, n_layers - i, d]`) for every layer `i`.
+fn read_clt(dir: &Path, device: &Device) -> Result<Vec<Transcoder>, TraceError> {
+    let n = numbered_files(dir, "W_enc_")?.len();
+    let mut layers = Vec::with_capacity(n);
+    for i in 0..n {
+        let mut enc = Tensors::read(&dir.join(format!("W_enc_{i}.safetensors")))?;
+        let shape = enc.shape(&format!("W_enc_{i}"))?;
+        let [f, d] = shape[..] else {
+            return Err(TraceError::file(&enc.path, format!("tensor `W_enc_{i}` has shape {shape:?}, expected [features, d_model]")));
+        };
+        let w_enc = tensor(enc.take(&format!("W_enc_{i}"), &[f, d])?, [f, d], device);
+        let b_enc = tensor(enc.take(&format!("b_enc_{i}"), &[f])?, [f], device);
+        let b_dec = tensor(enc.take(&format!("b_dec_{i}"), &[d])?, [d], device);
+        let activation = match enc.tensors.contains_key(&format!("threshold_{i}")) {
+            true => FeatureActivation::JumpRelu { threshold: enc.take(&format!("threshold_{i}"), &[f])? },
+            false => FeatureActivation::Relu,
+        };
+        let path = dir.join(format!("W_dec_{i}.safetensors"));
+        if !path.is_file() {
+            return Err(TraceError::file(&path, format!("missing (W_enc_{i}.safetensors has no decoder beside it)")));
+        }
+        let mut dec = Tensors::read(&path)?;
+        let k = n - i;
+        let values = dec.take(&format!("W_dec_{i}"), &[f, k, d])?;
+        let w_dec = (0..k)
+            .map(|j| {
+                let rows: Vec<f32> = (0..f).flat_map(|r| values[(r * k + j) * d..(r * k + j + 1) * d].iter().copied()).collect();
+                tensor(rows, [f, d], device)
+            })
+            .collect();
+        layers.push(Transcoder { w_enc, b_enc, w_dec, b_dec, w_skip: None, activation });
+    }
+    Ok(layers)
+}
+
+/// `{prefix}0.safetensors`, `{prefix}1.safetensors`, … in `dir`: every index from 0 without a gap.
+fn numbered_files(dir: &Path, prefix: &str) -> Result<Vec<PathBuf>, TraceError> {
     let entries = std::fs::read_dir(dir).map_err(|e| TraceError::file(dir, e.to_string()))?;
     let mut found = Vec::new();
     for e in entries.flatten() {
         let name = e.file_name().to_string_lossy().to_string();
-        if let Some(i) = name.strip_prefix("layer_").and_then(|r| r.strip_suffix(".safetensors")).and_then(|i| i.parse::<usize>().ok()) {
+        if let Some(i) = name.strip_prefix(prefix).and_then(|r| r.strip_suffix(".safetensors")).and_then(|i| i.parse::<usize>().ok()) {
             found.push(i);
         }
     }
     found.sort_unstable();
     if found.is_empty() {
-        return Err(TraceError::file(dir, "no layer_{i}.safetensors files and no `transcoders:` list in config.yaml"));
+        return Err(TraceError::file(dir, format!("no {prefix}{{i}}.safetensors files")));
     }
     for (want, &i) in found.iter().enumerate() {
         if i != want {
-            return Err(TraceError::file(dir.join(format!("layer_{want}.safetensors")), format!("missing (layers 0..={} are expected, layer_{i} exists)", found.last().expect("nonempty"))));
+            return Err(TraceError::file(dir.join(format!("{prefix}{want}.safetensors")), format!("missing (files 0..={} are expected, {prefix}{i} exists)", found.last().expect("nonempty"))));
         }
     }
-    Ok(found.iter().map(|i| dir.join(format!("layer_{i}.safetensors"))).collect())
+    Ok(found.iter().map(|i| dir.join(format!("{prefix}{i}.safetensors"))).collect())
+}
+
+/// `layer_0.safetensors`, `layer_1.safetensors`, … : every layer from 0 without a gap.
+fn layer_files(dir: &Path) -> Result<Vec<PathBuf>, TraceError> {
+    numbered_files(dir, "layer_").map_err(|e| match e {
+        TraceError::File { path, msg } if msg.starts_with("no layer_") => {
+            TraceError::File { path, msg: "no layer_{i}.safetensors files and no `transcoders:` list in config.yaml".into() }
+        }
+        other => other,
+    })
 }

@@ -7,6 +7,9 @@ use crate::TraceError;
 use crate::graph::Graph;
 use crate::json::GraphText;
 
+/// The largest square `adjacency_matrix` written beside the stored rows (1 GiB).
+pub const DENSE_LIMIT: u64 = 1 << 30;
+
 /// What [`write_graph`] wrote and measured.
 #[derive(Debug, Clone)]
 pub struct GraphFiles {
@@ -35,7 +38,7 @@ pub fn write_graph(dir: &Path, graph: &Graph, text: &GraphText, node_threshold: 
         replacement_score,
         completeness_score,
     };
-    graph.save_safetensors(&files.safetensors)?;
+    graph.save_safetensors(&files.safetensors, DENSE_LIMIT)?;
     let json = graph.to_json(&pruned, text, node_threshold);
     crate::write_atomic(&files.json, serde_json::to_string_pretty(&json).expect("json").as_bytes())?;
     crate::write_atomic(&files.html, crate::html::graph_html(&json).as_bytes())?;

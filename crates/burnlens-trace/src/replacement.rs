@@ -36,14 +36,21 @@ pub(crate) struct FrozenLayer {
     pub w_v: Tensor<2>,
     /// `W_O` stacked by head, `[head · d_head, d_model]`.
     pub w_o: Tensor<2>,
-    /// Active features' decoder rows times their activations, `[n, d_model]`, in position
-    /// order, and where each position's rows start (`starts[p]..starts[p + 1]`).
-    pub decoders: Tensor<2>,
-    pub starts: Vec<usize>,
-    /// Index of this layer's first active feature among all active features.
-    pub first_feature: usize,
+    /// The features that write this layer's MLP output: this layer's (and, for a CLT, every
+    /// earlier layer's).
+    pub writers: Vec<Writer>,
     /// `[pos, d_model]`
     pub errors: Tensor<2>,
+}
+
+/// One source layer's active features as they write one output layer.
+pub(crate) struct Writer {
+    /// Decoder rows (for this output layer) times the activations, `[n, d_model]`, in
+    /// position order; position `p`'s rows are `starts[p]..starts[p + 1]`.
+    pub decoders: Tensor<2>,
+    pub starts: Vec<usize>,
+    /// Index of the source layer's first active feature among all active features.
+    pub first_feature: usize,
 }
 
 /// The frozen forward pass of one prompt through model and transcoders.
@@ -105,9 +112,13 @@ impl<'m> Replacement<'m> {
 
         let tokens = squeeze(take(&mut cache, "hook_embed")?, "hook_embed")?;
         let ln_final_scale = take(&mut cache, "ln_final.hook_scale")?.rank3().expect("rank 3");
+        let n_layers = model.blocks.len();
         let mut active = Vec::new();
         let mut encoders = Vec::new();
-        let mut layers = Vec::new();
+        let mut writers: Vec<Vec<Writer>> = (0..n_layers).map(|_| Vec::new()).collect();
+        let mut recon: Vec<Option<Tensor<2>>> = vec![None; n_layers];
+        let mut caches = Vec::with_capacity(n_layers);
+        let mut outputs = Vec::with_capacity(n_layers);
         for (l, block) in model.blocks.iter().enumerate() {
             let prefix = format!("blocks.{l}.");
             let mut mine: BTreeMap<String, Activation> = BTreeMap::new();
@@ -117,9 +128,14 @@ impl<'m> Replacement<'m> {
                 mine.insert(k[prefix.len()..].to_string(), v);
             }
             let input = input_value(set.input, block, &mut mine)?;
-            let output = output_value(set.output, block, &mut mine)?;
-            let layer = freeze_layer(model, set, l, block, &mut mine, input, output, zero_positions, &mut active, &mut encoders)?;
-            layers.push(layer);
+            outputs.push(output_value(set.output, block, &mut mine)?);
+            encode_layer(set, l, input, zero_positions, &mut active, &mut encoders, &mut writers, &mut recon);
+            caches.push(mine);
+        }
+        let mut layers = Vec::with_capacity(n_layers);
+        for (l, ((mut mine, output), writers)) in caches.into_iter().zip(outputs).zip(writers).enumerate() {
+            let errors = output - recon[l].take().expect("every layer has a reconstruction");
+            layers.push(freeze_layer(model.blocks.get(l).expect("layer"), &mut mine, errors, writers, zero_positions)?);
         }
         Ok(Self { model, set, ids: ids.to_vec(), active, encoders, layers, ln_final_scale, tokens, logits })
     }
@@ -177,20 +193,22 @@ fn output_value(hook: OutputHook, block: &Block, mine: &mut BTreeMap<String, Act
     }
 }
 
+/// Layer `l`'s transcoder on its input `[pos, d_model]`: its active features (the first
+/// `zero_positions` positions zeroed) and encoder rows are appended, its scaled decoder rows
+/// join the writers of each layer it writes, and its decoders, bias and skip term are added
+/// to those layers' reconstructions.
 #[allow(clippy::too_many_arguments)]
-fn freeze_layer(
-    model: &Transformer,
+fn encode_layer(
     set: &TranscoderSet,
     l: usize,
-    block: &Block,
-    mine: &mut BTreeMap<String, Activation>,
     input: Tensor<2>,
-    output: Tensor<2>,
     zero_positions: usize,
     active: &mut Vec<ActiveFeature>,
     encoders: &mut Vec<f32>,
-) -> Result<FrozenLayer, TraceError> {
-    let device = model.device();
+    writers: &mut [Vec<Writer>],
+    recon: &mut [Option<Tensor<2>>],
+) {
+    let device = input.device();
     let tc = &set.layers[l];
     let [n_pos, d] = input.dims();
     let f = tc.n_features();
@@ -211,22 +229,43 @@ fn freeze_layer(
         starts.push(idx.len());
     }
     let n = idx.len();
-    let (decoders, enc_rows) = if n == 0 {
-        (Tensor::zeros([0, d], &device), Vec::new())
-    } else {
-        let sel = Tensor::<1, Int>::from_data(TensorData::new(idx, [n]), &device);
+    let sel = (n > 0).then(|| Tensor::<1, Int>::from_data(TensorData::new(idx, [n]), &device));
+    if let Some(sel) = &sel {
         let enc: Vec<f32> = tc.w_enc.clone().select(0, sel.clone()).into_data().try_into_vec_as::<f32>().expect("f32");
-        let scale = tensor(values, [n, 1], &device);
-        (tc.w_dec.clone().select(0, sel) * scale, enc)
-    };
-    encoders.extend(enc_rows);
-    let mut recon = tensor(acts, [n_pos, f], &device).matmul(tc.w_dec.clone()) + tc.b_dec.clone().reshape([1, d]);
-    if let Some(skip) = tc.skip(input) {
-        recon = recon + skip;
+        encoders.extend(enc);
     }
-    let mut errors = output - recon;
+    let scale = (n > 0).then(|| tensor(values, [n, 1], &device));
+    let dense = tensor(acts, [n_pos, f], &device);
+    // This layer's own bias and skip term.
+    let mut own = tc.b_dec.clone().reshape([1, d]).expand([n_pos, d]);
+    if let Some(skip) = tc.skip(input) {
+        own = own + skip;
+    }
+    recon[l] = Some(match recon[l].take() {
+        Some(r) => r + own,
+        None => own,
+    });
+    for (k, w_dec) in tc.w_dec.iter().enumerate() {
+        let out = l + k;
+        let part = dense.clone().matmul(w_dec.clone());
+        recon[out] = Some(match recon[out].take() {
+            Some(r) => r + part,
+            None => part,
+        });
+        if let (Some(sel), Some(scale)) = (&sel, &scale) {
+            let decoders = w_dec.clone().select(0, sel.clone()) * scale.clone();
+            writers[out].push(Writer { decoders, starts: starts.clone(), first_feature });
+        }
+    }
+}
+
+/// What layer `l`'s backward pass holds constant, from its captured activations.
+fn freeze_layer(block: &Block, mine: &mut BTreeMap<String, Activation>, errors: Tensor<2>, writers: Vec<Writer>, zero_positions: usize) -> Result<FrozenLayer, TraceError> {
+    let [n_pos, d] = errors.dims();
+    let mut errors = errors;
     if zero_positions > 0 {
         let z = zero_positions.min(n_pos);
+        let device = errors.device();
         errors = errors.slice_assign([0..z, 0..d], Tensor::zeros([z, d], &device));
     }
     let pattern = take(mine, "attn.hook_pattern")?.rank4().ok_or_else(|| TraceError::Mismatch("attn.hook_pattern is not rank 4".into()))?;
@@ -239,16 +278,7 @@ fn freeze_layer(
     }
     let w = block.attn.head_weights();
     let dh = block.attn.d_head;
-    Ok(FrozenLayer {
-        pattern: pattern.reshape([h, q, k]),
-        scales,
-        w_v: w.w_v.swap_dims(0, 1).reshape([d, h * dh]),
-        w_o: w.w_o.reshape([h * dh, d]),
-        decoders,
-        starts,
-        first_feature,
-        errors,
-    })
+    Ok(FrozenLayer { pattern: pattern.reshape([h, q, k]), scales, w_v: w.w_v.swap_dims(0, 1).reshape([d, h * dh]), w_o: w.w_o.reshape([h * dh, d]), writers, errors })
 }
 
 /// `W_U [d_model, vocab]` as f32 (for the logit directions).

@@ -1,8 +1,13 @@
 //! Transcoders: a sparse, wider stand-in for each MLP that reads the MLP's input and predicts
-//! its output, `out ≈ act(x W_encᵀ + b_enc) W_dec + b_dec (+ x W_skipᵀ)`.
+//! its output, `out ≈ act(x W_encᵀ + b_enc) W_dec + b_dec (+ skip)`.
 //!
-//! Weights keep circuit-tracer's orientation: `W_enc [features, d_model]`,
-//! `W_dec [features, d_model]`, `W_skip [d_model, d_model]` applied as `x · W_skipᵀ`.
+//! A per-layer transcoder (PLT) writes only its own layer's MLP output; a cross-layer
+//! transcoder (CLT) has one decoder for its own layer and one for every later layer, and a
+//! layer's MLP output is predicted by the features of that layer and all earlier ones.
+//! Weights keep circuit-tracer's orientation: `W_enc [features, d_model]`, each decoder
+//! `[features, d_model]`. The skip connection is kept as the matrix `M` of `skip = x · M`
+//! (a PLT file's `W_skip` is applied as `x · W_skipᵀ`, so `M = W_skipᵀ`; a CLT's as
+//! `x · W_skip`).
 
 use burn::tensor::{Device, Tensor, TensorData};
 
@@ -114,11 +119,11 @@ pub struct Transcoder {
     pub w_enc: Tensor<2>,
     /// `[features]`
     pub b_enc: Tensor<1>,
-    /// `[features, d_model]`
-    pub w_dec: Tensor<2>,
-    /// `[d_model]`
+    /// Decoders `[features, d_model]`: `w_dec[k]` writes layer `l + k` (one for a PLT).
+    pub w_dec: Vec<Tensor<2>>,
+    /// `[d_model]`, added to this layer's reconstruction.
     pub b_dec: Tensor<1>,
-    /// `[d_model, d_model]`, applied as `x · W_skipᵀ`.
+    /// `M [d_model, d_model]` of `skip = x · M` for this layer's input and output.
     pub w_skip: Option<Tensor<2>>,
     pub activation: FeatureActivation,
 }
@@ -141,9 +146,9 @@ impl Transcoder {
         v
     }
 
-    /// The skip term `x · W_skipᵀ` `[pos, d_model]`, if the transcoder has one.
+    /// The skip term `x · M` `[pos, d_model]`, if the transcoder has one.
     pub fn skip(&self, x: Tensor<2>) -> Option<Tensor<2>> {
-        self.w_skip.as_ref().map(|w| x.matmul(w.clone().transpose()))
+        self.w_skip.as_ref().map(|w| x.matmul(w.clone()))
     }
 }
 
@@ -155,6 +160,8 @@ pub struct TranscoderSet {
     pub output: OutputHook,
     /// The name of the set on Neuronpedia (circuit-tracer's `scan`), if given.
     pub scan: Option<String>,
+    /// Whether features write to later layers too (a cross-layer transcoder).
+    pub cross_layer: bool,
 }
 
 impl TranscoderSet {

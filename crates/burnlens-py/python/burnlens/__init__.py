@@ -26,7 +26,7 @@ import numpy as np
 
 from . import _native
 
-__all__ = ["HookedModel", "ActivationCache", "HookPoint", "Config", "SAE", "train", "get_act_name", "backends"]
+__all__ = ["HookedModel", "ActivationCache", "HookPoint", "Config", "SAE", "Transcoders", "Graph", "attribute", "feature_intervention", "train", "get_act_name", "backends"]
 
 Tokens = Union[str, Sequence[str], np.ndarray, Sequence[int], Sequence[Sequence[int]]]
 HookFn = Callable[[np.ndarray, "HookPoint"], Optional[np.ndarray]]
@@ -567,6 +567,106 @@ class SAE:
 
     def __repr__(self) -> str:
         return f"SAE(hook_name={self.hook_name!r}, d_in={self.d_in}, d_sae={self.d_sae})"
+
+
+class Transcoders:
+    """A transcoder set in circuit-tracer's layout: a folder with `config.yaml` and
+    `layer_{i}.safetensors` (`W_enc [F, d]`, `W_dec [F, d]`, `b_enc`, `b_dec`, optional
+    JumpReLU threshold and `W_skip`)."""
+
+    def __init__(self, native: "_native.NativeTranscoders"):
+        self._native = native
+        (self.n_layers, self.d_transcoder, self.feature_input_hook, self.feature_output_hook, self.scan, self.skip_connection) = native.describe()
+
+    @classmethod
+    def load(cls, path: str, backend: Optional[str] = None) -> "Transcoders":
+        return cls(_native.NativeTranscoders.load(str(path), backend))
+
+    def __repr__(self) -> str:
+        return (f"Transcoders(n_layers={self.n_layers}, d_transcoder={self.d_transcoder}, "
+                f"{self.feature_input_hook} -> {self.feature_output_hook}, skip={self.skip_connection})")
+
+
+class Graph:
+    """An attribution graph with circuit-tracer's `Graph` fields as numpy arrays. Node order:
+    the selected features, `n_layers * n_pos` error nodes, the token nodes, the logit nodes;
+    rows are targets, columns sources. Only feature and logit rows can hold edges: `rows`
+    holds them (`[n_features + n_logits, n_nodes]`); `adjacency_matrix` is the square matrix."""
+
+    def __init__(self, native: "_native.NativeGraph", model: "HookedModel"):
+        self._native = native
+        self._model = model
+        (tokens, self.active_features, self.activation_values, selected, logits, probs, self.n_layers) = native.parts()
+        self.input_tokens = np.array(tokens, dtype=np.int64)
+        self.selected_features = np.array(selected, dtype=np.int64)
+        self.logit_token_ids = np.array(logits, dtype=np.int64)
+        self.logit_probabilities = np.array(probs, dtype=np.float32)
+
+    @property
+    def rows(self) -> np.ndarray:
+        return self._native.rows()
+
+    @property
+    def adjacency_matrix(self) -> np.ndarray:
+        return self._native.dense_adjacency()
+
+    @property
+    def n_nodes(self) -> int:
+        return self.rows.shape[1]
+
+    def prune(self, node_threshold: float = 0.8, edge_threshold: float = 0.98) -> Dict[str, np.ndarray]:
+        """circuit-tracer's `prune_graph`: `node_mask [n_nodes]`, `edge_mask` over `rows`
+        (`[n_features + n_logits, n_nodes]`) and `cumulative_scores [n_nodes]`."""
+        node_mask, edge_mask, cumulative = self._native.prune(float(node_threshold), float(edge_threshold))
+        return {"node_mask": np.array(node_mask, dtype=bool), "edge_mask": edge_mask, "cumulative_scores": np.array(cumulative, dtype=np.float32)}
+
+    def scores(self) -> Tuple[float, float]:
+        """circuit-tracer's `(replacement_score, completeness_score)`."""
+        return self._native.scores()
+
+    def save(self, path: str, node_threshold: float = 0.8, edge_threshold: float = 0.98, slug: Optional[str] = None) -> List[str]:
+        """Write graph.safetensors, graph.json (Neuronpedia's schema) and graph.html into the
+        folder `path`; returns their paths."""
+        import os
+        tokens = [int(t) for t in self.input_tokens]
+        text = self._model.to_string(tokens) if self._model._native.has_tokenizer else ",".join(map(str, tokens))
+        pieces = self._model.to_str_tokens(self.input_tokens) if self._model._native.has_tokenizer else [str(t) for t in tokens]
+        logit_tokens = [self._model.to_string([int(t)]) if self._model._native.has_tokenizer else str(int(t)) for t in self.logit_token_ids]
+        slug = slug or os.path.basename(os.path.normpath(str(path)))
+        return self._native.save(str(path), slug, text, pieces, logit_tokens, float(node_threshold), float(edge_threshold))
+
+    def __repr__(self) -> str:
+        return f"Graph({len(self.input_tokens)} tokens, {len(self.active_features)} active features, {len(self.selected_features)} selected, {len(self.logit_token_ids)} logits)"
+
+
+def attribute(model: "HookedModel", transcoders: Transcoders, prompt: Union[str, Sequence[int], np.ndarray], max_n_logits: int = 10,
+              desired_logit_prob: float = 0.95, batch_size: int = 512, max_feature_nodes: Optional[int] = None,
+              targets: Optional[Sequence[int]] = None, update_interval: int = 4, zero_positions: int = 1) -> Graph:
+    """circuit-tracer's `attribute`: the attribution graph of one prompt. Text gets the
+    model's BOS first; token ids are attributed as given. `targets`: explain these next
+    tokens instead of the most probable ones."""
+    if isinstance(prompt, str):
+        tokens = model.to_tokens(prompt)[0]
+    else:
+        tokens = np.asarray(prompt)
+        if tokens.ndim == 2 and tokens.shape[0] == 1:
+            tokens = tokens[0]
+        if tokens.ndim != 1 or tokens.dtype.kind not in "iu":
+            raise ValueError(f"prompt: expected text or one sequence of token ids, found {tokens.dtype} of shape {tokens.shape}")
+    native = _native.attribute(model._native, transcoders._native, [int(t) for t in tokens], int(max_n_logits), float(desired_logit_prob),
+                               None if targets is None else [int(t) for t in targets], int(batch_size),
+                               None if max_feature_nodes is None else int(max_feature_nodes), int(update_interval), int(zero_positions))
+    return Graph(native, model)
+
+
+def feature_intervention(model: "HookedModel", transcoders: Transcoders, prompt: Union[str, Sequence[int], np.ndarray],
+                         interventions: Sequence[Tuple[int, int, int, float]], freeze_attention: bool = True,
+                         zero_positions: int = 1) -> Tuple[np.ndarray, np.ndarray]:
+    """circuit-tracer's `feature_intervention`: set each `(layer, pos, feature, value)` and
+    return the new `logits [pos, vocab]` and feature `activations [layer, pos, features]`."""
+    tokens = model.to_tokens(prompt)[0] if isinstance(prompt, str) else np.asarray(prompt).reshape(-1)
+    ivs = [(int(l), int(p), int(f), float(v)) for l, p, f, v in interventions]
+    return _native.feature_intervention(model._native, transcoders._native, [int(t) for t in tokens], ivs, bool(freeze_attention), int(zero_positions))
 
 
 def _toml_value(v: Any) -> str:

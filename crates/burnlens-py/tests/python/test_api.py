@@ -26,7 +26,7 @@ def fixture(name):
 def read_safetensors(path):
     """The tensors of a safetensors file as numpy arrays (the format is a length, a JSON
     header and the raw little-endian data)."""
-    kinds = {"F32": np.float32, "I64": np.int64, "F64": np.float64}
+    kinds = {"F32": np.float32, "I64": np.int64, "F64": np.float64, "U8": np.uint8}
     with open(path, "rb") as f:
         n = struct.unpack("<Q", f.read(8))[0]
         header = json.loads(f.read(n))
@@ -422,3 +422,54 @@ def test_half_weights_work_everywhere_and_equal_their_f32_widening(name):
     assert rel(dh["contributions"], dw["contributions"], 1e-3) <= 1e-4 and dh["max_error"] <= 1e-4
     with pytest.raises(ValueError, match="expected one of auto, f32, bf16, f16"):
         burnlens.HookedModel.from_pretrained(path, dtype="fp8")
+
+
+@pytest.mark.parametrize("name", ["gpt2", "gpt2_clt", "llama_skip", "gemma2"])
+def test_attribution_graphs_equal_circuit_tracers(name, tmp_path):
+    """burnlens.attribute on circuit-tracer's fixtures (tests/fixtures/trace): the same
+    graph as circuit-tracer's `attribute`, the same pruning and scores, and the saved files."""
+    case_dir = os.path.join(FIXTURES, "trace", name)
+    with open(os.path.join(case_dir, "case.json")) as f:
+        case = json.load(f)
+    e = read_safetensors(os.path.join(case_dir, "expected.safetensors"))
+    model = burnlens.HookedModel.from_pretrained(os.path.join(case_dir, "model"))
+    tc = burnlens.Transcoders.load(os.path.join(case_dir, "transcoders"))
+    assert tc.n_layers == model.cfg.n_layers
+    g = burnlens.attribute(model, tc, np.array(case["ids"]), max_n_logits=case["max_n_logits"], desired_logit_prob=case["desired_logit_prob"],
+                           batch_size=case["batch_size"], max_feature_nodes=case["max_feature_nodes"])
+    assert np.array_equal(g.active_features, e["active_features"])
+    assert np.array_equal(g.selected_features, e["selected_features"])
+    assert np.array_equal(g.logit_token_ids, e["logit_token_ids"])
+    assert rel(g.adjacency_matrix, e["adjacency_matrix"], 1e-30) <= 1e-4
+    p = g.prune(case["node_threshold"], case["edge_threshold"])
+    assert np.array_equal(p["node_mask"], e["node_mask"].astype(bool))
+    rows = [i for i in range(g.n_nodes) if i < len(g.selected_features) or i >= g.n_nodes - len(g.logit_token_ids)]
+    assert np.array_equal(p["edge_mask"], e["edge_mask"].astype(bool)[rows])
+    assert np.allclose(g.scores(), e["scores"], atol=1e-5)
+    files = g.save(str(tmp_path / "graph"))
+    with open(files[1]) as f:
+        j = json.load(f)
+    assert {"metadata", "qParams", "nodes", "links"} <= set(j) and j["metadata"]["prompt_tokens"][1] == "t17"
+
+
+def test_bad_transcoders_raise_one_line_errors(tmp_path):
+    with pytest.raises(FileNotFoundError, match="config.yaml"):
+        burnlens.Transcoders.load(str(tmp_path / "missing"))
+    model = burnlens.HookedModel.from_pretrained(os.path.join(FIXTURES, "trace", "gpt2", "model"))
+    tc = burnlens.Transcoders.load(os.path.join(FIXTURES, "trace", "gpt2", "transcoders"))
+    with pytest.raises(ValueError, match="target token 999"):
+        burnlens.attribute(model, tc, [1, 2, 3], targets=[999])
+
+
+def test_feature_intervention_equals_circuit_tracers():
+    case_dir = os.path.join(FIXTURES, "trace", "gpt2")
+    with open(os.path.join(case_dir, "case.json")) as f:
+        ids = json.load(f)["ids"]
+    e = read_safetensors(os.path.join(case_dir, "intervention.safetensors"))
+    model = burnlens.HookedModel.from_pretrained(os.path.join(case_dir, "model"))
+    tc = burnlens.Transcoders.load(os.path.join(case_dir, "transcoders"))
+    ivs = [(*map(int, i), float(v)) for i, v in zip(e["index"], e["value"])]
+    logits, acts = burnlens.feature_intervention(model, tc, ids, ivs)
+    assert logits.shape == e["logits"].shape and acts.shape == e["activations"].shape
+    assert rel(logits, e["logits"], 1e-30) <= 1e-4
+    assert rel(acts, e["activations"], 1e-30) <= 1e-4

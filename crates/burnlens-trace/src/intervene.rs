@@ -1,0 +1,145 @@
+//! Feature interventions, as circuit-tracer's `feature_intervention` does them: set chosen
+//! transcoder features to new values and see the new logits and feature activations.
+//!
+//! The model runs for real (its MLPs, not the transcoders); at each intervened layer the
+//! MLP's output gets `(value − activation) · W_dec[feature]` added at the feature's position,
+//! where `activation` is what the transcoder reads from this very run, so the change
+//! propagates through every later layer. With `freeze_attention` every attention pattern is
+//! held at its value on the unchanged prompt. Activations at the first `zero_positions`
+//! positions read as zero, as in circuit-tracer.
+
+use std::cell::RefCell;
+
+use burn::tensor::{Int, Tensor, TensorData};
+use burnlens_model::{Activation, Hooks, NormKind, NormPlacement, Transformer};
+
+use crate::TraceError;
+use crate::transcoder::{InputHook, OutputHook, TranscoderSet, tensor};
+
+/// Set feature `feature` of layer `layer`'s transcoder at position `pos` to `value`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Intervention {
+    pub layer: usize,
+    pub pos: usize,
+    pub feature: usize,
+    pub value: f32,
+}
+
+/// What an intervened run produced.
+#[derive(Debug, Clone)]
+pub struct Intervened {
+    /// `[pos, vocab]`, after any soft-cap.
+    pub logits: Vec<f32>,
+    /// Every layer's feature activations `[pos, features]` in the intervened run.
+    pub activations: Vec<Vec<f32>>,
+}
+
+/// Where layer `l`'s transcoder input is read in burnlens's hook points, and whether the
+/// norm's affine map must be applied to what is read there.
+fn input_point(set: &TranscoderSet, model: &Transformer, l: usize) -> (String, bool) {
+    let block = &model.blocks[l];
+    let ln2_kind = block.ln2.as_ref().map(|n| n.kind);
+    match set.input {
+        InputHook::ResidMid => (format!("blocks.{l}.hook_resid_mid"), false),
+        InputHook::MlpIn if block.placement == NormPlacement::Post => (format!("blocks.{l}.hook_resid_mid"), false),
+        InputHook::MlpIn => (format!("blocks.{l}.ln2.hook_normalized"), true),
+        InputHook::Ln2Normalized => (format!("blocks.{l}.ln2.hook_normalized"), ln2_kind == Some(NormKind::LayerNorm)),
+    }
+}
+
+/// Run `ids` with `interventions` (see the module docs).
+pub fn feature_intervention(
+    model: &Transformer,
+    set: &TranscoderSet,
+    ids: &[i64],
+    interventions: &[Intervention],
+    freeze_attention: bool,
+    zero_positions: usize,
+) -> Result<Intervened, TraceError> {
+    set.check(&model.config)?;
+    model.check_ids(ids).map_err(|e| TraceError::Input(e.to_string()))?;
+    let n_pos = ids.len();
+    let n_layers = model.config.n_layers();
+    for iv in interventions {
+        if iv.layer >= n_layers || iv.pos >= n_pos || iv.feature >= set.layers[iv.layer].n_features() {
+            return Err(TraceError::Input(format!(
+                "intervention (layer {}, pos {}, feature {}) is outside {n_layers} layers, {n_pos} positions, {} features",
+                iv.layer,
+                iv.pos,
+                iv.feature,
+                set.layers[0].n_features()
+            )));
+        }
+    }
+    let blocks_with_post_norm = model.blocks.iter().any(|b| b.ln2_post.is_some() || b.placement == NormPlacement::Post);
+    if set.output == OutputHook::MlpHookOut && blocks_with_post_norm {
+        return Err(TraceError::Input("interventions at mlp.hook_out before a norm are not supported; use transcoders writing hook_mlp_out".into()));
+    }
+    let device = model.device();
+    let ids_t = || Tensor::<2, Int>::from_data(TensorData::new(ids.to_vec(), [1, n_pos]), &device);
+
+    let frozen: Vec<(String, Activation)> = if freeze_attention && !interventions.is_empty() {
+        let mut hooks = Hooks::capture(|n: &str| n.ends_with("attn.hook_pattern"));
+        model.forward_hooked(ids_t(), &mut hooks);
+        hooks.take_cache().into_iter().collect()
+    } else {
+        Vec::new()
+    };
+
+    let points: Vec<(String, bool)> = (0..n_layers).map(|l| input_point(set, model, l)).collect();
+    let activations: RefCell<Vec<Vec<f32>>> = RefCell::new(vec![Vec::new(); n_layers]);
+    let mut hooks = Hooks::none()
+        .with_edit(
+            |n: &str| n.ends_with("attn.hook_pattern"),
+            |name: &str, a: Activation| frozen.iter().find(|(k, _)| k == name).map_or(a, |(_, v)| v.clone()),
+        )
+        .with_edit(
+            |n: &str| points.iter().any(|(p, _)| p == n),
+            |name: &str, a: Activation| {
+                let l = points.iter().position(|(p, _)| p == name).expect("filtered");
+                let finish = points[l].1;
+                let t = a.rank3().expect("rank 3");
+                let [_, p, d] = t.dims();
+                let mut x = t.reshape([p, d]);
+                if finish {
+                    x = model.blocks[l].ln2.as_ref().expect("ln2").finish(x);
+                }
+                let mut acts = set.layers[l].activations(x);
+                let f = set.layers[l].n_features();
+                acts[..zero_positions.min(p) * f].fill(0.0);
+                activations.borrow_mut()[l] = acts;
+                a
+            },
+        )
+        .with_edit(
+            |n: &str| n.ends_with(".hook_mlp_out"),
+            |name: &str, a: Activation| {
+                let l: usize = name["blocks.".len()..].split('.').next().and_then(|s| s.parse().ok()).expect("blocks.{l}.hook_mlp_out");
+                // Every intervention at this layer or (a cross-layer feature) an earlier one
+                // that writes here.
+                let mine: Vec<&Intervention> = interventions.iter().filter(|iv| iv.layer <= l && l - iv.layer < set.layers[iv.layer].w_dec.len()).collect();
+                if mine.is_empty() {
+                    return a;
+                }
+                let t = a.rank3().expect("rank 3");
+                let [_, p, d] = t.dims();
+                let acts = activations.borrow();
+                let mut out = t.reshape([p, d]);
+                for src in mine.iter().map(|iv| iv.layer).collect::<std::collections::BTreeSet<_>>() {
+                    let tc = &set.layers[src];
+                    let f = tc.n_features();
+                    let mut delta = vec![0f32; p * f];
+                    for iv in mine.iter().filter(|iv| iv.layer == src) {
+                        delta[iv.pos * f + iv.feature] = iv.value - acts[src][iv.pos * f + iv.feature];
+                    }
+                    out = out + tensor(delta, [p, f], &model.device()).matmul(tc.w_dec[l - src].clone());
+                }
+                Activation::Rank3(out.reshape([1, p, d]))
+            },
+        );
+    let logits = model.forward_hooked(ids_t(), &mut hooks);
+    drop(hooks);
+    let vocab = logits.dims()[2];
+    let logits: Vec<f32> = logits.reshape([n_pos * vocab]).into_data().try_into_vec_as::<f32>().expect("f32");
+    Ok(Intervened { logits, activations: activations.into_inner() })
+}
