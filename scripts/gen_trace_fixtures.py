@@ -12,7 +12,8 @@ that starts with the tokenizer's BOS. Writes tests/fixtures/trace/<case>/ with `
 tensors under their names, the pruning masks, cumulative scores and the two scores).
 
 Cases: GPT-2 (LayerNorm, `hook_resid_mid` → `hook_mlp_out`, ReLU, every feature); the same
-GPT-2 with a cross-layer transcoder (JumpReLU, `W_enc_{i}` / `W_dec_{i}` files); Llama
+GPT-2 with a cross-layer transcoder (JumpReLU, `W_enc_{i}` / `W_dec_{i}` files); Gemma 2 with
+transcoders in Gemma Scope's `params.npz` layout; Llama
 (GQA, RMSNorm, skip connections, `mlp.hook_in` → `mlp.hook_out`, `max_feature_nodes` so the
 partial-influence order decides which rows are computed, small batches); Gemma 2 (norms
 around attention and MLP, soft-caps, `ln2.hook_normalized` → `hook_mlp_out`, JumpReLU).
@@ -99,6 +100,8 @@ CASES = {
                        attribute=dict(max_n_logits=5, desired_logit_prob=0.95, batch_size=16, max_feature_nodes=60)),
     "gpt2_clt": dict(build=gpt2, input="hook_resid_mid", output="hook_mlp_out", features=24, skip=False, jump=True, clt=True,
                      attribute=dict(max_n_logits=5, desired_logit_prob=0.5, batch_size=32, max_feature_nodes=None)),
+    "gemma2_scope": dict(build=gemma2, input="ln2.hook_normalized", output="hook_mlp_out", features=40, skip=False, jump=True, npz=True,
+                         attribute=dict(max_n_logits=4, desired_logit_prob=0.3, batch_size=16, max_feature_nodes=50)),
     "gemma2": dict(build=gemma2, input="ln2.hook_normalized", output="hook_mlp_out", features=40, skip=False, jump=True,
                    attribute=dict(max_n_logits=4, desired_logit_prob=0.3, batch_size=32, max_feature_nodes=None)),
 }
@@ -159,6 +162,30 @@ def cross_layer_transcoder(case, d_model, n_layers, out_dir):
                     dtype=torch.float32, lazy_decoder=False)
 
 
+def gemma_scope_transcoders(case, d_model, n_layers, out_dir):
+    """Random transcoders in Gemma Scope's release layout (`layer_{i}/params.npz`: `W_enc
+    [d, F]`, `W_dec [F, d]`, `b_enc`, `b_dec`, `threshold`), listed in config.yaml and read
+    back with circuit-tracer's `load_gemma_scope_transcoder`."""
+    import numpy as np
+    from circuit_tracer.transcoder.single_layer_transcoder import load_gemma_scope_transcoder
+    g = torch.Generator().manual_seed(13)
+    f = case["features"]
+    paths = []
+    for i in range(n_layers):
+        os.makedirs(os.path.join(out_dir, f"layer_{i}"), exist_ok=True)
+        p = os.path.join(out_dir, f"layer_{i}", "params.npz")
+        np.savez(p, W_enc=(torch.randn(d_model, f, generator=g) / math.sqrt(d_model)).numpy(), W_dec=(torch.randn(f, d_model, generator=g) * 0.1).numpy(),
+                 b_enc=(torch.randn(f, generator=g) * 0.3 - 0.4).numpy(), b_dec=(torch.randn(d_model, generator=g) * 0.02).numpy(),
+                 threshold=(torch.rand(f, generator=g) * 0.2).numpy())
+        paths.append(p)
+    scan = f"burnlens-fixture-{os.path.basename(os.path.dirname(out_dir))}"
+    with open(os.path.join(out_dir, "config.yaml"), "w") as fh:
+        fh.write(f"model_kind: transcoder_set\nscan: {scan}\nfeature_input_hook: {case['input']}\nfeature_output_hook: {case['output']}\ntranscoders:\n")
+        fh.write("".join(f"  - layer_{i}/params.npz\n" for i in range(n_layers)))
+    layers = {i: load_gemma_scope_transcoder(p, i, device=torch.device("cpu"), dtype=torch.float32) for i, p in enumerate(paths)}
+    return TranscoderSet(layers, feature_input_hook=case["input"], feature_output_hook=case["output"], scan=scan)
+
+
 def record(name, case):
     torch.manual_seed(0)
     hf, tl_cfg, convert = case["build"]()
@@ -170,7 +197,7 @@ def record(name, case):
     tokenizer().save_pretrained(os.path.join(out, "model"))
     cfg = HookedTransformerConfig(**tl_cfg, device="cpu", dtype=torch.float32)
     state = convert(hf, cfg)
-    make = cross_layer_transcoder if case.get("clt") else transcoders
+    make = cross_layer_transcoder if case.get("clt") else gemma_scope_transcoders if case.get("npz") else transcoders
     set_ = make(case, cfg.d_model, cfg.n_layers, os.path.join(out, "transcoders"))
     model = TransformerLensReplacementModel(cfg)
     missing, unexpected = model.load_state_dict(state, strict=False)

@@ -2,7 +2,8 @@
 //! through `cargo xtask trace-fixtures`): tiny GPT-2, Llama (GQA, skip connections,
 //! `max_feature_nodes`) and Gemma 2 (soft-caps, post-norms, JumpReLU,
 //! `ln2.hook_normalized`) checkpoints with random transcoders in circuit-tracer's own layout,
-//! and GPT-2 with a cross-layer transcoder.
+//! GPT-2 with a cross-layer transcoder, and Gemma 2 with transcoders in Gemma Scope's
+//! `params.npz` layout.
 //! The same active features, logit targets and probabilities, selected features, adjacency,
 //! pruned nodes and edges, and scores. Bad transcoder folders get one-line errors.
 
@@ -15,7 +16,7 @@ use burnlens::hf::load_model;
 use burnlens::trace::{AttributeOptions, LogitTargets, TraceError, TranscoderSet, attribute};
 use common::*;
 
-const CASES: [&str; 4] = ["gpt2", "gpt2_clt", "llama_skip", "gemma2"];
+const CASES: [&str; 5] = ["gpt2", "gpt2_clt", "llama_skip", "gemma2", "gemma2_scope"];
 
 fn case_dir(name: &str) -> PathBuf {
     let dir = fixture("trace").join(name);

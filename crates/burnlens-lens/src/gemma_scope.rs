@@ -23,9 +23,9 @@ fn file_err(path: &Path, msg: impl Into<String>) -> SaeError {
 
 /// One array of an `.npz`: its shape and values as f32 (from `<f4`, `<f8` or `<f2`).
 #[derive(Debug)]
-struct Npy {
-    shape: Vec<usize>,
-    values: Vec<f32>,
+pub struct Npy {
+    pub shape: Vec<usize>,
+    pub values: Vec<f32>,
 }
 
 /// Parse one `.npy` file (format versions 1–3, C order, little-endian floats).
@@ -70,7 +70,7 @@ fn parse_npy(bytes: &[u8]) -> Result<Npy, String> {
 }
 
 /// Every array of an `.npz` (stored or deflated), by name without `.npy`.
-fn read_npz(path: &Path) -> Result<Vec<(String, Npy)>, SaeError> {
+pub fn read_npz(path: &Path) -> Result<Vec<(String, Npy)>, SaeError> {
     let file = std::fs::File::open(path).map_err(|e| file_err(path, e.to_string()))?;
     let mut zip = zip::ZipArchive::new(std::io::BufReader::new(file)).map_err(|e| file_err(path, format!("not an .npz (zip) archive: {e}")))?;
     let mut out = Vec::new();

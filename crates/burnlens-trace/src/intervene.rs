@@ -47,19 +47,11 @@ fn input_point(set: &TranscoderSet, model: &Transformer, l: usize) -> (String, b
     }
 }
 
-/// Run `ids` with `interventions` (see the module docs).
-pub fn feature_intervention(
-    model: &Transformer,
-    set: &TranscoderSet,
-    ids: &[i64],
-    interventions: &[Intervention],
-    freeze_attention: bool,
-    zero_positions: usize,
-) -> Result<Intervened, TraceError> {
+/// Refuse interventions outside the model, the prompt or the transcoders.
+fn check(model: &Transformer, set: &TranscoderSet, ids: &[i64], interventions: &[Intervention]) -> Result<(), TraceError> {
     set.check(&model.config)?;
     model.check_ids(ids).map_err(|e| TraceError::Input(e.to_string()))?;
-    let n_pos = ids.len();
-    let n_layers = model.config.n_layers();
+    let (n_pos, n_layers) = (ids.len(), model.config.n_layers());
     for iv in interventions {
         if iv.layer >= n_layers || iv.pos >= n_pos || iv.feature >= set.layers[iv.layer].n_features() {
             return Err(TraceError::Input(format!(
@@ -71,13 +63,79 @@ pub fn feature_intervention(
             )));
         }
     }
-    let blocks_with_post_norm = model.blocks.iter().any(|b| b.ln2_post.is_some() || b.placement == NormPlacement::Post);
-    if set.output == OutputHook::MlpHookOut && blocks_with_post_norm {
+    let post_norm = model.blocks.iter().any(|b| b.ln2_post.is_some() || b.placement == NormPlacement::Post);
+    if set.output == OutputHook::MlpHookOut && post_norm {
         return Err(TraceError::Input("interventions at mlp.hook_out before a norm are not supported; use transcoders writing hook_mlp_out".into()));
     }
+    Ok(())
+}
+
+/// One intervened forward pass: the transcoders' activations as each layer's input goes
+/// by, and the decoder deltas added at each MLP output.
+struct Run<'a> {
+    model: &'a Transformer,
+    set: &'a TranscoderSet,
+    interventions: &'a [Intervention],
+    zero_positions: usize,
+    /// Where each layer's transcoder input is read, and whether to apply the norm's affine map.
+    points: Vec<(String, bool)>,
+    activations: RefCell<Vec<Vec<f32>>>,
+}
+
+impl Run<'_> {
+    /// Record layer `name`'s transcoder activations from its input `a`.
+    fn observe(&self, name: &str, a: Activation) -> Activation {
+        let l = self.points.iter().position(|(p, _)| p == name).expect("filtered");
+        let t = a.clone().rank3().expect("rank 3");
+        let [_, p, d] = t.dims();
+        let mut x = t.reshape([p, d]);
+        if self.points[l].1 {
+            x = self.model.blocks[l].ln2.as_ref().expect("ln2").finish(x);
+        }
+        let mut acts = self.set.layers[l].activations(x);
+        let f = self.set.layers[l].n_features();
+        acts[..self.zero_positions.min(p) * f].fill(0.0);
+        self.activations.borrow_mut()[l] = acts;
+        a
+    }
+
+    /// Add `(value − activation) · decoder` of every intervention that writes layer `l`'s MLP
+    /// output (its own layer's, or an earlier one's for a cross-layer transcoder).
+    fn add_deltas(&self, l: usize, a: Activation) -> Activation {
+        let mine: Vec<&Intervention> = self.interventions.iter().filter(|iv| iv.layer <= l && l - iv.layer < self.set.layers[iv.layer].w_dec.len()).collect();
+        if mine.is_empty() {
+            return a;
+        }
+        let t = a.rank3().expect("rank 3");
+        let [_, p, d] = t.dims();
+        let acts = self.activations.borrow();
+        let mut out = t.reshape([p, d]);
+        for src in mine.iter().map(|iv| iv.layer).collect::<std::collections::BTreeSet<_>>() {
+            let tc = &self.set.layers[src];
+            let f = tc.n_features();
+            let mut delta = vec![0f32; p * f];
+            for iv in mine.iter().filter(|iv| iv.layer == src) {
+                delta[iv.pos * f + iv.feature] = iv.value - acts[src][iv.pos * f + iv.feature];
+            }
+            out = out + tensor(delta, [p, f], &self.model.device()).matmul(tc.w_dec[l - src].clone());
+        }
+        Activation::Rank3(out.reshape([1, p, d]))
+    }
+}
+
+/// Run `ids` with `interventions` (see the module docs).
+pub fn feature_intervention(
+    model: &Transformer,
+    set: &TranscoderSet,
+    ids: &[i64],
+    interventions: &[Intervention],
+    freeze_attention: bool,
+    zero_positions: usize,
+) -> Result<Intervened, TraceError> {
+    check(model, set, ids, interventions)?;
+    let n_pos = ids.len();
     let device = model.device();
     let ids_t = || Tensor::<2, Int>::from_data(TensorData::new(ids.to_vec(), [1, n_pos]), &device);
-
     let frozen: Vec<(String, Activation)> = if freeze_attention && !interventions.is_empty() {
         let mut hooks = Hooks::capture(|n: &str| n.ends_with("attn.hook_pattern"));
         model.forward_hooked(ids_t(), &mut hooks);
@@ -85,61 +143,16 @@ pub fn feature_intervention(
     } else {
         Vec::new()
     };
-
-    let points: Vec<(String, bool)> = (0..n_layers).map(|l| input_point(set, model, l)).collect();
-    let activations: RefCell<Vec<Vec<f32>>> = RefCell::new(vec![Vec::new(); n_layers]);
+    let points = (0..model.config.n_layers()).map(|l| input_point(set, model, l)).collect();
+    let run = Run { model, set, interventions, zero_positions, points, activations: RefCell::new(vec![Vec::new(); model.config.n_layers()]) };
+    let layer_of = |name: &str| -> usize { name["blocks.".len()..].split('.').next().and_then(|s| s.parse().ok()).expect("blocks.{l}.hook_mlp_out") };
     let mut hooks = Hooks::none()
-        .with_edit(
-            |n: &str| n.ends_with("attn.hook_pattern"),
-            |name: &str, a: Activation| frozen.iter().find(|(k, _)| k == name).map_or(a, |(_, v)| v.clone()),
-        )
-        .with_edit(
-            |n: &str| points.iter().any(|(p, _)| p == n),
-            |name: &str, a: Activation| {
-                let l = points.iter().position(|(p, _)| p == name).expect("filtered");
-                let finish = points[l].1;
-                let t = a.rank3().expect("rank 3");
-                let [_, p, d] = t.dims();
-                let mut x = t.reshape([p, d]);
-                if finish {
-                    x = model.blocks[l].ln2.as_ref().expect("ln2").finish(x);
-                }
-                let mut acts = set.layers[l].activations(x);
-                let f = set.layers[l].n_features();
-                acts[..zero_positions.min(p) * f].fill(0.0);
-                activations.borrow_mut()[l] = acts;
-                a
-            },
-        )
-        .with_edit(
-            |n: &str| n.ends_with(".hook_mlp_out"),
-            |name: &str, a: Activation| {
-                let l: usize = name["blocks.".len()..].split('.').next().and_then(|s| s.parse().ok()).expect("blocks.{l}.hook_mlp_out");
-                // Every intervention at this layer or (a cross-layer feature) an earlier one
-                // that writes here.
-                let mine: Vec<&Intervention> = interventions.iter().filter(|iv| iv.layer <= l && l - iv.layer < set.layers[iv.layer].w_dec.len()).collect();
-                if mine.is_empty() {
-                    return a;
-                }
-                let t = a.rank3().expect("rank 3");
-                let [_, p, d] = t.dims();
-                let acts = activations.borrow();
-                let mut out = t.reshape([p, d]);
-                for src in mine.iter().map(|iv| iv.layer).collect::<std::collections::BTreeSet<_>>() {
-                    let tc = &set.layers[src];
-                    let f = tc.n_features();
-                    let mut delta = vec![0f32; p * f];
-                    for iv in mine.iter().filter(|iv| iv.layer == src) {
-                        delta[iv.pos * f + iv.feature] = iv.value - acts[src][iv.pos * f + iv.feature];
-                    }
-                    out = out + tensor(delta, [p, f], &model.device()).matmul(tc.w_dec[l - src].clone());
-                }
-                Activation::Rank3(out.reshape([1, p, d]))
-            },
-        );
+        .with_edit(|n: &str| n.ends_with("attn.hook_pattern"), |name: &str, a: Activation| frozen.iter().find(|(k, _)| k == name).map_or(a, |(_, v)| v.clone()))
+        .with_edit(|n: &str| run.points.iter().any(|(p, _)| p == n), |name: &str, a: Activation| run.observe(name, a))
+        .with_edit(|n: &str| n.ends_with(".hook_mlp_out"), |name: &str, a: Activation| run.add_deltas(layer_of(name), a));
     let logits = model.forward_hooked(ids_t(), &mut hooks);
     drop(hooks);
     let vocab = logits.dims()[2];
     let logits: Vec<f32> = logits.reshape([n_pos * vocab]).into_data().try_into_vec_as::<f32>().expect("f32");
-    Ok(Intervened { logits, activations: activations.into_inner() })
+    Ok(Intervened { logits, activations: run.activations.into_inner() })
 }

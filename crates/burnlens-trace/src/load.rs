@@ -3,7 +3,9 @@
 //! optionally `transcoders:`, a list of per-layer files) and one
 //! `layer_{i}.safetensors` per layer holding `W_enc [F, d]`, `W_dec [F, d]`, `b_enc [F]`,
 //! `b_dec [d]`, and optionally `activation_function.threshold [F]` (JumpReLU; ReLU without
-//! it) and `W_skip [d, d]`.
+//! it) and `W_skip [d, d]`. The `transcoders:` list may name Gemma Scope `params.npz` files
+//! (circuit-tracer's `gemma-scope` sets), and `model_kind: cross_layer_transcoder` reads a
+//! CLT's `W_enc_{i}` / `W_dec_{i}` files.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -129,6 +131,31 @@ pub fn read_layer(path: &Path, device: &Device) -> Result<Transcoder, TraceError
     Ok(Transcoder { w_enc, b_enc, w_dec, b_dec, w_skip, activation })
 }
 
+/// A Gemma Scope transcoder's `params.npz` (as circuit-tracer reads it for
+/// `gemma-scope` sets): `W_enc [d, F]` (transposed on load), `W_dec [F, d]`, `b_enc`, `b_dec`
+/// and `threshold` (JumpReLU).
+pub fn read_npz_layer(path: &Path, device: &Device) -> Result<Transcoder, TraceError> {
+    let mut arrays = burnlens_lens::gemma_scope::read_npz(path).map_err(|e| TraceError::file(path, e.to_string()))?;
+    let mut take = |name: &str, want: Option<&[usize]>| -> Result<(Vec<usize>, Vec<f32>), TraceError> {
+        let i = arrays.iter().position(|(n, _)| n == name).ok_or_else(|| TraceError::file(path, format!("no array `{name}`")))?;
+        let npy = arrays.swap_remove(i).1;
+        match want {
+            Some(w) if npy.shape != w => Err(TraceError::file(path, format!("array `{name}` has shape {:?}, expected {w:?}", npy.shape))),
+            _ => Ok((npy.shape, npy.values)),
+        }
+    };
+    let (shape, enc) = take("W_enc", None)?;
+    let [d, f] = shape[..] else {
+        return Err(TraceError::file(path, format!("array `W_enc` has shape {shape:?}, expected [d_model, features]")));
+    };
+    let w_enc = tensor::<2>(enc, [d, f], device).transpose();
+    let w_dec = vec![tensor(take("W_dec", Some(&[f, d]))?.1, [f, d], device)];
+    let b_enc = tensor(take("b_enc", Some(&[f]))?.1, [f], device);
+    let b_dec = tensor(take("b_dec", Some(&[d]))?.1, [d], device);
+    let threshold = take("threshold", Some(&[f]))?.1;
+    Ok(Transcoder { w_enc, b_enc, w_dec, b_dec, w_skip: None, activation: FeatureActivation::JumpRelu { threshold } })
+}
+
 impl TranscoderSet {
     /// Load a circuit-tracer transcoder folder (`config.yaml` and its layer files).
     pub fn load(dir: &Path, device: &Device) -> Result<Self, TraceError> {
@@ -157,7 +184,13 @@ impl TranscoderSet {
                 .collect::<Result<_, _>>()?,
             None => layer_files(dir)?,
         };
-        let layers = files.iter().map(|p| read_layer(p, device)).collect::<Result<Vec<_>, _>>()?;
+        let layers = files
+            .iter()
+            .map(|p| match p.extension().and_then(|e| e.to_str()) {
+                Some("npz") => read_npz_layer(p, device),
+                _ => read_layer(p, device),
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         let set = TranscoderSet { layers, input, output, scan: cfg.values.get("scan").cloned(), cross_layer };
         set.check_uniform(dir)?;
         Ok(set)
