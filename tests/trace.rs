@@ -65,6 +65,12 @@ fn graphs_equal_circuit_tracers() {
         eprintln!("{name}: {} nodes, adjacency rel diff {adj:e}, max {}", g.n_nodes(), max_abs(&g.rows));
         assert!(adj < 1e-4, "{name}: adjacency differs by {adj:e} (relative to its largest entry)");
 
+        // With no room for the attention patterns, each backward pass recomputes them.
+        let lean = attribute(&model, &set, &ids, &AttributeOptions { pattern_budget: 0, ..options(&case) }).unwrap();
+        assert_eq!(lean.selected_features, g.selected_features, "{name}: recomputed patterns select the same features");
+        let lean_adj = rel(&lean.rows, &g.rows);
+        assert!(lean_adj < 1e-5, "{name}: recomputed patterns change the rows by {lean_adj:e}");
+
         let node_t = case["node_threshold"].as_f64().unwrap() as f32;
         let edge_t = case["edge_threshold"].as_f64().unwrap() as f32;
         let pruned = g.prune(node_t, edge_t).unwrap();

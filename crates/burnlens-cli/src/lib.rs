@@ -92,6 +92,10 @@ pub struct GraphArgs {
     /// Keep the edges holding this share of it.
     #[arg(long, default_value_t = 0.98)]
     pub edge_threshold: f32,
+    /// Keep every layer's attention pattern while they fit in this many GB; past it they are
+    /// recomputed for each backward pass (less memory, more time).
+    #[arg(long, default_value_t = 4.0)]
+    pub pattern_memory_gb: f64,
 }
 
 #[derive(Subcommand)]

@@ -907,6 +907,38 @@ impl Transformer {
         self.run(ids, pos, None, hooks, None)
     }
 
+    /// Layer `layer`'s attention pattern `[batch, head, query, key]` for the attention input
+    /// `x [batch, pos, d_model]` at positions `0..pos` (what `blocks.{layer}.attn` reads: the
+    /// `ln1` output, or the residual stream where the norm follows attention). The forward
+    /// pass's own computation, so a caller can recompute a pattern instead of keeping it.
+    pub fn attention_pattern(&self, layer: usize, x: Tensor<3>) -> Tensor<4> {
+        let device = self.device();
+        let [b, t, _] = x.dims();
+        let pos = Positions { ids: vec![(0..t).collect(); b], keys_real: None };
+        let block = &self.blocks[layer];
+        let mask = build_mask(block.attn.span, &pos, t, &device);
+        let is_rotary = self.config.positional == Positional::Rotary;
+        let global = self.config.rotary.as_ref().filter(|_| is_rotary).map(|r| r.angles(&pos.ids, &device));
+        let local = self.config.rotary_local.as_ref().filter(|_| is_rotary).map(|r| r.angles(&pos.ids, &device));
+        let rotary = match (block.attn.span, &local) {
+            (AttentionSpan::Local(_), Some(l)) => Some(l),
+            _ => global.as_ref(),
+        };
+        let qk_input = match (self.config.positional, &self.pos_embed) {
+            (Positional::QueryKeyOnly, Some(p)) => {
+                let flat: Vec<i64> = pos.ids.iter().flatten().map(|&i| i as i64).collect();
+                let ids = Tensor::<2, Int>::from_data(TensorData::new(flat, [b, t]), &device);
+                Some(x.clone() + p.forward(ids).cast(DType::F32))
+            }
+            _ => None,
+        };
+        let name = format!("blocks.{layer}.attn.hook_pattern");
+        let mut hooks = Hooks::capture(|n: &str| n == name);
+        let input = LayerInput { rotary, mask, cache: None, layer, fused: false };
+        block.attn.forward(AttentionInput { x, qk_input, layer: input }, &mut hooks);
+        hooks.take_cache().remove(&name).and_then(|a| a.rank4()).expect("the attention hooks its pattern")
+    }
+
     /// Logits for `ids` continuing the sequence held in `cache`; the new keys and values are
     /// appended to it. Each call costs only the new positions.
     pub fn forward_cached(&self, ids: Tensor<2, Int>, cache: &mut KvCache) -> Tensor<3> {

@@ -692,7 +692,7 @@ fn attribute(
         Some(t) => LogitTargets::Tokens(t),
         None => LogitTargets::Salient { max_n_logits, desired_prob: desired_logit_prob },
     };
-    let opts = AttributeOptions { targets, batch_size, max_feature_nodes, update_interval, zero_positions };
+    let opts = AttributeOptions { targets, batch_size, max_feature_nodes, update_interval, zero_positions, ..AttributeOptions::default() };
     let graph = py.detach(|| burnlens_trace::attribute(&model.model, &transcoders.set, &tokens, &opts)).map_err(value)?;
     Ok(NativeGraph { graph })
 }

@@ -42,11 +42,14 @@ pub struct AttributeOptions {
     pub update_interval: usize,
     /// Leading positions without features or errors (the BOS token).
     pub zero_positions: usize,
+    /// Keep every layer's attention pattern while they take at most this many bytes; past
+    /// it, patterns are recomputed for each backward pass (memory for time).
+    pub pattern_budget: u64,
 }
 
 impl Default for AttributeOptions {
     fn default() -> Self {
-        Self { targets: LogitTargets::default(), batch_size: 512, max_feature_nodes: None, update_interval: 4, zero_positions: 1 }
+        Self { targets: LogitTargets::default(), batch_size: 512, max_feature_nodes: None, update_interval: 4, zero_positions: 1, pattern_budget: 4 << 30 }
     }
 }
 
@@ -138,7 +141,7 @@ pub fn attribute(model: &Transformer, set: &TranscoderSet, ids: &[i64], opts: &A
     if opts.batch_size == 0 || opts.update_interval == 0 {
         return Err(TraceError::Input("batch_size and update_interval must be at least 1".into()));
     }
-    let rm = Replacement::new(model, set, ids, opts.zero_positions)?;
+    let rm = Replacement::new(model, set, ids, opts.zero_positions, opts.pattern_budget)?;
     let (n_layers, n_pos, d) = (rm.n_layers(), rm.n_pos(), rm.d_model());
     let n_active = rm.active.len();
     let (logit_ids, logit_probs) = select_logits(&rm.logits, &opts.targets)?;

@@ -42,17 +42,32 @@ fn norm_back(norm: &Norm, scale: &Tensor<3>, g: Tensor<3>, with_gain: bool) -> T
 
 /// Attention with its pattern frozen, backwards: from the gradient at the attention output
 /// to the gradient at its (value) input, `Σ_h Aₕᵀ (g W_Oₕᵀ) W_Vₕᵀ`.
-fn attention_back(layer: &FrozenLayer, g: Tensor<3>) -> Tensor<3> {
+fn attention_back(layer: &FrozenLayer, a: Tensor<3>, g: Tensor<3>) -> Tensor<3> {
     let [b, p, d] = g.dims();
-    let [h, _, _] = layer.pattern.dims();
+    let [h, _, _] = a.dims();
     let dh = layer.w_o.dims()[0] / h;
-    let a = layer.pattern.clone().narrow(1, 0, p).narrow(2, 0, p);
     let gz = g.reshape([b * p, d]).matmul(layer.w_o.clone().transpose()).reshape([b, p, h, dh]).permute([2, 1, 0, 3]).reshape([h, p, b * dh]);
     let gv = a.swap_dims(1, 2).matmul(gz).reshape([h, p, b, dh]).permute([2, 1, 0, 3]).reshape([b * p, h * dh]);
     gv.matmul(layer.w_v.clone().transpose()).reshape([b, p, d])
 }
 
 impl Replacement<'_> {
+    /// Layer `l`'s attention pattern over the first `p` positions, `[head, p, p]`: kept, or
+    /// recomputed from the attention's input.
+    fn pattern(&self, l: usize, p: usize) -> Tensor<3> {
+        let layer = &self.layers[l];
+        match (&layer.pattern, &layer.attn_input) {
+            (Some(a), _) => a.clone().narrow(1, 0, p).narrow(2, 0, p),
+            (None, Some(x)) => {
+                let d = x.dims()[1];
+                let a = self.model.attention_pattern(l, x.clone().narrow(0, 0, p).reshape([1, p, d]));
+                let h = a.dims()[1];
+                a.reshape([h, p, p])
+            }
+            (None, None) => unreachable!("a frozen layer keeps its pattern or the attention's input"),
+        }
+    }
+
     fn scale(&self, l: usize, name: &str) -> &Tensor<3> {
         self.layers[l].scales.get(name).unwrap_or_else(|| panic!("blocks.{l}.{name}.hook_scale was captured"))
     }
@@ -100,7 +115,8 @@ impl Replacement<'_> {
             (None, true) => norm_back(&block.ln1, self.scale(l, "ln1"), g_mid.clone(), true),
             (None, false) => g_mid.clone(),
         };
-        let g_x = attention_back(&self.layers[l], g_o);
+        let p = g_o.dims()[1];
+        let g_x = attention_back(&self.layers[l], self.pattern(l, p), g_o);
         let g_x = if post { g_x } else { norm_back(&block.ln1, self.scale(l, "ln1"), g_x, true) };
         g_mid + g_x
     }

@@ -27,8 +27,10 @@ pub struct ActiveFeature {
 
 /// What one layer's backward pass holds constant.
 pub(crate) struct FrozenLayer {
-    /// `[head, query, key]`
-    pub pattern: Tensor<3>,
+    /// `[head, query, key]`, when the patterns fit the budget...
+    pub pattern: Option<Tensor<3>>,
+    /// ...else what the attention reads, `[pos, d_model]`, to recompute it from.
+    pub attn_input: Option<Tensor<2>>,
     /// The scale `[1, pos, 1]` of each of the block's norms, by name (`ln1`, `ln2`, `ln1_post`,
     /// `ln2_post`).
     pub scales: BTreeMap<&'static str, Tensor<3>>,
@@ -85,7 +87,11 @@ fn squeeze(a: Activation, name: &str) -> Result<Tensor<2>, TraceError> {
 
 impl<'m> Replacement<'m> {
     /// Run `ids` through `model` once and freeze what attribution holds constant.
-    pub fn new(model: &'m Transformer, set: &'m TranscoderSet, ids: &[i64], zero_positions: usize) -> Result<Self, TraceError> {
+    ///
+    /// Every layer's attention pattern is kept while they take at most `pattern_budget`
+    /// bytes (`n_layers · n_heads · n_pos² · 4`); past it, each backward pass recomputes the
+    /// pattern it needs, for its positions only, from the attention's input.
+    pub fn new(model: &'m Transformer, set: &'m TranscoderSet, ids: &[i64], zero_positions: usize, pattern_budget: u64) -> Result<Self, TraceError> {
         set.check(&model.config)?;
         model.check_ids(ids).map_err(|e| TraceError::Input(e.to_string()))?;
         if ids.is_empty() {
@@ -94,11 +100,14 @@ impl<'m> Replacement<'m> {
         let device = model.device();
         let n_pos = ids.len();
         let ids_t = Tensor::<2, Int>::from_data(TensorData::new(ids.to_vec(), [1, n_pos]), &device);
+        let cfg = &model.config;
+        let keep_patterns = (cfg.n_layers() * cfg.n_heads * n_pos * n_pos * 4) as u64 <= pattern_budget;
         let wanted = |name: &str| {
             name == "hook_embed"
                 || name == "ln_final.hook_scale"
                 || name.ends_with(".hook_scale")
-                || name.ends_with("attn.hook_pattern")
+                || (keep_patterns && name.ends_with("attn.hook_pattern"))
+                || (!keep_patterns && (name.ends_with("ln1.hook_normalized") || name.ends_with(".hook_resid_pre")))
                 || name.ends_with(".hook_resid_mid")
                 || name.ends_with("ln2.hook_normalized")
                 || name.ends_with("ln2_post.hook_normalized")
@@ -135,7 +144,7 @@ impl<'m> Replacement<'m> {
         let mut layers = Vec::with_capacity(n_layers);
         for (l, ((mut mine, output), writers)) in caches.into_iter().zip(outputs).zip(writers).enumerate() {
             let errors = output - recon[l].take().expect("every layer has a reconstruction");
-            layers.push(freeze_layer(model.blocks.get(l).expect("layer"), &mut mine, errors, writers, zero_positions)?);
+            layers.push(freeze_layer(model.blocks.get(l).expect("layer"), &mut mine, errors, writers, zero_positions, keep_patterns)?);
         }
         Ok(Self { model, set, ids: ids.to_vec(), active, encoders, layers, ln_final_scale, tokens, logits })
     }
@@ -260,7 +269,7 @@ fn encode_layer(
 }
 
 /// What layer `l`'s backward pass holds constant, from its captured activations.
-fn freeze_layer(block: &Block, mine: &mut BTreeMap<String, Activation>, errors: Tensor<2>, writers: Vec<Writer>, zero_positions: usize) -> Result<FrozenLayer, TraceError> {
+fn freeze_layer(block: &Block, mine: &mut BTreeMap<String, Activation>, errors: Tensor<2>, writers: Vec<Writer>, zero_positions: usize, keep_pattern: bool) -> Result<FrozenLayer, TraceError> {
     let [n_pos, d] = errors.dims();
     let mut errors = errors;
     if zero_positions > 0 {
@@ -268,8 +277,15 @@ fn freeze_layer(block: &Block, mine: &mut BTreeMap<String, Activation>, errors: 
         let device = errors.device();
         errors = errors.slice_assign([0..z, 0..d], Tensor::zeros([z, d], &device));
     }
-    let pattern = take(mine, "attn.hook_pattern")?.rank4().ok_or_else(|| TraceError::Mismatch("attn.hook_pattern is not rank 4".into()))?;
-    let [_, h, q, k] = pattern.dims();
+    let (pattern, attn_input) = if keep_pattern {
+        let a = take(mine, "attn.hook_pattern")?.rank4().ok_or_else(|| TraceError::Mismatch("attn.hook_pattern is not rank 4".into()))?;
+        let [_, h, q, k] = a.dims();
+        (Some(a.reshape([h, q, k])), None)
+    } else if block.placement == NormPlacement::Post {
+        (None, Some(squeeze(take(mine, "hook_resid_pre")?, "hook_resid_pre")?))
+    } else {
+        (None, Some(block.ln1.finish(squeeze(take(mine, "ln1.hook_normalized")?, "ln1.hook_normalized")?)))
+    };
     let mut scales = BTreeMap::new();
     for name in NORMS {
         if let Some(a) = mine.remove(&format!("{name}.hook_scale")) {
@@ -277,8 +293,8 @@ fn freeze_layer(block: &Block, mine: &mut BTreeMap<String, Activation>, errors: 
         }
     }
     let w = block.attn.head_weights();
-    let dh = block.attn.d_head;
-    Ok(FrozenLayer { pattern: pattern.reshape([h, q, k]), scales, w_v: w.w_v.swap_dims(0, 1).reshape([d, h * dh]), w_o: w.w_o.reshape([h * dh, d]), writers, errors })
+    let (h, dh) = (block.attn.n_heads, block.attn.d_head);
+    Ok(FrozenLayer { pattern, attn_input, scales, w_v: w.w_v.swap_dims(0, 1).reshape([d, h * dh]), w_o: w.w_o.reshape([h * dh, d]), writers, errors })
 }
 
 /// `W_U [d_model, vocab]` as f32 (for the logit directions).
