@@ -319,9 +319,7 @@ impl Sae {
         let bytes = safetensors::serialize(views, None).map_err(|e| SaeError::File { path: dir.join(WEIGHTS_FILE), msg: e.to_string() })?;
         let write = |name: &str, data: &[u8]| -> Result<(), SaeError> {
             let path = dir.join(name);
-            let tmp = dir.join(format!(".{name}.tmp"));
-            std::fs::write(&tmp, data).map_err(|e| io(&tmp, e))?;
-            std::fs::rename(&tmp, &path).map_err(|e| io(&path, e))
+            burnlens_model::files::write_atomic(&path, data).map_err(|e| io(&path, e))
         };
         write(WEIGHTS_FILE, &bytes)?;
         write(CFG_FILE, serde_json::to_string_pretty(&self.cfg.to_json()).expect("json").as_bytes())

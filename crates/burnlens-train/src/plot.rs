@@ -17,7 +17,7 @@ pub fn write_loss_svg(path: &Path, history: &[Value]) -> std::io::Result<()> {
     };
     let train = series("train", "loss");
     let val = series("eval", "val_loss");
-    std::fs::write(path, render(&train, &val))
+    burnlens_model::files::write_atomic(path, render(&train, &val).as_bytes())
 }
 
 fn render(train: &[(f64, f64)], val: &[(f64, f64)]) -> String {
