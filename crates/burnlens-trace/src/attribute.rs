@@ -179,7 +179,7 @@ pub fn attribute(model: &Transformer, set: &TranscoderSet, ids: &[i64], opts: &A
         for batch in pending.chunks(opts.batch_size) {
             let layers: Vec<usize> = batch.iter().map(|&i| rm.active[i].layer).collect();
             let positions: Vec<usize> = batch.iter().map(|&i| rm.active[i].pos).collect();
-            let vectors: Vec<f32> = batch.iter().flat_map(|&i| rm.encoders[i * d..(i + 1) * d].iter().copied()).collect();
+            let vectors = rm.encoder_rows(batch);
             rows.compute(&rm, Targets { layers: &layers, positions: &positions, vectors: &vectors }, batch, n_nodes);
             batch.iter().for_each(|&i| visited[i] = true);
             n_visited += batch.len();

@@ -183,7 +183,8 @@ impl Replacement<'_> {
             for pos in 0..p {
                 let (s, e) = (w.starts[pos], w.starts[pos + 1]);
                 if e > s {
-                    let dec = w.decoders.clone().narrow(0, s, e - s);
+                    let w_dec = &self.set.layers[w.source].w_dec[w.decoder];
+                    let dec = w_dec.clone().select(0, w.features.clone().narrow(0, s, e - s)) * w.activations.clone().narrow(0, s, e - s);
                     pieces.push(g_out.clone().narrow(1, pos, 1).reshape([b, d]).matmul(dec.transpose()));
                 }
             }

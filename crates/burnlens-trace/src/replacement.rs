@@ -45,11 +45,16 @@ pub(crate) struct FrozenLayer {
     pub errors: Tensor<2>,
 }
 
-/// One source layer's active features as they write one output layer.
+/// One source layer's active features as they write one output layer: decoder `decoder` of
+/// layer `source`'s transcoder, read for the active features when needed (a copy of every
+/// active feature's decoder row would take `n_active · d_model` floats).
 pub(crate) struct Writer {
-    /// Decoder rows (for this output layer) times the activations, `[n, d_model]`, in
-    /// position order; position `p`'s rows are `starts[p]..starts[p + 1]`.
-    pub decoders: Tensor<2>,
+    pub source: usize,
+    pub decoder: usize,
+    /// The active features' indices `[n]` and activations `[n, 1]`, in position order;
+    /// position `p`'s are `starts[p]..starts[p + 1]`.
+    pub features: Tensor<1, Int>,
+    pub activations: Tensor<2>,
     pub starts: Vec<usize>,
     /// Index of the source layer's first active feature among all active features.
     pub first_feature: usize,
@@ -62,8 +67,6 @@ pub struct Replacement<'m> {
     pub ids: Vec<i64>,
     /// Every active feature, ordered by (layer, position, feature).
     pub active: Vec<ActiveFeature>,
-    /// Encoder rows of the active features, `[n_active, d_model]`, row-major on the host.
-    pub(crate) encoders: Vec<f32>,
     pub(crate) layers: Vec<FrozenLayer>,
     pub(crate) ln_final_scale: Tensor<3>,
     /// Token embeddings `hook_embed`, `[pos, d_model]`.
@@ -86,6 +89,27 @@ fn squeeze(a: Activation, name: &str) -> Result<Tensor<2>, TraceError> {
 }
 
 impl<'m> Replacement<'m> {
+    /// The encoder rows of active features `which`, `[which.len(), d_model]` row-major: the
+    /// direction a feature target injects.
+    pub(crate) fn encoder_rows(&self, which: &[usize]) -> Vec<f32> {
+        let d = self.d_model();
+        let device = self.model.device();
+        let mut out = vec![0f32; which.len() * d];
+        let mut layers: Vec<usize> = which.iter().map(|&i| self.active[i].layer).collect();
+        layers.sort_unstable();
+        layers.dedup();
+        for l in layers {
+            let mine: Vec<usize> = (0..which.len()).filter(|&k| self.active[which[k]].layer == l).collect();
+            let idx: Vec<i64> = mine.iter().map(|&k| self.active[which[k]].feature as i64).collect();
+            let sel = Tensor::<1, Int>::from_data(TensorData::new(idx, [mine.len()]), &device);
+            let rows: Vec<f32> = self.set.layers[l].w_enc.clone().select(0, sel).into_data().try_into_vec_as::<f32>().expect("f32");
+            for (j, &k) in mine.iter().enumerate() {
+                out[k * d..(k + 1) * d].copy_from_slice(&rows[j * d..(j + 1) * d]);
+            }
+        }
+        out
+    }
+
     /// Run `ids` through `model` once and freeze what attribution holds constant.
     ///
     /// Every layer's attention pattern is kept while they take at most `pattern_budget`
@@ -123,7 +147,6 @@ impl<'m> Replacement<'m> {
         let ln_final_scale = take(&mut cache, "ln_final.hook_scale")?.rank3().expect("rank 3");
         let n_layers = model.blocks.len();
         let mut active = Vec::new();
-        let mut encoders = Vec::new();
         let mut writers: Vec<Vec<Writer>> = (0..n_layers).map(|_| Vec::new()).collect();
         let mut recon: Vec<Option<Tensor<2>>> = vec![None; n_layers];
         let mut caches = Vec::with_capacity(n_layers);
@@ -138,7 +161,7 @@ impl<'m> Replacement<'m> {
             }
             let input = input_value(set.input, block, &mut mine)?;
             outputs.push(output_value(set.output, block, &mut mine)?);
-            encode_layer(set, l, input, zero_positions, &mut active, &mut encoders, &mut writers, &mut recon);
+            encode_layer(set, l, input, zero_positions, &mut active, &mut writers, &mut recon);
             caches.push(mine);
         }
         let mut layers = Vec::with_capacity(n_layers);
@@ -146,7 +169,7 @@ impl<'m> Replacement<'m> {
             let errors = output - recon[l].take().expect("every layer has a reconstruction");
             layers.push(freeze_layer(model.blocks.get(l).expect("layer"), &mut mine, errors, writers, zero_positions, keep_patterns)?);
         }
-        Ok(Self { model, set, ids: ids.to_vec(), active, encoders, layers, ln_final_scale, tokens, logits })
+        Ok(Self { model, set, ids: ids.to_vec(), active, layers, ln_final_scale, tokens, logits })
     }
 
     pub fn n_pos(&self) -> usize {
@@ -203,9 +226,9 @@ fn output_value(hook: OutputHook, block: &Block, mine: &mut BTreeMap<String, Act
 }
 
 /// Layer `l`'s transcoder on its input `[pos, d_model]`: its active features (the first
-/// `zero_positions` positions zeroed) and encoder rows are appended, its scaled decoder rows
-/// join the writers of each layer it writes, and its decoders, bias and skip term are added
-/// to those layers' reconstructions.
+/// `zero_positions` positions zeroed) are appended, they join the writers of each layer they
+/// write, and their decoders, the bias and the skip term are added to those layers'
+/// reconstructions.
 #[allow(clippy::too_many_arguments)]
 fn encode_layer(
     set: &TranscoderSet,
@@ -213,7 +236,6 @@ fn encode_layer(
     input: Tensor<2>,
     zero_positions: usize,
     active: &mut Vec<ActiveFeature>,
-    encoders: &mut Vec<f32>,
     writers: &mut [Vec<Writer>],
     recon: &mut [Option<Tensor<2>>],
 ) {
@@ -239,10 +261,6 @@ fn encode_layer(
     }
     let n = idx.len();
     let sel = (n > 0).then(|| Tensor::<1, Int>::from_data(TensorData::new(idx, [n]), &device));
-    if let Some(sel) = &sel {
-        let enc: Vec<f32> = tc.w_enc.clone().select(0, sel.clone()).into_data().try_into_vec_as::<f32>().expect("f32");
-        encoders.extend(enc);
-    }
     let scale = (n > 0).then(|| tensor(values, [n, 1], &device));
     let dense = tensor(acts, [n_pos, f], &device);
     // This layer's own bias and skip term.
@@ -262,8 +280,7 @@ fn encode_layer(
             None => part,
         });
         if let (Some(sel), Some(scale)) = (&sel, &scale) {
-            let decoders = w_dec.clone().select(0, sel.clone()) * scale.clone();
-            writers[out].push(Writer { decoders, starts: starts.clone(), first_feature });
+            writers[out].push(Writer { source: l, decoder: k, features: sel.clone(), activations: scale.clone(), starts: starts.clone(), first_feature });
         }
     }
 }
