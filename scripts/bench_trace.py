@@ -7,7 +7,7 @@ and random per-layer transcoders of 24,576 features (ReLU, reading `ln2.hook_nor
 writing `hook_mlp_out`; the encoder bias set so about 0.2% of features fire, ~50 per token
 and layer) in circuit-tracer's layout in DIR/transcoders. Never committed.
 
-`run DIR N_TOKENS BATCH MAX_FEATURES`: circuit-tracer's `attribute` on a prompt of N_TOKENS
+`run DIR N_TOKENS BATCH MAX_FEATURES [MAX_N_LOGITS]`: circuit-tracer's `attribute` on a prompt of N_TOKENS
 token ids (BOS first, then a fixed pseudo-random sequence, the same ids burnlens gets) in
 this process, and prints one JSON line: seconds (model and transcoders loaded beforehand,
 not counted), peak RSS of the process, active features and graph size.
@@ -55,7 +55,7 @@ def make(root):
         fh.write("model_kind: transcoder_set\nscan: burnlens-bench-gpt2-24k\nfeature_input_hook: ln2.hook_normalized\nfeature_output_hook: hook_mlp_out\n")
 
 
-def run(root, n_tokens, batch, max_features):
+def run(root, n_tokens, batch, max_features, max_n_logits=10):
     import transformers
     from circuit_tracer import attribute
     from circuit_tracer.replacement_model.replacement_model_transformerlens import TransformerLensReplacementModel
@@ -80,7 +80,7 @@ def run(root, n_tokens, batch, max_features):
     model._configure_replacement_model(tc)
     ids = torch.tensor(prompt(n_tokens))
     t0 = time.time()
-    graph = attribute(ids, model, batch_size=batch, max_feature_nodes=max_features)
+    graph = attribute(ids, model, batch_size=batch, max_feature_nodes=max_features, max_n_logits=max_n_logits)
     seconds = time.time() - t0
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     print(json.dumps({"tool": "circuit-tracer", "tokens": n_tokens, "batch": batch, "max_feature_nodes": max_features, "seconds": seconds,
@@ -94,4 +94,4 @@ if __name__ == "__main__":
     elif sys.argv[1] == "prompt":
         print(",".join(map(str, prompt(int(sys.argv[2])))))
     else:
-        run(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]))
+        run(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), *(int(a) for a in sys.argv[6:7]))
