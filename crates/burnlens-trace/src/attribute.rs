@@ -10,7 +10,7 @@ use burnlens_model::Transformer;
 
 use crate::TraceError;
 use crate::backward::Targets;
-use crate::graph::{Graph, influence, row_scale};
+use crate::graph::{Graph, influence, logit_weights, row_scale};
 use crate::replacement::{Replacement, unembedding};
 use crate::transcoder::TranscoderSet;
 
@@ -111,9 +111,7 @@ fn logit_directions(model: &Transformer, ids: &[i64]) -> Vec<f32> {
 /// `Σ_k w Aᵏ` from the logit weights, at most 128 terms.
 fn partial_influences(rows: &[Vec<f32>], row_node: &[usize], n_nodes: usize, logit_probs: &[f32]) -> Result<Vec<f32>, TraceError> {
     let scale: Vec<f32> = rows.iter().map(|r| row_scale(r, 1e-8)).collect();
-    let mut weights = vec![0f32; n_nodes];
-    weights[n_nodes - logit_probs.len()..].copy_from_slice(logit_probs);
-    influence(rows, &scale, row_node, n_nodes, &weights, 128)
+    influence(rows, &scale, row_node, n_nodes, &logit_weights(n_nodes, logit_probs), 128)
 }
 
 /// Rows in the order computed, each over every node (logit columns zero), with the node

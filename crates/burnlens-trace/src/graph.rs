@@ -84,6 +84,14 @@ pub(crate) fn influence(a: &[Vec<f32>], scale: &[f32], row_node: &[usize], n: us
     Err(TraceError::Input(format!("influence did not converge in {max_iter} steps (the graph has a cycle?)")))
 }
 
+/// The weight of each of `n` nodes in the output: the logit nodes (last) carry their
+/// probabilities, the rest nothing.
+pub(crate) fn logit_weights(n: usize, logit_probs: &[f32]) -> Vec<f32> {
+    let mut w = vec![0f32; n];
+    w[n - logit_probs.len()..].copy_from_slice(logit_probs);
+    w
+}
+
 /// `1 / Σ|row|` (the sum at least `floor`): the factor that normalises a row.
 pub(crate) fn row_scale(row: &[f32], floor: f32) -> f32 {
     1.0 / row.iter().map(|x| x.abs()).sum::<f32>().max(floor)
@@ -165,10 +173,7 @@ impl Graph {
     }
 
     fn logit_weights(&self) -> Vec<f32> {
-        let n = self.n_nodes();
-        let mut w = vec![0f32; n];
-        w[n - self.n_logits()..].copy_from_slice(&self.logit_probabilities);
-        w
+        logit_weights(self.n_nodes(), &self.logit_probabilities)
     }
 
     /// Keep the nodes holding `node_threshold` of the influence on the logits and the edges

@@ -11,10 +11,11 @@
 use std::cell::RefCell;
 
 use burn::tensor::{Int, Tensor, TensorData};
-use burnlens_model::{Activation, Hooks, NormKind, NormPlacement, Transformer};
+use burnlens_model::{Activation, Hooks, NormPlacement, Transformer};
 
 use crate::TraceError;
-use crate::transcoder::{InputHook, OutputHook, TranscoderSet, tensor};
+use crate::replacement::input_source;
+use crate::transcoder::{OutputHook, TranscoderSet, tensor};
 
 /// Set feature `feature` of layer `layer`'s transcoder at position `pos` to `value`.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -32,19 +33,6 @@ pub struct Intervened {
     pub logits: Vec<f32>,
     /// Every layer's feature activations `[pos, features]` in the intervened run.
     pub activations: Vec<Vec<f32>>,
-}
-
-/// Where layer `l`'s transcoder input is read in burnlens's hook points, and whether the
-/// norm's affine map must be applied to what is read there.
-fn input_point(set: &TranscoderSet, model: &Transformer, l: usize) -> (String, bool) {
-    let block = &model.blocks[l];
-    let ln2_kind = block.ln2.as_ref().map(|n| n.kind);
-    match set.input {
-        InputHook::ResidMid => (format!("blocks.{l}.hook_resid_mid"), false),
-        InputHook::MlpIn if block.placement == NormPlacement::Post => (format!("blocks.{l}.hook_resid_mid"), false),
-        InputHook::MlpIn => (format!("blocks.{l}.ln2.hook_normalized"), true),
-        InputHook::Ln2Normalized => (format!("blocks.{l}.ln2.hook_normalized"), ln2_kind == Some(NormKind::LayerNorm)),
-    }
 }
 
 /// Refuse interventions outside the model, the prompt or the transcoders.
@@ -143,7 +131,12 @@ pub fn feature_intervention(
     } else {
         Vec::new()
     };
-    let points = (0..model.config.n_layers()).map(|l| input_point(set, model, l)).collect();
+    let points = (0..model.config.n_layers())
+        .map(|l| {
+            let (name, finish) = input_source(set.input, &model.blocks[l]);
+            (format!("blocks.{l}.{name}"), finish)
+        })
+        .collect();
     let run = Run { model, set, interventions, zero_positions, points, activations: RefCell::new(vec![Vec::new(); model.config.n_layers()]) };
     let layer_of = |name: &str| -> usize { name["blocks.".len()..].split('.').next().and_then(|s| s.parse().ok()).expect("blocks.{l}.hook_mlp_out") };
     let mut hooks = Hooks::none()

@@ -185,24 +185,28 @@ impl<'m> Replacement<'m> {
     }
 }
 
+/// Where a block's transcoder input is read among burnlens's hook points (the name inside
+/// `blocks.{l}.`), and whether the norm's affine map must be applied to what is read there:
+/// TransformerLens 2's LayerNorm hooks its output after the affine map, burnlens's before.
+pub(crate) fn input_source(hook: InputHook, block: &Block) -> (&'static str, bool) {
+    let ln2_kind = block.ln2.as_ref().map(|n| n.kind);
+    match hook {
+        InputHook::ResidMid => ("hook_resid_mid", false),
+        InputHook::MlpIn if block.placement == NormPlacement::Post => ("hook_resid_mid", false),
+        InputHook::MlpIn => ("ln2.hook_normalized", true),
+        InputHook::Ln2Normalized => ("ln2.hook_normalized", ln2_kind == Some(NormKind::LayerNorm)),
+    }
+}
+
 /// The transcoder's input at `set.input`, `[pos, d_model]`, from the captured activations.
 fn input_value(hook: InputHook, block: &Block, mine: &mut BTreeMap<String, Activation>) -> Result<Tensor<2>, TraceError> {
-    let post = block.placement == NormPlacement::Post;
-    let normed = |mine: &mut BTreeMap<String, Activation>, finish: bool| -> Result<Tensor<2>, TraceError> {
-        let ln2 = block.ln2.as_ref().ok_or_else(|| TraceError::Mismatch("the block has no ln2".into()))?;
-        let n = squeeze(take(mine, "ln2.hook_normalized")?, "ln2.hook_normalized")?;
-        Ok(if finish { ln2.finish(n) } else { n })
-    };
-    match hook {
-        InputHook::ResidMid => squeeze(take(mine, "hook_resid_mid")?, "hook_resid_mid"),
-        InputHook::MlpIn if post => squeeze(take(mine, "hook_resid_mid")?, "hook_resid_mid"),
-        InputHook::MlpIn => normed(mine, true),
-        // TransformerLens 2's LayerNorm hooks its output after the affine map.
-        InputHook::Ln2Normalized => {
-            let kind = block.ln2.as_ref().map(|n| n.kind);
-            normed(mine, kind == Some(NormKind::LayerNorm))
-        }
+    let (name, finish) = input_source(hook, block);
+    let x = squeeze(take(mine, name)?, name)?;
+    if !finish {
+        return Ok(x);
     }
+    let ln2 = block.ln2.as_ref().ok_or_else(|| TraceError::Mismatch("the block has no ln2".into()))?;
+    Ok(ln2.finish(x))
 }
 
 /// The MLP output at `set.output`, `[pos, d_model]`.
