@@ -243,3 +243,65 @@ fn the_newer_families_load_by_hub_id() {
         assert_eq!(logits_json(&o, &out), local_logits(name, "1,2,3,4,5", tmp.path()), "{name} by Hub id");
     }
 }
+
+/// Transcoder sets by Hub id, as circuit-tracer names them: a per-layer set at a repository's
+/// root, a cross-layer transcoder in a folder (only its numbered files fetched), and a
+/// config.yaml whose `transcoders:` entries are `hf://` URIs into another repository. Each
+/// graph equals the one built from the local fixture folder; offline, the cache serves them.
+#[test]
+fn transcoder_sets_load_by_hub_id_and_hf_uris() {
+    let server = HubServer::start();
+    let tmp = tempfile::tempdir().unwrap();
+    let home = tmp.path().join("hf");
+    let trace = |case: &str| fixture("trace").join(case);
+    server.publish("org/gpt2-transcoders", "main", COMMIT_A, &trace("gpt2").join("transcoders"));
+    let clt_repo = tmp.path().join("clt-repo");
+    std::fs::create_dir_all(clt_repo.join("clt")).unwrap();
+    for e in std::fs::read_dir(trace("gpt2_clt").join("transcoders")).unwrap().flatten() {
+        std::fs::copy(e.path(), clt_repo.join("clt").join(e.file_name())).unwrap();
+    }
+    std::fs::write(clt_repo.join("README.md"), "not fetched").unwrap();
+    std::fs::write(clt_repo.join("clt/notes.txt"), "not fetched").unwrap();
+    server.publish("org/clts", "main", COMMIT_B, &clt_repo);
+    // A set that only points at another repository's files (tagged revision `v1`).
+    server.publish("org/gpt2-transcoders", "v1", COMMIT_B, &trace("gpt2").join("transcoders"));
+    let refs = tmp.path().join("refs");
+    std::fs::create_dir_all(&refs).unwrap();
+    let mut yaml = "model_kind: transcoder_set\nscan: burnlens-fixture-gpt2\nfeature_input_hook: hook_resid_mid\nfeature_output_hook: hook_mlp_out\ntranscoders:\n".to_string();
+    for i in 0..3 {
+        yaml += &format!("  - \"hf://org/gpt2-transcoders/layer_{i}.safetensors?revision=v1\"\n");
+    }
+    std::fs::write(refs.join("config.yaml"), &yaml).unwrap();
+    server.publish("org/ref-set", "main", COMMIT_A, &refs);
+
+    let graph = |case: &str, spec: &str, name: &str, env: &[(&str, &str)]| {
+        let out = tmp.path().join(name);
+        let model = trace(case).join("model");
+        let o = cli(&server.url, &home, env, &["graph", "--model", model.to_str().unwrap(), "--transcoders", spec, "--ids", "1,17,5,60,33,2", "--max-n-logits", "3", "--out", out.to_str().unwrap()]);
+        assert!(o.status.success(), "{spec}: {}", String::from_utf8_lossy(&o.stderr));
+        let g = read_safetensors(&out.join("graph.safetensors"));
+        let mut names: Vec<_> = g.keys().cloned().collect();
+        names.sort();
+        names.into_iter().map(|n| (n.clone(), g[&n].f32.clone(), g[&n].i64.clone())).collect::<Vec<_>>()
+    };
+    let local = graph("gpt2", trace("gpt2").join("transcoders").to_str().unwrap(), "local", &[]);
+    assert!(!local.is_empty());
+    assert_eq!(graph("gpt2", "org/gpt2-transcoders", "hub", &[]), local);
+    assert_eq!(graph("gpt2", "org/ref-set", "refs", &[]), local);
+    // A local config.yaml with hf:// entries fetches them too.
+    assert_eq!(graph("gpt2", refs.to_str().unwrap(), "local-refs", &[]), local);
+    let clt_local = graph("gpt2_clt", trace("gpt2_clt").join("transcoders").to_str().unwrap(), "clt-local", &[]);
+    let before = server.log().len();
+    assert_eq!(graph("gpt2_clt", "org/clts:clt", "clt-hub", &[]), clt_local);
+    let fetched: Vec<String> = server.log()[before..].iter().filter(|l| l.starts_with("GET") && l.contains("/resolve/")).cloned().collect();
+    assert_eq!(fetched.len(), 7, "config.yaml and six numbered files: {fetched:?}");
+    assert!(fetched.iter().all(|l| l.contains("/clt/") && !l.contains("notes.txt")), "{fetched:?}");
+    // Offline: everything from the cache, no request at all.
+    let before = server.log().len();
+    assert_eq!(graph("gpt2_clt", "org/clts:clt", "clt-offline", &[("HF_HUB_OFFLINE", "1")]), clt_local);
+    assert_eq!(graph("gpt2", "org/ref-set", "refs-offline", &[("HF_HUB_OFFLINE", "1")]), local);
+    assert_eq!(server.log().len(), before);
+    // A repository without transcoders is a one-line error naming what is missing.
+    let o = cli(&server.url, &home, &[], &["graph", "--model", trace("gpt2").join("model").to_str().unwrap(), "--transcoders", "org/clts", "--ids", "1,2", "--out", tmp.path().join("x").to_str().unwrap()]);
+    assert_exit(&o, 2, "has no file config.yaml");
+}

@@ -544,7 +544,7 @@ pub fn attribute(args: &ModelArgs, input: &Input, target: &str, wrong: Option<&s
 }
 
 pub fn graph(args: &ModelArgs, input: &Input, g: &crate::GraphArgs, out: &Path, common: &Common) -> Result<()> {
-    use burnlens_trace::{AttributeOptions, GraphText, LogitTargets, TranscoderSet};
+    use burnlens_trace::{AttributeOptions, GraphText, LogitTargets};
     burnlens_trace::check_thresholds(g.node_threshold, g.edge_threshold)?;
     let (m, dir) = load_model_args(args, common)?;
     let (mut ids, _) = ids_and_labels(&m, &dir, input, "")?;
@@ -553,7 +553,7 @@ pub fn graph(args: &ModelArgs, input: &Input, g: &crate::GraphArgs, out: &Path, 
             ids.insert(0, bos);
         }
     }
-    let set = TranscoderSet::load(&g.transcoders, &m.model.device())?;
+    let set = crate::progress::transcoders(&g.transcoders, &m.model.device())?;
     let targets = match &g.targets {
         Some(list) => LogitTargets::Tokens(list.split(',').map(|t| parse_token(&m, "--targets", t)).collect::<Result<_>>()?),
         None => LogitTargets::Salient { max_n_logits: g.max_n_logits, desired_prob: g.desired_logit_prob },

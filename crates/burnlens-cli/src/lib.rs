@@ -68,9 +68,10 @@ pub struct ModelArgs {
 /// arguments and defaults).
 #[derive(clap::Args, Clone)]
 pub struct GraphArgs {
-    /// Transcoder folder: circuit-tracer's config.yaml with layer_{i}.safetensors.
+    /// Transcoders: a folder with circuit-tracer's config.yaml and layer files, or a Hub
+    /// repository org/name[@revision][:folder].
     #[arg(long)]
-    pub transcoders: std::path::PathBuf,
+    pub transcoders: String,
     /// Explain the most probable next tokens, at most this many...
     #[arg(long, default_value_t = 10)]
     pub max_n_logits: usize,

@@ -26,6 +26,15 @@ pub fn folder(spec: &Path, files: &[&str]) -> Result<PathBuf> {
     Ok(dir)
 }
 
+/// A transcoder set from a local folder or a Hub repository (`org/name[@rev][:folder]`),
+/// with its `hf://` files downloaded.
+pub fn transcoders(spec: &str, device: &burn::tensor::Device) -> Result<burnlens_trace::TranscoderSet> {
+    let mut reporter = Reporter::new();
+    let set = burnlens_trace::TranscoderSet::open(spec, device, &mut |p| reporter.report(p))?;
+    reporter.finish();
+    Ok(set)
+}
+
 /// The cached snapshot of a Hub id, downloading what is missing (never a local directory).
 pub fn hub_snapshot(id: &HubId) -> Result<PathBuf> {
     let mut reporter = Reporter::new();

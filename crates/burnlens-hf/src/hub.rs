@@ -214,6 +214,27 @@ impl Hub {
         Ok(snap)
     }
 
+    /// The files of `id` (paths inside the repository), as the server lists them; offline or
+    /// with the server unreachable, the files of the cached snapshot.
+    pub fn list_files(&self, id: &HubId) -> Result<Vec<String>> {
+        let repo_dir = self.cache.join(id.cache_name());
+        let cached = || -> Result<Vec<String>> {
+            let snap = repo_dir.join("snapshots").join(self.cached_commit(id, &repo_dir)?);
+            let mut out = Vec::new();
+            list_tree(&snap, "", &mut out);
+            out.sort();
+            Ok(out)
+        };
+        if self.offline {
+            return cached();
+        }
+        match self.repo_info(id) {
+            Ok(info) => Ok(info.siblings.into_iter().map(|s| s.rfilename).collect()),
+            Err(HubFailure::Unreachable(why)) => cached().map_err(|_| self.err(id, format!("cannot reach {}: {why}; the repository is not in the cache {} either", self.endpoint, self.cache.display()))),
+            Err(HubFailure::Error(e)) => Err(e),
+        }
+    }
+
     /// Record which commit a branch or tag pointed to (`refs/<revision>`), as huggingface_hub does.
     fn write_ref(&self, id: &HubId, repo_dir: &Path, commit: &str) -> Result<()> {
         if id.is_commit() {
@@ -453,6 +474,17 @@ fn verify(path: &Path, size: u64, etag: &str) -> std::result::Result<(), String>
 }
 
 /// Shard file names listed in a `*.index.json` (`weight_map` values), in first-seen order.
+/// The files under `dir` (following the snapshot's links), as `sub/name` paths.
+fn list_tree(dir: &Path, prefix: &str, out: &mut Vec<String>) {
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let name = format!("{prefix}{}", e.file_name().to_string_lossy());
+        match e.path().is_dir() {
+            true => list_tree(&e.path(), &format!("{name}/"), out),
+            false => out.push(name),
+        }
+    }
+}
+
 fn shard_names(index: &Path) -> Result<Vec<String>> {
     let text = std::fs::read_to_string(index).map_err(|e| HfError::io(index, e))?;
     let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| HfError::Json { path: index.into(), msg: e.to_string() })?;
@@ -490,15 +522,22 @@ pub fn resolve_folder(spec: &str, files: &[&str], progress: &mut dyn FnMut(Progr
     if path.exists() {
         return Ok(path.to_path_buf());
     }
-    let (repo, folder) = spec.split_once(':').unwrap_or((spec, ""));
-    let folder = folder.trim_matches('/');
-    match HubId::parse(repo) {
-        Some(id) if !spec.starts_with('.') && !spec.starts_with('/') && !spec.contains('\\') && !folder.contains("..") => {
+    match folder_spec(spec) {
+        Some((id, folder)) => {
             let names: Vec<String> = files.iter().map(|f| if folder.is_empty() { f.to_string() } else { format!("{folder}/{f}") }).collect();
             Ok(Hub::from_env().fetch_files(&id, &names, progress)?.join(folder))
         }
-        _ => Err(HfError::io(path, std::io::Error::new(std::io::ErrorKind::NotFound, "no such directory (and not a Hugging Face Hub id like org/name@revision:folder)"))),
+        None => Err(HfError::io(path, std::io::Error::new(std::io::ErrorKind::NotFound, "no such directory (and not a Hugging Face Hub id like org/name@revision:folder)"))),
     }
+}
+
+/// `org/name[@revision][:folder]` as the repository and the folder inside it (`""` for the
+/// root); `None` for anything that reads as a path or cannot be a Hub id.
+pub fn folder_spec(spec: &str) -> Option<(HubId, String)> {
+    let (repo, folder) = spec.split_once(':').unwrap_or((spec, ""));
+    let folder = folder.trim_matches('/');
+    let path_like = spec.starts_with('.') || spec.starts_with('/') || spec.contains('\\') || folder.contains("..");
+    HubId::parse(repo).filter(|_| !path_like).map(|id| (id, folder.to_string()))
 }
 
 #[cfg(test)]

@@ -593,15 +593,19 @@ struct NativeTranscoders {
 
 #[pymethods]
 impl NativeTranscoders {
-    /// Load a folder holding circuit-tracer's `config.yaml` and `layer_{i}.safetensors`.
+    /// Load a folder holding circuit-tracer's `config.yaml` and layer files, or a Hub
+    /// repository `org/name[@revision][:folder]`.
     #[staticmethod]
     #[pyo3(signature = (path, backend=None))]
     fn load(py: Python<'_>, path: &str, backend: Option<&str>) -> PyResult<Self> {
-        let path = PathBuf::from(path);
+        let spec = path.to_string();
         let backend = backend.map(str::to_string);
         Ok(py.detach(move || -> Result<Self, Fail> {
             let device = device_for(backend.as_deref())?;
-            let set = burnlens_trace::TranscoderSet::load(&path, &device).map_err(|e| load_fail(e.to_string(), !path.exists()))?;
+            let set = burnlens_trace::TranscoderSet::open(&spec, &device, &mut |_| {}).map_err(|e| {
+                let missing = matches!(&e, burnlens_trace::TraceError::Hub(h) if h.missing());
+                load_fail(e.to_string(), missing)
+            })?;
             Ok(Self { set })
         })?)
     }

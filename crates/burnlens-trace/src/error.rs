@@ -11,6 +11,9 @@ pub enum TraceError {
     /// The transcoders do not fit the model (layers, widths, hook points).
     #[error("transcoders do not fit the model: {0}")]
     Mismatch(String),
+    /// A download from the Hub failed (the message names the repository and file).
+    #[error(transparent)]
+    Hub(#[from] burnlens_hf::HfError),
     /// A bad argument: prompt, target token, threshold.
     #[error("{0}")]
     Input(String),

@@ -12,7 +12,7 @@
 //! ```
 //!
 //! Modules, bottom up: [`transcoder`] (weights, activations, hook points), [`load`]
-//! (circuit-tracer's files), [`replacement`] (the frozen forward pass), [`backward`]
+//! (circuit-tracer's files), [`hub`] (sets by Hub id), [`replacement`] (the frozen forward pass), [`backward`]
 //! (attribution rows), [`attribute`] (targets and the graph), [`graph`] (pruning, scores,
 //! saving), [`json`] and [`html`] (the viewer's files), [`intervene`] (feature interventions).
 
@@ -21,6 +21,7 @@ pub mod backward;
 pub mod error;
 pub mod graph;
 pub mod html;
+pub mod hub;
 pub mod intervene;
 pub mod json;
 pub mod load;

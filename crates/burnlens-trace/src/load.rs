@@ -156,17 +156,25 @@ pub fn read_npz_layer(path: &Path, device: &Device) -> Result<Transcoder, TraceE
     Ok(Transcoder { w_enc, b_enc, w_dec, b_dec, w_skip: None, activation: FeatureActivation::JumpRelu { threshold } })
 }
 
+/// A transcoder folder's `config.yaml`: its path and fields.
+pub fn read_config(dir: &Path) -> Result<(PathBuf, FlatYaml), TraceError> {
+    let config_path = dir.join(CONFIG_FILE);
+    let text = std::fs::read_to_string(&config_path).map_err(|e| TraceError::file(&config_path, format!("{e} (a transcoder folder holds config.yaml and layer_{{i}}.safetensors)")))?;
+    let cfg = FlatYaml::parse(&text, &config_path)?;
+    Ok((config_path, cfg))
+}
+
 impl TranscoderSet {
-    /// Load a circuit-tracer transcoder folder (`config.yaml` and its layer files).
+    /// Load a circuit-tracer transcoder folder (`config.yaml` and its layer files); entries of
+    /// its `transcoders:` list that are `hf://` URIs are fetched from the Hub.
     pub fn load(dir: &Path, device: &Device) -> Result<Self, TraceError> {
-        let config_path = dir.join(CONFIG_FILE);
-        let text = std::fs::read_to_string(&config_path).map_err(|e| TraceError::file(&config_path, format!("{e} (a transcoder folder holds config.yaml and layer_{{i}}.safetensors)")))?;
-        let cfg = FlatYaml::parse(&text, &config_path)?;
-        let cross_layer = match cfg.get("model_kind", &config_path)? {
-            "transcoder_set" => false,
-            "cross_layer_transcoder" => true,
-            other => return Err(TraceError::file(&config_path, format!("model_kind `{other}`, expected transcoder_set or cross_layer_transcoder"))),
-        };
+        Self::load_with(dir, device, &mut |uri| crate::hub::fetch_uri(uri, &mut |_| {}))
+    }
+
+    /// [`load`](Self::load), with `fetch` turning an `hf://` entry into a local file.
+    pub fn load_with(dir: &Path, device: &Device, fetch: &mut dyn FnMut(&str) -> Result<PathBuf, TraceError>) -> Result<Self, TraceError> {
+        let (config_path, cfg) = read_config(dir)?;
+        let cross_layer = is_cross_layer(&cfg, &config_path)?;
         let input = InputHook::parse(cfg.get("feature_input_hook", &config_path)?).map_err(|e| TraceError::file(&config_path, e.to_string()))?;
         let output = OutputHook::parse(cfg.get("feature_output_hook", &config_path)?).map_err(|e| TraceError::file(&config_path, e.to_string()))?;
         if cross_layer {
@@ -175,13 +183,7 @@ impl TranscoderSet {
             return Ok(set);
         }
         let files: Vec<PathBuf> = match cfg.lists.get("transcoders") {
-            Some(list) => list
-                .iter()
-                .map(|p| match p.starts_with("hf://") {
-                    true => Err(TraceError::file(&config_path, format!("transcoder `{p}` is on the Hub; download it and list the local file"))),
-                    false => Ok(dir.join(p)),
-                })
-                .collect::<Result<_, _>>()?,
+            Some(list) => list.iter().map(|p| if p.starts_with(crate::hub::URI_SCHEME) { fetch(p) } else { Ok(dir.join(p)) }).collect::<Result<_, _>>()?,
             None => layer_files(dir)?,
         };
         let layers = files
@@ -272,16 +274,30 @@ fn read_clt(dir: &Path, device: &Device) -> Result<Vec<Transcoder>, TraceError> 
     Ok(layers)
 }
 
+/// The prefixes of a set's numbered files when config.yaml lists none: `layer_` for a
+/// per-layer set, `W_enc_` and `W_dec_` for a cross-layer transcoder.
+pub fn numbered_prefixes(cross_layer: bool) -> &'static [&'static str] {
+    if cross_layer { &["W_enc_", "W_dec_"] } else { &["layer_"] }
+}
+
+/// `i` if `name` is `{prefix}{i}.safetensors`.
+pub fn numbered(name: &str, prefix: &str) -> Option<usize> {
+    name.strip_prefix(prefix)?.strip_suffix(".safetensors")?.parse().ok()
+}
+
+/// Whether config.yaml says the set is a cross-layer transcoder.
+pub fn is_cross_layer(cfg: &FlatYaml, config_path: &Path) -> Result<bool, TraceError> {
+    match cfg.get("model_kind", config_path)? {
+        "transcoder_set" => Ok(false),
+        "cross_layer_transcoder" => Ok(true),
+        other => Err(TraceError::file(config_path, format!("model_kind `{other}`, expected transcoder_set or cross_layer_transcoder"))),
+    }
+}
+
 /// `{prefix}0.safetensors`, `{prefix}1.safetensors`, … in `dir`: every index from 0 without a gap.
 fn numbered_files(dir: &Path, prefix: &str) -> Result<Vec<PathBuf>, TraceError> {
     let entries = std::fs::read_dir(dir).map_err(|e| TraceError::file(dir, e.to_string()))?;
-    let mut found = Vec::new();
-    for e in entries.flatten() {
-        let name = e.file_name().to_string_lossy().to_string();
-        if let Some(i) = name.strip_prefix(prefix).and_then(|r| r.strip_suffix(".safetensors")).and_then(|i| i.parse::<usize>().ok()) {
-            found.push(i);
-        }
-    }
+    let mut found: Vec<usize> = entries.flatten().filter_map(|e| numbered(&e.file_name().to_string_lossy(), prefix)).collect();
     found.sort_unstable();
     if found.is_empty() {
         return Err(TraceError::file(dir, format!("no {prefix}{{i}}.safetensors files")));

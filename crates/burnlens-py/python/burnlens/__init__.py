@@ -572,7 +572,9 @@ class SAE:
 class Transcoders:
     """A transcoder set in circuit-tracer's layout: a folder with `config.yaml` and
     `layer_{i}.safetensors` (`W_enc [F, d]`, `W_dec [F, d]`, `b_enc`, `b_dec`, optional
-    JumpReLU threshold and `W_skip`)."""
+    JumpReLU threshold and `W_skip`), a cross-layer transcoder's `W_enc_{i}` / `W_dec_{i}`,
+    or Gemma Scope `params.npz` files listed in `config.yaml`. `load` takes the folder or a Hub
+    repository `org/name[@revision][:folder]`; `hf://` entries of the list are downloaded."""
 
     def __init__(self, native: "_native.NativeTranscoders"):
         self._native = native
