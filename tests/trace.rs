@@ -70,6 +70,11 @@ fn graphs_equal_circuit_tracers() {
         assert_eq!(lean.selected_features, g.selected_features, "{name}: recomputed patterns select the same features");
         let lean_adj = rel(&lean.rows, &g.rows);
         assert!(lean_adj < 1e-5, "{name}: recomputed patterns change the rows by {lean_adj:e}");
+        // With no room for the rows, they live in a mapped temporary file: the same graph.
+        let mapped = attribute(&model, &set, &ids, &AttributeOptions { row_budget: 0, ..options(&case) }).unwrap();
+        assert!(mapped.rows.is_mapped() && !g.rows.is_mapped(), "{name}: row budget");
+        assert_eq!(mapped, g, "{name}: rows in a mapped file change the graph");
+        assert_eq!(mapped.prune(0.8, 0.98).unwrap(), g.prune(0.8, 0.98).unwrap(), "{name}: pruning from mapped rows");
 
         let node_t = case["node_threshold"].as_f64().unwrap() as f32;
         let edge_t = case["edge_threshold"].as_f64().unwrap() as f32;

@@ -558,8 +558,8 @@ pub fn graph(args: &ModelArgs, input: &Input, g: &crate::GraphArgs, out: &Path, 
         Some(list) => LogitTargets::Tokens(list.split(',').map(|t| parse_token(&m, "--targets", t)).collect::<Result<_>>()?),
         None => LogitTargets::Salient { max_n_logits: g.max_n_logits, desired_prob: g.desired_logit_prob },
     };
-    let pattern_budget = (g.pattern_memory_gb.max(0.0) * 1e9) as u64;
-    let opts = AttributeOptions { targets, batch_size: g.batch_size, max_feature_nodes: g.max_feature_nodes, pattern_budget, ..AttributeOptions::default() };
+    let (pattern_budget, row_budget) = ((g.pattern_memory_gb.max(0.0) * 1e9) as u64, (g.rows_memory_gb.max(0.0) * 1e9) as u64);
+    let opts = AttributeOptions { targets, batch_size: g.batch_size, max_feature_nodes: g.max_feature_nodes, pattern_budget, row_budget, ..AttributeOptions::default() };
     let t0 = std::time::Instant::now();
     let graph = burnlens_trace::attribute(&m.model, &set, &ids, &opts)?;
     let seconds = t0.elapsed().as_secs_f64();

@@ -97,6 +97,10 @@ pub struct GraphArgs {
     /// recomputed for each backward pass (less memory, more time).
     #[arg(long, default_value_t = 4.0)]
     pub pattern_memory_gb: f64,
+    /// Keep the adjacency rows in memory while they fit in this many GB; past it they live in
+    /// a mapped temporary file under TMPDIR (bounded by the disk, not by RAM).
+    #[arg(long, default_value_t = 8.0)]
+    pub rows_memory_gb: f64,
 }
 
 #[derive(Subcommand)]

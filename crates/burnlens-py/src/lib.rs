@@ -638,7 +638,7 @@ impl NativeGraph {
     /// The stored rows of the adjacency (feature rows, then logit rows) `[k, n_nodes]`.
     fn rows<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyArrayDyn<f32>>> {
         let n = self.graph.n_nodes();
-        array(py, self.graph.rows.clone(), &[self.graph.rows.len() / n.max(1), n])
+        array(py, self.graph.rows.to_vec(), &[self.graph.rows.len() / n.max(1), n])
     }
 
     /// The square adjacency `[n_nodes, n_nodes]`.

@@ -10,8 +10,9 @@ use burnlens_model::Transformer;
 
 use crate::TraceError;
 use crate::backward::Targets;
-use crate::graph::{Graph, influence, logit_weights, row_scale};
+use crate::graph::{Graph, abs_sum, influence, logit_weights};
 use crate::replacement::{Replacement, unembedding};
+use crate::store::Floats;
 use crate::transcoder::TranscoderSet;
 
 /// Which logits the graph explains.
@@ -45,11 +46,14 @@ pub struct AttributeOptions {
     /// Keep every layer's attention pattern while they take at most this many bytes; past
     /// it, patterns are recomputed for each backward pass (memory for time).
     pub pattern_budget: u64,
+    /// Keep the adjacency rows in memory while they take at most this many bytes; past it
+    /// they live in a mapped temporary file (see [`crate::store`]).
+    pub row_budget: u64,
 }
 
 impl Default for AttributeOptions {
     fn default() -> Self {
-        Self { targets: LogitTargets::default(), batch_size: 512, max_feature_nodes: None, update_interval: 4, zero_positions: 1, pattern_budget: 4 << 30 }
+        Self { targets: LogitTargets::default(), batch_size: 512, max_feature_nodes: None, update_interval: 4, zero_positions: 1, pattern_budget: 4 << 30, row_budget: 8 << 30 }
     }
 }
 
@@ -109,28 +113,68 @@ fn logit_directions(model: &Transformer, ids: &[i64]) -> Vec<f32> {
 /// Influence of every node on the logits from the rows computed so far (circuit-tracer's
 /// `compute_partial_influences`): rows normalised by their absolute sum, then
 /// `Σ_k w Aᵏ` from the logit weights, at most 128 terms.
-fn partial_influences(rows: &[Vec<f32>], row_node: &[usize], n_nodes: usize, logit_probs: &[f32]) -> Result<Vec<f32>, TraceError> {
-    let scale: Vec<f32> = rows.iter().map(|r| row_scale(r, 1e-8)).collect();
-    influence(rows, &scale, row_node, n_nodes, &logit_weights(n_nodes, logit_probs), 128)
+fn partial_influences(rows: &Rows, logit_probs: &[f32]) -> Result<Vec<f32>, TraceError> {
+    let n = rows.stride;
+    influence(rows.nodes.len(), &rows.nodes, n, &logit_weights(n, logit_probs), 128, |r, out| {
+        let row = rows.row(r);
+        out.iter_mut().zip(row).for_each(|(o, x)| *o = x.abs());
+        1.0 / abs_sum(row, 1e-8)
+    })
 }
 
 /// Rows in the order computed, each over every node (logit columns zero), with the node
-/// each row is the target of.
+/// each row is the target of; one slot of `stride = n_nodes` floats per row, reserved for
+/// every row the graph will have.
 struct Rows {
-    rows: Vec<Vec<f32>>,
+    store: Floats,
+    stride: usize,
     nodes: Vec<usize>,
 }
 
 impl Rows {
-    fn compute(&mut self, rm: &Replacement, t: Targets, nodes: &[usize], n_nodes: usize) {
-        let width = rm.active.len() + (rm.n_layers() + 1) * rm.n_pos();
-        let flat = rm.rows(&t);
-        for (i, &node) in nodes.iter().enumerate() {
-            let mut r = vec![0f32; n_nodes];
-            r[..width].copy_from_slice(&flat[i * width..(i + 1) * width]);
-            self.rows.push(r);
-            self.nodes.push(node);
+    fn compute(&mut self, rm: &Replacement, t: Targets, nodes: &[usize]) {
+        let start = self.nodes.len() * self.stride;
+        rm.rows_into(&t, &mut self.store[start..start + nodes.len() * self.stride], self.stride);
+        self.nodes.extend_from_slice(nodes);
+    }
+
+    fn row(&self, r: usize) -> &[f32] {
+        &self.store[r * self.stride..(r + 1) * self.stride]
+    }
+
+    /// The rows sorted by node and cut to `columns`, in place: `[rows, columns.len()]`.
+    fn into_graph_rows(mut self, columns: &[usize]) -> Floats {
+        let (k, w) = (self.nodes.len(), self.stride);
+        // Sort the slots by node, following each cycle of the permutation with one spare row.
+        let mut order: Vec<usize> = (0..k).collect();
+        order.sort_by_key(|&r| self.nodes[r]);
+        let mut placed = vec![false; k];
+        let mut spare = vec![0f32; w];
+        for start in 0..k {
+            if placed[start] || order[start] == start {
+                continue;
+            }
+            spare.copy_from_slice(&self.store[start * w..(start + 1) * w]);
+            let mut at = start;
+            while order[at] != start {
+                let from = order[at];
+                self.store.copy_within(from * w..(from + 1) * w, at * w);
+                placed[at] = true;
+                at = from;
+            }
+            self.store[at * w..(at + 1) * w].copy_from_slice(&spare);
+            placed[at] = true;
         }
+        // Keep `columns` (ascending): every value moves to an earlier or the same place, and
+        // never onto one still to be read.
+        let n = columns.len();
+        for r in 0..k {
+            for (j, &c) in columns.iter().enumerate() {
+                self.store[r * n + j] = self.store[r * w + c];
+            }
+        }
+        self.store.truncate(k * n);
+        self.store
     }
 }
 
@@ -147,14 +191,14 @@ pub fn attribute(model: &Transformer, set: &TranscoderSet, ids: &[i64], opts: &A
     let logit_offset = n_active + (n_layers + 1) * n_pos;
     let n_nodes = logit_offset + n_logits;
     let max_features = opts.max_feature_nodes.unwrap_or(n_active).min(n_active);
-    let mut rows = Rows { rows: Vec::with_capacity(max_features + n_logits), nodes: Vec::with_capacity(max_features + n_logits) };
+    let mut rows = Rows { store: Floats::zeros((max_features + n_logits) * n_nodes, opts.row_budget)?, stride: n_nodes, nodes: Vec::with_capacity(max_features + n_logits) };
 
     let directions = logit_directions(model, &logit_ids);
     for start in (0..n_logits).step_by(opts.batch_size) {
         let end = (start + opts.batch_size).min(n_logits);
         let (layers, positions) = (vec![n_layers; end - start], vec![n_pos - 1; end - start]);
         let nodes: Vec<usize> = (start..end).map(|i| logit_offset + i).collect();
-        rows.compute(&rm, Targets { layers: &layers, positions: &positions, vectors: &directions[start * d..end * d] }, &nodes, n_nodes);
+        rows.compute(&rm, Targets { layers: &layers, positions: &positions, vectors: &directions[start * d..end * d] }, &nodes);
     }
 
     let mut visited = vec![false; n_active];
@@ -163,7 +207,7 @@ pub fn attribute(model: &Transformer, set: &TranscoderSet, ids: &[i64], opts: &A
         let pending: Vec<usize> = if max_features == n_active {
             (0..n_active).collect()
         } else {
-            let influence = partial_influences(&rows.rows, &rows.nodes, n_nodes, &logit_probs)?;
+            let influence = partial_influences(&rows, &logit_probs)?;
             let mut rank: Vec<usize> = (0..n_active).collect();
             rank.sort_by(|&a, &b| influence[b].total_cmp(&influence[a]));
             let queue = (opts.update_interval * opts.batch_size).min(max_features - n_visited);
@@ -178,7 +222,7 @@ pub fn attribute(model: &Transformer, set: &TranscoderSet, ids: &[i64], opts: &A
             let layers: Vec<usize> = batch.iter().map(|&i| rm.active[i].layer).collect();
             let positions: Vec<usize> = batch.iter().map(|&i| rm.active[i].pos).collect();
             let vectors = rm.encoder_rows(batch);
-            rows.compute(&rm, Targets { layers: &layers, positions: &positions, vectors: &vectors }, batch, n_nodes);
+            rows.compute(&rm, Targets { layers: &layers, positions: &positions, vectors: &vectors }, batch);
             batch.iter().for_each(|&i| visited[i] = true);
             n_visited += batch.len();
         }
@@ -188,16 +232,7 @@ pub fn attribute(model: &Transformer, set: &TranscoderSet, ids: &[i64], opts: &A
     // and logit rows are stored (the others are zero).
     let selected: Vec<usize> = (0..n_active).filter(|&i| visited[i]).collect();
     let columns: Vec<usize> = selected.iter().copied().chain(n_active..n_nodes).collect();
-    let n = columns.len();
-    let mut order: Vec<usize> = (0..rows.rows.len()).collect();
-    order.sort_by_key(|&r| rows.nodes[r]);
-    let mut adjacency = vec![0f32; order.len() * n];
-    for (k, &r) in order.iter().enumerate() {
-        let src = &rows.rows[r];
-        for (j, &c) in columns.iter().enumerate() {
-            adjacency[k * n + j] = src[c];
-        }
-    }
+    let adjacency = rows.into_graph_rows(&columns);
     Ok(Graph {
         input_tokens: ids.to_vec(),
         active_features: rm.active.iter().map(|f| [f.layer as i64, f.pos as i64, f.feature as i64]).collect(),

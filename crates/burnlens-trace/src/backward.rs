@@ -121,17 +121,17 @@ impl Replacement<'_> {
         g_mid + g_x
     }
 
-    /// One attribution row per target, `[batch, n_active + (n_layers + 1) · n_pos]`: the
+    /// One attribution row per target, added into `rows` (zeros), target `i` at
+    /// `rows[i · row..]` (`row` ≥ the row's width `n_active + (n_layers + 1) · n_pos`): the
     /// direct effect on the target of every active feature, then every error node
     /// (layer-major), then every token.
     ///
     /// Targets run highest first: going down the layers, a target joins the batch at its own
     /// input hook (the gradient above it is zero), so a layer costs only the targets above it.
-    pub(crate) fn rows(&self, t: &Targets) -> Vec<f32> {
+    pub(crate) fn rows_into(&self, t: &Targets, rows: &mut [f32], row: usize) {
         let (n_layers, d) = (self.n_layers(), self.d_model());
         let b = t.layers.len();
-        let row = self.active.len() + (n_layers + 1) * self.n_pos();
-        let mut rows = vec![0f32; b * row];
+        assert!(row >= self.active.len() + (n_layers + 1) * self.n_pos() && rows.len() >= b * row, "a slot of {row} floats per row");
         let p = t.positions.iter().max().map_or(0, |m| m + 1);
         let mut order: Vec<usize> = (0..b).collect();
         order.sort_by_key(|&i| std::cmp::Reverse(t.layers[i]));
@@ -145,7 +145,7 @@ impl Replacement<'_> {
             let mut g_in = None;
             if let Some(g) = &g {
                 let g_out = self.output_hook_grad(l, g);
-                self.contract_layer(l, &g_out, &order[..k], &mut rows, row);
+                self.contract_layer(l, &g_out, &order[..k], rows, row);
                 // skip = x · M, so its gradient is g · Mᵀ.
                 g_in = self.set.layers[l].w_skip.as_ref().map(|m| g_out.reshape([k * p, d]).matmul(m.clone().transpose()).reshape([k, p, d]));
             }
@@ -169,8 +169,7 @@ impl Replacement<'_> {
         }
         let g = g.expect("every target has joined by layer 0");
         let tok = (g * self.tokens.clone().narrow(0, 0, p).unsqueeze::<3>()).sum_dim(2);
-        scatter(&mut rows, row, self.active.len() + n_layers * self.n_pos(), &order, p, tok);
-        rows
+        scatter(rows, row, self.active.len() + n_layers * self.n_pos(), &order, p, tok);
     }
 
     /// Write the features' and errors' columns of layer `l` for targets `order` from the

@@ -10,6 +10,7 @@
 use std::path::Path;
 
 use crate::TraceError;
+use crate::store::Floats;
 
 /// The graph of one prompt, with circuit-tracer's `Graph` fields.
 #[derive(Debug, Clone, PartialEq)]
@@ -22,8 +23,8 @@ pub struct Graph {
     /// Indices into `active_features` of the feature nodes, ascending.
     pub selected_features: Vec<i64>,
     /// The adjacency's feature rows then its logit rows, `[n_features + n_logits, n_nodes]`
-    /// row-major (see [`Graph::row_node`]).
-    pub rows: Vec<f32>,
+    /// row-major (see [`Graph::row_node`]); past the row budget in a mapped file.
+    pub rows: Floats,
     pub logit_token_ids: Vec<i64>,
     pub logit_probabilities: Vec<f32>,
     pub n_layers: usize,
@@ -52,22 +53,32 @@ pub fn check_thresholds(node_threshold: f32, edge_threshold: f32) -> Result<(), 
     Ok(())
 }
 
-/// One row's absolute values divided by their sum (at least `floor`).
-pub(crate) fn normalize_rows(row: &[f32], floor: f32) -> Vec<f32> {
-    let sum: f32 = row.iter().map(|x| x.abs()).sum::<f32>().max(floor);
-    row.iter().map(|x| x.abs() / sum).collect()
+/// The sum of a row's absolute values, at least `floor`.
+pub(crate) fn abs_sum(row: &[f32], floor: f32) -> f32 {
+    row.iter().map(|x| x.abs()).sum::<f32>().max(floor)
 }
 
-/// `Σ_{k≥1} w Aᵏ` for a nilpotent `A` (a graph without cycles) given by its nonzero rows:
-/// `A[row_node[r]] = |a[r]| · scale[r]` (the absolute values are taken as they are read, so
-/// normalising costs no copy). Repeated products until a term is zero.
-pub(crate) fn influence(a: &[Vec<f32>], scale: &[f32], row_node: &[usize], n: usize, weights: &[f32], max_iter: usize) -> Result<Vec<f32>, TraceError> {
-    let step = |v: &[f32]| {
+/// A row's absolute values divided by their sum (at least `floor`), into `out`.
+fn normalize_into(row: &[f32], floor: f32, out: &mut [f32]) {
+    let sum = abs_sum(row, floor);
+    out.iter_mut().zip(row).for_each(|(o, x)| *o = x.abs() / sum);
+}
+
+/// `Σ_{k≥1} w Aᵏ` for a nilpotent `A` (a graph without cycles) over `n` nodes given by its
+/// `k` nonzero rows: `A[row_node[r]] = factor · values`, where `row(r, values)` writes row
+/// `r`'s (nonnegative) values and returns its factor, so no normalised copy of the rows is
+/// ever held. Repeated products until a term is zero.
+pub(crate) fn influence(k: usize, row_node: &[usize], n: usize, weights: &[f32], max_iter: usize, row: impl Fn(usize, &mut [f32]) -> f32) -> Result<Vec<f32>, TraceError> {
+    let mut values = vec![0f32; n];
+    let mut step = |v: &[f32]| {
         let mut out = vec![0f32; n];
-        for (r, row) in a.iter().enumerate() {
-            let w = v[row_node[r]] * scale[r];
+        for r in 0..k {
+            if v[row_node[r]] == 0.0 {
+                continue;
+            }
+            let w = v[row_node[r]] * row(r, &mut values);
             if w != 0.0 {
-                out.iter_mut().zip(row).for_each(|(o, &x)| *o += w * x.abs());
+                out.iter_mut().zip(&values).for_each(|(o, &x)| *o += w * x);
             }
         }
         out
@@ -92,16 +103,10 @@ pub(crate) fn logit_weights(n: usize, logit_probs: &[f32]) -> Vec<f32> {
     w
 }
 
-/// `1 / Σ|row|` (the sum at least `floor`): the factor that normalises a row.
-pub(crate) fn row_scale(row: &[f32], floor: f32) -> f32 {
-    1.0 / row.iter().map(|x| x.abs()).sum::<f32>().max(floor)
-}
-
 /// The score at which the highest scores hold `fraction` of the total (scores not listed
-/// are zero and sort last).
-fn threshold(scores: &[f32], fraction: f32) -> f32 {
-    let mut sorted = scores.to_vec();
-    sorted.sort_by(|a, b| b.total_cmp(a));
+/// are zero and sort last); sorts `scores` in place.
+fn threshold(mut sorted: Vec<f32>, fraction: f32) -> f32 {
+    sorted.sort_unstable_by(|a, b| b.total_cmp(a));
     let total: f32 = sorted.iter().sum();
     let mut cum = 0f32;
     for (i, &s) in sorted.iter().enumerate() {
@@ -164,8 +169,10 @@ impl Graph {
         a
     }
 
-    fn stored_rows(&self) -> Vec<Vec<f32>> {
-        self.rows.chunks(self.n_nodes()).map(<[f32]>::to_vec).collect()
+    /// Stored row `r`.
+    pub fn row(&self, r: usize) -> &[f32] {
+        let n = self.n_nodes();
+        &self.rows[r * n..(r + 1) * n]
     }
 
     fn row_nodes(&self) -> Vec<usize> {
@@ -187,29 +194,42 @@ impl Graph {
         let row_nodes = self.row_nodes();
         let k = row_nodes.len();
         let weights = self.logit_weights();
-        let normalized: Vec<Vec<f32>> = self.stored_rows().iter().map(|r| normalize_rows(r, 1e-10)).collect();
-        let node_influence = influence(&normalized, &vec![1.0; k], &row_nodes, n, &weights, 1000)?;
-        let cut = threshold(&node_influence, node_threshold);
+        let node_influence = influence(k, &row_nodes, n, &weights, 1000, |r, out| {
+            normalize_into(self.row(r), 1e-10, out);
+            1.0
+        })?;
+        let cut = threshold(node_influence.clone(), node_threshold);
         let mut node_mask: Vec<bool> = node_influence.iter().map(|&x| x >= cut).collect();
         node_mask[n - n_logits - n_tokens..].iter_mut().for_each(|m| *m = true);
 
-        let pruned: Vec<Vec<f32>> = self
-            .stored_rows()
-            .into_iter()
-            .enumerate()
-            .map(|(r, mut row)| {
-                if !node_mask[row_nodes[r]] {
-                    row.fill(0.0);
-                }
-                row.iter_mut().zip(&node_mask).for_each(|(x, &keep)| if !keep { *x = 0.0 });
-                normalize_rows(&row, 1e-10)
-            })
-            .collect();
-        let mut pruned_influence = influence(&pruned, &vec![1.0; k], &row_nodes, n, &weights, 1000)?;
+        // Each row with the pruned nodes' entries (and the pruned nodes' rows) zeroed, then
+        // normalised; its sum is computed once.
+        let masked = |r: usize, c: usize, x: f32| if node_mask[row_nodes[r]] && node_mask[c] { x.abs() } else { 0.0 };
+        let sums: Vec<f32> = (0..k).map(|r| self.row(r).iter().enumerate().map(|(c, &x)| masked(r, c, x)).sum::<f32>().max(1e-10)).collect();
+        let pruned = |r: usize, out: &mut [f32]| out.iter_mut().zip(self.row(r)).enumerate().for_each(|(c, (o, &x))| *o = masked(r, c, x) / sums[r]);
+        let mut pruned_influence = influence(k, &row_nodes, n, &weights, 1000, |r, out| {
+            pruned(r, out);
+            1.0
+        })?;
         pruned_influence.iter_mut().zip(&weights).for_each(|(p, &w)| *p += w);
-        let edge_scores: Vec<f32> = (0..k * n).map(|i| pruned[i / n][i % n] * pruned_influence[row_nodes[i / n]]).collect();
-        let edge_cut = threshold(&edge_scores, edge_threshold);
-        let mut edge_mask: Vec<bool> = edge_scores.iter().map(|&s| s >= edge_cut).collect();
+        // The cut needs every score sorted (one k·n copy, dropped at once); the mask is
+        // then taken from the scores recomputed row by row.
+        let edge_cut = {
+            let mut scores = vec![0f32; k * n];
+            for (r, s) in scores.chunks_mut(n.max(1)).enumerate() {
+                pruned(r, s);
+                let infl = pruned_influence[row_nodes[r]];
+                s.iter_mut().for_each(|x| *x *= infl);
+            }
+            threshold(scores, edge_threshold)
+        };
+        let mut edge_mask = vec![false; k * n];
+        let mut row_buf = vec![0f32; n];
+        for r in 0..k {
+            pruned(r, &mut row_buf);
+            let infl = pruned_influence[row_nodes[r]];
+            edge_mask[r * n..(r + 1) * n].iter_mut().zip(&row_buf).for_each(|(m, &x)| *m = x * infl >= edge_cut);
+        }
 
         let inner = n - n_logits - n_tokens;
         let mut old = node_mask.clone();
@@ -254,15 +274,20 @@ impl Graph {
         let token_end = error_end + self.n_pos();
         let weights = self.logit_weights();
         let row_nodes = self.row_nodes();
-        let normalized: Vec<Vec<f32>> = self.stored_rows().iter().map(|r| normalize_rows(r, 1e-10)).collect();
-        let infl = influence(&normalized, &vec![1.0; row_nodes.len()], &row_nodes, n, &weights, 1000)?;
+        let k = row_nodes.len();
+        let infl = influence(k, &row_nodes, n, &weights, 1000, |r, out| {
+            normalize_into(self.row(r), 1e-10, out);
+            1.0
+        })?;
         let token: f32 = infl[error_end..token_end].iter().sum();
         let error: f32 = infl[error_start..error_end].iter().sum();
         let replacement = token / (token + error);
         let out: Vec<f32> = infl.iter().zip(&weights).map(|(i, w)| i + w).collect();
         // Rows that are not stored have no inputs at all, so none from errors.
         let mut num: f32 = out.iter().sum();
-        for (r, row) in normalized.iter().enumerate() {
+        let mut row = vec![0f32; n];
+        for r in 0..k {
+            normalize_into(self.row(r), 1e-10, &mut row);
             num -= row[error_start..error_end].iter().sum::<f32>() * out[row_nodes[r]];
         }
         Ok((replacement, num / out.iter().sum::<f32>()))

@@ -14,7 +14,7 @@
 //! Modules, bottom up: [`transcoder`] (weights, activations, hook points), [`load`]
 //! (circuit-tracer's files), [`hub`] (sets by Hub id), [`replacement`] (the frozen forward pass), [`backward`]
 //! (attribution rows), [`attribute`] (targets and the graph), [`graph`] (pruning, scores,
-//! saving), [`json`] and [`html`] (the viewer's files), [`intervene`] (feature interventions).
+//! saving; its rows in a [`store`]), [`json`] and [`html`] (the viewer's files), [`intervene`] (feature interventions).
 
 pub mod attribute;
 pub mod backward;
@@ -27,6 +27,7 @@ pub mod json;
 pub mod load;
 pub mod output;
 pub mod replacement;
+pub mod store;
 pub mod transcoder;
 
 pub use attribute::{AttributeOptions, LogitTargets, attribute, select_logits};
