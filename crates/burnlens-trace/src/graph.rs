@@ -7,6 +7,7 @@
 //! and never the square matrix, whose error and token rows are zero. With `n` nodes and `k`
 //! stored rows a graph holds `k · n` floats, and pruning works on the same block.
 
+use std::borrow::Cow;
 use std::path::Path;
 
 use crate::TraceError;
@@ -299,20 +300,20 @@ impl Graph {
     pub fn save_safetensors(&self, path: &Path, dense_limit: u64) -> Result<(), TraceError> {
         use safetensors::Dtype;
         let n = self.n_nodes();
-        let i64s = |v: &[i64]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
-        let f32s = |v: &[f32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+        let i64s = |v: &[i64]| Cow::Owned(v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>());
         let features: Vec<i64> = self.active_features.iter().flatten().copied().collect();
-        let mut tensors: Vec<(&str, Dtype, Vec<usize>, Vec<u8>)> = vec![
+        let dense = ((n as u64) * (n as u64) * 4 <= dense_limit).then(|| self.dense_adjacency());
+        let mut tensors: Vec<(&str, Dtype, Vec<usize>, Cow<[u8]>)> = vec![
             ("input_tokens", Dtype::I64, vec![self.n_pos()], i64s(&self.input_tokens)),
             ("active_features", Dtype::I64, vec![self.active_features.len(), 3], i64s(&features)),
-            ("activation_values", Dtype::F32, vec![self.activation_values.len()], f32s(&self.activation_values)),
+            ("activation_values", Dtype::F32, vec![self.activation_values.len()], f32_bytes(&self.activation_values)),
             ("selected_features", Dtype::I64, vec![self.n_features()], i64s(&self.selected_features)),
-            ("adjacency_rows", Dtype::F32, vec![self.rows.len() / n.max(1), n], f32s(&self.rows)),
+            ("adjacency_rows", Dtype::F32, vec![self.rows.len() / n.max(1), n], f32_bytes(&self.rows)),
             ("logit_token_ids", Dtype::I64, vec![self.n_logits()], i64s(&self.logit_token_ids)),
-            ("logit_probabilities", Dtype::F32, vec![self.n_logits()], f32s(&self.logit_probabilities)),
+            ("logit_probabilities", Dtype::F32, vec![self.n_logits()], f32_bytes(&self.logit_probabilities)),
         ];
-        if (n as u64) * (n as u64) * 4 <= dense_limit {
-            tensors.push(("adjacency_matrix", Dtype::F32, vec![n, n], f32s(&self.dense_adjacency())));
+        if let Some(dense) = &dense {
+            tensors.push(("adjacency_matrix", Dtype::F32, vec![n, n], f32_bytes(dense)));
         }
         let views: Vec<(String, safetensors::tensor::TensorView)> = tensors
             .iter()
@@ -324,7 +325,19 @@ impl Graph {
         if let Some(scan) = &self.scan {
             meta.insert("scan".to_string(), scan.clone());
         }
-        let bytes = safetensors::serialize(views, Some(meta)).map_err(|e| TraceError::file(path, e.to_string()))?;
-        crate::write_atomic(path, &bytes)
+        // Streamed to the file: the rows are never copied into one serialised buffer.
+        burnlens_model::files::write_atomic_with(path, |tmp| safetensors::serialize_to_file(views, Some(meta), tmp).map_err(std::io::Error::other))
+            .map_err(|e| TraceError::file(path, e.to_string()))
+    }
+}
+
+/// Floats as safetensors' little-endian bytes: the same memory on a little-endian machine.
+fn f32_bytes(v: &[f32]) -> Cow<'_, [u8]> {
+    if cfg!(target_endian = "little") {
+        // SAFETY: any f32 is four plain bytes, u8 has no alignment, and the length covers
+        // exactly the slice.
+        Cow::Borrowed(unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), std::mem::size_of_val(v)) })
+    } else {
+        Cow::Owned(v.iter().flat_map(|x| x.to_le_bytes()).collect())
     }
 }
