@@ -105,8 +105,8 @@ pub(crate) fn logit_weights(n: usize, logit_probs: &[f32]) -> Vec<f32> {
 }
 
 /// The score at which the highest scores hold `fraction` of the total (scores not listed
-/// are zero and sort last); sorts `scores` in place.
-fn threshold(mut sorted: Vec<f32>, fraction: f32) -> f32 {
+/// are zero and sort last); sorts `sorted` in place.
+fn threshold(sorted: &mut [f32], fraction: f32) -> f32 {
     sorted.sort_unstable_by(|a, b| b.total_cmp(a));
     let total: f32 = sorted.iter().sum();
     let mut cum = 0f32;
@@ -199,7 +199,7 @@ impl Graph {
             normalize_into(self.row(r), 1e-10, out);
             1.0
         })?;
-        let cut = threshold(node_influence.clone(), node_threshold);
+        let cut = threshold(&mut node_influence.clone(), node_threshold);
         let mut node_mask: Vec<bool> = node_influence.iter().map(|&x| x >= cut).collect();
         node_mask[n - n_logits - n_tokens..].iter_mut().for_each(|m| *m = true);
 
@@ -213,16 +213,16 @@ impl Graph {
             1.0
         })?;
         pruned_influence.iter_mut().zip(&weights).for_each(|(p, &w)| *p += w);
-        // The cut needs every score sorted (one k·n copy, dropped at once); the mask is
-        // then taken from the scores recomputed row by row.
+        // The cut needs every score sorted (one k·n copy, dropped at once, in a mapped file
+        // when the rows are); the mask is then taken from the scores recomputed row by row.
         let edge_cut = {
-            let mut scores = vec![0f32; k * n];
+            let mut scores = Floats::zeros(k * n, if self.rows.is_mapped() { 0 } else { u64::MAX })?;
             for (r, s) in scores.chunks_mut(n.max(1)).enumerate() {
                 pruned(r, s);
                 let infl = pruned_influence[row_nodes[r]];
                 s.iter_mut().for_each(|x| *x *= infl);
             }
-            threshold(scores, edge_threshold)
+            threshold(&mut scores, edge_threshold)
         };
         let mut edge_mask = vec![false; k * n];
         let mut row_buf = vec![0f32; n];
