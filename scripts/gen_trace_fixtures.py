@@ -15,7 +15,8 @@ Cases: GPT-2 (LayerNorm, `hook_resid_mid` → `hook_mlp_out`, ReLU, every featur
 GPT-2 with a cross-layer transcoder (JumpReLU, `W_enc_{i}` / `W_dec_{i}` files); Gemma 2 with
 transcoders in Gemma Scope's `params.npz` layout; Llama
 (GQA, RMSNorm, skip connections, `mlp.hook_in` → `mlp.hook_out`, `max_feature_nodes` so the
-partial-influence order decides which rows are computed, small batches); Gemma 2 (norms
+partial-influence order decides which rows are computed, small batches); Llama with TopK
+transcoders (burnlens's `activation_function: topk` / `top_k` keys in config.yaml); Gemma 2 (norms
 around attention and MLP, soft-caps, `ln2.hook_normalized` → `hook_mlp_out`, JumpReLU).
 
 Needs circuit-tracer 0.5.0 with transformer-lens 2.18.0 and transformers 4.57.3 (see
@@ -36,7 +37,7 @@ from transformers import PreTrainedTokenizerFast
 from circuit_tracer import attribute
 from circuit_tracer.graph import compute_graph_scores, prune_graph
 from circuit_tracer.replacement_model.replacement_model_transformerlens import TransformerLensReplacementModel
-from circuit_tracer.transcoder.activation_functions import JumpReLU
+from circuit_tracer.transcoder.activation_functions import JumpReLU, TopK
 from circuit_tracer.transcoder.single_layer_transcoder import SingleLayerTranscoder, TranscoderSet
 from circuit_tracer.utils.create_graph_files import create_graph_files
 from circuit_tracer.utils.hf_utils import load_transcoders
@@ -102,6 +103,8 @@ CASES = {
                      attribute=dict(max_n_logits=5, desired_logit_prob=0.5, batch_size=32, max_feature_nodes=None)),
     "gemma2_scope": dict(build=gemma2, input="ln2.hook_normalized", output="hook_mlp_out", features=40, skip=False, jump=True, npz=True,
                          attribute=dict(max_n_logits=4, desired_logit_prob=0.3, batch_size=16, max_feature_nodes=50)),
+    "llama_topk": dict(build=llama, input="mlp.hook_in", output="mlp.hook_out", features=48, skip=False, jump=False, topk=5,
+                       attribute=dict(max_n_logits=5, desired_logit_prob=0.9, batch_size=16, max_feature_nodes=None)),
     "gemma2": dict(build=gemma2, input="ln2.hook_normalized", output="hook_mlp_out", features=40, skip=False, jump=True,
                    attribute=dict(max_n_logits=4, desired_logit_prob=0.3, batch_size=32, max_feature_nodes=None)),
 }
@@ -114,7 +117,7 @@ def transcoders(case, d_model, n_layers, out_dir):
     layers = {}
     for i in range(n_layers):
         f = case["features"]
-        act = JumpReLU(torch.rand(f, generator=g) * 0.2, 0.1) if case["jump"] else torch.nn.functional.relu
+        act = JumpReLU(torch.rand(f, generator=g) * 0.2, 0.1) if case["jump"] else TopK(case["topk"]) if case.get("topk") else torch.nn.functional.relu
         t = SingleLayerTranscoder(d_model, f, act, i, skip_connection=case["skip"], device=torch.device("cpu"), dtype=torch.float32)
         with torch.no_grad():
             t.W_enc.copy_(torch.randn(f, d_model, generator=g) / math.sqrt(d_model))
@@ -128,6 +131,11 @@ def transcoders(case, d_model, n_layers, out_dir):
     config = {"model_kind": "transcoder_set", "scan": f"burnlens-fixture-{os.path.basename(os.path.dirname(out_dir))}",
               "feature_input_hook": case["input"], "feature_output_hook": case["output"],
               "transcoders": [f"layer_{i}.safetensors" for i in range(n_layers)]}
+    if case.get("topk"):
+        # circuit-tracer's files do not record a TopK activation (its loader reads ReLU or,
+        # with a threshold, JumpReLU): these two keys are burnlens's, and the set used here
+        # is the one built above rather than one read back.
+        config.update(activation_function="topk", top_k=case["topk"])
     with open(os.path.join(out_dir, "config.yaml"), "w") as fh:
         for k, v in config.items():
             if isinstance(v, list):
@@ -136,6 +144,8 @@ def transcoders(case, d_model, n_layers, out_dir):
                 fh.write(f"{k}: {v}\n")
     # Read back as circuit-tracer reads a config.
     config["transcoders"] = [os.path.join(out_dir, p) for p in config["transcoders"]]
+    if case.get("topk"):
+        return TranscoderSet(layers, feature_input_hook=case["input"], feature_output_hook=case["output"], scan=config["scan"])
     return load_transcoders(config, device=torch.device("cpu"), dtype=torch.float32, lazy_encoder=False, lazy_decoder=False)
 
 

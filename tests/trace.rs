@@ -16,7 +16,7 @@ use burnlens::hf::load_model;
 use burnlens::trace::{AttributeOptions, LogitTargets, TraceError, TranscoderSet, attribute};
 use common::*;
 
-const CASES: [&str; 5] = ["gpt2", "gpt2_clt", "llama_skip", "gemma2", "gemma2_scope"];
+const CASES: [&str; 6] = ["gpt2", "gpt2_clt", "llama_skip", "llama_topk", "gemma2", "gemma2_scope"];
 
 fn case_dir(name: &str) -> PathBuf {
     let dir = fixture("trace").join(name);
@@ -126,6 +126,20 @@ fn bad_transcoder_folders_get_one_line_errors() {
     std::fs::write(dir.join("config.yaml"), cfg).unwrap();
     let msg = load_err(&dir);
     assert!(msg.contains("hook_resid_sideways") && msg.contains("hook_resid_mid"), "{msg}");
+
+    // An activation the files contradict or cannot have.
+    for (extra, needle) in [
+        ("activation_function: jump_relu\n", "lacks a threshold"),
+        ("activation_function: topk\ntop_k: 0\n", "top_k `0`"),
+        ("activation_function: topk\n", "no `top_k` field"),
+        ("activation_function: softmax\n", "relu, jump_relu or topk"),
+    ] {
+        let (_t, dir) = broken_copy("gpt2");
+        let cfg = std::fs::read_to_string(dir.join("config.yaml")).unwrap() + extra;
+        std::fs::write(dir.join("config.yaml"), cfg).unwrap();
+        let msg = load_err(&dir);
+        assert!(msg.contains("config.yaml") && msg.contains(needle), "{msg}");
+    }
 
     // A tensor of the wrong shape: layer 0's b_dec cut short.
     let (_t, dir) = broken_copy("gpt2");

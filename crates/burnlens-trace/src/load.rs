@@ -178,7 +178,8 @@ impl TranscoderSet {
         let input = InputHook::parse(cfg.get("feature_input_hook", &config_path)?).map_err(|e| TraceError::file(&config_path, e.to_string()))?;
         let output = OutputHook::parse(cfg.get("feature_output_hook", &config_path)?).map_err(|e| TraceError::file(&config_path, e.to_string()))?;
         if cross_layer {
-            let set = TranscoderSet { layers: read_clt(dir, device)?, input, output, scan: cfg.values.get("scan").cloned(), cross_layer };
+            let layers = with_activation(read_clt(dir, device)?, &cfg, &config_path)?;
+            let set = TranscoderSet { layers, input, output, scan: cfg.values.get("scan").cloned(), cross_layer };
             set.check_uniform(dir)?;
             return Ok(set);
         }
@@ -193,6 +194,7 @@ impl TranscoderSet {
                 _ => read_layer(p, device),
             })
             .collect::<Result<Vec<_>, _>>()?;
+        let layers = with_activation(layers, &cfg, &config_path)?;
         let set = TranscoderSet { layers, input, output, scan: cfg.values.get("scan").cloned(), cross_layer };
         set.check_uniform(dir)?;
         Ok(set)
@@ -234,6 +236,35 @@ impl TranscoderSet {
             return Err(TraceError::Mismatch("feature_input_hook ln2.hook_normalized: this model normalises after its MLP, not before; use hook_resid_mid or mlp.hook_in".into()));
         }
         Ok(())
+    }
+}
+
+/// The activation `config.yaml` names, if any: `activation_function: relu | jump_relu`
+/// must agree with the files (a JumpReLU threshold or none); `activation_function: topk`
+/// with `top_k: K` (burnlens's keys: circuit-tracer's files cannot say TopK) keeps the `K`
+/// largest pre-activations at each position.
+fn with_activation(mut layers: Vec<Transcoder>, cfg: &FlatYaml, config_path: &Path) -> Result<Vec<Transcoder>, TraceError> {
+    let Some(name) = cfg.values.get("activation_function") else {
+        return Ok(layers);
+    };
+    let jump = |t: &Transcoder| matches!(t.activation, FeatureActivation::JumpRelu { .. });
+    let wants_threshold = match name.as_str() {
+        "relu" => false,
+        "jump_relu" => true,
+        "topk" => {
+            let k = cfg.get("top_k", config_path)?;
+            let k: usize = k.parse().ok().filter(|&k| k > 0).ok_or_else(|| TraceError::file(config_path, format!("top_k `{k}`, expected a positive integer")))?;
+            if let Some(i) = layers.iter().position(jump) {
+                return Err(TraceError::file(config_path, format!("activation_function topk, but layer {i} has a JumpReLU threshold")));
+            }
+            layers.iter_mut().for_each(|t| t.activation = FeatureActivation::TopK { k });
+            return Ok(layers);
+        }
+        other => return Err(TraceError::file(config_path, format!("activation_function `{other}`, expected relu, jump_relu or topk"))),
+    };
+    match layers.iter().position(|t| jump(t) != wants_threshold) {
+        Some(i) => Err(TraceError::file(config_path, format!("activation_function {name}, but layer {i} {} a threshold", if wants_threshold { "lacks" } else { "has" }))),
+        None => Ok(layers),
     }
 }
 
