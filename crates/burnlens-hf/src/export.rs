@@ -10,10 +10,10 @@ use burnlens_model::{Positional, Transformer, TransformerConfig};
 use safetensors::{Dtype, tensor::TensorView};
 use serde_json::{Value, json};
 
-use crate::config::Family;
+use crate::family::Family;
 use crate::dtype::WeightDtype;
 use crate::error::{HfError, Result};
-use crate::layout::{Placement, entries, extract};
+use crate::layout::{Placement, extract};
 use crate::tokenizer::Tokenizer;
 
 /// Whether `family` can represent `cfg`: the family's rules name the usual reasons in words,
@@ -112,10 +112,10 @@ pub fn export_hf(model: &Transformer, family: Family, dir: &Path, options: &Expo
         params.insert(name, (shape, data.try_into_vec_as::<f32>().expect("float parameter")));
     }
     let mut out: Vec<(String, Vec<usize>, Vec<f32>)> = Vec::new();
-    for e in entries(family, cfg) {
+    for e in family.entries(cfg) {
         let (shape, values) = params.get(&e.canonical).ok_or_else(|| HfError::Export(format!("model has no parameter `{}`", e.canonical)))?;
         let hf_values = extract(&e, values, shape);
-        let name = e.full_name(family);
+        let name = family.full_name(&e);
         match e.placement {
             // A block of rows of a tensor several entries share: write it into that tensor.
             Placement::Rows { start, .. } => {

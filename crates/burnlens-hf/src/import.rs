@@ -10,7 +10,8 @@ use crate::checkpoint::{Checkpoint, Elem, WeightFormat, dtype_name};
 use crate::dtype::{LoadOptions, WeightDtype};
 use crate::config::{HfConfig, read_config};
 use crate::error::{HfError, Result};
-use crate::layout::{Entry, Placement, entries, is_legacy_buffer, place};
+use crate::family::is_legacy_buffer;
+use crate::layout::{Entry, Placement, place};
 
 /// A model loaded from a Hugging Face directory, with what was learned on the way.
 pub struct LoadedModel {
@@ -72,7 +73,7 @@ pub fn import(hf: &HfConfig, ckpt: &Checkpoint, device: &Device, options: &LoadO
     };
     let resolve = |e: &Entry| -> String { if e.prefixed { resolve_name(&e.hf) } else { e.hf.clone() } };
 
-    let table = entries(hf.family, cfg);
+    let table = hf.family.entries(cfg);
     let mut warnings = hf.warnings.clone();
     let mut dtypes: BTreeSet<&'static str> = BTreeSet::new();
     let mut used: BTreeSet<String> = BTreeSet::new();

@@ -1,6 +1,7 @@
 //! Where each Hugging Face tensor goes in the canonical model. Each family lists its tensors
-//! (`FamilySpec::tensors`, in its own file) with the [`Tensors`] builder; import and export
-//! both read that one table, so the two directions cannot disagree.
+//! (`FamilySpec::tensors`, in its own file) with the [`Tensors`] builder, and
+//! `Family::entries` gives the table import and export both read, so the two directions
+//! cannot disagree. This module knows no family: it is the layer the families stand on.
 //!
 //! - `Conv1D` weights (GPT-2) are already `[in, out]` like burnlens's right-multiplying
 //!   layout; `nn.Linear` weights `[out, in]` are transposed.
@@ -14,7 +15,6 @@
 use burnlens_model::{NormKind, TransformerConfig};
 
 use crate::checkpoint::Elem;
-use crate::config::Family;
 
 /// How an HF tensor's values relate to its canonical parameter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,43 +51,6 @@ pub struct Entry {
     pub placement: Placement,
 }
 
-impl Entry {
-    /// The full name written on export.
-    pub fn full_name(&self, family: Family) -> String {
-        if self.prefixed { format!("{}{}", family.base_prefix(), self.hf) } else { self.hf.clone() }
-    }
-}
-
-/// Buffers older HF versions saved next to the weights; never parameters.
-pub fn is_legacy_buffer(name: &str) -> bool {
-    let mut prefixes: Vec<&str> = Family::ALL.iter().map(|f| f.base_prefix()).collect();
-    prefixes.sort();
-    prefixes.dedup();
-    let name = prefixes.iter().fold(name, |n, p| n.strip_prefix(p).unwrap_or(n));
-    let Some(rest) = name.strip_prefix("h.").or_else(|| name.strip_prefix("layers.")) else { return false };
-    let Some((layer, tail)) = rest.split_once('.') else { return false };
-    layer.parse::<usize>().is_ok()
-        && [
-            "attn.bias",
-            "attn.masked_bias",
-            "attn.attention.bias",
-            "attn.attention.masked_bias",
-            "attention.bias",
-            "attention.masked_bias",
-            "attention.rotary_emb.inv_freq",
-            "self_attn.rotary_emb.inv_freq",
-        ]
-        .contains(&tail)
-}
-
-/// The tensors a checkpoint of `family` with architecture `cfg` must hold (a tied
-/// `lm_head.weight` is optional and not listed).
-pub fn entries(family: Family, cfg: &TransformerConfig) -> Vec<Entry> {
-    let mut t = Tensors { cfg: cfg.clone(), out: Vec::new() };
-    family.spec().tensors(cfg, &mut t);
-    t.out
-}
-
 /// The builder a family lists its tensors with.
 pub struct Tensors {
     cfg: TransformerConfig,
@@ -95,6 +58,16 @@ pub struct Tensors {
 }
 
 impl Tensors {
+    /// An empty table for architecture `cfg`.
+    pub(crate) fn new(cfg: &TransformerConfig) -> Self {
+        Tensors { cfg: cfg.clone(), out: Vec::new() }
+    }
+
+    /// The entries listed.
+    pub(crate) fn into_entries(self) -> Vec<Entry> {
+        self.out
+    }
+
     /// One tensor under the base-model prefix.
     pub fn add(&mut self, hf: String, hf_shape: Vec<usize>, canonical: String, placement: Placement) {
         self.out.push(Entry { hf, prefixed: true, hf_shape, canonical, placement });
@@ -287,6 +260,7 @@ pub fn transpose<T: Copy + Default>(data: &[T], rows: usize, cols: usize) -> Vec
 
 #[cfg(test)]
 mod tests {
+    use crate::family::Family;
     use super::*;
 
     #[test]

@@ -10,6 +10,7 @@ pub mod dtype;
 pub mod error;
 pub mod export;
 pub mod family;
+pub mod fields;
 pub use burnlens_model::files;
 pub mod hub;
 pub mod import;

@@ -7,7 +7,6 @@ pub mod circuits;
 pub mod composition;
 pub mod detect;
 pub mod factored;
-pub mod gemma_scope;
 pub mod grad;
 pub mod names;
 pub mod patching;
@@ -26,6 +25,6 @@ pub use grad::{HookGradients, Metric, MetricError, MetricParseError, hook_gradie
 pub use names::HookSelection;
 pub use patching::{Node, NodeKind, PatchingResult, activation_patching, attribution_patching, compare_patching};
 pub use residual::{Components, LogitAttribution, LogitLens, decompose_resid, direct_logit_attribution, logit_lens, residual_components, stack_head_results};
-pub use sae::{Sae, SaeConfig, SaeError, SaeRun, run_sae};
+pub use sae::{Sae, SaeConfig, SaeError, SaeRun, gemma_scope, run_sae};
 pub use factored::{FactoredMatrix, Svd, copying_score};
 pub use process::{ProcessOptions, process_weights};

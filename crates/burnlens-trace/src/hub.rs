@@ -10,11 +10,9 @@ use std::path::{Path, PathBuf};
 use burn::tensor::Device;
 use burnlens_hf::hub::{Hub, HubId, Progress, folder_spec, resolve_folder};
 
+pub use crate::load::URI_SCHEME;
 use crate::load::{CONFIG_FILE, is_cross_layer, numbered, numbered_prefixes, read_config};
 use crate::{TraceError, TranscoderSet};
-
-/// How config.yaml marks a file that lives on the Hub.
-pub const URI_SCHEME: &str = "hf://";
 
 /// `hf://org/name/path/in/repo[?revision=r]` as the repository and the file's path in it.
 pub fn parse_uri(uri: &str) -> Option<(HubId, String)> {
@@ -36,6 +34,12 @@ pub fn fetch_uri(uri: &str, progress: &mut dyn FnMut(Progress)) -> Result<PathBu
 }
 
 impl TranscoderSet {
+    /// Load a circuit-tracer transcoder folder (`config.yaml` and its layer files); entries of
+    /// its `transcoders:` list that are `hf://` URIs are fetched from the Hub.
+    pub fn load(dir: &Path, device: &Device) -> Result<Self, TraceError> {
+        Self::load_with(dir, device, &mut |uri| fetch_uri(uri, &mut |_| {}))
+    }
+
     /// A transcoder set from a local folder, or from the Hub by `org/name[@revision][:folder]`.
     pub fn open(spec: &str, device: &Device, progress: &mut dyn FnMut(Progress)) -> Result<Self, TraceError> {
         if Path::new(spec).exists() {

@@ -164,14 +164,13 @@ pub fn read_config(dir: &Path) -> Result<(PathBuf, FlatYaml), TraceError> {
     Ok((config_path, cfg))
 }
 
-impl TranscoderSet {
-    /// Load a circuit-tracer transcoder folder (`config.yaml` and its layer files); entries of
-    /// its `transcoders:` list that are `hf://` URIs are fetched from the Hub.
-    pub fn load(dir: &Path, device: &Device) -> Result<Self, TraceError> {
-        Self::load_with(dir, device, &mut |uri| crate::hub::fetch_uri(uri, &mut |_| {}))
-    }
+/// How config.yaml marks a file that lives on the Hub (`hf://org/name/path`).
+pub const URI_SCHEME: &str = "hf://";
 
-    /// [`load`](Self::load), with `fetch` turning an `hf://` entry into a local file.
+impl TranscoderSet {
+    /// Load a circuit-tracer transcoder folder (`config.yaml` and its layer files), with
+    /// `fetch` turning an `hf://` entry of its `transcoders:` list into a local file
+    /// (`TranscoderSet::load` fetches them from the Hub).
     pub fn load_with(dir: &Path, device: &Device, fetch: &mut dyn FnMut(&str) -> Result<PathBuf, TraceError>) -> Result<Self, TraceError> {
         let (config_path, cfg) = read_config(dir)?;
         let cross_layer = is_cross_layer(&cfg, &config_path)?;
@@ -184,7 +183,7 @@ impl TranscoderSet {
             return Ok(set);
         }
         let files: Vec<PathBuf> = match cfg.lists.get("transcoders") {
-            Some(list) => list.iter().map(|p| if p.starts_with(crate::hub::URI_SCHEME) { fetch(p) } else { Ok(dir.join(p)) }).collect::<Result<_, _>>()?,
+            Some(list) => list.iter().map(|p| if p.starts_with(URI_SCHEME) { fetch(p) } else { Ok(dir.join(p)) }).collect::<Result<_, _>>()?,
             None => layer_files(dir)?,
         };
         let layers = files

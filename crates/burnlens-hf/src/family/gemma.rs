@@ -10,8 +10,8 @@ use burnlens_model::{ActivationFn, AttentionSpan, NormPlacement, QkNorm, ScoreSc
 use serde_json::{Map, Value, json};
 
 use super::llama::{Defaults, fresh_common, json_common, layer_types, parse_common, tensors_common};
-use super::{FamilySpec, FreshShape, Names};
-use crate::config::{Fields, activation_named};
+use super::spec::{FamilySpec, FreshShape, Names};
+use crate::fields::{Fields, activation_named};
 use crate::error::Result;
 use crate::layout::{Placement, Tensors};
 
@@ -151,18 +151,18 @@ impl FamilySpec for Gemma {
         if cfg.qkv_bias != cfg.attn_out_bias {
             return Err(format!("{name}'s biases are q/k/v and output together (attention_bias)"));
         }
-        let window = super::one_window(cfg)?;
+        let window = super::spec::one_window(cfg)?;
         v["hidden_activation"] = json!("gelu_pytorch_tanh");
         v["query_pre_attn_scalar"] = json!(scalar);
         v["attention_bias"] = json!(cfg.qkv_bias);
         v["attn_logit_softcapping"] = json!(cfg.attn_softcap);
         v["final_logit_softcapping"] = json!(cfg.final_softcap);
         v["sliding_window"] = json!(window.unwrap_or(4096));
-        v["layer_types"] = super::layer_types(cfg);
+        v["layer_types"] = super::spec::layer_types(cfg);
         if let (true, Some(local), Some(global)) = (v3, cfg.rotary_local, cfg.rotary) {
             v["rope_parameters"] = json!({
-                "full_attention": super::rope_parameters(&global, cfg.d_head),
-                "sliding_attention": super::rope_parameters(&local, cfg.d_head),
+                "full_attention": super::spec::rope_parameters(&global, cfg.d_head),
+                "sliding_attention": super::spec::rope_parameters(&local, cfg.d_head),
             });
             v["rope_local_base_freq"] = json!(local.base);
         }

@@ -4,8 +4,8 @@
 use burnlens_model::{AttentionSpan, MlpKind, NormKind, Positional, ScoreScale, TransformerConfig};
 use serde_json::{Value, json};
 
-use super::{FamilySpec, FreshShape, Names};
-use crate::config::{Fields, activation, head_dim};
+use super::spec::{FamilySpec, FreshShape, Names};
+use crate::fields::{Fields, activation, head_dim};
 use crate::error::Result;
 use crate::layout::{Placement, Tensors};
 

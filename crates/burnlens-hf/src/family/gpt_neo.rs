@@ -4,8 +4,8 @@
 use burnlens_model::{AttentionSpan, ScoreScale, TransformerConfig};
 use serde_json::{Value, json};
 
-use super::{FamilySpec, FreshShape, Names};
-use crate::config::{Fields, activation, head_dim};
+use super::spec::{FamilySpec, FreshShape, Names};
+use crate::fields::{Fields, activation, head_dim};
 use crate::error::Result;
 use crate::layout::Tensors;
 
@@ -67,7 +67,7 @@ impl FamilySpec for GptNeo {
         if cfg.score_scale != ScoreScale::None || cfg.scale_by_inverse_layer {
             return Err("GPT-Neo does not scale attention scores".into());
         }
-        let window = super::one_window(cfg)?.unwrap_or(256);
+        let window = super::spec::one_window(cfg)?.unwrap_or(256);
         // Runs of identical kinds, in HF's [[kinds, repeat]] form.
         let mut types: Vec<Value> = Vec::new();
         let mut run: Option<(&str, usize)> = None;

@@ -5,8 +5,8 @@
 use burnlens_model::{AttentionSpan, MlpKind, NormKind, Positional, Rotary, ScoreScale, TransformerConfig};
 use serde_json::{Value, json};
 
-use super::{FamilySpec, FreshShape, Names};
-use crate::config::{Fields, activation_named, head_dim};
+use super::spec::{FamilySpec, FreshShape, Names};
+use crate::fields::{Fields, activation_named, head_dim};
 use crate::error::Result;
 use crate::layout::{Placement, Tensors};
 
@@ -86,7 +86,7 @@ impl FamilySpec for GptNeoX {
             "num_hidden_layers": cfg.n_layers(),
             "num_attention_heads": cfg.n_heads,
             "intermediate_size": cfg.d_mlp,
-            "hidden_act": super::hidden_act(cfg.activation),
+            "hidden_act": super::spec::hidden_act(cfg.activation),
             "layer_norm_eps": cfg.layer_norm_eps,
             "use_parallel_residual": cfg.parallel_residual,
             "attention_bias": cfg.qkv_bias,

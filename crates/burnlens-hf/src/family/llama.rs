@@ -6,8 +6,8 @@
 use burnlens_model::{AttentionSpan, MlpKind, NormKind, Positional, ScoreScale, TransformerConfig};
 use serde_json::{Value, json};
 
-use super::{FamilySpec, FreshShape, Names};
-use crate::config::{Fields, activation_named, head_dim};
+use super::spec::{FamilySpec, FreshShape, Names};
+use crate::fields::{Fields, activation_named, head_dim};
 use crate::error::Result;
 use crate::layout::{Placement, Tensors};
 
@@ -76,13 +76,13 @@ impl FamilySpec for LlamaLike {
         if (qwen && (!cfg.qkv_bias || cfg.attn_out_bias)) || (!qwen && cfg.qkv_bias != cfg.attn_out_bias) {
             return Err(format!("{family}'s biases are q/k/v {}", if qwen { "only" } else { "and output together (attention_bias)" }));
         }
-        let window = super::one_window(cfg)?;
+        let window = super::spec::one_window(cfg)?;
         match self.0 {
             Kind::Llama if window.is_some() => return Err("Llama has no sliding window".into()),
             Kind::Llama => {}
             Kind::Mistral => v["sliding_window"] = json!(window),
             Kind::Qwen2 => {
-                v["layer_types"] = super::layer_types(cfg);
+                v["layer_types"] = super::spec::layer_types(cfg);
                 v["use_sliding_window"] = json!(window.is_some());
                 v["sliding_window"] = json!(window);
                 v["max_window_layers"] = json!(cfg.spans.iter().position(|s| matches!(s, AttentionSpan::Local(_))).unwrap_or(cfg.n_layers()));
@@ -223,9 +223,9 @@ pub(super) fn json_common(cfg: &TransformerConfig, family: &str) -> std::result:
         "num_key_value_heads": cfg.kv_heads(),
         "head_dim": cfg.d_head,
         "intermediate_size": cfg.d_mlp,
-        "hidden_act": super::hidden_act(cfg.activation),
+        "hidden_act": super::spec::hidden_act(cfg.activation),
         "rms_norm_eps": cfg.layer_norm_eps,
-        "rope_parameters": super::rope_parameters(&r, cfg.d_head),
+        "rope_parameters": super::spec::rope_parameters(&r, cfg.d_head),
         "rope_theta": r.base,
         "attention_dropout": 0.0,
     }))

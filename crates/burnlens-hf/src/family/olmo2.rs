@@ -7,8 +7,8 @@ use burnlens_model::{NormPlacement, QkNorm, TransformerConfig};
 use serde_json::{Value, json};
 
 use super::llama::{Defaults, fresh_common, json_common, parse_common, tensors_common};
-use super::{FamilySpec, FreshShape, Names};
-use crate::config::Fields;
+use super::spec::{FamilySpec, FreshShape, Names};
+use crate::fields::Fields;
 use crate::error::Result;
 use crate::layout::{Placement, Tensors};
 
@@ -59,7 +59,7 @@ impl FamilySpec for Olmo2 {
         if cfg.qkv_bias != cfg.attn_out_bias {
             return Err("OLMo 2's biases are q/k/v and output together (attention_bias)".into());
         }
-        if super::one_window(cfg)?.is_some() {
+        if super::spec::one_window(cfg)?.is_some() {
             return Err("OLMo 2 has no sliding window".into());
         }
         v["attention_bias"] = json!(cfg.qkv_bias);

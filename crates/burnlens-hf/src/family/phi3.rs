@@ -8,8 +8,8 @@ use burnlens_model::{AttentionSpan, TransformerConfig};
 use serde_json::{Value, json};
 
 use super::llama::{Defaults, fresh_common, json_common, parse_common};
-use super::{FamilySpec, FreshShape, Names};
-use crate::config::Fields;
+use super::spec::{FamilySpec, FreshShape, Names};
+use crate::fields::Fields;
 use crate::error::Result;
 use crate::layout::{Placement, Tensors};
 
@@ -70,7 +70,7 @@ impl FamilySpec for Phi3 {
         if cfg.n_heads * cfg.d_head != cfg.d_model {
             return Err(format!("Phi-3's heads are d_model / n_heads wide; n_heads * d_head = {} differs from d_model = {}", cfg.n_heads * cfg.d_head, cfg.d_model));
         }
-        let window = super::one_window(cfg)?;
+        let window = super::spec::one_window(cfg)?;
         if window.is_some() && cfg.spans.iter().any(|s| *s == AttentionSpan::Global) {
             return Err("Phi-3 slides its window over every layer or none".into());
         }

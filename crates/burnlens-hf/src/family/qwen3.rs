@@ -7,8 +7,8 @@ use burnlens_model::{AttentionSpan, QkNorm, TransformerConfig};
 use serde_json::{Value, json};
 
 use super::llama::{Defaults, fresh_common, json_common, layer_types, parse_common, tensors_common};
-use super::{FamilySpec, FreshShape, Names};
-use crate::config::Fields;
+use super::spec::{FamilySpec, FreshShape, Names};
+use crate::fields::Fields;
 use crate::error::Result;
 use crate::layout::{Placement, Tensors};
 
@@ -70,9 +70,9 @@ impl FamilySpec for Qwen3 {
         if cfg.qkv_bias != cfg.attn_out_bias {
             return Err("Qwen3's biases are q/k/v and output together (attention_bias)".into());
         }
-        let window = super::one_window(cfg)?;
+        let window = super::spec::one_window(cfg)?;
         v["attention_bias"] = json!(cfg.qkv_bias);
-        v["layer_types"] = super::layer_types(cfg);
+        v["layer_types"] = super::spec::layer_types(cfg);
         v["use_sliding_window"] = json!(window.is_some());
         v["sliding_window"] = json!(window);
         v["max_window_layers"] = json!(cfg.spans.iter().position(|s| matches!(s, AttentionSpan::Local(_))).unwrap_or(cfg.n_layers()));

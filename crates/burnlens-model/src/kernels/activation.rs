@@ -18,7 +18,7 @@ use burn::tensor::activation::sigmoid;
 
 use super::simd::{self, dispatch};
 use super::pool::{self, GRAIN};
-use super::{contiguous, flex_vec, use_kernels};
+use super::flex::{contiguous, flex_vec, use_kernels};
 use crate::config::ActivationFn;
 
 #[backend_extension(Flex, Autodiff)]
@@ -86,7 +86,7 @@ pub fn backward(x: &[f32], dy: &[f32], dx: &mut [f32], alpha: f32, beta: f32) {
 }
 
 fn flex_forward(x: &FlexTensor, alpha: f32, beta: f32) -> FlexTensor {
-    super::record(super::Op::Activation, false);
+    super::flex::record(super::flex::Op::Activation, false);
     let x = contiguous(x);
     let mut y = vec![0.0f32; x.layout().num_elements()];
     forward(x.storage(), &mut y, alpha, beta);
@@ -107,7 +107,7 @@ impl Backward<Flex, 1> for GatedActivationBackward {
     type State = (FlexTensor, f32, f32);
 
     fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
-        super::record(super::Op::Activation, true);
+        super::flex::record(super::flex::Op::Activation, true);
         let [node_x] = ops.parents;
         let dy = contiguous(&grads.consume::<Flex>(&ops.node));
         let (x, alpha, beta) = ops.state;

@@ -35,7 +35,7 @@ use super::gemm::{MatRef, matmul_single};
 use super::packed::{Packed, matmul_packed_part};
 use super::pool::{self, SendPtr};
 use super::simd::{self, dispatch};
-use super::{flex_strided, use_kernels};
+use super::flex::{flex_strided, use_kernels};
 
 /// Queries per block.
 pub const BLOCK: usize = 64;
@@ -443,7 +443,7 @@ fn mask_of(q_offset: usize, window: usize) -> AttentionMask {
 
 /// Forward on flex tensors: output, and the log-sum-exp per query when `keep_lse`.
 fn flex_forward(q: &FlexTensor, k: &FlexTensor, v: &FlexTensor, scale: f64, mask: AttentionMask, keep_lse: bool) -> (FlexTensor, Vec<f32>) {
-    super::record(super::Op::Attention, false);
+    super::flex::record(super::flex::Op::Attention, false);
     let (q, k, v) = (headwise(q), headwise(k), headwise(v));
     let (qh, kh, vh) = (Heads::of(&q), Heads::of(&k), Heads::of(&v));
     let [b, h, t, dh] = qh.dims;
@@ -481,7 +481,7 @@ impl Backward<Flex, 3> for AttentionBackward {
     type State = AttentionState;
 
     fn backward(self, ops: Ops<Self::State, 3>, grads: &mut Gradients, _: &mut Checkpointer) {
-        super::record(super::Op::Attention, true);
+        super::flex::record(super::flex::Op::Attention, true);
         let [node_q, node_k, node_v] = ops.parents;
         let d_out = headwise(&grads.consume::<Flex>(&ops.node));
         let st = ops.state;

@@ -18,7 +18,7 @@ use burn::tensor::{DType, Int, Shape, Tensor};
 
 use super::simd::{self, dispatch};
 use super::pool::{self, GRAIN};
-use super::{contiguous, flex_vec, use_kernels};
+use super::flex::{contiguous, flex_vec, use_kernels};
 
 #[backend_extension(Flex, Autodiff)]
 pub trait CrossEntropyKernel: Backend {
@@ -87,7 +87,7 @@ pub fn backward(logits: &[f32], vocab: usize, lse: &[f32], targets: &[usize], sc
 
 /// `(loss [1], lse [rows])` on contiguous logits.
 fn flex_forward(logits: &FlexTensor, targets: &[usize]) -> (FlexTensor, Vec<f32>) {
-    super::record(super::Op::CrossEntropy, false);
+    super::flex::record(super::flex::Op::CrossEntropy, false);
     let dims = logits.layout().shape().clone();
     let (rows, vocab) = (dims[0], dims[1]);
     assert_eq!(targets.len(), rows, "cross-entropy: {rows} rows of logits but {} targets", targets.len());
@@ -117,7 +117,7 @@ impl Backward<Flex, 1> for CrossEntropyBackward {
     type State = (FlexTensor, Vec<f32>, Vec<usize>);
 
     fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
-        super::record(super::Op::CrossEntropy, true);
+        super::flex::record(super::flex::Op::CrossEntropy, true);
         let [node] = ops.parents;
         let g = contiguous(&grads.consume::<Flex>(&ops.node)).storage::<f32>()[0];
         let (logits, lse, targets) = ops.state;

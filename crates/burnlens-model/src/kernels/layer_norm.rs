@@ -19,7 +19,7 @@ use burn::tensor::{Shape, Tensor};
 
 use super::pool::{self, GRAIN};
 use super::simd::{self, dispatch};
-use super::{contiguous, flex_vec, use_kernels};
+use super::flex::{contiguous, flex_vec, use_kernels};
 
 #[backend_extension(Flex, Autodiff)]
 pub trait NormKernel: Backend {
@@ -141,7 +141,7 @@ pub fn backward(x: &[f32], w: &[f32], stats: &[f32], dy: &[f32], center: bool, d
 }
 
 fn flex_forward(x: &FlexTensor, w: &FlexTensor, b: Option<&FlexTensor>, eps: f64) -> (FlexTensor, FlexTensor) {
-    super::record(super::Op::LayerNorm, false);
+    super::flex::record(super::flex::Op::LayerNorm, false);
     let (x, w) = (contiguous(x), contiguous(w));
     let b = b.map(contiguous);
     let shape = x.layout().shape().clone();
@@ -164,7 +164,7 @@ impl NormKernel for Flex {
 
 /// The gradients of a norm from its saved state: `[dx, dw, db]`, each only if wanted.
 fn gradients(x: &FlexTensor, w: &FlexTensor, stats: &FlexTensor, dy: &FlexTensor, center: bool, want: [bool; 3]) -> [Option<FlexTensor>; 3] {
-    super::record(super::Op::LayerNorm, true);
+    super::flex::record(super::flex::Op::LayerNorm, true);
     let (x, w, stats, dy) = (contiguous(x), contiguous(w), contiguous(stats), contiguous(dy));
     let shape = x.layout().shape().clone();
     let d = w.layout().num_elements();

@@ -21,7 +21,7 @@ use super::gemm::{MatRef, matmul};
 use super::half::{Half, HalfRef, matmul_half};
 use super::packed::{matmul_packed, packed_weight};
 use super::pool::{self, GRAIN};
-use super::{contiguous, flex_vec, use_kernels};
+use super::flex::{contiguous, flex_vec, use_kernels};
 
 #[backend_extension(Flex, Autodiff)]
 pub trait LinearKernel: Backend {
@@ -117,7 +117,7 @@ fn bits<T: Copy>(v: &[T]) -> &[u16] {
 /// Forward on flex tensors; returns `y` and the contiguous `x` it read. `pack`: the weight
 /// is constant (see [`weight_product`]).
 fn flex_forward(x: &FlexTensor, w: &FlexTensor, b: Option<&FlexTensor>, pack: bool) -> (FlexTensor, FlexTensor) {
-    super::record(super::Op::Linear, false);
+    super::flex::record(super::flex::Op::Linear, false);
     let x = contiguous(x);
     let (w, [k, n], ws, woff) = weight_view(w);
     let xs = x.layout().shape().clone();
@@ -150,7 +150,7 @@ impl LinearKernel for Flex {
 
 /// The three gradients of `y = x W (+ b)` from `dy`, each only if asked for.
 fn gradients(x: &FlexTensor, w: &FlexTensor, dy: &FlexTensor, want: [bool; 3]) -> [Option<FlexTensor>; 3] {
-    super::record(super::Op::Linear, true);
+    super::flex::record(super::flex::Op::Linear, true);
     let (w, [k, n], ws, woff) = weight_view(w);
     let dy = contiguous(dy);
     let m = dy.layout().num_elements() / n.max(1);

@@ -24,6 +24,7 @@
 pub mod activation;
 pub mod attention;
 pub mod cross_entropy;
+pub mod flex;
 pub mod gemm;
 pub mod half;
 pub mod layer_norm;
@@ -33,94 +34,9 @@ pub mod packed;
 pub mod pool;
 pub mod simd;
 
-use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
-
-use burn::backend::DispatchDevice;
-use burn::backend::flex::{FlexTensor, Layout};
-use burn::tensor::{Bytes, DType, Device, Shape};
-
 pub use activation::{gated_activation, gated_activation_reference};
 pub use attention::{AttentionMask, attention, attention_reference};
 pub use cross_entropy::{cross_entropy, cross_entropy_reference};
 pub use layer_norm::{layer_norm, layer_norm_reference, rms_norm, rms_norm_reference};
 pub use linear::{linear, linear_reference};
-
-/// The kernels, for call counts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Op {
-    Linear,
-    Attention,
-    LayerNorm,
-    Activation,
-    CrossEntropy,
-}
-
-impl Op {
-    pub const ALL: [Op; 5] = [Op::Linear, Op::Attention, Op::LayerNorm, Op::Activation, Op::CrossEntropy];
-}
-
-static CALLS: [[AtomicUsize; 2]; 5] = [const { [const { AtomicUsize::new(0) }; 2] }; 5];
-
-/// Count one forward (or backward) run of `op`.
-pub(crate) fn record(op: Op, backward: bool) {
-    CALLS[op as usize][backward as usize].fetch_add(1, Ordering::Relaxed);
-}
-
-/// How many times `op` ran in this process: `(forward, backward)`. Tests use it to prove a
-/// path went through a kernel.
-pub fn calls(op: Op) -> (usize, usize) {
-    let c = &CALLS[op as usize];
-    (c[0].load(Ordering::Relaxed), c[1].load(Ordering::Relaxed))
-}
-
-static ENABLED: AtomicU8 = AtomicU8::new(0); // 0: not read yet, 1: on, 2: off
-
-/// Whether the kernels are used where they apply (default: yes; `BURNLENS_KERNELS=0`: no).
-pub fn enabled() -> bool {
-    match ENABLED.load(Ordering::Relaxed) {
-        1 => true,
-        2 => false,
-        _ => {
-            let on = !matches!(std::env::var("BURNLENS_KERNELS").as_deref(), Ok("0") | Ok("off") | Ok("false"));
-            ENABLED.store(if on { 1 } else { 2 }, Ordering::Relaxed);
-            on
-        }
-    }
-}
-
-/// Turn the kernels on or off for the whole process (the reference path when off).
-pub fn set_enabled(on: bool) {
-    ENABLED.store(if on { 1 } else { 2 }, Ordering::Relaxed);
-}
-
-/// Whether `device` runs on the flex backend (with or without autodiff).
-pub fn is_flex(device: &Device) -> bool {
-    matches!(device.clone().inner().as_dispatch(), DispatchDevice::Flex(_))
-}
-
-/// Whether a kernel may run: kernels on, every tensor on flex and f32.
-pub(crate) fn use_kernels(devices: &[&Device], dtypes: &[DType]) -> bool {
-    let yes = enabled() && devices.iter().all(|d| is_flex(d)) && dtypes.iter().all(|t| *t == DType::F32);
-    if yes {
-        memory::keep_freed_memory();
-    }
-    yes
-}
-
-/// A contiguous f32 flex tensor whose `storage()` is exactly its elements in order.
-pub(crate) fn contiguous(t: &FlexTensor) -> FlexTensor {
-    assert_eq!(t.dtype(), DType::F32, "burnlens kernels take f32 tensors only");
-    // Copies only when the layout is not already the whole buffer in row-major order.
-    t.to_contiguous()
-}
-
-/// Wrap a vector as a contiguous f32 flex tensor of `shape`.
-pub(crate) fn flex_vec(v: Vec<f32>, shape: Shape) -> FlexTensor {
-    debug_assert_eq!(v.len(), shape.num_elements());
-    FlexTensor::new(Bytes::from_elems(v), Layout::contiguous(shape), DType::F32)
-}
-
-/// Wrap a vector as an f32 flex tensor with an explicit layout (a permuted view of it).
-pub(crate) fn flex_strided(v: Vec<f32>, shape: Shape, strides: Vec<isize>) -> FlexTensor {
-    FlexTensor::new(Bytes::from_elems(v), Layout::new(shape, strides, 0), DType::F32)
-}
+pub use flex::{Op, calls, enabled, is_flex, set_enabled};

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 use burn::tensor::{Device, Tensor, TensorData};
 
-use crate::sae::{Architecture, Normalize, Sae, SaeConfig, SaeError};
+use super::core::{Architecture, Normalize, Sae, SaeConfig, SaeError};
 
 /// The file a Gemma Scope folder holds.
 pub const PARAMS_FILE: &str = "params.npz";

@@ -1,0 +1,249 @@
+//! The shape of the code, checked: no two source files of a crate import each other in a
+//! loop (directly or through others). A file "imports" another when it names a path into
+//! the other's module (`crate::a::b::Item`, `super::x`, and from a `mod.rs` or `lib.rs`
+//! `self::x` or a child's bare `x::Item`), in a `use` or inline. Items of the crate root
+//! (`crate::Error`) are the root's own and import nothing; declaring a child (`mod x;`) is
+//! not an import; `#[cfg(test)]` modules are not counted (their `use super::*` is the file
+//! itself).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// The module path of a source file: `src/lib.rs` → `[]`, `src/a/mod.rs` and `src/a.rs` →
+/// `[a]`, `src/a/b.rs` → `[a, b]`.
+fn module_of(src: &Path, file: &Path) -> Vec<String> {
+    let rel = file.strip_prefix(src).unwrap();
+    let mut parts: Vec<String> = rel.iter().map(|p| p.to_string_lossy().to_string()).collect();
+    let last = parts.pop().unwrap();
+    let stem = last.trim_end_matches(".rs");
+    if !matches!(stem, "lib" | "main" | "mod") {
+        parts.push(stem.to_string());
+    }
+    parts
+}
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            rust_files(&p, out);
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            out.push(p);
+        }
+    }
+}
+
+/// The text of a file without comments and without its `#[cfg(test)]` tail.
+fn code(text: &str) -> String {
+    let body = text.split("#[cfg(test)]").next().unwrap();
+    body.lines().map(|l| l.split("//").next().unwrap()).collect::<Vec<_>>().join("\n")
+}
+
+/// Every path a file names from `root` (`crate`, `super` or `self`), braces expanded:
+/// `crate::{a::{B, c}, d}` → `a::B`, `a::c`, `d`.
+fn paths_from(code: &str, root: &str) -> Vec<Vec<String>> {
+    let mut out = Vec::new();
+    let bytes = code.as_bytes();
+    let pat = format!("{root}::");
+    let mut at = 0;
+    while let Some(i) = code[at..].find(&pat) {
+        let start = at + i;
+        at = start + pat.len();
+        let before = start.checked_sub(1).map(|j| bytes[j] as char);
+        if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':') {
+            continue;
+        }
+        expand(&code[at..], Vec::new(), &mut out);
+    }
+    out
+}
+
+/// Expand the path tree starting at `s` (after `prefix::`) into full paths.
+fn expand(s: &str, prefix: Vec<String>, out: &mut Vec<Vec<String>>) -> usize {
+    let s_trim = s.trim_start();
+    let skipped = s.len() - s_trim.len();
+    if let Some(inner) = s_trim.strip_prefix('{') {
+        let mut used = 1;
+        let mut rest = inner;
+        loop {
+            let n = expand(rest, prefix.clone(), out);
+            used += n;
+            rest = &rest[n..];
+            let t = rest.trim_start();
+            used += rest.len() - t.len();
+            rest = t;
+            if let Some(r) = rest.strip_prefix(',') {
+                used += 1;
+                rest = r;
+                if rest.trim_start().starts_with('}') {
+                    let t = rest.trim_start();
+                    used += rest.len() - t.len() + 1;
+                    return skipped + used;
+                }
+                continue;
+            }
+            if let Some(_r) = rest.strip_prefix('}') {
+                return skipped + used + 1;
+            }
+            return skipped + used;
+        }
+    }
+    let ident: String = s_trim.chars().take_while(|c| c.is_alphanumeric() || *c == '_' || *c == '*').collect();
+    let mut path = prefix;
+    if !ident.is_empty() {
+        path.push(ident.clone());
+    }
+    let after = &s_trim[ident.len()..];
+    if let Some(rest) = after.strip_prefix("::") {
+        return skipped + ident.len() + 2 + expand(rest, path, out);
+    }
+    out.push(path);
+    skipped + ident.len()
+}
+
+/// The file of the longest prefix of `path` that is a module of `modules`.
+fn resolve(modules: &BTreeMap<Vec<String>, PathBuf>, path: &[String]) -> Option<PathBuf> {
+    (1..=path.len()).rev().find_map(|n| modules.get(&path[..n]).cloned())
+}
+
+/// Strongly connected components with more than one file (Tarjan).
+fn cycles(edges: &BTreeMap<PathBuf, BTreeSet<PathBuf>>) -> Vec<Vec<PathBuf>> {
+    struct State<'a> {
+        edges: &'a BTreeMap<PathBuf, BTreeSet<PathBuf>>,
+        index: BTreeMap<&'a PathBuf, usize>,
+        low: BTreeMap<&'a PathBuf, usize>,
+        stack: Vec<&'a PathBuf>,
+        on: BTreeSet<&'a PathBuf>,
+        out: Vec<Vec<PathBuf>>,
+    }
+    fn visit<'a>(v: &'a PathBuf, st: &mut State<'a>) {
+        let i = st.index.len();
+        st.index.insert(v, i);
+        st.low.insert(v, i);
+        st.stack.push(v);
+        st.on.insert(v);
+        for w in st.edges.get(v).into_iter().flatten() {
+            if !st.index.contains_key(w) {
+                visit(w, st);
+                let lw = st.low[w];
+                let lv = st.low.get_mut(v).unwrap();
+                *lv = (*lv).min(lw);
+            } else if st.on.contains(w) {
+                let iw = st.index[w];
+                let lv = st.low.get_mut(v).unwrap();
+                *lv = (*lv).min(iw);
+            }
+        }
+        if st.low[v] == st.index[v] {
+            let mut comp = Vec::new();
+            loop {
+                let w = st.stack.pop().unwrap();
+                st.on.remove(w);
+                comp.push(w.clone());
+                if w == v {
+                    break;
+                }
+            }
+            if comp.len() > 1 {
+                st.out.push(comp);
+            }
+        }
+    }
+    let mut st = State { edges, index: BTreeMap::new(), low: BTreeMap::new(), stack: Vec::new(), on: BTreeSet::new(), out: Vec::new() };
+    for v in edges.keys() {
+        if !st.index.contains_key(v) {
+            visit(v, &mut st);
+        }
+    }
+    st.out
+}
+
+/// The import edges between the files of one crate's `src`.
+fn import_edges(src: &Path) -> BTreeMap<PathBuf, BTreeSet<PathBuf>> {
+    let mut files = Vec::new();
+    rust_files(src, &mut files);
+    let modules: BTreeMap<Vec<String>, PathBuf> = files.iter().map(|f| (module_of(src, f), f.clone())).collect();
+    let mut edges: BTreeMap<PathBuf, BTreeSet<PathBuf>> = BTreeMap::new();
+    for f in &files {
+        let text = code(&std::fs::read_to_string(f).unwrap());
+        let me = module_of(src, f);
+        let is_dir_module = f.file_name().is_some_and(|n| n == "mod.rs" || n == "lib.rs" || n == "main.rs");
+        let mut targets = Vec::new();
+        for p in paths_from(&text, "crate") {
+            targets.push(p);
+        }
+        let parent: Vec<String> = me[..me.len().saturating_sub(1)].to_vec();
+        for p in paths_from(&text, "super") {
+            // From a.rs or a/mod.rs, `super` is a's parent; each further `super` one up.
+            let mut path = parent.clone();
+            for seg in p {
+                if seg == "super" {
+                    path.pop();
+                } else {
+                    path.push(seg);
+                }
+            }
+            targets.push(path);
+        }
+        if is_dir_module {
+            for p in paths_from(&text, "self") {
+                targets.push(me.iter().cloned().chain(p).collect());
+            }
+            // A module file names its children by bare paths (`child::Item`).
+            for child in modules.keys().filter(|m| m.len() == me.len() + 1 && m.starts_with(&me)) {
+                let name = child.last().unwrap();
+                for p in paths_from(&text, name) {
+                    targets.push(child.iter().cloned().chain(p).collect());
+                }
+            }
+        }
+        let entry = edges.entry(f.clone()).or_default();
+        for t in targets {
+            if let Some(target) = resolve(&modules, &t).filter(|t| t != f) {
+                entry.insert(target);
+            }
+        }
+    }
+    edges
+}
+
+#[test]
+fn the_import_checker_sees_a_loop() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src");
+    std::fs::create_dir_all(src.join("sae")).unwrap();
+    std::fs::write(src.join("lib.rs"), "pub mod a;\npub mod b;\npub mod c;\npub mod sae;\n").unwrap();
+    std::fs::write(src.join("c.rs"), "pub struct Leaf;\n").unwrap();
+    std::fs::write(src.join("a.rs"), "use crate::{b::{Thing, other}, sae};\n").unwrap();
+    std::fs::write(src.join("b.rs"), "fn f() { crate::a::g(); }\n#[cfg(test)]\nmod tests { use crate::sae::X; }\n").unwrap();
+    std::fs::write(src.join("sae/mod.rs"), "mod core;\nmod saelens;\npub use self::core::Sae;\nfn f() { saelens::load(); }\n").unwrap();
+    std::fs::write(src.join("sae/saelens.rs"), "use super::core::Sae;\n").unwrap();
+    std::fs::write(src.join("sae/core.rs"), "use super::super::c::Leaf;\n").unwrap();
+    let edges = import_edges(&src);
+    assert!(edges[&src.join("a.rs")].contains(&src.join("b.rs")));
+    assert!(edges[&src.join("a.rs")].contains(&src.join("sae/mod.rs")));
+    let sae_mod: Vec<_> = edges[&src.join("sae/mod.rs")].iter().cloned().collect();
+    assert_eq!(sae_mod, [src.join("sae/core.rs"), src.join("sae/saelens.rs")], "a module file's children by self:: and bare paths");
+    assert!(edges[&src.join("sae/saelens.rs")].contains(&src.join("sae/core.rs")));
+    assert!(edges[&src.join("sae/core.rs")].contains(&src.join("c.rs")), "super::super");
+    assert!(edges[&src.join("b.rs")].len() == 1, "test modules are not counted: {:?}", edges[&src.join("b.rs")]);
+    let found = cycles(&edges);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].len(), 2);
+}
+
+#[test]
+fn no_two_files_of_a_crate_import_each_other_in_a_loop() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut crates: Vec<PathBuf> = std::fs::read_dir(root.join("crates")).unwrap().flatten().map(|e| e.path().join("src")).filter(|p| p.is_dir()).collect();
+    crates.push(root.join("src"));
+    crates.push(root.join("xtask/src"));
+    let mut loops = Vec::new();
+    for src in &crates {
+        for comp in cycles(&import_edges(src)) {
+            let names: Vec<String> = comp.iter().map(|p| p.strip_prefix(root).unwrap().display().to_string()).collect();
+            loops.push(names.join(" <-> "));
+        }
+    }
+    assert!(loops.is_empty(), "files importing each other in a loop:\n{}", loops.join("\n"));
+}
