@@ -74,6 +74,7 @@ pub fn parse_config(text: &str, path: &Path) -> Result<HfConfig> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use burnlens_model::ActivationFn;
 
     fn parse(text: &str) -> Result<HfConfig> {
         parse_config(text, Path::new("config.json"))

@@ -260,7 +260,7 @@ pub fn transpose<T: Copy + Default>(data: &[T], rows: usize, cols: usize) -> Vec
 
 #[cfg(test)]
 mod tests {
-    use crate::family::Family;
+    use crate::family::{Family, is_legacy_buffer};
     use super::*;
 
     #[test]
@@ -301,7 +301,7 @@ mod tests {
                 cfg.n_kv_heads = None;
                 cfg.qkv_bias = true;
             }
-            let table = entries(family, &cfg);
+            let table = family.entries(&cfg);
             let mut canon: std::collections::BTreeMap<String, (Vec<usize>, Option<Vec<f32>>)> = Default::default();
             let hf: Vec<Vec<f32>> = table.iter().enumerate().map(|(k, e)| (0..e.hf_shape.iter().product::<usize>()).map(|i| (k * 1000 + i) as f32).collect()).collect();
             for (e, v) in table.iter().zip(&hf) {
