@@ -603,7 +603,11 @@ impl NativeTranscoders {
         Ok(py.detach(move || -> Result<Self, Fail> {
             let device = device_for(backend.as_deref())?;
             let set = burnlens_trace::TranscoderSet::open(&spec, &device, &mut |_| {}).map_err(|e| {
-                let missing = matches!(&e, burnlens_trace::TraceError::Hub(h) if h.missing());
+                let missing = match &e {
+                    burnlens_trace::TraceError::Hub(h) => h.missing(),
+                    burnlens_trace::TraceError::File { .. } => !std::path::Path::new(&spec).exists(),
+                    _ => false,
+                };
                 load_fail(e.to_string(), missing)
             })?;
             Ok(Self { set })
@@ -676,7 +680,7 @@ impl NativeGraph {
 
 /// circuit-tracer's `attribute` on token ids `tokens` (attributed as given).
 #[pyfunction]
-#[pyo3(signature = (model, transcoders, tokens, max_n_logits=10, desired_logit_prob=0.95, targets=None, batch_size=512, max_feature_nodes=None, update_interval=4, zero_positions=1))]
+#[pyo3(signature = (model, transcoders, tokens, max_n_logits=10, desired_logit_prob=0.95, targets=None, batch_size=512, max_feature_nodes=None, update_interval=4, zero_positions=1, pattern_memory_gb=4.0, rows_memory_gb=8.0))]
 #[allow(clippy::too_many_arguments)]
 fn attribute(
     py: Python<'_>,
@@ -690,13 +694,16 @@ fn attribute(
     max_feature_nodes: Option<usize>,
     update_interval: usize,
     zero_positions: usize,
+    pattern_memory_gb: f64,
+    rows_memory_gb: f64,
 ) -> PyResult<NativeGraph> {
     use burnlens_trace::{AttributeOptions, LogitTargets};
     let targets = match targets {
         Some(t) => LogitTargets::Tokens(t),
         None => LogitTargets::Salient { max_n_logits, desired_prob: desired_logit_prob },
     };
-    let opts = AttributeOptions { targets, batch_size, max_feature_nodes, update_interval, zero_positions, ..AttributeOptions::default() };
+    let (pattern_budget, row_budget) = ((pattern_memory_gb.max(0.0) * 1e9) as u64, (rows_memory_gb.max(0.0) * 1e9) as u64);
+    let opts = AttributeOptions { targets, batch_size, max_feature_nodes, update_interval, zero_positions, pattern_budget, row_budget };
     let graph = py.detach(|| burnlens_trace::attribute(&model.model, &transcoders.set, &tokens, &opts)).map_err(value)?;
     Ok(NativeGraph { graph })
 }

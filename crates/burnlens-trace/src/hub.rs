@@ -42,7 +42,9 @@ impl TranscoderSet {
 
     /// A transcoder set from a local folder, or from the Hub by `org/name[@revision][:folder]`.
     pub fn open(spec: &str, device: &Device, progress: &mut dyn FnMut(Progress)) -> Result<Self, TraceError> {
-        if Path::new(spec).exists() {
+        // A path (existing, or one that cannot be a Hub id) is a local folder, whose missing
+        // config.yaml is then the error.
+        if Path::new(spec).exists() || folder_spec(spec).is_none() {
             return Self::load_with(Path::new(spec), device, &mut |uri| fetch_uri(uri, progress));
         }
         let dir = resolve_folder(spec, &[CONFIG_FILE], progress)?;

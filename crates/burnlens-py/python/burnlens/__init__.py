@@ -643,10 +643,13 @@ class Graph:
 
 def attribute(model: "HookedModel", transcoders: Transcoders, prompt: Union[str, Sequence[int], np.ndarray], max_n_logits: int = 10,
               desired_logit_prob: float = 0.95, batch_size: int = 512, max_feature_nodes: Optional[int] = None,
-              targets: Optional[Sequence[int]] = None, update_interval: int = 4, zero_positions: int = 1) -> Graph:
+              targets: Optional[Sequence[int]] = None, update_interval: int = 4, zero_positions: int = 1,
+              pattern_memory_gb: float = 4.0, rows_memory_gb: float = 8.0) -> Graph:
     """circuit-tracer's `attribute`: the attribution graph of one prompt. Text gets the
     model's BOS first; token ids are attributed as given. `targets`: explain these next
-    tokens instead of the most probable ones."""
+    tokens instead of the most probable ones. Attention patterns are kept while they fit
+    `pattern_memory_gb` (else recomputed); the adjacency rows stay in memory while they fit
+    `rows_memory_gb` (else they live in a mapped temporary file under TMPDIR)."""
     if isinstance(prompt, str):
         tokens = model.to_tokens(prompt)[0]
     else:
@@ -657,7 +660,8 @@ def attribute(model: "HookedModel", transcoders: Transcoders, prompt: Union[str,
             raise ValueError(f"prompt: expected text or one sequence of token ids, found {tokens.dtype} of shape {tokens.shape}")
     native = _native.attribute(model._native, transcoders._native, [int(t) for t in tokens], int(max_n_logits), float(desired_logit_prob),
                                None if targets is None else [int(t) for t in targets], int(batch_size),
-                               None if max_feature_nodes is None else int(max_feature_nodes), int(update_interval), int(zero_positions))
+                               None if max_feature_nodes is None else int(max_feature_nodes), int(update_interval), int(zero_positions),
+                               float(pattern_memory_gb), float(rows_memory_gb))
     return Graph(native, model)
 
 

@@ -67,7 +67,7 @@ class NativeGraph:
 def attribute(
     model: NativeModel, transcoders: NativeTranscoders, tokens: Sequence[int], max_n_logits: int = 10, desired_logit_prob: float = 0.95,
     targets: Optional[Sequence[int]] = None, batch_size: int = 512, max_feature_nodes: Optional[int] = None, update_interval: int = 4,
-    zero_positions: int = 1,
+    zero_positions: int = 1, pattern_memory_gb: float = 4.0, rows_memory_gb: float = 8.0,
 ) -> NativeGraph: ...
 def feature_intervention(
     model: NativeModel, transcoders: NativeTranscoders, tokens: Sequence[int], interventions: Sequence[Tuple[int, int, int, float]],

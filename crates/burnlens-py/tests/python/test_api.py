@@ -441,6 +441,11 @@ def test_attribution_graphs_equal_circuit_tracers(name, tmp_path):
     assert np.array_equal(g.selected_features, e["selected_features"])
     assert np.array_equal(g.logit_token_ids, e["logit_token_ids"])
     assert rel(g.adjacency_matrix, e["adjacency_matrix"], 1e-30) <= 1e-4
+    # No memory for the rows or the patterns: a mapped file and recomputed patterns, the same graph.
+    lean = burnlens.attribute(model, tc, np.array(case["ids"]), max_n_logits=case["max_n_logits"], desired_logit_prob=case["desired_logit_prob"],
+                              batch_size=case["batch_size"], max_feature_nodes=case["max_feature_nodes"], pattern_memory_gb=0, rows_memory_gb=0)
+    assert np.array_equal(lean.selected_features, g.selected_features)
+    assert rel(lean.rows, g.rows, 1e-30) <= 1e-5
     p = g.prune(case["node_threshold"], case["edge_threshold"])
     assert np.array_equal(p["node_mask"], e["node_mask"].astype(bool))
     rows = [i for i in range(g.n_nodes) if i < len(g.selected_features) or i >= g.n_nodes - len(g.logit_token_ids)]
