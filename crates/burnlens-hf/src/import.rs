@@ -75,40 +75,7 @@ pub fn import(hf: &HfConfig, ckpt: &Checkpoint, device: &Device, options: &LoadO
 
     let table = hf.family.entries(cfg);
     let mut warnings = hf.warnings.clone();
-    let mut dtypes: BTreeSet<&'static str> = BTreeSet::new();
-    let mut used: BTreeSet<String> = BTreeSet::new();
-
-    // Every tensor present with the right shape and a float dtype, before anything is read.
-    for e in &table {
-        let name = resolve(e);
-        ckpt.check(&name, &e.hf_shape)?;
-        dtypes.insert(dtype_name(ckpt.dtype(&name).expect("checked")));
-        used.insert(name);
-    }
-
-    // A tied unembedding: an explicit lm_head must be the token embedding again.
-    let lm_head_present = ckpt.contains("lm_head.weight");
-    if lm_head_present && !cfg.untied_unembed {
-        let shape = [cfg.vocab_size, cfg.d_model];
-        let lm = ckpt.read_f32("lm_head.weight", &shape)?;
-        let embed = resolve_name(hf.family.embed_name());
-        if lm != ckpt.read_f32(&embed, &shape)? {
-            return Err(HfError::Untied { path: ckpt.file_of("lm_head.weight").to_path_buf(), embed });
-        }
-        used.insert("lm_head.weight".into());
-    }
-
-    let mut ignored_buffers = 0;
-    for name in ckpt.names() {
-        if used.contains(name) {
-            continue;
-        }
-        if is_legacy_buffer(name) {
-            ignored_buffers += 1;
-        } else {
-            warnings.push(format!("tensor `{name}` is not part of a {} causal LM and was ignored", hf.family));
-        }
-    }
+    let Inventory { dtypes, lm_head_present, ignored_buffers } = inventory(hf, ckpt, &table, &resolve_name, &mut warnings)?;
 
     // Build the model one parameter at a time, reading each from the checkpoint only when
     // it is needed, so that at most one tensor is held besides the model.
@@ -150,6 +117,51 @@ pub fn import(hf: &HfConfig, ckpt: &Checkpoint, device: &Device, options: &LoadO
         warnings,
     };
     Ok((model, info))
+}
+
+/// What a checkpoint holds besides the family's table.
+struct Inventory {
+    /// The dtypes of the table's tensors.
+    dtypes: BTreeSet<&'static str>,
+    /// An `lm_head.weight` beside a tied embedding (checked equal to it).
+    lm_head_present: bool,
+    /// Buffers older HF versions saved (never parameters).
+    ignored_buffers: usize,
+}
+
+/// Check, before anything is read, that every tensor of `table` is present with its shape
+/// and a float dtype, that an explicit `lm_head` of a tied model is the token embedding
+/// again, and warn of tensors that are neither the model's nor legacy buffers.
+/// `resolve_name` puts a table name under the checkpoint's prefix when it has one.
+fn inventory(hf: &HfConfig, ckpt: &Checkpoint, table: &[Entry], resolve_name: &dyn Fn(&str) -> String, warnings: &mut Vec<String>) -> Result<Inventory> {
+    let cfg = &hf.model;
+    let mut dtypes: BTreeSet<&'static str> = BTreeSet::new();
+    let mut used: BTreeSet<String> = BTreeSet::new();
+    for e in table {
+        let name = if e.prefixed { resolve_name(&e.hf) } else { e.hf.clone() };
+        ckpt.check(&name, &e.hf_shape)?;
+        dtypes.insert(dtype_name(ckpt.dtype(&name).expect("checked")));
+        used.insert(name);
+    }
+    let lm_head_present = ckpt.contains("lm_head.weight");
+    if lm_head_present && !cfg.untied_unembed {
+        let shape = [cfg.vocab_size, cfg.d_model];
+        let lm = ckpt.read_f32("lm_head.weight", &shape)?;
+        let embed = resolve_name(hf.family.embed_name());
+        if lm != ckpt.read_f32(&embed, &shape)? {
+            return Err(HfError::Untied { path: ckpt.file_of("lm_head.weight").to_path_buf(), embed });
+        }
+        used.insert("lm_head.weight".into());
+    }
+    let mut ignored_buffers = 0;
+    for name in ckpt.names().filter(|n| !used.contains(*n)) {
+        if is_legacy_buffer(name) {
+            ignored_buffers += 1;
+        } else {
+            warnings.push(format!("tensor `{name}` is not part of a {} causal LM and was ignored", hf.family));
+        }
+    }
+    Ok(Inventory { dtypes, lm_head_present, ignored_buffers })
 }
 
 /// One canonical parameter from its checkpoint tensors, as `T`. A parameter that is one

@@ -20,7 +20,7 @@
 use std::collections::HashMap;
 
 use burn_store::{ModuleSnapshot, bridge};
-use burnlens_model::{ModelError, ParamInit, Transformer};
+use burnlens_model::{ModelError, ParamInit, Transformer, TransformerConfig};
 use burn::tensor::TensorData;
 
 /// Which processing steps to apply; all off by default.
@@ -162,7 +162,34 @@ pub fn process_weights(model: &Transformer, opts: ProcessOptions) -> Result<Tran
         return Ok(model.clone());
     }
     opts.check(&cfg)?;
-    let mut params: HashMap<String, P> = model
+    let mut params = read_params(model);
+    let layer_norm = cfg.norm == burnlens_model::NormKind::LayerNorm;
+    add_zero_biases(&mut params, &mut cfg);
+    untie(&mut params, &mut cfg);
+    if opts.fold_ln {
+        fold_layer_norms(&mut params, &cfg, layer_norm);
+    }
+    if opts.center_writing_weights && layer_norm {
+        center_writing_weights(&mut params, &cfg);
+    }
+    if opts.center_unembed {
+        center_rows(params.get_mut("unembed.weight").expect("W_U"));
+        center(&mut params.get_mut("unembed.bias").expect("b_U").v);
+    }
+    if opts.fold_value_biases {
+        fold_value_biases(&mut params, &cfg);
+    }
+    cfg.build(&model.device(), |name, shape, _| {
+        let p = params.remove(name).unwrap_or_else(|| panic!("processed weights lack `{name}`"));
+        debug_assert_eq!(p.shape, shape);
+        let v: Vec<f32> = p.v.into_iter().map(|x| x as f32).collect();
+        Ok::<_, ModelError>(ParamInit::Data(TensorData::new(v, p.shape)))
+    })
+}
+
+/// Every parameter by name, in f64.
+fn read_params(model: &Transformer) -> HashMap<String, P> {
+    model
         .collect(None, None, false)
         .into_iter()
         .map(|t| {
@@ -172,110 +199,105 @@ pub fn process_weights(model: &Transformer, opts: ProcessOptions) -> Result<Tran
             let v = data.try_into_vec_as::<f32>().expect("float").into_iter().map(f64::from).collect();
             (name, P { shape, v })
         })
-        .collect();
-    let (d, vocab) = (cfg.d_model, cfg.vocab_size);
-    let (h, hk, dh) = (cfg.n_heads, cfg.kv_heads(), cfg.d_head);
-    let hd = h * dh;
-    let layer_norm = cfg.norm == burnlens_model::NormKind::LayerNorm;
+        .collect()
+}
 
-    // Every optional bias exists from here on (zeros change nothing), so that folding has
-    // somewhere to put what it moves.
+/// Every optional bias exists from here on (zeros change nothing), so that folding has
+/// somewhere to put what it moves.
+fn add_zero_biases(params: &mut HashMap<String, P>, cfg: &mut TransformerConfig) {
     let mut zeros = |name: String, n: usize| {
         params.entry(name).or_insert_with(|| P { shape: vec![n], v: vec![0.0; n] });
     };
     for l in 0..cfg.n_layers() {
         let b = format!("blocks.{l}");
         zeros(format!("{b}.attn.qkv.bias"), cfg.qkv_width());
-        zeros(format!("{b}.attn.out.bias"), d);
+        zeros(format!("{b}.attn.out.bias"), cfg.d_model);
         if let Some(m) = cfg.d_mlp {
             zeros(format!("{b}.mlp.fc_in.bias"), m);
-            zeros(format!("{b}.mlp.fc_out.bias"), d);
+            zeros(format!("{b}.mlp.fc_out.bias"), cfg.d_model);
             if cfg.mlp == burnlens_model::MlpKind::Gated {
                 zeros(format!("{b}.mlp.fc_gate.bias"), m);
             }
         }
     }
     if cfg.untied_unembed {
-        zeros("unembed.bias".into(), vocab);
+        zeros("unembed.bias".into(), cfg.vocab_size);
     }
     (cfg.qkv_bias, cfg.attn_out_bias, cfg.mlp_bias, cfg.unembed_bias) = (true, true, true, true);
+}
 
-    // Untie: W_U = W_Eᵀ, b_U = 0.
-    if !cfg.untied_unembed {
-        let we = &params["embed.weight"];
-        let mut wu = vec![0.0; d * vocab];
-        for v in 0..vocab {
-            for i in 0..d {
-                wu[i * vocab + v] = we.v[v * d + i];
-            }
-        }
-        params.insert("unembed.weight".into(), P { shape: vec![d, vocab], v: wu });
-        params.insert("unembed.bias".into(), P { shape: vec![vocab], v: vec![0.0; vocab] });
-        cfg.untied_unembed = true;
+/// Untie: W_U = W_Eᵀ, b_U = 0.
+fn untie(params: &mut HashMap<String, P>, cfg: &mut TransformerConfig) {
+    if cfg.untied_unembed {
+        return;
     }
+    let (d, vocab) = (cfg.d_model, cfg.vocab_size);
+    let we = &params["embed.weight"];
+    let mut wu = vec![0.0; d * vocab];
+    for v in 0..vocab {
+        for i in 0..d {
+            wu[i * vocab + v] = we.v[v * d + i];
+        }
+    }
+    params.insert("unembed.weight".into(), P { shape: vec![d, vocab], v: wu });
+    params.insert("unembed.bias".into(), P { shape: vec![vocab], v: vec![0.0; vocab] });
+    cfg.untied_unembed = true;
+}
 
+/// Each norm's gain and bias into the weights that read its output.
+fn fold_layer_norms(params: &mut HashMap<String, P>, cfg: &TransformerConfig, layer_norm: bool) {
     let pair = |p: &str| (format!("{p}.weight"), format!("{p}.bias"));
-    if opts.fold_ln {
-        for l in 0..cfg.n_layers() {
-            let b = format!("blocks.{l}");
-            let mut mlp_readers = vec![pair(&format!("{b}.mlp.fc_in"))];
-            if cfg.mlp == burnlens_model::MlpKind::Gated {
-                mlp_readers.push(pair(&format!("{b}.mlp.fc_gate")));
-            }
-            let mut ln1_readers = vec![pair(&format!("{b}.attn.qkv"))];
-            if cfg.shared_norm {
-                // GPT-J: the MLP reads ln1's output too.
-                ln1_readers.extend(mlp_readers.clone());
-            }
-            fold_into(&mut params, &format!("{b}.ln1"), &ln1_readers, layer_norm);
-            if cfg.has_ln2() {
-                fold_into(&mut params, &format!("{b}.ln2"), &mlp_readers, layer_norm);
-            }
+    for l in 0..cfg.n_layers() {
+        let b = format!("blocks.{l}");
+        let mut mlp_readers = vec![pair(&format!("{b}.mlp.fc_in"))];
+        if cfg.mlp == burnlens_model::MlpKind::Gated {
+            mlp_readers.push(pair(&format!("{b}.mlp.fc_gate")));
         }
-        fold_into(&mut params, "ln_final", &[pair("unembed")], layer_norm);
-    }
-
-    if opts.center_writing_weights && layer_norm {
-        center_rows(params.get_mut("embed.weight").expect("W_E"));
-        if let Some(p) = params.get_mut("pos_embed.weight") {
-            center_rows(p);
+        let mut ln1_readers = vec![pair(&format!("{b}.attn.qkv"))];
+        if cfg.shared_norm {
+            // GPT-J: the MLP reads ln1's output too.
+            ln1_readers.extend(mlp_readers.clone());
         }
-        for l in 0..cfg.n_layers() {
-            let b = format!("blocks.{l}");
-            center_rows(params.get_mut(&format!("{b}.attn.out.weight")).expect("W_O"));
-            center(&mut params.get_mut(&format!("{b}.attn.out.bias")).expect("b_O").v);
-            if cfg.d_mlp.is_some() {
-                center_rows(params.get_mut(&format!("{b}.mlp.fc_out.weight")).expect("W_out"));
-                center(&mut params.get_mut(&format!("{b}.mlp.fc_out.bias")).expect("b_out").v);
-            }
+        fold_into(params, &format!("{b}.ln1"), &ln1_readers, layer_norm);
+        if cfg.has_ln2() {
+            fold_into(params, &format!("{b}.ln2"), &mlp_readers, layer_norm);
         }
     }
+    fold_into(params, "ln_final", &[pair("unembed")], layer_norm);
+}
 
-    if opts.center_unembed {
-        center_rows(params.get_mut("unembed.weight").expect("W_U"));
-        center(&mut params.get_mut("unembed.bias").expect("b_U").v);
+/// Every weight that writes to the residual stream, centred (LayerNorm removes the mean).
+fn center_writing_weights(params: &mut HashMap<String, P>, cfg: &TransformerConfig) {
+    center_rows(params.get_mut("embed.weight").expect("W_E"));
+    if let Some(p) = params.get_mut("pos_embed.weight") {
+        center_rows(p);
     }
-
-    if opts.fold_value_biases {
-        for l in 0..cfg.n_layers() {
-            let b = format!("blocks.{l}");
-            let Some(qkv_b) = params.get_mut(&format!("{b}.attn.qkv.bias")) else { continue };
-            let v0 = (h + hk) * dh;
-            let b_v: Vec<f64> = qkv_b.v[v0..v0 + hk * dh].to_vec();
-            qkv_b.v[v0..v0 + hk * dh].iter_mut().for_each(|x| *x = 0.0);
-            let w_o = &params[&format!("{b}.attn.out.weight")];
-            // Query head q reads value head q / (h / hk).
-            let group = h / hk;
-            let extra: Vec<f64> = (0..d).map(|j| (0..hd).map(|i| b_v[(i / dh / group) * dh + i % dh] * w_o.v[i * d + j]).sum()).collect();
-            let b_o = params.get_mut(&format!("{b}.attn.out.bias")).expect("b_O");
-            b_o.v.iter_mut().zip(extra).for_each(|(x, e)| *x += e);
+    for l in 0..cfg.n_layers() {
+        let b = format!("blocks.{l}");
+        center_rows(params.get_mut(&format!("{b}.attn.out.weight")).expect("W_O"));
+        center(&mut params.get_mut(&format!("{b}.attn.out.bias")).expect("b_O").v);
+        if cfg.d_mlp.is_some() {
+            center_rows(params.get_mut(&format!("{b}.mlp.fc_out.weight")).expect("W_out"));
+            center(&mut params.get_mut(&format!("{b}.mlp.fc_out.bias")).expect("b_out").v);
         }
     }
+}
 
-    cfg.build(&model.device(), |name, shape, _| {
-        let p = params.remove(name).unwrap_or_else(|| panic!("processed weights lack `{name}`"));
-        debug_assert_eq!(p.shape, shape);
-        let v: Vec<f32> = p.v.into_iter().map(|x| x as f32).collect();
-        Ok::<_, ModelError>(ParamInit::Data(TensorData::new(v, p.shape)))
-    })
+/// The value bias through the output projection into `b_O` (the pattern sums to one).
+fn fold_value_biases(params: &mut HashMap<String, P>, cfg: &TransformerConfig) {
+    let (h, hk, dh, d) = (cfg.n_heads, cfg.kv_heads(), cfg.d_head, cfg.d_model);
+    let hd = h * dh;
+    for l in 0..cfg.n_layers() {
+        let b = format!("blocks.{l}");
+        let Some(qkv_b) = params.get_mut(&format!("{b}.attn.qkv.bias")) else { continue };
+        let v0 = (h + hk) * dh;
+        let b_v: Vec<f64> = qkv_b.v[v0..v0 + hk * dh].to_vec();
+        qkv_b.v[v0..v0 + hk * dh].iter_mut().for_each(|x| *x = 0.0);
+        let w_o = &params[&format!("{b}.attn.out.weight")];
+        // Query head q reads value head q / (h / hk).
+        let group = h / hk;
+        let extra: Vec<f64> = (0..d).map(|j| (0..hd).map(|i| b_v[(i / dh / group) * dh + i % dh] * w_o.v[i * d + j]).sum()).collect();
+        let b_o = params.get_mut(&format!("{b}.attn.out.bias")).expect("b_O");
+        b_o.v.iter_mut().zip(extra).for_each(|(x, e)| *x += e);
+    }
 }

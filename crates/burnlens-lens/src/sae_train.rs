@@ -116,18 +116,8 @@ fn activations(model: &Transformer, hook: &str, seqs: &[Vec<i64>], cfg: &SaeConf
 
 /// Train an SAE on `model`'s activations at `cfg.hook_name`, drawing tokens from `source`.
 pub fn train_sae(model: &Transformer, source: &TokenSource, cfg: &SaeTrainConfig) -> Result<(Sae, SaeTrainReport), SaeError> {
+    check_inputs(model, source, cfg)?;
     let hook_err = |msg: String| SaeError::Hook { hook: cfg.hook_name.clone(), msg };
-    if !burnlens_model::hook_names(&model.config).contains(&cfg.hook_name) {
-        return Err(hook_err("the model has no hook point of that name".into()));
-    }
-    if cfg.seq_len < 2 || cfg.seq_len > model.config.n_ctx || cfg.batch == 0 || cfg.steps == 0 || cfg.d_sae == 0 {
-        return Err(hook_err(format!("need 2 <= seq_len <= {} and batch, steps, d_sae > 0", model.config.n_ctx)));
-    }
-    if let TokenSource::Text(ids) = source
-        && ids.len() < cfg.seq_len
-    {
-        return Err(hook_err(format!("the text has {} tokens, fewer than seq_len {}", ids.len(), cfg.seq_len)));
-    }
     let device: Device = model.device();
     let ad = device.clone().autodiff();
     let mut rng = Rng::new(cfg.seed);
@@ -203,7 +193,46 @@ pub fn train_sae(model: &Transformer, source: &TokenSource, cfg: &SaeTrainConfig
         b_dec: params.b_dec.val().inner(),
         threshold: None,
     };
-    // Held-out evaluation.
+    let eval = evaluate(model, source, cfg, &sae)?;
+    let report = SaeTrainReport {
+        config: cfg.clone(),
+        curve,
+        explained_variance: eval.explained_variance,
+        mean_l0: eval.mean_l0,
+        mse: eval.mse,
+        dead_features: eval.dead_features,
+        tokens,
+    };
+    Ok((sae, report))
+}
+
+/// The hook point exists, the sizes are usable and the text is long enough.
+fn check_inputs(model: &Transformer, source: &TokenSource, cfg: &SaeTrainConfig) -> Result<(), SaeError> {
+    let hook_err = |msg: String| SaeError::Hook { hook: cfg.hook_name.clone(), msg };
+    if !burnlens_model::hook_names(&model.config).contains(&cfg.hook_name) {
+        return Err(hook_err("the model has no hook point of that name".into()));
+    }
+    if cfg.seq_len < 2 || cfg.seq_len > model.config.n_ctx || cfg.batch == 0 || cfg.steps == 0 || cfg.d_sae == 0 {
+        return Err(hook_err(format!("need 2 <= seq_len <= {} and batch, steps, d_sae > 0", model.config.n_ctx)));
+    }
+    if let TokenSource::Text(ids) = source
+        && ids.len() < cfg.seq_len
+    {
+        return Err(hook_err(format!("the text has {} tokens, fewer than seq_len {}", ids.len(), cfg.seq_len)));
+    }
+    Ok(())
+}
+
+/// What a trained SAE does on held-out batches.
+struct Evaluation {
+    explained_variance: f64,
+    mean_l0: f64,
+    mse: f64,
+    dead_features: usize,
+}
+
+/// Four held-out batches (their own seed) through `sae`.
+fn evaluate(model: &Transformer, source: &TokenSource, cfg: &SaeTrainConfig, sae: &Sae) -> Result<Evaluation, SaeError> {
     let mut eval_rng = Rng::new(cfg.seed ^ 0x5eed_e7a1);
     let (mut err, mut tot, mut l0, mut n_all) = (0.0, 0.0, 0.0, 0usize);
     let mut fired = vec![false; cfg.d_sae];
@@ -224,14 +253,5 @@ pub fn train_sae(model: &Transformer, source: &TokenSource, cfg: &SaeTrainConfig
         }
         n_all += n;
     }
-    let report = SaeTrainReport {
-        config: cfg.clone(),
-        curve,
-        explained_variance: 1.0 - err / tot,
-        mean_l0: l0 / n_all as f64,
-        mse: err / n_all as f64,
-        dead_features: fired.iter().filter(|&&b| !b).count(),
-        tokens,
-    };
-    Ok((sae, report))
+    Ok(Evaluation { explained_variance: 1.0 - err / tot, mean_l0: l0 / n_all as f64, mse: err / n_all as f64, dead_features: fired.iter().filter(|&&b| !b).count() })
 }

@@ -695,58 +695,10 @@ impl TransformerConfig {
     ) -> Result<Transformer, E> {
         self.validate()?;
         let mut b = Builder { device, source };
-        let (std, resid_std) = (0.02, 0.02 / (2.0 * self.n_layers() as f64).sqrt());
-        let (d, hd) = (self.d_model, self.n_heads * self.d_head);
-        let eps = self.layer_norm_eps;
-        let norm = self.norm;
+        let std = 0.02;
+        let (d, eps, norm) = (self.d_model, self.layer_norm_eps, self.norm);
         let dropout = DropoutConfig::new(self.dropout);
-        let mut blocks = Vec::with_capacity(self.n_layers());
-        for l in 0..self.n_layers() {
-            let p = format!("blocks.{l}");
-            let sandwich = self.norm_placement == NormPlacement::Sandwich;
-            let (q_norm, k_norm) = match self.qk_norm_widths() {
-                Some((wq, wk)) => (Some(b.norm(&format!("{p}.attn.q_norm"), wq, eps, norm)?), Some(b.norm(&format!("{p}.attn.k_norm"), wk, eps, norm)?)),
-                None => (None, None),
-            };
-            blocks.push(Block {
-                ln1: b.norm(&format!("{p}.ln1"), d, eps, norm)?,
-                ln1_post: if sandwich { Some(b.norm(&format!("{p}.ln1_post"), d, eps, norm)?) } else { None },
-                attn: Attention {
-                    qkv: b.linear(&format!("{p}.attn.qkv"), d, self.qkv_width(), self.qkv_bias, std)?,
-                    out: b.linear(&format!("{p}.attn.out"), hd, d, self.attn_out_bias, resid_std)?,
-                    attn_dropout: dropout.init(),
-                    q_norm,
-                    k_norm,
-                    qk_norm: self.qk_norm,
-                    softcap: self.attn_softcap,
-                    n_heads: self.n_heads,
-                    n_kv_heads: self.kv_heads(),
-                    d_head: self.d_head,
-                    scale: self.score_factor(l),
-                    span: self.spans[l],
-                },
-                ln2: match self.has_ln2() {
-                    true => Some(b.norm(&format!("{p}.ln2"), d, eps, norm)?),
-                    false => None,
-                },
-                mlp: match self.d_mlp {
-                    Some(m) => Some(Mlp {
-                        fc_in: b.linear(&format!("{p}.mlp.fc_in"), d, m, self.mlp_bias, std)?,
-                        fc_gate: match self.mlp {
-                            MlpKind::Gated => Some(b.linear(&format!("{p}.mlp.fc_gate"), d, m, self.mlp_bias, std)?),
-                            MlpKind::Standard => None,
-                        },
-                        fc_out: b.linear(&format!("{p}.mlp.fc_out"), m, d, self.mlp_bias, resid_std)?,
-                        activation: self.activation,
-                    }),
-                    None => None,
-                },
-                ln2_post: if sandwich && self.d_mlp.is_some() { Some(b.norm(&format!("{p}.ln2_post"), d, eps, norm)?) } else { None },
-                resid_dropout: dropout.init(),
-                parallel: self.parallel_residual,
-                placement: self.norm_placement,
-            });
-        }
+        let blocks = (0..self.n_layers()).map(|l| self.build_block(l, &mut b)).collect::<Result<Vec<_>, E>>()?;
         Ok(Transformer {
             embed: Embedding { weight: b.param("embed.weight".into(), [self.vocab_size, d], normal(std))? },
             pos_embed: match self.learned_positions() {
@@ -767,6 +719,61 @@ impl TransformerConfig {
             },
             embed_dropout: dropout.init(),
             config: self.clone(),
+        })
+    }
+
+    /// Block `l`'s parameters, read or initialised through `b`.
+    fn build_block<F, E>(&self, l: usize, b: &mut Builder<'_, F>) -> Result<Block, E>
+    where
+        F: FnMut(&str, &[usize], Initializer) -> Result<ParamInit, E>,
+    {
+        let (std, resid_std) = (0.02, 0.02 / (2.0 * self.n_layers() as f64).sqrt());
+        let (d, hd) = (self.d_model, self.n_heads * self.d_head);
+        let (eps, norm) = (self.layer_norm_eps, self.norm);
+        let dropout = DropoutConfig::new(self.dropout);
+        let p = format!("blocks.{l}");
+        let sandwich = self.norm_placement == NormPlacement::Sandwich;
+        let (q_norm, k_norm) = match self.qk_norm_widths() {
+            Some((wq, wk)) => (Some(b.norm(&format!("{p}.attn.q_norm"), wq, eps, norm)?), Some(b.norm(&format!("{p}.attn.k_norm"), wk, eps, norm)?)),
+            None => (None, None),
+        };
+        Ok(Block {
+            ln1: b.norm(&format!("{p}.ln1"), d, eps, norm)?,
+            ln1_post: if sandwich { Some(b.norm(&format!("{p}.ln1_post"), d, eps, norm)?) } else { None },
+            attn: Attention {
+                qkv: b.linear(&format!("{p}.attn.qkv"), d, self.qkv_width(), self.qkv_bias, std)?,
+                out: b.linear(&format!("{p}.attn.out"), hd, d, self.attn_out_bias, resid_std)?,
+                attn_dropout: dropout.init(),
+                q_norm,
+                k_norm,
+                qk_norm: self.qk_norm,
+                softcap: self.attn_softcap,
+                n_heads: self.n_heads,
+                n_kv_heads: self.kv_heads(),
+                d_head: self.d_head,
+                scale: self.score_factor(l),
+                span: self.spans[l],
+            },
+            ln2: match self.has_ln2() {
+                true => Some(b.norm(&format!("{p}.ln2"), d, eps, norm)?),
+                false => None,
+            },
+            mlp: match self.d_mlp {
+                Some(m) => Some(Mlp {
+                    fc_in: b.linear(&format!("{p}.mlp.fc_in"), d, m, self.mlp_bias, std)?,
+                    fc_gate: match self.mlp {
+                        MlpKind::Gated => Some(b.linear(&format!("{p}.mlp.fc_gate"), d, m, self.mlp_bias, std)?),
+                        MlpKind::Standard => None,
+                    },
+                    fc_out: b.linear(&format!("{p}.mlp.fc_out"), m, d, self.mlp_bias, resid_std)?,
+                    activation: self.activation,
+                }),
+                None => None,
+            },
+            ln2_post: if sandwich && self.d_mlp.is_some() { Some(b.norm(&format!("{p}.ln2_post"), d, eps, norm)?) } else { None },
+            resid_dropout: dropout.init(),
+            parallel: self.parallel_residual,
+            placement: self.norm_placement,
         })
     }
 }

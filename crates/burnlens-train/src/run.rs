@@ -31,7 +31,7 @@ use burnlens_model::{ActivationFn, AttentionSpan, Positional, Rng, Transformer, 
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use crate::config::RunConfig;
+use crate::config::{ModelSection, RunConfig};
 use crate::data::{Dataset, Split};
 use crate::error::{Result, TrainError};
 use crate::optim::{clip_global_norm, learning_rate, optimizer};
@@ -108,24 +108,7 @@ pub fn model_spec(cfg: &RunConfig, vocab: usize) -> Result<ModelSpec> {
     let n_ctx = m.context.unwrap_or(cfg.training.block_size);
     let mut config = fam.spec().fresh(&FreshShape { vocab, n_ctx, d_model, n_layers, n_heads });
     let rotary_family = config.positional == Positional::Rotary;
-    let window = m.window;
-    if let Some(kinds) = &m.attention {
-        if kinds.len() != n_layers {
-            return Err(bad(format!("model.attention lists {} layers but model.n_layers is {n_layers}", kinds.len())));
-        }
-        config.spans = kinds
-            .iter()
-            .map(|k| match k.as_str() {
-                "global" => Ok(AttentionSpan::Global),
-                "local" => Ok(AttentionSpan::Local(window.unwrap_or(256))),
-                other => Err(bad(format!("model.attention has \"{other}\"; expected \"global\" or \"local\""))),
-            })
-            .collect::<Result<Vec<_>>>()?;
-    } else if let Some(w) = window {
-        for s in config.spans.iter_mut().filter(|s| matches!(s, AttentionSpan::Local(_))) {
-            *s = AttentionSpan::Local(w);
-        }
-    }
+    set_spans(m, n_layers, &mut config.spans)?;
     if let Some(a) = &m.activation {
         config.activation = ActivationFn::from_hf_name(a)
             .ok_or_else(|| bad(format!("model.activation = \"{a}\" is not one of {}", ActivationFn::HF_NAMES.join(", "))))?;
@@ -170,6 +153,30 @@ pub fn model_spec(cfg: &RunConfig, vocab: usize) -> Result<ModelSpec> {
     config.dropout = cfg.training.dropout;
     config.validate().map_err(|e| bad(e.to_string()))?;
     Ok(ModelSpec { family: fam, config })
+}
+
+/// `model.attention` (one `global` / `local` per layer) and `model.window` over the
+/// family's fresh spans.
+fn set_spans(m: &ModelSection, n_layers: usize, spans: &mut Vec<AttentionSpan>) -> Result<()> {
+    let bad = |msg: String| TrainError::Config { path: PathBuf::from("[model]"), msg };
+    if let Some(kinds) = &m.attention {
+        if kinds.len() != n_layers {
+            return Err(bad(format!("model.attention lists {} layers but model.n_layers is {n_layers}", kinds.len())));
+        }
+        *spans = kinds
+            .iter()
+            .map(|k| match k.as_str() {
+                "global" => Ok(AttentionSpan::Global),
+                "local" => Ok(AttentionSpan::Local(m.window.unwrap_or(256))),
+                other => Err(bad(format!("model.attention has \"{other}\"; expected \"global\" or \"local\""))),
+            })
+            .collect::<Result<Vec<_>>>()?;
+    } else if let Some(w) = m.window {
+        for s in spans.iter_mut().filter(|s| matches!(s, AttentionSpan::Local(_))) {
+            *s = AttentionSpan::Local(w);
+        }
+    }
+    Ok(())
 }
 
 /// A run directory's latest complete checkpoint, if any.
