@@ -117,31 +117,11 @@ fn activations(model: &Transformer, hook: &str, seqs: &[Vec<i64>], cfg: &SaeConf
 /// Train an SAE on `model`'s activations at `cfg.hook_name`, drawing tokens from `source`.
 pub fn train_sae(model: &Transformer, source: &TokenSource, cfg: &SaeTrainConfig) -> Result<(Sae, SaeTrainReport), SaeError> {
     check_inputs(model, source, cfg)?;
-    let hook_err = |msg: String| SaeError::Hook { hook: cfg.hook_name.clone(), msg };
     let device: Device = model.device();
     let ad = device.clone().autodiff();
     let mut rng = Rng::new(cfg.seed);
-    // Probe the width of the hook point with a one-sequence run.
-    let probe_seq = source.batch(&mut rng, 1, cfg.seq_len);
-    let mut hooks = Hooks::capture(|n| n == cfg.hook_name);
-    model.forward_hooked(model.ids_tensor(&probe_seq[0]), &mut hooks);
-    let act = hooks.take_cache().remove(&cfg.hook_name).expect("hook captured");
-    let dims = act.dims();
-    let (d_in, hook_z) = match dims.len() {
-        3 => (dims[2], false),
-        _ if cfg.hook_name.ends_with("hook_z") => (dims[2] * dims[3], true),
-        _ => return Err(hook_err(format!("activation of shape {dims:?}: only [batch, pos, d] points and hook_z can be used"))),
-    };
-    let sae_cfg = SaeConfig {
-        d_in,
-        d_sae: cfg.d_sae,
-        architecture: cfg.architecture,
-        apply_b_dec_to_input: true,
-        normalize_activations: Normalize::None,
-        hook_name: cfg.hook_name.clone(),
-        reshape_hook_z: hook_z,
-        model_name: None,
-    };
+    let sae_cfg = probe_config(model, source, cfg, &mut rng)?;
+    let d_in = sae_cfg.d_in;
 
     // Initialisation (as SAELens): decoder rows random with norm 0.1, encoder its transpose,
     // b_dec the mean of the first batch.
@@ -204,6 +184,31 @@ pub fn train_sae(model: &Transformer, source: &TokenSource, cfg: &SaeTrainConfig
         tokens,
     };
     Ok((sae, report))
+}
+
+/// The SAE's config, its width probed with a one-sequence run at the hook point.
+fn probe_config(model: &Transformer, source: &TokenSource, cfg: &SaeTrainConfig, rng: &mut Rng) -> Result<SaeConfig, SaeError> {
+    let hook_err = |msg: String| SaeError::Hook { hook: cfg.hook_name.clone(), msg };
+    let probe_seq = source.batch(rng, 1, cfg.seq_len);
+    let mut hooks = Hooks::capture(|n| n == cfg.hook_name);
+    model.forward_hooked(model.ids_tensor(&probe_seq[0]), &mut hooks);
+    let act = hooks.take_cache().remove(&cfg.hook_name).expect("hook captured");
+    let dims = act.dims();
+    let (d_in, hook_z) = match dims.len() {
+        3 => (dims[2], false),
+        _ if cfg.hook_name.ends_with("hook_z") => (dims[2] * dims[3], true),
+        _ => return Err(hook_err(format!("activation of shape {dims:?}: only [batch, pos, d] points and hook_z can be used"))),
+    };
+    Ok(SaeConfig {
+        d_in,
+        d_sae: cfg.d_sae,
+        architecture: cfg.architecture,
+        apply_b_dec_to_input: true,
+        normalize_activations: Normalize::None,
+        hook_name: cfg.hook_name.clone(),
+        reshape_hook_z: hook_z,
+        model_name: None,
+    })
 }
 
 /// The hook point exists, the sizes are usable and the text is long enough.
