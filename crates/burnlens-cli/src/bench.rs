@@ -187,42 +187,7 @@ pub fn run(a: &BenchArgs, device: Device, options: &LoadOptions) -> Result<()> {
             let times = timed(a.reps, || produced = generate(&m, &prompt, &s).expect("valid prompt"));
             json!({"times": times, "tokens": a.new_tokens, "first_tokens": &produced[..produced.len().min(8)], "weight_bytes_per_token": weight_bytes_per_token(&m)})
         }
-        "train" => {
-            // nanoGPT's CPU shakespeare-char configuration on random characters.
-            let mut cfg = TransformerConfig::gpt2_like(65, 64, 128, 4, 4);
-            cfg.dropout = 0.0;
-            let ad = device.clone().autodiff();
-            let mut model = cfg.init(&ad)?;
-            let t = TrainingSection::default();
-            let mut optim = optimizer(&t);
-            let (b, block) = (12, 64);
-            let mut rng = Rng::new(3);
-            let mut step = || {
-                let data: Vec<i64> = (0..b * (block + 1)).map(|_| rng.below(65) as i64).collect();
-                let all = Tensor::<2, Int>::from_data(TensorData::new(data, [b, block + 1]), &ad);
-                let (x, y) = (all.clone().narrow(1, 0, block), all.narrow(1, 1, block));
-                let loss = cross_entropy(model.forward(x), y);
-                let _ = loss.clone().into_scalar::<f32>();
-                let mut grads = burn::optim::GradientsParams::from_grads(loss.backward(), &model);
-                clip_global_norm(&model, &mut grads, 1.0);
-                model = optim.step(1e-3, model.clone(), grads);
-            };
-            let steps = a.reps.max(1) * 10;
-            step();
-            let faults_before = minor_faults();
-            let times: Vec<f64> = (0..steps)
-                .map(|_| {
-                    let t = Instant::now();
-                    step();
-                    t.elapsed().as_secs_f64()
-                })
-                .collect();
-            // Forward, then backward at twice its cost.
-            let faults = minor_faults().zip(faults_before).map(|(after, before)| (after - before) as f64 / steps as f64);
-            let pool = burnlens_model::kernels::pool::stats();
-            json!({"times": times, "tokens": b * block, "flops": 3.0 * forward_flops(&cfg, b, block),
-                   "page_faults_per_step": faults, "pool_late_jobs": pool.late_jobs, "pool_revoked_seats": pool.revoked_seats})
-        }
+        "train" => bench_train(a, &device)?,
         "load" => {
             let dir = need_model()?;
             let size = checkpoint_bytes(dir)?;
@@ -234,48 +199,8 @@ pub fn run(a: &BenchArgs, device: Device, options: &LoadOptions) -> Result<()> {
             json!({"times": [secs], "checkpoint_bytes": size, "peak_rss_bytes": peak_rss(), "rss_before_bytes": base})
         }
         "scale" => scale(a, &device, options)?,
-        "attention" => {
-            // One GPT-2-small-shaped attention layer on random input.
-            let cfg = TransformerConfig::gpt2_like(8, a.seq.max(1), 768, 1, 12);
-            let m = cfg.init(&device)?;
-            let x = Tensor::<3>::random([a.batch, a.seq, 768], Distribution::Normal(0.0, 1.0), &device);
-            let mask = causal_mask(a.seq, &device);
-            let attn = &m.blocks[0].attn;
-            let times = timed(a.reps, || {
-                let layer = LayerInput { fused: true, ..LayerInput::new(mask.clone(), 0) };
-                let _ = attn.forward(AttentionInput { x: x.clone(), qk_input: None, layer }, &mut Hooks::none()).into_data();
-            });
-            let (t, d) = (a.seq as f64, 768.0);
-            let flops = a.batch as f64 * (2.0 * t * 4.0 * d * d + 4.0 * d * t * (t + 1.0) / 2.0);
-            json!({"times": times, "tokens": a.batch * a.seq, "flops": flops, "scores_bytes": a.batch * 12 * a.seq * a.seq * 4, "peak_rss_bytes": peak_rss()})
-        }
-        "gemm" => {
-            use burnlens_model::kernels::gemm::{MatRef, matmul};
-            let spec = a.shape.as_deref().ok_or_else(|| UserError("bench gemm: --shape MxKxN is required".into()))?;
-            let (dims, transposed) = match spec.strip_suffix('t') {
-                Some(d) => (d, true),
-                None => (spec, false),
-            };
-            let bad = || UserError(format!("bench gemm: --shape {spec:?}: expected MxKxN (e.g. 128x768x2304), optionally ending in t"));
-            let v: Vec<usize> = dims.split('x').map(|d| d.parse().map_err(|_| bad())).collect::<Result<_, _>>()?;
-            let [m, k, n] = v[..] else { return Err(bad().into()) };
-            let (x, w) = (operand(m * k, 97), operand(k * n, 89));
-            let mut c = vec![0.0f32; m * n];
-            let b = if transposed { MatRef::row_major(&w, n, k).t() } else { MatRef::row_major(&w, k, n) };
-            let before = burnlens_model::kernels::pool::stats();
-            // The model's path: the weight packed once (before timing), as `linear` keeps it.
-            let packed = burnlens_model::kernels::packed::Packed::new(b);
-            let warm = std::time::Duration::from_millis(300);
-            let times = match &packed {
-                Some(p) => timed_warm(a.reps, warm, || burnlens_model::kernels::packed::matmul_packed(&mut c, n, MatRef::row_major(&x, m, k), p, false)),
-                None => timed_warm(a.reps, warm, || matmul(&mut c, n, MatRef::row_major(&x, m, k), b, false)),
-            };
-            // One `gemm::gemm` call per block, packing both operands every time.
-            let unpacked = timed_warm(a.reps, warm, || matmul(&mut c, n, MatRef::row_major(&x, m, k), b, false));
-            let pool = burnlens_model::kernels::pool::stats();
-            json!({"times": times, "times_repacking": unpacked, "packed": packed.is_some(), "flops": 2.0 * (m * k * n) as f64, "shape": spec,
-                   "pool_late_jobs": pool.late_jobs - before.late_jobs, "pool_revoked_seats": pool.revoked_seats - before.revoked_seats})
-        }
+        "attention" => bench_attention(a, &device)?,
+        "gemm" => bench_gemm(a)?,
         "machine" => machine(),
         other => return Err(UserError(format!("unknown workload \"{other}\"; expected forward, generate, train, load, scale, attention, gemm or machine")).into()),
     };
@@ -284,6 +209,90 @@ pub fn run(a: &BenchArgs, device: Device, options: &LoadOptions) -> Result<()> {
     out["impl"] = json!("burnlens");
     println!("{out}");
     Ok(())
+}
+
+/// nanoGPT's CPU shakespeare-char training step on random characters.
+fn bench_train(a: &BenchArgs, device: &Device) -> Result<serde_json::Value> {
+    // nanoGPT's CPU shakespeare-char configuration on random characters.
+    let mut cfg = TransformerConfig::gpt2_like(65, 64, 128, 4, 4);
+    cfg.dropout = 0.0;
+    let ad = device.clone().autodiff();
+    let mut model = cfg.init(&ad)?;
+    let t = TrainingSection::default();
+    let mut optim = optimizer(&t);
+    let (b, block) = (12, 64);
+    let mut rng = Rng::new(3);
+    let mut step = || {
+        let data: Vec<i64> = (0..b * (block + 1)).map(|_| rng.below(65) as i64).collect();
+        let all = Tensor::<2, Int>::from_data(TensorData::new(data, [b, block + 1]), &ad);
+        let (x, y) = (all.clone().narrow(1, 0, block), all.narrow(1, 1, block));
+        let loss = cross_entropy(model.forward(x), y);
+        let _ = loss.clone().into_scalar::<f32>();
+        let mut grads = burn::optim::GradientsParams::from_grads(loss.backward(), &model);
+        clip_global_norm(&model, &mut grads, 1.0);
+        model = optim.step(1e-3, model.clone(), grads);
+    };
+    let steps = a.reps.max(1) * 10;
+    step();
+    let faults_before = minor_faults();
+    let times: Vec<f64> = (0..steps)
+        .map(|_| {
+            let t = Instant::now();
+            step();
+            t.elapsed().as_secs_f64()
+        })
+        .collect();
+    // Forward, then backward at twice its cost.
+    let faults = minor_faults().zip(faults_before).map(|(after, before)| (after - before) as f64 / steps as f64);
+    let pool = burnlens_model::kernels::pool::stats();
+    Ok(json!({"times": times, "tokens": b * block, "flops": 3.0 * forward_flops(&cfg, b, block),
+           "page_faults_per_step": faults, "pool_late_jobs": pool.late_jobs, "pool_revoked_seats": pool.revoked_seats}))
+}
+
+/// One GPT-2-small-shaped attention layer on random input.
+fn bench_attention(a: &BenchArgs, device: &Device) -> Result<serde_json::Value> {
+    // One GPT-2-small-shaped attention layer on random input.
+    let cfg = TransformerConfig::gpt2_like(8, a.seq.max(1), 768, 1, 12);
+    let m = cfg.init(device)?;
+    let x = Tensor::<3>::random([a.batch, a.seq, 768], Distribution::Normal(0.0, 1.0), device);
+    let mask = causal_mask(a.seq, device);
+    let attn = &m.blocks[0].attn;
+    let times = timed(a.reps, || {
+        let layer = LayerInput { fused: true, ..LayerInput::new(mask.clone(), 0) };
+        let _ = attn.forward(AttentionInput { x: x.clone(), qk_input: None, layer }, &mut Hooks::none()).into_data();
+    });
+    let (t, d) = (a.seq as f64, 768.0);
+    let flops = a.batch as f64 * (2.0 * t * 4.0 * d * d + 4.0 * d * t * (t + 1.0) / 2.0);
+    Ok(json!({"times": times, "tokens": a.batch * a.seq, "flops": flops, "scores_bytes": a.batch * 12 * a.seq * a.seq * 4, "peak_rss_bytes": peak_rss()}))
+}
+
+/// One matrix product of `--shape MxKxN[t]`, through the packed weight and repacking.
+fn bench_gemm(a: &BenchArgs) -> Result<serde_json::Value> {
+    use burnlens_model::kernels::gemm::{MatRef, matmul};
+    let spec = a.shape.as_deref().ok_or_else(|| UserError("bench gemm: --shape MxKxN is required".into()))?;
+    let (dims, transposed) = match spec.strip_suffix('t') {
+        Some(d) => (d, true),
+        None => (spec, false),
+    };
+    let bad = || UserError(format!("bench gemm: --shape {spec:?}: expected MxKxN (e.g. 128x768x2304), optionally ending in t"));
+    let v: Vec<usize> = dims.split('x').map(|d| d.parse().map_err(|_| bad())).collect::<Result<_, _>>()?;
+    let [m, k, n] = v[..] else { return Err(bad().into()) };
+    let (x, w) = (operand(m * k, 97), operand(k * n, 89));
+    let mut c = vec![0.0f32; m * n];
+    let b = if transposed { MatRef::row_major(&w, n, k).t() } else { MatRef::row_major(&w, k, n) };
+    let before = burnlens_model::kernels::pool::stats();
+    // The model's path: the weight packed once (before timing), as `linear` keeps it.
+    let packed = burnlens_model::kernels::packed::Packed::new(b);
+    let warm = std::time::Duration::from_millis(300);
+    let times = match &packed {
+        Some(p) => timed_warm(a.reps, warm, || burnlens_model::kernels::packed::matmul_packed(&mut c, n, MatRef::row_major(&x, m, k), p, false)),
+        None => timed_warm(a.reps, warm, || matmul(&mut c, n, MatRef::row_major(&x, m, k), b, false)),
+    };
+    // One `gemm::gemm` call per block, packing both operands every time.
+    let unpacked = timed_warm(a.reps, warm, || matmul(&mut c, n, MatRef::row_major(&x, m, k), b, false));
+    let pool = burnlens_model::kernels::pool::stats();
+    Ok(json!({"times": times, "times_repacking": unpacked, "packed": packed.is_some(), "flops": 2.0 * (m * k * n) as f64, "shape": spec,
+           "pool_late_jobs": pool.late_jobs - before.late_jobs, "pool_revoked_seats": pool.revoked_seats - before.revoked_seats}))
 }
 
 /// A GEMM operand of `len` values in [-0.5, 0.5), periodic in `period` (a prime, so rows
