@@ -326,46 +326,14 @@ impl Attention {
         let (h, hk, dh) = (self.n_heads, self.n_kv_heads, self.d_head);
         let hd = h * dh;
         let qk_width = (h + hk) * dh;
-        let qkv = match qk_input {
-            None => linear(x, self.qkv.weight.val(), self.qkv.bias.as_ref().map(|b| b.val())),
-            Some(qk_in) => {
-                // Queries and keys see `qk_in`, values see `x`.
-                let w = self.qkv.weight.val();
-                let bias = self.qkv.bias.as_ref().map(|b| b.val());
-                let qk_w = w.clone().narrow(1, 0, qk_width);
-                let v_w = w.narrow(1, qk_width, hk * dh);
-                let mut qk = linear(qk_in, qk_w, bias.clone().map(|b| b.narrow(0, 0, qk_width)));
-                let v = linear(x, v_w, bias.map(|b| b.narrow(0, qk_width, hk * dh)));
-                qk = Tensor::cat(vec![qk, v], 2);
-                qk
-            }
-        };
+        let qkv = self.project_qkv(x, qk_input);
         let q = qkv.clone().narrow(2, 0, hd).reshape([b, t, h, dh]);
         let k = qkv.clone().narrow(2, hd, hk * dh).reshape([b, t, hk, dh]);
         let v = qkv.narrow(2, qk_width, hk * dh).reshape([b, t, hk, dh]);
         let q = hooks.point(|| format!("blocks.{layer}.attn.hook_q"), q);
         let k = hooks.point(|| format!("blocks.{layer}.attn.hook_k"), k);
         let v = hooks.point(|| format!("blocks.{layer}.attn.hook_v"), v);
-        let (q, k) = match (&self.q_norm, &self.k_norm, self.qk_norm) {
-            (Some(qn), Some(kn), Some(kind)) => {
-                let (qn_name, kn_name) = (format!("blocks.{layer}.attn.q_norm"), format!("blocks.{layer}.attn.k_norm"));
-                match kind {
-                    QkNorm::PerHead => (qn.forward(q, hooks, &qn_name), kn.forward(k, hooks, &kn_name)),
-                    QkNorm::Whole => (
-                        qn.forward(q.reshape([b, t, hd]), hooks, &qn_name).reshape([b, t, h, dh]),
-                        kn.forward(k.reshape([b, t, hk * dh]), hooks, &kn_name).reshape([b, t, hk, dh]),
-                    ),
-                }
-            }
-            _ => (q, k),
-        };
-        let (q, k) = match rotary {
-            Some(angles) => (
-                hooks.point(|| format!("blocks.{layer}.attn.hook_rot_q"), apply_rotary(q, angles)),
-                hooks.point(|| format!("blocks.{layer}.attn.hook_rot_k"), apply_rotary(k, angles)),
-            ),
-            None => (q, k),
-        };
+        let (q, k) = self.position(q, k, rotary, layer, hooks);
 
         // [batch, head, pos, d_head]
         let (q, k, v) = (q.swap_dims(1, 2), k.swap_dims(1, 2), v.swap_dims(1, 2));
@@ -400,6 +368,65 @@ impl Attention {
             return self.project_out(z.swap_dims(1, 2).reshape([b, t, hd]));
         }
 
+        self.attend_explicit(q, k, v, mask, layer, hooks)
+    }
+
+    /// `x W_QKV (+ b)`, `[batch, pos, (h + 2 hk) d_head]`; with `qk_input`, queries and keys
+    /// read it and values read `x`.
+    fn project_qkv(&self, x: Tensor<3>, qk_input: Option<Tensor<3>>) -> Tensor<3> {
+        let (hk, dh) = (self.n_kv_heads, self.d_head);
+        let qk_width = (self.n_heads + hk) * dh;
+        match qk_input {
+            None => linear(x, self.qkv.weight.val(), self.qkv.bias.as_ref().map(|b| b.val())),
+            Some(qk_in) => {
+                // Queries and keys see `qk_in`, values see `x`.
+                let w = self.qkv.weight.val();
+                let bias = self.qkv.bias.as_ref().map(|b| b.val());
+                let qk_w = w.clone().narrow(1, 0, qk_width);
+                let v_w = w.narrow(1, qk_width, hk * dh);
+                let mut qk = linear(qk_in, qk_w, bias.clone().map(|b| b.narrow(0, 0, qk_width)));
+                let v = linear(x, v_w, bias.map(|b| b.narrow(0, qk_width, hk * dh)));
+                qk = Tensor::cat(vec![qk, v], 2);
+                qk
+            }
+        }
+    }
+
+    /// Queries and keys `[batch, pos, heads, d_head]` normalised (QK-norm) and rotated
+    /// (rotary), with their hook points.
+    fn position(&self, q: Tensor<4>, k: Tensor<4>, rotary: Option<&RotaryAngles>, layer: usize, hooks: &mut Hooks) -> (Tensor<4>, Tensor<4>) {
+        let [b, t, h, dh] = q.dims();
+        let hk = k.dims()[2];
+        let hd = h * dh;
+        let (q, k) = match (&self.q_norm, &self.k_norm, self.qk_norm) {
+            (Some(qn), Some(kn), Some(kind)) => {
+                let (qn_name, kn_name) = (format!("blocks.{layer}.attn.q_norm"), format!("blocks.{layer}.attn.k_norm"));
+                match kind {
+                    QkNorm::PerHead => (qn.forward(q, hooks, &qn_name), kn.forward(k, hooks, &kn_name)),
+                    QkNorm::Whole => (
+                        qn.forward(q.reshape([b, t, hd]), hooks, &qn_name).reshape([b, t, h, dh]),
+                        kn.forward(k.reshape([b, t, hk * dh]), hooks, &kn_name).reshape([b, t, hk, dh]),
+                    ),
+                }
+            }
+            _ => (q, k),
+        };
+        match rotary {
+            Some(angles) => (
+                hooks.point(|| format!("blocks.{layer}.attn.hook_rot_q"), apply_rotary(q, angles)),
+                hooks.point(|| format!("blocks.{layer}.attn.hook_rot_k"), apply_rotary(k, angles)),
+            ),
+            None => (q, k),
+        }
+    }
+
+    /// Attention written out, every hook point on the way: scores (soft-capped), mask,
+    /// pattern, `z`, per-head results if asked for, the output projection. `q`, `k`, `v`
+    /// `[batch, head, pos, d_head]` with as many key heads as query heads.
+    fn attend_explicit(&self, q: Tensor<4>, k: Tensor<4>, v: Tensor<4>, mask: Tensor<4, Bool>, layer: usize, hooks: &mut Hooks) -> Tensor<3> {
+        let [b, h, t, dh] = q.dims();
+        let s = k.dims()[2];
+        let hd = h * dh;
         let scores = q.matmul(k.swap_dims(2, 3)) * self.scale;
         let scores = match self.softcap {
             Some(c) => (scores / c).tanh() * c,
