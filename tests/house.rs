@@ -1,5 +1,5 @@
-//! The shape of the code, checked: no two source files of a crate import each other in a
-//! loop (directly or through others). A file "imports" another when it names a path into
+//! The shape of the code, checked: no function in `crates/` is longer than 80 lines, and
+//! no two source files of a crate import each other in a loop (directly or through others). A file "imports" another when it names a path into
 //! the other's module (`crate::a::b::Item`, `super::x`, and from a `mod.rs` or `lib.rs`
 //! `self::x` or a child's bare `x::Item`), in a `use` or inline. Items of the crate root
 //! (`crate::Error`) are the root's own and import nothing; declaring a child (`mod x;`) is
@@ -246,4 +246,69 @@ fn no_two_files_of_a_crate_import_each_other_in_a_loop() {
         }
     }
     assert!(loops.is_empty(), "files importing each other in a loop:\n{}", loops.join("\n"));
+}
+
+/// The functions of `text` longer than `limit` lines, as `(name, first line, length)`: a
+/// function runs from its `fn` line to the line where its braces balance.
+fn long_functions(text: &str, limit: usize) -> Vec<(String, usize, usize)> {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < lines.len() {
+        let l = lines[i].trim_start();
+        let l = l.strip_prefix("pub(crate) ").or_else(|| l.strip_prefix("pub ")).unwrap_or(l);
+        let l = l.strip_prefix("const ").unwrap_or(l);
+        let l = l.strip_prefix("unsafe ").unwrap_or(l);
+        let Some(rest) = l.strip_prefix("fn ") else {
+            i += 1;
+            continue;
+        };
+        if lines[i].trim_end().ends_with(';') {
+            i += 1;
+            continue;
+        }
+        let name: String = rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+        let (mut depth, mut started, mut j) = (0i64, false, i);
+        while j < lines.len() {
+            depth += lines[j].matches('{').count() as i64 - lines[j].matches('}').count() as i64;
+            started |= lines[j].contains('{');
+            if started && depth <= 0 {
+                break;
+            }
+            j += 1;
+        }
+        let len = j - i + 1;
+        if len > limit {
+            out.push((name, i + 1, len));
+        }
+        i = j + 1;
+    }
+    out
+}
+
+#[test]
+fn the_length_checker_measures_functions() {
+    let body: String = (0..90).map(|k| format!("    let x{k} = {{ {k} }};\n")).collect();
+    let text = format!("fn short() {{\n    1\n}}\n\npub(crate) fn long() {{\n{body}}}\nfn declared();\n");
+    assert_eq!(long_functions(&text, 80), vec![("long".to_string(), 5, 92)]);
+    assert!(long_functions(&text, 92).is_empty());
+}
+
+#[test]
+fn no_function_in_the_crates_is_longer_than_80_lines() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = Vec::new();
+    for e in std::fs::read_dir(root.join("crates")).unwrap().flatten() {
+        if e.path().join("src").is_dir() {
+            rust_files(&e.path().join("src"), &mut files);
+        }
+    }
+    assert!(files.len() > 50, "found only {} files", files.len());
+    let mut long = Vec::new();
+    for f in &files {
+        for (name, line, len) in long_functions(&std::fs::read_to_string(f).unwrap(), 80) {
+            long.push(format!("{}:{line} fn {name}: {len} lines", f.strip_prefix(root).unwrap().display()));
+        }
+    }
+    assert!(long.is_empty(), "functions over 80 lines (split them into named steps):\n{}", long.join("\n"));
 }

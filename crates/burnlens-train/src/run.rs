@@ -31,7 +31,7 @@ use burnlens_model::{ActivationFn, AttentionSpan, Positional, Rng, Transformer, 
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use crate::config::{ModelSection, RunConfig};
+use crate::config::{ModelSection, RunConfig, TrainingSection};
 use crate::data::{Dataset, Split};
 use crate::error::{Result, TrainError};
 use crate::optim::{clip_global_norm, learning_rate, optimizer};
@@ -265,80 +265,12 @@ pub fn train(cfg: &RunConfig, opts: &TrainOptions) -> Result<RunSummary> {
     let device = run_device(cfg, opts.backend_flag.as_deref())?;
     let ad = device.clone().autodiff();
 
-    let existing = latest_checkpoint(&run_dir)?;
-    if existing.is_some() && !opts.resume {
-        return Err(TrainError::Config {
-            path: run_dir.clone(),
-            msg: "already holds a training run; continue it with --resume or choose another output.dir".into(),
-        });
-    }
+    let existing = existing_checkpoint(&run_dir, opts.resume)?;
     let data = Dataset::load(&cfg.data, t.block_size)?;
 
-    // The model: resumed, fine-tuned from HF, or fresh.
-    let (spec, mut model, mut optim, state) = match (&existing, opts.resume) {
-        (Some(_), true) => {
-            let run = load_run(&run_dir, &ad)?;
-            let optim_path = run.checkpoint.join("optim.bpk");
-            let optim = optimizer(t).load(&optim_path).map_err(|e| TrainError::Checkpoint { path: optim_path, msg: e.to_string() })?;
-            (run.spec, run.model, optim, run.state)
-        }
-        (None, true) => {
-            return Err(TrainError::Checkpoint { path: run_dir.clone(), msg: "nothing to resume: no checkpoint in this run directory".into() });
-        }
-        _ => {
-            let (spec, model) = match &cfg.model.from {
-                Some(spec) => {
-                    // A directory, or a Hub id fetched into the Hugging Face cache.
-                    let dir = burnlens_hf::resolve_model(&spec.to_string_lossy(), &mut |p| {
-                        if let burnlens_hf::hub::Progress::Start { file, size, .. } = p {
-                            eprintln!("downloading {file} ({size} bytes)");
-                        }
-                    })?;
-                    // Training keeps f32 master weights: a half checkpoint fine-tunes from an
-                    // f32 copy.
-                    let loaded = load_model_with(&dir, &ad, &LoadOptions::dtype(WeightDtype::F32))?;
-                    (ModelSpec { family: loaded.hf.family, config: loaded.model.config.clone() }, loaded.model)
-                }
-                None => {
-                    let spec = model_spec(cfg, data.vocab_size)?;
-                    ad.seed(t.seed);
-                    let model = spec.config.init(&ad)?;
-                    (spec, model)
-                }
-            };
-            let state = TrainState { step: 0, rng: Rng::new(t.seed), tokens_seen: 0, last_val_loss: None };
-            (spec, model, optimizer(t), state)
-        }
-    };
-    if data.vocab_size > spec.config.vocab_size {
-        return Err(TrainError::Config {
-            path: cfg.data.tokenizer.clone().or(cfg.data.path.clone()).unwrap_or_default(),
-            msg: format!("the data's vocabulary has {} tokens but the model's has only {}", data.vocab_size, spec.config.vocab_size),
-        });
-    }
-    if t.block_size > spec.config.n_ctx {
-        return Err(TrainError::Config {
-            path: PathBuf::from("[training]"),
-            msg: format!("training.block_size = {} is larger than the model's context of {} positions", t.block_size, spec.config.n_ctx),
-        });
-    }
-
-    // Lay out a new run directory (a resumed one already has all of this).
-    std::fs::create_dir_all(run_dir.join("checkpoints")).map_err(|e| TrainError::io(&run_dir, e))?;
-    if !opts.resume {
-        write_atomic(&run_dir.join("config.toml"), cfg.to_toml().as_bytes())?;
-        write_atomic(&run_dir.join("model.json"), serde_json::to_string_pretty(&spec).expect("json").as_bytes())?;
-        write_atomic(&run_dir.join("data.json"), serde_json::to_string_pretty(data.summary()).expect("json").as_bytes())?;
-        if let Some(tok) = &data.tokenizer {
-            tok.save(&run_dir)?;
-        }
-    } else {
-        // Settings given at resume (more steps, say) become the run's.
-        write_atomic(&run_dir.join("config.toml"), cfg.to_toml().as_bytes())?;
-    }
-    let metrics_path = run_dir.join("metrics.jsonl");
-    let mut history = read_metrics(&metrics_path, state.step)?;
-    let mut metrics = std::fs::OpenOptions::new().create(true).append(true).open(&metrics_path).map_err(|e| TrainError::io(&metrics_path, e))?;
+    let (spec, mut model, mut optim, state) = open_model(cfg, opts, &existing, &data, &ad)?;
+    prepare_run_dir(cfg, opts, &spec, &data)?;
+    let mut metrics = Metrics::open(&run_dir, state.step)?;
 
     let ckpt_every = t.checkpoint_interval.unwrap_or(t.eval_interval).max(1);
     let tokens_per_step = (t.batch_size * t.block_size * t.grad_accum) as u64;
@@ -354,26 +286,16 @@ pub fn train(cfg: &RunConfig, opts: &TrainOptions) -> Result<RunSummary> {
         if INTERRUPTED.swap(false, Ordering::SeqCst) {
             let st = TrainState { step, rng: rng.clone(), tokens_seen, last_val_loss: last_val };
             let dir = save_checkpoint(&run_dir, &model, &optim, &st)?;
-            write_loss_svg(&run_dir.join("loss.svg"), &history).ok();
+            metrics.plot().ok();
             return Err(TrainError::Interrupted { step, checkpoint: dir });
         }
         // Dropout masks depend only on the seed and the step, so a resumed run draws the same.
         ad.seed(t.seed.wrapping_mul(1_000_003).wrapping_add(step as u64));
         let lr = learning_rate(t, step);
-        let mut accum = GradientsAccumulator::<Transformer>::new();
-        let mut loss_sum = 0.0;
-        for _ in 0..t.grad_accum {
-            let seqs = data.batch(Split::Train, &mut rng, t.batch_size, t.block_size);
-            let (x, y) = inputs_targets(seqs, t.batch_size, t.block_size, &ad);
-            let loss = cross_entropy(model.forward(x), y) / t.grad_accum as f64;
-            loss_sum += loss.clone().into_scalar::<f32>() as f64;
-            let grads = GradientsParams::from_grads(loss.backward(), &model);
-            accum.accumulate(&model, grads);
-        }
+        let (mut grads, loss_sum) = accumulate(&model, &data, &mut rng, t, &ad);
         if !loss_sum.is_finite() {
             return Err(TrainError::NonFinite { step, loss: loss_sum, checkpoint: last_ckpt });
         }
-        let mut grads = accum.grads();
         let grad_norm = clip_global_norm(&model, &mut grads, t.grad_clip);
         model = optim.step(lr, model, grads);
         tokens_seen += tokens_per_step;
@@ -383,50 +305,30 @@ pub fn train(cfg: &RunConfig, opts: &TrainOptions) -> Result<RunSummary> {
         let elapsed = started.elapsed().as_secs_f64();
         let tps = (done - state.step) as f64 * tokens_per_step as f64 / elapsed.max(1e-9);
         let line = json!({"kind": "train", "step": done, "loss": loss_sum, "lr": lr, "grad_norm": grad_norm, "tokens_per_s": tps, "elapsed_s": elapsed});
-        writeln!(metrics, "{line}").map_err(|e| TrainError::io(&metrics_path, e))?;
         if let Some(OnStep(f)) = &opts.on_step {
             f(&line);
         }
-        history.push(line);
+        metrics.record(line)?;
 
         if done % t.eval_interval.max(1) == 0 || done == t.steps {
             let val = evaluate(&model.valid(), &data, t.seed, t.eval_batches, t.batch_size, t.block_size);
             last_val = Some(val);
-            let line = json!({"kind": "eval", "step": done, "val_loss": val, "train_loss": loss_sum});
-            writeln!(metrics, "{line}").map_err(|e| TrainError::io(&metrics_path, e))?;
-            history.push(line);
+            metrics.record(json!({"kind": "eval", "step": done, "val_loss": val, "train_loss": loss_sum}))?;
             progress.eval(done, val);
         }
         progress.step(done, loss_sum, tps, done % t.log_interval.max(1) == 0);
         if done % ckpt_every == 0 || done == t.steps {
             let st = TrainState { step: done, rng: rng.clone(), tokens_seen, last_val_loss: last_val };
             last_ckpt = Some(save_checkpoint(&run_dir, &model, &optim, &st)?);
-            write_loss_svg(&run_dir.join("loss.svg"), &history).ok();
+            metrics.plot().ok();
         }
     }
     progress.finish();
-    write_loss_svg(&run_dir.join("loss.svg"), &history).map_err(|e| TrainError::io(run_dir.join("loss.svg"), e))?;
+    metrics.plot().map_err(|e| TrainError::io(run_dir.join("loss.svg"), e))?;
 
     let seconds = started.elapsed().as_secs_f64();
     let steps_run = t.steps.saturating_sub(state.step);
-    let exported = if cfg.output.export {
-        let family = spec.family;
-        match burnlens_hf::check_exportable(&spec.config, family) {
-            Ok(()) => {
-                let out = run_dir.join("hf");
-                export_hf(&model.valid(), family, &out, &ExportOptions { tokenizer: data.tokenizer.as_ref(), dtype: WeightDtype::F32 })?;
-                Some(out)
-            }
-            Err(e) => {
-                if !opts.quiet {
-                    eprintln!("note: no Hugging Face export: {e}");
-                }
-                None
-            }
-        }
-    } else {
-        None
-    };
+    let exported = export_trained(cfg, opts, &spec, &model, &data)?;
     Ok(RunSummary {
         run_dir,
         steps: t.steps,
@@ -436,6 +338,154 @@ pub fn train(cfg: &RunConfig, opts: &TrainOptions) -> Result<RunSummary> {
         seconds,
         exported,
     })
+}
+
+/// The run directory's latest checkpoint; one there without `resume` is refused (a new run
+/// never overwrites an old one).
+fn existing_checkpoint(run_dir: &Path, resume: bool) -> Result<Option<PathBuf>> {
+    let existing = latest_checkpoint(run_dir)?;
+    if existing.is_some() && !resume {
+        return Err(TrainError::Config { path: run_dir.to_path_buf(), msg: "already holds a training run; continue it with --resume or choose another output.dir".into() });
+    }
+    Ok(existing)
+}
+
+/// `metrics.jsonl`, appended a line at a time, and the lines so far for the loss plot.
+struct Metrics {
+    path: PathBuf,
+    file: std::fs::File,
+    history: Vec<serde_json::Value>,
+    svg: PathBuf,
+}
+
+impl Metrics {
+    /// The run's metrics up to `step` (a resumed run's later lines are dropped), open for
+    /// appending.
+    fn open(run_dir: &Path, step: usize) -> Result<Self> {
+        let path = run_dir.join("metrics.jsonl");
+        let history = read_metrics(&path, step)?;
+        let file = std::fs::OpenOptions::new().create(true).append(true).open(&path).map_err(|e| TrainError::io(&path, e))?;
+        Ok(Metrics { path, file, history, svg: run_dir.join("loss.svg") })
+    }
+
+    fn record(&mut self, line: serde_json::Value) -> Result<()> {
+        writeln!(self.file, "{line}").map_err(|e| TrainError::io(&self.path, e))?;
+        self.history.push(line);
+        Ok(())
+    }
+
+    /// `loss.svg` from the lines so far.
+    fn plot(&self) -> std::io::Result<()> {
+        write_loss_svg(&self.svg, &self.history)
+    }
+}
+
+/// The model, its optimiser and the loop's state: resumed from the run directory's last
+/// checkpoint, fine-tuned from an HF model (`model.from`), or fresh from the run config.
+fn open_model(cfg: &RunConfig, opts: &TrainOptions, existing: &Option<PathBuf>, data: &Dataset, ad: &Device) -> Result<(ModelSpec, Transformer, ModuleOptimizer, TrainState)> {
+    let (run_dir, t) = (&cfg.output.dir, &cfg.training);
+    match (existing, opts.resume) {
+        (Some(_), true) => {
+            let run = load_run(run_dir, ad)?;
+            let optim_path = run.checkpoint.join("optim.bpk");
+            let optim = optimizer(t).load(&optim_path).map_err(|e| TrainError::Checkpoint { path: optim_path, msg: e.to_string() })?;
+            Ok((run.spec, run.model, optim, run.state))
+        }
+        (None, true) => Err(TrainError::Checkpoint { path: run_dir.clone(), msg: "nothing to resume: no checkpoint in this run directory".into() }),
+        _ => {
+            let (spec, model) = match &cfg.model.from {
+                Some(spec) => {
+                    // A directory, or a Hub id fetched into the Hugging Face cache.
+                    let dir = burnlens_hf::resolve_model(&spec.to_string_lossy(), &mut |p| {
+                        if let burnlens_hf::hub::Progress::Start { file, size, .. } = p {
+                            eprintln!("downloading {file} ({size} bytes)");
+                        }
+                    })?;
+                    // Training keeps f32 master weights: a half checkpoint fine-tunes from an
+                    // f32 copy.
+                    let loaded = load_model_with(&dir, ad, &LoadOptions::dtype(WeightDtype::F32))?;
+                    (ModelSpec { family: loaded.hf.family, config: loaded.model.config.clone() }, loaded.model)
+                }
+                None => {
+                    let spec = model_spec(cfg, data.vocab_size)?;
+                    ad.seed(t.seed);
+                    let model = spec.config.init(ad)?;
+                    (spec, model)
+                }
+            };
+            let state = TrainState { step: 0, rng: Rng::new(t.seed), tokens_seen: 0, last_val_loss: None };
+            Ok((spec, model, optimizer(t), state))
+        }
+    }
+}
+
+/// Check that the data fits the model, then lay out a new run directory (a resumed one
+/// already has all of it; settings given at resume, more steps say, become the run's).
+fn prepare_run_dir(cfg: &RunConfig, opts: &TrainOptions, spec: &ModelSpec, data: &Dataset) -> Result<()> {
+    let (run_dir, t) = (&cfg.output.dir, &cfg.training);
+    if data.vocab_size > spec.config.vocab_size {
+        return Err(TrainError::Config {
+            path: cfg.data.tokenizer.clone().or(cfg.data.path.clone()).unwrap_or_default(),
+            msg: format!("the data's vocabulary has {} tokens but the model's has only {}", data.vocab_size, spec.config.vocab_size),
+        });
+    }
+    if t.block_size > spec.config.n_ctx {
+        return Err(TrainError::Config {
+            path: PathBuf::from("[training]"),
+            msg: format!("training.block_size = {} is larger than the model's context of {} positions", t.block_size, spec.config.n_ctx),
+        });
+    }
+
+    std::fs::create_dir_all(run_dir.join("checkpoints")).map_err(|e| TrainError::io(&run_dir, e))?;
+    if !opts.resume {
+        write_atomic(&run_dir.join("config.toml"), cfg.to_toml().as_bytes())?;
+        write_atomic(&run_dir.join("model.json"), serde_json::to_string_pretty(spec).expect("json").as_bytes())?;
+        write_atomic(&run_dir.join("data.json"), serde_json::to_string_pretty(data.summary()).expect("json").as_bytes())?;
+        if let Some(tok) = &data.tokenizer {
+            tok.save(&run_dir)?;
+        }
+    } else {
+        // Settings given at resume (more steps, say) become the run's.
+        write_atomic(&run_dir.join("config.toml"), cfg.to_toml().as_bytes())?;
+    }
+    Ok(())
+}
+
+/// `grad_accum` micro-batches' gradients, summed, and their mean loss.
+fn accumulate(model: &Transformer, data: &Dataset, rng: &mut Rng, t: &TrainingSection, ad: &Device) -> (GradientsParams, f64) {
+    let mut accum = GradientsAccumulator::<Transformer>::new();
+    let mut loss_sum = 0.0;
+    for _ in 0..t.grad_accum {
+        let seqs = data.batch(Split::Train, rng, t.batch_size, t.block_size);
+        let (x, y) = inputs_targets(seqs, t.batch_size, t.block_size, ad);
+        let loss = cross_entropy(model.forward(x), y) / t.grad_accum as f64;
+        loss_sum += loss.clone().into_scalar::<f32>() as f64;
+        let grads = GradientsParams::from_grads(loss.backward(), model);
+        accum.accumulate(model, grads);
+    }
+    (accum.grads(), loss_sum)
+}
+
+/// With `output.export`, the trained model as an HF directory `hf/` (a note, not an error,
+/// when the architecture has no HF family form).
+fn export_trained(cfg: &RunConfig, opts: &TrainOptions, spec: &ModelSpec, model: &Transformer, data: &Dataset) -> Result<Option<PathBuf>> {
+    if !cfg.output.export {
+        return Ok(None);
+    }
+    let family = spec.family;
+    match burnlens_hf::check_exportable(&spec.config, family) {
+        Ok(()) => {
+            let out = cfg.output.dir.join("hf");
+            export_hf(&model.valid(), family, &out, &ExportOptions { tokenizer: data.tokenizer.as_ref(), dtype: WeightDtype::F32 })?;
+            Ok(Some(out))
+        }
+        Err(e) => {
+            if !opts.quiet {
+                eprintln!("note: no Hugging Face export: {e}");
+            }
+            Ok(None)
+        }
+    }
 }
 
 /// Split `[batch, block + 1]` token rows into inputs and targets on `device`.
