@@ -114,11 +114,12 @@ fn logit_directions(model: &Transformer, ids: &[i64]) -> Vec<f32> {
 /// `compute_partial_influences`): rows normalised by their absolute sum, then
 /// `Σ_k w Aᵏ` from the logit weights, at most 128 terms.
 fn partial_influences(rows: &Rows, logit_probs: &[f32]) -> Result<Vec<f32>, TraceError> {
-    let n = rows.stride;
-    influence(rows.nodes.len(), &rows.nodes, n, &logit_weights(n, logit_probs), 128, |r, out| {
-        let row = rows.row(r);
-        out.iter_mut().zip(row).for_each(|(o, x)| *o = x.abs());
-        1.0 / abs_sum(row, 1e-8)
+    let (n, k) = (rows.stride, rows.nodes.len());
+    // Each row's normalising factor once, not in every product.
+    let scale: Vec<f32> = (0..k).map(|r| 1.0 / abs_sum(rows.row(r), 1e-8)).collect();
+    influence(k, &rows.nodes, n, &logit_weights(n, logit_probs), 128, |r, out| {
+        out.iter_mut().zip(rows.row(r)).for_each(|(o, x)| *o = x.abs());
+        scale[r]
     })
 }
 

@@ -59,9 +59,8 @@ pub(crate) fn abs_sum(row: &[f32], floor: f32) -> f32 {
     row.iter().map(|x| x.abs()).sum::<f32>().max(floor)
 }
 
-/// A row's absolute values divided by their sum (at least `floor`), into `out`.
-fn normalize_into(row: &[f32], floor: f32, out: &mut [f32]) {
-    let sum = abs_sum(row, floor);
+/// A row's absolute values divided by `sum` (its [`abs_sum`]), into `out`.
+fn normalize_into(row: &[f32], sum: f32, out: &mut [f32]) {
     out.iter_mut().zip(row).for_each(|(o, x)| *o = x.abs() / sum);
 }
 
@@ -176,6 +175,11 @@ impl Graph {
         &self.rows[r * n..(r + 1) * n]
     }
 
+    /// Every stored row's [`abs_sum`], computed once rather than in each product.
+    fn abs_sums(&self, floor: f32) -> Vec<f32> {
+        (0..self.rows.len() / self.n_nodes().max(1)).map(|r| abs_sum(self.row(r), floor)).collect()
+    }
+
     fn row_nodes(&self) -> Vec<usize> {
         (0..self.rows.len() / self.n_nodes().max(1)).map(|r| self.row_node(r)).collect()
     }
@@ -195,8 +199,9 @@ impl Graph {
         let row_nodes = self.row_nodes();
         let k = row_nodes.len();
         let weights = self.logit_weights();
+        let sums = self.abs_sums(1e-10);
         let node_influence = influence(k, &row_nodes, n, &weights, 1000, |r, out| {
-            normalize_into(self.row(r), 1e-10, out);
+            normalize_into(self.row(r), sums[r], out);
             1.0
         })?;
         let cut = threshold(&mut node_influence.clone(), node_threshold);
@@ -206,8 +211,8 @@ impl Graph {
         // Each row with the pruned nodes' entries (and the pruned nodes' rows) zeroed, then
         // normalised; its sum is computed once.
         let masked = |r: usize, c: usize, x: f32| if node_mask[row_nodes[r]] && node_mask[c] { x.abs() } else { 0.0 };
-        let sums: Vec<f32> = (0..k).map(|r| self.row(r).iter().enumerate().map(|(c, &x)| masked(r, c, x)).sum::<f32>().max(1e-10)).collect();
-        let pruned = |r: usize, out: &mut [f32]| out.iter_mut().zip(self.row(r)).enumerate().for_each(|(c, (o, &x))| *o = masked(r, c, x) / sums[r]);
+        let pruned_sums: Vec<f32> = (0..k).map(|r| self.row(r).iter().enumerate().map(|(c, &x)| masked(r, c, x)).sum::<f32>().max(1e-10)).collect();
+        let pruned = |r: usize, out: &mut [f32]| out.iter_mut().zip(self.row(r)).enumerate().for_each(|(c, (o, &x))| *o = masked(r, c, x) / pruned_sums[r]);
         let mut pruned_influence = influence(k, &row_nodes, n, &weights, 1000, |r, out| {
             pruned(r, out);
             1.0
@@ -276,8 +281,9 @@ impl Graph {
         let weights = self.logit_weights();
         let row_nodes = self.row_nodes();
         let k = row_nodes.len();
+        let sums = self.abs_sums(1e-10);
         let infl = influence(k, &row_nodes, n, &weights, 1000, |r, out| {
-            normalize_into(self.row(r), 1e-10, out);
+            normalize_into(self.row(r), sums[r], out);
             1.0
         })?;
         let token: f32 = infl[error_end..token_end].iter().sum();
@@ -288,7 +294,7 @@ impl Graph {
         let mut num: f32 = out.iter().sum();
         let mut row = vec![0f32; n];
         for r in 0..k {
-            normalize_into(self.row(r), 1e-10, &mut row);
+            normalize_into(self.row(r), sums[r], &mut row);
             num -= row[error_start..error_end].iter().sum::<f32>() * out[row_nodes[r]];
         }
         Ok((replacement, num / out.iter().sum::<f32>()))
