@@ -200,7 +200,7 @@ pub fn run(a: &BenchArgs, device: Device, options: &LoadOptions) -> Result<()> {
         }
         "scale" => scale(a, &device, options)?,
         "attention" => bench_attention(a, &device)?,
-        "gemm" => bench_gemm(a)?,
+        "gemm" => bench_gemm(a, options.dtype)?,
         "machine" => machine(),
         other => return Err(UserError(format!("unknown workload \"{other}\"; expected forward, generate, train, load, scale, attention, gemm or machine")).into()),
     };
@@ -267,7 +267,7 @@ fn bench_attention(a: &BenchArgs, device: &Device) -> Result<serde_json::Value> 
 }
 
 /// One matrix product of `--shape MxKxN[t]`, through the packed weight and repacking.
-fn bench_gemm(a: &BenchArgs) -> Result<serde_json::Value> {
+fn bench_gemm(a: &BenchArgs, dtype: burnlens_hf::WeightDtype) -> Result<serde_json::Value> {
     use burnlens_model::kernels::gemm::{MatRef, matmul};
     let spec = a.shape.as_deref().ok_or_else(|| UserError("bench gemm: --shape MxKxN is required".into()))?;
     let (dims, transposed) = match spec.strip_suffix('t') {
@@ -280,6 +280,9 @@ fn bench_gemm(a: &BenchArgs) -> Result<serde_json::Value> {
     let (x, w) = (operand(m * k, 97), operand(k * n, 89));
     let mut c = vec![0.0f32; m * n];
     let b = if transposed { MatRef::row_major(&w, n, k).t() } else { MatRef::row_major(&w, k, n) };
+    if let Some(kind) = half_kind(dtype) {
+        return Ok(bench_gemm_half(a, [m, k, n], transposed, kind, &x));
+    }
     let before = burnlens_model::kernels::pool::stats();
     // The model's path: the weight packed once (before timing), as `linear` keeps it.
     let packed = burnlens_model::kernels::packed::Packed::new(b);
@@ -293,6 +296,49 @@ fn bench_gemm(a: &BenchArgs) -> Result<serde_json::Value> {
     let pool = burnlens_model::kernels::pool::stats();
     Ok(json!({"times": times, "times_repacking": unpacked, "packed": packed.is_some(), "flops": 2.0 * (m * k * n) as f64, "shape": spec,
            "pool_late_jobs": pool.late_jobs - before.late_jobs, "pool_revoked_seats": pool.revoked_seats - before.revoked_seats}))
+}
+
+fn half_kind(dtype: burnlens_hf::WeightDtype) -> Option<burnlens_model::kernels::half::Half> {
+    use burnlens_hf::WeightDtype;
+    use burnlens_model::kernels::half::Half;
+    match dtype {
+        WeightDtype::Bf16 => Some(Half::Bf16),
+        WeightDtype::F16 => Some(Half::F16),
+        WeightDtype::Auto | WeightDtype::F32 => None,
+    }
+}
+
+/// `bench gemm --dtype bf16|f16`: the product with a half weight (read in place, widened
+/// by the kernel), as a half-precision checkpoint's linear layers run it, each time on a
+/// weight that is not in the cache.
+fn bench_gemm_half(a: &BenchArgs, [m, k, n]: [usize; 3], transposed: bool, kind: burnlens_model::kernels::half::Half, x: &[f32]) -> serde_json::Value {
+    use burnlens_model::kernels::gemm::MatRef;
+    use burnlens_model::kernels::half::{Half, HalfRef, matmul_half};
+    let bits: Vec<u16> = operand(k * n, 89)
+        .iter()
+        .map(|&v| match kind {
+            Half::Bf16 => burn::tensor::bf16::from_f32(v).to_bits(),
+            Half::F16 => burn::tensor::f16::from_f32(v).to_bits(),
+        })
+        .collect();
+    // Copies of the weight used in turn, 256 MB in all, so that each product reads its
+    // weight from memory as a decoding step does (one copy would stay in the L3 cache).
+    let copies = ((256usize << 20) / (2 * k * n).max(1)).clamp(1, 64);
+    let bits: Vec<Vec<u16>> = (0..copies).map(|_| bits.clone()).collect();
+    fn view(data: &[u16], kind: burnlens_model::kernels::half::Half, [k, n]: [usize; 2], transposed: bool) -> HalfRef<'_> {
+        if transposed {
+            HalfRef { data, kind, offset: 0, rows: n, cols: k, rs: k as isize, cs: 1 }.t()
+        } else {
+            HalfRef { data, kind, offset: 0, rows: k, cols: n, rs: n as isize, cs: 1 }
+        }
+    }
+    let mut c = vec![0.0f32; m * n];
+    let mut turn = 0;
+    let times = timed_warm(a.reps, std::time::Duration::from_millis(300), || {
+        turn = (turn + 1) % copies;
+        matmul_half(&mut c, n, MatRef::row_major(x, m, k), view(&bits[turn], kind, [k, n], transposed), false)
+    });
+    json!({"times": times, "flops": 2.0 * (m * k * n) as f64, "weight_bytes": 2 * k * n, "shape": a.shape, "dtype": format!("{kind:?}")})
 }
 
 /// A GEMM operand of `len` values in [-0.5, 0.5), periodic in `period` (a prime, so rows

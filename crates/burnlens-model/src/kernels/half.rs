@@ -118,7 +118,11 @@ pub fn matmul_half(dst: &mut [f32], dst_rs: usize, a: MatRef, w: HalfRef, accumu
     if m <= STREAM_ROWS && (w.rs == 1 || w.cs == 1) {
         stream(dst, dst_rs, a, w, accumulate);
     } else if let Some(isa) = packed::isa() {
-        blocked(dst, dst_rs, a, w, accumulate, isa);
+        if w.rs == 1 && w.cs != 1 {
+            by_columns(dst, dst_rs, a, w, accumulate, isa);
+        } else {
+            blocked(dst, dst_rs, a, w, accumulate, isa);
+        }
     } else {
         portable(dst, dst_rs, a, w, accumulate);
     }
@@ -128,51 +132,104 @@ pub fn matmul_half(dst: &mut [f32], dst_rs: usize, a: MatRef, w: HalfRef, accumu
 // Few rows: one pass over the weight
 // ---------------------------------------------------------------------------------------
 
-/// Columns per streaming task. Columns contiguous in `w` (`rows_contiguous == false`): enough
-/// weight per task to amortise it, few enough tasks per thread to balance. Rows contiguous:
-/// as wide as balance allows, since each of the task's `k` reads of a row is only `cols`
-/// long (16 columns would read 32 bytes from each of 4,096 rows: half-used cache lines, and
-/// a stride no prefetcher follows).
-fn stream_cols(n: usize, k: usize, rows_contiguous: bool) -> usize {
-    let by_threads = n.div_ceil(pool::threads() * 4).max(16);
-    if rows_contiguous {
-        return by_threads.min(4096).next_multiple_of(16);
-    }
-    let by_work = (GRAIN * 4 / k.max(1)).max(16);
-    by_work.min(by_threads).next_multiple_of(16)
-}
-
 fn stream(dst: &mut [f32], dst_rs: usize, a: MatRef, w: HalfRef, accumulate: bool) {
-    let (m, k, n) = (a.rows, a.cols, w.cols);
+    let (m, k) = (a.rows, a.cols);
     // The rows of `a`, contiguous (at most STREAM_ROWS × k floats).
     let rows: Vec<Vec<f32>> = (0..m).map(|r| (0..k).map(|i| a.data[(a.offset as isize + r as isize * a.rs + i as isize * a.cs) as usize]).collect()).collect();
-    let block = stream_cols(n, k, w.rs != 1);
+    let parallel = pool::threads() > 1 && m * k * w.cols >= GRAIN * 16;
+    if w.rs == 1 {
+        stream_columns(dst, dst_rs, &rows, w, accumulate, parallel);
+    } else {
+        stream_rows(dst, dst_rs, &rows, w, accumulate, parallel);
+    }
+}
+
+/// Tasks per thread of a streaming product: enough to balance a helper that starts late.
+const STREAM_TASKS_PER_THREAD: usize = 4;
+
+/// Columns contiguous in `w` (`rs == 1`): each task takes a block of columns, a contiguous
+/// run of `cols × k` weights, and writes their dot products.
+fn stream_columns(dst: &mut [f32], dst_rs: usize, rows: &[Vec<f32>], w: HalfRef, accumulate: bool, parallel: bool) {
+    let (m, k, n) = (rows.len(), w.rows, w.cols);
+    let tasks_wanted = if parallel { pool::threads() * STREAM_TASKS_PER_THREAD } else { 1 };
+    // Enough weight per task to amortise handing it out, in whole groups of four columns.
+    let block = n.div_ceil(tasks_wanted).max((GRAIN * 4 / k.max(1)).min(n)).next_multiple_of(4);
     let ptr = SendPtr(dst.as_mut_ptr());
     let task = |t: usize| {
         let dst = ptr;
         let c0 = t * block;
         let cols = block.min(n - c0);
         let mut out = vec![0.0f32; m * cols];
-        if w.rs == 1 {
-            columns_dot(&rows, w, c0, &mut out, cols);
-        } else {
-            rows_axpy(&rows, w, c0, &mut out, cols);
-        }
+        columns_dot(rows, w, c0, &mut out, cols);
         for (r, row) in out.chunks_exact(cols).enumerate() {
             // SAFETY: tasks write disjoint columns of `dst`, inside it (checked by the caller).
             let d = unsafe { std::slice::from_raw_parts_mut(dst.0.add(r * dst_rs + c0), cols) };
-            if accumulate {
-                d.iter_mut().zip(row).for_each(|(d, v)| *d += v);
-            } else {
-                d.copy_from_slice(row);
-            }
+            store(d, row, accumulate);
         }
     };
     let tasks = n.div_ceil(block);
-    if tasks > 1 && pool::threads() > 1 && m * k * n >= GRAIN * 16 {
+    if parallel && tasks > 1 {
         pool::run(tasks, task);
     } else {
         (0..tasks).for_each(task);
+    }
+}
+
+/// Most columns one task of [`stream_rows`] sums at once (its partial sums stay in L1/L2).
+const STREAM_ROW_COLS: usize = 4096;
+
+/// Rows contiguous in `w` (`cs == 1`, GPT-2's `Conv1D`): each task takes a range of whole
+/// rows of `w` (of at most [`STREAM_ROW_COLS`] columns), a contiguous run of memory the
+/// prefetchers follow, and sums them into partial outputs of its own; the partial sums are
+/// added in task order. (Blocks of columns instead would read a short piece of every row,
+/// `k` jumps of `n` values each.)
+fn stream_rows(dst: &mut [f32], dst_rs: usize, rows: &[Vec<f32>], w: HalfRef, accumulate: bool, parallel: bool) {
+    let (m, k, n) = (rows.len(), w.rows, w.cols);
+    let col_blocks = n.div_ceil(STREAM_ROW_COLS);
+    let width = n.div_ceil(col_blocks);
+    let tasks_wanted = if parallel { pool::threads() * STREAM_TASKS_PER_THREAD } else { 1 };
+    let depth_splits = tasks_wanted.div_ceil(col_blocks).clamp(1, k.div_ceil(4).max(1));
+    let depth = k.div_ceil(depth_splits).next_multiple_of(4);
+    let depth_splits = k.div_ceil(depth).max(1);
+    // Partial sums: task (b, s) writes rows `m` × columns of block `b` at `partial[(b · splits + s) · m · width ..]`.
+    let mut partial = vec![0.0f32; col_blocks * depth_splits * m * width];
+    let ptr = SendPtr(partial.as_mut_ptr());
+    let task = |t: usize| {
+        let part = ptr;
+        let (b, s) = (t / depth_splits, t % depth_splits);
+        let c0 = b * width;
+        let cols = width.min(n - c0);
+        let i0 = s * depth;
+        let i1 = (i0 + depth).min(k);
+        // SAFETY: each task owns its own `m × width` piece of `partial`.
+        let out = unsafe { std::slice::from_raw_parts_mut(part.0.add(t * m * width), m * width) };
+        rows_axpy(rows, w, c0, i0..i1, out, cols);
+    };
+    let tasks = col_blocks * depth_splits;
+    if parallel && tasks > 1 {
+        pool::run(tasks, task);
+    } else {
+        (0..tasks).for_each(task);
+    }
+    for b in 0..col_blocks {
+        let c0 = b * width;
+        let cols = width.min(n - c0);
+        for r in 0..m {
+            let d = &mut dst[r * dst_rs + c0..r * dst_rs + c0 + cols];
+            let piece = |s: usize| &partial[((b * depth_splits + s) * m + r) * width..][..cols];
+            store(d, piece(0), accumulate);
+            for s in 1..depth_splits {
+                d.iter_mut().zip(piece(s)).for_each(|(d, v)| *d += v);
+            }
+        }
+    }
+}
+
+fn store(dst: &mut [f32], src: &[f32], accumulate: bool) {
+    if accumulate {
+        dst.iter_mut().zip(src).for_each(|(d, v)| *d += v);
+    } else {
+        dst.copy_from_slice(src);
     }
 }
 
@@ -189,60 +246,64 @@ fn wide<const BF16: bool>(bits: u16) -> f32 {
     if BF16 { bf16_to_f32(bits) } else { f16_to_f32(bits) }
 }
 
-/// Independent sums per dot product: four AVX2 registers (two AVX-512), enough to hide the
-/// latency of the fused multiply-adds.
+/// Independent partial sums of one dot product: two AVX-512 registers (four AVX2), enough
+/// to hide the multiply-adds' latency.
 const LANES: usize = 32;
 
+/// The sum of `v`'s lanes as a tree (a chain of adds would not vectorise, and at decoding's
+/// widths it cost as much as the products).
+#[inline(always)]
+fn lane_sum(mut v: [f32; LANES]) -> f32 {
+    let mut half = LANES / 2;
+    while half > 0 {
+        for l in 0..half {
+            v[l] += v[l + half];
+        }
+        half /= 2;
+    }
+    v[0]
+}
+
+/// One column at a time: the task's weights are read as one stream, in address order.
+/// (Four columns at once, four streams a column apart, ran at a third of the speed from
+/// memory on the Zen 4 machine: the prefetchers did not follow.)
 #[inline(always)]
 fn columns_dot_body<const BF16: bool>(rows: &[Vec<f32>], w: HalfRef, c0: usize, out: &mut [f32], cols: usize) {
     let k = w.rows;
+    let body = k / LANES * LANES;
     for c in 0..cols {
         let start = w.at(0, c0 + c);
         let col = &w.data[start..start + k];
         for (r, row) in rows.iter().enumerate() {
-            // Independent sums (one f32 chain does not vectorise).
             let mut acc = [0.0f32; LANES];
-            let (xs, ws) = (row[..k].chunks_exact(LANES), col.chunks_exact(LANES));
-            let tail: f32 = xs.remainder().iter().zip(ws.remainder()).map(|(&x, &b)| x * wide::<BF16>(b)).sum();
-            for (x, b) in xs.zip(ws) {
+            for (x, wc) in row[..body].chunks_exact(LANES).zip(col[..body].chunks_exact(LANES)) {
                 for l in 0..LANES {
-                    acc[l] += x[l] * wide::<BF16>(b[l]);
+                    acc[l] += x[l] * wide::<BF16>(wc[l]);
                 }
             }
-            out[r * cols + c] = acc.iter().sum::<f32>() + tail;
+            let tail: f32 = row[body..k].iter().zip(&col[body..]).map(|(&x, &b)| x * wide::<BF16>(b)).sum();
+            out[r * cols + c] = lane_sum(acc) + tail;
         }
     }
 }
 
-/// `out[r, ..] = Σ_i rows[r][i] · w[i, c0..c0 + cols]` for rows contiguous in `w` (`cs == 1`).
-fn rows_axpy(rows: &[Vec<f32>], w: HalfRef, c0: usize, out: &mut [f32], cols: usize) {
+/// `out[r, ..cols] += Σ_{i ∈ depth} rows[r][i] · w[i, c0..c0 + cols]` for rows contiguous in
+/// `w` (`cs == 1`); `out` holds `rows.len()` rows of `cols` values, zeroed by the caller.
+fn rows_axpy(rows: &[Vec<f32>], w: HalfRef, c0: usize, depth: std::ops::Range<usize>, out: &mut [f32], cols: usize) {
     match w.kind {
-        Half::Bf16 => dispatch!(|rows: &[Vec<f32>], w: HalfRef, c0: usize, out: &mut [f32], cols: usize| -> () { rows_axpy_body::<true>(rows, w, c0, out, cols) }),
-        Half::F16 => dispatch!(|rows: &[Vec<f32>], w: HalfRef, c0: usize, out: &mut [f32], cols: usize| -> () { rows_axpy_body::<false>(rows, w, c0, out, cols) }),
+        Half::Bf16 => dispatch!(|rows: &[Vec<f32>], w: HalfRef, c0: usize, depth: std::ops::Range<usize>, out: &mut [f32], cols: usize| -> () { rows_axpy_body::<true>(rows, w, c0, depth, out, cols) }),
+        Half::F16 => dispatch!(|rows: &[Vec<f32>], w: HalfRef, c0: usize, depth: std::ops::Range<usize>, out: &mut [f32], cols: usize| -> () { rows_axpy_body::<false>(rows, w, c0, depth, out, cols) }),
     }
 }
 
+/// One row of `w` at a time, so that the task's weights are read as one stream in address
+/// order (four rows per pass, four streams a row apart, ran at 60–70% of this speed from
+/// memory on the Zen 4 machine; its output reads and writes stay in L1 either way).
 #[inline(always)]
-fn rows_axpy_body<const BF16: bool>(rows: &[Vec<f32>], w: HalfRef, c0: usize, out: &mut [f32], cols: usize) {
-    let row = |i: usize| {
+fn rows_axpy_body<const BF16: bool>(rows: &[Vec<f32>], w: HalfRef, c0: usize, depth: std::ops::Range<usize>, out: &mut [f32], cols: usize) {
+    for i in depth {
         let start = w.at(i, c0);
-        &w.data[start..start + cols]
-    };
-    // Four rows of `w` per pass over the output: a quarter of the output loads and stores,
-    // four streams for the prefetcher.
-    let k4 = w.rows / 4 * 4;
-    for i in (0..k4).step_by(4) {
-        let (w0, w1, w2, w3) = (row(i), row(i + 1), row(i + 2), row(i + 3));
-        for (r, x) in rows.iter().enumerate() {
-            let (x0, x1, x2, x3) = (x[i], x[i + 1], x[i + 2], x[i + 3]);
-            let o = &mut out[r * cols..(r + 1) * cols];
-            for ((((o, &a), &b), &c), &d) in o.iter_mut().zip(w0).zip(w1).zip(w2).zip(w3) {
-                *o += (x0 * wide::<BF16>(a) + x1 * wide::<BF16>(b)) + (x2 * wide::<BF16>(c) + x3 * wide::<BF16>(d));
-            }
-        }
-    }
-    for i in k4..w.rows {
-        let src = row(i);
+        let src = &w.data[start..start + cols];
         for (r, row) in rows.iter().enumerate() {
             let x = row[i];
             for (o, &b) in out[r * cols..(r + 1) * cols].iter_mut().zip(src) {
@@ -290,6 +351,126 @@ fn blocked(dst: &mut [f32], dst_rs: usize, a: MatRef, w: HalfRef, accumulate: bo
             }
         });
     });
+}
+
+/// Rows of `a` per pass of [`by_columns`]: their packed `KC`-deep slices (`ROW_BLOCK × KC`
+/// floats, 256 KiB) stay in L2 while the weight's columns stream past.
+const ROW_BLOCK: usize = 256;
+/// Column groups (of [`NR`](packed::NR)) computed together into one tile by [`by_columns`].
+const TILE_GROUPS: usize = 16;
+
+thread_local! {
+    /// [`by_columns`]'s output tile: `TILE_GROUPS · NR` columns of up to `ROW_BLOCK` rows,
+    /// each column contiguous.
+    static TILE: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The weight's columns contiguous (`rs == 1`: every `nn.Linear` weight read through its
+/// transposed view, the tied unembedding `W_Eᵀ`): the roles of the operands swap. `a` is
+/// packed once into panels of `P` rows (`a` is the small operand: positions × width), and
+/// the weight is widened [`NR`](packed::NR) columns at a time, each a contiguous run of
+/// `KC` values, into a buffer the micro-kernel broadcasts from (`kc × 6` floats, in L1).
+/// Every weight element is widened once per [`ROW_BLOCK`] rows and read in order: no
+/// transposing scatter into panels. The micro-kernels write a tile whose columns are
+/// contiguous (their fast path); it is added to `dst` once its whole depth is summed, so
+/// `dst`'s row stride (a power of two for most models: every row of a block in one cache
+/// set) is never walked by the micro-kernels.
+fn by_columns(dst: &mut [f32], dst_rs: usize, a: MatRef, w: HalfRef, accumulate: bool, isa: packed::Isa) {
+    let (m, k, n) = (a.rows, a.cols, w.cols);
+    let (p, nr) = (isa.panel(), packed::NR);
+    let row_panels = m.div_ceil(p);
+    let mut lhs = vec![0.0f32; row_panels * k * p];
+    pool::for_chunks(&mut lhs, k * p, |rp, panel| {
+        let r0 = rp * p;
+        for i in 0..p.min(m - r0) {
+            let row = (a.offset as isize + (r0 + i) as isize * a.rs) as usize;
+            for (kk, dst) in panel.chunks_exact_mut(p).enumerate() {
+                dst[i] = a.data[(row as isize + kk as isize * a.cs) as usize];
+            }
+        }
+    });
+    let groups = n.div_ceil(nr);
+    let threads = pool::threads();
+    let parallel = threads > 1 && m.saturating_mul(k).saturating_mul(n) >= packed::SPLIT_MIN_MACS;
+    let per_task = if parallel { groups.div_ceil(threads * packed::TASKS_PER_THREAD) } else { groups };
+    let panels_per_block = (ROW_BLOCK / p).max(1);
+    let ptr = SendPtr(dst.as_mut_ptr());
+    let lhs = &lhs;
+    let task = |t: usize| {
+        let dst = ptr;
+        let task_groups = t * per_task..((t + 1) * per_task).min(groups);
+        let (mut buf, mut tile) = (PANELS.take(), TILE.take());
+        buf.resize(nr * KC, 0.0);
+        tile.resize(TILE_GROUPS * nr * panels_per_block * p, 0.0);
+        for g0 in task_groups.clone().step_by(TILE_GROUPS) {
+            let cols = g0 * nr..((g0 + TILE_GROUPS).min(task_groups.end) * nr).min(n);
+            for rb in (0..row_panels).step_by(panels_per_block) {
+                let rb_end = (rb + panels_per_block).min(row_panels);
+                let (r0, r1) = (rb * p, (rb_end * p).min(m));
+                // The tile's column stride: the block's rows, whole panels.
+                let ts = (rb_end - rb) * p;
+                for p0 in (0..k).step_by(KC) {
+                    let kc = KC.min(k - p0);
+                    for c0 in cols.clone().step_by(nr) {
+                        let width = nr.min(cols.end - c0);
+                        for j in 0..width {
+                            let start = w.at(p0, c0 + j);
+                            widen(w.kind, &w.data[start..start + kc], &mut buf[j * kc..(j + 1) * kc]);
+                        }
+                        for rp in rb..rb_end {
+                            let rows = p.min(m - rp * p);
+                            let panel = lhs[rp * k * p + p0 * p..].as_ptr();
+                            let out = tile[(c0 - cols.start) * ts + (rp - rb) * p..].as_mut_ptr();
+                            // SAFETY: `out` has `width` columns of `ts ≥ rows` values left in
+                            // the tile; `panel` holds `kc × p` packed values of this row panel,
+                            // `buf` `width` widened columns of `kc` each.
+                            unsafe {
+                                isa.kernel(rows, width)(
+                                    rows,
+                                    width,
+                                    kc,
+                                    out,
+                                    panel,
+                                    buf.as_ptr(),
+                                    ts as isize,
+                                    1,
+                                    p as isize,
+                                    1,
+                                    kc as isize,
+                                    1.0,
+                                    1.0,
+                                    u8::from(p0 > 0),
+                                    false,
+                                    false,
+                                    false,
+                                    panel,
+                                )
+                            };
+                        }
+                    }
+                }
+                for r in r0..r1 {
+                    // SAFETY: tasks write disjoint column ranges of `dst`, inside it (checked
+                    // by the caller).
+                    let d = unsafe { std::slice::from_raw_parts_mut(dst.0.add(r * dst_rs + cols.start), cols.len()) };
+                    let column = |c: usize| tile[c * ts + r - r0];
+                    if accumulate {
+                        d.iter_mut().enumerate().for_each(|(c, d)| *d += column(c));
+                    } else {
+                        d.iter_mut().enumerate().for_each(|(c, d)| *d = column(c));
+                    }
+                }
+            }
+        }
+        PANELS.set(buf);
+        TILE.set(tile);
+    };
+    let tasks = groups.div_ceil(per_task);
+    if parallel {
+        pool::run(tasks, task);
+    } else {
+        (0..tasks).for_each(task);
+    }
 }
 
 /// Widen `w[depth, cols]` into `buf` as panels of `p` columns, each `depth.len() × p`

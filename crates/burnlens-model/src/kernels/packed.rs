@@ -39,11 +39,11 @@ pub(crate) const KC: usize = 256;
 /// Output columns passed together (several panels): their `KC`-deep slices stay in L2.
 pub(crate) const GROUP_COLS: usize = 512;
 /// Rows of `x` per micro-kernel call (the micro-kernels' `nr`).
-const NR: usize = 6;
+pub(crate) const NR: usize = 6;
 /// Tasks per thread in a split product.
-const TASKS_PER_THREAD: usize = 3;
+pub(crate) const TASKS_PER_THREAD: usize = 3;
 /// Below this many multiply-adds a product runs on one thread.
-const SPLIT_MIN_MACS: usize = 48 * 48 * 64;
+pub(crate) const SPLIT_MIN_MACS: usize = 48 * 48 * 64;
 
 /// The micro-kernels this CPU runs: `ukr[v - 1][r - 1]` computes `v` vectors of `lanes`
 /// output columns for `r` rows.
@@ -56,6 +56,12 @@ pub(crate) struct Isa {
 impl Isa {
     pub(crate) fn panel(&self) -> usize {
         self.lanes * self.ukr.len()
+    }
+
+    /// The micro-kernel for `m` values down a panel (at most [`Isa::panel`]) by `n` (at most
+    /// [`NR`]) broadcast values.
+    pub(crate) fn kernel(&self, m: usize, n: usize) -> MicroKernelFn<f32> {
+        self.ukr[m.div_ceil(self.lanes) - 1][n - 1]
     }
 }
 
@@ -324,7 +330,7 @@ pub(crate) unsafe fn depth_block(isa: Isa, out: &Out, a: MatRef, panels: std::op
         for j in panels.clone() {
             let c0 = j * p;
             let cols = p.min(out.col_end - c0);
-            let ukr = isa.ukr[cols.div_ceil(isa.lanes) - 1][nr - 1];
+            let ukr = isa.kernel(cols, nr);
             let lhs = lhs(j);
             unsafe {
                 ukr(
