@@ -106,6 +106,56 @@ pub fn widen(kind: Half, src: &[u16], dst: &mut [f32]) {
     }
 }
 
+/// Where [`widen_runs`] reads: `count` runs of `len` bits, the `r`-th starting at
+/// `start + r · stride`.
+#[derive(Clone, Copy)]
+struct Runs {
+    start: usize,
+    stride: isize,
+    count: usize,
+    len: usize,
+}
+
+/// Widen the runs `src` into `dst`, the `r`-th run to `dst[r · dst_stride..][..len]`: one
+/// dispatch for a whole block (a call per short run cost more than the widening).
+fn widen_runs(kind: Half, src: &[u16], runs: Runs, dst: &mut [f32], dst_stride: usize) {
+    if runs.count == 0 || runs.len == 0 {
+        return;
+    }
+    let last = (runs.start as isize + (runs.count - 1) as isize * runs.stride) as usize;
+    assert!(runs.start.max(last) + runs.len <= src.len() && (runs.count - 1) * dst_stride + runs.len <= dst.len(), "widen_runs: out of bounds");
+    match kind {
+        Half::Bf16 => dispatch!(|src: &[u16], runs: Runs, dst: &mut [f32], dst_stride: usize| -> () { widen_runs_body::<true>(src, runs, dst, dst_stride) }),
+        Half::F16 => dispatch!(|src: &[u16], runs: Runs, dst: &mut [f32], dst_stride: usize| -> () { widen_runs_body::<false>(src, runs, dst, dst_stride) }),
+    }
+}
+
+/// Ask for the cache lines of `runs` ahead of their use (a hint: never faults; nothing off
+/// x86), so that widening the next block does not wait for memory.
+fn prefetch_runs(src: &[u16], runs: Runs) {
+    #[cfg(target_arch = "x86_64")]
+    for r in 0..runs.count {
+        let s = src.as_ptr().wrapping_offset(runs.start as isize + r as isize * runs.stride);
+        for i in (0..runs.len).step_by(32) {
+            // SAFETY: a prefetch is a hint; any address is allowed.
+            unsafe { std::arch::x86_64::_mm_prefetch(s.wrapping_add(i).cast::<i8>(), std::arch::x86_64::_MM_HINT_T0) };
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (src, runs);
+}
+
+#[inline(always)]
+fn widen_runs_body<const BF16: bool>(src: &[u16], runs: Runs, dst: &mut [f32], dst_stride: usize) {
+    for r in 0..runs.count {
+        let s = (runs.start as isize + r as isize * runs.stride) as usize;
+        let d = &mut dst[r * dst_stride..r * dst_stride + runs.len];
+        for (d, &b) in d.iter_mut().zip(&src[s..s + runs.len]) {
+            *d = wide::<BF16>(b);
+        }
+    }
+}
+
 /// `dst[m, n] (+)= a[m, k] · w[k, n]`, `dst` row-major with row stride `dst_rs`.
 pub fn matmul_half(dst: &mut [f32], dst_rs: usize, a: MatRef, w: HalfRef, accumulate: bool) {
     let (m, k, n) = (a.rows, a.cols, w.cols);
@@ -339,6 +389,11 @@ fn blocked(dst: &mut [f32], dst_rs: usize, a: MatRef, w: HalfRef, accumulate: bo
                 while p0 < k {
                     let kc = KC.min(k - p0);
                     fill_panels(&mut buf, w, p0..p0 + kc, g0 * p..(g1 * p).min(n), p);
+                    if w.cs == 1 && p0 + kc < k {
+                        // The next depth block's rows, fetched while this one multiplies.
+                        let (c0, c1) = (g0 * p, (g1 * p).min(n));
+                        prefetch_runs(w.data, Runs { start: w.at(p0 + kc, c0), stride: w.rs, count: KC.min(k - p0 - kc), len: c1 - c0 });
+                    }
                     let out = Out { dst: dst.0, dst_rs, col0: 0, col_end: n };
                     let panel0 = buf.as_ptr();
                     // SAFETY: tasks write disjoint (rows × panel columns) blocks of `dst`,
@@ -413,9 +468,10 @@ fn by_columns(dst: &mut [f32], dst_rs: usize, a: MatRef, w: HalfRef, accumulate:
                     let kc = KC.min(k - p0);
                     for c0 in cols.clone().step_by(nr) {
                         let width = nr.min(cols.end - c0);
-                        for j in 0..width {
-                            let start = w.at(p0, c0 + j);
-                            widen(w.kind, &w.data[start..start + kc], &mut buf[j * kc..(j + 1) * kc]);
+                        widen_runs(w.kind, w.data, Runs { start: w.at(p0, c0), stride: w.cs, count: width, len: kc }, &mut buf, kc);
+                        if c0 + nr < cols.end {
+                            let next = nr.min(cols.end - c0 - nr);
+                            prefetch_runs(w.data, Runs { start: w.at(p0, c0 + nr), stride: w.cs, count: next, len: kc });
                         }
                         for rp in rb..rb_end {
                             let rows = p.min(m - rp * p);
@@ -478,18 +534,19 @@ fn by_columns(dst: &mut [f32], dst_rs: usize, a: MatRef, w: HalfRef, accumulate:
 fn fill_panels(buf: &mut Vec<f32>, w: HalfRef, depth: std::ops::Range<usize>, cols: std::ops::Range<usize>, p: usize) {
     let kc = depth.len();
     let panels = cols.len().div_ceil(p);
-    buf.clear();
+    // Every value is written below but a partial panel's padding, zeroed here (zeroing the
+    // whole buffer each depth block cost as much as a tenth of the widening).
     buf.resize(panels * kc * p, 0.0);
     let mut column = vec![0.0f32; if w.rs == 1 { kc } else { 0 }];
     for j in 0..panels {
         let c0 = cols.start + j * p;
         let width = p.min(cols.end - c0);
         let panel = &mut buf[j * kc * p..(j + 1) * kc * p];
+        if width < p {
+            panel.chunks_exact_mut(p).for_each(|row| row[width..].fill(0.0));
+        }
         if w.cs == 1 {
-            for (r, dst) in panel.chunks_exact_mut(p).enumerate() {
-                let start = w.at(depth.start + r, c0);
-                widen(w.kind, &w.data[start..start + width], &mut dst[..width]);
-            }
+            widen_runs(w.kind, w.data, Runs { start: w.at(depth.start, c0), stride: w.rs, count: kc, len: width }, panel, p);
         } else if w.rs == 1 {
             // A column is contiguous: widen it, then spread it down the panel.
             for c in 0..width {
