@@ -4,14 +4,20 @@
 //! a whole f32 copy.
 //!
 //! - **Few rows** (decoding, [`STREAM_ROWS`] or fewer): a streaming kernel reads each weight
-//!   element once and widens it in registers — dot products down a column that is
-//!   contiguous (`W`'s row stride 1, every `nn.Linear` weight), or rows of `W` scaled into
-//!   the output (column stride 1, GPT-2's `Conv1D`). Memory-bound, so half the bytes of an
-//!   f32 weight is up to twice the speed.
-//! - **More rows** (prefill, training-free forward passes): each task widens the `KC × P`
-//!   panels of its columns for one depth block into a buffer of its own (at most
-//!   `KC × GROUP_COLS` floats, 512 KiB) and runs gemm-f32's micro-kernels over it, as
-//!   gemm-f16 does when it packs; the weight's own bytes are all that stays in memory.
+//!   element once and widens it in registers, every task reading its share of the weight as
+//!   one stream in address order (several interleaved streams ran at a third to two thirds
+//!   of the speed from memory: the prefetchers did not follow them) — dot products down one
+//!   contiguous column at a time (`W`'s row stride 1, every `nn.Linear` weight), or, for
+//!   rows of `W` contiguous (GPT-2's `Conv1D`), a range of whole rows per task summed into
+//!   partial outputs that are added at the end. Memory-bound, so half the bytes of an f32
+//!   weight is up to twice the speed.
+//! - **More rows** (prefill, training-free forward passes), rows of `W` contiguous: each
+//!   task widens the `KC × P` panels of its columns for one depth block into a buffer of its
+//!   own (at most `KC × GROUP_COLS` floats, 512 KiB) and runs gemm-f32's micro-kernels over
+//!   it, as gemm-f16 does when it packs, prefetching the next block meanwhile; the weight's
+//!   own bytes are all that stays in memory. Columns contiguous ([`by_columns`]): the
+//!   operands swap roles, `a` packed once into panels of rows and the weight widened six
+//!   columns at a time into a small buffer the micro-kernels broadcast from.
 //! - **No micro-kernels** (`BURNLENS_ISA=baseline`, non-x86): the same blocks widened
 //!   row-major and multiplied by `gemm`.
 //!
