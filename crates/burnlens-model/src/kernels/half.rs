@@ -439,24 +439,14 @@ thread_local! {
 fn by_columns(dst: &mut [f32], dst_rs: usize, a: MatRef, w: HalfRef, accumulate: bool, isa: packed::Isa) {
     let (m, k, n) = (a.rows, a.cols, w.cols);
     let (p, nr) = (isa.panel(), packed::NR);
-    let row_panels = m.div_ceil(p);
-    let mut lhs = vec![0.0f32; row_panels * k * p];
-    pool::for_chunks(&mut lhs, k * p, |rp, panel| {
-        let r0 = rp * p;
-        for i in 0..p.min(m - r0) {
-            let row = (a.offset as isize + (r0 + i) as isize * a.rs) as usize;
-            for (kk, dst) in panel.chunks_exact_mut(p).enumerate() {
-                dst[i] = a.data[(row as isize + kk as isize * a.cs) as usize];
-            }
-        }
-    });
+    let lhs = pack_row_panels(a, p);
     let groups = n.div_ceil(nr);
     let threads = pool::threads();
     let parallel = threads > 1 && m.saturating_mul(k).saturating_mul(n) >= packed::SPLIT_MIN_MACS;
     let per_task = if parallel { groups.div_ceil(threads * packed::TASKS_PER_THREAD) } else { groups };
     let panels_per_block = (ROW_BLOCK / p).max(1);
     let ptr = SendPtr(dst.as_mut_ptr());
-    let lhs = &lhs;
+    let job = ColumnsJob { lhs: &lhs, w, m, isa };
     let task = |t: usize| {
         let dst = ptr;
         let task_groups = t * per_task..((t + 1) * per_task).min(groups);
@@ -465,57 +455,15 @@ fn by_columns(dst: &mut [f32], dst_rs: usize, a: MatRef, w: HalfRef, accumulate:
         tile.resize(TILE_GROUPS * nr * panels_per_block * p, 0.0);
         for g0 in task_groups.clone().step_by(TILE_GROUPS) {
             let cols = g0 * nr..((g0 + TILE_GROUPS).min(task_groups.end) * nr).min(n);
-            for rb in (0..row_panels).step_by(panels_per_block) {
-                let rb_end = (rb + panels_per_block).min(row_panels);
-                let (r0, r1) = (rb * p, (rb_end * p).min(m));
-                // The tile's column stride: the block's rows, whole panels.
-                let ts = (rb_end - rb) * p;
-                for p0 in (0..k).step_by(KC) {
-                    let kc = KC.min(k - p0);
-                    for c0 in cols.clone().step_by(nr) {
-                        let width = nr.min(cols.end - c0);
-                        widen_runs(w.kind, w.data, Runs { start: w.at(p0, c0), stride: w.cs, count: width, len: kc }, &mut buf, kc);
-                        if c0 + nr < cols.end {
-                            let next = nr.min(cols.end - c0 - nr);
-                            prefetch_runs(w.data, Runs { start: w.at(p0, c0 + nr), stride: w.cs, count: next, len: kc });
-                        }
-                        for rp in rb..rb_end {
-                            let rows = p.min(m - rp * p);
-                            let panel = lhs[rp * k * p + p0 * p..].as_ptr();
-                            let out = tile[(c0 - cols.start) * ts + (rp - rb) * p..].as_mut_ptr();
-                            // SAFETY: `out` has `width` columns of `ts ≥ rows` values left in
-                            // the tile; `panel` holds `kc × p` packed values of this row panel,
-                            // `buf` `width` widened columns of `kc` each.
-                            unsafe {
-                                isa.kernel(rows, width)(
-                                    rows,
-                                    width,
-                                    kc,
-                                    out,
-                                    panel,
-                                    buf.as_ptr(),
-                                    ts as isize,
-                                    1,
-                                    p as isize,
-                                    1,
-                                    kc as isize,
-                                    1.0,
-                                    1.0,
-                                    u8::from(p0 > 0),
-                                    false,
-                                    false,
-                                    false,
-                                    panel,
-                                )
-                            };
-                        }
-                    }
-                }
-                for r in r0..r1 {
+            for rb in (0..m.div_ceil(p)).step_by(panels_per_block) {
+                let panels = rb..(rb + panels_per_block).min(m.div_ceil(p));
+                let ts = job.multiply_tile(&mut tile, &mut buf, cols.clone(), panels.clone());
+                let rows = panels.start * p..(panels.end * p).min(m);
+                for r in rows.clone() {
                     // SAFETY: tasks write disjoint column ranges of `dst`, inside it (checked
                     // by the caller).
                     let d = unsafe { std::slice::from_raw_parts_mut(dst.0.add(r * dst_rs + cols.start), cols.len()) };
-                    let column = |c: usize| tile[c * ts + r - r0];
+                    let column = |c: usize| tile[c * ts + r - rows.start];
                     if accumulate {
                         d.iter_mut().enumerate().for_each(|(c, d)| *d += column(c));
                     } else {
@@ -532,6 +480,84 @@ fn by_columns(dst: &mut [f32], dst_rs: usize, a: MatRef, w: HalfRef, accumulate:
         pool::run(tasks, task);
     } else {
         (0..tasks).for_each(task);
+    }
+}
+
+/// `a` in panels of `p` rows, each `k × p` with a row's values `p` apart (zero-padded).
+fn pack_row_panels(a: MatRef, p: usize) -> Vec<f32> {
+    let (m, k) = (a.rows, a.cols);
+    let mut lhs = vec![0.0f32; m.div_ceil(p) * k * p];
+    pool::for_chunks(&mut lhs, k * p, |rp, panel| {
+        let r0 = rp * p;
+        for i in 0..p.min(m - r0) {
+            let row = (a.offset as isize + (r0 + i) as isize * a.rs) as usize;
+            for (kk, dst) in panel.chunks_exact_mut(p).enumerate() {
+                dst[i] = a.data[(row as isize + kk as isize * a.cs) as usize];
+            }
+        }
+    });
+    lhs
+}
+
+/// What every task of [`by_columns`] reads: `a` packed by [`pack_row_panels`] (`m` rows),
+/// the weight, the micro-kernels.
+struct ColumnsJob<'a> {
+    lhs: &'a [f32],
+    w: HalfRef<'a>,
+    m: usize,
+    isa: packed::Isa,
+}
+
+impl ColumnsJob<'_> {
+    /// The product of the row panels `panels` with the weight's columns `cols`, over the
+    /// whole depth, into `tile` (column `c` at `tile[c · ts ..]`, `ts` the block's rows in
+    /// whole panels, returned). `buf` holds the widened columns.
+    fn multiply_tile(&self, tile: &mut [f32], buf: &mut [f32], cols: std::ops::Range<usize>, panels: std::ops::Range<usize>) -> usize {
+        let (w, isa) = (self.w, self.isa);
+        let (k, p, nr) = (w.rows, isa.panel(), packed::NR);
+        let ts = panels.len() * p;
+        for p0 in (0..k).step_by(KC) {
+            let kc = KC.min(k - p0);
+            for c0 in cols.clone().step_by(nr) {
+                let width = nr.min(cols.end - c0);
+                widen_runs(w.kind, w.data, Runs { start: w.at(p0, c0), stride: w.cs, count: width, len: kc }, buf, kc);
+                if c0 + nr < cols.end {
+                    let next = nr.min(cols.end - c0 - nr);
+                    prefetch_runs(w.data, Runs { start: w.at(p0, c0 + nr), stride: w.cs, count: next, len: kc });
+                }
+                for rp in panels.clone() {
+                    let rows = p.min(self.m - rp * p);
+                    let panel = self.lhs[rp * k * p + p0 * p..].as_ptr();
+                    let out = tile[(c0 - cols.start) * ts + (rp - panels.start) * p..].as_mut_ptr();
+                    // SAFETY: `out` has `width` columns of `ts ≥ rows` values left in the
+                    // tile; `panel` holds `kc × p` packed values of this row panel, `buf`
+                    // `width` widened columns of `kc` each.
+                    unsafe {
+                        isa.kernel(rows, width)(
+                            rows,
+                            width,
+                            kc,
+                            out,
+                            panel,
+                            buf.as_ptr(),
+                            ts as isize,
+                            1,
+                            p as isize,
+                            1,
+                            kc as isize,
+                            1.0,
+                            1.0,
+                            u8::from(p0 > 0),
+                            false,
+                            false,
+                            false,
+                            panel,
+                        )
+                    };
+                }
+            }
+        }
+        ts
     }
 }
 
