@@ -98,18 +98,7 @@ pub fn f16_to_f32(h: u16) -> f32 {
 /// Widen `src` into `dst` (equal lengths).
 pub fn widen(kind: Half, src: &[u16], dst: &mut [f32]) {
     assert_eq!(src.len(), dst.len(), "widen: lengths differ");
-    match kind {
-        Half::Bf16 => dispatch!(|src: &[u16], dst: &mut [f32]| -> () {
-            for (d, &s) in dst.iter_mut().zip(src) {
-                *d = bf16_to_f32(s);
-            }
-        }),
-        Half::F16 => dispatch!(|src: &[u16], dst: &mut [f32]| -> () {
-            for (d, &s) in dst.iter_mut().zip(src) {
-                *d = f16_to_f32(s);
-            }
-        }),
-    }
+    widen_runs(kind, src, Runs { start: 0, stride: 0, count: 1, len: src.len() }, dst, 0);
 }
 
 /// Where [`widen_runs`] reads: `count` runs of `len` bits, the `r`-th starting at
@@ -562,14 +551,14 @@ impl ColumnsJob<'_> {
 }
 
 /// Widen `w[depth, cols]` into `buf` as panels of `p` columns, each `depth.len() × p`
-/// contiguous and zero-padded past the last column.
+/// contiguous and zero-padded past the last column. (A weight whose columns are contiguous
+/// takes [`by_columns`] instead.)
 fn fill_panels(buf: &mut Vec<f32>, w: HalfRef, depth: std::ops::Range<usize>, cols: std::ops::Range<usize>, p: usize) {
     let kc = depth.len();
     let panels = cols.len().div_ceil(p);
     // Every value is written below but a partial panel's padding, zeroed here (zeroing the
     // whole buffer each depth block cost as much as a tenth of the widening).
     buf.resize(panels * kc * p, 0.0);
-    let mut column = vec![0.0f32; if w.rs == 1 { kc } else { 0 }];
     for j in 0..panels {
         let c0 = cols.start + j * p;
         let width = p.min(cols.end - c0);
@@ -579,15 +568,6 @@ fn fill_panels(buf: &mut Vec<f32>, w: HalfRef, depth: std::ops::Range<usize>, co
         }
         if w.cs == 1 {
             widen_runs(w.kind, w.data, Runs { start: w.at(depth.start, c0), stride: w.rs, count: kc, len: width }, panel, p);
-        } else if w.rs == 1 {
-            // A column is contiguous: widen it, then spread it down the panel.
-            for c in 0..width {
-                let start = w.at(depth.start, c0 + c);
-                widen(w.kind, &w.data[start..start + kc], &mut column);
-                for (r, &v) in column.iter().enumerate() {
-                    panel[r * p + c] = v;
-                }
-            }
         } else {
             for r in 0..kc {
                 for c in 0..width {
