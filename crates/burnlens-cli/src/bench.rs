@@ -174,10 +174,13 @@ pub fn run(a: &BenchArgs, device: Device, options: &LoadOptions) -> Result<()> {
         "forward" => {
             let m = load_model(need_model()?, &device)?.model;
             let x = Tensor::<2, Int>::from_data(TensorData::new(ids(a.batch * a.seq, m.config.vocab_size, 1), [a.batch, a.seq]), &device);
+            let before = burnlens_model::kernels::pool::stats();
             let times = timed(a.reps, || {
                 let _ = m.forward(x.clone()).into_data();
             });
-            json!({"times": times, "tokens": a.batch * a.seq, "flops": forward_flops(&m.config, a.batch, a.seq)})
+            let pool = burnlens_model::kernels::pool::stats();
+            json!({"times": times, "tokens": a.batch * a.seq, "flops": forward_flops(&m.config, a.batch, a.seq),
+                   "pool_late_jobs": pool.late_jobs - before.late_jobs, "pool_revoked_seats": pool.revoked_seats - before.revoked_seats})
         }
         "generate" => {
             let m = load_model(need_model()?, &device)?.model;
