@@ -6,7 +6,7 @@ use std::time::Instant;
 use anyhow::Result;
 use burn::tensor::{Device, Distribution, Int, Tensor, TensorData};
 use burnlens_hf::{LoadOptions, load_model_with};
-use burnlens_model::{AttentionInput, Hooks, KvCache, LayerInput, Rng, Sampling, Transformer, TransformerConfig, cross_entropy, generate};
+use burnlens_model::{AttentionInput, BlockHook, Hooks, KvCache, LayerHook, LayerInput, Rng, Sampling, Transformer, TransformerConfig, cross_entropy, generate};
 use burnlens_train::config::TrainingSection;
 use burnlens_train::optim::{clip_global_norm, optimizer};
 use serde_json::json;
@@ -131,7 +131,7 @@ fn scale(a: &BenchArgs, device: &Device, options: &LoadOptions) -> Result<serde_
     let first_forward_s = forward();
     let forward_s = forward();
     let t = Instant::now();
-    let mut hooks = Hooks::capture(|n| n.ends_with("hook_resid_post"));
+    let mut hooks = Hooks::capture(BlockHook::ResidPost.every_layer());
     let _ = m.forward_hooked(m.ids_tensor(&prompt), &mut hooks).into_data();
     let cached: usize = hooks.cache.values().map(|v| v.dims().iter().product::<usize>() * 4).sum();
     let cache_s = t.elapsed().as_secs_f64();

@@ -1,7 +1,7 @@
 //! Activation caches and interventions on top of the model's hook points.
 //!
 //! ```ignore
-//! let cache = run_with_cache(&model, &ids, |n| n.ends_with("hook_pattern"));
+//! let cache = run_with_cache(&model, &ids, HookPoint::filter(|p| matches!(p, HookPoint::Attn(_, AttnHook::Pattern))));
 //! let pattern = cache.pattern(0);                  // [head, query, key], row-major
 //! // Zero-ablate head 3 of layer 1 and read the logits:
 //! let mut hooks = ablate_heads(Hooks::none(), &[(1, 3)], Ablation::Zero);
@@ -11,7 +11,7 @@
 use std::collections::BTreeMap;
 
 use burn::tensor::{Tensor, TensorData};
-use burnlens_model::{Activation, Hooks, Transformer};
+use burnlens_model::{Activation, AttnHook, HookPoint, Hooks, Transformer};
 
 /// Activations of one forward pass by TransformerLens name, batch dimension kept.
 pub struct ActivationCache {
@@ -24,10 +24,15 @@ impl ActivationCache {
         self.activations.get(name)
     }
 
+    /// The activation at hook point `p`, if it was cached.
+    pub fn at(&self, p: HookPoint) -> Option<&Activation> {
+        self.activations.get(&p.name())
+    }
+
     /// `blocks.{layer}.attn.hook_pattern` of the first sequence, `[head, query, key]` flattened.
     pub fn pattern(&self, layer: usize) -> Vec<f32> {
-        let name = format!("blocks.{layer}.attn.hook_pattern");
-        let p = self.activations.get(&name).unwrap_or_else(|| panic!("`{name}` was not cached"));
+        let point = HookPoint::Attn(layer, AttnHook::Pattern);
+        let p = self.at(point).unwrap_or_else(|| panic!("`{point}` was not cached"));
         let [_, h, q, k] = <[usize; 4]>::try_from(p.dims()).expect("rank 4");
         let v = p.to_vec();
         v[..h * q * k].to_vec()
@@ -54,14 +59,14 @@ pub enum Ablation {
 /// Add head ablations to `hooks`: each `(layer, head)` has its `hook_z` replaced.
 pub fn ablate_heads<'a>(hooks: Hooks<'a>, heads: &[(usize, usize)], how: Ablation) -> Hooks<'a> {
     let heads = heads.to_vec();
-    let names: Vec<String> = heads.iter().map(|(l, _)| format!("blocks.{l}.attn.hook_z")).collect();
+    let layers: Vec<usize> = heads.iter().map(|&(l, _)| l).collect();
     hooks.with_edit(
-        move |n| names.iter().any(|m| m == n),
+        HookPoint::filter(move |p| matches!(p, HookPoint::Attn(l, AttnHook::Z) if layers.contains(&l))),
         move |name, act| {
             let z = act.rank4().expect("hook_z is rank 4"); // [batch, pos, head, d_head]
             let [b, t, h, dh] = z.dims();
             let device = z.device();
-            let layer: usize = name.split('.').nth(1).and_then(|s| s.parse().ok()).expect("layer index");
+            let layer = HookPoint::parse(name).and_then(HookPoint::layer).expect("a hook_z of a block");
             let mut keep = vec![1.0f32; h];
             for &(l, head) in &heads {
                 if l == layer {

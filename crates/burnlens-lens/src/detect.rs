@@ -5,7 +5,7 @@
 //! share of its attention that falls on the pattern, `Σ pattern ∘ detector / Σ pattern`,
 //! averaged over the sequences given.
 
-use burnlens_model::{Hooks, Rng, Transformer};
+use burnlens_model::{AttnHook, Hooks, LayerHook, Rng, Transformer};
 use serde::Serialize;
 
 use crate::cache::run_with_cache;
@@ -61,7 +61,7 @@ pub fn head_scores(model: &Transformer, sequences: &[Vec<i64>], detector: Detect
     for tokens in sequences {
         let t = tokens.len();
         let det = detector.pattern(tokens);
-        let cache = run_with_cache(model, tokens, |n| n.ends_with("attn.hook_pattern"));
+        let cache = run_with_cache(model, tokens, AttnHook::Pattern.every_layer());
         for (layer, row) in total.iter_mut().enumerate() {
             let pattern = cache.pattern(layer); // [head, q, k]
             for (head, acc) in row.iter_mut().enumerate() {
@@ -110,12 +110,12 @@ pub fn induction_experiment(model: &Transformer, seq_len: usize, batch: usize, s
     let mut logprobs = vec![0.0; t - 1];
     let mut scores = vec![vec![0.0; h]; l];
     for seq in &tokens {
-        let mut hooks = Hooks::capture(|n| n.ends_with("attn.hook_pattern"));
+        let mut hooks = Hooks::capture(AttnHook::Pattern.every_layer());
         let logits = model.forward_hooked(model.ids_tensor(seq), &mut hooks);
         let lp = token_logprobs(logits, seq);
         logprobs.iter_mut().zip(lp).for_each(|(a, b)| *a += b / batch as f64);
         for (layer, row) in scores.iter_mut().enumerate() {
-            let pattern = hooks.cache[&format!("blocks.{layer}.attn.hook_pattern")].to_vec();
+            let pattern = hooks.cache[&AttnHook::Pattern.at(layer).name()].to_vec();
             for (head, acc) in row.iter_mut().enumerate() {
                 let p = &pattern[head * t * t..(head + 1) * t * t];
                 let shift = seq_len - 1;

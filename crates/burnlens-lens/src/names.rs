@@ -29,12 +29,7 @@ impl HookSelection {
         if names.is_empty() {
             return Err(format!("no hook name given; {EXAMPLES}"));
         }
-        for n in &names {
-            if !all.contains(n) {
-                let hint = if n.contains(['*', '(', '|', '\\', '[']) { " (for a regex, write re:PATTERN)" } else { "" };
-                return Err(format!("\"{n}\" is not a hook point of this model{hint}; {EXAMPLES}"));
-            }
-        }
+        check_names(&names, all)?;
         Ok(HookSelection::Names(names))
     }
 
@@ -44,6 +39,18 @@ impl HookSelection {
             HookSelection::Names(names) => names.iter().any(|n| n == name),
             HookSelection::Regex(re) => re.is_match(name),
         }
+    }
+}
+
+/// Every one of `names` is one of `all`, the model's hook names; else a one-line error
+/// naming the first that is not.
+pub fn check_names(names: &[String], all: &[String]) -> Result<(), String> {
+    match names.iter().find(|n| !all.contains(n)) {
+        Some(n) => {
+            let hint = if n.contains(['*', '(', '|', '\\', '[']) { " (for a regex, write re:PATTERN)" } else { "" };
+            Err(format!("\"{n}\" is not a hook point of this model{hint}; {EXAMPLES}"))
+        }
+        None => Ok(()),
     }
 }
 

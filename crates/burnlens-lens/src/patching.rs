@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 
 use burn::tensor::{Tensor, TensorData};
-use burnlens_model::{Activation, Hooks, Transformer};
+use burnlens_model::{Activation, AttnHook, BlockHook, HookPoint, Hooks, Transformer};
 use serde::Serialize;
 
 use crate::cache::run_with_cache;
@@ -42,11 +42,11 @@ impl NodeKind {
     }
 
     /// The hook point a node of this kind lives in.
-    pub fn hook(self, layer: usize) -> String {
+    pub fn hook(self, layer: usize) -> HookPoint {
         match self {
-            NodeKind::Head => format!("blocks.{layer}.attn.hook_z"),
-            NodeKind::ResidPre => format!("blocks.{layer}.hook_resid_pre"),
-            NodeKind::Mlp => format!("blocks.{layer}.hook_mlp_out"),
+            NodeKind::Head => HookPoint::Attn(layer, AttnHook::Z),
+            NodeKind::ResidPre => HookPoint::Block(layer, BlockHook::ResidPre),
+            NodeKind::Mlp => HookPoint::Block(layer, BlockHook::MlpOut),
         }
     }
 }
@@ -131,7 +131,7 @@ fn check_lengths(clean: &[i64], corrupted: &[i64]) -> Result<(), MetricError> {
 }
 
 fn hook_filter(nodes: &[Node]) -> impl Fn(&str) -> bool + use<> {
-    let names: Vec<String> = nodes.iter().map(|n| n.kind.hook(n.layer)).collect();
+    let names: Vec<String> = nodes.iter().map(|n| n.kind.hook(n.layer).name()).collect();
     move |n: &str| names.iter().any(|m| m == n)
 }
 
@@ -161,7 +161,7 @@ pub fn attribution_patching(model: &Transformer, clean: &[i64], corrupted: &[i64
     let scores = nodes
         .iter()
         .map(|n| {
-            let p = &products[&n.kind.hook(n.layer)];
+            let p = &products[&n.kind.hook(n.layer).name()];
             let s = match (p, n.mask(&p.dims(), &device)) {
                 (Activation::Rank3(p), Activation::Rank3(m)) => (p.clone() * m).sum(),
                 (Activation::Rank4(p), Activation::Rank4(m)) => (p.clone() * m).sum(),
@@ -187,14 +187,14 @@ pub fn activation_patching(model: &Transformer, clean: &[i64], corrupted: &[i64]
     // same values the full pass computes there), so the blocks before it are not recomputed,
     // and unembeds only the positions the metric reads; the baseline is computed the same way.
     let clean_ids = model.ids_tensor(clean);
-    let mut capture = Hooks::capture(|n| n.ends_with("hook_resid_pre"));
+    let mut capture = Hooks::capture(HookPoint::filter(|p| matches!(p, HookPoint::Block(_, BlockHook::ResidPre))));
     let stream = model.final_stream(clean_ids.clone(), &mut capture);
     let base = metric.eval_stream(model, stream, clean).into_scalar::<f32>() as f64;
     let resid_pre = capture.take_cache();
     let effects = nodes
         .iter()
         .map(|node| {
-            let name = node.kind.hook(node.layer);
+            let name = node.kind.hook(node.layer).name();
             let source = corr[&name].clone();
             let mask = node.mask(&source.dims(), &device);
             let mut hooks = Hooks::none().with_edit(
@@ -205,7 +205,7 @@ pub fn activation_patching(model: &Transformer, clean: &[i64], corrupted: &[i64]
                     _ => unreachable!("one hook, one rank"),
                 },
             );
-            let start = resid_pre[&format!("blocks.{}.hook_resid_pre", node.layer)].rank3().expect("resid_pre is rank 3");
+            let start = resid_pre[&HookPoint::Block(node.layer, BlockHook::ResidPre).name()].rank3().expect("resid_pre is rank 3");
             let stream = model.final_stream_from(clean_ids.clone(), node.layer, start, &mut hooks);
             metric.eval_stream(model, stream, clean).into_scalar::<f32>() as f64 - base
         })

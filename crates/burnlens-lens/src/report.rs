@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
 
-use burnlens_model::Transformer;
+use burnlens_model::{AttnHook, LayerHook, Transformer};
 use serde::Serialize;
 
 use crate::cache::run_with_cache;
@@ -36,7 +36,7 @@ pub struct Analysis {
 
 /// Analyse `model` on `ids`; `tokens` label the positions.
 pub fn analyze(model: &Transformer, ids: &[i64], tokens: Vec<String>) -> Analysis {
-    let cache = run_with_cache(model, ids, |n| n.ends_with("attn.hook_pattern"));
+    let cache = run_with_cache(model, ids, AttnHook::Pattern.every_layer());
     let n_layers = model.config.n_layers();
     let patterns = (0..n_layers).map(|l| cache.pattern(l)).collect();
     let detectors = Detector::ALL.iter().map(|d| (d.name().to_string(), head_scores(model, &[ids.to_vec()], *d))).collect();
@@ -149,7 +149,7 @@ pub fn write_induction(dir: &Path, model: &Transformer, r: &InductionReport, tit
     );
     write(dir, "induction_scores.svg", &heat)?;
     let first = &r.tokens[0];
-    let cache = run_with_cache(model, first, |n| n.ends_with("attn.hook_pattern"));
+    let cache = run_with_cache(model, first, AttnHook::Pattern.every_layer());
     let patterns: Vec<Vec<f32>> = (0..l).map(|x| cache.pattern(x)).collect();
     let labels: Vec<String> = first.iter().map(|t| t.to_string()).collect();
     let mut body = String::new();

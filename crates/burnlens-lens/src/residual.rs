@@ -13,7 +13,7 @@
 
 use burn::tensor::activation::log_softmax;
 use burn::tensor::Tensor;
-use burnlens_model::{Hooks, NormKind, NormPlacement, Positional, Transformer};
+use burnlens_model::{AttnHook, BlockHook, HookPoint, Hooks, NormHook, NormKind, NormPlacement, NormSite, Positional, Transformer};
 use serde::Serialize;
 
 use crate::cache::run_with_cache;
@@ -45,29 +45,30 @@ fn upto(model: &Transformer, layer: Option<usize>) -> usize {
     layer.unwrap_or(model.config.n_layers()).min(model.config.n_layers())
 }
 
-/// The norm a layer's attention output passes through before it joins the stream, and the
-/// name of its hook points.
-fn attn_post_norm(model: &Transformer, l: usize) -> Option<(&burnlens_model::transformer::Norm, String)> {
+/// The norm a layer's attention output passes through before it joins the stream, and
+/// where it sits.
+fn attn_post_norm(model: &Transformer, l: usize) -> Option<(&burnlens_model::transformer::Norm, NormSite)> {
     let block = &model.blocks[l];
     match (&block.ln1_post, model.config.norm_placement) {
-        (Some(n), _) => Some((n, format!("blocks.{l}.ln1_post"))),
-        (None, NormPlacement::Post) => Some((&block.ln1, format!("blocks.{l}.ln1"))),
+        (Some(n), _) => Some((n, NormSite::Ln1Post(l))),
+        (None, NormPlacement::Post) => Some((&block.ln1, NormSite::Ln1(l))),
         _ => None,
     }
 }
 
-/// Whether `name` is a hook the decompositions need beside the components: the scale of
-/// a norm after attention.
-fn post_norm_scale(name: &str) -> bool {
-    name.ends_with("ln1_post.hook_scale") || name.ends_with(".ln1.hook_scale")
+/// Whether `p` is a hook the decompositions need beside the components: the scale of a
+/// norm that can follow attention.
+fn post_norm_scale(p: HookPoint) -> bool {
+    matches!(p, HookPoint::Norm(NormSite::Ln1Post(_) | NormSite::Ln1(_), NormHook::Scale))
 }
 
 /// `x: [pos, d_model]` through layer `l`'s norm after attention with its scale frozen at
 /// this sequence's (`[1, pos, 1]` in the cache), without the norm's bias; `x` unchanged
 /// when the layer has no such norm.
 fn through_post_norm(model: &Transformer, cache: &crate::ActivationCache, l: usize, x: Tensor<2>) -> Tensor<2> {
-    let Some((norm, name)) = attn_post_norm(model, l) else { return x };
-    let scale = cache.get(&format!("{name}.hook_scale")).and_then(|a| a.rank3()).unwrap_or_else(|| panic!("`{name}.hook_scale` was cached"));
+    let Some((norm, site)) = attn_post_norm(model, l) else { return x };
+    let point = HookPoint::Norm(site, NormHook::Scale);
+    let scale = cache.at(point).and_then(|a| a.rank3()).unwrap_or_else(|| panic!("`{point}` was cached"));
     let [_, t, _] = scale.dims();
     let d = x.dims()[1];
     let centred = match norm.kind {
@@ -78,19 +79,19 @@ fn through_post_norm(model: &Transformer, cache: &crate::ActivationCache, l: usi
 }
 
 fn embeddings(model: &Transformer, cache: &crate::ActivationCache, labels: &mut Vec<String>, parts: &mut Vec<Tensor<2>>) {
-    let get = |n: &str| first(cache.get(n).and_then(|a| a.rank3()).unwrap_or_else(|| panic!("`{n}` was cached")));
+    let get = |p: HookPoint| first(cache.at(p).and_then(|a| a.rank3()).unwrap_or_else(|| panic!("`{p}` was cached")));
     labels.push("embed".into());
-    parts.push(get("hook_embed"));
+    parts.push(get(HookPoint::Embed));
     if model.config.learned_positions() && model.config.positional == Positional::Residual {
         labels.push("pos_embed".into());
-        parts.push(get("hook_pos_embed"));
+        parts.push(get(HookPoint::PosEmbed));
     }
 }
 
 /// Layer `l`'s per-head writes of the first sequence, labelled `L{l}H{h}`: the results, through
 /// a norm after attention if the layer has one.
 fn push_heads(model: &Transformer, cache: &crate::ActivationCache, l: usize, labels: &mut Vec<String>, parts: &mut Vec<Tensor<2>>) {
-    let r = cache.get(&format!("blocks.{l}.attn.hook_result")).and_then(|a| a.rank4()).expect("hook_result cached");
+    let r = cache.at(HookPoint::Attn(l, AttnHook::Result)).and_then(|a| a.rank4()).expect("hook_result cached");
     let [_, t, h, d] = r.dims();
     for head in 0..h {
         labels.push(format!("L{l}H{head}"));
@@ -107,13 +108,22 @@ fn stack(labels: Vec<String>, parts: Vec<Tensor<2>>) -> Components {
 /// plus each earlier layer's attention output and MLP output.
 pub fn decompose_resid(model: &Transformer, ids: &[i64], layer: Option<usize>) -> Components {
     let upto = upto(model, layer);
-    let cache = run_with_cache(model, ids, |n| n == "hook_embed" || n == "hook_pos_embed" || n.ends_with("hook_attn_out") || n.ends_with("hook_mlp_out"));
+    let parts_of_block = [BlockHook::AttnOut, BlockHook::MlpOut];
+    let cache = run_with_cache(
+        model,
+        ids,
+        HookPoint::filter(|p| match p {
+            HookPoint::Embed | HookPoint::PosEmbed => true,
+            HookPoint::Block(_, h) => parts_of_block.contains(&h),
+            _ => false,
+        }),
+    );
     let (mut labels, mut parts) = (Vec::new(), Vec::new());
     embeddings(model, &cache, &mut labels, &mut parts);
     for l in 0..upto {
-        for part in ["attn_out", "mlp_out"] {
-            if let Some(a) = cache.get(&format!("blocks.{l}.hook_{part}")) {
-                labels.push(format!("L{l}_{part}"));
+        for part in parts_of_block {
+            if let Some(a) = cache.at(HookPoint::Block(l, part)) {
+                labels.push(format!("L{l}_{}", part.short()));
                 parts.push(first(a.rank3().expect("rank 3")));
             }
         }
@@ -126,7 +136,7 @@ pub fn decompose_resid(model: &Transformer, ids: &[i64], layer: Option<usize>) -
 /// that norm with its scale frozen, so that heads and bias sum to `hook_attn_out`.
 pub fn stack_head_results(model: &Transformer, ids: &[i64], layer: Option<usize>) -> Components {
     let upto = upto(model, layer);
-    let cache = run_with_cache(model, ids, |n| n.ends_with("attn.hook_result") || post_norm_scale(n));
+    let cache = run_with_cache(model, ids, HookPoint::filter(|p| matches!(p, HookPoint::Attn(_, AttnHook::Result)) || post_norm_scale(p)));
     let (mut labels, mut parts) = (Vec::new(), Vec::new());
     for l in 0..upto {
         push_heads(model, &cache, l, &mut labels, &mut parts);
@@ -138,9 +148,14 @@ pub fn stack_head_results(model: &Transformer, ids: &[i64], layer: Option<usize>
 /// layer's attention-output bias (if the model has one) and each MLP output, and the final
 /// norm's scale `[pos]` on this sequence.
 pub fn residual_components(model: &Transformer, ids: &[i64]) -> (Components, Tensor<1>) {
-    let cache = run_with_cache(model, ids, |n| {
-        n == "hook_embed" || n == "hook_pos_embed" || n.ends_with("attn.hook_result") || n.ends_with("hook_mlp_out") || n == "ln_final.hook_scale" || post_norm_scale(n)
-    });
+    let final_scale = HookPoint::Norm(NormSite::Final, NormHook::Scale);
+    let cache = run_with_cache(
+        model,
+        ids,
+        HookPoint::filter(|p| {
+            matches!(p, HookPoint::Embed | HookPoint::PosEmbed | HookPoint::Attn(_, AttnHook::Result) | HookPoint::Block(_, BlockHook::MlpOut)) || p == final_scale || post_norm_scale(p)
+        }),
+    );
     let (mut labels, mut parts) = (Vec::new(), Vec::new());
     embeddings(model, &cache, &mut labels, &mut parts);
     let t = ids.len();
@@ -155,12 +170,12 @@ pub fn residual_components(model: &Transformer, ids: &[i64]) -> (Components, Ten
             labels.push(format!("L{l}_attn_norm_bias"));
             parts.push(b.val().reshape([1, d]).expand([t, d]));
         }
-        if let Some(a) = cache.get(&format!("blocks.{l}.hook_mlp_out")) {
+        if let Some(a) = cache.at(HookPoint::Block(l, BlockHook::MlpOut)) {
             labels.push(format!("L{l}_mlp_out"));
             parts.push(first(a.rank3().expect("rank 3")));
         }
     }
-    let scale = cache.get("ln_final.hook_scale").and_then(|a| a.rank3()).expect("ln_final.hook_scale cached");
+    let scale = cache.at(final_scale).and_then(|a| a.rank3()).expect("ln_final.hook_scale cached");
     (stack(labels, parts), scale.narrow(0, 0, 1).reshape([t]))
 }
 
@@ -219,8 +234,9 @@ pub fn direct_logit_attribution(model: &Transformer, ids: &[i64], right: i64, wr
     let values: Vec<f32> = contrib.into_data().try_into_vec_as::<f32>().expect("f32");
     let contributions: Vec<Vec<f64>> = values.chunks(t).map(|r| r.iter().map(|&x| x as f64).collect()).collect();
     // The logits before any final soft-cap: the unembedding of the final norm's output.
-    let cache = run_with_cache(model, ids, |n| n == "ln_final.hook_normalized");
-    let normalized = cache.get("ln_final.hook_normalized").and_then(|a| a.rank3()).expect("ln_final.hook_normalized cached");
+    let point = HookPoint::Norm(NormSite::Final, NormHook::Normalized);
+    let cache = run_with_cache(model, ids, HookPoint::filter(|p| p == point));
+    let normalized = cache.at(point).and_then(|a| a.rank3()).expect("ln_final.hook_normalized cached");
     let logits_t = model.unembed(model.ln_final.finish(normalized.narrow(0, 0, 1)));
     let v = model.config.vocab_size;
     let all: Vec<f32> = logits_t.into_data().try_into_vec_as::<f32>().expect("f32");
@@ -256,21 +272,22 @@ pub struct LogitLens {
 /// log-probability of `target` (or of each next token when `None`).
 pub fn logit_lens(model: &Transformer, ids: &[i64], k: usize, target: Option<i64>) -> LogitLens {
     let n = model.config.n_layers();
-    let cache = run_with_cache(model, ids, |name| name.ends_with("hook_resid_pre") || name == format!("blocks.{}.hook_resid_post", n - 1));
+    let last = HookPoint::Block(n - 1, BlockHook::ResidPost);
+    let cache = run_with_cache(model, ids, HookPoint::filter(|p| matches!(p, HookPoint::Block(_, BlockHook::ResidPre)) || p == last));
     let mut layers = Vec::new();
     let mut streams = Vec::new();
     for l in 0..n {
         layers.push(format!("resid_pre {l}"));
-        streams.push(cache.get(&format!("blocks.{l}.hook_resid_pre")).and_then(|a| a.rank3()).expect("cached"));
+        streams.push(cache.at(HookPoint::Block(l, BlockHook::ResidPre)).and_then(|a| a.rank3()).expect("cached"));
     }
     layers.push(format!("resid_post {}", n - 1));
-    streams.push(cache.get(&format!("blocks.{}.hook_resid_post", n - 1)).and_then(|a| a.rank3()).expect("cached"));
+    streams.push(cache.at(last).and_then(|a| a.rank3()).expect("cached"));
     let t = ids.len();
     let v = model.config.vocab_size;
     let targets: Vec<Option<i64>> = (0..t).map(|p| target.or_else(|| ids.get(p + 1).copied())).collect();
     let (mut top, mut target_logprob, mut target_rank) = (Vec::new(), Vec::new(), Vec::new());
     for s in streams {
-        let x = model.ln_final.forward(s.narrow(0, 0, 1), &mut Hooks::none(), "ln_final");
+        let x = model.ln_final.forward(s.narrow(0, 0, 1), &mut Hooks::none(), NormSite::Final);
         let lp: Vec<f32> = log_softmax(model.unembed(x), 2).into_data().try_into_vec_as::<f32>().expect("f32");
         let (mut tops, mut lps, mut ranks) = (Vec::new(), Vec::new(), Vec::new());
         for p in 0..t {

@@ -196,7 +196,7 @@ fn probe_config(model: &Transformer, source: &TokenSource, cfg: &SaeTrainConfig,
     let dims = act.dims();
     let (d_in, hook_z) = match dims.len() {
         3 => (dims[2], false),
-        _ if cfg.hook_name.ends_with("hook_z") => (dims[2] * dims[3], true),
+        _ if crate::sae::is_hook_z(&cfg.hook_name) => (dims[2] * dims[3], true),
         _ => return Err(hook_err(format!("activation of shape {dims:?}: only [batch, pos, d] points and hook_z can be used"))),
     };
     Ok(SaeConfig {

@@ -8,6 +8,8 @@ use std::collections::BTreeMap;
 
 use burn::tensor::Tensor;
 
+use crate::HookPoint;
+
 /// An activation captured at a hook point. Ranks differ by point: the residual stream is
 /// `[batch, pos, d_model]`, per-head tensors are rank 4.
 #[derive(Debug, Clone)]
@@ -138,6 +140,17 @@ impl<'a> Hooks<'a> {
         self.capture.as_ref().is_some_and(|f| f(name)) || self.edits.iter().any(|(f, _)| f(name))
     }
 
+    /// Pass `tensor` through hook point `point` (named only when something might want it).
+    #[inline]
+    pub fn at<T: Hookable + Clone>(&mut self, point: HookPoint, tensor: T) -> T {
+        self.point(|| point.name(), tensor)
+    }
+
+    /// Whether hook point `point` would be captured or edited ([`wants`](Self::wants)).
+    pub fn wants_point(&self, point: HookPoint) -> bool {
+        self.is_active() && self.wants(&point.name())
+    }
+
     /// Pass `tensor` through the hook point called `name()`.
     #[inline]
     pub fn point<T: Hookable + Clone>(&mut self, name: impl FnOnce() -> String, tensor: T) -> T {
@@ -169,72 +182,4 @@ impl<'a> Hooks<'a> {
     pub fn take_cache(&mut self) -> BTreeMap<String, Activation> {
         std::mem::take(&mut self.cache)
     }
-}
-
-/// Every hook name a model of architecture `cfg` defines, in forward order.
-pub fn hook_names(cfg: &crate::TransformerConfig) -> Vec<String> {
-    let mut names = vec!["hook_embed".to_string()];
-    if cfg.learned_positions() {
-        names.push("hook_pos_embed".to_string());
-    }
-    let rotary = cfg.positional == crate::Positional::Rotary;
-    let gated = cfg.mlp == crate::MlpKind::Gated;
-    let post = cfg.norm_placement == crate::NormPlacement::Post;
-    let sandwich = cfg.norm_placement == crate::NormPlacement::Sandwich;
-    let norm = |names: &mut Vec<String>, n: &str| {
-        names.push(format!("{n}.hook_scale"));
-        names.push(format!("{n}.hook_normalized"));
-    };
-    for l in 0..cfg.n_layers() {
-        let b = format!("blocks.{l}");
-        names.push(format!("{b}.hook_resid_pre"));
-        if !post {
-            norm(&mut names, &format!("{b}.ln1"));
-        }
-        for h in ["hook_q", "hook_k", "hook_v"] {
-            names.push(format!("{b}.attn.{h}"));
-        }
-        if cfg.qk_norm.is_some() {
-            norm(&mut names, &format!("{b}.attn.q_norm"));
-            norm(&mut names, &format!("{b}.attn.k_norm"));
-        }
-        if rotary {
-            names.push(format!("{b}.attn.hook_rot_q"));
-            names.push(format!("{b}.attn.hook_rot_k"));
-        }
-        for h in ["hook_attn_scores", "hook_pattern", "hook_z", "hook_result"] {
-            names.push(format!("{b}.attn.{h}"));
-        }
-        if post {
-            norm(&mut names, &format!("{b}.ln1"));
-        }
-        if sandwich {
-            norm(&mut names, &format!("{b}.ln1_post"));
-        }
-        names.push(format!("{b}.hook_attn_out"));
-        if cfg.d_mlp.is_some() {
-            if !cfg.parallel_residual {
-                names.push(format!("{b}.hook_resid_mid"));
-            }
-            if cfg.has_ln2() && !post {
-                norm(&mut names, &format!("{b}.ln2"));
-            }
-            names.push(format!("{b}.mlp.hook_pre"));
-            if gated {
-                names.push(format!("{b}.mlp.hook_pre_linear"));
-            }
-            names.push(format!("{b}.mlp.hook_post"));
-            if post {
-                norm(&mut names, &format!("{b}.ln2"));
-            }
-            if sandwich {
-                norm(&mut names, &format!("{b}.ln2_post"));
-            }
-            names.push(format!("{b}.hook_mlp_out"));
-        }
-        names.push(format!("{b}.hook_resid_post"));
-    }
-    names.push("ln_final.hook_scale".to_string());
-    names.push("ln_final.hook_normalized".to_string());
-    names
 }

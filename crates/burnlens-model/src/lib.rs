@@ -7,6 +7,7 @@ pub mod backend;
 pub mod config;
 pub mod error;
 pub mod files;
+pub mod hook_point;
 pub mod hooks;
 pub mod kernels;
 pub mod rng;
@@ -17,7 +18,8 @@ pub use config::{ActivationFn, AttentionSpan, MAX_LAYERS, MlpKind, NormKind, Nor
 pub use error::ModelError;
 pub use rng::Rng;
 pub use generate::{Sampling, generate};
-pub use hooks::{Activation, Hookable, Hooks, hook_names};
+pub use hook_point::{AttnHook, BlockHook, HookPoint, LayerHook, MlpHook, NormHook, NormSite, act_name, hook_names, hook_points};
+pub use hooks::{Activation, Hookable, Hooks};
 pub use transformer::{AttentionInput, LayerInput, 
     ParamInit,
     Attention, Block, HeadWeights, KvCache, LayerNorm, MASKED_SCORE, Mlp, Norm, RotaryAngles, Transformer, Unembed, activate, apply_rotary, cross_entropy, f32_val, next_token_loss,

@@ -14,6 +14,7 @@ use burn::tensor::activation::{relu, sigmoid, softmax};
 use burn::tensor::{Bool, DType, Device, Int, Tensor, TensorCreationOptions, TensorData};
 
 use crate::config::{ActivationFn, AttentionSpan, MlpKind, NormKind, NormPlacement, Positional, QkNorm, RopeScaling, Rotary, TransformerConfig};
+use crate::hook_point::{AttnHook, BlockHook, HookPoint, MlpHook, NormHook, NormSite};
 use crate::hooks::Hookable;
 use crate::error::ModelError;
 use crate::hooks::Hooks;
@@ -58,15 +59,15 @@ impl Norm {
         }
     }
 
-    /// `x: [batch, pos, d_model]`. Hook points `{name}.hook_scale` `[batch, pos, 1]` and
-    /// `{name}.hook_normalized` `[batch, pos, d_model]` where TransformerLens (3.x) has them:
+    /// `x: [batch, pos, d_model]`. Hook points `{site}.hook_scale` `[batch, pos, 1]` and
+    /// `{site}.hook_normalized` `[batch, pos, d_model]` where TransformerLens (3.x) has them:
     /// the normalized value **before** the affine map (`(x - mean) / scale` for a
     /// LayerNorm, `x / scale` for an RMSNorm); the gain and bias apply to whatever the hook
     /// returns ([`finish`](Self::finish)).
     ///
     /// Any rank works (QK-norm normalizes `[batch, pos, head, d_head]`); the norm is over the
     /// last dimension.
-    pub fn forward<const D: usize>(&self, x: Tensor<D>, hooks: &mut Hooks, name: &str) -> Tensor<D>
+    pub fn forward<const D: usize>(&self, x: Tensor<D>, hooks: &mut Hooks, site: NormSite) -> Tensor<D>
     where
         Tensor<D>: Hookable,
     {
@@ -81,15 +82,15 @@ impl Norm {
         let normalized = match self.kind {
             NormKind::LayerNorm => {
                 let (var, mean) = x.clone().var_mean_bias(D - 1);
-                let scale = hooks.point(|| format!("{name}.hook_scale"), (var + self.eps).sqrt());
+                let scale = hooks.at(HookPoint::Norm(site, NormHook::Scale), (var + self.eps).sqrt());
                 (x - mean) / scale
             }
             NormKind::RmsNorm => {
-                let scale = hooks.point(|| format!("{name}.hook_scale"), (x.clone().square().mean_dim(D - 1) + self.eps).sqrt());
+                let scale = hooks.at(HookPoint::Norm(site, NormHook::Scale), (x.clone().square().mean_dim(D - 1) + self.eps).sqrt());
                 x / scale
             }
         };
-        self.finish(hooks.point(|| format!("{name}.hook_normalized"), normalized))
+        self.finish(hooks.at(HookPoint::Norm(site, NormHook::Normalized), normalized))
     }
 }
 
@@ -330,9 +331,9 @@ impl Attention {
         let q = qkv.clone().narrow(2, 0, hd).reshape([b, t, h, dh]);
         let k = qkv.clone().narrow(2, hd, hk * dh).reshape([b, t, hk, dh]);
         let v = qkv.narrow(2, qk_width, hk * dh).reshape([b, t, hk, dh]);
-        let q = hooks.point(|| format!("blocks.{layer}.attn.hook_q"), q);
-        let k = hooks.point(|| format!("blocks.{layer}.attn.hook_k"), k);
-        let v = hooks.point(|| format!("blocks.{layer}.attn.hook_v"), v);
+        let q = hooks.at(HookPoint::Attn(layer, AttnHook::Q), q);
+        let k = hooks.at(HookPoint::Attn(layer, AttnHook::K), k);
+        let v = hooks.at(HookPoint::Attn(layer, AttnHook::V), v);
         let (q, k) = self.position(q, k, rotary, layer, hooks);
 
         // [batch, head, pos, d_head]
@@ -400,12 +401,12 @@ impl Attention {
         let hd = h * dh;
         let (q, k) = match (&self.q_norm, &self.k_norm, self.qk_norm) {
             (Some(qn), Some(kn), Some(kind)) => {
-                let (qn_name, kn_name) = (format!("blocks.{layer}.attn.q_norm"), format!("blocks.{layer}.attn.k_norm"));
+                let (qn_name, kn_name) = (NormSite::QNorm(layer), NormSite::KNorm(layer));
                 match kind {
-                    QkNorm::PerHead => (qn.forward(q, hooks, &qn_name), kn.forward(k, hooks, &kn_name)),
+                    QkNorm::PerHead => (qn.forward(q, hooks, qn_name), kn.forward(k, hooks, kn_name)),
                     QkNorm::Whole => (
-                        qn.forward(q.reshape([b, t, hd]), hooks, &qn_name).reshape([b, t, h, dh]),
-                        kn.forward(k.reshape([b, t, hk * dh]), hooks, &kn_name).reshape([b, t, hk, dh]),
+                        qn.forward(q.reshape([b, t, hd]), hooks, qn_name).reshape([b, t, h, dh]),
+                        kn.forward(k.reshape([b, t, hk * dh]), hooks, kn_name).reshape([b, t, hk, dh]),
                     ),
                 }
             }
@@ -413,8 +414,8 @@ impl Attention {
         };
         match rotary {
             Some(angles) => (
-                hooks.point(|| format!("blocks.{layer}.attn.hook_rot_q"), apply_rotary(q, angles)),
-                hooks.point(|| format!("blocks.{layer}.attn.hook_rot_k"), apply_rotary(k, angles)),
+                hooks.at(HookPoint::Attn(layer, AttnHook::RotQ), apply_rotary(q, angles)),
+                hooks.at(HookPoint::Attn(layer, AttnHook::RotK), apply_rotary(k, angles)),
             ),
             None => (q, k),
         }
@@ -433,21 +434,21 @@ impl Attention {
             None => scores,
         };
         let scores = scores.mask_fill(mask.expand([b, h, t, s]), MASKED_SCORE);
-        let scores = hooks.point(|| format!("blocks.{layer}.attn.hook_attn_scores"), scores);
+        let scores = hooks.at(HookPoint::Attn(layer, AttnHook::AttnScores), scores);
         let pattern = softmax(scores, 3);
-        let pattern = hooks.point(|| format!("blocks.{layer}.attn.hook_pattern"), pattern);
+        let pattern = hooks.at(HookPoint::Attn(layer, AttnHook::Pattern), pattern);
         let pattern = self.attn_dropout.forward(pattern);
 
         let z = pattern.matmul(v).swap_dims(1, 2); // [batch, pos, head, d_head]
-        let z = hooks.point(|| format!("blocks.{layer}.attn.hook_z"), z);
+        let z = hooks.at(HookPoint::Attn(layer, AttnHook::Z), z);
 
-        let result_name = format!("blocks.{layer}.attn.hook_result");
-        if hooks.is_active() && hooks.wants(&result_name) {
+        let result_point = HookPoint::Attn(layer, AttnHook::Result);
+        if hooks.wants_point(result_point) {
             // Per-head writes into the residual stream, without b_O: [batch, pos, head, d_model].
             let w_o = f32_val(&self.out.weight);
             let d = w_o.dims()[1];
             let per_head = z.clone().swap_dims(1, 2).matmul(w_o.reshape([1, h, dh, d]).expand([b, h, dh, d]));
-            let result = hooks.point(|| result_name.clone(), per_head.swap_dims(1, 2));
+            let result = hooks.at(result_point, per_head.swap_dims(1, 2));
             let summed: Tensor<3> = result.sum_dim(2).reshape([b, t, d]);
             return match &self.out.bias {
                 Some(bias) => summed + bias.val().reshape([1, 1, d]),
@@ -557,16 +558,16 @@ impl Mlp {
         let project = |l: &Linear, x| linear(x, l.weight.val(), l.bias.as_ref().map(|b| b.val()));
         let post = match &self.fc_gate {
             None => {
-                let pre = hooks.point(|| format!("blocks.{layer}.mlp.hook_pre"), project(&self.fc_in, x));
+                let pre = hooks.at(HookPoint::Mlp(layer, MlpHook::Pre), project(&self.fc_in, x));
                 activate(self.activation, pre)
             }
             Some(gate) => {
-                let pre = hooks.point(|| format!("blocks.{layer}.mlp.hook_pre"), project(gate, x.clone()));
-                let pre_linear = hooks.point(|| format!("blocks.{layer}.mlp.hook_pre_linear"), project(&self.fc_in, x));
+                let pre = hooks.at(HookPoint::Mlp(layer, MlpHook::Pre), project(gate, x.clone()));
+                let pre_linear = hooks.at(HookPoint::Mlp(layer, MlpHook::PreLinear), project(&self.fc_in, x));
                 activate(self.activation, pre) * pre_linear
             }
         };
-        let post = hooks.point(|| format!("blocks.{layer}.mlp.hook_post"), post);
+        let post = hooks.at(HookPoint::Mlp(layer, MlpHook::Post), post);
         project(&self.fc_out, post)
     }
 }
@@ -603,10 +604,10 @@ impl Block {
     /// `pos_qk`: shortformer position embeddings (queries and keys only), if any.
     fn forward(&self, resid: Tensor<3>, pos_qk: Option<Tensor<3>>, input: LayerInput, hooks: &mut Hooks) -> Tensor<3> {
         let l = input.layer;
-        let resid = hooks.point(|| format!("blocks.{l}.hook_resid_pre"), resid);
-        let ln1 = format!("blocks.{l}.ln1");
+        let resid = hooks.at(HookPoint::Block(l, BlockHook::ResidPre), resid);
+        let ln1 = NormSite::Ln1(l);
         let post = self.placement == NormPlacement::Post;
-        let x = if post { resid.clone() } else { self.ln1.forward(resid.clone(), hooks, &ln1) };
+        let x = if post { resid.clone() } else { self.ln1.forward(resid.clone(), hooks, ln1) };
         // Shortformer positions join the normalized stream (as TransformerLens does): the
         // query/key input is ln1(resid) + pos, the value input ln1(resid). Normalizing them
         // together instead couples position and content and, in our measurements, keeps a
@@ -614,17 +615,17 @@ impl Block {
         let qk_input = pos_qk.map(|p| x.clone() + p);
         let attn_out = self.attn.forward(AttentionInput { x: x.clone(), qk_input, layer: input }, hooks);
         let attn_out = match (&self.ln1_post, post) {
-            (Some(n), _) => n.forward(attn_out, hooks, &format!("blocks.{l}.ln1_post")),
-            (None, true) => self.ln1.forward(attn_out, hooks, &ln1),
+            (Some(n), _) => n.forward(attn_out, hooks, NormSite::Ln1Post(l)),
+            (None, true) => self.ln1.forward(attn_out, hooks, ln1),
             (None, false) => attn_out,
         };
-        let attn_out = hooks.point(|| format!("blocks.{l}.hook_attn_out"), self.resid_dropout.forward(attn_out));
+        let attn_out = hooks.at(HookPoint::Block(l, BlockHook::AttnOut), self.resid_dropout.forward(attn_out));
         if self.parallel {
             // Both branches read the block input.
             let resid = match &self.mlp {
                 Some(mlp) => {
                     let x = match &self.ln2 {
-                        Some(ln2) => ln2.forward(resid.clone(), hooks, &format!("blocks.{l}.ln2")),
+                        Some(ln2) => ln2.forward(resid.clone(), hooks, NormSite::Ln2(l)),
                         None => x,
                     };
                     let mlp_out = self.mlp_out(mlp.forward(x, hooks, l), hooks, l);
@@ -632,30 +633,30 @@ impl Block {
                 }
                 None => resid + attn_out,
             };
-            return hooks.point(|| format!("blocks.{l}.hook_resid_post"), resid);
+            return hooks.at(HookPoint::Block(l, BlockHook::ResidPost), resid);
         }
         let resid = resid + attn_out;
         let resid = match (&self.ln2, &self.mlp) {
             (Some(ln2), Some(mlp)) => {
-                let resid = hooks.point(|| format!("blocks.{l}.hook_resid_mid"), resid);
-                let x = if post { resid.clone() } else { ln2.forward(resid.clone(), hooks, &format!("blocks.{l}.ln2")) };
+                let resid = hooks.at(HookPoint::Block(l, BlockHook::ResidMid), resid);
+                let x = if post { resid.clone() } else { ln2.forward(resid.clone(), hooks, NormSite::Ln2(l)) };
                 let mlp_out = mlp.forward(x, hooks, l);
-                let mlp_out = if post { ln2.forward(mlp_out, hooks, &format!("blocks.{l}.ln2")) } else { mlp_out };
+                let mlp_out = if post { ln2.forward(mlp_out, hooks, NormSite::Ln2(l)) } else { mlp_out };
                 resid + self.mlp_out(mlp_out, hooks, l)
             }
             _ => resid,
         };
-        hooks.point(|| format!("blocks.{l}.hook_resid_post"), resid)
+        hooks.at(HookPoint::Block(l, BlockHook::ResidPost), resid)
     }
 
     /// The MLP's write into the residual stream: after `ln2_post` (Gemma), dropout and
     /// `hook_mlp_out`.
     fn mlp_out(&self, out: Tensor<3>, hooks: &mut Hooks, l: usize) -> Tensor<3> {
         let out = match &self.ln2_post {
-            Some(n) => n.forward(out, hooks, &format!("blocks.{l}.ln2_post")),
+            Some(n) => n.forward(out, hooks, NormSite::Ln2Post(l)),
             None => out,
         };
-        hooks.point(|| format!("blocks.{l}.hook_mlp_out"), self.resid_dropout.forward(out))
+        hooks.at(HookPoint::Block(l, BlockHook::MlpOut), self.resid_dropout.forward(out))
     }
 }
 
@@ -733,7 +734,7 @@ impl TransformerConfig {
                 false => None,
             },
             blocks,
-            ln_final: b.norm("ln_final", d, eps, norm)?,
+            ln_final: b.norm(NormSite::Final, d, eps, norm)?,
             unembed: match self.untied_unembed {
                 true => Some(Unembed {
                     weight: b.param("unembed.weight".into(), [d, self.vocab_size], normal(std))?,
@@ -761,12 +762,12 @@ impl TransformerConfig {
         let p = format!("blocks.{l}");
         let sandwich = self.norm_placement == NormPlacement::Sandwich;
         let (q_norm, k_norm) = match self.qk_norm_widths() {
-            Some((wq, wk)) => (Some(b.norm(&format!("{p}.attn.q_norm"), wq, eps, norm)?), Some(b.norm(&format!("{p}.attn.k_norm"), wk, eps, norm)?)),
+            Some((wq, wk)) => (Some(b.norm(NormSite::QNorm(l), wq, eps, norm)?), Some(b.norm(NormSite::KNorm(l), wk, eps, norm)?)),
             None => (None, None),
         };
         Ok(Block {
-            ln1: b.norm(&format!("{p}.ln1"), d, eps, norm)?,
-            ln1_post: if sandwich { Some(b.norm(&format!("{p}.ln1_post"), d, eps, norm)?) } else { None },
+            ln1: b.norm(NormSite::Ln1(l), d, eps, norm)?,
+            ln1_post: if sandwich { Some(b.norm(NormSite::Ln1Post(l), d, eps, norm)?) } else { None },
             attn: Attention {
                 qkv: b.linear(&format!("{p}.attn.qkv"), d, self.qkv_width(), self.qkv_bias, std)?,
                 out: b.linear(&format!("{p}.attn.out"), hd, d, self.attn_out_bias, resid_std)?,
@@ -782,7 +783,7 @@ impl TransformerConfig {
                 span: self.spans[l],
             },
             ln2: match self.has_ln2() {
-                true => Some(b.norm(&format!("{p}.ln2"), d, eps, norm)?),
+                true => Some(b.norm(NormSite::Ln2(l), d, eps, norm)?),
                 false => None,
             },
             mlp: match self.d_mlp {
@@ -797,7 +798,7 @@ impl TransformerConfig {
                 }),
                 None => None,
             },
-            ln2_post: if sandwich && self.d_mlp.is_some() { Some(b.norm(&format!("{p}.ln2_post"), d, eps, norm)?) } else { None },
+            ln2_post: if sandwich && self.d_mlp.is_some() { Some(b.norm(NormSite::Ln2Post(l), d, eps, norm)?) } else { None },
             resid_dropout: dropout.init(),
             parallel: self.parallel_residual,
             placement: self.norm_placement,
@@ -846,7 +847,8 @@ where
         })
     }
 
-    fn norm(&mut self, name: &str, d: usize, eps: f64, kind: NormKind) -> Result<Norm, E> {
+    fn norm(&mut self, site: NormSite, d: usize, eps: f64, kind: NormKind) -> Result<Norm, E> {
+        let name = site.to_string();
         Ok(Norm {
             weight: self.param(format!("{name}.weight"), [d], Initializer::Ones)?,
             bias: match kind {
@@ -966,7 +968,7 @@ impl Transformer {
             }
             _ => None,
         };
-        let name = format!("blocks.{layer}.attn.hook_pattern");
+        let name = HookPoint::Attn(layer, AttnHook::Pattern).name();
         let mut hooks = Hooks::capture(|n: &str| n == name);
         let input = LayerInput { rotary, mask, cache: None, layer, fused: false };
         block.attn.forward(AttentionInput { x, qk_input, layer: input }, &mut hooks);
@@ -1007,10 +1009,10 @@ impl Transformer {
             embed = embed * ((self.config.d_model as f64).sqrt() as f32);
         }
         let first = start.as_ref().map_or(0, |(l, _)| *l);
-        let embed = if first == 0 { hooks.point(|| "hook_embed".into(), embed) } else { embed };
+        let embed = if first == 0 { hooks.at(HookPoint::Embed, embed) } else { embed };
         let pos_embed = self.pos_embed.as_ref().map(|p| {
             let p = p.forward(pos_ids).cast(DType::F32);
-            if first == 0 { hooks.point(|| "hook_pos_embed".into(), p) } else { p }
+            if first == 0 { hooks.at(HookPoint::PosEmbed, p) } else { p }
         });
         let (mut resid, pos_qk) = match (self.config.positional, pos_embed) {
             (Positional::Residual, Some(p)) => (embed + p, None),
@@ -1044,7 +1046,7 @@ impl Transformer {
             let input = LayerInput { rotary: angles, mask, cache: cache.as_deref_mut(), layer: l, fused };
             resid = block.forward(resid, pos_qk.clone(), input, hooks);
         }
-        self.ln_final.forward(resid, hooks, "ln_final")
+        self.ln_final.forward(resid, hooks, NormSite::Final)
     }
 
     /// Gemma 2's final soft-capping `c tanh(l / c)`, when the model has it (the identity

@@ -115,12 +115,7 @@ impl NativeModel {
     }
 
     fn check_names(&self, names: &[String]) -> Result<(), Fail> {
-        match names.iter().find(|n| !self.names.contains(n)) {
-            Some(bad) => Err(Fail::Key(format!(
-                "\"{bad}\" is not a hook point of this model; names look like hook_embed, blocks.0.hook_resid_pre, blocks.0.attn.hook_pattern (model.hook_names() lists them all)"
-            ))),
-            None => Ok(()),
-        }
+        burnlens_lens::names::check_names(names, &self.names).map_err(Fail::Key)
     }
 }
 
@@ -763,6 +758,13 @@ fn train(py: Python<'_>, config_path: &str, overrides: Vec<String>, on_step: Opt
 }
 
 /// The compiled backends and whether a small computation runs on each here.
+/// TransformerLens's `utils.get_act_name` (burnlens_model::act_name).
+#[pyfunction]
+#[pyo3(signature = (name, layer=None, sub=None))]
+fn get_act_name(name: &str, layer: Option<usize>, sub: Option<&str>) -> PyResult<String> {
+    burnlens_model::act_name(name, layer, sub).map_err(pyo3::exceptions::PyKeyError::new_err)
+}
+
 #[pyfunction]
 fn backends() -> Vec<String> {
     burnlens_model::backend::BACKENDS.iter().filter(|b| burnlens_model::backend::is_compiled(b)).map(|b| b.to_string()).collect()
@@ -779,5 +781,6 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(feature_intervention, m)?)?;
     m.add_function(wrap_pyfunction!(train, m)?)?;
     m.add_function(wrap_pyfunction!(backends, m)?)?;
+    m.add_function(wrap_pyfunction!(get_act_name, m)?)?;
     Ok(())
 }

@@ -14,7 +14,7 @@
 //! position: attention is causal, so nothing later can reach them.
 
 use burn::tensor::Tensor;
-use burnlens_model::{Norm, NormKind, NormPlacement};
+use burnlens_model::{Norm, NormKind, NormPlacement, NormSite};
 
 use crate::replacement::{FrozenLayer, Replacement};
 use crate::transcoder::{InputHook, OutputHook, tensor};
@@ -68,8 +68,9 @@ impl Replacement<'_> {
         }
     }
 
-    fn scale(&self, l: usize, name: &str) -> &Tensor<3> {
-        self.layers[l].scales.get(name).unwrap_or_else(|| panic!("blocks.{l}.{name}.hook_scale was captured"))
+    fn scale(&self, site: NormSite) -> &Tensor<3> {
+        let l = site.layer().expect("a block's norm");
+        self.layers[l].scales.get(&site).unwrap_or_else(|| panic!("{site}.hook_scale was captured"))
     }
 
     /// The injected gradients of targets `order[from..to]`, `[to - from, p, d_model]`.
@@ -87,8 +88,8 @@ impl Replacement<'_> {
     fn output_hook_grad(&self, l: usize, g: &Tensor<3>) -> Tensor<3> {
         let block = &self.model.blocks[l];
         match (self.set.output, &block.ln2_post, block.placement) {
-            (OutputHook::MlpHookOut, Some(n), _) => norm_back(n, self.scale(l, "ln2_post"), g.clone(), true),
-            (OutputHook::MlpHookOut, None, NormPlacement::Post) => norm_back(block.ln2.as_ref().expect("an MLP norm"), self.scale(l, "ln2"), g.clone(), true),
+            (OutputHook::MlpHookOut, Some(n), _) => norm_back(n, self.scale(NormSite::Ln2Post(l)), g.clone(), true),
+            (OutputHook::MlpHookOut, None, NormPlacement::Post) => norm_back(block.ln2.as_ref().expect("an MLP norm"), self.scale(NormSite::Ln2(l)), g.clone(), true),
             _ => g.clone(),
         }
     }
@@ -100,8 +101,8 @@ impl Replacement<'_> {
         match self.set.input {
             InputHook::ResidMid => g_in,
             InputHook::MlpIn if block.placement == NormPlacement::Post => g_in,
-            InputHook::MlpIn => norm_back(ln2, self.scale(l, "ln2"), g_in, true),
-            InputHook::Ln2Normalized => norm_back(ln2, self.scale(l, "ln2"), g_in, ln2.kind == NormKind::LayerNorm),
+            InputHook::MlpIn => norm_back(ln2, self.scale(NormSite::Ln2(l)), g_in, true),
+            InputHook::Ln2Normalized => norm_back(ln2, self.scale(NormSite::Ln2(l)), g_in, ln2.kind == NormKind::LayerNorm),
         }
     }
 
@@ -111,13 +112,13 @@ impl Replacement<'_> {
         let block = &self.model.blocks[l];
         let post = block.placement == NormPlacement::Post;
         let g_o = match (&block.ln1_post, post) {
-            (Some(n), _) => norm_back(n, self.scale(l, "ln1_post"), g_mid.clone(), true),
-            (None, true) => norm_back(&block.ln1, self.scale(l, "ln1"), g_mid.clone(), true),
+            (Some(n), _) => norm_back(n, self.scale(NormSite::Ln1Post(l)), g_mid.clone(), true),
+            (None, true) => norm_back(&block.ln1, self.scale(NormSite::Ln1(l)), g_mid.clone(), true),
             (None, false) => g_mid.clone(),
         };
         let p = g_o.dims()[1];
         let g_x = attention_back(&self.layers[l], self.pattern(l, p), g_o);
-        let g_x = if post { g_x } else { norm_back(&block.ln1, self.scale(l, "ln1"), g_x, true) };
+        let g_x = if post { g_x } else { norm_back(&block.ln1, self.scale(NormSite::Ln1(l)), g_x, true) };
         g_mid + g_x
     }
 

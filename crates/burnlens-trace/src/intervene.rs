@@ -11,7 +11,7 @@
 use std::cell::RefCell;
 
 use burn::tensor::{Int, Tensor, TensorData};
-use burnlens_model::{Activation, Hooks, NormPlacement, Transformer};
+use burnlens_model::{Activation, AttnHook, BlockHook, HookPoint, Hooks, LayerHook, NormPlacement, Transformer};
 
 use crate::TraceError;
 use crate::replacement::input_source;
@@ -125,7 +125,7 @@ pub fn feature_intervention(
     let device = model.device();
     let ids_t = || Tensor::<2, Int>::from_data(TensorData::new(ids.to_vec(), [1, n_pos]), &device);
     let frozen: Vec<(String, Activation)> = if freeze_attention && !interventions.is_empty() {
-        let mut hooks = Hooks::capture(|n: &str| n.ends_with("attn.hook_pattern"));
+        let mut hooks = Hooks::capture(AttnHook::Pattern.every_layer());
         model.forward_hooked(ids_t(), &mut hooks);
         hooks.take_cache().into_iter().collect()
     } else {
@@ -133,16 +133,16 @@ pub fn feature_intervention(
     };
     let points = (0..model.config.n_layers())
         .map(|l| {
-            let (name, finish) = input_source(set.input, &model.blocks[l]);
-            (format!("blocks.{l}.{name}"), finish)
+            let (point, finish) = input_source(set.input, &model.blocks[l], l);
+            (point.name(), finish)
         })
         .collect();
     let run = Run { model, set, interventions, zero_positions, points, activations: RefCell::new(vec![Vec::new(); model.config.n_layers()]) };
-    let layer_of = |name: &str| -> usize { name["blocks.".len()..].split('.').next().and_then(|s| s.parse().ok()).expect("blocks.{l}.hook_mlp_out") };
+    let layer_of = |name: &str| -> usize { HookPoint::parse(name).and_then(HookPoint::layer).expect("blocks.{l}.hook_mlp_out") };
     let mut hooks = Hooks::none()
-        .with_edit(|n: &str| n.ends_with("attn.hook_pattern"), |name: &str, a: Activation| frozen.iter().find(|(k, _)| k == name).map_or(a, |(_, v)| v.clone()))
+        .with_edit(AttnHook::Pattern.every_layer(), |name: &str, a: Activation| frozen.iter().find(|(k, _)| k == name).map_or(a, |(_, v)| v.clone()))
         .with_edit(|n: &str| run.points.iter().any(|(p, _)| p == n), |name: &str, a: Activation| run.observe(name, a))
-        .with_edit(|n: &str| n.ends_with(".hook_mlp_out"), |name: &str, a: Activation| run.add_deltas(layer_of(name), a));
+        .with_edit(BlockHook::MlpOut.every_layer(), |name: &str, a: Activation| run.add_deltas(layer_of(name), a));
     let logits = model.forward_hooked(ids_t(), &mut hooks);
     drop(hooks);
     let vocab = logits.dims()[2];

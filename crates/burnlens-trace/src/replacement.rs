@@ -11,7 +11,7 @@
 use std::collections::BTreeMap;
 
 use burn::tensor::{Int, Tensor, TensorData};
-use burnlens_model::{Activation, Block, Hooks, NormKind, NormPlacement, Transformer, f32_val};
+use burnlens_model::{Activation, AttnHook, Block, BlockHook, HookPoint, Hooks, LayerHook, NormHook, NormKind, NormPlacement, NormSite, Transformer, f32_val};
 
 use crate::TraceError;
 use crate::transcoder::{InputHook, OutputHook, TranscoderSet, tensor};
@@ -33,7 +33,7 @@ pub(crate) struct FrozenLayer {
     pub attn_input: Option<Tensor<2>>,
     /// The scale `[1, pos, 1]` of each of the block's norms, by name (`ln1`, `ln2`, `ln1_post`,
     /// `ln2_post`).
-    pub scales: BTreeMap<&'static str, Tensor<3>>,
+    pub scales: BTreeMap<NormSite, Tensor<3>>,
     /// `W_V` of every query head side by side, `[d_model, head · d_head]`.
     pub w_v: Tensor<2>,
     /// `W_O` stacked by head, `[head · d_head, d_model]`.
@@ -75,15 +75,19 @@ pub struct Replacement<'m> {
     pub logits: Vec<f32>,
 }
 
-const NORMS: [&str; 4] = ["ln1", "ln2", "ln1_post", "ln2_post"];
+/// The norms of a block whose scales the backward pass holds constant.
+const NORMS: [fn(usize) -> NormSite; 4] = [NormSite::Ln1, NormSite::Ln2, NormSite::Ln1Post, NormSite::Ln2Post];
 
-fn take(cache: &mut BTreeMap<String, Activation>, name: &str) -> Result<Activation, TraceError> {
-    cache.remove(name).ok_or_else(|| TraceError::Mismatch(format!("the model has no hook point `{name}`")))
+/// Captured activations by hook point.
+type Captured = BTreeMap<HookPoint, Activation>;
+
+fn take(cache: &mut Captured, point: HookPoint) -> Result<Activation, TraceError> {
+    cache.remove(&point).ok_or_else(|| TraceError::Mismatch(format!("the model has no hook point `{point}`")))
 }
 
-/// `[1, pos, d]` → `[pos, d]`.
-fn squeeze(a: Activation, name: &str) -> Result<Tensor<2>, TraceError> {
-    let t = a.rank3().ok_or_else(|| TraceError::Mismatch(format!("`{name}` is not [batch, pos, d]")))?;
+/// The rank-3 activation at `point`, `[1, pos, d]` → `[pos, d]`.
+fn take_rows(cache: &mut Captured, point: HookPoint) -> Result<Tensor<2>, TraceError> {
+    let t = take(cache, point)?.rank3().ok_or_else(|| TraceError::Mismatch(format!("`{point}` is not [batch, pos, d]")))?;
     let [_, p, d] = t.dims();
     Ok(t.reshape([p, d]))
 }
@@ -126,25 +130,22 @@ impl<'m> Replacement<'m> {
         let ids_t = Tensor::<2, Int>::from_data(TensorData::new(ids.to_vec(), [1, n_pos]), &device);
         let cfg = &model.config;
         let keep_patterns = (cfg.n_layers() * cfg.n_heads * n_pos * n_pos * 4) as u64 <= pattern_budget;
-        let wanted = |name: &str| {
-            name == "hook_embed"
-                || name == "ln_final.hook_scale"
-                || name.ends_with(".hook_scale")
-                || (keep_patterns && name.ends_with("attn.hook_pattern"))
-                || (!keep_patterns && (name.ends_with("ln1.hook_normalized") || name.ends_with(".hook_resid_pre")))
-                || name.ends_with(".hook_resid_mid")
-                || name.ends_with("ln2.hook_normalized")
-                || name.ends_with("ln2_post.hook_normalized")
-                || name.ends_with(".hook_mlp_out")
+        let wanted = |p: HookPoint| match p {
+            HookPoint::Embed | HookPoint::Norm(_, NormHook::Scale) => true,
+            HookPoint::Attn(_, AttnHook::Pattern) => keep_patterns,
+            HookPoint::Norm(NormSite::Ln1(_), NormHook::Normalized) | HookPoint::Block(_, BlockHook::ResidPre) => !keep_patterns,
+            HookPoint::Norm(NormSite::Ln2(_) | NormSite::Ln2Post(_), NormHook::Normalized) => true,
+            HookPoint::Block(_, BlockHook::ResidMid | BlockHook::MlpOut) => true,
+            _ => false,
         };
-        let mut hooks = Hooks::capture(wanted);
+        let mut hooks = Hooks::capture(HookPoint::filter(wanted));
         let logits = model.forward_hooked(ids_t, &mut hooks);
-        let mut cache = hooks.take_cache();
+        let mut cache: Captured = hooks.take_cache().into_iter().map(|(name, a)| (HookPoint::parse(&name).expect("the model names its points"), a)).collect();
         let vocab = logits.dims()[2];
         let logits: Vec<f32> = logits.narrow(1, n_pos - 1, 1).reshape([vocab]).into_data().try_into_vec_as::<f32>().expect("f32");
 
-        let tokens = squeeze(take(&mut cache, "hook_embed")?, "hook_embed")?;
-        let ln_final_scale = take(&mut cache, "ln_final.hook_scale")?.rank3().expect("rank 3");
+        let tokens = take_rows(&mut cache, HookPoint::Embed)?;
+        let ln_final_scale = take(&mut cache, NormHook::Scale.of(NormSite::Final))?.rank3().expect("rank 3");
         let n_layers = model.blocks.len();
         let mut active = Vec::new();
         let mut writers: Vec<Vec<Writer>> = (0..n_layers).map(|_| Vec::new()).collect();
@@ -152,22 +153,18 @@ impl<'m> Replacement<'m> {
         let mut caches = Vec::with_capacity(n_layers);
         let mut outputs = Vec::with_capacity(n_layers);
         for (l, block) in model.blocks.iter().enumerate() {
-            let prefix = format!("blocks.{l}.");
-            let mut mine: BTreeMap<String, Activation> = BTreeMap::new();
-            let keys: Vec<String> = cache.range(prefix.clone()..).take_while(|(k, _)| k.starts_with(&prefix)).map(|(k, _)| k.clone()).collect();
-            for k in keys {
-                let v = cache.remove(&k).expect("listed");
-                mine.insert(k[prefix.len()..].to_string(), v);
-            }
-            let input = input_value(set.input, block, &mut mine)?;
-            outputs.push(output_value(set.output, block, &mut mine)?);
+            let (mine, rest): (Captured, Captured) = std::mem::take(&mut cache).into_iter().partition(|(p, _)| p.layer() == Some(l));
+            cache = rest;
+            let mut mine = mine;
+            let input = input_value(set.input, block, l, &mut mine)?;
+            outputs.push(output_value(set.output, block, l, &mut mine)?);
             encode_layer(set, l, input, zero_positions, &mut active, &mut writers, &mut recon);
             caches.push(mine);
         }
         let mut layers = Vec::with_capacity(n_layers);
         for (l, ((mut mine, output), writers)) in caches.into_iter().zip(outputs).zip(writers).enumerate() {
             let errors = output - recon[l].take().expect("every layer has a reconstruction");
-            layers.push(freeze_layer(model.blocks.get(l).expect("layer"), &mut mine, errors, writers, zero_positions, keep_patterns)?);
+            layers.push(freeze_layer(model.blocks.get(l).expect("layer"), l, &mut mine, errors, writers, zero_positions, keep_patterns)?);
         }
         Ok(Self { model, set, ids: ids.to_vec(), active, layers, ln_final_scale, tokens, logits })
     }
@@ -185,23 +182,25 @@ impl<'m> Replacement<'m> {
     }
 }
 
-/// Where a block's transcoder input is read among burnlens's hook points (the name inside
-/// `blocks.{l}.`), and whether the norm's affine map must be applied to what is read there:
-/// TransformerLens 2's LayerNorm hooks its output after the affine map, burnlens's before.
-pub(crate) fn input_source(hook: InputHook, block: &Block) -> (&'static str, bool) {
+/// Where block `l`'s transcoder input is read among burnlens's hook points, and whether the
+/// norm's affine map must be applied to what is read there: TransformerLens 2's LayerNorm
+/// hooks its output after the affine map, burnlens's before.
+pub(crate) fn input_source(hook: InputHook, block: &Block, l: usize) -> (HookPoint, bool) {
     let ln2_kind = block.ln2.as_ref().map(|n| n.kind);
+    let ln2_normalized = NormHook::Normalized.of(NormSite::Ln2(l));
     match hook {
-        InputHook::ResidMid => ("hook_resid_mid", false),
-        InputHook::MlpIn if block.placement == NormPlacement::Post => ("hook_resid_mid", false),
-        InputHook::MlpIn => ("ln2.hook_normalized", true),
-        InputHook::Ln2Normalized => ("ln2.hook_normalized", ln2_kind == Some(NormKind::LayerNorm)),
+        InputHook::ResidMid => (BlockHook::ResidMid.at(l), false),
+        InputHook::MlpIn if block.placement == NormPlacement::Post => (BlockHook::ResidMid.at(l), false),
+        InputHook::MlpIn => (ln2_normalized, true),
+        InputHook::Ln2Normalized => (ln2_normalized, ln2_kind == Some(NormKind::LayerNorm)),
     }
 }
 
-/// The transcoder's input at `set.input`, `[pos, d_model]`, from the captured activations.
-fn input_value(hook: InputHook, block: &Block, mine: &mut BTreeMap<String, Activation>) -> Result<Tensor<2>, TraceError> {
-    let (name, finish) = input_source(hook, block);
-    let x = squeeze(take(mine, name)?, name)?;
+/// The transcoder's input at `set.input`, `[pos, d_model]`, from block `l`'s captured
+/// activations.
+fn input_value(hook: InputHook, block: &Block, l: usize, mine: &mut Captured) -> Result<Tensor<2>, TraceError> {
+    let (point, finish) = input_source(hook, block, l);
+    let x = take_rows(mine, point)?;
     if !finish {
         return Ok(x);
     }
@@ -209,22 +208,24 @@ fn input_value(hook: InputHook, block: &Block, mine: &mut BTreeMap<String, Activ
     Ok(ln2.finish(x))
 }
 
-/// The MLP output at `set.output`, `[pos, d_model]`.
-fn output_value(hook: OutputHook, block: &Block, mine: &mut BTreeMap<String, Activation>) -> Result<Tensor<2>, TraceError> {
+/// Block `l`'s MLP output at `set.output`, `[pos, d_model]`.
+fn output_value(hook: OutputHook, block: &Block, l: usize, mine: &mut Captured) -> Result<Tensor<2>, TraceError> {
     let after_norm = match (&block.ln2_post, block.placement) {
-        (Some(n), _) => Some(("ln2_post", n)),
-        (None, NormPlacement::Post) => block.ln2.as_ref().map(|n| ("ln2", n)),
+        (Some(n), _) => Some((NormSite::Ln2Post(l), n)),
+        (None, NormPlacement::Post) => block.ln2.as_ref().map(|n| (NormSite::Ln2(l), n)),
         _ => None,
     };
     match (hook, after_norm) {
-        (OutputHook::MlpOut, _) | (OutputHook::MlpHookOut, None) => squeeze(take(mine, "hook_mlp_out")?, "hook_mlp_out"),
-        (OutputHook::MlpHookOut, Some((name, norm))) => {
+        (OutputHook::MlpOut, _) | (OutputHook::MlpHookOut, None) => take_rows(mine, BlockHook::MlpOut.at(l)),
+        (OutputHook::MlpHookOut, Some((site, norm))) => {
             if norm.kind != NormKind::RmsNorm {
-                return Err(TraceError::Mismatch(format!("mlp.hook_out before a LayerNorm `{name}` cannot be recovered; use hook_mlp_out")));
+                return Err(TraceError::Mismatch(format!("mlp.hook_out before a LayerNorm `{site}` cannot be recovered; use hook_mlp_out")));
             }
-            let n = squeeze(take(mine, &format!("{name}.hook_normalized"))?, name)?;
-            let s = squeeze(take(mine, &format!("{name}.hook_scale"))?, name)?;
-            Ok(n * s)
+            let n = take_rows(mine, NormHook::Normalized.of(site))?;
+            // The scale stays in `mine` for the backward pass's frozen scales.
+            let s = mine.get(&NormHook::Scale.of(site)).and_then(Activation::rank3).ok_or_else(|| TraceError::Mismatch(format!("the model has no hook point `{}`", NormHook::Scale.of(site))))?;
+            let [_, p, _] = s.dims();
+            Ok(n * s.reshape([p, 1]))
         }
     }
 }
@@ -290,7 +291,7 @@ fn encode_layer(
 }
 
 /// What layer `l`'s backward pass holds constant, from its captured activations.
-fn freeze_layer(block: &Block, mine: &mut BTreeMap<String, Activation>, errors: Tensor<2>, writers: Vec<Writer>, zero_positions: usize, keep_pattern: bool) -> Result<FrozenLayer, TraceError> {
+fn freeze_layer(block: &Block, l: usize, mine: &mut Captured, errors: Tensor<2>, writers: Vec<Writer>, zero_positions: usize, keep_pattern: bool) -> Result<FrozenLayer, TraceError> {
     let [n_pos, d] = errors.dims();
     let mut errors = errors;
     if zero_positions > 0 {
@@ -299,18 +300,18 @@ fn freeze_layer(block: &Block, mine: &mut BTreeMap<String, Activation>, errors: 
         errors = errors.slice_assign([0..z, 0..d], Tensor::zeros([z, d], &device));
     }
     let (pattern, attn_input) = if keep_pattern {
-        let a = take(mine, "attn.hook_pattern")?.rank4().ok_or_else(|| TraceError::Mismatch("attn.hook_pattern is not rank 4".into()))?;
+        let a = take(mine, AttnHook::Pattern.at(l))?.rank4().ok_or_else(|| TraceError::Mismatch("attn.hook_pattern is not rank 4".into()))?;
         let [_, h, q, k] = a.dims();
         (Some(a.reshape([h, q, k])), None)
     } else if block.placement == NormPlacement::Post {
-        (None, Some(squeeze(take(mine, "hook_resid_pre")?, "hook_resid_pre")?))
+        (None, Some(take_rows(mine, BlockHook::ResidPre.at(l))?))
     } else {
-        (None, Some(block.ln1.finish(squeeze(take(mine, "ln1.hook_normalized")?, "ln1.hook_normalized")?)))
+        (None, Some(block.ln1.finish(take_rows(mine, NormHook::Normalized.of(NormSite::Ln1(l)))?)))
     };
     let mut scales = BTreeMap::new();
-    for name in NORMS {
-        if let Some(a) = mine.remove(&format!("{name}.hook_scale")) {
-            scales.insert(name, a.rank3().expect("rank 3"));
+    for site in NORMS.map(|norm| norm(l)) {
+        if let Some(a) = mine.remove(&NormHook::Scale.of(site)) {
+            scales.insert(site, a.rank3().expect("rank 3"));
         }
     }
     let w = block.attn.head_weights();

@@ -10,9 +10,15 @@ use std::path::{Path, PathBuf};
 
 use burn::tensor::activation::relu;
 use burn::tensor::Tensor;
-use burnlens_model::{Activation, Hooks, Transformer, next_token_loss};
+use burnlens_model::{Activation, AttnHook, HookPoint, Hooks, Transformer, next_token_loss};
 use serde::Serialize;
 use serde_json::Value;
+
+/// Whether `hook_name` is a head-resolved `hook_z` (`[batch, pos, head, d_head]`), which an
+/// SAE reads flattened to `[batch, pos, head * d_head]`.
+pub fn is_hook_z(hook_name: &str) -> bool {
+    matches!(HookPoint::parse(hook_name), Some(HookPoint::Attn(_, AttnHook::Z)))
+}
 
 /// A problem with an SAE directory or with using it on a model.
 #[derive(Debug, thiserror::Error)]
@@ -164,7 +170,7 @@ impl SaeConfig {
         let reshape_hook_z = match lookup("reshape_activations").and_then(Value::as_str) {
             Some("hook_z") => true,
             Some(_) => false,
-            None => hook_name.ends_with("hook_z"),
+            None => is_hook_z(&hook_name),
         };
         Ok(SaeConfig {
             d_in,

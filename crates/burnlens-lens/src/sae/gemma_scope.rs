@@ -11,6 +11,7 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use burn::tensor::{Device, Tensor, TensorData};
+use burnlens_model::{AttnHook, BlockHook, HookPoint, LayerHook};
 
 use super::core::{Architecture, Normalize, Sae, SaeConfig, SaeError};
 
@@ -97,14 +98,14 @@ pub fn hook_from_path(dir: &Path) -> Result<(String, bool), SaeError> {
     });
     let expected = "a Gemma Scope folder such as gemma-scope-2b-pt-res/layer_20/width_16k/average_l0_71 (a -res, -mlp or -att release, a layer_N folder)";
     let hook = match (site, layer, embedding) {
-        (Some("res"), _, true) => "hook_embed".to_string(),
-        (Some("res"), Some(l), false) => format!("blocks.{l}.hook_resid_post"),
-        (Some("mlp"), Some(l), _) => format!("blocks.{l}.hook_mlp_out"),
-        (Some("att"), Some(l), _) => format!("blocks.{l}.attn.hook_z"),
+        (Some("res"), _, true) => HookPoint::Embed,
+        (Some("res"), Some(l), false) => BlockHook::ResidPost.at(l),
+        (Some("mlp"), Some(l), _) => BlockHook::MlpOut.at(l),
+        (Some("att"), Some(l), _) => AttnHook::Z.at(l),
         (None, _, _) => return Err(file_err(dir, format!("cannot tell the hook point: no release name with -res, -mlp or -att in the path; expected {expected}"))),
         _ => return Err(file_err(dir, format!("cannot tell the layer: no layer_N folder in the path; expected {expected}"))),
     };
-    Ok((hook, embedding))
+    Ok((hook.name(), embedding))
 }
 
 /// Load the Gemma Scope SAE in folder `dir` (which holds [`PARAMS_FILE`]).
@@ -139,7 +140,7 @@ pub fn load(dir: &Path, device: &Device) -> Result<Sae, SaeError> {
         enc.iter_mut().for_each(|v| *v /= s);
         dec.iter_mut().for_each(|v| *v *= s);
     }
-    let reshape_hook_z = hook_name.ends_with("attn.hook_z");
+    let reshape_hook_z = super::core::is_hook_z(&hook_name);
     let cfg = SaeConfig {
         d_in,
         d_sae,

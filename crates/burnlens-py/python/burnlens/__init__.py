@@ -32,10 +32,6 @@ Tokens = Union[str, Sequence[str], np.ndarray, Sequence[int], Sequence[Sequence[
 HookFn = Callable[[np.ndarray, "HookPoint"], Optional[np.ndarray]]
 NamesFilter = Union[None, str, Sequence[str], Callable[[str], bool]]
 
-_ATTN = {"q", "k", "v", "z", "result", "attn_scores", "pattern", "rot_q", "rot_k"}
-_BLOCK = {"resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out"}
-_MLP = {"pre", "post", "pre_linear"}
-
 
 def backends() -> List[str]:
     """The backends compiled into this build (`flex` and `ndarray` by default)."""
@@ -46,25 +42,7 @@ def get_act_name(name: str, layer: Optional[int] = None, sub: Optional[str] = No
     """TransformerLens's short names: `("pattern", 0)` -> `blocks.0.attn.hook_pattern`,
     `("resid_pre", 3)`, `("post", 1)` -> `blocks.1.mlp.hook_post`, `("scale", 2, "ln1")` ->
     `blocks.2.ln1.hook_scale`, `"embed"` -> `hook_embed`. Full names pass through."""
-    if "." in name or (name.startswith("hook_") and layer is None):
-        return name
-    if name in ("embed", "pos_embed"):
-        return f"hook_{name}"
-    if name in ("scale", "normalized"):
-        if layer is None:
-            return f"ln_final.hook_{name}"
-        if sub is None:
-            raise KeyError(f'"{name}" at layer {layer} needs the norm: ("{name}", {layer}, "ln1" or "ln2")')
-        return f"blocks.{layer}.{sub}.hook_{name}"
-    if layer is None:
-        raise KeyError(f'"{name}" needs a layer: cache["{name}", LAYER]')
-    if name in _ATTN:
-        return f"blocks.{layer}.attn.hook_{name}"
-    if name in _BLOCK:
-        return f"blocks.{layer}.hook_{name}"
-    if name in _MLP:
-        return f"blocks.{layer}.mlp.hook_{name}"
-    raise KeyError(f'"{name}" is not a TransformerLens short hook name')
+    return _native.get_act_name(name, layer, sub)
 
 
 class HookPoint:

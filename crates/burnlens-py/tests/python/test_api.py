@@ -244,6 +244,26 @@ def test_gemma_scope_release_layout():
     assert rel(sae.encode(e["sae_in"]), e["feature_acts"], 1.0) <= 1e-5
 
 
+def test_short_hook_names_are_transformer_lens_get_act_name_and_index_the_cache():
+    assert burnlens.get_act_name("pattern", 0) == "blocks.0.attn.hook_pattern"
+    assert burnlens.get_act_name("resid_pre", 3) == "blocks.3.hook_resid_pre"
+    assert burnlens.get_act_name("post", 1) == "blocks.1.mlp.hook_post"
+    assert burnlens.get_act_name("scale", 2, "ln1") == "blocks.2.ln1.hook_scale"
+    assert burnlens.get_act_name("normalized") == "ln_final.hook_normalized"
+    assert burnlens.get_act_name("embed") == "hook_embed"
+    assert burnlens.get_act_name("blocks.0.hook_resid_post") == "blocks.0.hook_resid_post"
+    with pytest.raises(KeyError, match="needs the norm"):
+        burnlens.get_act_name("scale", 2)
+    with pytest.raises(KeyError, match="needs a layer"):
+        burnlens.get_act_name("pattern")
+    with pytest.raises(KeyError, match="not a TransformerLens short hook name"):
+        burnlens.get_act_name("nonsense", 0)
+    model = burnlens.HookedModel.from_pretrained(fixture("gpt2"))
+    _, cache = model.run_with_cache(np.array([[1, 2, 3]]))
+    np.testing.assert_array_equal(cache["pattern", 1], cache["blocks.1.attn.hook_pattern"])
+    np.testing.assert_array_equal(cache["scale", 0, "ln2"], cache["blocks.0.ln2.hook_scale"])
+
+
 def test_bad_input_raises_the_right_exception_with_the_cli_message():
     with pytest.raises(FileNotFoundError, match="no-such-model"):
         burnlens.HookedModel.from_pretrained(os.path.join(FIXTURES, "no-such-model"))
