@@ -273,3 +273,27 @@ fn feature_interventions_equal_circuit_tracers() {
         }
     }
 }
+
+/// Transcoders that write `mlp.hook_out` on a model whose MLP output passes a norm (Gemma 2's
+/// `post_feedforward_layernorm`): the output is recovered as the norm's normalized value times
+/// its scale, and the backward pass goes through that norm with the same scale frozen. The
+/// features read the same input either way, so they equal the `hook_mlp_out` graph's; the
+/// scores differ (the errors and decoders live before the norm) and are finite.
+#[test]
+fn mlp_hook_out_through_a_post_norm_attributes() {
+    let device = Device::flex();
+    let dir = case_dir("gemma2");
+    let case: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("case.json")).unwrap()).unwrap();
+    let model = load_model(&dir.join("model"), &device).unwrap().model;
+    let ids: Vec<i64> = case["ids"].as_array().unwrap().iter().map(|v| v.as_i64().unwrap()).collect();
+    let (_tmp, tc) = broken_copy("gemma2");
+    let config = std::fs::read_to_string(tc.join("config.yaml")).unwrap();
+    std::fs::write(tc.join("config.yaml"), config.replace("feature_output_hook: hook_mlp_out", "feature_output_hook: mlp.hook_out")).unwrap();
+    let before = attribute(&model, &TranscoderSet::load(&dir.join("transcoders"), &device).unwrap(), &ids, &options(&case)).unwrap();
+    let after = attribute(&model, &TranscoderSet::load(&tc, &device).unwrap(), &ids, &options(&case)).expect("mlp.hook_out before an RMSNorm attributes");
+    assert_eq!(after.active_features, before.active_features);
+    assert_eq!(after.activation_values, before.activation_values);
+    let rows: &[f32] = &after.rows;
+    assert!(rows.iter().all(|v| v.is_finite()) && rows.iter().any(|&v| v != 0.0), "finite, non-trivial attributions");
+    assert_ne!(rows, &before.rows[..], "the output hook changes the errors, so the scores");
+}
