@@ -485,7 +485,7 @@ pub fn patch(args: &ModelArgs, clean: &Input, corrupted: &Input, metric: &str, n
         .split(',')
         .map(str::trim)
         .filter(|s| !s.is_empty())
-        .map(|s| burnlens_lens::NodeKind::parse(s).ok_or_else(|| UserError(format!("--nodes: unknown node kind {s:?}; expected head, resid_pre or mlp"))))
+        .map(|s| burnlens_lens::NodeKind::from_name(s).map_err(|e| UserError(format!("--nodes: {e}"))))
         .collect::<Result<Vec<_>, _>>()?;
     // Denoising is noising with the roles swapped: the corrupted run is the base.
     let (base, source) = if denoise { (&corrupted_ids, &clean_ids) } else { (&clean_ids, &corrupted_ids) };

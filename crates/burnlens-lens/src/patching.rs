@@ -31,13 +31,28 @@ pub enum NodeKind {
 impl NodeKind {
     pub const ALL: [NodeKind; 3] = [NodeKind::Head, NodeKind::ResidPre, NodeKind::Mlp];
 
-    /// Parse `head`, `resid_pre` or `mlp`.
+    /// Parse `head`, `resid_pre` or `mlp` (or `heads`, `resid`, `pos`, `mlps`).
     pub fn parse(s: &str) -> Option<Self> {
         match s {
             "head" | "heads" => Some(NodeKind::Head),
             "resid_pre" | "resid" | "pos" => Some(NodeKind::ResidPre),
             "mlp" | "mlps" => Some(NodeKind::Mlp),
             _ => None,
+        }
+    }
+
+    /// [`parse`](Self::parse) with the one-line error every front end shows.
+    pub fn from_name(s: &str) -> Result<Self, String> {
+        Self::parse(s).ok_or_else(|| format!("unknown node kind {s:?}; expected head, resid_pre or mlp"))
+    }
+
+    /// The kind's name (`head`, `resid_pre`, `mlp`), as [`parse`](Self::parse) reads it and
+    /// the reports write it.
+    pub fn name(self) -> &'static str {
+        match self {
+            NodeKind::Head => "head",
+            NodeKind::ResidPre => "resid_pre",
+            NodeKind::Mlp => "mlp",
         }
     }
 

@@ -22,5 +22,5 @@ pub use hook_point::{AttnHook, BlockHook, HookPoint, LayerHook, MlpHook, NormHoo
 pub use hooks::{Activation, Hookable, Hooks};
 pub use transformer::{AttentionInput, LayerInput, 
     ParamInit,
-    Attention, Block, HeadWeights, KvCache, LayerNorm, MASKED_SCORE, Mlp, Norm, RotaryAngles, Transformer, Unembed, activate, apply_rotary, cross_entropy, f32_val, next_token_loss,
+    Attention, Block, HeadWeights, KvCache, LayerNorm, MASKED_SCORE, Mlp, Norm, RotaryAngles, Transformer, Unembed, activate, apply_rotary, cross_entropy, f32_val, next_token_loss, next_token_loss_of_real,
 };

@@ -12,7 +12,7 @@ use std::sync::Mutex;
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use burnlens_hf::Tokenizer;
 use burnlens_lens::{Metric, Sae};
-use burnlens_model::{Activation, Hooks, Sampling, Transformer, f32_val, generate, hook_names};
+use burnlens_model::{Activation, Hooks, NormSite, Sampling, Transformer, f32_val, generate, hook_names};
 use numpy::{IntoPyArray, PyArrayDyn, PyArrayMethods, PyReadonlyArray2, PyReadonlyArrayDyn, PyUntypedArrayMethods};
 use pyo3::exceptions::{PyFileNotFoundError, PyKeyError, PyValueError};
 use pyo3::prelude::*;
@@ -120,6 +120,19 @@ impl NativeModel {
 }
 
 /// `tokens` as a flat `i64` slice with its `[batch, pos]` shape.
+/// A next-token loss needs a next token.
+fn check_loss_length(loss: bool, pos: usize) -> Result<(), Fail> {
+    match loss && pos < 2 {
+        true => Err(Fail::Value(format!("return_type \"loss\" needs at least two tokens per sequence, found {pos}"))),
+        false => Ok(()),
+    }
+}
+
+/// The mean next-token loss over the real tokens, on the host.
+fn next_token_loss_value(logits: Tensor<3>, ids: Tensor<2, Int>, real: Option<&[Vec<bool>]>) -> f64 {
+    burnlens_model::next_token_loss_of_real(logits, ids, real).into_scalar::<f32>() as f64
+}
+
 fn tokens_of(tokens: &PyReadonlyArray2<'_, i64>) -> Result<(Vec<i64>, usize, usize), Fail> {
     let shape = tokens.shape();
     let flat: Vec<i64> = tokens.as_array().iter().copied().collect();
@@ -152,7 +165,7 @@ impl NativeModel {
             let device = device_for(backend.as_deref())?;
             let dir = resolve(&spec)?;
             let any = burnlens_train::load_any(&dir, &device, &options).map_err(|e| load_fail(e.to_string(), e.missing()))?;
-            let family = burnlens_hf::read_config(&dir.join("config.json")).ok().map(|c| c.family.to_string());
+            let family = any.family.map(|f| f.to_string());
             let names = hook_names(&any.model.config);
             Ok(Self { model: any.model, tokenizer: any.tokenizer.map(std::sync::Arc::new), bos: any.bos, dir, family, names })
         })?)
@@ -213,8 +226,10 @@ impl NativeModel {
     /// tokens, when padded). Captures the hook points in `capture`; at each `(name, fn)` of
     /// `hooks` calls `fn(activation, name)` and uses what it returns (an array of the same
     /// shape) unless it returns `None`. Returns the logits `[batch, pos, vocab]` and the
-    /// captured activations by name.
-    #[pyo3(signature = (tokens, attention_mask=None, capture=Vec::new(), hooks=Vec::new()))]
+    /// captured activations by name, and with `loss` the mean next-token cross-entropy over
+    /// the real tokens (`burnlens_model::next_token_loss_of_real`).
+    #[pyo3(signature = (tokens, attention_mask=None, capture=Vec::new(), hooks=Vec::new(), loss=false))]
+    #[allow(clippy::type_complexity)]
     fn run<'py>(
         &self,
         py: Python<'py>,
@@ -222,8 +237,10 @@ impl NativeModel {
         attention_mask: Option<PyReadonlyArray2<'py, bool>>,
         capture: Vec<String>,
         hooks: Vec<(String, Py<PyAny>)>,
-    ) -> PyResult<(Bound<'py, PyArrayDyn<f32>>, Bound<'py, PyDict>)> {
+        loss: bool,
+    ) -> PyResult<(Bound<'py, PyArrayDyn<f32>>, Bound<'py, PyDict>, Option<f64>)> {
         let (flat, b, t) = tokens_of(&tokens)?;
+        check_loss_length(loss, t)?;
         let mask: Option<Vec<Vec<bool>>> = match &attention_mask {
             None => None,
             Some(m) => {
@@ -238,7 +255,7 @@ impl NativeModel {
         self.check_names(&hook_names)?;
         let ids = self.ids(&flat, b, t)?;
         let hook_error: Mutex<Option<PyErr>> = Mutex::new(None);
-        let (logits, cache) = py.detach(|| {
+        let (logits, cache, loss) = py.detach(|| {
             let capture_set = capture.clone();
             let mut h = Hooks::capture(move |n| capture_set.iter().any(|c| c == n));
             for (name, f) in &hooks {
@@ -259,12 +276,13 @@ impl NativeModel {
                 );
             }
             let logits = match &mask {
-                None => self.model.forward_hooked(ids, &mut h),
-                Some(m) => self.model.forward_padded(ids, m, &mut h),
+                None => self.model.forward_hooked(ids.clone(), &mut h),
+                Some(m) => self.model.forward_padded(ids.clone(), m, &mut h),
             };
             let cache: BTreeMap<String, (Vec<f32>, Vec<usize>)> = h.take_cache().into_iter().map(|(k, v)| (k, activation_into_host(v))).collect();
             drop(h);
-            (host(logits), cache)
+            let loss = loss.then(|| next_token_loss_value(logits.clone(), ids, mask.as_deref()));
+            (host(logits), cache, loss)
         });
         if let Some(e) = hook_error.into_inner().unwrap() {
             return Err(e);
@@ -273,26 +291,46 @@ impl NativeModel {
         for (k, (v, d)) in cache {
             out.set_item(k, array(py, v, &d)?)?;
         }
-        Ok((array(py, logits.0, &logits.1)?, out))
+        Ok((array(py, logits.0, &logits.1)?, out, loss))
     }
 
     /// Logits `[batch, pos, vocab]` of `tokens` with SAEs spliced in at their hook points
     /// (each SAE's reconstruction replaces the activation it reads).
-    fn run_with_saes<'py>(&self, py: Python<'py>, tokens: PyReadonlyArray2<'py, i64>, saes: Vec<PyRef<'py, NativeSae>>) -> PyResult<Bound<'py, PyArrayDyn<f32>>> {
+    #[pyo3(signature = (tokens, saes, loss=false))]
+    fn run_with_saes<'py>(&self, py: Python<'py>, tokens: PyReadonlyArray2<'py, i64>, saes: Vec<PyRef<'py, NativeSae>>, loss: bool) -> PyResult<(Bound<'py, PyArrayDyn<f32>>, Option<f64>)> {
         let (flat, b, t) = tokens_of(&tokens)?;
+        check_loss_length(loss, t)?;
         for s in &saes {
             s.sae.check_model(&self.model).map_err(value)?;
         }
         let ids = self.ids(&flat, b, t)?;
         let saes: Vec<&Sae> = saes.iter().map(|s| &s.sae).collect();
-        let logits = py.detach(|| {
+        let (logits, loss) = py.detach(|| {
             let mut h = Hooks::none();
             for s in &saes {
                 h = burnlens_lens::sae::splice(h, s);
             }
-            host(self.model.forward_hooked(ids, &mut h))
+            let logits = self.model.forward_hooked(ids.clone(), &mut h);
+            let loss = loss.then(|| next_token_loss_value(logits.clone(), ids, None));
+            (host(logits), loss)
         });
-        array(py, logits.0, &logits.1)
+        Ok((array(py, logits.0, &logits.1)?, loss))
+    }
+
+    /// The final norm recomputed on `x` `[..., d_model]` (the model's own `ln_final`).
+    fn apply_ln_final<'py>(&self, py: Python<'py>, x: PyReadonlyArrayDyn<'py, f32>) -> PyResult<Bound<'py, PyArrayDyn<f32>>> {
+        let dims = x.shape().to_vec();
+        let d = self.model.config.d_model;
+        if dims.last() != Some(&d) {
+            return Err(Fail::Value(format!("apply_ln_final: expected [..., {d}], found {dims:?}")).into());
+        }
+        let values: Vec<f32> = x.as_array().iter().copied().collect();
+        let rows = values.len() / d;
+        let out = py.detach(|| {
+            let x = Tensor::<3>::from_data(TensorData::new(values, [1, rows, d]), &self.device());
+            host(self.model.ln_final.forward(x, &mut Hooks::none(), NormSite::Final)).0
+        });
+        array(py, out, &dims)
     }
 
     /// The weights with TransformerLens's names and shapes: `W_E [vocab, d]`, `W_pos`,
@@ -387,23 +425,15 @@ impl NativeModel {
     }
 
     /// Activation patching (`attribution=False`) or attribution patching of every node of
-    /// `kinds` (`head`, `resid_pre`, `mlp`) from `corrupted` into `clean`: the clean metric
-    /// and, per node, `(kind, layer, index, effect)`.
+    /// `kinds` (`head`, `resid_pre`, `mlp`, or their aliases) from `corrupted` into `clean`:
+    /// the clean metric, the kinds by their names, and per node `(kind, layer, index, effect)`.
     #[pyo3(signature = (clean, corrupted, metric, kinds, attribution=false))]
-    fn patching(&self, py: Python<'_>, clean: Vec<i64>, corrupted: Vec<i64>, metric: &str, kinds: Vec<String>, attribution: bool) -> PyResult<(f64, Vec<(String, usize, usize, f64)>)> {
+    fn patching(&self, py: Python<'_>, clean: Vec<i64>, corrupted: Vec<i64>, metric: &str, kinds: Vec<String>, attribution: bool) -> PyResult<(f64, Vec<String>, Vec<(String, usize, usize, f64)>)> {
         use burnlens_lens::NodeKind;
         let metric = self.metric(metric)?;
         self.model.check_ids(&clean).map_err(value)?;
         self.model.check_ids(&corrupted).map_err(value)?;
-        let kinds: Vec<NodeKind> = kinds
-            .iter()
-            .map(|k| match k.as_str() {
-                "head" => Ok(NodeKind::Head),
-                "resid_pre" => Ok(NodeKind::ResidPre),
-                "mlp" => Ok(NodeKind::Mlp),
-                other => Err(Fail::Value(format!("patching kind \"{other}\": expected head, resid_pre or mlp"))),
-            })
-            .collect::<Result<_, _>>()?;
+        let kinds: Vec<NodeKind> = kinds.iter().map(|k| NodeKind::from_name(k).map_err(Fail::Value)).collect::<Result<_, _>>()?;
         let nodes = burnlens_lens::patching::nodes(&self.model, clean.len(), &kinds);
         let (base, effects) = py
             .detach(|| {
@@ -414,19 +444,8 @@ impl NativeModel {
                 }
             })
             .map_err(value)?;
-        let rows = nodes
-            .iter()
-            .zip(effects)
-            .map(|(n, e)| {
-                let kind = match n.kind {
-                    NodeKind::Head => "head",
-                    NodeKind::ResidPre => "resid_pre",
-                    NodeKind::Mlp => "mlp",
-                };
-                (kind.to_string(), n.layer, n.index, e)
-            })
-            .collect();
-        Ok((base, rows))
+        let rows = nodes.iter().zip(effects).map(|(n, e)| (n.kind.name().to_string(), n.layer, n.index, e)).collect();
+        Ok((base, kinds.iter().map(|k| k.name().to_string()).collect(), rows))
     }
 
     /// The logit lens on one sequence, as JSON (`layers`, `top` `[layer][pos][k]` of

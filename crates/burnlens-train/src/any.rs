@@ -20,6 +20,8 @@ pub struct AnyModel {
     pub bos: Option<i64>,
     /// What the import noticed and let pass (ignored legacy buffers and the like).
     pub warnings: Vec<String>,
+    /// The Hugging Face family (`model_type`) of a model directory; `None` for a run.
+    pub family: Option<burnlens_hf::Family>,
 }
 
 /// Whether `dir` is a burnlens run directory rather than a Hugging Face model directory.
@@ -32,10 +34,10 @@ pub fn is_run_dir(dir: &Path) -> bool {
 pub fn load_any(dir: &Path, device: &Device, options: &LoadOptions) -> Result<AnyModel, TrainError> {
     if is_run_dir(dir) {
         let run = load_run(dir, device)?;
-        Ok(AnyModel { model: run.model, tokenizer: run.tokenizer, bos: None, warnings: Vec::new() })
+        Ok(AnyModel { model: run.model, tokenizer: run.tokenizer, bos: None, warnings: Vec::new(), family: None })
     } else {
         let loaded = load_model_with(dir, device, options)?;
         let tokenizer = Tokenizer::find_in_dir(dir).transpose()?;
-        Ok(AnyModel { model: loaded.model, tokenizer, bos: loaded.hf.bos_token_id, warnings: loaded.info.warnings })
+        Ok(AnyModel { model: loaded.model, tokenizer, bos: loaded.hf.bos_token_id, warnings: loaded.info.warnings, family: Some(loaded.hf.family) })
     }
 }

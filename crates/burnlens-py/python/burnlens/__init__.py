@@ -298,30 +298,21 @@ class HookedModel:
                 out.append((n, _wrap(fn)))
         return out
 
-    def _run(self, x: Tokens, attention_mask: Optional[np.ndarray], capture: List[str], hooks: List[Tuple[str, HookFn]]):
+    def _run(self, x: Tokens, attention_mask: Optional[np.ndarray], capture: List[str], hooks: List[Tuple[str, HookFn]], return_type: Optional[str]):
+        """Tokens, mask, what `return_type` asks for, and the captured activations."""
+        wants_loss = _wants_loss(return_type)
         tokens, mask = self._tokens_and_mask(x)
         if attention_mask is not None:
             mask = np.ascontiguousarray(np.asarray(attention_mask, dtype=bool))
         all_hooks = self._expand_hooks(self._hooks) + self._expand_hooks(hooks)
-        logits, acts = self._native.run(tokens, mask, capture, all_hooks)
-        return tokens, mask, logits, acts
-
-    def _output(self, logits: np.ndarray, tokens: np.ndarray, mask: Optional[np.ndarray], return_type: Optional[str]):
-        if return_type == "logits":
-            return logits
-        if return_type is None:
-            return None
-        if return_type not in ("loss", "both"):
-            raise ValueError(f'return_type "{return_type}": expected "logits", "loss", "both" or None')
-        loss = _next_token_loss(logits, tokens, mask)
-        return loss if return_type == "loss" else (logits, loss)
+        logits, acts, loss = self._native.run(tokens, mask, capture, all_hooks, wants_loss)
+        return tokens, mask, _output(logits, loss, return_type), acts
 
     def __call__(self, x: Tokens, return_type: Optional[str] = "logits", attention_mask: Optional[np.ndarray] = None):
         """Logits `[batch, pos, d_vocab]` (float32) of text, texts (padded, with the attention
         mask) or token ids; `return_type="loss"` gives the mean next-token cross-entropy,
         `"both"` the pair."""
-        tokens, mask, logits, _ = self._run(x, attention_mask, [], [])
-        return self._output(logits, tokens, mask, return_type)
+        return self._run(x, attention_mask, [], [], return_type)[2]
 
     forward = __call__
 
@@ -329,15 +320,14 @@ class HookedModel:
         """`(logits, cache)`: the activations at every hook point `names_filter` selects (a
         name, a list of names or short names, or a predicate; all with `None`)."""
         names = self._names_from(names_filter)
-        tokens, mask, logits, acts = self._run(x, attention_mask, names, [])
-        return self._output(logits, tokens, mask, return_type), ActivationCache(acts, self, tokens, mask is not None)
+        tokens, mask, out, acts = self._run(x, attention_mask, names, [], return_type)
+        return out, ActivationCache(acts, self, tokens, mask is not None)
 
     def run_with_hooks(self, x: Tokens, fwd_hooks: Sequence[Tuple[Union[str, Callable[[str], bool]], HookFn]] = (), return_type: Optional[str] = "logits", attention_mask: Optional[np.ndarray] = None):
         """Run with `fn(activation, hook)` at each `(name, fn)` of `fwd_hooks` (a name or a
         predicate over names); what `fn` returns (same shape) replaces the activation, `None`
         keeps it."""
-        tokens, mask, logits, _ = self._run(x, attention_mask, [], list(fwd_hooks))
-        return self._output(logits, tokens, mask, return_type)
+        return self._run(x, attention_mask, [], list(fwd_hooks), return_type)[2]
 
     @contextlib.contextmanager
     def hooks(self, fwd_hooks: Sequence[Tuple[Union[str, Callable[[str], bool]], HookFn]] = ()):
@@ -364,8 +354,8 @@ class HookedModel:
         tokens, mask = self._tokens_and_mask(x)
         if mask is not None:
             raise ValueError("run_with_saes takes sequences of one length (no padding)")
-        logits = self._native.run_with_saes(tokens, [s._native for s in saes])
-        return self._output(logits, tokens, None, return_type)
+        logits, loss = self._native.run_with_saes(tokens, [s._native for s in saes], _wants_loss(return_type))
+        return _output(logits, loss, return_type)
 
     def generate(self, x: Union[str, Sequence[int], np.ndarray], max_new_tokens: int = 10, temperature: float = 0.0, top_k: Optional[int] = None,
                  top_p: Optional[float] = None, seed: int = 0, stop_token: Optional[int] = None, prepend_bos: bool = True):
@@ -407,11 +397,11 @@ class HookedModel:
         if method not in ("activation", "attribution"):
             raise ValueError(f'method "{method}": expected "activation" or "attribution"')
         clean_ids, corr_ids = self._one(clean), self._one(corrupted)
-        base, rows = self._native.patching(clean_ids, corr_ids, metric, list(kinds), method == "attribution")
+        base, names, rows = self._native.patching(clean_ids, corr_ids, metric, list(kinds), method == "attribution")
         L, H, T = self.cfg.n_layers, self.cfg.n_heads, len(clean_ids)
         out: Dict[str, Any] = {"clean_metric": base}
         shapes = {"head": (L, H), "resid_pre": (L, T), "mlp": (L,)}
-        for k in kinds:
+        for k in names:
             out[k] = np.zeros(shapes[k], dtype=np.float64)
         for kind, layer, index, effect in rows:
             if kind == "mlp":
@@ -469,12 +459,7 @@ class HookedModel:
 
     def apply_ln_final(self, x: np.ndarray) -> np.ndarray:
         """The final norm (recomputed on `x`, `[..., d_model]`)."""
-        x = np.asarray(x, dtype=np.float32)
-        w = self.weights["ln_final.w"]
-        if self.cfg.normalization_type == "LN":
-            centred = x - x.mean(-1, keepdims=True)
-            return centred / np.sqrt((centred ** 2).mean(-1, keepdims=True) + self.cfg.eps) * w + self.weights["ln_final.b"]
-        return x / np.sqrt((x ** 2).mean(-1, keepdims=True) + self.cfg.eps) * w
+        return self._native.apply_ln_final(np.ascontiguousarray(x, dtype=np.float32))
 
     def __repr__(self) -> str:
         return f"HookedModel({self._native.directory!r}, {self.cfg!r})"
@@ -493,17 +478,22 @@ def _wrap(fn: HookFn):
     return lambda act, name: fn(act, HookPoint(name))
 
 
-def _next_token_loss(logits: np.ndarray, tokens: np.ndarray, mask: Optional[np.ndarray]) -> float:
-    """Mean cross-entropy of position p predicting token p + 1 (over real tokens)."""
-    x = logits[:, :-1].astype(np.float64)
-    x = x - x.max(-1, keepdims=True)
-    logp = x - np.log(np.exp(x).sum(-1, keepdims=True))
-    target = tokens[:, 1:]
-    nll = -np.take_along_axis(logp, target[..., None], axis=-1)[..., 0]
-    if mask is not None:
-        keep = mask[:, 1:] & mask[:, :-1]
-        return float(nll[keep].mean())
-    return float(nll.mean())
+def _wants_loss(return_type: Optional[str]) -> bool:
+    if return_type not in ("logits", "loss", "both", None):
+        raise ValueError(f'return_type "{return_type}": expected "logits", "loss", "both" or None')
+    return return_type in ("loss", "both")
+
+
+def _output(logits: np.ndarray, loss: Optional[float], return_type: Optional[str]):
+    """What `return_type` asks for: the logits, the mean next-token loss (computed by the
+    library over real tokens), both, or nothing."""
+    if return_type == "logits":
+        return logits
+    if return_type == "loss":
+        return loss
+    if return_type == "both":
+        return logits, loss
+    return None
 
 
 class SAE:

@@ -244,6 +244,29 @@ def test_gemma_scope_release_layout():
     assert rel(sae.encode(e["sae_in"]), e["feature_acts"], 1.0) <= 1e-5
 
 
+def test_padded_loss_is_the_mean_over_real_next_token_pairs_and_kinds_take_aliases():
+    model = burnlens.HookedModel.from_pretrained(fixture("gpt2"))
+    a, b = [5, 9, 2, 7, 3, 8], [4, 1, 6]
+    la, lb = model(np.array([a]), return_type="loss"), model(np.array([b]), return_type="loss")
+    padded = np.array([a, b + [0, 0, 0]])
+    mask = np.array([[True] * 6, [True] * 3 + [False] * 3])
+    both = model(padded, return_type="loss", attention_mask=mask)
+    assert abs(both - (5 * la + 2 * lb) / 7) <= 1e-5, (both, la, lb)
+    logits, loss = model(np.array([a]), return_type="both")
+    assert logits.shape[1] == 6 and loss == la
+    with pytest.raises(ValueError, match="at least two tokens"):
+        model(np.array([[5]]), return_type="loss")
+    out = model.patching(a, [5, 9, 2, 7, 3, 1], "logprob:9", kinds=["heads", "mlps"])
+    assert set(out) == {"clean_metric", "head", "mlp"}
+    assert out["head"].shape == (model.cfg.n_layers, model.cfg.n_heads)
+    with pytest.raises(ValueError, match='unknown node kind "neurons"; expected head, resid_pre or mlp'):
+        model.patching(a, a, "logprob:9", kinds=["neurons"])
+    # The final norm recomputed by the library, then the unembedding, gives the logits.
+    logits, cache = model.run_with_cache(np.array([a]))
+    resid = cache["resid_post", model.cfg.n_layers - 1]
+    np.testing.assert_allclose(model.apply_ln_final(resid) @ model.W_U + model.b_U, logits, atol=1e-4)
+
+
 def test_short_hook_names_are_transformer_lens_get_act_name_and_index_the_cache():
     assert burnlens.get_act_name("pattern", 0) == "blocks.0.attn.hook_pattern"
     assert burnlens.get_act_name("resid_pre", 3) == "blocks.3.hook_resid_pre"
