@@ -234,16 +234,26 @@ def bench_generate(a):
     return {"times": timed(a.reps, f), "tokens": a.new}
 
 
+# `burnlens bench train --train-shape NAME`'s shapes: (vocab, context, d, layers, heads,
+# batch, steps per repetition). `cargo xtask bench` checks that both sides report the same
+# parameter and token counts.
+TRAIN_SHAPES = {
+    "cpu": (65, 64, 128, 4, 4, 12, 10),
+    "shakespeare-char": (65, 256, 384, 6, 6, 8, 3),
+    "gpt2": (50257, 256, 768, 12, 12, 1, 2),
+}
+
+
 def bench_train_steps(a):
     torch.manual_seed(0)
-    B, T, V = 12, 64, 65
+    V, T, D, L, H, B, per_rep = TRAIN_SHAPES[a.train_shape]
     if a.impl in ("lean", "compile"):
-        m = GPT(V, T, 128, 4, 4)
+        m = GPT(V, T, D, L, H)
         run = torch.compile(m) if a.impl == "compile" else m
         fwd = lambda x: run(x)[0]
     else:
         from transformers import GPT2Config, GPT2LMHeadModel
-        m = GPT2LMHeadModel(GPT2Config(vocab_size=V, n_positions=T, n_embd=128, n_layer=4, n_head=4,
+        m = GPT2LMHeadModel(GPT2Config(vocab_size=V, n_positions=T, n_embd=D, n_layer=L, n_head=H,
                                        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0))
         fwd = lambda x: m(x).logits
     m.train()
@@ -259,9 +269,9 @@ def bench_train_steps(a):
     for _ in range(3 if a.impl == "compile" else 1):
         step()
     times = []
-    for _ in range(a.reps * 10):
+    for _ in range(a.reps * per_rep):
         t = time.perf_counter(); step(); times.append(time.perf_counter() - t)
-    return {"times": times, "tokens": B * T}
+    return {"times": times, "tokens": B * T, "params": sum(p.numel() for p in m.parameters())}
 
 
 def bench_load(a):
@@ -331,6 +341,7 @@ def main():
         p.add_argument("--threads", type=int, default=0)
         p.add_argument("--shape", default="128x768x768")
         p.add_argument("--dtype", choices=["f32", "bf16"], default="f32")
+        p.add_argument("--train-shape", choices=sorted(TRAIN_SHAPES), default="cpu")
     args = ap.parse_args()
     global DTYPE
     DTYPE = {"f32": torch.float32, "bf16": torch.bfloat16}[getattr(args, "dtype", "f32")]

@@ -226,7 +226,7 @@ struct Workload {
 
 /// Who runs a workload: burnlens (`bench` subcommand of our binary), a PyTorch peer
 /// (`scripts/peer_nanogpt.py --impl NAME`), burnlens on one thread, or burnlens on LibTorch.
-#[derive(Clone, Copy, PartialEq)]
+#[derive(Clone, Copy, PartialEq, Debug)]
 enum Impl {
     Burnlens,
     BurnlensOneThread,
@@ -344,6 +344,8 @@ fn bench(args: Vec<String>) -> Result<()> {
         w("forward 1x128 bf16", &["forward", "--batch", "1", "--seq", "128", "--reps", "3", "--dtype", "bf16"], 3),
         w("train nanoGPT CPU config", &["train", "--reps", "2"], 2),
         Workload { label: "train, busy neighbour".into(), contended: true, compile: false, ..w("", &["train", "--reps", "2"], 2) },
+        w("train shakespeare-char 6x384 ctx 256 b8", &["train", "--train-shape", "shakespeare-char", "--reps", "2"], 2),
+        w("train GPT-2 small ctx 256 b1", &["train", "--train-shape", "gpt2", "--reps", "2"], 2),
         w("load GPT-2 small", &["load"], 3),
     ];
     for t in [128, 512, 1024, 2048, 4096] {
@@ -400,6 +402,15 @@ fn bench(args: Vec<String>) -> Result<()> {
                 };
                 times.extend(floats(&v, "times")?);
                 *last = v;
+            }
+        }
+        // Both sides must have measured the same model and batch.
+        for key in ["params", "tokens"] {
+            let seen: Vec<(Impl, f64)> = results.iter().filter_map(|(i, _, v)| Some((*i, v[key].as_f64()?))).collect();
+            if let Some(&(_, want)) = seen.first()
+                && let Some((other, got)) = seen.iter().find(|(_, got)| *got != want)
+            {
+                anyhow::bail!("{}: burnlens reports {key} = {want}, {other:?} reports {got}: the two sides measured different shapes", wl.label);
             }
         }
         let load = wl.burnlens[0] == "load";

@@ -35,6 +35,32 @@ pub struct BenchArgs {
     /// transposed view of an `[N, K]` matrix (the tied unembedding's layout).
     #[arg(long)]
     pub shape: Option<String>,
+    /// train: the model and batch trained (the PyTorch peer has the same three).
+    #[arg(long, value_enum, default_value_t = TrainShape::Cpu)]
+    pub train_shape: TrainShape,
+}
+
+/// What `bench train` trains, on random tokens: nanoGPT's sizes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum TrainShape {
+    /// nanoGPT's CPU shakespeare-char settings: 4 layers, 4 heads, d 128, context 64, batch 12.
+    Cpu,
+    /// nanoGPT's `train_shakespeare_char`: 6 layers, 6 heads, d 384, context 256, batch 8.
+    ShakespeareChar,
+    /// GPT-2 small (12 layers, d 768, vocabulary 50,257) at context 256, batch 1.
+    Gpt2,
+}
+
+impl TrainShape {
+    /// The architecture (dropout off), the batch, and how many steps one repetition times.
+    fn setup(self) -> (TransformerConfig, usize, usize) {
+        let (cfg, batch, steps) = match self {
+            TrainShape::Cpu => (TransformerConfig::gpt2_like(65, 64, 128, 4, 4), 12, 10),
+            TrainShape::ShakespeareChar => (TransformerConfig::gpt2_like(65, 256, 384, 6, 6), 8, 3),
+            TrainShape::Gpt2 => (TransformerConfig::gpt2_like(50257, 256, 768, 12, 12), 1, 2),
+        };
+        (TransformerConfig { dropout: 0.0, ..cfg }, batch, steps)
+    }
 }
 
 /// Minor page faults of this process so far (Linux `/proc/self/stat`, field 10).
@@ -214,19 +240,20 @@ pub fn run(a: &BenchArgs, device: Device, options: &LoadOptions) -> Result<()> {
     Ok(())
 }
 
-/// nanoGPT's CPU shakespeare-char training step on random characters.
+/// A training step of [`TrainShape`] `a.train_shape` on random tokens (AdamW, gradients
+/// clipped at 1).
 fn bench_train(a: &BenchArgs, device: &Device) -> Result<serde_json::Value> {
-    // nanoGPT's CPU shakespeare-char configuration on random characters.
-    let mut cfg = TransformerConfig::gpt2_like(65, 64, 128, 4, 4);
-    cfg.dropout = 0.0;
+    let (cfg, b, steps_per_rep) = a.train_shape.setup();
+    let block = cfg.n_ctx;
+    let vocab = cfg.vocab_size;
     let ad = device.clone().autodiff();
     let mut model = cfg.init(&ad)?;
+    let params = burn::module::Module::num_params(&model);
     let t = TrainingSection::default();
     let mut optim = optimizer(&t);
-    let (b, block) = (12, 64);
     let mut rng = Rng::new(3);
     let mut step = || {
-        let data: Vec<i64> = (0..b * (block + 1)).map(|_| rng.below(65) as i64).collect();
+        let data: Vec<i64> = (0..b * (block + 1)).map(|_| rng.below(vocab as u64) as i64).collect();
         let all = Tensor::<2, Int>::from_data(TensorData::new(data, [b, block + 1]), &ad);
         let (x, y) = (all.clone().narrow(1, 0, block), all.narrow(1, 1, block));
         let loss = cross_entropy(model.forward(x), y);
@@ -235,7 +262,7 @@ fn bench_train(a: &BenchArgs, device: &Device) -> Result<serde_json::Value> {
         clip_global_norm(&model, &mut grads, 1.0);
         model = optim.step(1e-3, model.clone(), grads);
     };
-    let steps = a.reps.max(1) * 10;
+    let steps = a.reps.max(1) * steps_per_rep;
     step();
     let faults_before = minor_faults();
     let times: Vec<f64> = (0..steps)
@@ -248,7 +275,7 @@ fn bench_train(a: &BenchArgs, device: &Device) -> Result<serde_json::Value> {
     // Forward, then backward at twice its cost.
     let faults = minor_faults().zip(faults_before).map(|(after, before)| (after - before) as f64 / steps as f64);
     let pool = burnlens_model::kernels::pool::stats();
-    Ok(json!({"times": times, "tokens": b * block, "flops": 3.0 * forward_flops(&cfg, b, block),
+    Ok(json!({"times": times, "tokens": b * block, "params": params, "flops": 3.0 * forward_flops(&cfg, b, block),
            "page_faults_per_step": faults, "pool_late_jobs": pool.late_jobs, "pool_revoked_seats": pool.revoked_seats}))
 }
 
