@@ -59,11 +59,12 @@ pub const MMAP_THRESHOLD: usize = 256 << 20;
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
 fn apply() {}
 
-#[cfg(all(test, target_os = "linux", target_env = "gnu"))]
+#[cfg(test)]
 mod tests {
     /// A freed block above glibc's largest dynamic threshold (32 MB), small enough for a
     /// thread's arena (64 MB heaps: the test runs off the main thread), is reused: touching
     /// it again faults no new pages (without the settings: all 10,240 again).
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
     #[test]
     fn a_freed_40_mb_block_is_reused_without_new_page_faults() {
         super::apply();
