@@ -257,6 +257,18 @@ impl KvCache {
     }
 }
 
+/// The ways [`Attention::forward`] computes attention ([`Attention::path`] chooses).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum AttentionPath {
+    /// burnlens's fused kernel (flex): softmax(q kᵀ) v without the pattern, keys of a local
+    /// window only.
+    Kernel { window: Option<usize> },
+    /// The backend's own fused attention, causal or over every key.
+    Backend { causal: bool },
+    /// Scores, mask, pattern and `z` written out, with their hook points.
+    Explicit,
+}
+
 /// One layer's attention weights split per head, in TransformerLens's right-multiplying
 /// shapes: `q = x W_Q[h] + b_Q[h]`, and head `h` writes `z_h W_O[h]` into the residual stream.
 /// With grouped-query attention the key and value weights are repeated for every query head
@@ -324,13 +336,7 @@ impl Attention {
     pub fn forward(&self, input: AttentionInput, hooks: &mut Hooks) -> Tensor<3> {
         let AttentionInput { x, qk_input, layer: LayerInput { rotary, mask, cache, layer, fused } } = input;
         let [b, t, _] = x.dims();
-        let (h, hk, dh) = (self.n_heads, self.n_kv_heads, self.d_head);
-        let hd = h * dh;
-        let qk_width = (h + hk) * dh;
-        let qkv = self.project_qkv(x, qk_input);
-        let q = qkv.clone().narrow(2, 0, hd).reshape([b, t, h, dh]);
-        let k = qkv.clone().narrow(2, hd, hk * dh).reshape([b, t, hk, dh]);
-        let v = qkv.narrow(2, qk_width, hk * dh).reshape([b, t, hk, dh]);
+        let (q, k, v) = self.split_heads(self.project_qkv(x, qk_input));
         let q = hooks.at(HookPoint::Attn(layer, AttnHook::Q), q);
         let k = hooks.at(HookPoint::Attn(layer, AttnHook::K), k);
         let v = hooks.at(HookPoint::Attn(layer, AttnHook::V), v);
@@ -343,33 +349,69 @@ impl Attention {
             None => (k, v),
         };
         let s = k.dims()[2];
+        let hd = self.n_heads * self.d_head;
+        let z = match self.path(fused, hooks, &q.device(), t, s) {
+            AttentionPath::Kernel { window } => kernels::attention(q, k, v, self.scale, AttentionMask { q_offset: s - t, window }),
+            AttentionPath::Backend { causal } => {
+                let (k, v) = self.every_query_head(k, v);
+                let options = burn::tensor::ops::AttentionModuleOptions { scale: Some(self.scale), softcap: None, is_causal: causal };
+                burn::tensor::module::attention(q, k, v, None, None, options)
+            }
+            AttentionPath::Explicit => {
+                let (k, v) = self.every_query_head(k, v);
+                return self.attend_explicit(q, k, v, mask, layer, hooks);
+            }
+        };
+        self.project_out(z.swap_dims(1, 2).reshape([b, t, hd]))
+    }
 
-        let device = q.device();
+    /// `qkv` `[batch, pos, (h + 2 hk) d_head]` as queries `[batch, pos, h, d_head]`, keys and
+    /// values `[batch, pos, hk, d_head]`.
+    fn split_heads(&self, qkv: Tensor<3>) -> (Tensor<4>, Tensor<4>, Tensor<4>) {
+        let [b, t, _] = qkv.dims();
+        let (h, hk, dh) = (self.n_heads, self.n_kv_heads, self.d_head);
+        let q = qkv.clone().narrow(2, 0, h * dh).reshape([b, t, h, dh]);
+        let k = qkv.clone().narrow(2, h * dh, hk * dh).reshape([b, t, hk, dh]);
+        let v = qkv.narrow(2, (h + hk) * dh, hk * dh).reshape([b, t, hk, dh]);
+        (q, k, v)
+    }
+
+    /// Which way to compute attention of `t` new queries over `s` keys on `device`.
+    ///
+    /// - burnlens's fused kernel on flex (inference and training, grouped heads read in
+    ///   place), when `fused` (no padding), nothing is hooked, no dropout is live and there
+    ///   is no soft-cap;
+    /// - another backend's own fused attention where no mask is needed (global attention
+    ///   over the whole sequence is plain causal attention, and one new token sees every
+    ///   cached key), outside training. Explicit masks take the explicit path: LibTorch's
+    ///   fused attention read burnlens's boolean mask with the opposite meaning (measured on
+    ///   tch: local-window fixtures off by 25 in the logits);
+    /// - else written out, every hook point on the way.
+    fn path(&self, fused: bool, hooks: &Hooks, device: &Device, t: usize, s: usize) -> AttentionPath {
+        let fused = fused && self.softcap.is_none() && !hooks.is_active();
         let dropout_live = self.attn_dropout.prob > 0.0 && device.is_autodiff();
-        let fused = fused && self.softcap.is_none();
-        if fused && !hooks.is_active() && !dropout_live && kernels::is_flex(&device) && kernels::enabled() {
+        if fused && !dropout_live && kernels::is_flex(device) && kernels::enabled() {
             let window = match self.span {
                 AttentionSpan::Global => None,
                 AttentionSpan::Local(w) => Some(w),
             };
-            let z = kernels::attention(q, k, v, self.scale, AttentionMask { q_offset: s - t, window });
-            return self.project_out(z.swap_dims(1, 2).reshape([b, t, hd]));
+            return AttentionPath::Kernel { window };
         }
-        // The explicit path and the backend's attention see every query head's keys.
-        let (k, v) = if hk == h { (k, v) } else { (kernels::attention::repeat_heads(k, h / hk), kernels::attention::repeat_heads(v, h / hk)) };
-        // Other backends' own fused attention, where no mask is needed: global attention
-        // over the whole sequence is plain causal attention, and one new token (decoding)
-        // sees every cached key. Explicit masks take the explicit path: LibTorch's fused
-        // attention read burnlens's boolean mask with the opposite meaning (measured on tch:
-        // local-window fixtures off by 25 in the logits).
         let no_mask_needed = self.span == AttentionSpan::Global && (t == s || t == 1);
-        if fused && no_mask_needed && !hooks.is_active() && !device.is_autodiff() {
-            let options = burn::tensor::ops::AttentionModuleOptions { scale: Some(self.scale), softcap: None, is_causal: t == s && t > 1 };
-            let z = burn::tensor::module::attention(q, k, v, None, None, options);
-            return self.project_out(z.swap_dims(1, 2).reshape([b, t, hd]));
+        if fused && no_mask_needed && !device.is_autodiff() {
+            return AttentionPath::Backend { causal: t == s && t > 1 };
         }
+        AttentionPath::Explicit
+    }
 
-        self.attend_explicit(q, k, v, mask, layer, hooks)
+    /// Keys and values `[batch, hk, pos, d_head]` repeated for every query head of their
+    /// group (unchanged without grouped-query attention).
+    fn every_query_head(&self, k: Tensor<4>, v: Tensor<4>) -> (Tensor<4>, Tensor<4>) {
+        let (h, hk) = (self.n_heads, self.n_kv_heads);
+        if hk == h {
+            return (k, v);
+        }
+        (kernels::attention::repeat_heads(k, h / hk), kernels::attention::repeat_heads(v, h / hk))
     }
 
     /// `x W_QKV (+ b)`, `[batch, pos, (h + 2 hk) d_head]`; with `qk_input`, queries and keys
