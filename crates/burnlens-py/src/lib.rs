@@ -792,6 +792,7 @@ fn backends() -> Vec<String> {
 #[pymodule]
 #[pyo3(name = "_native")]
 fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    burnlens_model::kernels::memory::keep_freed_memory();
     m.add_class::<NativeModel>()?;
     m.add_class::<NativeSae>()?;
     m.add_class::<NativeTranscoders>()?;

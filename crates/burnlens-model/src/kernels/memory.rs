@@ -12,14 +12,16 @@
 //! [`keep_freed_memory`] raises the mmap threshold to 256 MB (32 MB where glibc refuses more)
 //! and the trim threshold to 512 MB: blocks up to 256 MB come from the heap and go back to its
 //! free lists, where the next step finds them. The cost is memory: up to 512 MB freed by a
-//! step may stay with the process. It runs once, when the first kernel runs on flex; not on
+//! step may stay with the process. It runs once: at the start of the CLI and of the Python
+//! module (before anything large is allocated), else when the first kernel runs on flex; not on
 //! other C libraries, not when `GLIBC_TUNABLES` already sets malloc's thresholds, and not with
 //! `BURNLENS_MALLOC=system`.
 //!
 //! Why 256 MB: GPT-2 small's training step at context 256 allocates logits and their
 //! gradients of 51 MB (256 × 50,257 floats) and more of that size; at 32 MB they were mapped
-//! fresh every step: 328,000 page faults per step against 28,000 at 256 MB, and the step
-//! 2.3 s against 1.8–1.9 s (same Zen 4 machine, `burnlens bench train --train-shape gpt2`).
+//! fresh every step: 328,000 page faults per step against 28,000 at 256 MB set at start
+//! (82,000 when set at the first kernel, after the model was built), and the step 2.3 s
+//! against 1.7–1.9 s (same Zen 4 machine, `burnlens bench train --train-shape gpt2`).
 
 /// Apply the settings above, once per process.
 pub fn keep_freed_memory() {
