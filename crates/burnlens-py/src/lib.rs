@@ -12,7 +12,7 @@ use std::sync::Mutex;
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use burnlens_hf::Tokenizer;
 use burnlens_lens::{Metric, Sae};
-use burnlens_model::{Activation, Hooks, NormSite, Sampling, Transformer, f32_val, generate, hook_names};
+use burnlens_model::{Activation, Hooks, NormSite, Sampling, Transformer, generate, hook_names};
 use numpy::{IntoPyArray, PyArrayDyn, PyArrayMethods, PyReadonlyArray2, PyReadonlyArrayDyn, PyUntypedArrayMethods};
 use pyo3::exceptions::{PyFileNotFoundError, PyKeyError, PyValueError};
 use pyo3::prelude::*;
@@ -338,44 +338,7 @@ impl NativeModel {
     /// `W_O [L, H, d_head, d]`, `b_Q, b_K, b_V [L, H, d_head]`, `b_O [L, d]`,
     /// `W_in, W_gate [L, d, d_mlp]`, `W_out [L, d_mlp, d]`, `b_in [L, d_mlp]`, `b_out [L, d]`.
     fn weights<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let m = &self.model;
-        let mut out: Vec<(&str, (Vec<f32>, Vec<usize>))> = vec![("W_E", host(f32_val(&m.embed.weight)))];
-        if let Some(p) = &m.pos_embed {
-            out.push(("W_pos", host(f32_val(&p.weight))));
-        }
-        out.push(("ln_final.w", host(m.ln_final.weight.val())));
-        if let Some(b) = &m.ln_final.bias {
-            out.push(("ln_final.b", host(b.val())));
-        }
-        let (w_u, b_u) = m.w_u();
-        out.push(("W_U", host(w_u)));
-        if let Some(b) = b_u {
-            out.push(("b_U", host(b)));
-        }
-        let heads: Vec<_> = m.blocks.iter().map(|b| b.attn.head_weights()).collect();
-        let stack3 = |f: &dyn Fn(&burnlens_model::HeadWeights) -> Tensor<3>| host(Tensor::stack::<4>(heads.iter().map(f).collect(), 0));
-        let stack2 = |f: &dyn Fn(&burnlens_model::HeadWeights) -> Tensor<2>| host(Tensor::stack::<3>(heads.iter().map(f).collect(), 0));
-        out.push(("W_Q", stack3(&|h| h.w_q.clone())));
-        out.push(("W_K", stack3(&|h| h.w_k.clone())));
-        out.push(("W_V", stack3(&|h| h.w_v.clone())));
-        out.push(("W_O", stack3(&|h| h.w_o.clone())));
-        out.push(("b_Q", stack2(&|h| h.b_q.clone())));
-        out.push(("b_K", stack2(&|h| h.b_k.clone())));
-        out.push(("b_V", stack2(&|h| h.b_v.clone())));
-        out.push(("b_O", host(Tensor::stack::<2>(heads.iter().map(|h| h.b_o.clone()).collect(), 0))));
-        if m.blocks.iter().all(|b| b.mlp.is_some()) && !m.blocks.is_empty() {
-            let mlps: Vec<_> = m.blocks.iter().map(|b| b.mlp.as_ref().unwrap()).collect();
-            let d = m.config.d_model;
-            let dm = m.config.d_mlp.unwrap_or(0);
-            out.push(("W_in", host(Tensor::stack::<3>(mlps.iter().map(|x| f32_val(&x.fc_in.weight)).collect(), 0))));
-            out.push(("W_out", host(Tensor::stack::<3>(mlps.iter().map(|x| f32_val(&x.fc_out.weight)).collect(), 0))));
-            if mlps.iter().all(|x| x.fc_gate.is_some()) {
-                out.push(("W_gate", host(Tensor::stack::<3>(mlps.iter().map(|x| f32_val(&x.fc_gate.as_ref().unwrap().weight)).collect(), 0))));
-            }
-            let dev = self.device();
-            out.push(("b_in", host(Tensor::stack::<2>(mlps.iter().map(|x| x.fc_in.bias.as_ref().map_or_else(|| Tensor::zeros([dm], &dev), |b| b.val())).collect(), 0))));
-            out.push(("b_out", host(Tensor::stack::<2>(mlps.iter().map(|x| x.fc_out.bias.as_ref().map_or_else(|| Tensor::zeros([d], &dev), |b| b.val())).collect(), 0))));
-        }
+        let out = py.detach(|| burnlens_lens::circuits::transformer_lens_weights(&self.model));
         let dict = PyDict::new(py);
         for (k, (v, d)) in out {
             dict.set_item(k, array(py, v, &d)?)?;
