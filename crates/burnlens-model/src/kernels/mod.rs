@@ -15,6 +15,7 @@
 //! | attention | causal / local-window softmax(q kᵀ · scale) v, tiled over queries (and, past 512 keys, over keys with an online softmax), no `[head, query, key]` tensor (forward or backward); grouped keys/values; keys and values packed once per head in the forward | [`attention`] |
 //! | LayerNorm, RMSNorm | mean, variance, normalise, affine in one pass; one-pass backward | [`layer_norm`] |
 //! | sigmoid-gated activations | tanh GELU, `gelu_fast`, `quick_gelu`, SiLU as `x σ(αx + βx³)`, forward and backward | [`activation`] |
+//! | AdamW | the two moments and the update, one pass each (no fresh tensor per operation) | [`adamw`] |
 //! | softmax–cross-entropy | log-sum-exp and the target's logit per row, mean; backward `softmax - onehot` | [`cross_entropy`] |
 //!
 //! `BURNLENS_KERNELS=0` (or [`set_enabled`]) turns every kernel off, so that the reference
@@ -22,6 +23,7 @@
 //! glibc's allocator to keep freed buffers for the next step ([`memory`]).
 
 pub mod activation;
+pub mod adamw;
 pub mod attention;
 pub mod cross_entropy;
 pub mod flex;
