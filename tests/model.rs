@@ -307,3 +307,34 @@ fn a_pass_started_at_a_block_gives_the_full_pass_logits() {
         }
     }
 }
+
+/// The one entry point: its builder reaches every shorthand's pass, stopping at the final
+/// stream gives what the unembedding reads, and a cache continues from where it stopped.
+#[test]
+fn forward_with_builds_every_pass() {
+    use burnlens::model::{Forward, Stop};
+    let model = load_model(&fixture("gpt2"), &Device::flex()).unwrap().model;
+    let ids = [5i64, 17, 33, 2, 90, 12, 7];
+    let full = to_vec(model.forward_with(Forward::new(model.ids_tensor(&ids))));
+    assert_eq!(full, to_vec(model.forward(model.ids_tensor(&ids))));
+    let stream = model.forward_with(Forward::new(model.ids_tensor(&ids)).stop(Stop::FinalStream));
+    assert_eq!(stream.dims(), [1, ids.len(), model.config.d_model]);
+    assert_eq!(to_vec(stream), to_vec(model.final_stream(model.ids_tensor(&ids), &mut Hooks::none())));
+    let mut cache = KvCache::new();
+    let _ = model.forward_with(Forward::new(model.ids_tensor(&ids[..4])).cache(&mut cache));
+    let rest = to_vec(model.forward_with(Forward::new(model.ids_tensor(&ids[4..])).cache(&mut cache)));
+    assert_eq!(cache.len(), ids.len());
+    let tail = &full[4 * model.config.vocab_size..];
+    let worst = rest.iter().zip(tail).fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+    assert!(worst < 1e-4, "cached continuation differs by {worst}");
+}
+
+#[test]
+#[should_panic(expected = "padding with a KV cache is not supported")]
+fn forward_with_refuses_padding_with_a_cache() {
+    use burnlens::model::Forward;
+    let model = load_model(&fixture("gpt2"), &Device::flex()).unwrap().model;
+    let mask = vec![vec![true, true]];
+    let mut cache = KvCache::new();
+    let _ = model.forward_with(Forward::new(model.ids_tensor(&[1, 2])).padding(&mask).cache(&mut cache));
+}

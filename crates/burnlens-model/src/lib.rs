@@ -20,7 +20,7 @@ pub use rng::Rng;
 pub use generate::{Sampling, generate};
 pub use hook_point::{AttnHook, BlockHook, HookPoint, LayerHook, MlpHook, NormHook, NormSite, act_name, hook_names, hook_points};
 pub use hooks::{Activation, Hookable, Hooks};
-pub use transformer::{AttentionInput, LayerInput, 
+pub use transformer::{AttentionInput, Forward, LayerInput, Stop, 
     ParamInit,
     Attention, Block, HeadWeights, KvCache, LayerNorm, MASKED_SCORE, Mlp, Norm, RotaryAngles, Transformer, Unembed, activate, apply_rotary, cross_entropy, f32_val, next_token_loss, next_token_loss_of_real,
 };

@@ -903,6 +903,64 @@ where
     }
 }
 
+/// Where [`Transformer::forward_with`] stops.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Stop {
+    /// The logits `[batch, pos, vocab]` (soft-capped where the model caps them).
+    #[default]
+    Logits,
+    /// The final norm's output `[batch, pos, d_model]`, what the unembedding reads.
+    FinalStream,
+}
+
+/// One forward pass's input: token ids `[batch, pos]` and, by builder methods, what else it
+/// takes. Padding and a KV cache do not combine.
+pub struct Forward<'a, 'h> {
+    ids: Tensor<2, Int>,
+    hooks: Option<&'a mut Hooks<'h>>,
+    padding: Option<&'a [Vec<bool>]>,
+    cache: Option<&'a mut KvCache>,
+    start: Option<(usize, Tensor<3>)>,
+    stop: Stop,
+}
+
+impl<'a, 'h> Forward<'a, 'h> {
+    /// A plain pass over `ids`: no hooks, no padding, no cache, all blocks, logits.
+    pub fn new(ids: Tensor<2, Int>) -> Self {
+        Self { ids, hooks: None, padding: None, cache: None, start: None, stop: Stop::Logits }
+    }
+
+    /// Hook points observed or edited by `hooks`.
+    pub fn hooks(mut self, hooks: &'a mut Hooks<'h>) -> Self {
+        self.hooks = Some(hooks);
+        self
+    }
+
+    /// A padded batch: `mask[b][p]` false at padding; position ids count real tokens only.
+    pub fn padding(mut self, mask: &'a [Vec<bool>]) -> Self {
+        self.padding = Some(mask);
+        self
+    }
+
+    /// Continue the sequence held in `cache` (its keys and values are extended).
+    pub fn cache(mut self, cache: &'a mut KvCache) -> Self {
+        self.cache = Some(cache);
+        self
+    }
+
+    /// Begin at block `layer` with `resid_pre` `[batch, pos, d_model]`, the stream entering it.
+    pub fn start(mut self, layer: usize, resid_pre: Tensor<3>) -> Self {
+        self.start = Some((layer, resid_pre));
+        self
+    }
+
+    /// Where to stop.
+    pub fn stop(mut self, stop: Stop) -> Self {
+        self.stop = stop;
+        self
+    }
+}
+
 /// Where a forward pass sits: the absolute position of every token and which keys each
 /// query may see.
 struct Positions {
@@ -938,16 +996,46 @@ impl Transformer {
         Tensor::from_data(TensorData::new(ids.to_vec(), [1, ids.len()]), &self.device())
     }
 
+    /// The forward pass as `input` describes it (hooks, padding, a KV cache, a start block,
+    /// where to stop): the one entry point the shorthands below call.
+    ///
+    /// ```ignore
+    /// let logits = model.forward_with(Forward::new(ids).hooks(&mut hooks).padding(&mask));
+    /// ```
+    pub fn forward_with(&self, input: Forward) -> Tensor<3> {
+        let Forward { ids, hooks, padding, cache, start, stop } = input;
+        let [b, t] = ids.dims();
+        assert!(padding.is_none() || cache.is_none(), "forward_with: padding with a KV cache is not supported");
+        let first = cache.as_ref().map_or(0, |c| c.len());
+        let pos = match padding {
+            Some(mask) => Positions { ids: positions_from_mask(mask, &vec![0; mask.len()]), keys_real: Some(mask.to_vec()) },
+            None => Positions { ids: vec![(first..first + t).collect(); b], keys_real: None },
+        };
+        if let Some((layer, resid_pre)) = &start {
+            assert!(*layer < self.blocks.len(), "forward_with: start at block {layer} of {}", self.blocks.len());
+            assert_eq!(resid_pre.dims(), [b, t, self.config.d_model], "forward_with: the start's resid_pre must be [batch, pos, d_model]");
+        }
+        let mut none = Hooks::none();
+        let hooks = hooks.unwrap_or(&mut none);
+        let mut cache = cache;
+        let x = self.run_stream(ids, pos, cache.as_deref_mut(), hooks, start);
+        if let Some(c) = cache {
+            c.len += t;
+        }
+        match stop {
+            Stop::Logits => self.soft_cap_logits(self.unembed(x)),
+            Stop::FinalStream => x,
+        }
+    }
+
     /// Logits `[batch, pos, vocab]` for token ids `[batch, pos]`.
     pub fn forward(&self, ids: Tensor<2, Int>) -> Tensor<3> {
-        self.forward_hooked(ids, &mut Hooks::none())
+        self.forward_with(Forward::new(ids))
     }
 
     /// [`forward`](Self::forward) with hook points observed or edited by `hooks`.
     pub fn forward_hooked(&self, ids: Tensor<2, Int>, hooks: &mut Hooks) -> Tensor<3> {
-        let [b, t] = ids.dims();
-        let pos = Positions { ids: vec![(0..t).collect(); b], keys_real: None };
-        self.run(ids, pos, None, hooks, None)
+        self.forward_with(Forward::new(ids).hooks(hooks))
     }
 
     /// [`forward_hooked`](Self::forward_hooked) from block `layer` on: `resid_pre` is the
@@ -955,34 +1043,27 @@ impl Transformer {
     /// on the same `ids`), and the embedding and earlier blocks are not recomputed. Activation
     /// patching runs each patched pass from the patched layer.
     pub fn forward_from(&self, ids: Tensor<2, Int>, layer: usize, resid_pre: Tensor<3>, hooks: &mut Hooks) -> Tensor<3> {
-        self.soft_cap_logits(self.unembed(self.final_stream_from(ids, layer, resid_pre, hooks)))
+        self.forward_with(Forward::new(ids).hooks(hooks).start(layer, resid_pre))
     }
 
     /// [`forward_hooked`](Self::forward_hooked) up to the final norm's output `[batch, pos,
     /// d_model]` (what the unembedding reads).
     pub fn final_stream(&self, ids: Tensor<2, Int>, hooks: &mut Hooks) -> Tensor<3> {
-        let [b, t] = ids.dims();
-        let pos = Positions { ids: vec![(0..t).collect(); b], keys_real: None };
-        self.run_stream(ids, pos, None, hooks, None)
+        self.forward_with(Forward::new(ids).hooks(hooks).stop(Stop::FinalStream))
     }
 
     /// [`forward_from`](Self::forward_from) up to the final norm's output `[batch, pos,
     /// d_model]`, for callers that unembed only the positions they read (block 0 with the
     /// embedded stream is a whole pass).
     pub fn final_stream_from(&self, ids: Tensor<2, Int>, layer: usize, resid_pre: Tensor<3>, hooks: &mut Hooks) -> Tensor<3> {
-        let [b, t] = ids.dims();
-        assert!(layer < self.blocks.len(), "forward_from: layer {layer} of {}", self.blocks.len());
-        assert_eq!(resid_pre.dims(), [b, t, self.config.d_model], "forward_from: resid_pre must be [batch, pos, d_model]");
-        let pos = Positions { ids: vec![(0..t).collect(); b], keys_real: None };
-        self.run_stream(ids, pos, None, hooks, Some((layer, resid_pre)))
+        self.forward_with(Forward::new(ids).hooks(hooks).start(layer, resid_pre).stop(Stop::FinalStream))
     }
 
     /// Logits for a padded batch. `attention_mask[b][p]` is false for padding. Position ids
     /// count only real tokens, so a left-padded sequence gets the same logits at its real
     /// positions as it would alone.
     pub fn forward_padded(&self, ids: Tensor<2, Int>, attention_mask: &[Vec<bool>], hooks: &mut Hooks) -> Tensor<3> {
-        let pos = Positions { ids: positions_from_mask(attention_mask, &vec![0; attention_mask.len()]), keys_real: Some(attention_mask.to_vec()) };
-        self.run(ids, pos, None, hooks, None)
+        self.forward_with(Forward::new(ids).hooks(hooks).padding(attention_mask))
     }
 
     /// Layer `layer`'s attention pattern `[batch, head, query, key]` for the attention input
@@ -1020,18 +1101,7 @@ impl Transformer {
     /// Logits for `ids` continuing the sequence held in `cache`; the new keys and values are
     /// appended to it. Each call costs only the new positions.
     pub fn forward_cached(&self, ids: Tensor<2, Int>, cache: &mut KvCache) -> Tensor<3> {
-        let [b, t] = ids.dims();
-        let start = cache.len();
-        let pos = Positions { ids: vec![(start..start + t).collect(); b], keys_real: None };
-        let logits = self.run(ids, pos, Some(cache), &mut Hooks::none(), None);
-        cache.len += t;
-        logits
-    }
-
-    /// The forward pass; `start`: begin at that block with that residual stream.
-    fn run(&self, ids: Tensor<2, Int>, pos: Positions, cache: Option<&mut KvCache>, hooks: &mut Hooks, start: Option<(usize, Tensor<3>)>) -> Tensor<3> {
-        let x = self.run_stream(ids, pos, cache, hooks, start);
-        self.soft_cap_logits(self.unembed(x))
+        self.forward_with(Forward::new(ids).cache(cache))
     }
 
     /// The forward pass up to the final norm's output.
