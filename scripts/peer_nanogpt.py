@@ -177,20 +177,30 @@ def lean_from_hf(model_dir):
 
 
 DTYPE = torch.float32
+# `--device`: where forward, generate and train-steps run (cuda: a GPU through PyTorch's own
+# kernels; every timing then waits for the GPU to finish).
+DEVICE = torch.device("cpu")
+
+
+def sync():
+    if DEVICE.type == "cuda":
+        torch.cuda.synchronize()
 
 
 def load_model(impl, model_dir):
     """The model in DTYPE (`--dtype`: bf16 keeps the weights and computes in bfloat16, as
     `torch_dtype=torch.bfloat16` does)."""
     if impl == "lean":
-        return lean_from_hf(model_dir).to(DTYPE)
+        return lean_from_hf(model_dir).to(DEVICE, DTYPE)
     if impl == "compile":
-        return torch.compile(lean_from_hf(model_dir).to(DTYPE))
+        return torch.compile(lean_from_hf(model_dir).to(DEVICE, DTYPE))
     from transformers import GPT2LMHeadModel
-    return GPT2LMHeadModel.from_pretrained(model_dir, dtype=DTYPE).eval()
+    return GPT2LMHeadModel.from_pretrained(model_dir, dtype=DTYPE).to(DEVICE).eval()
 
 
 def timed(reps, f, warmup=1, warm_s=0.0):
+    g = f
+    f = lambda: (g(), sync())
     for _ in range(warmup):
         f()
     # At least `warm_s` seconds of repetitions first (burnlens's `bench gemm` does the same:
@@ -212,7 +222,7 @@ def ids(n, vocab, seed):
 @torch.no_grad()
 def bench_forward(a):
     m = load_model(a.impl, a.model)
-    x = ids(a.batch * a.seq, 50257, 1).view(a.batch, a.seq)
+    x = ids(a.batch * a.seq, 50257, 1).view(a.batch, a.seq).to(DEVICE)
     f = (lambda: m(x).logits) if a.impl == "hf" else (lambda: m(x))
     # torch.compile traces and compiles on the first calls: time only what follows.
     return {"times": timed(a.reps, f, warmup=3 if a.impl == "compile" else 1), "tokens": a.batch * a.seq}
@@ -221,7 +231,7 @@ def bench_forward(a):
 @torch.no_grad()
 def bench_generate(a):
     m = load_model(a.impl, a.model)
-    prompt = ids(16, 50257, 2).view(1, 16)
+    prompt = ids(16, 50257, 2).view(1, 16).to(DEVICE)
     if a.impl == "hf":
         f = lambda: m.generate(prompt, max_new_tokens=a.new, do_sample=False, min_new_tokens=a.new, pad_token_id=0)
     else:
@@ -256,21 +266,22 @@ def bench_train_steps(a):
         m = GPT2LMHeadModel(GPT2Config(vocab_size=V, n_positions=T, n_embd=D, n_layer=L, n_head=H,
                                        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0))
         fwd = lambda x: m(x).logits
-    m.train()
+    m.to(DEVICE).train()
     # The compiled peer takes the fastest optimizer PyTorch offers on the CPU as well.
     fused = {"fused": True} if a.impl == "compile" else {}
     opt = torch.optim.AdamW(m.parameters(), lr=1e-3, betas=(0.9, 0.99), eps=1e-8, weight_decay=0.1, **fused)
     def step():
-        d = torch.randint(0, V, (B, T + 1))
+        d = torch.randint(0, V, (B, T + 1)).to(DEVICE)
         logits = fwd(d[:, :-1])
         loss = F.cross_entropy(logits.reshape(-1, V), d[:, 1:].reshape(-1))
         opt.zero_grad(set_to_none=True); loss.backward()
         torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0); opt.step()
     for _ in range(3 if a.impl == "compile" else 1):
         step()
+    sync()
     times = []
     for _ in range(a.reps * per_rep):
-        t = time.perf_counter(); step(); times.append(time.perf_counter() - t)
+        t = time.perf_counter(); step(); sync(); times.append(time.perf_counter() - t)
     return {"times": times, "tokens": B * T, "params": sum(p.numel() for p in m.parameters())}
 
 
@@ -342,8 +353,10 @@ def main():
         p.add_argument("--shape", default="128x768x768")
         p.add_argument("--dtype", choices=["f32", "bf16"], default="f32")
         p.add_argument("--train-shape", choices=sorted(TRAIN_SHAPES), default="cpu")
+        p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     args = ap.parse_args()
-    global DTYPE
+    global DTYPE, DEVICE
+    DEVICE = torch.device(getattr(args, "device", "cpu"))
     DTYPE = {"f32": torch.float32, "bf16": torch.bfloat16}[getattr(args, "dtype", "f32")]
     if getattr(args, "threads", 0):
         torch.set_num_threads(args.threads)
@@ -357,7 +370,8 @@ def main():
     run = {"train-steps": bench_train_steps, "forward": bench_forward, "generate": bench_generate,
            "load": bench_load, "attention": bench_attention, "gemm": bench_gemm}[args.cmd]
     out = run(args)
-    out.update({"workload": args.cmd.replace("train-steps", "train"), "impl": args.impl, "threads": torch.get_num_threads()})
+    out.update({"workload": args.cmd.replace("train-steps", "train"), "impl": args.impl, "threads": torch.get_num_threads(),
+                "device": str(DEVICE), "torch": torch.__version__})
     print(json.dumps(out))
 
 

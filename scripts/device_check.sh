@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# The GPU check, for a session that is lent an NVIDIA machine (never CI): the parity suite and
+# the attribution tests on the GPU backends packed (wgpu through Vulkan; cuda where it builds), then the benchmark rows on the GPU beside
+# PyTorch eager on the same GPU (scripts/peer_nanogpt.py --device cuda).
+#
+#   here:  scripts/device_check.sh pack   builds with --features $FEATURES (default wgpu; no GPU
+#                                         toolkit is needed at build time) and packs
+#                                         the stripped binaries into .gpu/ (ignored; carry it)
+#   there: scripts/device_check.sh run    with .gpu and .gl carried (.gl: the Vulkan loader's
+#                                         Debian packages, /work/.library/device/README.md)
+#
+# The test binaries read their fixtures through the path they were built in (/work/main), so
+# `run` links that path to the checkout it runs in. Results: $OUT/log and $OUT/bench.jsonl.
+set -uo pipefail
+# cuda: burn 0.22's cubecl-cuda builds LLVM (tracel-llvm-bundler), which it downloads from the
+# network at build time; where that is reachable, pack with FEATURES=cuda,wgpu.
+FEATURES=${FEATURES:-wgpu}
+cd "$(dirname "$0")/.."
+
+pack() {
+    set -e
+    local bins
+    bins=$(cargo build --features "$FEATURES" --bin burnlens --test parity --test attribution --message-format=json \
+        | python3 -c 'import json,sys
+for l in sys.stdin:
+    m = json.loads(l)
+    if m.get("reason") == "compiler-artifact" and m.get("executable"):
+        print(m["target"]["name"], m["executable"])')
+    rm -rf .gpu && mkdir -p .gpu/bin
+    while read -r name exe; do cp "$exe" ".gpu/bin/$name" && strip ".gpu/bin/$name"; done <<<"$bins"
+    tar -C .gpu -cJf .gpu/bin.tar.xz bin && rm -rf .gpu/bin
+    pwd >.gpu/built_in
+    echo "$FEATURES" | tr ',' ' ' >.gpu/backends
+    grep -qx '/.gpu/' "$(git rev-parse --git-common-dir)/info/exclude" || echo /.gpu/ >>"$(git rev-parse --git-common-dir)/info/exclude"
+    ls -la .gpu
+}
+
+run() {
+    local out=${OUT:-/tmp/out} root=$PWD
+    mkdir -p "$out"
+    exec > >(tee "$out/log") 2>&1
+    local built_in; built_in=$(cat .gpu/built_in)
+    [ -e "$built_in" ] || { mkdir -p "$(dirname "$built_in")"; ln -s "$root" "$built_in"; }
+    for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
+    local icd=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+    [ -f "$icd" ] && export VK_DRIVER_FILES=$icd
+    export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+    tar -C .gpu -xJf .gpu/bin.tar.xz
+    local bin=.gpu/bin backends
+    backends=$(cat .gpu/backends)
+    nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv
+    nproc; python3 -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)'
+    echo "== backends"; $bin/burnlens backends
+    for backend in ${SKIP_TESTS:+}$( [ -n "${SKIP_TESTS:-}" ] || echo "$backends"); do
+        echo "== parity on $backend"
+        BURNLENS_TEST_BACKENDS=$backend timeout 240 $bin/parity --test-threads 1 --nocapture 2>&1 | grep -oE "parity .*|test result.*|panicked.*|FAILED.*|error.*" | head -60
+        echo "== attribution on $backend"
+        BURNLENS_TEST_BACKENDS=$backend timeout 120 $bin/attribution every_backend 2>&1 | grep -E "test result|panicked|FAILED" | head -20
+    done
+    echo "== bench"
+    local model=/tmp/gpt2-small
+    python3 -c "
+import torch, transformers
+torch.manual_seed(0)
+transformers.GPT2LMHeadModel(transformers.GPT2Config()).save_pretrained('$model')" 2>&1 | tail -1
+    local jsonl="$out/bench.jsonl"
+    row() { # label, burnlens args..., -- peer args...
+        local label=$1; shift
+        local ours=() peer=()
+        while [ "$1" != -- ]; do ours+=("$1"); shift; done; shift; peer=("$@")
+        for backend in $backends; do
+            timeout 120 $bin/burnlens bench "${ours[@]}" --backend $backend | sed "s/^{/{\"row\":\"$label\",\"backend\":\"$backend\",/" >>"$jsonl"
+        done
+        for impl in lean hf; do
+            [ "$impl" = hf ] && [ "${peer[0]}" = train-steps ] && continue
+            timeout 180 python3 scripts/peer_nanogpt.py "${peer[@]}" --impl $impl --device cuda 2>/dev/null | sed "s/^{/{\"row\":\"$label\",\"backend\":\"torch-$impl\",/" >>"$jsonl"
+        done
+    }
+    row "forward 1x128" forward --model $model --batch 1 --seq 128 --reps 20 -- forward --model $model --batch 1 --seq 128 --reps 20
+    row "forward 8x1024" forward --model $model --batch 8 --seq 1024 --reps 10 -- forward --model $model --batch 8 --seq 1024 --reps 10
+    row "generate 64" generate --model $model --new-tokens 64 --reps 3 -- generate --model $model --new 64 --reps 3
+    row "train shakespeare-char" train --train-shape shakespeare-char --reps 5 -- train-steps --train-shape shakespeare-char --reps 5
+    row "train gpt2 ctx256" train --train-shape gpt2 --reps 5 -- train-steps --train-shape gpt2 --reps 5
+    python3 - "$jsonl" <<'EOF'
+import json, statistics, sys
+rows = {}
+for line in open(sys.argv[1]):
+    try:
+        r = json.loads(line)
+    except ValueError:
+        continue
+    rows.setdefault(r["row"], {})[r["backend"]] = statistics.median(r["times"])
+cols = ["cuda", "wgpu", "torch-lean", "torch-hf"]
+print("| row | burnlens cuda | burnlens wgpu | PyTorch lean | PyTorch HF | wgpu / lean | cuda / lean |")
+print("|---|---|---|---|---|---|---|")
+for row, t in rows.items():
+    ms = lambda k: f"{t[k] * 1e3:.2f} ms" if k in t else "-"
+    ratio = lambda k: f"{t['torch-lean'] / t[k]:.2f}x" if k in t and "torch-lean" in t else "-"
+    print(f"| {row} | {ms('cuda')} | {ms('wgpu')} | {ms('torch-lean')} | {ms('torch-hf')} | {ratio('wgpu')} | {ratio('cuda')} |")
+EOF
+}
+
+case "${1:-}" in
+    pack) pack ;;
+    run) run ;;
+    *) echo "usage: scripts/device_check.sh pack|run" >&2; exit 2 ;;
+esac
