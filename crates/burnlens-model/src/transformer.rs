@@ -10,7 +10,7 @@
 
 use burn::module::{Module, Param};
 use burn::nn::{Dropout, DropoutConfig, Embedding, Initializer, Linear};
-use burn::tensor::activation::{relu, sigmoid, softmax};
+use burn::tensor::activation::{relu, sigmoid};
 use burn::tensor::{Bool, DType, Device, Int, Tensor, TensorCreationOptions, TensorData};
 
 use crate::config::{ActivationFn, AttentionSpan, MlpKind, NormKind, NormPlacement, Positional, QkNorm, RopeScaling, Rotary, TransformerConfig};
@@ -477,7 +477,7 @@ impl Attention {
         };
         let scores = scores.mask_fill(mask.expand([b, h, t, s]), MASKED_SCORE);
         let scores = hooks.at(HookPoint::Attn(layer, AttnHook::AttnScores), scores);
-        let pattern = softmax(scores, 3);
+        let pattern = kernels::softmax(scores);
         let pattern = hooks.at(HookPoint::Attn(layer, AttnHook::Pattern), pattern);
         let pattern = self.attn_dropout.forward(pattern);
 

@@ -160,6 +160,36 @@ fn gated_activations_match_their_composed_formulas() {
 }
 
 #[test]
+fn softmax_matches_the_composed_softmax_on_scores_with_masked_keys() {
+    let d = flex();
+    for shape in [[1usize, 1, 1, 1], [2, 3, 7, 13], [1, 12, 64, 300]] {
+        compare(&format!("softmax {shape:?}"), [rand(shape, 4.0, &d)], |t| kernels::softmax(t[0].clone()), |t| kernels::softmax_reference(t[0].clone()));
+    }
+    // Causally masked scores as the explicit attention path writes them (f32::MIN), a row
+    // masked entirely, and large scores: probabilities equal, masked keys exactly zero.
+    let (t, s) = (5, 9);
+    let mut v: Vec<f32> = (0..t * s).map(|i| ((i * 37 % 23) as f32 - 11.0) * 7.0).collect();
+    for q in 0..t {
+        for k in 0..s {
+            if k > q + s - t || q == 2 {
+                v[q * s + k] = f32::MIN;
+            }
+        }
+    }
+    v[3] = 300.0;
+    let x = Tensor::<2>::from_data(TensorData::new(v.clone(), [t, s]), &d);
+    let got = vec(&kernels::softmax(x.clone()));
+    let want = vec(&kernels::softmax_reference(x));
+    for (i, (&g, &w)) in got.iter().zip(&want).enumerate() {
+        assert!((g - w).abs() <= 1e-6, "element {i}: {g} vs {w}");
+        if v[i] == f32::MIN && i / s != 2 {
+            assert_eq!(g, 0.0, "masked element {i}");
+        }
+    }
+    assert!(got[2 * s..3 * s].iter().all(|&p| (p - 1.0 / s as f32).abs() < 1e-7), "a fully masked row is uniform, as the composed ops give");
+}
+
+#[test]
 fn cross_entropy_matches_log_softmax_and_gather() {
     let d = flex();
     for &(rows, vocab) in &[(1usize, 2usize), (7, 65), (130, 1000), (3, 50257)] {
@@ -262,7 +292,11 @@ fn a_model_on_flex_runs_its_hot_paths_through_the_kernels_forward_and_backward()
     let ad = flex().autodiff();
     let model = TransformerConfig::gpt2_like(50, 16, 32, 2, 4).init(&ad).unwrap();
     let ids = Tensor::<2, Int>::from_data(TensorData::new((0..24).map(|i| (i * 7 % 50) as i64).collect::<Vec<_>>(), [2, 12]), &ad);
-    let loss = cross_entropy(model.forward(ids.clone().narrow(1, 0, 11)), ids.narrow(1, 1, 11));
+    let loss = cross_entropy(model.forward(ids.clone().narrow(1, 0, 11)), ids.clone().narrow(1, 1, 11));
+    let _ = loss.backward();
+    // A hook on the pattern takes the explicit attention path, through the softmax kernel.
+    let mut hooks = burnlens_model::Hooks::capture(|n: &str| n.ends_with("hook_pattern"));
+    let loss = cross_entropy(model.forward_hooked(ids.clone().narrow(1, 0, 11), &mut hooks), ids.narrow(1, 1, 11));
     let _ = loss.backward();
     for (op, (f0, b0)) in Op::ALL.iter().zip(before) {
         let (f1, b1) = kernels::calls(*op);

@@ -17,13 +17,14 @@ pub enum Op {
     LayerNorm,
     Activation,
     CrossEntropy,
+    Softmax,
 }
 
 impl Op {
-    pub const ALL: [Op; 5] = [Op::Linear, Op::Attention, Op::LayerNorm, Op::Activation, Op::CrossEntropy];
+    pub const ALL: [Op; 6] = [Op::Linear, Op::Attention, Op::LayerNorm, Op::Activation, Op::CrossEntropy, Op::Softmax];
 }
 
-static CALLS: [[AtomicUsize; 2]; 5] = [const { [const { AtomicUsize::new(0) }; 2] }; 5];
+static CALLS: [[AtomicUsize; 2]; 6] = [const { [const { AtomicUsize::new(0) }; 2] }; 6];
 
 /// Count one forward (or backward) run of `op`.
 pub(crate) fn record(op: Op, backward: bool) {
