@@ -21,7 +21,7 @@ use std::path::PathBuf;
 use burn::tensor::Device;
 use burnlens::lens::detect::induction_circuit;
 use burnlens::lens::report::{analyze, induction_report, write_analysis};
-use burnlens::train::{RunConfig, TrainOptions, install_interrupt_handler, load_run, train};
+use burnlens::train::{RunConfig, Silent, TrainOptions, install_interrupt_handler, load_run, train};
 
 fn main() {
     match run() {
@@ -47,7 +47,7 @@ fn run() -> Result<bool, Box<dyn std::error::Error>> {
     let cfg = RunConfig::load(&PathBuf::from("configs/induction-2l.toml"), &sets)?;
     install_interrupt_handler();
     println!("1. training {} steps into {}", cfg.training.steps, cfg.output.dir.display());
-    let summary = train(&cfg, &TrainOptions::default())?;
+    let summary = train(&cfg, &TrainOptions::default(), &mut Silent)?;
     println!("   done in {:.0}s: train loss {:.3}, validation loss {:.3}", summary.seconds, summary.final_train_loss, summary.final_val_loss.unwrap_or(f64::NAN));
 
     let run = load_run(&summary.run_dir, &Device::flex())?;

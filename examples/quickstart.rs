@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use burn::tensor::Device;
 use burnlens::hf::load_model;
 use burnlens::model::{Rng, Sampling, generate};
-use burnlens::train::{RunConfig, TrainOptions, install_interrupt_handler, load_run, train};
+use burnlens::train::{RunConfig, Silent, TrainOptions, TrainSession, install_interrupt_handler, load_run, stop_requested};
 
 fn main() {
     if let Err(e) = run() {
@@ -36,7 +36,25 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     let cfg = RunConfig::load(&PathBuf::from("configs/quickstart.toml"), &sets)?;
     install_interrupt_handler();
     println!("training {} steps into {}", cfg.training.steps, cfg.output.dir.display());
-    let summary = train(&cfg, &TrainOptions::default())?;
+    // The training loop, one small step at a time (`burnlens::train::train` is this loop with
+    // an observer for progress).
+    let mut session = TrainSession::open(&cfg, &TrainOptions::default(), &mut Silent)?;
+    while !session.is_done() {
+        if stop_requested() {
+            return Err(session.interrupt()?.into());
+        }
+        let m = session.step()?;
+        if m.step % cfg.training.log_interval.max(1) == 0 {
+            println!("step {:>4}/{}: loss {:.3} ({:.0} tokens/s)", m.step, m.total, m.loss, m.tokens_per_s);
+        }
+        if session.evaluation_due() {
+            println!("step {:>4}: validation loss {:.3}", m.step, session.evaluate()?);
+        }
+        if session.checkpoint_due() {
+            session.checkpoint()?;
+        }
+    }
+    let summary = session.finish(&mut Silent)?;
     println!(
         "done in {:.0}s ({:.0} tokens/s): train loss {:.3}, validation loss {:.3}",
         summary.seconds,

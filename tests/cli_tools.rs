@@ -54,7 +54,7 @@ fn tokenize_and_text_input_agree_with_ids() {
     assert_eq!(a["logits"], b["logits"]);
     assert_eq!(a["tokens"][6], "C");
     // Text needs a tokenizer.
-    assert_bad_input(&burnlens(&["logits", "--model", fixture("gpt2").to_str().unwrap(), "--text", "hi"]), "has no tokenizer.json or char_vocab.json; pass --ids");
+    assert_bad_input(&burnlens(&["logits", "--model", fixture("gpt2").to_str().unwrap(), "--text", "hi"]), "has no tokenizer.json or char_vocab.json; pass token ids with --ids");
     assert_bad_input(&burnlens(&["tokenize", "--model", fixture("gpt2").to_str().unwrap(), "--text", "hi"]), "no tokenizer.json");
 }
 

@@ -305,3 +305,37 @@ fn transcoder_sets_load_by_hub_id_and_hf_uris() {
     let o = cli(&server.url, &home, &[], &["graph", "--model", trace("gpt2").join("model").to_str().unwrap(), "--transcoders", "org/clts", "--ids", "1,2", "--out", tmp.path().join("x").to_str().unwrap()]);
     assert_exit(&o, 2, "has no file config.yaml");
 }
+
+/// `burnlens data fetch`: the corpus from a real HTTP server on 127.0.0.1
+/// (`BURNLENS_DATA_URL`), written only after its sha256 checks; a different file is refused
+/// with nothing written, and an unknown name lists the known ones.
+#[test]
+fn data_fetch_writes_a_corpus_only_after_its_hash_checks() {
+    let Some(data) = shared_data() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let (good, bad) = (tmp.path().join("good"), tmp.path().join("bad"));
+    std::fs::create_dir_all(&good).unwrap();
+    std::fs::create_dir_all(&bad).unwrap();
+    let text = std::fs::read(data.join("tinyshakespeare.txt")).unwrap();
+    std::fs::write(good.join("input.txt"), &text).unwrap();
+    let mut changed = text.clone();
+    changed[100] ^= 1;
+    std::fs::write(bad.join("input.txt"), &changed).unwrap();
+    let server = HubServer::start();
+    server.publish("karpathy/char-rnn", "main", COMMIT_A, &good);
+    server.publish("someone/changed", "main", COMMIT_A, &bad);
+    let fetch = |repo: &str, name: &str, out: &Path| {
+        let url = format!("{}/{repo}/resolve/{COMMIT_A}/input.txt", server.url);
+        Command::new(env!("CARGO_BIN_EXE_burnlens")).args(["data", "fetch", name, "--out"]).arg(out).env("BURNLENS_DATA_URL", url).output().unwrap()
+    };
+    let out = tmp.path().join("data/corpus.txt");
+    let o = fetch("karpathy/char-rnn", "tinyshakespeare", &out);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("sha256 86c4e6aa"), "{}", String::from_utf8_lossy(&o.stdout));
+    assert_eq!(std::fs::read(&out).unwrap(), text);
+    let refused = tmp.path().join("data/refused.txt");
+    let o = fetch("someone/changed", "tinyshakespeare", &refused);
+    assert_exit(&o, 2, "expected 86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed; not saved");
+    assert!(!refused.exists(), "a file that failed its hash must not be written");
+    assert_exit(&fetch("karpathy/char-rnn", "tinystories", &refused), 2, "unknown dataset; known: tinyshakespeare");
+}

@@ -5,7 +5,7 @@
 use burn::tensor::Device;
 use burnlens::lens::detect::{induction_circuit, induction_experiment};
 use burnlens::lens::{Metric, NodeKind, compare_patching};
-use burnlens::train::{RunConfig, TrainOptions, load_run, train};
+use burnlens::train::{RunConfig, Silent, TrainOptions, load_run, train};
 
 #[test]
 fn a_short_run_of_induction_2l_forms_an_induction_circuit() {
@@ -13,8 +13,7 @@ fn a_short_run_of_induction_2l_forms_an_induction_circuit() {
     let cfg_path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("configs/induction-2l.toml");
     let sets = vec![format!("output.dir={}", tmp.path().join("run").display()), "training.steps=450".into(), "training.eval_interval=1000".into()];
     let cfg = RunConfig::load(&cfg_path, &sets).unwrap();
-    let opts = TrainOptions { quiet: true, ..TrainOptions::default() };
-    let summary = train(&cfg, &opts).unwrap();
+    let summary = train(&cfg, &TrainOptions::default(), &mut Silent).unwrap();
     let model = load_run(&summary.run_dir, &Device::flex()).unwrap().model;
 
     let report = induction_experiment(&model, 20, 8, 7, None);

@@ -42,10 +42,6 @@ fn config(text: &str, dir: &Path, sets: &[&str]) -> RunConfig {
     RunConfig::parse(text, Path::new("test.toml"), &all).unwrap()
 }
 
-fn quiet() -> TrainOptions {
-    TrainOptions { quiet: true, ..Default::default() }
-}
-
 /// Burn's random generator is per device and shared by the whole process, so two runs that
 /// must reproduce each other cannot train at the same time in one process (the CLI runs
 /// one per process). Tests that train take this lock.
@@ -53,7 +49,7 @@ static ONE_RUN_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn train(cfg: &RunConfig, opts: &TrainOptions) -> Result<burnlens::train::RunSummary, TrainError> {
     let _guard = ONE_RUN_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    burnlens::train::train(cfg, opts)
+    burnlens::train::train(cfg, opts, &mut burnlens::train::Silent)
 }
 
 /// Training losses by step from a run's metrics.jsonl.
@@ -75,18 +71,98 @@ fn assert_same_curve(a: &[(u64, f64)], b: &[(u64, f64)]) {
     }
 }
 
+/// Records what a session reports; breaks after step `stop_at`.
+#[derive(Default)]
+struct Recorder {
+    events: Vec<String>,
+    stop_at: Option<usize>,
+}
+
+impl burnlens::train::Observer for Recorder {
+    fn started(&mut self, first: usize, total: usize, _log: usize) {
+        self.events.push(format!("start {first}/{total}"));
+    }
+    fn step(&mut self, m: &burnlens::train::StepMetrics) -> std::ops::ControlFlow<()> {
+        self.events.push(format!("step {}", m.step));
+        if self.stop_at == Some(m.step) { std::ops::ControlFlow::Break(()) } else { std::ops::ControlFlow::Continue(()) }
+    }
+    fn evaluated(&mut self, step: usize, _val: f64) {
+        self.events.push(format!("eval {step}"));
+    }
+    fn checkpointed(&mut self, step: usize, _dir: &Path) {
+        self.events.push(format!("checkpoint {step}"));
+    }
+    fn finished(&mut self) {
+        self.events.push("finished".into());
+    }
+}
+
+/// The session's small steps, driven by hand, are the loop `train` runs: the same losses,
+/// and the observer hears every step, evaluation and checkpoint in order.
+#[test]
+fn a_session_driven_step_by_step_is_the_training_loop() {
+    let _guard = ONE_RUN_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let tmp = tempfile::tempdir().unwrap();
+    let (looped, by_hand) = (tmp.path().join("loop"), tmp.path().join("hand"));
+    let sets = ["training.steps=6", "training.eval_interval=3", "training.checkpoint_interval=2"];
+    let mut rec = Recorder::default();
+    burnlens::train::train(&config(TINY, &looped, &sets), &TrainOptions::default(), &mut rec).unwrap();
+    assert_eq!(
+        rec.events.join(", "),
+        "start 0/6, step 1, step 2, checkpoint 2, step 3, eval 3, step 4, checkpoint 4, step 5, step 6, eval 6, checkpoint 6, finished"
+    );
+
+    let mut s = burnlens::train::TrainSession::open(&config(TINY, &by_hand, &sets), &TrainOptions::default(), &mut rec).unwrap();
+    let mut seen = Vec::new();
+    while !s.is_done() {
+        let m = s.step().unwrap();
+        assert_eq!(m.step, s.steps_done());
+        seen.push((m.step, s.evaluation_due(), s.checkpoint_due()));
+        if s.evaluation_due() {
+            s.evaluate().unwrap();
+        }
+        if s.checkpoint_due() {
+            s.checkpoint().unwrap();
+        }
+    }
+    assert_eq!(seen, [(1, false, false), (2, false, true), (3, true, false), (4, false, true), (5, false, false), (6, true, true)]);
+    let summary = s.finish(&mut rec).unwrap();
+    assert_eq!(summary.steps, 6);
+    assert_same_curve(&losses(&looped), &losses(&by_hand));
+    assert_eq!(load_run(&by_hand, &burn::tensor::Device::flex()).unwrap().state.step, 6);
+}
+
+/// An observer that breaks (Python's `on_step` raising) stops the run after a checkpoint of
+/// that step, and the run resumes from it onto the uninterrupted curve.
+#[test]
+fn an_observer_that_breaks_stops_after_a_checkpoint_and_the_run_resumes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (full, part) = (tmp.path().join("full"), tmp.path().join("part"));
+    train(&config(TINY, &full, &[]), &TrainOptions::default()).unwrap();
+    let e = {
+        let _guard = ONE_RUN_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+        let mut rec = Recorder { stop_at: Some(5), ..Default::default() };
+        burnlens::train::train(&config(TINY, &part, &[]), &TrainOptions::default(), &mut rec).unwrap_err()
+    };
+    let TrainError::Interrupted { step, checkpoint } = e else { panic!("expected an interruption, got {e}") };
+    assert_eq!(step, 5);
+    assert!(checkpoint.ends_with("step-000005"), "{}", checkpoint.display());
+    train(&config(TINY, &part, &[]), &TrainOptions { resume: true, ..Default::default() }).unwrap();
+    assert_same_curve(&losses(&full), &losses(&part));
+}
+
 #[test]
 fn resumed_run_repeats_the_uninterrupted_loss_curve() {
     let tmp = tempfile::tempdir().unwrap();
     let full = tmp.path().join("full");
-    let s = train(&config(TINY, &full, &[]), &quiet()).unwrap();
+    let s = train(&config(TINY, &full, &[]), &TrainOptions::default()).unwrap();
     assert_eq!(s.steps, 16);
 
     let part = tmp.path().join("part");
-    train(&config(TINY, &part, &["training.steps=8"]), &quiet()).unwrap();
+    train(&config(TINY, &part, &["training.steps=8"]), &TrainOptions::default()).unwrap();
     let first_half = losses(&part);
     assert_eq!(first_half.len(), 8);
-    let opts = TrainOptions { resume: true, quiet: true, ..Default::default() };
+    let opts = TrainOptions { resume: true, ..Default::default() };
     train(&config(TINY, &part, &[]), &opts).unwrap();
     let a = losses(&full);
     let b = losses(&part);
@@ -100,7 +176,7 @@ fn training_on_shakespeare_lowers_the_loss() {
     let tmp = tempfile::tempdir().unwrap();
     let text = data.join("tinyshakespeare.txt").display().to_string();
     let cfg = config(&std::fs::read_to_string("configs/tiny-char.toml").unwrap(), &tmp.path().join("run"), &[&format!("data.path={text:?}"), "training.steps=60", "output.export=false"]);
-    let s = train(&cfg, &quiet()).unwrap();
+    let s = train(&cfg, &TrainOptions::default()).unwrap();
     let curve = losses(&s.run_dir);
     let first = curve[0].1;
     assert!((first - 65f64.ln()).abs() < 0.3, "an untrained char model starts near ln(65): {first}");
@@ -112,9 +188,9 @@ fn training_on_shakespeare_lowers_the_loss() {
 fn a_finished_run_directory_is_not_overwritten() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("run");
-    train(&config(TINY, &dir, &["training.steps=2"]), &quiet()).unwrap();
+    train(&config(TINY, &dir, &["training.steps=2"]), &TrainOptions::default()).unwrap();
     let before = std::fs::read(dir.join("checkpoints/LATEST")).unwrap();
-    let e = train(&config(TINY, &dir, &["training.steps=2"]), &quiet()).unwrap_err();
+    let e = train(&config(TINY, &dir, &["training.steps=2"]), &TrainOptions::default()).unwrap_err();
     assert!(e.to_string().contains("already holds a training run; continue it with --resume"), "{e}");
     assert_eq!(std::fs::read(dir.join("checkpoints/LATEST")).unwrap(), before);
 }
@@ -124,7 +200,7 @@ fn nan_loss_stops_and_keeps_the_last_good_checkpoint() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("run");
     let cfg = config(TINY, &dir, &["training.learning_rate=1e30", "training.warmup_steps=0", "training.checkpoint_interval=1", "training.dropout=0.0", "training.grad_clip=0.0"]);
-    let e = train(&cfg, &quiet()).unwrap_err();
+    let e = train(&cfg, &TrainOptions::default()).unwrap_err();
     let msg = e.to_string();
     assert!(matches!(e, TrainError::NonFinite { .. }), "{msg}");
     assert!(msg.contains("stopped without saving it. The last good checkpoint is"), "{msg}");
@@ -171,7 +247,7 @@ fn export_loads_back_with_the_same_logits() {
         }
         let sets: Vec<&str> = sets.iter().map(String::as_str).collect();
         let cfg = config(&std::fs::read_to_string("configs/tiny-char.toml").unwrap(), &dir, &sets);
-        let s = train(&cfg, &quiet()).unwrap();
+        let s = train(&cfg, &TrainOptions::default()).unwrap();
         let hf = s.exported.expect("exported");
         assert!(hf.join("config.json").is_file() && hf.join("char_vocab.json").is_file());
         let run = load_run(&dir, &Device::flex()).unwrap();
@@ -205,15 +281,15 @@ fn llama_and_pythia_style_configs_train_resume_and_export() {
         let full = tmp.path().join(format!("{family}-full"));
         let sets = [format!("data.path={text:?}"), "training.steps=12".into(), "training.eval_interval=6".into(), "training.checkpoint_interval=6".into()];
         let sets: Vec<&str> = sets.iter().map(String::as_str).collect();
-        let s = train(&config(&toml, &full, &sets), &quiet()).unwrap();
+        let s = train(&config(&toml, &full, &sets), &TrainOptions::default()).unwrap();
         let curve = losses(&full);
         assert!(curve.last().unwrap().1 < curve[0].1 - 0.3, "{family}: loss did not fall: {curve:?}");
         // Exact resume.
         let part = tmp.path().join(format!("{family}-part"));
         let mut first = sets.clone();
         first[1] = "training.steps=6";
-        train(&config(&toml, &part, &first), &quiet()).unwrap();
-        train(&config(&toml, &part, &sets), &TrainOptions { resume: true, quiet: true, ..Default::default() }).unwrap();
+        train(&config(&toml, &part, &first), &TrainOptions::default()).unwrap();
+        train(&config(&toml, &part, &sets), &TrainOptions { resume: true, ..Default::default() }).unwrap();
         assert_same_curve(&losses(&full), &losses(&part));
         // Export and reload.
         let hf = s.exported.expect("exported");
@@ -332,7 +408,7 @@ fn ctrl_c_checkpoints_exits_130_and_resume_finishes_the_same_curve() {
     let o = burnlens(&["train", "--resume", run.to_str().unwrap(), "--quiet"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let reference = tmp.path().join("reference");
-    train(&config(&text, &reference, &[]), &quiet()).unwrap();
+    train(&config(&text, &reference, &[]), &TrainOptions::default()).unwrap();
     assert_same_curve(&losses(&reference), &losses(&run));
 }
 

@@ -1,15 +1,14 @@
 //! The subcommands: each parses its inputs, loads what it needs through the libraries and
 //! writes or prints the result.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::{Context, Result};
-use burn::module::Module;
 use burn::tensor::Device;
 use burnlens_hf::{LoadOptions, LoadedModel, Tokenizer, load_model_with};
 use burnlens_model::backend;
-use burnlens_model::{AttentionSpan, Hooks, Sampling, Transformer, generate, next_token_loss};
-use burnlens_train::{AnyModel, RunConfig, TrainOptions};
+use burnlens_model::{Hooks, Sampling, Transformer, generate, next_token_loss};
+use burnlens_train::{AnyModel, RunConfig, TokenError, TrainOptions};
 use serde_json::json;
 
 use crate::output::{Saved, write_atomic, write_safetensors};
@@ -46,81 +45,16 @@ fn parse_ids(text: &str, model: &Transformer, flag: &str) -> Result<Vec<i64>> {
 }
 
 pub fn info(dir: &Path, common: &Common) -> Result<()> {
-    let LoadedModel { model, hf, info } = load(dir, common)?;
-    let c = &model.config;
-    let local: Vec<String> = c
-        .spans
-        .iter()
-        .enumerate()
-        .filter_map(|(l, s)| match s {
-            AttentionSpan::Local(w) => Some(format!("{l} (window {w})")),
-            AttentionSpan::Global => None,
-        })
-        .collect();
-    println!("model:       {}", dir.display());
-    println!("family:      {}", hf.family);
-    println!("parameters:  {} ({:.2}M)", model.num_params(), model.num_params() as f64 / 1e6);
-    println!("layers:      {}", c.n_layers());
-    let kv = if c.kv_heads() == c.n_heads { String::new() } else { format!(", {} key/value head{} (grouped-query)", c.kv_heads(), if c.kv_heads() == 1 { "" } else { "s" }) };
-    println!("heads:       {} x d_head {}{kv}", c.n_heads, c.d_head);
-    println!("d_model:     {}", c.d_model);
-    println!("d_mlp:       {}", c.d_mlp.map_or("none (attention-only)".into(), |m| m.to_string()));
-    println!("context:     {}", c.n_ctx);
-    println!("vocab:       {}", c.vocab_size);
-    println!("activation:  {}{}", c.activation.hf_name(), if c.mlp == burnlens_model::MlpKind::Gated { " (gated MLP)" } else { "" });
-    println!("norm:        {}", match c.norm {
-        burnlens_model::NormKind::LayerNorm => format!("LayerNorm, eps {}", c.layer_norm_eps),
-        burnlens_model::NormKind::RmsNorm => format!("RMSNorm, eps {}", c.layer_norm_eps),
-    });
-    let positions = match (c.positional, c.rotary) {
-        (burnlens_model::Positional::Rotary, Some(r)) => format!(
-            "rotary on {} of {} head dims, base {}{}",
-            r.dims,
-            c.d_head,
-            r.base,
-            match r.scaling {
-                None => String::new(),
-                Some(burnlens_model::RopeScaling::Linear { factor }) => format!(", linear scaling x{factor}"),
-                Some(burnlens_model::RopeScaling::Llama3 { factor, .. }) => format!(", llama3 scaling x{factor}"),
-            }
-        ),
-        (burnlens_model::Positional::QueryKeyOnly, _) => "learned, added to queries and keys only".into(),
-        _ => "learned, added to the residual stream".into(),
-    };
-    println!("positions:   {positions}");
-    println!("residual:    {}", if c.parallel_residual { "parallel (attention and MLP read the block input)" } else { "sequential" });
-    println!("norms:       {:?}{}{}", c.norm_placement, c.qk_norm.map_or(String::new(), |q| format!(", QK-norm {q:?}")), if c.scale_embed { ", embedding x sqrt(d_model)" } else { "" });
-    if c.attn_softcap.is_some() || c.final_softcap.is_some() {
-        println!("soft caps:   attention {:?}, logits {:?}", c.attn_softcap, c.final_softcap);
+    let loaded = load(dir, common)?;
+    for (label, text) in burnlens_hf::describe::describe(&loaded) {
+        println!("{:<13}{text}", format!("{label}:"));
     }
-    let scale = match c.score_scale {
-        burnlens_model::ScoreScale::InvSqrtDHead => format!("1/sqrt(d_head) = {:.4}", 1.0 / (c.d_head as f64).sqrt()),
-        burnlens_model::ScoreScale::None => "none (1.0)".to_string(),
-        burnlens_model::ScoreScale::InvSqrtOf(n) => format!("1/sqrt(query_pre_attn_scalar = {n}) = {:.4}", 1.0 / (n as f64).sqrt()),
-    };
-    println!("score scale: {scale}{}", if c.scale_by_inverse_layer { ", then / (layer + 1)" } else { "" });
-    println!("local attn:  {}", if local.is_empty() { "none (all layers global)".into() } else { local.join(", ") });
-    println!("checkpoint:  {} ({} file{}), dtype {}", info.format, info.files.len(), if info.files.len() == 1 { "" } else { "s" }, info.dtypes.join("/"));
-    println!("weights:     {} matrices, f32 vectors and compute", info.weight_dtype);
-    let unembed = match (c.untied_unembed, info.lm_head_present) {
-        (true, _) => "untied",
-        (false, true) => "present (tied)",
-        (false, false) => "absent (tied)",
-    };
-    println!(
-        "names:       {}{} prefix, unembedding {}, {} legacy buffer{} ignored",
-        if info.prefixed { "" } else { "no " },
-        hf.family.base_prefix(),
-        unembed,
-        info.ignored_buffers,
-        if info.ignored_buffers == 1 { "" } else { "s" }
-    );
     Ok(())
 }
 
 pub fn logits(args: &ModelArgs, input: &Input, out: Option<&Path>, common: &Common) -> Result<()> {
-    let (m, dir) = load_model_args(args, common)?;
-    let (ids, tokens) = ids_and_labels(&m, &dir, input, "")?;
+    let m = load_model_args(args, common)?;
+    let (ids, tokens) = ids_and_labels(&m, input, "")?;
     let model = &m.model;
     let input_t = model.ids_tensor(&ids);
     let logits = model.forward(input_t.clone());
@@ -179,8 +113,8 @@ pub fn cache(args: &ModelArgs, input: &Input, names: &str, grad: Option<&str>, o
     if out.extension().and_then(|e| e.to_str()) != Some("safetensors") {
         return Err(UserError(format!("--out {}: expected a .safetensors file name", out.display())).into());
     }
-    let (m, dir) = load_model_args(args, common)?;
-    let (ids, tokens) = ids_and_labels(&m, &dir, input, "")?;
+    let m = load_model_args(args, common)?;
+    let (ids, tokens) = ids_and_labels(&m, input, "")?;
     let model = &m.model;
     let all = burnlens_model::hook_names(&model.config);
     let filter = hook_filter(names, &all)?;
@@ -229,8 +163,8 @@ pub fn train(config: Option<&Path>, sets: &[String], resume: Option<&Path>, quie
         (None, None) => return Err(UserError("train: give --config FILE (or --resume RUN_DIR)".into()).into()),
     };
     burnlens_train::install_interrupt_handler();
-    let opts = TrainOptions { backend_flag: common.backend.clone(), resume: resume.is_some(), quiet, on_step: None };
-    let s = burnlens_train::train(&cfg, &opts)?;
+    let opts = TrainOptions { backend_flag: common.backend.clone(), resume: resume.is_some() };
+    let s = burnlens_train::train(&cfg, &opts, &mut crate::progress::TrainProgress::new(quiet))?;
     println!(
         "trained {} steps in {:.1}s ({:.0} tokens/s): final train loss {:.4}, validation loss {}",
         s.steps,
@@ -262,21 +196,13 @@ fn load_any(dir: &Path, common: &Common) -> Result<AnyModel> {
 }
 
 pub fn sample(dir: &Path, prompt: Option<&str>, ids: Option<&str>, s: &Sampling, common: &Common) -> Result<()> {
-    let AnyModel { model, tokenizer, .. } = load_any(dir, common)?;
+    let m = load_any(dir, common)?;
     let prompt_ids: Vec<i64> = match (prompt, ids) {
-        (Some(text), _) => {
-            let tok = tokenizer.as_ref().ok_or_else(|| {
-                UserError(format!("--prompt: {} has no tokenizer.json or char_vocab.json; pass token ids with --ids", dir.display()))
-            })?;
-            let ids: Vec<i64> = tok.encode(text)?.into_iter().map(i64::from).collect();
-            if ids.is_empty() {
-                return Err(UserError(format!("--prompt: {text:?} encodes to no tokens")).into());
-            }
-            ids
-        }
-        (None, Some(text)) => parse_ids(text, &model, "--ids")?,
+        (Some(text), _) => m.encode(text, false).map_err(|e| token_err("--prompt", "pass token ids with --ids", e))?,
+        (None, Some(text)) => parse_ids(text, &m.model, "--ids")?,
         (None, None) => return Err(UserError("sample: give --prompt TEXT or --ids 1,2,3".into()).into()),
     };
+    let AnyModel { model, tokenizer, .. } = m;
     model.check_ids(&prompt_ids).context("prompt")?;
     let new = generate(&model, &prompt_ids, s)?;
     if new.len() < s.max_new_tokens {
@@ -298,13 +224,6 @@ pub fn sample(dir: &Path, prompt: Option<&str>, ids: Option<&str>, s: &Sampling,
     Ok(())
 }
 
-/// Known corpora: name, canonical address, sha256.
-const CORPORA: &[(&str, &str, &str)] = &[(
-    "tinyshakespeare",
-    "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt",
-    "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed",
-)];
-
 /// `burnlens download ID`: fetch into the Hugging Face cache and say where it is.
 pub fn download(id: &str) -> Result<()> {
     let hub_id = burnlens_hf::HubId::parse(id).ok_or_else(|| UserError(format!("\"{id}\" is not a Hugging Face Hub id (org/name or org/name@revision)")))?;
@@ -315,82 +234,42 @@ pub fn download(id: &str) -> Result<()> {
 }
 
 pub fn fetch(name: &str, out: Option<&Path>) -> Result<()> {
-    use sha2::Digest;
-    let (_, url, sha) = CORPORA.iter().find(|(n, ..)| *n == name).ok_or_else(|| {
-        UserError(format!("unknown dataset \"{name}\"; known: {}", CORPORA.iter().map(|c| c.0).collect::<Vec<_>>().join(", ")))
-    })?;
     let default = Path::new("data").join(format!("{name}.txt"));
     let out = out.unwrap_or(&default);
-    if let Some(parent) = out.parent().filter(|p| !p.as_os_str().is_empty()) {
-        std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
-    }
-    let url = std::env::var("BURNLENS_DATA_URL").unwrap_or_else(|_| url.to_string());
-    let offline = |e: &dyn std::fmt::Display| {
-        UserError(format!("downloading {url}: {e}; without network, copy the file to {} yourself (its sha256 must be {sha}) or point data.path at a copy", out.display()))
-    };
-    let mut body = ureq::get(&url).call().map_err(|e| offline(&e))?.into_body();
-    let bytes = body.read_to_vec().map_err(|e| offline(&e))?;
-    let got = format!("{:x}", sha2::Sha256::digest(&bytes));
-    if got != *sha {
-        return Err(UserError(format!("{url}: sha256 is {got}, expected {sha}; not saved")).into());
-    }
-    write_atomic(out, &bytes)?;
-    println!("wrote {} ({} bytes, sha256 {sha})", out.display(), bytes.len());
+    let bytes = burnlens_train::corpus::fetch(name, out)?;
+    println!("wrote {} ({bytes} bytes, sha256 {})", out.display(), burnlens_train::corpus::corpus(name)?.sha256);
     Ok(())
 }
 
 /// Token ids from `--{prefix}text` (through the model's tokenizer) or `--{prefix}ids`, with a
 /// label per token.
-fn ids_and_labels(m: &AnyModel, dir: &Path, input: &Input, prefix: &str) -> Result<(Vec<i64>, Vec<String>)> {
+fn ids_and_labels(m: &AnyModel, input: &Input, prefix: &str) -> Result<(Vec<i64>, Vec<String>)> {
     let ids: Vec<i64> = match (&input.text, &input.ids) {
-        (Some(t), _) => {
-            let tok = m.tokenizer.as_ref().ok_or_else(|| UserError(format!("--{prefix}text: {} has no tokenizer.json or char_vocab.json; pass --{prefix}ids", dir.display())))?;
-            let ids: Vec<i64> = tok.encode(t)?.into_iter().map(i64::from).collect();
-            if ids.is_empty() {
-                return Err(UserError(format!("--{prefix}text: {t:?} encodes to no tokens")).into());
-            }
-            m.model.check_ids(&ids).with_context(|| format!("--{prefix}text"))?;
-            ids
-        }
+        (Some(t), _) => m.encode(t, false).map_err(|e| token_err(&format!("--{prefix}text"), &format!("pass token ids with --{prefix}ids"), e))?,
         (None, Some(s)) => parse_ids(s, &m.model, &format!("--{prefix}ids"))?,
         (None, None) => return Err(UserError(format!("give --{prefix}text TEXT or --{prefix}ids 1,2,3")).into()),
     };
-    let labels = labels(m, &ids);
+    let labels = m.labels(&ids);
     Ok((ids, labels))
-}
-
-/// A label per token: its text if the model has a tokenizer, else its id.
-fn labels(m: &AnyModel, ids: &[i64]) -> Vec<String> {
-    ids.iter()
-        .map(|&i| match &m.tokenizer {
-            Some(t) => t.decode(&[i as u32]),
-            None => i.to_string(),
-        })
-        .collect()
 }
 
 /// A token given on the command line: an id, or a text that encodes to exactly one token.
 fn parse_token(m: &AnyModel, flag: &str, s: &str) -> Result<i64> {
-    let id = match s.trim().parse::<i64>() {
-        Ok(id) => id,
-        Err(_) => {
-            let tok = m.tokenizer.as_ref().ok_or_else(|| UserError(format!("{flag} {s:?}: not a token id, and the model has no tokenizer to read text with")))?;
-            let ids = tok.encode(s)?;
-            match ids.as_slice() {
-                [one] => i64::from(*one),
-                _ => return Err(UserError(format!("{flag} {s:?}: encodes to {} tokens {ids:?}; give one token (or its id)", ids.len())).into()),
-            }
-        }
-    };
-    let vocab = m.model.config.vocab_size;
-    if id < 0 || id as usize >= vocab {
-        return Err(UserError(format!("{flag} {id}: outside the vocabulary of {vocab} tokens")).into());
+    m.single_token(s).map_err(|e| token_err(flag, "give a token id", e))
+}
+
+/// A refused text or token as the CLI says it: the flag first, and for a model without a
+/// tokenizer, `hint` (what to pass instead).
+fn token_err(flag: &str, hint: &str, e: TokenError) -> anyhow::Error {
+    match e {
+        TokenError::NoTokenizer { .. } => UserError(format!("{flag}: {e}; {hint}")),
+        e => UserError(format!("{flag}: {e}")),
     }
-    Ok(id)
+    .into()
 }
 
 /// Load `--model` (a directory, Hub id or run), processing its weights if asked.
-fn load_model_args(args: &ModelArgs, common: &Common) -> Result<(AnyModel, PathBuf)> {
+fn load_model_args(args: &ModelArgs, common: &Common) -> Result<AnyModel> {
     let dir = crate::progress::model_dir(&args.model)?;
     let mut m = load_any(&dir, common)?;
     if args.process_weights {
@@ -400,7 +279,7 @@ fn load_model_args(args: &ModelArgs, common: &Common) -> Result<(AnyModel, PathB
         }
         m.model = burnlens_lens::process_weights(&m.model, opts)?;
     }
-    Ok((m, dir))
+    Ok(m)
 }
 
 fn report_err(out: &Path) -> impl FnOnce(std::io::Error) -> anyhow::Error + '_ {
@@ -408,10 +287,10 @@ fn report_err(out: &Path) -> impl FnOnce(std::io::Error) -> anyhow::Error + '_ {
 }
 
 pub fn analyze(args: &ModelArgs, input: &Input, out: &Path, common: &Common) -> Result<()> {
-    let (m, dir) = load_model_args(args, common)?;
-    let (ids, labels) = ids_and_labels(&m, &dir, input, "")?;
+    let m = load_model_args(args, common)?;
+    let (ids, labels) = ids_and_labels(&m, input, "")?;
     let a = burnlens_lens::report::analyze(&m.model, &ids, labels);
-    burnlens_lens::report::write_analysis(out, &a, &format!("burnlens analysis of {}", dir.display())).map_err(report_err(out))?;
+    burnlens_lens::report::write_analysis(out, &a, &format!("burnlens analysis of {}", m.dir.display())).map_err(report_err(out))?;
     println!("wrote {} and {}", out.join("index.html").display(), out.join("report.json").display());
     let top = |name: &str| {
         let s = &a.detectors[name];
@@ -467,9 +346,9 @@ fn parse_metric(m: &AnyModel, spec: &str, len: usize) -> Result<burnlens_lens::M
 
 #[allow(clippy::too_many_arguments)]
 pub fn patch(args: &ModelArgs, clean: &Input, corrupted: &Input, metric: &str, nodes: &str, exact: bool, denoise: bool, out: &Path, common: &Common) -> Result<()> {
-    let (m, dir) = load_model_args(args, common)?;
-    let (clean_ids, clean_tokens) = ids_and_labels(&m, &dir, clean, "")?;
-    let (corrupted_ids, corrupted_tokens) = ids_and_labels(&m, &dir, corrupted, "corrupted-")?;
+    let m = load_model_args(args, common)?;
+    let (clean_ids, clean_tokens) = ids_and_labels(&m, clean, "")?;
+    let (corrupted_ids, corrupted_tokens) = ids_and_labels(&m, corrupted, "corrupted-")?;
     if clean_ids.len() != corrupted_ids.len() {
         return Err(UserError(format!(
             "the clean sequence has {} tokens and the corrupted one {}; patching needs equal lengths (clean {:?}, corrupted {:?})",
@@ -493,7 +372,7 @@ pub fn patch(args: &ModelArgs, clean: &Input, corrupted: &Input, metric: &str, n
     let c = &m.model.config;
     let direction = if denoise { "denoising" } else { "noising" }.to_string();
     let report = burnlens_lens::tool_reports::PatchingReport { clean_ids, clean_tokens, corrupted_ids, corrupted_tokens, direction, n_layers: c.n_layers(), n_heads: c.n_heads, result };
-    burnlens_lens::tool_reports::write_patching(out, &report, &format!("burnlens patching on {}", dir.display())).map_err(report_err(out))?;
+    burnlens_lens::tool_reports::write_patching(out, &report, &format!("burnlens patching on {}", m.dir.display())).map_err(report_err(out))?;
     let r = &report.result;
     let (c_m, x_m) = if denoise { (r.corrupted_metric, r.clean_metric) } else { (r.clean_metric, r.corrupted_metric) };
     println!("metric {}: clean {c_m:.4}, corrupted {x_m:.4} ({})", metric.describe(), report.direction);
@@ -516,8 +395,8 @@ pub fn patch(args: &ModelArgs, clean: &Input, corrupted: &Input, metric: &str, n
 
 #[allow(clippy::too_many_arguments)]
 pub fn attribute(args: &ModelArgs, input: &Input, target: &str, wrong: Option<&str>, pos: Option<usize>, out: &Path, common: &Common) -> Result<()> {
-    let (m, dir) = load_model_args(args, common)?;
-    let (ids, tokens) = ids_and_labels(&m, &dir, input, "")?;
+    let m = load_model_args(args, common)?;
+    let (ids, tokens) = ids_and_labels(&m, input, "")?;
     let right = parse_token(&m, "--target", target)?;
     let wrong = wrong.map(|w| parse_token(&m, "--wrong", w)).transpose()?;
     let position = pos.unwrap_or(ids.len() - 1);
@@ -532,7 +411,7 @@ pub fn attribute(args: &ModelArgs, input: &Input, target: &str, wrong: Option<&s
     };
     let c = &m.model.config;
     let report = burnlens_lens::tool_reports::AttributionReport { ids, tokens, target: target_label.clone(), position, n_layers: c.n_layers(), n_heads: c.n_heads, dla };
-    burnlens_lens::tool_reports::write_attribution(out, &report, &format!("burnlens direct logit attribution on {}", dir.display())).map_err(report_err(out))?;
+    burnlens_lens::tool_reports::write_attribution(out, &report, &format!("burnlens direct logit attribution on {}", m.dir.display())).map_err(report_err(out))?;
     let d = &report.dla;
     let mut order: Vec<usize> = (0..d.labels.len()).collect();
     order.sort_by(|&a, &b| d.contributions[b][position].abs().total_cmp(&d.contributions[a][position].abs()));
@@ -546,8 +425,8 @@ pub fn attribute(args: &ModelArgs, input: &Input, target: &str, wrong: Option<&s
 pub fn graph(args: &ModelArgs, input: &Input, g: &crate::GraphArgs, out: &Path, common: &Common) -> Result<()> {
     use burnlens_trace::{AttributeOptions, GraphText, LogitTargets};
     burnlens_trace::check_thresholds(g.node_threshold, g.edge_threshold)?;
-    let (m, dir) = load_model_args(args, common)?;
-    let (mut ids, _) = ids_and_labels(&m, &dir, input, "")?;
+    let m = load_model_args(args, common)?;
+    let (mut ids, _) = ids_and_labels(&m, input, "")?;
     if let (Some(_), Some(bos)) = (&input.text, m.bos) {
         if ids.first() != Some(&bos) {
             ids.insert(0, bos);
@@ -568,7 +447,7 @@ pub fn graph(args: &ModelArgs, input: &Input, g: &crate::GraphArgs, out: &Path, 
         None => ids.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(","),
     };
     let slug = out.file_name().map_or("graph".into(), |n| n.to_string_lossy().into_owned());
-    let text = GraphText { slug, prompt, prompt_tokens: labels(&m, &ids), logit_tokens: labels(&m, &graph.logit_token_ids) };
+    let text = GraphText { slug, prompt, prompt_tokens: m.labels(&ids), logit_tokens: m.labels(&graph.logit_token_ids) };
     let files = burnlens_trace::write_graph(out, &graph, &text, g.node_threshold, g.edge_threshold)?;
     println!(
         "{} tokens, {} active features ({} with rows), {} logit targets (p = {:.3}), {} nodes; attributed in {seconds:.2} s",
@@ -585,13 +464,13 @@ pub fn graph(args: &ModelArgs, input: &Input, g: &crate::GraphArgs, out: &Path, 
 }
 
 pub fn lens(args: &ModelArgs, input: &Input, target: Option<&str>, top: usize, out: &Path, common: &Common) -> Result<()> {
-    let (m, dir) = load_model_args(args, common)?;
-    let (ids, tokens) = ids_and_labels(&m, &dir, input, "")?;
+    let m = load_model_args(args, common)?;
+    let (ids, tokens) = ids_and_labels(&m, input, "")?;
     let target = target.map(|t| parse_token(&m, "--target", t)).transpose()?;
     let l = burnlens_lens::logit_lens(&m.model, &ids, top.max(1), target);
-    let top_tokens: Vec<Vec<Vec<String>>> = l.top.iter().map(|layer| layer.iter().map(|pos| pos.iter().map(|(id, _)| labels(&m, &[*id])[0].clone()).collect()).collect()).collect();
+    let top_tokens: Vec<Vec<Vec<String>>> = l.top.iter().map(|layer| layer.iter().map(|pos| pos.iter().map(|(id, _)| m.labels(&[*id])[0].clone()).collect()).collect()).collect();
     let report = burnlens_lens::tool_reports::LensReport { ids, tokens, top_tokens, lens: l };
-    burnlens_lens::tool_reports::write_lens(out, &report, &format!("burnlens logit lens on {}", dir.display())).map_err(report_err(out))?;
+    burnlens_lens::tool_reports::write_lens(out, &report, &format!("burnlens logit lens on {}", m.dir.display())).map_err(report_err(out))?;
     let p = report.ids.len() - 1;
     println!("logit lens at the last position ({:?}):", report.tokens[p]);
     for (li, name) in report.lens.layers.iter().enumerate() {
@@ -603,14 +482,14 @@ pub fn lens(args: &ModelArgs, input: &Input, target: Option<&str>, top: usize, o
 }
 
 pub fn sae(args: &ModelArgs, sae_dir: &Path, input: &Input, top: usize, out: &Path, common: &Common) -> Result<()> {
-    let (m, dir) = load_model_args(args, common)?;
-    let (ids, tokens) = ids_and_labels(&m, &dir, input, "")?;
+    let m = load_model_args(args, common)?;
+    let (ids, tokens) = ids_and_labels(&m, input, "")?;
     let sae_dir = &crate::progress::folder(sae_dir, burnlens_lens::sae::folder_files(&sae_dir.to_string_lossy()))?;
     let sae = burnlens_lens::Sae::load(sae_dir, &m.model.device())?;
     let run = burnlens_lens::run_sae(&m.model, &sae, &ids, top)?;
     let d_sae = sae.cfg.d_sae;
     let report = burnlens_lens::tool_reports::SaeReport { ids, tokens, sae: sae.cfg.clone(), run };
-    burnlens_lens::tool_reports::write_sae(out, &report, &format!("burnlens SAE {} on {}", sae_dir.display(), dir.display())).map_err(report_err(out))?;
+    burnlens_lens::tool_reports::write_sae(out, &report, &format!("burnlens SAE {} on {}", sae_dir.display(), m.dir.display())).map_err(report_err(out))?;
     let r = &report.run;
     println!("SAE on {} ({:?}, d_sae {}): mean L0 {:.2}, MSE {:.5}, explained variance {:.4}", r.hook_name, sae.cfg.architecture, d_sae, r.mean_l0, r.mse, r.explained_variance);
     if let (Some(c), Some(w), Some(z)) = (r.loss_clean, r.loss_with_sae, r.loss_zero_ablated) {
@@ -679,31 +558,21 @@ pub struct SaeTrainArgs {
 pub fn train_sae(args: &ModelArgs, a: &SaeTrainArgs, out: &Path, common: &Common) -> Result<()> {
     use burnlens_lens::sae::Architecture;
     use burnlens_lens::sae_train::{SaeTrainConfig, TokenSource, train_sae};
-    let (m, dir) = load_model_args(args, common)?;
+    let m = load_model_args(args, common)?;
     let vocab = m.model.config.vocab_size;
     let source = match a.data.as_str() {
         "random" => TokenSource::Random { vocab },
         "repeated" => TokenSource::Repeated { vocab },
         path => {
-            let tok = m.tokenizer.as_ref().ok_or_else(|| UserError(format!("--data {path}: {} has no tokenizer to read text with; use --data random or repeated", dir.display())))?;
             let text = std::fs::read_to_string(path).map_err(|e| UserError(format!("--data {path}: {e} (expected random, repeated or a text file)")))?;
-            TokenSource::Text(tok.encode(&text)?.into_iter().map(i64::from).collect())
+            TokenSource::Text(m.encode(&text, false).map_err(|e| token_err(&format!("--data {path}"), "use --data random or repeated", e))?)
         }
     };
-    let architecture = match a.architecture.as_str() {
-        "standard" => Architecture::Standard,
-        "topk" => Architecture::TopK { k: a.k, rescale_acts_by_decoder_norm: false },
-        other => return Err(UserError(format!("--architecture {other:?}: expected standard or topk")).into()),
-    };
     let d_sae = a.d_sae.unwrap_or(4 * m.model.config.d_model);
-    if let Architecture::TopK { k, .. } = architecture
-        && (k == 0 || k > d_sae)
-    {
-        return Err(UserError(format!("--k {k}: must be between 1 and d_sae = {d_sae}")).into());
-    }
+    let architecture = Architecture::from_name(&a.architecture, Some(a.k), false, d_sae).map_err(|(field, why)| UserError(format!("--{field}: {why}")))?;
     let cfg = SaeTrainConfig { hook_name: a.hook.clone(), d_sae, architecture, l1_coefficient: a.l1, learning_rate: a.lr, steps: a.steps, batch: a.batch, seq_len: a.seq_len, seed: a.seed };
     let (mut sae, report) = train_sae(&m.model, &source, &cfg)?;
-    sae.cfg.model_name = Some(dir.display().to_string());
+    sae.cfg.model_name = Some(m.dir.display().to_string());
     sae.save(out)?;
     write_atomic(&out.join("training.json"), serde_json::to_string_pretty(&report)?.as_bytes())?;
     let (first, last) = (report.curve.first().expect("a step"), report.curve.last().expect("a step"));

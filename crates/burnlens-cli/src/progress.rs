@@ -1,10 +1,15 @@
-//! Download progress for `--model ORG/NAME`: a bar on a terminal, plain lines elsewhere.
+//! Progress on the terminal: downloads for `--model ORG/NAME` (a bar on a terminal, plain
+//! lines elsewhere) and a training run's steps ([`TrainProgress`], the CLI's observer of a
+//! training session).
 
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write};
+use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
+use std::time::Instant;
 
 use anyhow::Result;
 use burnlens_hf::hub::{Hub, HubId, Progress, resolve_folder, resolve_model};
+use burnlens_train::{Observer, StepMetrics};
 use indicatif::{ProgressBar, ProgressStyle};
 
 /// A local directory as given, or the cached snapshot of a Hub id (downloaded if needed).
@@ -101,4 +106,89 @@ fn human(bytes: u64) -> String {
         b if b >= 1 << 10 => format!("{:.1} kB", b as f64 / 1024.0),
         b => format!("{b} bytes"),
     }
+}
+
+/// A training run's progress: a line redrawn in place on a terminal, plain lines every
+/// `training.log_interval` steps otherwise; nothing but errors with `--quiet`.
+pub struct TrainProgress {
+    quiet: bool,
+    tty: bool,
+    first: usize,
+    total: usize,
+    log_interval: usize,
+    began: Instant,
+    download: Reporter,
+}
+
+impl TrainProgress {
+    pub fn new(quiet: bool) -> Self {
+        TrainProgress { quiet, tty: std::io::stdout().is_terminal(), first: 0, total: 0, log_interval: 1, began: Instant::now(), download: Reporter::new() }
+    }
+}
+
+impl Observer for TrainProgress {
+    fn started(&mut self, first_step: usize, total: usize, log_interval: usize) {
+        self.download.finish();
+        (self.first, self.total, self.log_interval, self.began) = (first_step, total, log_interval, Instant::now());
+    }
+
+    fn note(&mut self, message: &str) {
+        if !self.quiet {
+            eprintln!("note: {message}");
+        }
+    }
+
+    fn download(&mut self, progress: Progress) {
+        if !self.quiet {
+            self.download.report(progress);
+        }
+    }
+
+    fn step(&mut self, m: &StepMetrics) -> ControlFlow<()> {
+        if self.quiet || (!self.tty && m.step % self.log_interval != 0 && m.step != self.total) {
+            return ControlFlow::Continue(());
+        }
+        let per_step = self.began.elapsed().as_secs_f64() / (m.step - self.first).max(1) as f64;
+        let eta = per_step * self.total.saturating_sub(m.step) as f64;
+        let width = 24;
+        let filled = m.step * width / self.total.max(1);
+        let text = format!(
+            "step {:>6}/{} [{}{}] loss {:.4}  {:>8.0} tok/s  ETA {}",
+            m.step,
+            self.total,
+            "#".repeat(filled),
+            ".".repeat(width - filled),
+            m.loss,
+            m.tokens_per_s,
+            duration(eta)
+        );
+        if self.tty {
+            print!("\r{text}");
+            let _ = std::io::stdout().flush();
+        } else {
+            println!("{text}");
+        }
+        ControlFlow::Continue(())
+    }
+
+    fn evaluated(&mut self, step: usize, val_loss: f64) {
+        if self.quiet {
+            return;
+        }
+        if self.tty {
+            println!();
+        }
+        println!("step {step:>6}: validation loss {val_loss:.4}");
+    }
+
+    fn finished(&mut self) {
+        if self.tty && !self.quiet {
+            println!();
+        }
+    }
+}
+
+fn duration(s: f64) -> String {
+    let s = s.max(0.0) as u64;
+    if s >= 3600 { format!("{}h{:02}m", s / 3600, s % 3600 / 60) } else { format!("{}m{:02}s", s / 60, s % 60) }
 }

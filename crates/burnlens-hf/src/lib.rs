@@ -6,6 +6,7 @@
 
 pub mod checkpoint;
 pub mod config;
+pub mod describe;
 pub mod dtype;
 pub mod error;
 pub mod export;

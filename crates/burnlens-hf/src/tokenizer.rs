@@ -10,6 +10,7 @@ pub const CHAR_VOCAB_FILE: &str = "char_vocab.json";
 /// File name of a Hugging Face tokenizer.
 pub const HF_TOKENIZER_FILE: &str = "tokenizer.json";
 
+#[derive(Clone)]
 pub enum Tokenizer {
     /// One id per distinct character, in sorted order (as nanoGPT's `prepare.py`).
     Char { chars: Vec<char> },

@@ -214,6 +214,9 @@ fn probe_config(model: &Transformer, source: &TokenSource, cfg: &SaeTrainConfig,
 /// The hook point exists, the sizes are usable and the text is long enough.
 fn check_inputs(model: &Transformer, source: &TokenSource, cfg: &SaeTrainConfig) -> Result<(), SaeError> {
     let hook_err = |msg: String| SaeError::Hook { hook: cfg.hook_name.clone(), msg };
+    if !Architecture::TRAINABLE.contains(&cfg.architecture.name()) {
+        return Err(SaeError::Unsupported(format!("training a {} SAE (expected {})", cfg.architecture.name(), Architecture::TRAINABLE.join(" or "))));
+    }
     if !burnlens_model::hook_names(&model.config).contains(&cfg.hook_name) {
         return Err(hook_err("the model has no hook point of that name".into()));
     }

@@ -10,10 +10,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use burn::tensor::{Device, Int, Tensor, TensorData};
-use burnlens_hf::Tokenizer;
 use burnlens_lens::{Metric, Sae};
-use burnlens_model::{Activation, Hooks, NormSite, Sampling, Transformer, generate, hook_names};
-use numpy::{IntoPyArray, PyArrayDyn, PyArrayMethods, PyReadonlyArray2, PyReadonlyArrayDyn, PyUntypedArrayMethods};
+use burnlens_model::{Activation, Hooks, NormSite, Sampling, generate, hook_names};
+use numpy::{IntoPyArray, PyArray2, PyArrayDyn, PyArrayMethods, PyReadonlyArray2, PyReadonlyArrayDyn, PyUntypedArrayMethods};
 use pyo3::exceptions::{PyFileNotFoundError, PyKeyError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -91,17 +90,14 @@ fn activation_into_host(a: Activation) -> (Vec<f32>, Vec<usize>) {
 /// A model loaded from a directory, a run or a Hub id.
 #[pyclass(frozen, module = "burnlens._native")]
 struct NativeModel {
-    model: Transformer,
-    tokenizer: Option<std::sync::Arc<Tokenizer>>,
-    bos: Option<i64>,
-    dir: PathBuf,
-    family: Option<String>,
+    /// The model, its tokenizer, BOS, family and directory.
+    any: burnlens_train::AnyModel,
     names: Vec<String>,
 }
 
 impl NativeModel {
     fn device(&self) -> Device {
-        self.model.device()
+        self.any.model.device()
     }
 
     fn ids(&self, tokens: &[i64], batch: usize, pos: usize) -> Result<Tensor<2, Int>, Fail> {
@@ -109,7 +105,7 @@ impl NativeModel {
             return Err(Fail::Value("tokens: expected a non-empty [batch, pos] array".into()));
         }
         for row in tokens.chunks(pos) {
-            self.model.check_ids(row).map_err(value)?;
+            self.any.model.check_ids(row).map_err(value)?;
         }
         Ok(Tensor::from_data(TensorData::new(tokens.to_vec(), [batch, pos]), &self.device()))
     }
@@ -165,43 +161,42 @@ impl NativeModel {
             let device = device_for(backend.as_deref())?;
             let dir = resolve(&spec)?;
             let any = burnlens_train::load_any(&dir, &device, &options).map_err(|e| load_fail(e.to_string(), e.missing()))?;
-            let family = any.family.map(|f| f.to_string());
             let names = hook_names(&any.model.config);
-            Ok(Self { model: any.model, tokenizer: any.tokenizer.map(std::sync::Arc::new), bos: any.bos, dir, family, names })
+            Ok(Self { any, names })
         })?)
     }
 
     /// The architecture as JSON (burnlens's `TransformerConfig`).
     fn config_json(&self) -> String {
-        serde_json::to_string(&self.model.config).expect("config serialises")
+        serde_json::to_string(&self.any.model.config).expect("config serialises")
     }
 
     /// The dtype the weight matrices are kept in (`f32`, `bf16`, `f16`).
     #[getter]
     fn weight_dtype(&self) -> &'static str {
-        burnlens_hf::checkpoint::dtype_name(self.model.weight_dtype())
+        burnlens_hf::checkpoint::dtype_name(self.any.model.weight_dtype())
     }
 
     /// The `model_type` of a Hugging Face directory (`None` for a burnlens run).
     #[getter]
     fn family(&self) -> Option<String> {
-        self.family.clone()
+        self.any.family.map(|f| f.to_string())
     }
 
     #[getter]
     fn directory(&self) -> String {
-        self.dir.display().to_string()
+        self.any.dir.display().to_string()
     }
 
     /// The checkpoint's `bos_token_id`, if any.
     #[getter]
     fn bos_token_id(&self) -> Option<i64> {
-        self.bos
+        self.any.bos
     }
 
     #[getter]
     fn has_tokenizer(&self) -> bool {
-        self.tokenizer.is_some()
+        self.any.tokenizer.is_some()
     }
 
     /// Every hook point, in the order a forward pass visits them.
@@ -209,15 +204,25 @@ impl NativeModel {
         self.names.clone()
     }
 
-    /// Token ids of `text` (no BOS added here).
-    fn encode(&self, text: &str) -> PyResult<Vec<i64>> {
-        let tok = self.tokenizer.as_ref().ok_or_else(|| Fail::Value(format!("{}: the model has no tokenizer (tokenizer.json or char_vocab.json); pass token ids", self.dir.display())))?;
-        Ok(tok.encode(text).map_err(value)?.into_iter().map(i64::from).collect())
+    /// `texts` as `[batch, pos]` token ids, each after the BOS if `prepend_bos`, right-padded
+    /// to the longest, with the `[batch, pos]` mask of real tokens when any row is padded
+    /// (`burnlens_train::AnyModel::encode_batch`, the CLI's encoder).
+    #[allow(clippy::type_complexity)]
+    fn encode_batch<'py>(&self, py: Python<'py>, texts: Vec<String>, prepend_bos: bool) -> PyResult<(Bound<'py, PyArray2<i64>>, Option<Bound<'py, PyArray2<bool>>>)> {
+        let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
+        let e = self.any.encode_batch(&texts, prepend_bos).map_err(|e| match e {
+            burnlens_train::TokenError::NoTokenizer { .. } => Fail::Value(format!("{e}; pass token ids")),
+            e => Fail::Value(e.to_string()),
+        })?;
+        let shape = [e.batch, e.seq];
+        let ids = numpy::ndarray::Array2::from_shape_vec(shape, e.ids).expect("batch x seq ids").into_pyarray(py);
+        let mask = e.mask.map(|m| numpy::ndarray::Array2::from_shape_vec(shape, m).expect("batch x seq mask").into_pyarray(py));
+        Ok((ids, mask))
     }
 
     /// The text of `ids`.
     fn decode(&self, ids: Vec<i64>) -> PyResult<String> {
-        let tok = self.tokenizer.as_ref().ok_or_else(|| Fail::Value(format!("{}: the model has no tokenizer; cannot turn ids into text", self.dir.display())))?;
+        let tok = self.any.tokenizer.as_ref().ok_or_else(|| Fail::Value(format!("{}: the model has no tokenizer; cannot turn ids into text", self.any.dir.display())))?;
         let ids: Vec<u32> = ids.into_iter().map(|i| u32::try_from(i).map_err(|_| Fail::Value(format!("token id {i} is negative")))).collect::<Result<_, _>>()?;
         Ok(tok.decode(&ids))
     }
@@ -276,8 +281,8 @@ impl NativeModel {
                 );
             }
             let logits = match &mask {
-                None => self.model.forward_hooked(ids.clone(), &mut h),
-                Some(m) => self.model.forward_padded(ids.clone(), m, &mut h),
+                None => self.any.model.forward_hooked(ids.clone(), &mut h),
+                Some(m) => self.any.model.forward_padded(ids.clone(), m, &mut h),
             };
             let cache: BTreeMap<String, (Vec<f32>, Vec<usize>)> = h.take_cache().into_iter().map(|(k, v)| (k, activation_into_host(v))).collect();
             drop(h);
@@ -301,7 +306,7 @@ impl NativeModel {
         let (flat, b, t) = tokens_of(&tokens)?;
         check_loss_length(loss, t)?;
         for s in &saes {
-            s.sae.check_model(&self.model).map_err(value)?;
+            s.sae.check_model(&self.any.model).map_err(value)?;
         }
         let ids = self.ids(&flat, b, t)?;
         let saes: Vec<&Sae> = saes.iter().map(|s| &s.sae).collect();
@@ -310,7 +315,7 @@ impl NativeModel {
             for s in &saes {
                 h = burnlens_lens::sae::splice(h, s);
             }
-            let logits = self.model.forward_hooked(ids.clone(), &mut h);
+            let logits = self.any.model.forward_hooked(ids.clone(), &mut h);
             let loss = loss.then(|| next_token_loss_value(logits.clone(), ids, None));
             (host(logits), loss)
         });
@@ -320,7 +325,7 @@ impl NativeModel {
     /// The final norm recomputed on `x` `[..., d_model]` (the model's own `ln_final`).
     fn apply_ln_final<'py>(&self, py: Python<'py>, x: PyReadonlyArrayDyn<'py, f32>) -> PyResult<Bound<'py, PyArrayDyn<f32>>> {
         let dims = x.shape().to_vec();
-        let d = self.model.config.d_model;
+        let d = self.any.model.config.d_model;
         if dims.last() != Some(&d) {
             return Err(Fail::Value(format!("apply_ln_final: expected [..., {d}], found {dims:?}")).into());
         }
@@ -328,7 +333,7 @@ impl NativeModel {
         let rows = values.len() / d;
         let out = py.detach(|| {
             let x = Tensor::<3>::from_data(TensorData::new(values, [1, rows, d]), &self.device());
-            host(self.model.ln_final.forward(x, &mut Hooks::none(), NormSite::Final)).0
+            host(self.any.model.ln_final.forward(x, &mut Hooks::none(), NormSite::Final)).0
         });
         array(py, out, &dims)
     }
@@ -338,7 +343,7 @@ impl NativeModel {
     /// `W_O [L, H, d_head, d]`, `b_Q, b_K, b_V [L, H, d_head]`, `b_O [L, d]`,
     /// `W_in, W_gate [L, d, d_mlp]`, `W_out [L, d_mlp, d]`, `b_in [L, d_mlp]`, `b_out [L, d]`.
     fn weights<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let out = py.detach(|| burnlens_lens::circuits::transformer_lens_weights(&self.model));
+        let out = py.detach(|| burnlens_lens::circuits::transformer_lens_weights(&self.any.model));
         let dict = PyDict::new(py);
         for (k, (v, d)) in out {
             dict.set_item(k, array(py, v, &d)?)?;
@@ -352,7 +357,7 @@ impl NativeModel {
     #[allow(clippy::too_many_arguments)]
     fn generate(&self, py: Python<'_>, prompt: Vec<i64>, max_new_tokens: usize, temperature: f64, top_k: Option<usize>, top_p: Option<f64>, seed: u64, stop_token: Option<i64>) -> PyResult<Vec<i64>> {
         let s = Sampling { max_new_tokens, temperature, top_k, top_p, seed, stop_token, use_cache: true };
-        Ok(py.detach(|| generate(&self.model, &prompt, &s)).map_err(value)?)
+        Ok(py.detach(|| generate(&self.any.model, &prompt, &s)).map_err(value)?)
     }
 
     /// The metric's value on `tokens` (one sequence) and its gradient at each hook point of
@@ -360,10 +365,10 @@ impl NativeModel {
     fn hook_gradients<'py>(&self, py: Python<'py>, tokens: Vec<i64>, names: Vec<String>, metric: &str) -> PyResult<(f64, Bound<'py, PyDict>, Bound<'py, PyDict>)> {
         self.check_names(&names)?;
         let metric = self.metric(metric)?;
-        self.model.check_ids(&tokens).map_err(value)?;
+        self.any.model.check_ids(&tokens).map_err(value)?;
         let (value_, grads, acts) = py
             .detach(|| {
-                let g = burnlens_lens::hook_gradients(&self.model, &tokens, &|n| names.iter().any(|x| x == n), &metric)?;
+                let g = burnlens_lens::hook_gradients(&self.any.model, &tokens, &|n| names.iter().any(|x| x == n), &metric)?;
                 let grads: BTreeMap<String, (Vec<f32>, Vec<usize>)> = g.gradients.iter().map(|(k, v)| (k.clone(), activation_host(v))).collect();
                 let acts: BTreeMap<String, (Vec<f32>, Vec<usize>)> = g.activations.iter().map(|(k, v)| (k.clone(), activation_host(v))).collect();
                 Ok::<_, burnlens_lens::MetricError>((g.metric, grads, acts))
@@ -382,9 +387,9 @@ impl NativeModel {
     /// The metric on `tokens` (one sequence).
     fn metric_value(&self, py: Python<'_>, tokens: Vec<i64>, metric: &str) -> PyResult<f64> {
         let metric = self.metric(metric)?;
-        self.model.check_ids(&tokens).map_err(value)?;
-        metric.check(tokens.len(), self.model.config.vocab_size).map_err(value)?;
-        Ok(py.detach(|| metric.value(&self.model, &tokens, &mut Hooks::none())))
+        self.any.model.check_ids(&tokens).map_err(value)?;
+        metric.check(tokens.len(), self.any.model.config.vocab_size).map_err(value)?;
+        Ok(py.detach(|| metric.value(&self.any.model, &tokens, &mut Hooks::none())))
     }
 
     /// Activation patching (`attribution=False`) or attribution patching of every node of
@@ -394,16 +399,16 @@ impl NativeModel {
     fn patching(&self, py: Python<'_>, clean: Vec<i64>, corrupted: Vec<i64>, metric: &str, kinds: Vec<String>, attribution: bool) -> PyResult<(f64, Vec<String>, Vec<(String, usize, usize, f64)>)> {
         use burnlens_lens::NodeKind;
         let metric = self.metric(metric)?;
-        self.model.check_ids(&clean).map_err(value)?;
-        self.model.check_ids(&corrupted).map_err(value)?;
+        self.any.model.check_ids(&clean).map_err(value)?;
+        self.any.model.check_ids(&corrupted).map_err(value)?;
         let kinds: Vec<NodeKind> = kinds.iter().map(|k| NodeKind::from_name(k).map_err(Fail::Value)).collect::<Result<_, _>>()?;
-        let nodes = burnlens_lens::patching::nodes(&self.model, clean.len(), &kinds);
+        let nodes = burnlens_lens::patching::nodes(&self.any.model, clean.len(), &kinds);
         let (base, effects) = py
             .detach(|| {
                 if attribution {
-                    burnlens_lens::attribution_patching(&self.model, &clean, &corrupted, &metric, &nodes)
+                    burnlens_lens::attribution_patching(&self.any.model, &clean, &corrupted, &metric, &nodes)
                 } else {
-                    burnlens_lens::activation_patching(&self.model, &clean, &corrupted, &metric, &nodes)
+                    burnlens_lens::activation_patching(&self.any.model, &clean, &corrupted, &metric, &nodes)
                 }
             })
             .map_err(value)?;
@@ -415,8 +420,8 @@ impl NativeModel {
     /// `(token, probability)`, `targets`, and the target's probabilities and ranks).
     #[pyo3(signature = (tokens, k=5, target=None))]
     fn logit_lens(&self, py: Python<'_>, tokens: Vec<i64>, k: usize, target: Option<i64>) -> PyResult<String> {
-        self.model.check_ids(&tokens).map_err(value)?;
-        let lens = py.detach(|| burnlens_lens::logit_lens(&self.model, &tokens, k, target));
+        self.any.model.check_ids(&tokens).map_err(value)?;
+        let lens = py.detach(|| burnlens_lens::logit_lens(&self.any.model, &tokens, k, target));
         Ok(serde_json::to_string(&lens).expect("serialises"))
     }
 
@@ -425,13 +430,13 @@ impl NativeModel {
     /// `final_softcap`).
     #[pyo3(signature = (tokens, right, wrong=None))]
     fn logit_attribution(&self, py: Python<'_>, tokens: Vec<i64>, right: i64, wrong: Option<i64>) -> PyResult<String> {
-        self.model.check_ids(&tokens).map_err(value)?;
+        self.any.model.check_ids(&tokens).map_err(value)?;
         for id in std::iter::once(right).chain(wrong) {
-            if id < 0 || id as usize >= self.model.config.vocab_size {
-                return Err(Fail::Value(format!("token {id} is outside the vocabulary of {}", self.model.config.vocab_size)).into());
+            if id < 0 || id as usize >= self.any.model.config.vocab_size {
+                return Err(Fail::Value(format!("token {id} is outside the vocabulary of {}", self.any.model.config.vocab_size)).into());
             }
         }
-        let dla = py.detach(|| burnlens_lens::direct_logit_attribution(&self.model, &tokens, right, wrong));
+        let dla = py.detach(|| burnlens_lens::direct_logit_attribution(&self.any.model, &tokens, right, wrong));
         Ok(serde_json::to_string(&dla).expect("serialises"))
     }
 
@@ -440,11 +445,11 @@ impl NativeModel {
     /// `components` (embeddings, heads, biases, MLPs). Returns labels and `[n, pos, d]`.
     #[pyo3(signature = (tokens, kind, layer=None))]
     fn residual<'py>(&self, py: Python<'py>, tokens: Vec<i64>, kind: &str, layer: Option<usize>) -> PyResult<(Vec<String>, Bound<'py, PyArrayDyn<f32>>)> {
-        self.model.check_ids(&tokens).map_err(value)?;
+        self.any.model.check_ids(&tokens).map_err(value)?;
         let c = py.detach(|| match kind {
-            "decompose" => Ok(burnlens_lens::decompose_resid(&self.model, &tokens, layer)),
-            "heads" => Ok(burnlens_lens::stack_head_results(&self.model, &tokens, layer)),
-            "components" => Ok(burnlens_lens::residual_components(&self.model, &tokens).0),
+            "decompose" => Ok(burnlens_lens::decompose_resid(&self.any.model, &tokens, layer)),
+            "heads" => Ok(burnlens_lens::stack_head_results(&self.any.model, &tokens, layer)),
+            "components" => Ok(burnlens_lens::residual_components(&self.any.model, &tokens).0),
             other => Err(Fail::Value(format!("residual kind \"{other}\": expected decompose, heads or components"))),
         })?;
         let (v, d) = host(c.stack);
@@ -454,28 +459,16 @@ impl NativeModel {
     /// The model with its weights processed as TransformerLens's `from_pretrained` does
     /// (steps the architecture does not allow are dropped and named in the second value).
     fn processed(&self, py: Python<'_>) -> PyResult<(Self, Vec<String>)> {
-        let (opts, dropped) = burnlens_lens::ProcessOptions::all().allowed_for(&self.model.config);
-        let model = py.detach(|| burnlens_lens::process_weights(&self.model, opts)).map_err(value)?;
+        let (opts, dropped) = burnlens_lens::ProcessOptions::all().allowed_for(&self.any.model.config);
+        let model = py.detach(|| burnlens_lens::process_weights(&self.any.model, opts)).map_err(value)?;
         let names = hook_names(&model.config);
-        Ok((Self { model, tokenizer: self.tokenizer.clone(), bos: self.bos, dir: self.dir.clone(), family: self.family.clone(), names }, dropped))
+        Ok((Self { any: burnlens_train::AnyModel { model, ..self.any.clone() }, names }, dropped))
     }
 }
 
 impl NativeModel {
     fn metric(&self, spec: &str) -> Result<Metric, Fail> {
-        let tok = self.tokenizer.clone();
-        Metric::parse(spec, |t: &str| -> Result<i64, String> {
-            if let Ok(id) = t.parse::<i64>() {
-                return Ok(id);
-            }
-            match &tok {
-                Some(tok) => match tok.encode(t).map_err(|e| e.to_string())?.as_slice() {
-                    [one] => Ok(*one as i64),
-                    other => Err(format!("\"{t}\" is {} tokens, not one", other.len())),
-                },
-                None => Err(format!("\"{t}\" is not a token id and the model has no tokenizer")),
-            }
-        })
+        Metric::parse(spec, |t: &str| self.any.single_token(t).map_err(|e| e.to_string()))
         .map_err(|e| match e {
             burnlens_lens::MetricParseError::Syntax(why) => Fail::Value(format!("metric \"{spec}\": {why}; expected {}", Metric::GRAMMAR)),
             burnlens_lens::MetricParseError::Token(why) => Fail::Value(format!("metric \"{spec}\": {why}")),
@@ -681,7 +674,7 @@ fn attribute(
     };
     let (pattern_budget, row_budget) = ((pattern_memory_gb.max(0.0) * 1e9) as u64, (rows_memory_gb.max(0.0) * 1e9) as u64);
     let opts = AttributeOptions { targets, batch_size, max_feature_nodes, update_interval, zero_positions, pattern_budget, row_budget };
-    let graph = py.detach(|| burnlens_trace::attribute(&model.model, &transcoders.set, &tokens, &opts)).map_err(value)?;
+    let graph = py.detach(|| burnlens_trace::attribute(&model.any.model, &transcoders.set, &tokens, &opts)).map_err(value)?;
     Ok(NativeGraph { graph })
 }
 
@@ -700,11 +693,31 @@ fn feature_intervention<'py>(
     zero_positions: usize,
 ) -> PyResult<(Bound<'py, PyArrayDyn<f32>>, Bound<'py, PyArrayDyn<f32>>)> {
     let ivs: Vec<burnlens_trace::Intervention> = interventions.iter().map(|&(layer, pos, feature, value)| burnlens_trace::Intervention { layer, pos, feature, value }).collect();
-    let out = py.detach(|| burnlens_trace::feature_intervention(&model.model, &transcoders.set, &tokens, &ivs, freeze_attention, zero_positions)).map_err(value)?;
+    let out = py.detach(|| burnlens_trace::feature_intervention(&model.any.model, &transcoders.set, &tokens, &ivs, freeze_attention, zero_positions)).map_err(value)?;
     let (p, l) = (tokens.len(), out.activations.len());
     let vocab = out.logits.len() / p.max(1);
     let f = out.activations.first().map_or(0, |a| a.len() / p.max(1));
     Ok((array(py, out.logits, &[p, vocab])?, array(py, out.activations.concat(), &[l, p, f])?))
+}
+
+/// Python's `on_step`: called with each step's metrics line; an exception it raises stops the
+/// run after a checkpoint and is raised again by `train`.
+struct OnStep {
+    f: Option<Py<PyAny>>,
+    error: Option<PyErr>,
+}
+
+impl burnlens_train::Observer for OnStep {
+    fn step(&mut self, m: &burnlens_train::StepMetrics) -> std::ops::ControlFlow<()> {
+        let Some(f) = &self.f else { return std::ops::ControlFlow::Continue(()) };
+        match Python::attach(|py| f.call1(py, (m.to_json().to_string(),))) {
+            Ok(_) => std::ops::ControlFlow::Continue(()),
+            Err(e) => {
+                self.error = Some(e);
+                std::ops::ControlFlow::Break(())
+            }
+        }
+    }
 }
 
 /// Train as the run config at `config_path` says, with `overrides` (`table.key=value`, as
@@ -715,24 +728,10 @@ fn feature_intervention<'py>(
 fn train(py: Python<'_>, config_path: &str, overrides: Vec<String>, on_step: Option<Py<PyAny>>, resume: bool) -> PyResult<String> {
     let path = PathBuf::from(config_path);
     let cfg = burnlens_train::RunConfig::load(&path, &overrides).map_err(|e| load_fail(e.to_string(), e.missing()))?;
-    let error: std::sync::Arc<Mutex<Option<PyErr>>> = Default::default();
-    let on_step = on_step.map(|f| {
-        let error = error.clone();
-        burnlens_train::OnStep(std::sync::Arc::new(move |line: &serde_json::Value| {
-            Python::attach(|py| {
-                if error.lock().unwrap().is_some() {
-                    return;
-                }
-                if let Err(e) = f.call1(py, (line.to_string(),)) {
-                    *error.lock().unwrap() = Some(e);
-                    burnlens_train::request_stop();
-                }
-            })
-        }))
-    });
-    let opts = burnlens_train::TrainOptions { backend_flag: None, resume, quiet: true, on_step };
-    let result = py.detach(|| burnlens_train::train(&cfg, &opts));
-    if let Some(e) = error.lock().unwrap().take() {
+    let opts = burnlens_train::TrainOptions { backend_flag: None, resume };
+    let mut observer = OnStep { f: on_step, error: None };
+    let result = py.detach(|| burnlens_train::train(&cfg, &opts, &mut observer));
+    if let Some(e) = observer.error {
         return Err(e);
     }
     let summary = result.map_err(value)?;

@@ -2,16 +2,17 @@
 //! directory (its `checkpoints/`, no `config.json`) or a Hugging Face model directory. The
 //! one place that tells them apart, for the CLI and any other front end.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use burn::tensor::Device;
 use burnlens_hf::{LoadOptions, Tokenizer, load_model_with};
 use burnlens_model::Transformer;
 
 use crate::error::TrainError;
-use crate::run::load_run;
+use crate::checkpoint::load_run;
 
 /// A loaded model with what a front end needs beside it.
+#[derive(Clone)]
 pub struct AnyModel {
     pub model: Transformer,
     /// Saved beside the weights (`tokenizer.json`, or a run's `char_vocab.json`), if any.
@@ -22,6 +23,8 @@ pub struct AnyModel {
     pub warnings: Vec<String>,
     /// The Hugging Face family (`model_type`) of a model directory; `None` for a run.
     pub family: Option<burnlens_hf::Family>,
+    /// Where it was loaded from.
+    pub dir: PathBuf,
 }
 
 /// Whether `dir` is a burnlens run directory rather than a Hugging Face model directory.
@@ -34,10 +37,10 @@ pub fn is_run_dir(dir: &Path) -> bool {
 pub fn load_any(dir: &Path, device: &Device, options: &LoadOptions) -> Result<AnyModel, TrainError> {
     if is_run_dir(dir) {
         let run = load_run(dir, device)?;
-        Ok(AnyModel { model: run.model, tokenizer: run.tokenizer, bos: None, warnings: Vec::new(), family: None })
+        Ok(AnyModel { model: run.model, tokenizer: run.tokenizer, bos: None, warnings: Vec::new(), family: None, dir: dir.to_path_buf() })
     } else {
         let loaded = load_model_with(dir, device, options)?;
         let tokenizer = Tokenizer::find_in_dir(dir).transpose()?;
-        Ok(AnyModel { model: loaded.model, tokenizer, bos: loaded.hf.bos_token_id, warnings: loaded.info.warnings, family: Some(loaded.hf.family) })
+        Ok(AnyModel { model: loaded.model, tokenizer, bos: loaded.hf.bos_token_id, warnings: loaded.info.warnings, family: Some(loaded.hf.family), dir: dir.to_path_buf() })
     }
 }

@@ -4,6 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use burnlens_hf::Family;
+use burnlens_model::ActivationFn;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Result, TrainError};
@@ -51,14 +52,15 @@ pub struct ModelSection {
     pub attention_only: bool,
     /// Number of learned positions; default the training block size.
     pub context: Option<usize>,
-    /// HF activation name; default `gelu_new`.
-    pub activation: Option<String>,
+    /// HF activation name; default the family's (`gelu_new` for GPT-2).
+    pub activation: Option<HfActivation>,
     /// Per-layer `"global"` / `"local"`; default all global (GPT-2) or alternating (GPT-Neo).
-    pub attention: Option<Vec<String>>,
+    pub attention: Option<Vec<LayerAttention>>,
     /// Window of the local layers (default 256).
     pub window: Option<usize>,
-    /// `residual` (default) or `query_key_only` (shortformer-style positions).
-    pub positional: Option<String>,
+    /// `residual` (default for the learned-position families) or `query_key_only`
+    /// (shortformer-style positions); `rotary` for the rotary families.
+    pub positional: Option<PositionalKey>,
     #[serde(default)]
     pub scale_attn_by_inverse_layer_idx: bool,
     /// Unembedding tied to the token embedding (`W_U = W_Eᵀ`, as GPT-2/GPT-Neo; default
@@ -68,13 +70,75 @@ pub struct ModelSection {
     pub tie_embeddings: Option<bool>,
 }
 
+/// `model.activation`: one of [`ActivationFn::HF_NAMES`], checked when the config is read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct HfActivation(pub ActivationFn);
+
+impl TryFrom<String> for HfActivation {
+    type Error = String;
+    fn try_from(name: String) -> std::result::Result<Self, String> {
+        ActivationFn::from_hf_name(&name).map(HfActivation).ok_or_else(|| format!("\"{name}\" is not one of {}", ActivationFn::HF_NAMES.join(", ")))
+    }
+}
+
+impl From<HfActivation> for String {
+    fn from(a: HfActivation) -> String {
+        a.0.hf_name().to_string()
+    }
+}
+
+/// One layer of `model.attention`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LayerAttention {
+    Global,
+    /// Within `model.window` positions.
+    Local,
+}
+
+/// `model.positional`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PositionalKey {
+    /// Rotary embeddings (the rotary families' only choice).
+    Rotary,
+    /// Learned positions added to the residual stream.
+    Residual,
+    /// Learned positions added to the queries' and keys' input only.
+    QueryKeyOnly,
+}
+
+/// `data.kind`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DataKind {
+    /// Character-level text (`data.path`).
+    Char,
+    /// Text through `data.tokenizer` (a `tokenizer.json`).
+    Bpe,
+    /// Synthetic: random tokens followed by their repeat.
+    RepeatedTokens,
+}
+
+impl DataKind {
+    /// The name the config spells.
+    pub fn name(self) -> &'static str {
+        match self {
+            DataKind::Char => "char",
+            DataKind::Bpe => "bpe",
+            DataKind::RepeatedTokens => "repeated_tokens",
+        }
+    }
+}
+
 /// `[data]`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DataSection {
     /// `char` (character-level text), `bpe` (text through `tokenizer`), or
     /// `repeated_tokens` (synthetic: random tokens followed by their repeat).
-    pub kind: String,
+    pub kind: DataKind,
     /// Text file for `char` and `bpe`.
     pub path: Option<PathBuf>,
     /// `tokenizer.json` for `bpe`.
@@ -305,6 +369,24 @@ dir = "runs/x"
         assert!(e.contains("unknown field `bogus`"), "{e}");
         let e = parse(BASE, &["training.steps"]).unwrap_err().to_string();
         assert!(e.contains("expected KEY=VALUE"), "{e}");
+    }
+
+    #[test]
+    fn string_keys_are_refused_with_their_choices() {
+        let e = parse(BASE, &["data.kind=chars"]).unwrap_err().to_string();
+        assert!(e.contains("data.kind: unknown variant `chars`, expected one of `char`, `bpe`, `repeated_tokens`"), "{e}");
+        let e = parse(BASE, &["model.positional=absolute"]).unwrap_err().to_string();
+        assert!(e.contains("model.positional: unknown variant `absolute`, expected one of `rotary`, `residual`, `query_key_only`"), "{e}");
+        let e = parse(BASE, &["model.attention=[\"global\", \"sparse\"]"]).unwrap_err().to_string();
+        assert!(e.contains("model.attention[1]: unknown variant `sparse`, expected `global` or `local`"), "{e}");
+        let e = parse(BASE, &["model.activation=gelu_tanh"]).unwrap_err().to_string();
+        assert!(e.contains("model.activation: \"gelu_tanh\" is not one of gelu_new, gelu_pytorch_tanh, gelu,"), "{e}");
+        let c = parse(BASE, &["model.activation=swish", "model.attention=[\"local\", \"global\"]", "data.kind=char"]).unwrap();
+        assert_eq!(c.model.activation, Some(HfActivation(ActivationFn::Silu)));
+        assert_eq!(c.model.attention, Some(vec![LayerAttention::Local, LayerAttention::Global]));
+        assert_eq!(c.data.kind, DataKind::Char);
+        let again = parse(&c.to_toml(), &[]).unwrap();
+        assert_eq!(again.model.activation, c.model.activation, "the saved config reads back");
     }
 
     #[test]

@@ -7,7 +7,7 @@ use burnlens_hf::Tokenizer;
 use burnlens_model::Rng;
 use serde_json::{Value, json};
 
-use crate::config::DataSection;
+use crate::config::{DataKind, DataSection};
 use crate::error::{Result, TrainError};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,11 +76,11 @@ impl Dataset {
         let need_path = |what: &str| -> Result<PathBuf> {
             d.path.clone().ok_or_else(|| data_err(Path::new("[data]"), format!("data.path is required for kind = \"{what}\"")))
         };
-        match d.kind.as_str() {
-            "char" | "bpe" => {
-                let path = need_path(&d.kind)?;
+        match d.kind {
+            DataKind::Char | DataKind::Bpe => {
+                let path = need_path(d.kind.name())?;
                 let text = read_text(&path)?;
-                let tokenizer = if d.kind == "char" {
+                let tokenizer = if d.kind == DataKind::Char {
                     Tokenizer::char_from_text(&text)
                 } else {
                     let tok = d.tokenizer.clone().ok_or_else(|| data_err(&path, "data.tokenizer (a tokenizer.json) is required for kind = \"bpe\""))?;
@@ -105,13 +105,13 @@ impl Dataset {
                     }
                 }
                 let summary = json!({
-                    "kind": d.kind, "path": path, "tokenizer": d.tokenizer, "val_fraction": d.val_fraction,
+                    "kind": d.kind.name(), "path": path, "tokenizer": d.tokenizer, "val_fraction": d.val_fraction,
                     "split_at_char": split_at, "train_tokens": train.len(), "val_tokens": val.len(),
                     "vocab_size": tokenizer.vocab_size(),
                 });
                 Ok(Dataset { vocab_size: tokenizer.vocab_size(), tokenizer: Some(tokenizer), source: Source::Tokens { train, val }, summary })
             }
-            "repeated_tokens" => {
+            DataKind::RepeatedTokens => {
                 let vocab = d.vocab.unwrap_or(64);
                 let max_len = d.repeat_len.unwrap_or(block_size.div_ceil(2));
                 let min_len = d.min_repeat_len.unwrap_or((max_len / 2).max(2)).min(max_len);
@@ -126,7 +126,6 @@ impl Dataset {
                                       "split": "train and validation batches come from separate random streams" });
                 Ok(Dataset { tokenizer: None, vocab_size: vocab, source: Source::Repeated { vocab, min_len, max_len }, summary })
             }
-            other => Err(data_err(Path::new("[data]"), format!("data.kind = \"{other}\" is not one of char, bpe, repeated_tokens"))),
         }
     }
 

@@ -1,15 +1,25 @@
-//! Training toy transformers from a TOML run config: data, the loop, checkpoints that survive
-//! interruption, and export back to Hugging Face.
+//! Training toy transformers from a TOML run config: data, a session of small steps with
+//! checkpoints that survive interruption, and export back to Hugging Face.
 
 pub mod any;
+pub mod checkpoint;
 pub mod config;
+pub mod corpus;
 pub mod data;
 pub mod error;
+mod metrics;
+pub mod observer;
 pub mod optim;
 pub mod plot;
-pub mod run;
+pub mod session;
+pub mod spec;
+pub mod tokens;
 
 pub use any::{AnyModel, is_run_dir, load_any};
+pub use checkpoint::{LoadedRun, TrainState, export_run, latest_checkpoint, load_run};
 pub use config::RunConfig;
 pub use error::TrainError;
-pub use run::{LoadedRun, OnStep, RunSummary, TrainOptions, export_run, install_interrupt_handler, load_run, request_stop, train};
+pub use observer::{Observer, Silent, StepMetrics};
+pub use session::{RunSummary, TrainOptions, TrainSession, install_interrupt_handler, request_stop, stop_requested, train};
+pub use spec::ModelSpec;
+pub use tokens::{Encoded, TokenError};

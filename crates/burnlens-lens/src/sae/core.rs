@@ -47,6 +47,37 @@ pub enum Architecture {
     TopK { k: usize, rescale_acts_by_decoder_norm: bool },
 }
 
+impl Architecture {
+    /// SAELens's names, as `cfg.json` and the command line spell them.
+    pub const NAMES: &'static [&'static str] = &["standard", "jumprelu", "topk"];
+    /// Those [`crate::sae_train`] trains.
+    pub const TRAINABLE: &'static [&'static str] = &["standard", "topk"];
+
+    /// The SAELens name.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Architecture::Standard => "standard",
+            Architecture::JumpRelu => "jumprelu",
+            Architecture::TopK { .. } => "topk",
+        }
+    }
+
+    /// The architecture SAELens calls `name`; a topk SAE keeps `k` features (1 to `d_sae`).
+    /// The error names the field that is wrong (`architecture` or `k`) and why.
+    pub fn from_name(name: &str, k: Option<usize>, rescale_acts_by_decoder_norm: bool, d_sae: usize) -> Result<Self, (&'static str, String)> {
+        match name {
+            "standard" => Ok(Architecture::Standard),
+            "jumprelu" => Ok(Architecture::JumpRelu),
+            "topk" => match k {
+                None => Err(("k", "missing: a topk SAE needs k".into())),
+                Some(k) if k == 0 || k > d_sae => Err(("k", format!("{k} is not between 1 and d_sae = {d_sae}"))),
+                Some(k) => Ok(Architecture::TopK { k, rescale_acts_by_decoder_norm }),
+            },
+            other => Err(("architecture", format!("\"{other}\" is not supported (expected {})", Self::NAMES.join(", ")))),
+        }
+    }
+}
+
 /// Run-time normalisation of the SAE's input (and the inverse on its output).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -141,18 +172,9 @@ impl SaeConfig {
         if activation_fn == "topk" && k_old.is_some() {
             arch = "topk".into();
         }
-        let architecture = match arch.as_str() {
-            "standard" => Architecture::Standard,
-            "jumprelu" => Architecture::JumpRelu,
-            "topk" => {
-                let k = lookup("k").and_then(Value::as_u64).or(k_old).ok_or_else(|| field_err(path, "k", "missing: a topk SAE needs k"))? as usize;
-                if k == 0 || k > d_sae {
-                    return Err(field_err(path, "k", format!("{k} is not between 1 and d_sae = {d_sae}")));
-                }
-                Architecture::TopK { k, rescale_acts_by_decoder_norm: lookup("rescale_acts_by_decoder_norm").and_then(Value::as_bool).unwrap_or(false) }
-            }
-            other => return Err(field_err(path, "architecture", format!("\"{other}\" is not supported (expected standard, jumprelu or topk)"))),
-        };
+        let k = lookup("k").and_then(Value::as_u64).or(k_old).map(|k| k as usize);
+        let rescale = lookup("rescale_acts_by_decoder_norm").and_then(Value::as_bool).unwrap_or(false);
+        let architecture = Architecture::from_name(&arch, k, rescale, d_sae).map_err(|(field, msg)| field_err(path, field, msg))?;
         let normalize_activations = match lookup("normalize_activations") {
             None | Some(Value::Bool(false)) => Normalize::None,
             Some(Value::Bool(true)) => Normalize::ExpectedAverageOnlyIn,
@@ -186,10 +208,10 @@ impl SaeConfig {
 
     /// `cfg.json` in SAELens 6's layout.
     pub fn to_json(&self) -> Value {
-        let (arch, k, rescale) = match self.architecture {
-            Architecture::Standard => ("standard", None, None),
-            Architecture::JumpRelu => ("jumprelu", None, None),
-            Architecture::TopK { k, rescale_acts_by_decoder_norm } => ("topk", Some(k), Some(rescale_acts_by_decoder_norm)),
+        let arch = self.architecture.name();
+        let (k, rescale) = match self.architecture {
+            Architecture::TopK { k, rescale_acts_by_decoder_norm } => (Some(k), Some(rescale_acts_by_decoder_norm)),
+            _ => (None, None),
         };
         let norm = match self.normalize_activations {
             Normalize::None => "none",

@@ -230,28 +230,12 @@ class HookedModel:
         tokens, _ = self._tokens_and_mask(text, prepend_bos)
         return tokens
 
-    def _encode(self, text: str, prepend_bos: bool) -> List[int]:
-        ids = list(self._native.encode(text))
-        bos = self._native.bos_token_id
-        if prepend_bos and bos is not None:
-            ids = [bos] + ids
-        return ids
-
     def _tokens_and_mask(self, x: Tokens, prepend_bos: bool = True) -> Tuple[np.ndarray, Optional[np.ndarray]]:
         if isinstance(x, str):
-            return np.array([self._encode(x, prepend_bos)], dtype=np.int64), None
+            x = [x]
         if isinstance(x, (list, tuple)) and x and all(isinstance(s, str) for s in x):
-            rows = [self._encode(s, prepend_bos) for s in x]
-            width = max(len(r) for r in rows)
-            if all(len(r) == width for r in rows):
-                return np.array(rows, dtype=np.int64), None
-            pad = self._native.bos_token_id or 0
-            tokens = np.full((len(rows), width), pad, dtype=np.int64)
-            mask = np.zeros((len(rows), width), dtype=bool)
-            for i, r in enumerate(rows):
-                tokens[i, : len(r)] = r
-                mask[i, : len(r)] = True
-            return tokens, mask
+            # The library's encoder (the CLI's): BOS first, right-padded, with the mask.
+            return self._native.encode_batch(list(x), prepend_bos)
         arr = np.asarray(x)
         if arr.dtype.kind not in "iu":
             raise ValueError(f"tokens: expected integer token ids, found dtype {arr.dtype}")

@@ -339,6 +339,8 @@ def test_train_from_python_with_a_step_callback(tmp_path):
     with pytest.raises(RuntimeError, match="enough"):
         burnlens.train(os.path.join(ROOT, "configs", "tiny-char.toml"),
                        overrides={"data.path": text, "output.dir": str(tmp_path / "run2"), "training.steps": 50}, on_step=stop)
+    # ... after checkpointing the step it raised at, so the run resumes from there.
+    assert (tmp_path / "run2" / "checkpoints" / "LATEST").read_text().strip() == "step-000001"
     with pytest.raises(FileNotFoundError):
         burnlens.train(str(tmp_path / "missing.toml"))
 
