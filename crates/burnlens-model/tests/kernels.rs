@@ -190,6 +190,22 @@ fn softmax_matches_the_composed_softmax_on_scores_with_masked_keys() {
 }
 
 #[test]
+fn sum_of_squares_matches_the_composed_sum_in_one_chunk_and_many() {
+    let d = flex();
+    for n in [1usize, 17, 16 * 1024, 16 * 1024 * 5 + 3] {
+        let x = rand([n], 2.0, &d);
+        let got = kernels::sum_squares(x.clone()).into_scalar::<f32>() as f64;
+        let want: f64 = vec(&x).iter().map(|&v| (v as f64) * (v as f64)).sum();
+        assert!((got - want).abs() <= 1e-5 * want, "n {n}: {got} vs {want}");
+        let composed = kernels::sum_squares_reference(x).into_scalar::<f32>() as f64;
+        assert!((composed - want).abs() <= 1e-4 * want, "n {n}: the composed sum {composed} vs {want}");
+    }
+    let m = rand([300, 77], 1.0, &d).swap_dims(0, 1);
+    let want: f64 = vec(&m).iter().map(|&v| (v as f64) * (v as f64)).sum();
+    assert!((kernels::sum_squares(m).into_scalar::<f32>() as f64 - want).abs() <= 1e-5 * want, "a transposed view");
+}
+
+#[test]
 fn cross_entropy_matches_log_softmax_and_gather() {
     let d = flex();
     for &(rows, vocab) in &[(1usize, 2usize), (7, 65), (130, 1000), (3, 50257)] {

@@ -6,6 +6,7 @@ use burn::module::{Module, ModuleVisitor, Param, ParamGroup, ParamId};
 use burn::optim::{AdamWState, AdaptiveMomentumState, GradientsParams, LearningRate, ModuleOptimizer, Optimizer};
 use burn::tensor::{Device, Tensor};
 use burnlens_model::kernels::adamw::{AdamWStep, adam_moment, adamw_update};
+use burnlens_model::kernels::sum_squares;
 
 use crate::config::TrainingSection;
 
@@ -87,12 +88,12 @@ pub fn clip_global_norm<M: Module>(model: &M, grads: &mut GradientsParams, max_n
     let mut ids = Ids(Vec::new());
     model.visit(&mut ids);
 
-    // Sum of squares on the device, one read back.
+    // Sum of squares on the device (one read of each gradient), one read back.
     let mut total: Option<Tensor<1>> = None;
     for &(id, rank) in &ids.0 {
         let sq = match rank {
-            1 => grads.get::<1>(id).map(|g| g.square().sum()),
-            2 => grads.get::<2>(id).map(|g| g.square().sum()),
+            1 => grads.get::<1>(id).map(sum_squares),
+            2 => grads.get::<2>(id).map(sum_squares),
             r => panic!("unexpected parameter rank {r}"),
         };
         if let Some(sq) = sq {
