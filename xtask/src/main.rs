@@ -457,7 +457,8 @@ fn bench(args: Vec<String>) -> Result<()> {
             ));
         }
         if let Some(faults) = first["page_faults_per_step"].as_f64() {
-            notes.push_str(&format!("- {}: burnlens {faults:.0} page faults per step\n", wl.label));
+            let last = first["page_faults_last_step"].as_f64().map_or(String::new(), |l| format!(", {l:.0} in the last"));
+            notes.push_str(&format!("- {}: burnlens {faults:.0} page faults per step{last}\n", wl.label));
         }
         if let Some((t1, c1)) = cell(Impl::BurnlensOneThread) {
             notes.push_str(&format!(
