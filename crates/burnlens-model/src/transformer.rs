@@ -366,13 +366,16 @@ impl Attention {
     }
 
     /// `qkv` `[batch, pos, (h + 2 hk) d_head]` as queries `[batch, pos, h, d_head]`, keys and
-    /// values `[batch, pos, hk, d_head]`.
+    /// values `[batch, pos, hk, d_head]`: views of it, not copies (the heads are split by a
+    /// reshape of the whole projection first; narrowing first and reshaping then copied each
+    /// part).
     fn split_heads(&self, qkv: Tensor<3>) -> (Tensor<4>, Tensor<4>, Tensor<4>) {
         let [b, t, _] = qkv.dims();
         let (h, hk, dh) = (self.n_heads, self.n_kv_heads, self.d_head);
-        let q = qkv.clone().narrow(2, 0, h * dh).reshape([b, t, h, dh]);
-        let k = qkv.clone().narrow(2, h * dh, hk * dh).reshape([b, t, hk, dh]);
-        let v = qkv.narrow(2, (h + hk) * dh, hk * dh).reshape([b, t, hk, dh]);
+        let heads = qkv.reshape([b, t, h + 2 * hk, dh]);
+        let q = heads.clone().narrow(2, 0, h);
+        let k = heads.clone().narrow(2, h, hk);
+        let v = heads.narrow(2, h + hk, hk);
         (q, k, v)
     }
 
