@@ -17,7 +17,7 @@ use burn::tensor::activation::log_softmax;
 use burn::tensor::{DType, Int, Shape, Tensor};
 
 use super::simd::{self, dispatch};
-use super::pool::{self, GRAIN};
+use super::pool;
 use super::flex::{contiguous, flex_vec, use_kernels};
 
 #[backend_extension(Flex, Autodiff)]
@@ -51,7 +51,7 @@ fn targets_vec(t: &FlexTensor) -> Vec<usize> {
 
 /// Per-row log-sum-exp of contiguous `logits [rows, vocab]`.
 pub fn logsumexp_rows(logits: &[f32], vocab: usize, lse: &mut [f32]) {
-    let rows_per_task = (GRAIN / vocab.max(1)).max(1);
+    let rows_per_task = pool::rows_per_task(vocab);
     pool::for_chunks(lse, rows_per_task, |i, lse| {
         for (r, l) in lse.iter_mut().enumerate() {
         let row = &logits[(i * rows_per_task + r) * vocab..(i * rows_per_task + r + 1) * vocab];
@@ -68,7 +68,7 @@ pub fn logsumexp_rows(logits: &[f32], vocab: usize, lse: &mut [f32]) {
 
 /// `dlogits = scale * (exp(row - lse) - onehot(target))`.
 pub fn backward(logits: &[f32], vocab: usize, lse: &[f32], targets: &[usize], scale: f32, dlogits: &mut [f32]) {
-    let rows_per_task = (GRAIN / vocab.max(1)).max(1);
+    let rows_per_task = pool::rows_per_task(vocab);
     pool::for_chunks(dlogits, rows_per_task * vocab, |i, block| {
         for (r, d) in block.chunks_exact_mut(vocab).enumerate() {
         let row_index = i * rows_per_task + r;

@@ -17,7 +17,7 @@ use burn::backend::tensor::FloatTensor;
 use burn::backend::{Autodiff, Backend, Dispatch, Flex, backend_extension};
 use burn::tensor::{Shape, Tensor};
 
-use super::pool::{self, GRAIN};
+use super::pool;
 use super::simd::{self, dispatch};
 use super::flex::{contiguous, flex_vec, use_kernels};
 
@@ -60,16 +60,11 @@ pub fn rms_norm_reference<const D: usize>(x: Tensor<D>, weight: Tensor<1>, eps: 
     x / (ms + eps).sqrt() * weight.unsqueeze::<D>()
 }
 
-/// Rows per parallel task: about [`GRAIN`] elements each.
-fn rows_per_task(d: usize) -> usize {
-    (GRAIN / d.max(1)).max(1)
-}
-
 /// `y` and `stats` (`[rows, 2]`: mean, rstd) from contiguous `x`; `b = None` and
 /// `center = false` make an RMSNorm.
 pub fn forward(x: &[f32], w: &[f32], b: Option<&[f32]>, eps: f32, center: bool, y: &mut [f32], stats: &mut [f32]) {
     let d = w.len();
-    let rpt = rows_per_task(d);
+    let rpt = pool::rows_per_task(d);
     let zeros = vec![0.0f32; if b.is_some() { 0 } else { d }];
     let b: &[f32] = b.unwrap_or(&zeros);
     pool::for_chunks2(y, rpt * d, stats, rpt * 2, |i, y, st| {
@@ -94,7 +89,7 @@ pub fn forward(x: &[f32], w: &[f32], b: Option<&[f32]>, eps: f32, center: bool, 
 /// `dx` (written) and `(dw, db)` (returned when `need_wb`; `db` is meaningless for RMSNorm).
 pub fn backward(x: &[f32], w: &[f32], stats: &[f32], dy: &[f32], center: bool, dx: &mut [f32], need_wb: bool) -> Option<(Vec<f32>, Vec<f32>)> {
     let d = w.len();
-    let rpt = rows_per_task(d);
+    let rpt = pool::rows_per_task(d);
     let tasks = dx.len().div_ceil(rpt * d);
     // One [dw | db] partial sum per task, added up afterwards.
     let mut partial = vec![0.0f32; if need_wb { tasks * 2 * d } else { 0 }];

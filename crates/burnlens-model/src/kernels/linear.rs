@@ -20,7 +20,7 @@ use burn::tensor::{DType, Shape, Tensor, bf16, f16};
 use super::gemm::{MatRef, matmul};
 use super::half::{Half, HalfRef, matmul_half};
 use super::packed::{matmul_packed, packed_weight};
-use super::pool::{self, GRAIN};
+use super::pool;
 use super::flex::{contiguous, flex_vec, use_kernels};
 
 #[backend_extension(Flex, Autodiff)]
@@ -127,7 +127,7 @@ fn flex_forward(x: &FlexTensor, w: &FlexTensor, b: Option<&FlexTensor>, pack: bo
     if let Some(b) = b {
         let b = contiguous(b);
         let bias = b.storage::<f32>();
-        pool::for_chunks(&mut y, (GRAIN / n.max(1)).max(1) * n.max(1), |_, rows| {
+        pool::for_chunks(&mut y, pool::rows_per_task(n) * n.max(1), |_, rows| {
             for row in rows.chunks_exact_mut(n.max(1)) {
                 row.copy_from_slice(bias);
             }
@@ -172,7 +172,7 @@ fn gradients(x: &FlexTensor, w: &FlexTensor, dy: &FlexTensor, want: [bool; 3]) -
 /// Sum over rows of a row-major `[rows, n]` matrix.
 fn column_sums(v: &[f32], n: usize) -> Vec<f32> {
     let n = n.max(1);
-    let rows_per_task = (GRAIN / n).max(1);
+    let rows_per_task = pool::rows_per_task(n);
     let tasks = (v.len() / n).div_ceil(rows_per_task);
     let mut partial = vec![0.0f32; tasks * n];
     pool::for_chunks(&mut partial, n, |i, acc| {

@@ -361,6 +361,12 @@ pub fn for_chunks2(a: &mut [f32], ca: usize, b: &mut [f32], cb: usize, f: impl F
 /// Elements per task for element-wise kernels: enough that a task outweighs handing it out.
 pub const GRAIN: usize = 16 * 1024;
 
+/// Whole rows of `width` elements per task of a row-wise kernel: about [`GRAIN`] elements,
+/// at least one row.
+pub fn rows_per_task(width: usize) -> usize {
+    (GRAIN / width.max(1)).max(1)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

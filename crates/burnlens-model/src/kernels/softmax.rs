@@ -18,7 +18,7 @@ use burn::backend::{Autodiff, Backend, Dispatch, Flex, backend_extension};
 use burn::tensor::Tensor;
 
 use super::flex::{contiguous, flex_vec, use_kernels};
-use super::pool::{self, GRAIN};
+use super::pool;
 use super::simd::{self, dispatch};
 
 #[backend_extension(Flex, Autodiff)]
@@ -40,14 +40,9 @@ pub fn softmax_reference<const D: usize>(x: Tensor<D>) -> Tensor<D> {
     burn::tensor::activation::softmax(x, D - 1)
 }
 
-/// Whole rows per parallel task, about [`GRAIN`] elements each.
-fn rows_per_task(d: usize) -> usize {
-    (GRAIN / d.max(1)).max(1)
-}
-
 /// `y` = softmax of each `d`-long row of `x`.
 pub fn forward(x: &[f32], y: &mut [f32], d: usize) {
-    let chunk = rows_per_task(d) * d;
+    let chunk = pool::rows_per_task(d) * d;
     pool::for_chunks(y, chunk, |i, y| {
         let x = &x[i * chunk..i * chunk + y.len()];
         dispatch!(|y: &mut [f32], x: &[f32], d: usize| -> () {
@@ -71,7 +66,7 @@ pub fn forward(x: &[f32], y: &mut [f32], d: usize) {
 
 /// `dx = y (dy - Σ dy y)` per row.
 pub fn backward(y: &[f32], dy: &[f32], dx: &mut [f32], d: usize) {
-    let chunk = rows_per_task(d) * d;
+    let chunk = pool::rows_per_task(d) * d;
     pool::for_chunks(dx, chunk, |i, dx| {
         let (y, dy) = (&y[i * chunk..i * chunk + dx.len()], &dy[i * chunk..i * chunk + dx.len()]);
         dispatch!(|dx: &mut [f32], y: &[f32], dy: &[f32], d: usize| -> () {
