@@ -35,6 +35,11 @@ pub struct BenchArgs {
     /// transposed view of an `[N, K]` matrix (the tied unembedding's layout).
     #[arg(long)]
     pub shape: Option<String>,
+    /// gemm with a half `--dtype`: multiply one copy of the weight every time, so that it
+    /// is read from the cache (by default each product reads a different copy, 256 MB in
+    /// all, from memory as a decoding step does).
+    #[arg(long)]
+    pub in_cache: bool,
     /// train: the model and batch trained (the PyTorch peer has the same three).
     #[arg(long, value_enum, default_value_t = TrainShape::Cpu)]
     pub train_shape: TrainShape,
@@ -345,7 +350,7 @@ fn half_kind(dtype: burnlens_hf::WeightDtype) -> Option<burnlens_model::kernels:
 
 /// `bench gemm --dtype bf16|f16`: the product with a half weight (read in place, widened
 /// by the kernel), as a half-precision checkpoint's linear layers run it, each time on a
-/// weight that is not in the cache.
+/// weight that is not in the cache (`--in-cache`: always the same one).
 fn bench_gemm_half(a: &BenchArgs, [m, k, n]: [usize; 3], transposed: bool, kind: burnlens_model::kernels::half::Half, x: &[f32]) -> serde_json::Value {
     use burnlens_model::kernels::gemm::MatRef;
     use burnlens_model::kernels::half::{Half, HalfRef, matmul_half};
@@ -358,7 +363,7 @@ fn bench_gemm_half(a: &BenchArgs, [m, k, n]: [usize; 3], transposed: bool, kind:
         .collect();
     // Copies of the weight used in turn, 256 MB in all, so that each product reads its
     // weight from memory as a decoding step does (one copy would stay in the L3 cache).
-    let copies = ((256usize << 20) / (2 * k * n).max(1)).clamp(1, 64);
+    let copies = if a.in_cache { 1 } else { ((256usize << 20) / (2 * k * n).max(1)).clamp(1, 64) };
     let bits: Vec<Vec<u16>> = (0..copies).map(|_| bits.clone()).collect();
     fn view(data: &[u16], kind: burnlens_model::kernels::half::Half, [k, n]: [usize; 2], transposed: bool) -> HalfRef<'_> {
         if transposed {
@@ -373,7 +378,8 @@ fn bench_gemm_half(a: &BenchArgs, [m, k, n]: [usize; 3], transposed: bool, kind:
         turn = (turn + 1) % copies;
         matmul_half(&mut c, n, MatRef::row_major(x, m, k), view(&bits[turn], kind, [k, n], transposed), false)
     });
-    json!({"times": times, "flops": 2.0 * (m * k * n) as f64, "weight_bytes": 2 * k * n, "shape": a.shape, "dtype": format!("{kind:?}")})
+    json!({"times": times, "flops": 2.0 * (m * k * n) as f64, "weight_bytes": 2 * k * n, "shape": a.shape, "dtype": format!("{kind:?}"),
+           "weight_from": if copies == 1 { "cache" } else { "memory" }})
 }
 
 /// A GEMM operand of `len` values in [-0.5, 0.5), periodic in `period` (a prime, so rows
