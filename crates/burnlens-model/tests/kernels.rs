@@ -368,3 +368,26 @@ fn a_weight_is_packed_once_and_a_changed_weight_is_packed_again() {
     assert!(wt.grad(&g).is_some());
     assert_eq!(packs_on_this_thread(), packs, "a trained weight was packed");
 }
+
+#[test]
+fn adamw_kernels_match_the_composed_ops_in_place_and_never_write_a_shared_buffer() {
+    use kernels::adamw::{AdamWStep, adam_moment, adam_moment_reference, adamw_update, adamw_update_reference};
+    let d = flex();
+    let fresh = |t: &Tensor<2>| Tensor::<2>::from_data(t.to_data(), &d);
+    // More elements than one chunk of the kernels' pool, and an odd size.
+    let (m, g, p) = (rand([3, 70001], 1.0, &d), rand([3, 70001], 1.0, &d), rand([3, 70001], 1.0, &d));
+    let v = rand([3, 70001], 1.0, &d).abs();
+    let before = [vec(&m), vec(&v), vec(&p)];
+    for squared in [false, true] {
+        let want = vec(&adam_moment_reference(m.clone(), g.clone(), 0.9, squared));
+        // `m` is still held here: the kernel must leave it alone and write elsewhere.
+        assert_close("moment of a shared m", &vec(&adam_moment(m.clone(), g.clone(), 0.9, squared)), &want, 1e-6);
+        // A buffer of its own: updated in place.
+        assert_close("moment of an owned m", &vec(&adam_moment(fresh(&m), g.clone(), 0.9, squared)), &want, 1e-6);
+    }
+    let step = AdamWStep { lr: 1e-3, decay_rate: 1e-4, epsilon: 1e-8, correction_1: 0.1, correction_2: 0.001 };
+    let want = vec(&adamw_update_reference(p.clone(), m.clone(), v.clone(), step));
+    assert_close("update of a shared p", &vec(&adamw_update(p.clone(), m.clone(), v.clone(), step)), &want, 1e-6);
+    assert_close("update of an owned p", &vec(&adamw_update(fresh(&p), m.clone(), v.clone(), step)), &want, 1e-6);
+    assert_eq!([vec(&m), vec(&v), vec(&p)], before, "a shared m, v or p was written");
+}

@@ -79,6 +79,14 @@ pub(crate) fn contiguous(t: &FlexTensor) -> FlexTensor {
     t.to_contiguous()
 }
 
+/// The whole buffer of `t`, to be written in place: `Some` only when `t` is f32, row-major
+/// over all of its storage, and the only owner of it (a shared buffer is never written).
+pub(crate) fn owned_f32(t: &mut FlexTensor) -> Option<&mut [f32]> {
+    let n = t.layout().num_elements();
+    let whole = t.dtype() == DType::F32 && t.is_contiguous() && t.layout().start_offset() == 0 && t.bytes().len() == n * 4;
+    if whole { t.try_storage_mut::<f32>() } else { None }
+}
+
 /// Wrap a vector as a contiguous f32 flex tensor of `shape`.
 pub(crate) fn flex_vec(v: Vec<f32>, shape: Shape) -> FlexTensor {
     debug_assert_eq!(v.len(), shape.num_elements());
