@@ -252,8 +252,11 @@ fn bench_train(a: &BenchArgs, device: &Device) -> Result<serde_json::Value> {
     let block = cfg.n_ctx;
     let vocab = cfg.vocab_size;
     let ad = device.clone().autodiff();
-    let mut model = cfg.init(&ad)?;
+    let model = cfg.init(&ad)?;
     let params = burn::module::Module::num_params(&model);
+    // Moved into each step and back, as `TrainSession` does: the optimizer then owns the
+    // parameters' buffers and updates them in place.
+    let mut model = Some(model);
     let t = TrainingSection::default();
     let mut optim = optimizer(&t);
     let mut rng = Rng::new(3);
@@ -261,11 +264,12 @@ fn bench_train(a: &BenchArgs, device: &Device) -> Result<serde_json::Value> {
         let data: Vec<i64> = (0..b * (block + 1)).map(|_| rng.below(vocab as u64) as i64).collect();
         let all = Tensor::<2, Int>::from_data(TensorData::new(data, [b, block + 1]), &ad);
         let (x, y) = (all.clone().narrow(1, 0, block), all.narrow(1, 1, block));
-        let loss = cross_entropy(model.forward(x), y);
+        let m = model.take().expect("the model is back after every step");
+        let loss = cross_entropy(m.forward(x), y);
         let _ = loss.clone().into_scalar::<f32>();
-        let mut grads = burn::optim::GradientsParams::from_grads(loss.backward(), &model);
-        clip_global_norm(&model, &mut grads, 1.0);
-        model = optim.step(1e-3, model.clone(), grads);
+        let mut grads = burn::optim::GradientsParams::from_grads(loss.backward(), &m);
+        clip_global_norm(&m, &mut grads, 1.0);
+        model = Some(optim.step(1e-3, m, grads));
     };
     let steps = a.reps.max(1) * steps_per_rep;
     step();
