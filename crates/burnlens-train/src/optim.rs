@@ -5,7 +5,7 @@
 use burn::module::{Module, ModuleVisitor, Param, ParamGroup, ParamId};
 use burn::optim::{AdamWState, AdaptiveMomentumState, GradientsParams, LearningRate, ModuleOptimizer, Optimizer};
 use burn::tensor::{Device, Tensor};
-use burnlens_model::kernels::adamw::{AdamWStep, adam_moment, adamw_update};
+use burnlens_model::kernels::adamw::{AdamWStep, adamw_step};
 use burnlens_model::kernels::sum_squares;
 
 use crate::config::TrainingSection;
@@ -20,9 +20,9 @@ pub fn optimizer(t: &TrainingSection) -> ModuleOptimizer {
     ModuleOptimizer::from(adamw(t.weight_decay)).with_group(no_decay, adamw(0.0), None)
 }
 
-/// Burn's `AdamW` (the same state, so the same checkpoints) with each step's moments and
-/// update one pass each over memory (`burnlens_model::kernels::adamw`) instead of a fresh
-/// tensor per operation.
+/// Burn's `AdamW` (the same state, so the same checkpoints) with each parameter's step, its
+/// moments and its update, one pass over memory (`burnlens_model::kernels::adamw`) instead
+/// of a fresh tensor per operation.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct FusedAdamW {
     pub beta_1: f32,
@@ -35,23 +35,22 @@ impl Optimizer for FusedAdamW {
     type State<const D: usize> = AdamWState<D>;
 
     fn step<const D: usize>(&self, lr: LearningRate, tensor: Tensor<D>, grad: Tensor<D>, state: Option<AdamWState<D>>) -> (Tensor<D>, Option<AdamWState<D>>) {
+        // Burn's first step, moments from the gradient alone, is a step from zero moments.
         let (m, v, time) = match state {
-            Some(s) => {
-                let s = s.momentum;
-                (adam_moment(s.moment_1, grad.clone(), self.beta_1, false), adam_moment(s.moment_2, grad, self.beta_2, true), s.time + 1)
-            }
-            // Burn's first step: the moments start from the gradient alone.
-            None => (grad.clone().mul_scalar(1.0 - self.beta_1), grad.square().mul_scalar(1.0 - self.beta_2), 1),
+            Some(s) => (s.momentum.moment_1, s.momentum.moment_2, s.momentum.time + 1),
+            None => (grad.zeros_like(), grad.zeros_like(), 1),
         };
         let t = time as i32;
         let step = AdamWStep {
+            beta_1: self.beta_1,
+            beta_2: self.beta_2,
             lr,
             decay_rate: lr * self.weight_decay as f64,
             epsilon: self.epsilon,
             correction_1: 1.0 - self.beta_1.powi(t),
             correction_2: 1.0 - self.beta_2.powi(t),
         };
-        let updated = adamw_update(tensor, m.clone(), v.clone(), step);
+        let (updated, m, v) = adamw_step(tensor, m, v, grad, step);
         (updated, Some(AdamWState::new(AdaptiveMomentumState::new(time, m, v))))
     }
 

@@ -15,7 +15,7 @@
 //! | attention | causal / local-window softmax(q kᵀ · scale) v, tiled over queries (and, past 512 keys, over keys with an online softmax), no `[head, query, key]` tensor (forward or backward); grouped keys/values; keys and values packed once per head in the forward | [`attention`] |
 //! | LayerNorm, RMSNorm | mean, variance, normalise, affine in one pass; one-pass backward | [`layer_norm`] |
 //! | sigmoid-gated activations | tanh GELU, `gelu_fast`, `quick_gelu`, SiLU as `x σ(αx + βx³)`, forward and backward | [`activation`] |
-//! | AdamW | the two moments and the update, one pass each (no fresh tensor per operation) | [`adamw`] |
+//! | AdamW | a parameter's two moments and its update in one pass, in place where the optimizer owns the buffers (no fresh tensor per operation) | [`adamw`] |
 //! | softmax–cross-entropy | log-sum-exp and the target's logit per row, mean; backward `softmax - onehot` | [`cross_entropy`] |
 //! | sum of squares | `Σ x²` of a gradient in one read, nothing allocated (the global norm for clipping) | [`sum_squares`] |
 //! | softmax | the explicit attention path's pattern: max, exponentials and normalisation per row in one pass; backward `y (dy - Σ dy y)` | [`softmax`] |

@@ -358,6 +358,21 @@ pub fn for_chunks2(a: &mut [f32], ca: usize, b: &mut [f32], cb: usize, f: impl F
     });
 }
 
+/// [`for_chunks`] over `N` buffers of one length split in step: `f(i, [chunk i of each])`.
+pub fn for_chunks_n<const N: usize>(bufs: [&mut [f32]; N], chunk: usize, f: impl Fn(usize, [&mut [f32]; N]) + Sync) {
+    let chunk = chunk.max(1);
+    let len = bufs.first().map_or(0, |b| b.len());
+    assert!(bufs.iter().all(|b| b.len() == len), "for_chunks_n: the buffers differ in length");
+    let ptrs = bufs.map(|b| SendPtr(b.as_mut_ptr()));
+    run(len.div_ceil(chunk), |i| {
+        let ptrs = ptrs;
+        let start = i * chunk;
+        let n = chunk.min(len - start);
+        // SAFETY: as in `for_chunks`, for each buffer (distinct `&mut` borrows, so disjoint).
+        f(i, ptrs.map(|p| unsafe { std::slice::from_raw_parts_mut(p.0.add(start), n) }))
+    });
+}
+
 /// Elements per task for element-wise kernels: enough that a task outweighs handing it out.
 pub const GRAIN: usize = 16 * 1024;
 
