@@ -393,3 +393,18 @@ fn adamw_step_matches_the_composed_ops_in_place_and_never_writes_a_shared_buffer
     }
     assert_eq!([vec(&p), vec(&m), vec(&v), vec(&g)], before, "a shared p, m, v or g was written");
 }
+
+#[test]
+fn scale_equals_burns_product_in_place_and_never_writes_a_shared_buffer() {
+    let d = flex();
+    let x = rand([5, 40001], 1.0, &d);
+    let before = vec(&x);
+    let want = vec(&(x.clone() * 0.37));
+    // `x` still held here: scaled into a copy.
+    assert_eq!(vec(&kernels::scale(x.clone(), 0.37)), want, "a shared tensor");
+    // A buffer of its own: scaled in place.
+    assert_eq!(vec(&kernels::scale(Tensor::<2>::from_data(x.to_data(), &d), 0.37)), want, "an owned tensor");
+    // A strided view.
+    assert_eq!(vec(&kernels::scale(x.clone().transpose(), 0.37)), vec(&(x.clone().transpose() * 0.37)), "a transposed view");
+    assert_eq!(vec(&x), before, "the shared tensor was written");
+}

@@ -6,7 +6,7 @@ use burn::module::{Module, ModuleVisitor, Param, ParamGroup, ParamId};
 use burn::optim::{AdamWState, AdaptiveMomentumState, GradientsParams, LearningRate, ModuleOptimizer, Optimizer};
 use burn::tensor::{Device, Tensor};
 use burnlens_model::kernels::adamw::{AdamWStep, adamw_step};
-use burnlens_model::kernels::sum_squares;
+use burnlens_model::kernels::{self, sum_squares};
 
 use crate::config::TrainingSection;
 
@@ -120,7 +120,7 @@ pub fn clip_global_norm<M: Module>(model: &M, grads: &mut GradientsParams, max_n
 
 fn scale<const D: usize>(grads: &mut GradientsParams, id: ParamId, coef: f64) {
     if let Some(g) = grads.remove::<D>(id) {
-        grads.register(id, g * coef);
+        grads.register(id, kernels::scale(g, coef));
     }
 }
 

@@ -21,7 +21,7 @@ use burn::backend::tensor::FloatTensor;
 use burn::backend::{Autodiff, Backend, Dispatch, Flex, backend_extension};
 use burn::tensor::Tensor;
 
-use super::flex::{contiguous, flex_vec, owned_f32, use_kernels};
+use super::flex::{contiguous, owned, owned_f32, use_kernels};
 use super::pool::{self, GRAIN};
 use super::simd::dispatch;
 
@@ -66,15 +66,6 @@ pub fn adamw_step_reference<const D: usize>(p: Tensor<D>, m: Tensor<D>, v: Tenso
     let delta = m.clone().div_scalar(step.correction_1).div(v.clone().div_scalar(step.correction_2).sqrt().add_scalar(step.epsilon));
     let decayed = if step.decay_rate == 0.0 { p } else { p.mul_scalar(1.0 - step.decay_rate) };
     (decayed - delta.mul_scalar(step.lr), m, v)
-}
-
-/// `t` as a tensor owning its whole buffer: itself when it does, else a contiguous copy.
-fn owned(mut t: FlexTensor) -> FlexTensor {
-    if owned_f32(&mut t).is_some() {
-        return t;
-    }
-    let c = contiguous(&t);
-    flex_vec(c.storage::<f32>().to_vec(), c.layout().shape().clone())
 }
 
 /// One chunk of the step, compiled for the machine's vector width.

@@ -87,6 +87,16 @@ pub(crate) fn owned_f32(t: &mut FlexTensor) -> Option<&mut [f32]> {
     if whole { t.try_storage_mut::<f32>() } else { None }
 }
 
+/// `t` as an f32 tensor owning its whole buffer (for [`owned_f32`]): itself when it does,
+/// else a contiguous copy.
+pub(crate) fn owned(mut t: FlexTensor) -> FlexTensor {
+    if owned_f32(&mut t).is_some() {
+        return t;
+    }
+    let c = contiguous(&t);
+    flex_vec(c.storage::<f32>().to_vec(), c.layout().shape().clone())
+}
+
 /// Wrap a vector as a contiguous f32 flex tensor of `shape`.
 pub(crate) fn flex_vec(v: Vec<f32>, shape: Shape) -> FlexTensor {
     debug_assert_eq!(v.len(), shape.num_elements());

@@ -17,7 +17,7 @@
 //! | sigmoid-gated activations | tanh GELU, `gelu_fast`, `quick_gelu`, SiLU as `x σ(αx + βx³)`, forward and backward | [`activation`] |
 //! | AdamW | a parameter's two moments and its update in one pass, in place where the optimizer owns the buffers (no fresh tensor per operation) | [`adamw`] |
 //! | softmax–cross-entropy | log-sum-exp and the target's logit per row, mean; backward `softmax - onehot` | [`cross_entropy`] |
-//! | sum of squares | `Σ x²` of a gradient in one read, nothing allocated (the global norm for clipping) | [`sum_squares`] |
+//! | clipping | `Σ x²` of a gradient in one read, nothing allocated (the global norm), and the gradient scaled in place | [`sum_squares`] |
 //! | softmax | the explicit attention path's pattern: max, exponentials and normalisation per row in one pass; backward `y (dy - Σ dy y)` | [`softmax`] |
 //!
 //! `BURNLENS_KERNELS=0` (or [`set_enabled`]) turns every kernel off, so that the reference
@@ -46,5 +46,5 @@ pub use cross_entropy::{cross_entropy, cross_entropy_reference};
 pub use layer_norm::{layer_norm, layer_norm_reference, rms_norm, rms_norm_reference};
 pub use linear::{linear, linear_reference};
 pub use softmax::{softmax, softmax_reference};
-pub use sum_squares::{sum_squares, sum_squares_reference};
+pub use sum_squares::{scale, sum_squares, sum_squares_reference};
 pub use flex::{Op, calls, enabled, is_flex, set_enabled};
