@@ -408,3 +408,20 @@ fn scale_equals_burns_product_in_place_and_never_writes_a_shared_buffer() {
     assert_eq!(vec(&kernels::scale(x.clone().transpose(), 0.37)), vec(&(x.clone().transpose() * 0.37)), "a transposed view");
     assert_eq!(vec(&x), before, "the shared tensor was written");
 }
+
+#[test]
+fn an_adamw_step_on_a_packed_weight_never_leaves_the_packed_copy_stale() {
+    use kernels::adamw::{AdamWStep, adamw_step};
+    // An evaluation between training steps packs the weights (untracked products); the
+    // packed copy is keyed by the weight's storage, so the step must not write that storage.
+    let d = flex();
+    let x = rand([2, 5, 48], 1.0, &d);
+    let w = rand([48, 130], 0.5, &d);
+    let y0 = vec(&kernels::linear(x.clone(), w.clone(), None));
+    let step = AdamWStep { beta_1: 0.9, beta_2: 0.95, lr: 0.1, decay_rate: 0.0, epsilon: 1e-8, correction_1: 0.1, correction_2: 0.05 };
+    let g = rand([48, 130], 1.0, &d);
+    let (w2, _, _) = adamw_step(w, Tensor::zeros([48, 130], &d), Tensor::zeros([48, 130], &d), g, step);
+    let y1 = vec(&kernels::linear(x.clone(), w2.clone(), None));
+    assert!(rel_err(&y1, &y0, 1e-3) > 1e-2, "the step changed nothing");
+    assert_close("the product after the step", &y1, &vec(&kernels::linear_reference(x, w2, None)), 1e-5);
+}
