@@ -88,12 +88,16 @@ pub(crate) fn owned_f32(t: &mut FlexTensor) -> Option<&mut [f32]> {
 }
 
 /// `t` as an f32 tensor owning its whole buffer (for [`owned_f32`]): itself when it does,
-/// else a contiguous copy.
+/// else its contiguous copy (one copy: a strided view's is already its own).
 pub(crate) fn owned(mut t: FlexTensor) -> FlexTensor {
     if owned_f32(&mut t).is_some() {
         return t;
     }
-    let c = contiguous(&t);
+    let mut c = contiguous(&t);
+    drop(t);
+    if owned_f32(&mut c).is_some() {
+        return c;
+    }
     flex_vec(c.storage::<f32>().to_vec(), c.layout().shape().clone())
 }
 
