@@ -272,9 +272,11 @@ fn bench_train(a: &BenchArgs, device: &Device) -> Result<serde_json::Value> {
         model = Some(optim.step(1e-3, m, grads));
     };
     let steps = a.reps.max(1) * steps_per_rep;
+    let before_first = minor_faults();
     step();
-    // Page faults of each timed step: the heap settles in the first two or three steps
-    // (measured: 32,000 in the second step of shakespeare-char, none to 3,000 from the fourth).
+    let first_step_faults = minor_faults().zip(before_first).map(|(after, before)| after - before);
+    // Page faults of each timed step (the first step's, which allocates the optimizer's
+    // moments, reported apart).
     let mut faults = Vec::with_capacity(steps);
     let times: Vec<f64> = (0..steps)
         .map(|_| {
@@ -290,7 +292,7 @@ fn bench_train(a: &BenchArgs, device: &Device) -> Result<serde_json::Value> {
     let pool = burnlens_model::kernels::pool::stats();
     // Flops: the forward, then the backward at twice its cost.
     Ok(json!({"times": times, "tokens": b * block, "params": params, "flops": 3.0 * forward_flops(&cfg, b, block),
-           "page_faults_per_step": mean_faults, "page_faults_last_step": faults.last(), "pool_late_jobs": pool.late_jobs, "pool_revoked_seats": pool.revoked_seats}))
+           "page_faults_per_step": mean_faults, "page_faults_last_step": faults.last(), "page_faults": faults, "page_faults_first_step": first_step_faults, "pool_late_jobs": pool.late_jobs, "pool_revoked_seats": pool.revoked_seats}))
 }
 
 /// One GPT-2-small-shaped attention layer on random input.

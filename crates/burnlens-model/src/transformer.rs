@@ -1118,7 +1118,7 @@ impl Transformer {
         let pos_ids = Tensor::<2, Int>::from_data(TensorData::new(flat, [b, t]), &device);
 
         // A half table is gathered as stored and only the gathered rows widened.
-        let mut embed = self.embed.forward(ids).cast(DType::F32);
+        let mut embed = kernels::embedding(self.embed.weight.val(), ids).cast(DType::F32);
         if self.config.scale_embed {
             // Gemma: sqrt(d_model) rounded to f32, as the checkpoint's dtype holds it.
             embed = embed * ((self.config.d_model as f64).sqrt() as f32);
@@ -1126,7 +1126,7 @@ impl Transformer {
         let first = start.as_ref().map_or(0, |(l, _)| *l);
         let embed = if first == 0 { hooks.at(HookPoint::Embed, embed) } else { embed };
         let pos_embed = self.pos_embed.as_ref().map(|p| {
-            let p = p.forward(pos_ids).cast(DType::F32);
+            let p = kernels::embedding(p.weight.val(), pos_ids).cast(DType::F32);
             if first == 0 { hooks.at(HookPoint::PosEmbed, p) } else { p }
         });
         let (mut resid, pos_qk) = match (self.config.positional, pos_embed) {

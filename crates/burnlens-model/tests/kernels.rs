@@ -425,3 +425,47 @@ fn an_adamw_step_on_a_packed_weight_never_leaves_the_packed_copy_stale() {
     assert!(rel_err(&y1, &y0, 1e-3) > 1e-2, "the step changed nothing");
     assert_close("the product after the step", &y1, &vec(&kernels::linear_reference(x, w2, None)), 1e-5);
 }
+
+#[test]
+fn the_first_adamw_step_equals_a_step_from_zero_moments_bit_for_bit() {
+    use kernels::adamw::{AdamWStep, adamw_first_step, adamw_step_reference};
+    let d = flex();
+    let (p, g) = (rand([3, 70001], 1.0, &d), rand([3, 70001], 1.0, &d));
+    let before = vec(&p);
+    let step = AdamWStep { beta_1: 0.9, beta_2: 0.95, lr: 1e-3, decay_rate: 1e-4, epsilon: 1e-8, correction_1: 0.1, correction_2: 0.05 };
+    let zeros = || Tensor::<2>::zeros([3, 70001], &d);
+    let (wp, wm, wv) = adamw_step_reference(p.clone(), zeros(), zeros(), g.clone(), step);
+    let (gp, gm, gv) = adamw_first_step(p.clone(), g, step);
+    assert_eq!(vec(&gm), vec(&wm), "m");
+    assert_eq!(vec(&gv), vec(&wv), "v");
+    assert_close("p", &vec(&gp), &vec(&wp), 1e-6);
+    assert_eq!(vec(&p), before, "the shared parameter was written");
+}
+
+#[test]
+fn embedding_equals_burns_lookup_and_its_gradient_with_repeated_and_tied_ids() {
+    let d = flex();
+    let w = rand([37, 24], 1.0, &d);
+    // Repeated ids, the first and the last row.
+    let raw: Vec<i64> = vec![0, 5, 5, 36, 7, 0, 12, 5, 36, 1];
+    let ids = || Tensor::<2, Int>::from_data(TensorData::new(raw.clone(), [2, 5]), &d);
+    let before = kernels::calls(kernels::Op::Embedding);
+    assert_eq!(vec(&kernels::embedding(w.clone(), ids())), vec(&burn::tensor::module::embedding(w.clone(), ids())), "forward");
+    // Gradients, the table also used as a tied unembedding (its two gradients add up).
+    let ad = flex().autodiff();
+    let r = rand([2, 5, 24], 1.0, &d);
+    let grad = |lookup: &dyn Fn(Tensor<2>, Tensor<2, Int>) -> Tensor<3>| {
+        let w = Tensor::<2>::from_data(w.to_data(), &ad).require_grad();
+        let ids = Tensor::<2, Int>::from_data(TensorData::new(raw.clone(), [2, 5]), &ad);
+        let x = lookup(w.clone(), ids);
+        let logits = kernels::linear(x.clone(), w.clone().transpose(), None);
+        let loss = (x * Tensor::from_data(r.to_data(), &ad)).sum() + logits.powf_scalar(2.0).sum() * 0.01;
+        let grads = loss.backward();
+        vec(&w.grad(&grads).expect("a gradient for the table"))
+    };
+    let got = grad(&|w, ids| kernels::embedding(w, ids));
+    let want = grad(&|w, ids| burn::tensor::module::embedding(w, ids));
+    assert_close("gradient of the tied table", &got, &want, 1e-6);
+    let after = kernels::calls(kernels::Op::Embedding);
+    assert!(after.0 > before.0 + 1 && after.1 > before.1, "the kernel did not run forward and backward: {before:?} -> {after:?}");
+}

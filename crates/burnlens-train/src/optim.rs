@@ -5,7 +5,7 @@
 use burn::module::{Module, ModuleVisitor, Param, ParamGroup, ParamId};
 use burn::optim::{AdamWState, AdaptiveMomentumState, GradientsParams, LearningRate, ModuleOptimizer, Optimizer};
 use burn::tensor::{Device, Tensor};
-use burnlens_model::kernels::adamw::{AdamWStep, adamw_step};
+use burnlens_model::kernels::adamw::{AdamWStep, adamw_first_step, adamw_step};
 use burnlens_model::kernels::{self, sum_squares};
 
 use crate::config::TrainingSection;
@@ -36,9 +36,9 @@ impl Optimizer for FusedAdamW {
 
     fn step<const D: usize>(&self, lr: LearningRate, tensor: Tensor<D>, grad: Tensor<D>, state: Option<AdamWState<D>>) -> (Tensor<D>, Option<AdamWState<D>>) {
         // Burn's first step, moments from the gradient alone, is a step from zero moments.
-        let (m, v, time) = match state {
-            Some(s) => (s.momentum.moment_1, s.momentum.moment_2, s.momentum.time + 1),
-            None => (grad.zeros_like(), grad.zeros_like(), 1),
+        let (moments, time) = match state {
+            Some(s) => (Some((s.momentum.moment_1, s.momentum.moment_2)), s.momentum.time + 1),
+            None => (None, 1),
         };
         let t = time as i32;
         let step = AdamWStep {
@@ -50,7 +50,10 @@ impl Optimizer for FusedAdamW {
             correction_1: 1.0 - self.beta_1.powi(t),
             correction_2: 1.0 - self.beta_2.powi(t),
         };
-        let (updated, m, v) = adamw_step(tensor, m, v, grad, step);
+        let (updated, m, v) = match moments {
+            Some((m, v)) => adamw_step(tensor, m, v, grad, step),
+            None => adamw_first_step(tensor, grad, step),
+        };
         (updated, Some(AdamWState::new(AdaptiveMomentumState::new(time, m, v))))
     }
 

@@ -21,13 +21,14 @@ use burn::backend::tensor::FloatTensor;
 use burn::backend::{Autodiff, Backend, Dispatch, Flex, backend_extension};
 use burn::tensor::Tensor;
 
-use super::flex::{contiguous, owned, owned_f32, use_kernels};
+use super::flex::{contiguous, flex_vec, owned, owned_f32, use_kernels};
 use super::pool::{self, GRAIN};
 use super::simd::dispatch;
 
 #[backend_extension(Flex, Autodiff)]
 pub trait AdamWKernel: Backend {
     fn bl_adamw_step(p: FloatTensor<Self>, m: FloatTensor<Self>, v: FloatTensor<Self>, g: FloatTensor<Self>, step: AdamWStep) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>);
+    fn bl_adamw_first_step(p: FloatTensor<Self>, g: FloatTensor<Self>, step: AdamWStep) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>);
 }
 
 /// The scalars of one parameter's step.
@@ -56,6 +57,20 @@ pub fn adamw_step<const D: usize>(p: Tensor<D>, m: Tensor<D>, v: Tensor<D>, g: T
         (Tensor::from_dispatch(p), Tensor::from_dispatch(m), Tensor::from_dispatch(v))
     } else {
         adamw_step_reference(p, m, v, g, step)
+    }
+}
+
+/// The first step, from zero moments: the new `(p, m, v)`. On flex the moments are born in
+/// buffers of their own (`zeros_like` on flex zeroes a byte vector and then copies it into
+/// an aligned one: for GPT-2 small a gigabyte zeroed, copied and allocated twice, whose
+/// holes in the heap the next step's activations then missed).
+pub fn adamw_first_step<const D: usize>(p: Tensor<D>, g: Tensor<D>, step: AdamWStep) -> (Tensor<D>, Tensor<D>, Tensor<D>) {
+    if p.dims() == g.dims() && use_kernels(&[&p.device(), &g.device()], &[p.dtype(), g.dtype()]) {
+        let (p, m, v) = Dispatch::bl_adamw_first_step(p.into_dispatch(), g.into_dispatch(), step);
+        (Tensor::from_dispatch(p), Tensor::from_dispatch(m), Tensor::from_dispatch(v))
+    } else {
+        let (m, v) = (g.zeros_like(), g.zeros_like());
+        adamw_step(p, m, v, g, step)
     }
 }
 
@@ -97,12 +112,23 @@ impl AdamWKernel for Flex {
         });
         (p, m, v)
     }
+
+    fn bl_adamw_first_step(p: FlexTensor, g: FlexTensor, step: AdamWStep) -> (FlexTensor, FlexTensor, FlexTensor) {
+        let shape = p.layout().shape().clone();
+        let zeros = || flex_vec(vec![0.0f32; shape.num_elements()], shape.clone());
+        Self::bl_adamw_step(p, zeros(), zeros(), g, step)
+    }
 }
 
 /// On the autodiff backend (a step run on tracked tensors): the same, untracked.
 impl<C: CheckpointStrategy> AdamWKernel for Autodiff<Flex, C> {
     fn bl_adamw_step(p: FloatTensor<Self>, m: FloatTensor<Self>, v: FloatTensor<Self>, g: FloatTensor<Self>, step: AdamWStep) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>) {
         let (p, m, v) = Flex::bl_adamw_step(Self::inner(p), Self::inner(m), Self::inner(v), Self::inner(g), step);
+        (Self::from_inner(p), Self::from_inner(m), Self::from_inner(v))
+    }
+
+    fn bl_adamw_first_step(p: FloatTensor<Self>, g: FloatTensor<Self>, step: AdamWStep) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>) {
+        let (p, m, v) = Flex::bl_adamw_first_step(Self::inner(p), Self::inner(g), step);
         (Self::from_inner(p), Self::from_inner(m), Self::from_inner(v))
     }
 }

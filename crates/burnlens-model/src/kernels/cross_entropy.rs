@@ -18,7 +18,7 @@ use burn::tensor::{DType, Int, Shape, Tensor};
 
 use super::simd::{self, dispatch};
 use super::pool;
-use super::flex::{contiguous, flex_vec, use_kernels};
+use super::flex::{contiguous, flex_vec, indices, use_kernels};
 
 #[backend_extension(Flex, Autodiff)]
 pub trait CrossEntropyKernel: Backend {
@@ -41,12 +41,7 @@ pub fn cross_entropy_reference(logits: Tensor<2>, targets: Tensor<1, Int>) -> Te
 }
 
 fn targets_vec(t: &FlexTensor) -> Vec<usize> {
-    let t = t.to_contiguous();
-    match t.dtype() {
-        DType::I64 => t.storage::<i64>().iter().map(|&v| v as usize).collect(),
-        DType::I32 => t.storage::<i32>().iter().map(|&v| v as usize).collect(),
-        other => panic!("cross-entropy targets must be i64 or i32, found {other:?}"),
-    }
+    indices(t, "cross-entropy targets")
 }
 
 /// Per-row log-sum-exp of contiguous `logits [rows, vocab]`.

@@ -18,13 +18,14 @@ pub enum Op {
     Activation,
     CrossEntropy,
     Softmax,
+    Embedding,
 }
 
 impl Op {
-    pub const ALL: [Op; 6] = [Op::Linear, Op::Attention, Op::LayerNorm, Op::Activation, Op::CrossEntropy, Op::Softmax];
+    pub const ALL: [Op; 7] = [Op::Linear, Op::Attention, Op::LayerNorm, Op::Activation, Op::CrossEntropy, Op::Softmax, Op::Embedding];
 }
 
-static CALLS: [[AtomicUsize; 2]; 6] = [const { [const { AtomicUsize::new(0) }; 2] }; 6];
+static CALLS: [[AtomicUsize; 2]; Op::ALL.len()] = [const { [const { AtomicUsize::new(0) }; 2] }; Op::ALL.len()];
 
 /// Count one forward (or backward) run of `op`.
 pub(crate) fn record(op: Op, backward: bool) {
@@ -99,6 +100,17 @@ pub(crate) fn owned(mut t: FlexTensor) -> FlexTensor {
         return c;
     }
     flex_vec(c.storage::<f32>().to_vec(), c.layout().shape().clone())
+}
+
+/// The elements of an i64 or i32 flex tensor (`what` names it in the panic otherwise), in
+/// row-major order, as indices.
+pub(crate) fn indices(t: &FlexTensor, what: &str) -> Vec<usize> {
+    let t = t.to_contiguous();
+    match t.dtype() {
+        DType::I64 => t.storage::<i64>().iter().map(|&v| v as usize).collect(),
+        DType::I32 => t.storage::<i32>().iter().map(|&v| v as usize).collect(),
+        other => panic!("{what} must be i64 or i32, found {other:?}"),
+    }
 }
 
 /// Wrap a vector as a contiguous f32 flex tensor of `shape`.

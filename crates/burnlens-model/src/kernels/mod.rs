@@ -18,6 +18,7 @@
 //! | AdamW | a parameter's two moments and its update in one pass, in place where the optimizer owns the buffers (no fresh tensor per operation) | [`adamw`] |
 //! | softmax–cross-entropy | log-sum-exp and the target's logit per row, mean; backward `softmax - onehot` | [`cross_entropy`] |
 //! | clipping | `Σ x²` of a gradient in one read, nothing allocated (the global norm), and the gradient scaled in place | [`sum_squares`] |
+//! | embedding | the lookup, and a backward that writes its `[vocab, d]` gradient once into its own buffer (flex's zeroes and then copies one) | [`embedding`] |
 //! | softmax | the explicit attention path's pattern: max, exponentials and normalisation per row in one pass; backward `y (dy - Σ dy y)` | [`softmax`] |
 //!
 //! `BURNLENS_KERNELS=0` (or [`set_enabled`]) turns every kernel off, so that the reference
@@ -28,6 +29,7 @@ pub mod activation;
 pub mod adamw;
 pub mod attention;
 pub mod cross_entropy;
+pub mod embedding;
 pub mod flex;
 pub mod gemm;
 pub mod half;
@@ -43,6 +45,7 @@ pub mod sum_squares;
 pub use activation::{gated_activation, gated_activation_reference};
 pub use attention::{AttentionMask, attention, attention_reference};
 pub use cross_entropy::{cross_entropy, cross_entropy_reference};
+pub use embedding::embedding;
 pub use layer_norm::{layer_norm, layer_norm_reference, rms_norm, rms_norm_reference};
 pub use linear::{linear, linear_reference};
 pub use softmax::{softmax, softmax_reference};
