@@ -276,7 +276,9 @@ def bench_train_steps(a):
         loss = F.cross_entropy(logits.reshape(-1, V), d[:, 1:].reshape(-1))
         opt.zero_grad(set_to_none=True); loss.backward()
         torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0); opt.step()
-    for _ in range(3 if a.impl == "compile" else 1):
+    # Three untimed steps for every peer, as for burnlens (`bench train`): `torch.compile`
+    # compiles in them, and every side's allocator settles.
+    for _ in range(3):
         step()
     sync()
     times = []

@@ -458,7 +458,10 @@ fn bench(args: Vec<String>) -> Result<()> {
         }
         if let Some(faults) = first["page_faults_per_step"].as_f64() {
             let last = first["page_faults_last_step"].as_f64().map_or(String::new(), |l| format!(", {l:.0} in the last"));
-            notes.push_str(&format!("- {}: burnlens {faults:.0} page faults per step{last}\n", wl.label));
+            let warm = first["page_faults_warm_up"].as_array().map_or(String::new(), |w| {
+                format!(" (in the untimed warm-up steps: {})", w.iter().map(|v| v.as_f64().map_or("?".into(), |f| format!("{f:.0}"))).collect::<Vec<_>>().join(", "))
+            });
+            notes.push_str(&format!("- {}: burnlens {faults:.0} page faults per timed step{last}{warm}\n", wl.label));
         }
         if let Some((t1, c1)) = cell(Impl::BurnlensOneThread) {
             notes.push_str(&format!(
