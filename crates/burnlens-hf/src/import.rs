@@ -3,7 +3,8 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use burn::tensor::{DType, Device, TensorData, bf16, f16};
+use burn::tensor::{AllocationProperty, Bytes, DType, Device, TensorData, bf16, f16};
+use burnlens_model::kernels::pages::{PageBuf, Plain};
 use burnlens_model::{ParamInit, Transformer};
 
 use crate::checkpoint::{Checkpoint, Elem, WeightFormat, dtype_name};
@@ -170,7 +171,7 @@ fn inventory(hf: &HfConfig, ckpt: &Checkpoint, table: &[Entry], resolve_name: &d
 /// else is read, converted and placed. Values are scanned for NaN and infinities except
 /// in a mapped half matrix (scanning would read the whole file at load; its values are
 /// exactly the checkpoint's).
-fn param<T: Elem>(ckpt: &Checkpoint, parts: &[&Entry], resolve: &dyn Fn(&Entry) -> String, shape: &[usize], warnings: &mut Vec<String>) -> Result<ParamInit> {
+fn param<T: Elem + Plain>(ckpt: &Checkpoint, parts: &[&Entry], resolve: &dyn Fn(&Entry) -> String, shape: &[usize], warnings: &mut Vec<String>) -> Result<ParamInit> {
     if let [e] = parts
         && matches!(e.placement, Placement::Same | Placement::Transposed)
         && (T::DTYPE != DType::F32 || e.placement == Placement::Same)
@@ -185,7 +186,12 @@ fn param<T: Elem>(ckpt: &Checkpoint, parts: &[&Entry], resolve: &dyn Fn(&Entry) 
             None => {
                 let values = ckpt.read::<T>(&name, &e.hf_shape)?;
                 warn_non_finite(&name, &values, warnings);
-                TensorData::new(values, e.hf_shape.clone())
+                if T::DTYPE == DType::F32 {
+                    TensorData::new(values, e.hf_shape.clone())
+                } else {
+                    // A converted half matrix is what decoding streams: on huge pages.
+                    on_pages(&values, e.hf_shape.clone())
+                }
             }
         };
         return Ok(if e.placement == Placement::Same { ParamInit::Data(data) } else { ParamInit::Transposed(data) });
@@ -211,6 +217,13 @@ fn param<T: Elem>(ckpt: &Checkpoint, parts: &[&Entry], resolve: &dyn Fn(&Entry) 
     } else {
         ParamInit::Data(TensorData::new(values, shape.to_vec()))
     })
+}
+
+/// `values` as tensor data in a [`PageBuf`] of its own (huge pages where the OS gives them),
+/// shared with flex without another copy.
+fn on_pages<T: Elem + Plain>(values: &[T], shape: Vec<usize>) -> TensorData {
+    let bytes = Bytes::from_shared(bytes::Bytes::from_owner(PageBuf::copy_of(values)), AllocationProperty::Native);
+    TensorData::from_bytes(bytes, shape, T::DTYPE)
 }
 
 fn warn_non_finite<T: Elem>(name: &str, values: &[T], warnings: &mut Vec<String>) {

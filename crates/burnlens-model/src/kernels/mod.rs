@@ -23,7 +23,8 @@
 //!
 //! `BURNLENS_KERNELS=0` (or [`set_enabled`]) turns every kernel off, so that the reference
 //! path can be timed or compared in the same build. The first kernel to run also tells
-//! glibc's allocator to keep freed buffers for the next step ([`memory`]).
+//! glibc's allocator to keep freed buffers for the next step ([`memory`]). Packed weights, and half
+//! weights converted at load, live on huge pages where the OS gives them ([`pages`]).
 
 pub mod activation;
 pub mod adamw;
@@ -37,6 +38,7 @@ pub mod layer_norm;
 pub mod linear;
 pub mod memory;
 pub mod packed;
+pub mod pages;
 pub mod pool;
 pub mod simd;
 pub mod softmax;

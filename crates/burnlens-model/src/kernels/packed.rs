@@ -101,7 +101,7 @@ pub struct Packed {
     k: usize,
     n: usize,
     isa: Isa,
-    data: Vec<f32>,
+    data: super::pages::PageBuf<f32>,
 }
 
 impl std::fmt::Debug for Packed {
@@ -115,7 +115,7 @@ impl Packed {
     pub fn new(b: MatRef) -> Option<Self> {
         let isa = isa()?;
         let (k, n, p) = (b.rows, b.cols, isa.panel());
-        let mut data = vec![0.0f32; n.div_ceil(p) * k * p];
+        let mut data = super::pages::PageBuf::zeroed(n.div_ceil(p) * k * p);
         if k == 0 {
             return Some(Self { k, n, isa, data });
         }
