@@ -16,12 +16,13 @@
 
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::AutodiffBackend;
-use burn::backend::flex::FlexTensor;
+use burn::backend::flex::{FlexTensor, Layout};
 use burn::backend::tensor::FloatTensor;
 use burn::backend::{Autodiff, Backend, Dispatch, Flex, backend_extension};
-use burn::tensor::Tensor;
+use burn::tensor::{DType, Tensor};
 
-use super::flex::{contiguous, flex_vec, owned, owned_f32, use_kernels};
+use super::flex::{contiguous, owned, owned_f32, use_kernels};
+use super::pages::{PageBuf, into_bytes};
 use super::pool::{self, GRAIN};
 use super::simd::dispatch;
 
@@ -115,7 +116,9 @@ impl AdamWKernel for Flex {
 
     fn bl_adamw_first_step(p: FlexTensor, g: FlexTensor, step: AdamWStep) -> (FlexTensor, FlexTensor, FlexTensor) {
         let shape = p.layout().shape().clone();
-        let zeros = || flex_vec(vec![0.0f32; shape.num_elements()], shape.clone());
+        // Outside the heap (and on huge pages): the moments live as long as the training, and
+        // born in the heap they took the space the first step's freed activations left.
+        let zeros = || FlexTensor::new(into_bytes(PageBuf::<f32>::zeroed(shape.num_elements())), Layout::contiguous(shape.clone()), DType::F32);
         Self::bl_adamw_step(p, zeros(), zeros(), g, step)
     }
 }
