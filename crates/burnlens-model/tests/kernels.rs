@@ -451,6 +451,10 @@ fn embedding_equals_burns_lookup_and_its_gradient_with_repeated_and_tied_ids() {
     let ids = || Tensor::<2, Int>::from_data(TensorData::new(raw.clone(), [2, 5]), &d);
     let before = kernels::calls(kernels::Op::Embedding);
     assert_eq!(vec(&kernels::embedding(w.clone(), ids())), vec(&burn::tensor::module::embedding(w.clone(), ids())), "forward");
+    // Tables that are views: transposed, and offset into a larger buffer.
+    for (what, view) in [("transposed", rand([24, 37], 1.0, &d).transpose()), ("offset", rand([40, 24], 1.0, &d).narrow(0, 3, 37))] {
+        assert_eq!(vec(&kernels::embedding(view.clone(), ids())), vec(&burn::tensor::module::embedding(view, ids())), "forward, {what} table");
+    }
     // Gradients, the table also used as a tied unembedding (its two gradients add up).
     let ad = flex().autodiff();
     let r = rand([2, 5, 24], 1.0, &d);

@@ -39,10 +39,16 @@ pub fn embedding(weight: Tensor<2>, ids: Tensor<2, Int>) -> Tensor<3> {
     }
 }
 
-/// `out[t] = weight[ids[t]]` for contiguous `weight [vocab, d]`.
-pub fn forward(weight: &[f32], d: usize, ids: &[usize], out: &mut [f32]) {
+/// `out[t] = weight[ids[t]]` for a `[vocab, d]` table whose element `(i, j)` is
+/// `weight[offset + i·rs + j·cs]` (read in place: a view is never copied whole).
+pub fn forward(weight: &[f32], [offset, rs, cs]: [isize; 3], d: usize, ids: &[usize], out: &mut [f32]) {
     for (o, &id) in out.chunks_exact_mut(d).zip(ids) {
-        o.copy_from_slice(&weight[id * d..(id + 1) * d]);
+        let row = offset + id as isize * rs;
+        if cs == 1 {
+            o.copy_from_slice(&weight[row as usize..row as usize + d]);
+        } else {
+            o.iter_mut().enumerate().for_each(|(j, o)| *o = weight[(row + j as isize * cs) as usize]);
+        }
     }
 }
 
@@ -64,10 +70,11 @@ fn checked_ids(ids: &FlexTensor, vocab: usize) -> Vec<usize> {
 
 fn flex_forward(weight: &FlexTensor, ids: &[usize], dims: [usize; 2]) -> FlexTensor {
     super::flex::record(super::flex::Op::Embedding, false);
-    let weight = contiguous(weight);
-    let d = weight.layout().shape()[1];
+    let layout = weight.layout();
+    let d = layout.shape()[1];
+    let view = [layout.start_offset() as isize, layout.strides()[0], layout.strides()[1]];
     let mut out = vec![0.0f32; ids.len() * d];
-    forward(weight.storage(), d, ids, &mut out);
+    forward(weight.storage(), view, d, ids, &mut out);
     flex_vec(out, Shape::from(vec![dims[0], dims[1], d]))
 }
 

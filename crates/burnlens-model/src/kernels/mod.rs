@@ -23,8 +23,9 @@
 //!
 //! `BURNLENS_KERNELS=0` (or [`set_enabled`]) turns every kernel off, so that the reference
 //! path can be timed or compared in the same build. The first kernel to run also tells
-//! glibc's allocator to keep freed buffers for the next step ([`memory`]). Packed weights, and half
-//! weights converted at load, live on huge pages where the OS gives them ([`pages`]).
+//! glibc's allocator to keep freed buffers for the next step ([`memory`]). Packed weights, half
+//! weights converted at load and AdamW's moments live on huge pages where the OS gives them
+//! ([`pages`]).
 
 pub mod activation;
 pub mod adamw;
