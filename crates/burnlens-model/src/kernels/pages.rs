@@ -29,12 +29,23 @@ const HUGE_PAGE: usize = 2 << 20;
 ///
 /// # Safety
 /// Implement only for such types.
-pub unsafe trait Plain: Copy + Send + Sync + 'static {}
+pub unsafe trait Plain: Copy + Send + Sync + 'static {
+    /// All bits zero.
+    const ZERO: Self;
+}
 // SAFETY: plain numbers, every bit pattern valid, zero bits are 0.
-unsafe impl Plain for f32 {}
-unsafe impl Plain for u16 {}
-unsafe impl Plain for burn::tensor::bf16 {}
-unsafe impl Plain for burn::tensor::f16 {}
+unsafe impl Plain for f32 {
+    const ZERO: Self = 0.0;
+}
+unsafe impl Plain for u16 {
+    const ZERO: Self = 0;
+}
+unsafe impl Plain for burn::tensor::bf16 {
+    const ZERO: Self = burn::tensor::bf16::ZERO;
+}
+unsafe impl Plain for burn::tensor::f16 {
+    const ZERO: Self = burn::tensor::f16::ZERO;
+}
 
 /// A zeroed buffer of `T`s: a vector below [`HUGE_PAGE`] bytes (or off Linux), a mapping on
 /// huge pages above.
@@ -57,8 +68,8 @@ impl<T: Plain> PageBuf<T> {
             return Self::Map(map, len);
         }
         let _ = bytes;
-        // SAFETY: `Plain` types are zero when all their bits are.
-        Self::Vec((0..len).map(|_| unsafe { std::mem::zeroed() }).collect())
+        // `vec!` of a zero f32 or u16 asks the allocator for zeroed memory (no pass over it).
+        Self::Vec(vec![T::ZERO; len])
     }
 
     /// A copy of `values` in such a buffer.
