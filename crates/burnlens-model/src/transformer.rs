@@ -336,7 +336,17 @@ impl Attention {
     pub fn forward(&self, input: AttentionInput, hooks: &mut Hooks) -> Tensor<3> {
         let AttentionInput { x, qk_input, layer: LayerInput { rotary, mask, cache, layer, fused } } = input;
         let [b, t, _] = x.dims();
-        let (q, k, v) = self.split_heads(self.project_qkv(x, qk_input));
+        let qkv = self.project_qkv(x, qk_input);
+        // No cache, nothing between the projection and the kernel: the kernel reads the
+        // heads of the projection itself (in training, one gradient for it, written once).
+        if cache.is_none() && rotary.is_none() && self.qk_norm.is_none()
+            && let AttentionPath::Kernel { window } = self.path(fused, hooks, &qkv.device(), t, t)
+        {
+            let heads = qkv.reshape([b, t, self.n_heads + 2 * self.n_kv_heads, self.d_head]);
+            let z = kernels::attention::attention_qkv(heads, [self.n_heads, self.n_kv_heads], self.scale, AttentionMask { q_offset: 0, window });
+            return self.project_out(z.swap_dims(1, 2).reshape([b, t, self.n_heads * self.d_head]));
+        }
+        let (q, k, v) = self.split_heads(qkv);
         let q = hooks.at(HookPoint::Attn(layer, AttnHook::Q), q);
         let k = hooks.at(HookPoint::Attn(layer, AttnHook::K), k);
         let v = hooks.at(HookPoint::Attn(layer, AttnHook::V), v);

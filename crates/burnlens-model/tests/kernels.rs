@@ -301,6 +301,23 @@ fn attention_reads_per_head_views_of_a_fused_projection_in_place() {
 }
 
 #[test]
+fn attention_over_a_fused_projection_matches_the_explicit_pattern_and_its_gradient() {
+    let d = flex();
+    // (batch, heads, kv heads, positions, d_head, window)
+    for (b, h, hk, t, dh, window) in [(2usize, 3usize, 3usize, 5usize, 8usize, None), (1, 4, 2, 70, 16, None), (2, 2, 1, 130, 8, Some(6)), (1, 6, 2, 600, 8, None)] {
+        let mask = AttentionMask { q_offset: 0, window };
+        let scale = 1.0 / (dh as f64).sqrt();
+        let heads = |qkv: &Tensor<4>, start: usize, n: usize| qkv.clone().narrow(2, start, n).swap_dims(1, 2);
+        compare(
+            &format!("attention over qkv b{b} h{h}/{hk} t{t} dh{dh} {window:?}"),
+            [rand([b, t, h + 2 * hk, dh], 1.5, &d)],
+            |x| kernels::attention::attention_qkv(x[0].clone(), [h, hk], scale, mask),
+            |x| kernels::attention_reference(heads(&x[0], 0, h), heads(&x[0], h, hk), heads(&x[0], h + hk, hk), scale, mask),
+        );
+    }
+}
+
+#[test]
 fn a_model_on_flex_runs_its_hot_paths_through_the_kernels_forward_and_backward() {
     use burnlens_model::kernels::Op;
     use burnlens_model::{TransformerConfig, cross_entropy};

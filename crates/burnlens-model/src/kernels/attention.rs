@@ -35,7 +35,7 @@ use super::gemm::{MatRef, matmul_single};
 use super::packed::{Packed, matmul_packed_part};
 use super::pool::{self, SendPtr};
 use super::simd::{self, dispatch};
-use super::flex::{flex_strided, use_kernels};
+use super::flex::{flex_strided, flex_vec, use_kernels};
 
 /// Queries per block.
 pub const BLOCK: usize = 64;
@@ -73,6 +73,7 @@ impl AttentionMask {
 #[backend_extension(Flex, Autodiff)]
 pub trait AttentionKernel: Backend {
     fn bl_attention(q: FloatTensor<Self>, k: FloatTensor<Self>, v: FloatTensor<Self>, scale: f64, q_offset: usize, window: usize) -> FloatTensor<Self>;
+    fn bl_attention_qkv(qkv: FloatTensor<Self>, heads: [usize; 2], scale: f64, q_offset: usize, window: usize) -> FloatTensor<Self>;
 }
 
 /// `softmax(q kᵀ · scale + mask) v`: the fused kernel on flex, composed ops elsewhere.
@@ -83,6 +84,22 @@ pub fn attention(q: Tensor<4>, k: Tensor<4>, v: Tensor<4>, scale: f64, mask: Att
         Tensor::from_dispatch(Dispatch::bl_attention(q.into_dispatch(), k.into_dispatch(), v.into_dispatch(), scale, mask.q_offset, window))
     } else {
         attention_reference(q, k, v, scale, mask)
+    }
+}
+
+/// [`attention`] over the heads of one fused projection `qkv: [batch, pos, h + 2 hk,
+/// d_head]` (queries, then keys, then values; `heads = [h, hk]`). The same numbers; in
+/// training its gradient is one `[batch, pos, h + 2 hk, d_head]` tensor written once, where
+/// splitting first makes Burn's backward of each split zero a whole `qkv`-sized tensor
+/// (copying it too: flex's zeros), write its part and add the three up.
+pub fn attention_qkv(qkv: Tensor<4>, heads: [usize; 2], scale: f64, mask: AttentionMask) -> Tensor<4> {
+    if use_kernels(&[&qkv.device()], &[qkv.dtype()]) {
+        let window = mask.window.unwrap_or(0);
+        Tensor::from_dispatch(Dispatch::bl_attention_qkv(qkv.into_dispatch(), heads, scale, mask.q_offset, window))
+    } else {
+        let [h, hk] = heads;
+        let part = |start: usize, n: usize| qkv.clone().narrow(2, start, n).swap_dims(1, 2);
+        attention(part(0, h), part(h, hk), part(h + hk, hk), scale, mask)
     }
 }
 
@@ -139,6 +156,21 @@ impl<'a> Heads<'a> {
         let off = (self.offset as isize + bi as isize * self.strides[0] + hi as isize * self.strides[1] + r as isize * self.strides[2]) as usize;
         &self.data[off..off + self.dims[3]]
     }
+}
+
+/// The query, key and value heads of a fused projection `[b, pos, h + 2 hk, dh]` (unit
+/// stride along `dh`), as `[b, heads, pos, dh]` views.
+fn qkv_heads(t: &FlexTensor, [h, hk]: [usize; 2]) -> [Heads<'_>; 3] {
+    let l = t.layout();
+    let (st, d) = (l.strides(), l.shape());
+    assert!(d[2] == h + 2 * hk && st[3] == 1, "attention kernel: a fused projection of {:?} for {h} + 2 × {hk} heads", d.as_slice());
+    let part = |first: usize, n: usize| Heads {
+        data: t.storage::<f32>(),
+        offset: (l.start_offset() as isize + first as isize * st[2]) as usize,
+        dims: [d[0], n, d[1], d[3]],
+        strides: [st[0], st[2], st[1]],
+    };
+    [part(0, h), part(h, hk), part(h + hk, hk)]
 }
 
 /// Unit stride along the last dimension and no negative strides, copying only if needed.
@@ -363,13 +395,26 @@ fn forward(q: &Heads, k: &Heads, v: &Heads, scale: f32, mask: AttentionMask, out
 
 /// Backward: `dq` as `[b, t, h, dh]`, `dk`, `dv` as `[b, s, hk, dh]`.
 #[allow(clippy::too_many_arguments)]
-fn backward(q: &Heads, k: &Heads, v: &Heads, o: &Heads, d_o: &Heads, lse: &[f32], scale: f32, mask: AttentionMask, dq: &mut [f32], dk: &mut [f32], dv: &mut [f32]) {
+/// Where [`backward`] writes one of `dq`, `dk`, `dv`: head `hi` of position `i` of batch
+/// `bi` starts at `(bi · positions + i) · row + first + hi · d_head` (separate tensors, or
+/// the three parts of one fused projection's gradient).
+#[derive(Clone, Copy)]
+struct GradOut {
+    ptr: SendPtr,
+    row: usize,
+    first: usize,
+}
+
+/// # Safety
+/// Each `GradOut` must be valid for every position and head it addresses, and the three
+/// must not overlap.
+#[allow(clippy::too_many_arguments)]
+unsafe fn backward(q: &Heads, k: &Heads, v: &Heads, o: &Heads, d_o: &Heads, lse: &[f32], scale: f32, mask: AttentionMask, [dq, dk, dv]: [GradOut; 3]) {
     let [b, h, t, dh] = q.dims;
     let [_, hk, s, _] = k.dims;
     let group = h / hk;
-    let (dq_ptr, dk_ptr, dv_ptr) = (SendPtr(dq.as_mut_ptr()), SendPtr(dk.as_mut_ptr()), SendPtr(dv.as_mut_ptr()));
     pool::run(b * hk, |task| {
-        let (dq_ptr, dk_ptr, dv_ptr) = (dq_ptr, dk_ptr, dv_ptr);
+        let (dq_ptr, dk_ptr, dv_ptr) = (dq.ptr, dk.ptr, dv.ptr);
         let (bi, kh) = (task / hk, task % hk);
         let mut dk_acc = vec![0.0f32; s * dh];
         let mut dv_acc = vec![0.0f32; s * dh];
@@ -379,13 +424,13 @@ fn backward(q: &Heads, k: &Heads, v: &Heads, o: &Heads, d_o: &Heads, lse: &[f32]
             for i0 in (0..t).step_by(BLOCK) {
                 let rows = BLOCK.min(t - i0);
                 // SAFETY: this task alone writes the dq rows of head hi of batch bi.
-                let dq_dst = unsafe { dq_ptr.0.add((bi * t + i0) * h * dh + hi * dh) };
+                let dq_dst = unsafe { dq_ptr.0.add((bi * t + i0) * dq.row + dq.first + hi * dh) };
                 let klo = mask.visible(i0, s).0;
                 let khi = mask.visible(i0 + rows - 1, s).1;
                 let kw = khi.saturating_sub(klo);
                 if kw == 0 {
                     for r in 0..rows {
-                        unsafe { std::slice::from_raw_parts_mut(dq_dst.add(r * h * dh), dh).fill(0.0) };
+                        unsafe { std::slice::from_raw_parts_mut(dq_dst.add(r * dq.row), dh).fill(0.0) };
                     }
                     continue;
                 }
@@ -416,7 +461,7 @@ fn backward(q: &Heads, k: &Heads, v: &Heads, o: &Heads, d_o: &Heads, lse: &[f32]
                 let (pm, dsm) = (MatRef::row_major(&p, rows, kw), MatRef::row_major(&dp, rows, kw));
                 unsafe {
                     matmul_single(dv_acc.as_mut_ptr().add(klo * dh), dh, pm.t(), do_blk, true);
-                    matmul_single(dq_dst, h * dh, dsm, k_blk, false);
+                    matmul_single(dq_dst, dq.row, dsm, k_blk, false);
                     matmul_single(dk_acc.as_mut_ptr().add(klo * dh), dh, dsm.t(), q_blk, true);
                 }
             }
@@ -424,9 +469,9 @@ fn backward(q: &Heads, k: &Heads, v: &Heads, o: &Heads, d_o: &Heads, lse: &[f32]
         for j in 0..s {
             // SAFETY: this task alone writes key/value head kh of batch bi.
             unsafe {
-                let at = (bi * s + j) * hk * dh + kh * dh;
-                std::slice::from_raw_parts_mut(dk_ptr.0.add(at), dh).copy_from_slice(&dk_acc[j * dh..(j + 1) * dh]);
-                std::slice::from_raw_parts_mut(dv_ptr.0.add(at), dh).copy_from_slice(&dv_acc[j * dh..(j + 1) * dh]);
+                let (at_k, at_v) = ((bi * s + j) * dk.row + dk.first + kh * dh, (bi * s + j) * dv.row + dv.first + kh * dh);
+                std::slice::from_raw_parts_mut(dk_ptr.0.add(at_k), dh).copy_from_slice(&dk_acc[j * dh..(j + 1) * dh]);
+                std::slice::from_raw_parts_mut(dv_ptr.0.add(at_v), dh).copy_from_slice(&dv_acc[j * dh..(j + 1) * dh]);
             }
         }
     });
@@ -443,9 +488,18 @@ fn mask_of(q_offset: usize, window: usize) -> AttentionMask {
 
 /// Forward on flex tensors: output, and the log-sum-exp per query when `keep_lse`.
 fn flex_forward(q: &FlexTensor, k: &FlexTensor, v: &FlexTensor, scale: f64, mask: AttentionMask, keep_lse: bool) -> (FlexTensor, Vec<f32>) {
-    super::flex::record(super::flex::Op::Attention, false);
     let (q, k, v) = (headwise(q), headwise(k), headwise(v));
-    let (qh, kh, vh) = (Heads::of(&q), Heads::of(&k), Heads::of(&v));
+    forward_heads([Heads::of(&q), Heads::of(&k), Heads::of(&v)], scale, mask, keep_lse)
+}
+
+/// Forward on the heads of one fused projection (see [`attention_qkv`]).
+fn flex_forward_qkv(qkv: &FlexTensor, heads: [usize; 2], scale: f64, mask: AttentionMask, keep_lse: bool) -> (FlexTensor, Vec<f32>) {
+    let qkv = headwise(qkv);
+    forward_heads(qkv_heads(&qkv, heads), scale, mask, keep_lse)
+}
+
+fn forward_heads([qh, kh, vh]: [Heads; 3], scale: f64, mask: AttentionMask, keep_lse: bool) -> (FlexTensor, Vec<f32>) {
+    super::flex::record(super::flex::Op::Attention, false);
     let [b, h, t, dh] = qh.dims;
     let [kb, hk, s, kdh] = kh.dims;
     assert!(kb == b && kdh == dh && vh.dims == kh.dims && hk > 0 && h % hk == 0, "attention kernel: q {:?}, k {:?}, v {:?}", qh.dims, kh.dims, vh.dims);
@@ -460,6 +514,10 @@ fn flex_forward(q: &FlexTensor, k: &FlexTensor, v: &FlexTensor, scale: f64, mask
 impl AttentionKernel for Flex {
     fn bl_attention(q: FlexTensor, k: FlexTensor, v: FlexTensor, scale: f64, q_offset: usize, window: usize) -> FlexTensor {
         flex_forward(&q, &k, &v, scale, mask_of(q_offset, window), false).0
+    }
+
+    fn bl_attention_qkv(qkv: FlexTensor, heads: [usize; 2], scale: f64, q_offset: usize, window: usize) -> FlexTensor {
+        flex_forward_qkv(&qkv, heads, scale, mask_of(q_offset, window), false).0
     }
 }
 
@@ -492,7 +550,10 @@ impl Backward<Flex, 3> for AttentionBackward {
         let mut dq = vec![0.0f32; b * t * h * dh];
         let mut dk = vec![0.0f32; b * s * hk * dh];
         let mut dv = vec![0.0f32; b * s * hk * dh];
-        backward(&qh, &kh, &Heads::of(&v), &Heads::of(&o), &Heads::of(&d_out), &st.lse, st.scale as f32, st.mask, &mut dq, &mut dk, &mut dv);
+        let out = |g: &mut Vec<f32>, heads: usize| GradOut { ptr: SendPtr(g.as_mut_ptr()), row: heads * dh, first: 0 };
+        let outs = [out(&mut dq, h), out(&mut dk, hk), out(&mut dv, hk)];
+        // SAFETY: three separate buffers of exactly `[b, positions, heads, dh]`.
+        unsafe { backward(&qh, &kh, &Heads::of(&v), &Heads::of(&o), &Heads::of(&d_out), &st.lse, st.scale as f32, st.mask, outs) };
         for (node, g, heads, len) in [(node_q, dq, h, t), (node_k, dk, hk, s), (node_v, dv, hk, s)] {
             if let Some(node) = node {
                 let (shape, strides) = heads_layout(b, heads, len, dh);
@@ -502,7 +563,55 @@ impl Backward<Flex, 3> for AttentionBackward {
     }
 }
 
+#[derive(Debug)]
+struct AttentionQkvBackward;
+
+#[derive(Debug, Clone)]
+struct AttentionQkvState {
+    qkv: FlexTensor,
+    heads: [usize; 2],
+    out: FlexTensor,
+    lse: Vec<f32>,
+    scale: f64,
+    mask: AttentionMask,
+}
+
+impl Backward<Flex, 1> for AttentionQkvBackward {
+    type State = AttentionQkvState;
+
+    fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
+        super::flex::record(super::flex::Op::Attention, true);
+        let [node] = ops.parents;
+        let d_out = headwise(&grads.consume::<Flex>(&ops.node));
+        let Some(node) = node else { return };
+        let st = ops.state;
+        let (qkv, o) = (headwise(&st.qkv), headwise(&st.out));
+        let [qh, kh, vh] = qkv_heads(&qkv, st.heads);
+        let shape = qkv.layout().shape().clone();
+        let ([h, hk], dh) = (st.heads, shape[3]);
+        let row = (h + 2 * hk) * dh;
+        let mut g = vec![0.0f32; shape.num_elements()];
+        let ptr = SendPtr(g.as_mut_ptr());
+        let outs = [0, h, h + hk].map(|first| GradOut { ptr, row, first: first * dh });
+        // SAFETY: the three parts of one `[b, pos, h + 2 hk, dh]` buffer, disjoint heads.
+        unsafe { backward(&qh, &kh, &vh, &Heads::of(&o), &Heads::of(&d_out), &st.lse, st.scale as f32, st.mask, outs) };
+        grads.register::<Flex>(node.id, flex_vec(g, shape));
+    }
+}
+
 impl<C: CheckpointStrategy> AttentionKernel for Autodiff<Flex, C> {
+    fn bl_attention_qkv(qkv: FloatTensor<Self>, heads: [usize; 2], scale: f64, q_offset: usize, window: usize) -> FloatTensor<Self> {
+        let mask = mask_of(q_offset, window);
+        let (qkv, g) = qkv.into_parts();
+        match AttentionQkvBackward.prepare::<C>([g]).compute_bound().stateful() {
+            OpsKind::Tracked(prep) => {
+                let (out, lse) = flex_forward_qkv(&qkv, heads, scale, mask, true);
+                prep.finish(AttentionQkvState { qkv, heads, out: out.clone(), lse, scale, mask }, out)
+            }
+            OpsKind::UnTracked(prep) => prep.finish(flex_forward_qkv(&qkv, heads, scale, mask, false).0),
+        }
+    }
+
     fn bl_attention(q: FloatTensor<Self>, k: FloatTensor<Self>, v: FloatTensor<Self>, scale: f64, q_offset: usize, window: usize) -> FloatTensor<Self> {
         let mask = mask_of(q_offset, window);
         let (q, gq) = q.into_parts();
