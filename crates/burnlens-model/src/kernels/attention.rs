@@ -393,8 +393,6 @@ fn forward(q: &Heads, k: &Heads, v: &Heads, scale: f32, mask: AttentionMask, out
     });
 }
 
-/// Backward: `dq` as `[b, t, h, dh]`, `dk`, `dv` as `[b, s, hk, dh]`.
-#[allow(clippy::too_many_arguments)]
 /// Where [`backward`] writes one of `dq`, `dk`, `dv`: head `hi` of position `i` of batch
 /// `bi` starts at `(bi · positions + i) · row + first + hi · d_head` (separate tensors, or
 /// the three parts of one fused projection's gradient).
@@ -405,6 +403,9 @@ struct GradOut {
     first: usize,
 }
 
+/// Backward: `dq` (`[b, t, h, dh]` positions and heads), `dk`, `dv` (`[b, s, hk, dh]`),
+/// written where `[dq, dk, dv]` say.
+///
 /// # Safety
 /// Each `GradOut` must be valid for every position and head it addresses, and the three
 /// must not overlap.
