@@ -82,6 +82,13 @@ pub fn peak_rss() -> Option<u64> {
     line.split_whitespace().nth(1)?.parse::<u64>().ok().map(|kb| kb * 1024)
 }
 
+/// `f`'s result and the minor page faults it took (none where they cannot be read).
+fn faults_during<T>(f: &mut impl FnMut() -> T) -> (T, Option<u64>) {
+    let before = minor_faults();
+    let out = f();
+    (out, minor_faults().zip(before).map(|(after, before)| after - before))
+}
+
 /// [`timed`] after repeating `f` for at least `warm` first: a product of a millisecond timed
 /// right after the process starts measures the machine waking its second core (on the
 /// 2-vCPU machines we measure on, the first 100–200 ms of a process often run at one core's
@@ -276,23 +283,18 @@ fn bench_train(a: &BenchArgs, device: &Device) -> Result<serde_json::Value> {
     };
     let steps = a.reps.max(1) * steps_per_rep;
     // The same warm-up as every PyTorch peer (`torch.compile` needs three steps to compile),
-    // its page faults reported apart: the first step allocates the optimizer's moments into
-    // the heap the activations just left, so the second grows the heap once more.
-    let warm_up_faults: Vec<Option<u64>> = (0..WARM_UP_STEPS)
-        .map(|_| {
-            let before = minor_faults();
-            step();
-            minor_faults().zip(before).map(|(after, before)| after - before)
-        })
-        .collect();
+    // its page faults reported apart: the heap grows in the first steps (the first allocates
+    // every activation and gradient buffer, the second still finds some new pages).
+    let warm_up_faults: Vec<Option<u64>> = (0..WARM_UP_STEPS).map(|_| faults_during(&mut step).1).collect();
     let mut faults = Vec::with_capacity(steps);
     let times: Vec<f64> = (0..steps)
         .map(|_| {
-            let before = minor_faults();
-            let t = Instant::now();
-            step();
-            let secs = t.elapsed().as_secs_f64();
-            faults.extend(minor_faults().zip(before).map(|(after, before)| (after - before) as f64));
+            let (secs, n) = faults_during(&mut || {
+                let t = Instant::now();
+                step();
+                t.elapsed().as_secs_f64()
+            });
+            faults.extend(n.map(|n| n as f64));
             secs
         })
         .collect();

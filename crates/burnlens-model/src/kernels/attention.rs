@@ -525,15 +525,32 @@ impl AttentionKernel for Flex {
 #[derive(Debug)]
 struct AttentionBackward;
 
+/// What both backward steps keep from the forward besides their inputs.
+#[derive(Debug, Clone)]
+struct Saved {
+    out: FlexTensor,
+    lse: Vec<f32>,
+    scale: f64,
+    mask: AttentionMask,
+}
+
+impl Saved {
+    /// The gradients of the heads `[q, k, v]` from `d_out`, written where `outs` say.
+    ///
+    /// # Safety
+    /// As for [`backward`].
+    unsafe fn backward(&self, [qh, kh, vh]: [Heads; 3], d_out: &FlexTensor, outs: [GradOut; 3]) {
+        let (o, d_out) = (headwise(&self.out), headwise(d_out));
+        unsafe { backward(&qh, &kh, &vh, &Heads::of(&o), &Heads::of(&d_out), &self.lse, self.scale as f32, self.mask, outs) };
+    }
+}
+
 #[derive(Debug, Clone)]
 struct AttentionState {
     q: FlexTensor,
     k: FlexTensor,
     v: FlexTensor,
-    out: FlexTensor,
-    lse: Vec<f32>,
-    scale: f64,
-    mask: AttentionMask,
+    saved: Saved,
 }
 
 impl Backward<Flex, 3> for AttentionBackward {
@@ -542,9 +559,9 @@ impl Backward<Flex, 3> for AttentionBackward {
     fn backward(self, ops: Ops<Self::State, 3>, grads: &mut Gradients, _: &mut Checkpointer) {
         super::flex::record(super::flex::Op::Attention, true);
         let [node_q, node_k, node_v] = ops.parents;
-        let d_out = headwise(&grads.consume::<Flex>(&ops.node));
+        let d_out = grads.consume::<Flex>(&ops.node);
         let st = ops.state;
-        let (q, k, v, o) = (headwise(&st.q), headwise(&st.k), headwise(&st.v), headwise(&st.out));
+        let (q, k, v) = (headwise(&st.q), headwise(&st.k), headwise(&st.v));
         let (qh, kh) = (Heads::of(&q), Heads::of(&k));
         let [b, h, t, dh] = qh.dims;
         let [_, hk, s, _] = kh.dims;
@@ -554,7 +571,7 @@ impl Backward<Flex, 3> for AttentionBackward {
         let out = |g: &mut Vec<f32>, heads: usize| GradOut { ptr: SendPtr(g.as_mut_ptr()), row: heads * dh, first: 0 };
         let outs = [out(&mut dq, h), out(&mut dk, hk), out(&mut dv, hk)];
         // SAFETY: three separate buffers of exactly `[b, positions, heads, dh]`.
-        unsafe { backward(&qh, &kh, &Heads::of(&v), &Heads::of(&o), &Heads::of(&d_out), &st.lse, st.scale as f32, st.mask, outs) };
+        unsafe { st.saved.backward([qh, kh, Heads::of(&v)], &d_out, outs) };
         for (node, g, heads, len) in [(node_q, dq, h, t), (node_k, dk, hk, s), (node_v, dv, hk, s)] {
             if let Some(node) = node {
                 let (shape, strides) = heads_layout(b, heads, len, dh);
@@ -571,10 +588,7 @@ struct AttentionQkvBackward;
 struct AttentionQkvState {
     qkv: FlexTensor,
     heads: [usize; 2],
-    out: FlexTensor,
-    lse: Vec<f32>,
-    scale: f64,
-    mask: AttentionMask,
+    saved: Saved,
 }
 
 impl Backward<Flex, 1> for AttentionQkvBackward {
@@ -583,11 +597,10 @@ impl Backward<Flex, 1> for AttentionQkvBackward {
     fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
         super::flex::record(super::flex::Op::Attention, true);
         let [node] = ops.parents;
-        let d_out = headwise(&grads.consume::<Flex>(&ops.node));
+        let d_out = grads.consume::<Flex>(&ops.node);
         let Some(node) = node else { return };
         let st = ops.state;
-        let (qkv, o) = (headwise(&st.qkv), headwise(&st.out));
-        let [qh, kh, vh] = qkv_heads(&qkv, st.heads);
+        let qkv = headwise(&st.qkv);
         let shape = qkv.layout().shape().clone();
         let ([h, hk], dh) = (st.heads, shape[3]);
         let row = (h + 2 * hk) * dh;
@@ -595,7 +608,7 @@ impl Backward<Flex, 1> for AttentionQkvBackward {
         let ptr = SendPtr(g.as_mut_ptr());
         let outs = [0, h, h + hk].map(|first| GradOut { ptr, row, first: first * dh });
         // SAFETY: the three parts of one `[b, pos, h + 2 hk, dh]` buffer, disjoint heads.
-        unsafe { backward(&qh, &kh, &vh, &Heads::of(&o), &Heads::of(&d_out), &st.lse, st.scale as f32, st.mask, outs) };
+        unsafe { st.saved.backward(qkv_heads(&qkv, st.heads), &d_out, outs) };
         grads.register::<Flex>(node.id, flex_vec(g, shape));
     }
 }
@@ -607,7 +620,7 @@ impl<C: CheckpointStrategy> AttentionKernel for Autodiff<Flex, C> {
         match AttentionQkvBackward.prepare::<C>([g]).compute_bound().stateful() {
             OpsKind::Tracked(prep) => {
                 let (out, lse) = flex_forward_qkv(&qkv, heads, scale, mask, true);
-                prep.finish(AttentionQkvState { qkv, heads, out: out.clone(), lse, scale, mask }, out)
+                prep.finish(AttentionQkvState { qkv, heads, saved: Saved { out: out.clone(), lse, scale, mask } }, out)
             }
             OpsKind::UnTracked(prep) => prep.finish(flex_forward_qkv(&qkv, heads, scale, mask, false).0),
         }
@@ -621,7 +634,7 @@ impl<C: CheckpointStrategy> AttentionKernel for Autodiff<Flex, C> {
         match AttentionBackward.prepare::<C>([gq, gk, gv]).compute_bound().stateful() {
             OpsKind::Tracked(prep) => {
                 let (out, lse) = flex_forward(&q, &k, &v, scale, mask, true);
-                prep.finish(AttentionState { q, k, v, out: out.clone(), lse, scale, mask }, out)
+                prep.finish(AttentionState { q, k, v, saved: Saved { out: out.clone(), lse, scale, mask } }, out)
             }
             OpsKind::UnTracked(prep) => prep.finish(flex_forward(&q, &k, &v, scale, mask, false).0),
         }
