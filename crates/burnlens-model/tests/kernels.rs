@@ -386,6 +386,51 @@ fn a_weight_is_packed_once_and_a_changed_weight_is_packed_again() {
     assert_eq!(packs_on_this_thread(), packs, "a trained weight was packed");
 }
 
+/// Decoding's few rows read a half weight from panels copied once and kept; more rows
+/// (prefill) never make them; a changed weight, or another view of one storage, gets panels
+/// of its own, and every product equals the weight widened to f32 and multiplied.
+#[test]
+fn a_half_weight_is_copied_into_decoding_panels_once_and_again_when_it_changes() {
+    use burn::tensor::DType;
+    use kernels::half_panels::panels_made_on_this_thread;
+    let d = flex();
+    let copies = std::env::var("BURNLENS_PACKED_MB").as_deref() != Ok("0");
+    for dtype in [DType::BF16, DType::F16] {
+        let w = rand([40, 150], 0.5, &d).cast(dtype);
+        let wt = rand([150, 40], 0.5, &d).cast(dtype).transpose();
+        for w in [w, wt] {
+            assert_eq!(w.dtype(), dtype);
+            let product = |x: &Tensor<3>, w: &Tensor<2>| vec(&kernels::linear(x.clone(), w.clone(), None));
+            let want = |x: &Tensor<3>, w: &Tensor<2>| vec(&kernels::linear_reference(x.clone(), w.clone(), None));
+            let one_row = rand([1, 1, 40], 1.0, &d);
+            let made = panels_made_on_this_thread();
+            let y1 = product(&one_row, &w);
+            assert_close(&format!("{dtype:?}: one row"), &y1, &want(&one_row, &w), 1e-5);
+            assert_eq!(panels_made_on_this_thread(), made + usize::from(copies), "{dtype:?}: the first decoding product makes the panels");
+            let made = panels_made_on_this_thread();
+            let four_rows = rand([2, 2, 40], 1.0, &d);
+            assert_close(&format!("{dtype:?}: four rows"), &product(&four_rows, &w), &want(&four_rows, &w), 1e-5);
+            assert_eq!(product(&one_row, &w), y1, "{dtype:?}: the same weight gives the same product");
+            let prefill = rand([1, 9, 40], 1.0, &d);
+            assert_close(&format!("{dtype:?}: prefill"), &product(&prefill, &w), &want(&prefill, &w), 1e-5);
+            assert_eq!(panels_made_on_this_thread(), made, "{dtype:?}: later products (and prefill) made panels");
+            // Edited in place or anew: new panels, and the product follows the new values.
+            let w2 = w.clone().mul_scalar(-0.5);
+            assert_eq!(w2.dtype(), dtype);
+            let y2 = product(&one_row, &w2);
+            assert!(rel_err(&y2, &y1, 1e-3) > 1e-2, "{dtype:?}: the edited weight changed nothing");
+            assert_close(&format!("{dtype:?}: edited"), &y2, &want(&one_row, &w2), 1e-5);
+            assert_eq!(panels_made_on_this_thread(), made + usize::from(copies), "{dtype:?}: the edited weight got no panels of its own");
+        }
+        // Two views of one storage: each its own panels.
+        let wide = rand([40, 300], 0.5, &d).cast(dtype);
+        let x = rand([1, 1, 40], 1.0, &d);
+        for part in [wide.clone().narrow(1, 0, 150), wide.clone().narrow(1, 150, 150)] {
+            assert_close(&format!("{dtype:?}: a view"), &vec(&kernels::linear(x.clone(), part.clone(), None)), &vec(&kernels::linear_reference(x.clone(), part, None)), 1e-5);
+        }
+    }
+}
+
 #[test]
 fn adamw_step_matches_the_composed_ops_in_place_and_never_writes_a_shared_buffer() {
     use kernels::adamw::{AdamWStep, adamw_step, adamw_step_reference};

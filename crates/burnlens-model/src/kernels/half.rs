@@ -62,12 +62,12 @@ impl<'a> HalfRef<'a> {
         Self { rows: self.cols, cols: self.rows, rs: self.cs, cs: self.rs, ..self }
     }
 
-    fn at(&self, r: usize, c: usize) -> usize {
+    pub(crate) fn at(&self, r: usize, c: usize) -> usize {
         (self.offset as isize + r as isize * self.rs + c as isize * self.cs) as usize
     }
 
     /// Panics unless every element lies inside `data`.
-    fn check(&self) {
+    pub(crate) fn check(&self) {
         super::gemm::check_view([self.offset, self.rows, self.cols], [self.rs, self.cs], self.data.len());
     }
 }
@@ -287,7 +287,7 @@ fn columns_dot(rows: &[Vec<f32>], w: HalfRef, c0: usize, out: &mut [f32], cols: 
 }
 
 #[inline(always)]
-fn wide<const BF16: bool>(bits: u16) -> f32 {
+pub(crate) fn wide<const BF16: bool>(bits: u16) -> f32 {
     if BF16 { bf16_to_f32(bits) } else { f16_to_f32(bits) }
 }
 

@@ -19,7 +19,8 @@ use burn::backend::{Autodiff, Backend, Dispatch, Flex, backend_extension};
 use burn::tensor::{DType, Shape, Tensor, bf16, f16};
 
 use super::gemm::{MatRef, matmul};
-use super::half::{Half, HalfRef, matmul_half};
+use super::half::{Half, HalfRef, STREAM_ROWS, matmul_half};
+use super::half_panels::{half_panels, matmul_half_panels};
 use super::packed::{matmul_packed, packed_weight};
 use super::pool;
 use super::flex::{contiguous, flex_strided, flex_vec, use_kernels};
@@ -56,13 +57,18 @@ pub fn linear_reference<const D: usize>(x: Tensor<D>, weight: Tensor<2>, bias: O
     burn::tensor::module::linear(x, weight, bias)
 }
 
-/// `dst (+)= a · w` for the weight view `w` of `owner`. A constant weight (`pack`: not
+/// `dst (+)= a · w` for the weight view `w` of `owner`. A constant f32 weight (`pack`: not
 /// trained in this pass) goes through its packed copy (packed at first use and kept, see
 /// [`super::packed`]) where the CPU has micro-kernels for it; a weight an optimizer is about
 /// to change, or one packing does not apply to, through one `gemm` call that packs it again.
+/// A half weight is read as stored, except by decoding's few rows, which read its decoding
+/// panels ([`super::half_panels`]) while the copies' budget has room.
 fn weight_product(dst: &mut [f32], dst_rs: usize, a: MatRef, owner: &FlexTensor, w: WeightRef, accumulate: bool, pack: bool) {
     match w {
-        WeightRef::Half(w) => matmul_half(dst, dst_rs, a, w, accumulate),
+        WeightRef::Half(w) => match (pack && a.rows <= STREAM_ROWS).then(|| half_panels(owner, w)).flatten() {
+            Some(p) => matmul_half_panels(dst, dst_rs, a, &p, accumulate),
+            None => matmul_half(dst, dst_rs, a, w, accumulate),
+        },
         WeightRef::F32(w) => match pack.then(|| packed_weight(owner, w)).flatten() {
             Some(p) => matmul_packed(dst, dst_rs, a, &p, accumulate),
             None => matmul(dst, dst_rs, a, w, accumulate),

@@ -12,25 +12,18 @@
 //! [`GROUP_COLS`] (so that their panels stay in L2), depth blocks of [`KC`], six rows at a
 //! time, the group's panels.
 //!
-//! **Keeping the copy with the weight.** The cache is keyed by the weight's storage (the
-//! `Arc` flex holds its bytes in) and view (offset, shape, strides), and holds only a `Weak`
-//! to that storage. That makes the key sound: while the `Weak` lives the address cannot be
-//! reused, and flex cannot change the bytes in place (`Arc::get_mut` refuses while a `Weak`
-//! exists, and `Arc::make_mut` moves them under a new `Arc`, a new key). Every change to a
-//! weight (an optimizer step, weight processing, a hook, a user's edit) therefore reaches the
-//! product as a different key, and a packed copy whose weight is gone is dropped at the next
-//! insertion. The copies held together stay under `BURNLENS_PACKED_MB` (default 1024; 0
-//! turns packing off); a weight that does not fit runs through `gemm::gemm` as before.
+//! The packed copy is kept beside the weight by [`super::kept`] (keyed by the weight's
+//! storage, so that any change to the weight packs it again; all copies together under
+//! `BURNLENS_PACKED_MB`); a weight that does not fit runs through `gemm::gemm` as before.
 
 use std::cell::Cell;
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::sync::{Arc, OnceLock};
 
 use burn::backend::flex::FlexTensor;
-use burn::tensor::Bytes;
 use gemm_common::microkernel::MicroKernelFn;
 
 use super::gemm::{MatRef, nothing_to_multiply};
+use super::kept::{Layout, View, kept};
 use super::pool::{self, SendPtr};
 
 /// Depth of one block of the product: a panel's `KC × P` slice stays in L1/L2 while six
@@ -85,15 +78,6 @@ pub(crate) fn isa() -> Option<Isa> {
 /// micro-kernels are there and [`super::simd::baseline`] is off.
 pub fn available() -> bool {
     isa().is_some()
-}
-
-/// Bytes of packed copies the cache may hold (`BURNLENS_PACKED_MB`, default 1024).
-fn budget() -> usize {
-    static BUDGET: OnceLock<usize> = OnceLock::new();
-    *BUDGET.get_or_init(|| {
-        let mb = std::env::var("BURNLENS_PACKED_MB").ok().and_then(|v| v.trim().parse::<usize>().ok()).unwrap_or(1024);
-        mb.saturating_mul(1 << 20)
-    })
 }
 
 /// A `[k, n]` matrix in panels of `panel` columns, each `k × panel` contiguous.
@@ -152,10 +136,6 @@ impl Packed {
 
     pub fn cols(&self) -> usize {
         self.n
-    }
-
-    fn bytes(&self) -> usize {
-        self.data.len() * 4
     }
 }
 
@@ -368,83 +348,22 @@ pub fn packs_on_this_thread() -> usize {
     PACKS_HERE.with(|c| c.get())
 }
 
-/// What identifies a weight's view: its storage and how the view reads it.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
-struct Key {
-    storage: usize,
-    offset: usize,
-    dims: [usize; 2],
-    strides: [isize; 2],
-}
-
-struct Entry {
-    owner: Weak<Bytes>,
-    packed: Arc<Packed>,
-}
-
-#[derive(Default)]
-struct Cache {
-    map: HashMap<Key, Entry>,
-    bytes: usize,
-}
-
-impl Cache {
-    fn drop_dead(&mut self) {
-        let mut freed = 0;
-        self.map.retain(|_, e| {
-            let alive = e.owner.strong_count() > 0;
-            if !alive {
-                freed += e.packed.bytes();
-            }
-            alive
-        });
-        self.bytes -= freed;
-    }
-}
-
-fn cache() -> &'static Mutex<Cache> {
-    static CACHE: OnceLock<Mutex<Cache>> = OnceLock::new();
-    CACHE.get_or_init(Default::default)
-}
-
 /// The packed copy of the weight `view` (a view of `owner`'s storage), packed now if it is
-/// not cached yet; `None` where packing does not apply (no micro-kernel for this CPU, packing
-/// turned off, or the copy would not fit the budget).
+/// not kept yet ([`super::kept`]); `None` where packing does not apply (no micro-kernel for
+/// this CPU, copies turned off, or the copy would not fit the budget).
 pub fn packed_weight(owner: &FlexTensor, view: MatRef) -> Option<Arc<Packed>> {
     let isa = isa()?;
-    let budget = budget();
-    if budget == 0 {
-        return None;
-    }
-    let storage = owner.data_arc();
-    let key = Key { storage: Arc::as_ptr(&storage) as usize, offset: view.offset, dims: [view.rows, view.cols], strides: [view.rs, view.cs] };
     let size = view.cols.div_ceil(isa.panel()) * view.rows * isa.panel() * 4;
-    {
-        let mut c = cache().lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(e) = c.map.get(&key)
-            && e.owner.strong_count() > 0
-        {
-            return Some(e.packed.clone());
-        }
-        c.drop_dead();
-        if c.bytes + size > budget {
-            return None;
-        }
-    }
-    let packed = Arc::new(Packed::new(view)?);
-    PACKS_HERE.with(|c| c.set(c.get() + 1));
-    let mut c = cache().lock().unwrap_or_else(|p| p.into_inner());
-    if let Some(old) = c.map.insert(key, Entry { owner: Arc::downgrade(&storage), packed: packed.clone() }) {
-        c.bytes -= old.packed.bytes();
-    }
-    c.bytes += packed.bytes();
-    Some(packed)
+    let key = View { offset: view.offset, dims: [view.rows, view.cols], strides: [view.rs, view.cs] };
+    kept(owner, key, Layout::Packed, size, || {
+        PACKS_HERE.with(|c| c.set(c.get() + 1));
+        Packed::new(view)
+    })
 }
 
-/// Packed copies held now: `(entries, bytes)`, dead ones included until the next insertion.
+/// Copies held now: `(entries, bytes)` (see [`super::kept::cached`]).
 pub fn cached() -> (usize, usize) {
-    let c = cache().lock().unwrap_or_else(|p| p.into_inner());
-    (c.map.len(), c.bytes)
+    super::kept::cached()
 }
 
 #[cfg(test)]

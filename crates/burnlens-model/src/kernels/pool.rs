@@ -319,11 +319,16 @@ pub fn run(n: usize, f: impl Fn(usize) + Sync) {
 }
 
 /// A raw pointer handed to tasks that write disjoint parts of one buffer.
-#[derive(Clone, Copy)]
-pub(crate) struct SendPtr(pub *mut f32);
+pub(crate) struct SendPtr<T = f32>(pub *mut T);
+impl<T> Clone for SendPtr<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T> Copy for SendPtr<T> {}
 // SAFETY: only used to hand disjoint parts of one buffer to tasks of one `run`.
-unsafe impl Send for SendPtr {}
-unsafe impl Sync for SendPtr {}
+unsafe impl<T> Send for SendPtr<T> {}
+unsafe impl<T> Sync for SendPtr<T> {}
 
 /// `f(i, chunk_i)` for the consecutive `chunk`-element pieces of `out` (the last may be
 /// shorter), in parallel.

@@ -1,0 +1,263 @@
+//! Half-precision weights laid out for decoding: `x W` for a few rows of `x` (decoding's one
+//! position per sequence) with a bf16/f16 `W` copied once into panels of [`PANEL`] columns,
+//! each panel `k × PANEL` contiguous, and the copy kept beside the weight ([`super::kept`]).
+//!
+//! Why a copy. A decoding step reads every weight once and is bound by memory; what decides
+//! its speed is how the weight's bytes are read. In the checkpoint's own layouts the reads
+//! are either rows of `W` added into the outputs ([`super::half`]'s `rows_axpy`, GPT-2's
+//! `Conv1D`: a load and a store of the outputs per vector of weights) or one dot product per
+//! column (`columns_dot`, every `nn.Linear`: a reduction per column). On the Zen 4 machine
+//! both read 28–33 GB/s from memory where gemm-f32's micro-kernels stream f32 panels at
+//! 42–45: the f32 model decoded faster per byte than the bf16 one. A panel is read front to
+//! back with its `PANEL` sums in registers (four AVX-512 registers per row of `x`), one
+//! stream per task and nothing stored until the panel ends: the probe in BENCHMARKS.md
+//! ("2026-11-26, decoding panels") reads bf16 panels at the f32 panels' rate.
+//!
+//! The copy costs the weight's bytes again (GPT-2 small: 247 MB beside 247 MB of bf16
+//! weights); all kept copies share `BURNLENS_PACKED_MB` (default 1024), so a model larger
+//! than that gets panels for the weights first used until the budget is spent and reads the
+//! rest in place (an 8B model: 1 GB more than its 16 GB), and `BURNLENS_PACKED_MB=0` keeps
+//! every weight as stored. Prefill (more than [`STREAM_ROWS`] rows) never makes or reads one.
+//!
+//! Widening is exact (bf16: a shift; f16: [`super::half::f16_to_f32`]) and the sums are f32
+//! in depth order: within 1e-5 relative of the widened f32 product.
+
+use super::gemm::{MatRef, nothing_to_multiply};
+use super::half::{Half, HalfRef, wide};
+pub use super::half::STREAM_ROWS;
+use super::pages::PageBuf;
+use super::pool::{self, GRAIN, SendPtr};
+use super::simd::dispatch;
+
+/// Columns per panel: four AVX-512 vectors (eight AVX2) of sums per row of `x`.
+pub const PANEL: usize = 64;
+/// Rows of `x` summed together against one panel (their sums all in registers).
+const ROWS: usize = 4;
+/// Tasks per thread: enough to balance a helper that starts late.
+const TASKS_PER_THREAD: usize = 4;
+
+/// A `[k, n]` half-precision matrix in panels of [`PANEL`] columns, each `k × PANEL`
+/// contiguous and zero-padded.
+pub struct HalfPanels {
+    k: usize,
+    n: usize,
+    kind: Half,
+    data: PageBuf<u16>,
+}
+
+impl std::fmt::Debug for HalfPanels {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HalfPanels").field("k", &self.k).field("n", &self.n).field("kind", &self.kind).finish()
+    }
+}
+
+impl HalfPanels {
+    /// Copy `w` (any strides) into panels.
+    pub fn new(w: HalfRef) -> Self {
+        let (k, n) = (w.rows, w.cols);
+        let panels = n.div_ceil(PANEL);
+        let mut data = PageBuf::<u16>::zeroed(Self::len(k, n));
+        if k > 0 && n > 0 {
+            w.check();
+            let ptr = SendPtr(data.as_mut_ptr());
+            pool::run(panels, |j| {
+                let dst = ptr;
+                // SAFETY: task `j` writes panel `j` alone, inside `data`.
+                let panel = unsafe { std::slice::from_raw_parts_mut(dst.0.add(j * k * PANEL), k * PANEL) };
+                fill_panel(panel, w, j * PANEL);
+            });
+        }
+        Self { k, n, kind: w.kind, data }
+    }
+
+    fn len(k: usize, n: usize) -> usize {
+        n.div_ceil(PANEL) * k * PANEL
+    }
+
+    /// Bytes a copy of a `[k, n]` matrix takes.
+    pub fn bytes_for(k: usize, n: usize) -> usize {
+        Self::len(k, n) * 2
+    }
+
+    pub fn rows(&self) -> usize {
+        self.k
+    }
+
+    pub fn cols(&self) -> usize {
+        self.n
+    }
+}
+
+/// Panel starting at column `c0`: row `i` of the panel is `w[i, c0..c0 + PANEL]`.
+fn fill_panel(panel: &mut [u16], w: HalfRef, c0: usize) {
+    let cols = PANEL.min(w.cols - c0);
+    if w.cs == 1 {
+        for (i, dst) in panel.chunks_exact_mut(PANEL).enumerate() {
+            let s = w.at(i, c0);
+            dst[..cols].copy_from_slice(&w.data[s..s + cols]);
+        }
+    } else {
+        // Column by column: each a contiguous run where `rs == 1` (an `nn.Linear` weight).
+        for c in 0..cols {
+            for (i, dst) in panel.chunks_exact_mut(PANEL).enumerate() {
+                dst[c] = w.data[w.at(i, c0 + c)];
+            }
+        }
+    }
+}
+
+/// `dst[m, n] (+)= a[m, k] · w`, `dst` row-major with row stride `dst_rs`. Meant for few
+/// rows (at most [`STREAM_ROWS`]); correct for any number.
+pub fn matmul_half_panels(dst: &mut [f32], dst_rs: usize, a: MatRef, w: &HalfPanels, accumulate: bool) {
+    let (m, k, n) = (a.rows, a.cols, w.n);
+    assert_eq!(w.k, k, "matmul_half_panels: inner dimensions {k} and {}", w.k);
+    if nothing_to_multiply(dst, dst_rs, [m, k, n], accumulate, "matmul_half_panels") {
+        return;
+    }
+    a.check();
+    // The rows of `a`, contiguous.
+    let x: Vec<f32> = (0..m * k).map(|e| a.data[(a.offset as isize + (e / k) as isize * a.rs + (e % k) as isize * a.cs) as usize]).collect();
+    let panels = n.div_ceil(PANEL);
+    let parallel = pool::threads() > 1 && m * k * n >= GRAIN * 16;
+    let tasks_wanted = if parallel { pool::threads() * TASKS_PER_THREAD } else { 1 };
+    let per_task = panels.div_ceil(tasks_wanted);
+    let ptr = SendPtr(dst.as_mut_ptr());
+    let task = |t: usize| {
+        let dst = ptr;
+        for j in t * per_task..((t + 1) * per_task).min(panels) {
+            let (c0, panel) = (j * PANEL, &w.data[j * k * PANEL..(j + 1) * k * PANEL]);
+            let cols = PANEL.min(n - c0);
+            for r0 in (0..m).step_by(ROWS) {
+                let rows = ROWS.min(m - r0);
+                let mut sums = [[0.0f32; PANEL]; ROWS];
+                panel_product(w.kind, &x[r0 * k..(r0 + rows) * k], panel, &mut sums[..rows]);
+                for (r, s) in sums[..rows].iter().enumerate() {
+                    // SAFETY: tasks write disjoint panel columns of `dst`, inside it (checked
+                    // by `nothing_to_multiply`).
+                    let d = unsafe { std::slice::from_raw_parts_mut(dst.0.add((r0 + r) * dst_rs + c0), cols) };
+                    if accumulate {
+                        d.iter_mut().zip(s).for_each(|(d, s)| *d += s);
+                    } else {
+                        d.copy_from_slice(&s[..cols]);
+                    }
+                }
+            }
+        }
+    };
+    let tasks = panels.div_ceil(per_task);
+    if parallel && tasks > 1 {
+        pool::run(tasks, task);
+    } else {
+        (0..tasks).for_each(task);
+    }
+}
+
+/// `sums[r] = x_r · panel` for the `sums.len()` rows of `x` (each `k` long).
+fn panel_product(kind: Half, x: &[f32], panel: &[u16], sums: &mut [[f32; PANEL]]) {
+    macro_rules! rows {
+        ($bf16:literal) => {
+            match sums.len() {
+                1 => dispatch!(|x: &[f32], panel: &[u16], sums: &mut [[f32; PANEL]]| -> () { panel_body::<$bf16, 1>(x, panel, sums) }),
+                2 => dispatch!(|x: &[f32], panel: &[u16], sums: &mut [[f32; PANEL]]| -> () { panel_body::<$bf16, 2>(x, panel, sums) }),
+                3 => dispatch!(|x: &[f32], panel: &[u16], sums: &mut [[f32; PANEL]]| -> () { panel_body::<$bf16, 3>(x, panel, sums) }),
+                _ => dispatch!(|x: &[f32], panel: &[u16], sums: &mut [[f32; PANEL]]| -> () { panel_body::<$bf16, 4>(x, panel, sums) }),
+            }
+        };
+    }
+    match kind {
+        Half::Bf16 => rows!(true),
+        Half::F16 => rows!(false),
+    }
+}
+
+/// The panel read once, front to back: each row of the panel widened and added, times the
+/// depth's value of each row of `x`, into `M × PANEL` sums held in registers.
+#[inline(always)]
+fn panel_body<const BF16: bool, const M: usize>(x: &[f32], panel: &[u16], sums: &mut [[f32; PANEL]]) {
+    let k = x.len() / M;
+    let xs: [&[f32]; M] = std::array::from_fn(|r| &x[r * k..(r + 1) * k]);
+    let mut acc = [[0.0f32; PANEL]; M];
+    for (i, w) in panel[..k * PANEL].chunks_exact(PANEL).enumerate() {
+        let mut wf = [0.0f32; PANEL];
+        for l in 0..PANEL {
+            wf[l] = wide::<BF16>(w[l]);
+        }
+        for r in 0..M {
+            let v = xs[r][i];
+            for l in 0..PANEL {
+                acc[r][l] += v * wf[l];
+            }
+        }
+    }
+    sums[..M].copy_from_slice(&acc);
+}
+
+/// The panels kept for the half weight `view` of `owner` ([`super::kept`]), made now if
+/// they are not kept yet; `None` where copies are off or would not fit the budget.
+pub fn half_panels(owner: &burn::backend::flex::FlexTensor, view: HalfRef) -> Option<std::sync::Arc<HalfPanels>> {
+    use super::kept::{Layout, View, kept};
+    let key = View { offset: view.offset, dims: [view.rows, view.cols], strides: [view.rs, view.cs] };
+    kept(owner, key, Layout::HalfPanels, HalfPanels::bytes_for(view.rows, view.cols), || {
+        MADE_HERE.with(|c| c.set(c.get() + 1));
+        Some(HalfPanels::new(view))
+    })
+}
+
+thread_local! {
+    static MADE_HERE: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// Panel copies this thread has made so far (a product finding its weight's copy makes none).
+pub fn panels_made_on_this_thread() -> usize {
+    MADE_HERE.with(|c| c.get())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bits(kind: Half, v: &[f32]) -> Vec<u16> {
+        v.iter()
+            .map(|&x| match kind {
+                Half::Bf16 => burn::tensor::bf16::from_f32(x).to_bits(),
+                Half::F16 => burn::tensor::f16::from_f32(x).to_bits(),
+            })
+            .collect()
+    }
+
+    fn vals(n: usize, seed: usize) -> Vec<f32> {
+        (0..n).map(|i| (((i * 37 + seed * 11) % 101) as f32 - 50.0) / 50.0).collect()
+    }
+
+    #[test]
+    fn panel_products_match_the_half_product_on_every_layout_and_edge() {
+        for kind in [Half::Bf16, Half::F16] {
+            // One partial panel, several panels, a partial last panel, depth 1, rows 1..=5
+            // (a second group of rows), big enough to split over threads.
+            for &(m, k, n) in &[(1, 5, 3), (1, 768, 300), (3, 1, 70), (4, 600, 130), (5, 64, 129), (2, 768, 2304), (0, 4, 5), (2, 0, 7)] {
+                let w_bits = bits(kind, &vals(k * n, 2));
+                let wt_bits: Vec<u16> = (0..n * k).map(|i| w_bits[(i % k) * n + i / k]).collect();
+                let a_data = vals(m * (k + 3) + 1, 1);
+                // `a` at an offset, its rows wider than its width.
+                let a = MatRef { data: &a_data, offset: 1, rows: m, cols: k, rs: (k + 3) as isize, cs: 1 };
+                let views = [
+                    HalfRef { data: &w_bits, kind, offset: 0, rows: k, cols: n, rs: n as isize, cs: 1 },
+                    HalfRef { data: &wt_bits, kind, offset: 0, rows: n, cols: k, rs: k as isize, cs: 1 }.t(),
+                ];
+                for w in views {
+                    let panels = HalfPanels::new(w);
+                    assert_eq!((panels.rows(), panels.cols()), (k, n));
+                    for accumulate in [false, true] {
+                        let mut want = vec![0.5f32; m * n];
+                        super::super::half::matmul_half(&mut want, n, a, w, accumulate);
+                        let mut got = vec![0.5f32; m * n];
+                        matmul_half_panels(&mut got, n, a, &panels, accumulate);
+                        for (i, (&g, &e)) in got.iter().zip(&want).enumerate() {
+                            assert!((g - e).abs() <= 1e-5 * (1.0 + e.abs()), "{kind:?} {m}x{k}x{n} rs={} acc={accumulate} [{i}]: {g} vs {e}", w.rs);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
