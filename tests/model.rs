@@ -59,6 +59,37 @@ fn kv_cache_gives_the_same_logits_as_a_full_pass() {
     }
 }
 
+/// The cache writes each step's keys in place into buffers it grows: a copy of a cache
+/// must not see the other's later steps, and steps of several tokens work as single ones.
+#[test]
+fn a_cloned_kv_cache_continues_on_its_own() {
+    for name in ["gpt2_inverse_layer", "llama_gqa"] {
+        let model = load_model(&fixture(name), &Device::flex()).unwrap().model;
+        let v = model.config.vocab_size;
+        let a: Vec<i64> = (0..14).map(|i| (i * 37 % 128) as i64).collect();
+        let b: Vec<i64> = a[..5].iter().copied().chain((5..14).map(|i| (i * 11 % 128) as i64)).collect();
+        let mut cache_a = KvCache::new();
+        model.forward_cached(model.ids_tensor(&a[..5]), &mut cache_a);
+        let mut cache_b = cache_a.clone();
+        // `a` in steps of 3, 1, 5 tokens; `b` one token at a time, interleaved with `a`.
+        let mut got_a = Vec::new();
+        let mut got_b = Vec::new();
+        let mut ib = 5;
+        for (start, n) in [(5, 3), (8, 1), (9, 5)] {
+            got_a.extend(to_vec(model.forward_cached(model.ids_tensor(&a[start..start + n]), &mut cache_a)));
+            for _ in 0..n {
+                got_b.extend(to_vec(model.forward_cached(model.ids_tensor(&b[ib..ib + 1]), &mut cache_b)));
+                ib += 1;
+            }
+        }
+        for (what, got, ids) in [("a", got_a, &a), ("b", got_b, &b)] {
+            let full = to_vec(model.forward(model.ids_tensor(ids)));
+            let d = max_abs_diff(&got, &full[5 * v..]);
+            assert!(d <= 1e-4, "{name}, sequence {what}: cached vs full logits differ by {d:e}");
+        }
+    }
+}
+
 #[test]
 fn local_window_hides_exactly_the_keys_outside_it() {
     let mut cfg = TransformerConfig::gpt2_like(50, 16, 16, 2, 2);
