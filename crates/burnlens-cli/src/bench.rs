@@ -424,12 +424,16 @@ fn machine() -> serde_json::Value {
         use rayon::prelude::*;
         dst.par_chunks_mut(1 << 16).zip(src.par_chunks(1 << 16)).for_each(|(d, s)| d.copy_from_slice(s));
     }));
-    // Read bandwidth: what decoding does with the weights.
-    let read = median(timed(5, || {
-        std::hint::black_box(burnlens_model::kernels::simd::parallel_sum(&src));
+    // Read bandwidth: what decoding does with the weights, from where they live (packed and
+    // converted weights on huge pages, `kernels::pages`), and from the ordinary heap.
+    let read_from = |v: &[f32]| median(timed(5, || {
+        std::hint::black_box(burnlens_model::kernels::simd::parallel_sum(v));
     }));
+    let read_heap = read_from(&src);
+    let read = read_from(&burnlens_model::kernels::pages::PageBuf::copy_of(&src));
     json!({
         "read_gbps": (len * 4) as f64 / read / 1e9,
+        "read_gbps_heap": (len * 4) as f64 / read_heap / 1e9,
         "times": [gemm_all],
         "threads": rayon::current_num_threads(),
         "isa": burnlens_model::kernels::simd::isa(),
