@@ -40,6 +40,10 @@ pub struct BenchArgs {
     /// all, from memory as a decoding step does).
     #[arg(long)]
     pub in_cache: bool,
+    /// gemm with a half `--dtype`: multiply the decoding panels made from each copy
+    /// (`kernels::half_panels`, what decoding reads), not the weight as stored.
+    #[arg(long)]
+    pub panels: bool,
     /// train: the model and batch trained (the PyTorch peer has the same three).
     #[arg(long, value_enum, default_value_t = TrainShape::Cpu)]
     pub train_shape: TrainShape,
@@ -380,7 +384,8 @@ fn bench_gemm_half(a: &BenchArgs, [m, k, n]: [usize; 3], transposed: bool, kind:
     // Copies of the weight used in turn, 256 MB in all, so that each product reads its
     // weight from memory as a decoding step does (one copy would stay in the L3 cache).
     let copies = if a.in_cache { 1 } else { ((256usize << 20) / (2 * k * n).max(1)).clamp(1, 64) };
-    let bits: Vec<Vec<u16>> = (0..copies).map(|_| bits.clone()).collect();
+    // On huge pages, as the half weights converted at load and the panels are.
+    let bits: Vec<burnlens_model::kernels::pages::PageBuf<u16>> = (0..copies).map(|_| burnlens_model::kernels::pages::PageBuf::copy_of(&bits)).collect();
     fn view(data: &[u16], kind: burnlens_model::kernels::half::Half, [k, n]: [usize; 2], transposed: bool) -> HalfRef<'_> {
         if transposed {
             HalfRef { data, kind, offset: 0, rows: n, cols: k, rs: k as isize, cs: 1 }.t()
@@ -390,12 +395,23 @@ fn bench_gemm_half(a: &BenchArgs, [m, k, n]: [usize; 3], transposed: bool, kind:
     }
     let mut c = vec![0.0f32; m * n];
     let mut turn = 0;
-    let times = timed_warm(a.reps, std::time::Duration::from_millis(300), || {
-        turn = (turn + 1) % copies;
-        matmul_half(&mut c, n, MatRef::row_major(x, m, k), view(&bits[turn], kind, [k, n], transposed), false)
-    });
+    let warm = std::time::Duration::from_millis(300);
+    let times = if a.panels {
+        use burnlens_model::kernels::half_panels::{HalfPanels, matmul_half_panels};
+        let panels: Vec<HalfPanels> = bits.iter().map(|b| HalfPanels::new(view(b, kind, [k, n], transposed))).collect();
+        drop(bits);
+        timed_warm(a.reps, warm, || {
+            turn = (turn + 1) % copies;
+            matmul_half_panels(&mut c, n, MatRef::row_major(x, m, k), &panels[turn], false)
+        })
+    } else {
+        timed_warm(a.reps, warm, || {
+            turn = (turn + 1) % copies;
+            matmul_half(&mut c, n, MatRef::row_major(x, m, k), view(&bits[turn], kind, [k, n], transposed), false)
+        })
+    };
     json!({"times": times, "flops": 2.0 * (m * k * n) as f64, "weight_bytes": 2 * k * n, "shape": a.shape, "dtype": format!("{kind:?}"),
-           "weight_from": if copies == 1 { "cache" } else { "memory" }})
+           "weight_from": if copies == 1 { "cache" } else { "memory" }, "layout": if a.panels { "decoding panels" } else { "as stored" }})
 }
 
 /// A GEMM operand of `len` values in [-0.5, 0.5), periodic in `period` (a prime, so rows
