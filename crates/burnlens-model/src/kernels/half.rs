@@ -3,7 +3,9 @@
 //! `[out, in]` weight, the tied unembedding `W_Eᵀ`), widened a block at a time and never as
 //! a whole f32 copy.
 //!
-//! - **Few rows** (decoding, [`STREAM_ROWS`] or fewer): a streaming kernel reads each weight
+//! - **Few rows** (decoding, [`STREAM_ROWS`] or fewer), when the weight has no decoding
+//!   panels ([`super::half_panels`], which `linear` reads first while their budget has
+//!   room): a streaming kernel reads each weight
 //!   element once and widens it in registers, every task reading its share of the weight as
 //!   one stream in address order (several interleaved streams ran at a third to two thirds
 //!   of the speed from memory: the prefetchers did not follow them) — dot products down one

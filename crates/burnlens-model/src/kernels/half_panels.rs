@@ -10,21 +10,22 @@
 //! both read 28–33 GB/s from memory where gemm-f32's micro-kernels stream f32 panels at
 //! 42–45: the f32 model decoded faster per byte than the bf16 one. A panel is read front to
 //! back with its `PANEL` sums in registers (four AVX-512 registers per row of `x`), one
-//! stream per task and nothing stored until the panel ends: the probe in BENCHMARKS.md
-//! ("2026-11-26, decoding panels") reads bf16 panels at the f32 panels' rate.
+//! stream per task and nothing stored until the panel ends: in BENCHMARKS.md ("2026-11-26
+//! (later): decoding panels for half weights") bf16 panels read at the f32 panels' rate,
+//! 1.1–1.9x the stored layouts at GPT-2's and Llama 8B's shapes.
 //!
 //! The copy costs the weight's bytes again (GPT-2 small: 247 MB beside 247 MB of bf16
 //! weights); all kept copies share `BURNLENS_PACKED_MB` (default 1024), so a model larger
 //! than that gets panels for the weights first used until the budget is spent and reads the
 //! rest in place (an 8B model: 1 GB more than its 16 GB), and `BURNLENS_PACKED_MB=0` keeps
-//! every weight as stored. Prefill (more than [`STREAM_ROWS`] rows) never makes or reads one.
+//! every weight as stored. Prefill (more than [`super::half::STREAM_ROWS`] rows) never makes or
+//! reads one.
 //!
 //! Widening is exact (bf16: a shift; f16: [`super::half::f16_to_f32`]) and the sums are f32
 //! in depth order: within 1e-5 relative of the widened f32 product.
 
 use super::gemm::{MatRef, nothing_to_multiply};
 use super::half::{Half, HalfRef, wide};
-pub use super::half::STREAM_ROWS;
 use super::pages::PageBuf;
 use super::pool::{self, GRAIN, SendPtr};
 use super::simd::dispatch;
@@ -107,7 +108,7 @@ fn fill_panel(panel: &mut [u16], w: HalfRef, c0: usize) {
 }
 
 /// `dst[m, n] (+)= a[m, k] · w`, `dst` row-major with row stride `dst_rs`. Meant for few
-/// rows (at most [`STREAM_ROWS`]); correct for any number.
+/// rows (at most [`super::half::STREAM_ROWS`]); correct for any number.
 pub fn matmul_half_panels(dst: &mut [f32], dst_rs: usize, a: MatRef, w: &HalfPanels, accumulate: bool) {
     let (m, k, n) = (a.rows, a.cols, w.n);
     assert_eq!(w.k, k, "matmul_half_panels: inner dimensions {k} and {}", w.k);
