@@ -615,11 +615,12 @@ fn portable(dst: &mut [f32], dst_rs: usize, a: MatRef, w: HalfRef, accumulate: b
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::kernels::gemm::tests::{naive, vals};
 
-    fn to_bits(kind: Half, v: &[f32]) -> Vec<u16> {
+    /// `v` rounded to `kind`'s bits.
+    pub(crate) fn to_bits(kind: Half, v: &[f32]) -> Vec<u16> {
         v.iter()
             .map(|&x| match kind {
                 Half::Bf16 => burn::tensor::bf16::from_f32(x).to_bits(),
