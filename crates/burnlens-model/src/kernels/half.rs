@@ -199,8 +199,8 @@ const STREAM_TASKS_PER_THREAD: usize = 4;
 fn stream_columns(dst: &mut [f32], dst_rs: usize, rows: &[Vec<f32>], w: HalfRef, accumulate: bool, parallel: bool) {
     let (m, k, n) = (rows.len(), w.rows, w.cols);
     let tasks_wanted = if parallel { pool::threads() * STREAM_TASKS_PER_THREAD } else { 1 };
-    // Enough weight per task to amortise handing it out, in whole groups of four columns.
-    let block = n.div_ceil(tasks_wanted).max((GRAIN * 4 / k.max(1)).min(n)).next_multiple_of(4);
+    // Enough weight per task to amortise handing it out, in whole groups of deep columns.
+    let block = n.div_ceil(tasks_wanted).max((GRAIN * 4 / k.max(1)).min(n)).next_multiple_of(DEEP_GROUP);
     let ptr = SendPtr(dst.as_mut_ptr());
     let task = |t: usize| {
         let dst = ptr;
@@ -300,8 +300,8 @@ const LANES: usize = 32;
 /// The sum of `v`'s lanes as a tree (a chain of adds would not vectorise, and at decoding's
 /// widths it cost as much as the products).
 #[inline(always)]
-fn lane_sum(mut v: [f32; LANES]) -> f32 {
-    let mut half = LANES / 2;
+fn lane_sum<const N: usize>(mut v: [f32; N]) -> f32 {
+    let mut half = N / 2;
     while half > 0 {
         for l in 0..half {
             v[l] += v[l + half];
@@ -311,14 +311,34 @@ fn lane_sum(mut v: [f32; LANES]) -> f32 {
     v[0]
 }
 
+/// From this depth on, [`columns_dot`] reads [`DEEP_GROUP`] columns per pass: one row of `x`
+/// (32 KB from here) no longer stays in L1, and one column at a time reloaded it from L2 for
+/// every column (1×14336×4096 from memory: 23 GB/s, against 27–34 for eight columns per
+/// pass in the probe of BENCHMARKS.md "2026-11-26 (later)"). Shallower columns stay one at a
+/// time: there eight short streams at once ran slower than one (17–22 GB/s against 28–34
+/// at depth 768).
+const DEEP_COLUMNS: usize = 8192;
+/// Columns read together by one pass over deep columns.
+const DEEP_GROUP: usize = 8;
+/// Partial sums per column in a deep pass: one AVX-512 register.
+const DEEP_LANES: usize = 16;
+
 /// One column at a time: the task's weights are read as one stream, in address order.
 /// (Four columns at once, four streams a column apart, ran at a third of the speed from
-/// memory on the Zen 4 machine: the prefetchers did not follow.)
+/// memory on the Zen 4 machine at GPT-2's depth: the prefetchers did not follow.) Deep
+/// columns go [`DEEP_GROUP`] at a time ([`deep_columns_dot`]).
 #[inline(always)]
 fn columns_dot_body<const BF16: bool>(rows: &[Vec<f32>], w: HalfRef, c0: usize, out: &mut [f32], cols: usize) {
     let k = w.rows;
     let body = k / LANES * LANES;
-    for c in 0..cols {
+    let mut first = 0;
+    if k >= DEEP_COLUMNS {
+        while first + DEEP_GROUP <= cols {
+            deep_columns_dot::<BF16>(rows, w, c0, first, out, cols);
+            first += DEEP_GROUP;
+        }
+    }
+    for c in first..cols {
         let start = w.at(0, c0 + c);
         let col = &w.data[start..start + k];
         for (r, row) in rows.iter().enumerate() {
@@ -330,6 +350,34 @@ fn columns_dot_body<const BF16: bool>(rows: &[Vec<f32>], w: HalfRef, c0: usize, 
             }
             let tail: f32 = row[body..k].iter().zip(&col[body..]).map(|(&x, &b)| x * wide::<BF16>(b)).sum();
             out[r * cols + c] = lane_sum(acc) + tail;
+        }
+    }
+}
+
+/// Columns `first .. first + DEEP_GROUP` of the task's block (from `c0`), each row of `x`
+/// loaded once for all of them.
+#[inline(always)]
+fn deep_columns_dot<const BF16: bool>(rows: &[Vec<f32>], w: HalfRef, c0: usize, first: usize, out: &mut [f32], cols: usize) {
+    let k = w.rows;
+    let body = k / DEEP_LANES * DEEP_LANES;
+    let col: [&[u16]; DEEP_GROUP] = std::array::from_fn(|j| {
+        let start = w.at(0, c0 + first + j);
+        &w.data[start..start + k]
+    });
+    for (r, row) in rows.iter().enumerate() {
+        let mut acc = [[0.0f32; DEEP_LANES]; DEEP_GROUP];
+        for (ib, x) in row[..body].chunks_exact(DEEP_LANES).enumerate() {
+            let i = ib * DEEP_LANES;
+            for (acc, col) in acc.iter_mut().zip(&col) {
+                let wc = &col[i..i + DEEP_LANES];
+                for l in 0..DEEP_LANES {
+                    acc[l] += x[l] * wide::<BF16>(wc[l]);
+                }
+            }
+        }
+        for (j, (acc, col)) in acc.into_iter().zip(&col).enumerate() {
+            let tail: f32 = row[body..k].iter().zip(&col[body..]).map(|(&x, &b)| x * wide::<BF16>(b)).sum();
+            out[r * cols + first + j] = lane_sum(acc) + tail;
         }
     }
 }
@@ -649,8 +697,9 @@ pub(crate) mod tests {
     #[test]
     fn half_products_match_the_widened_f32_product_on_every_path_and_edge() {
         // m ≤ STREAM_ROWS streams, larger m goes through widened panels; partial panels,
-        // several depth blocks, both layouts of `w`, a strided `a`, both half kinds.
-        for &(m, k, n) in &[(1, 5, 3), (1, 700, 300), (3, 257, 1100), (4, 64, 17), (5, 300, 70), (13, 600, 130), (130, 64, 1100), (0, 3, 4), (4, 0, 5)] {
+        // several depth blocks, both layouts of `w`, a strided `a`, both half kinds; columns
+        // deep enough to be read DEEP_GROUP at a time, with a partial group and a tail.
+        for &(m, k, n) in &[(1, 5, 3), (1, 700, 300), (3, 257, 1100), (4, 64, 17), (5, 300, 70), (13, 600, 130), (130, 64, 1100), (0, 3, 4), (4, 0, 5), (2, DEEP_COLUMNS + 8, 21)] {
             let a_data = vals(m * (k + 2) + 1, 1);
             let a = MatRef { data: &a_data, offset: 1, rows: m, cols: k, rs: (k + 2) as isize, cs: 1 };
             for kind in [Half::Bf16, Half::F16] {
