@@ -249,12 +249,13 @@ impl LayerKv {
         if need <= cap {
             return self;
         }
+        let Self { k, v, len } = self;
         let grow = |t: Tensor<4>| {
             let [b, h, _, d] = t.dims();
-            let written = t.narrow(2, 0, self.len);
-            Tensor::cat(vec![written, Tensor::zeros([b, h, need.max(2 * cap) - self.len, d], &self.k.device())], 2)
+            let device = t.device();
+            Tensor::cat(vec![t.narrow(2, 0, len), Tensor::zeros([b, h, need.max(2 * cap) - len, d], &device)], 2)
         };
-        Self { k: grow(self.k.clone()), v: grow(self.v.clone()), len: self.len }
+        Self { k: grow(k), v: grow(v), len }
     }
 }
 
