@@ -167,7 +167,52 @@ fn panel_product(kind: Half, x: &[f32], panel: &[u16], sums: &mut [[f32; PANEL]]
     }
     match kind {
         Half::Bf16 => rows!(true),
+        #[cfg(target_arch = "x86_64")]
+        Half::F16 if super::simd::has_avx512() => match sums.len() {
+            // SAFETY: the CPU has AVX-512F (checked), which converts f16 in hardware.
+            1 => unsafe { f16_panel_avx512::<1>(x, panel, sums) },
+            2 => unsafe { f16_panel_avx512::<2>(x, panel, sums) },
+            3 => unsafe { f16_panel_avx512::<3>(x, panel, sums) },
+            _ => unsafe { f16_panel_avx512::<4>(x, panel, sums) },
+        },
         Half::F16 => rows!(false),
+    }
+}
+
+/// [`panel_body`] for f16 with AVX-512's conversion instruction (`vcvtph2ps`): the portable
+/// bit conversion vectorises but costs more than the memory it reads (1×768×3072 from
+/// memory: 26 GB/s either way, where bf16's shift reads 33–49). The same sums in the same
+/// order (a multiply, then an add).
+///
+/// # Safety
+/// The CPU must have AVX-512F.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn f16_panel_avx512<const M: usize>(x: &[f32], panel: &[u16], sums: &mut [[f32; PANEL]]) {
+    use std::arch::x86_64::*;
+    const V: usize = PANEL / 16;
+    let k = x.len() / M;
+    assert!(x.len() == M * k && panel.len() >= k * PANEL && sums.len() >= M, "f16_panel_avx512: operand sizes");
+    let mut acc = [[_mm512_setzero_ps(); V]; M];
+    let mut w = [_mm512_setzero_ps(); V];
+    for i in 0..k {
+        let row = panel[i * PANEL..].as_ptr();
+        for (v, w) in w.iter_mut().enumerate() {
+            // SAFETY: `row` holds PANEL values (checked above); unaligned loads.
+            *w = _mm512_cvtph_ps(unsafe { _mm256_loadu_si256(row.add(16 * v).cast::<__m256i>()) });
+        }
+        for (r, acc) in acc.iter_mut().enumerate() {
+            let xv = _mm512_set1_ps(x[r * k + i]);
+            for (a, &w) in acc.iter_mut().zip(&w) {
+                *a = _mm512_add_ps(*a, _mm512_mul_ps(xv, w));
+            }
+        }
+    }
+    for (acc, sums) in acc.iter().zip(sums.iter_mut()) {
+        for (v, a) in acc.iter().enumerate() {
+            // SAFETY: `sums` rows hold PANEL values.
+            unsafe { _mm512_storeu_ps(sums.as_mut_ptr().add(16 * v), *a) };
+        }
     }
 }
 
