@@ -233,7 +233,9 @@ pub struct KvCache {
 /// `len` positions are written: a step writes its own positions in place and hands out a
 /// view of the written ones, so that decoding copies no earlier key (a concatenation per
 /// step copied them all: 4% of a GPT-2 small bf16 decoding step at 80 positions). The
-/// capacity doubles when it runs out.
+/// capacity grows in whole chunks of [`KV_CHUNK`] positions: one copy of the cache per
+/// chunk of steps, and never more than a chunk unused (doubling would leave up to half of
+/// a long context's cache unused).
 #[derive(Debug, Clone)]
 struct LayerKv {
     k: Tensor<4>,
@@ -241,9 +243,12 @@ struct LayerKv {
     len: usize,
 }
 
+/// Positions a layer's key and value buffers grow by.
+const KV_CHUNK: usize = 256;
+
 impl LayerKv {
-    /// Room for `need` positions: the written ones copied into buffers of twice the capacity
-    /// if these are too small.
+    /// Room for `need` positions: the written ones copied into buffers of `need` rounded up
+    /// to whole [`KV_CHUNK`]s if these are too small.
     fn reserve(self, need: usize) -> Self {
         let cap = self.k.dims()[2];
         if need <= cap {
@@ -253,7 +258,7 @@ impl LayerKv {
         let grow = |t: Tensor<4>| {
             let [b, h, _, d] = t.dims();
             let device = t.device();
-            Tensor::cat(vec![t.narrow(2, 0, len), Tensor::zeros([b, h, need.max(2 * cap) - len, d], &device)], 2)
+            Tensor::cat(vec![t.narrow(2, 0, len), Tensor::zeros([b, h, need.next_multiple_of(KV_CHUNK) - len, d], &device)], 2)
         };
         Self { k: grow(k), v: grow(v), len }
     }
@@ -1336,4 +1341,47 @@ pub fn next_token_loss_of_real(logits: Tensor<3>, ids: Tensor<2, Int>, real: Opt
 pub fn cross_entropy(logits: Tensor<3>, targets: Tensor<2, Int>) -> Tensor<1> {
     let [b, t, v] = logits.dims();
     kernels::cross_entropy(logits.reshape([b * t, v]), targets.reshape([b * t]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn::tensor::{Device, TensorData};
+
+    /// Positions appended in steps of 1 to 40 tokens, past several chunks of capacity, come
+    /// back in order, and a copy of the cache taken midway keeps what it had.
+    #[test]
+    fn the_kv_cache_returns_every_position_in_order_across_growth() {
+        let device = Device::flex();
+        let [b, h, d] = [2, 3, 4];
+        let step = |first: usize, n: usize, sign: f32| {
+            let values: Vec<f32> = (0..b * h * n * d).map(|i| sign * (first * 1000 + i) as f32).collect();
+            Tensor::<4>::from_data(TensorData::new(values, [b, h, n, d]), &device)
+        };
+        let mut cache = KvCache::new();
+        let (mut want_k, mut want_v) = (Vec::new(), Vec::new());
+        let mut copy = None;
+        let mut pos = 0;
+        for (i, n) in [7, 1, 1, 40, 1, 250, 3, 300, 1].into_iter().enumerate() {
+            let (k, v) = (step(pos, n, 1.0), step(pos, n, -1.0));
+            want_k.push(k.clone());
+            want_v.push(v.clone());
+            let (got_k, got_v) = cache.extend(0, k, v);
+            pos += n;
+            assert_eq!(got_k.dims(), [b, h, pos, d]);
+            assert_eq!(got_k.into_data(), Tensor::cat(want_k.clone(), 2).into_data(), "keys after step {i}");
+            assert_eq!(got_v.into_data(), Tensor::cat(want_v.clone(), 2).into_data(), "values after step {i}");
+            if i == 4 {
+                copy = Some((cache.clone(), pos, Tensor::cat(want_k.clone(), 2)));
+            }
+        }
+        // The copy continues from where it was taken, and the original is untouched by it.
+        let (mut copy, at, then) = copy.unwrap();
+        let (k, _) = copy.extend(0, step(9999, 1, 1.0), step(9999, 1, -1.0));
+        assert_eq!(k.dims(), [b, h, at + 1, d]);
+        assert_eq!(k.into_data(), Tensor::cat(vec![then, step(9999, 1, 1.0)], 2).into_data(), "the copy saw the original's later steps");
+        let (k, _) = cache.extend(0, step(pos, 1, 1.0), step(pos, 1, -1.0));
+        want_k.push(step(pos, 1, 1.0));
+        assert_eq!(k.into_data(), Tensor::cat(want_k, 2).into_data(), "the copy's step reached the original");
+    }
 }
