@@ -50,6 +50,12 @@ impl<'a> MatRef<'a> {
     pub(crate) fn check(&self) {
         check_view([self.offset, self.rows, self.cols], [self.rs, self.cs], self.data.len());
     }
+
+    /// The values of row `r`, in column order (read through the strides).
+    pub(crate) fn row_values(&self, r: usize) -> impl Iterator<Item = f32> + '_ {
+        let start = self.offset as isize + r as isize * self.rs;
+        (0..self.cols).map(move |i| self.data[(start + i as isize * self.cs) as usize])
+    }
 }
 
 /// Panics unless every element of the strided view `[offset, rows, cols]`, `[rs, cs]` lies

@@ -182,7 +182,7 @@ pub fn matmul_half(dst: &mut [f32], dst_rs: usize, a: MatRef, w: HalfRef, accumu
 fn stream(dst: &mut [f32], dst_rs: usize, a: MatRef, w: HalfRef, accumulate: bool) {
     let (m, k) = (a.rows, a.cols);
     // The rows of `a`, contiguous (at most STREAM_ROWS × k floats).
-    let rows: Vec<Vec<f32>> = (0..m).map(|r| (0..k).map(|i| a.data[(a.offset as isize + r as isize * a.rs + i as isize * a.cs) as usize]).collect()).collect();
+    let rows: Vec<Vec<f32>> = (0..m).map(|r| a.row_values(r).collect()).collect();
     let parallel = pool::threads() > 1 && m * k * w.cols >= GRAIN * 16;
     if w.rs == 1 {
         stream_columns(dst, dst_rs, &rows, w, accumulate, parallel);

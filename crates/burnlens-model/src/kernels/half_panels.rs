@@ -24,8 +24,13 @@
 //! Widening is exact (bf16: a shift; f16: [`super::half::f16_to_f32`]) and the sums are f32
 //! in depth order: within 1e-5 relative of the widened f32 product.
 
+use std::sync::Arc;
+
+use burn::backend::flex::FlexTensor;
+
 use super::gemm::{MatRef, nothing_to_multiply};
 use super::half::{Half, HalfRef, wide};
+use super::kept::{Layout, View, kept};
 use super::pages::PageBuf;
 use super::pool::{self, GRAIN, SendPtr};
 use super::simd::dispatch;
@@ -117,7 +122,7 @@ pub fn matmul_half_panels(dst: &mut [f32], dst_rs: usize, a: MatRef, w: &HalfPan
     }
     a.check();
     // The rows of `a`, contiguous.
-    let x: Vec<f32> = (0..m * k).map(|e| a.data[(a.offset as isize + (e / k) as isize * a.rs + (e % k) as isize * a.cs) as usize]).collect();
+    let x: Vec<f32> = (0..m).flat_map(|r| a.row_values(r)).collect();
     let panels = n.div_ceil(PANEL);
     let parallel = pool::threads() > 1 && m * k * n >= GRAIN * 16;
     let tasks_wanted = if parallel { pool::threads() * TASKS_PER_THREAD } else { 1 };
@@ -240,8 +245,7 @@ fn panel_body<const BF16: bool, const M: usize>(x: &[f32], panel: &[u16], sums: 
 
 /// The panels kept for the half weight `view` of `owner` ([`super::kept`]), made now if
 /// they are not kept yet; `None` where copies are off or would not fit the budget.
-pub fn half_panels(owner: &burn::backend::flex::FlexTensor, view: HalfRef) -> Option<std::sync::Arc<HalfPanels>> {
-    use super::kept::{Layout, View, kept};
+pub fn half_panels(owner: &FlexTensor, view: HalfRef) -> Option<Arc<HalfPanels>> {
     let key = View { offset: view.offset, dims: [view.rows, view.cols], strides: [view.rs, view.cs] };
     kept(owner, key, Layout::HalfPanels, HalfPanels::bytes_for(view.rows, view.cols), || {
         MADE_HERE.with(|c| c.set(c.get() + 1));
