@@ -206,8 +206,10 @@ fn serve(mut conn: TcpStream, state: &Arc<Mutex<State>>) -> std::io::Result<()> 
         return respond(&mut conn, status, &h, part, !head_only);
     }
 
-    // API: /api/models/<repo>/revision/<rev>
-    if let Some(rest) = path.strip_prefix("/api/models/") {
+    // API: /api/models/<repo>/revision/<rev>, and /api/datasets/<repo>/... for the repos
+    // published as `datasets/<repo>` (whose files resolve under `/datasets/<repo>/`).
+    let api = path.strip_prefix("/api/models/").map(str::to_string).or_else(|| path.strip_prefix("/api/datasets/").map(|r| format!("datasets/{r}")));
+    if let Some(rest) = api {
         let Some((repo, rev)) = rest.split_once("/revision/") else { return not_found(&mut conn) };
         let rev = rev.replace("%2F", "/");
         let st = state.lock().unwrap();

@@ -34,6 +34,26 @@ pub struct HubId {
     /// `org/name`, or a bare `name` for the old top-level models (`gpt2`).
     pub repo: String,
     pub revision: String,
+    pub kind: RepoKind,
+}
+
+/// Which of the Hub's repository types an id names: its API path, download path and cache
+/// folder differ (`models--org--name`, `datasets--org--name`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RepoKind {
+    #[default]
+    Model,
+    Dataset,
+}
+
+impl RepoKind {
+    /// The plural the API and the cache use (`models`, `datasets`).
+    fn plural(self) -> &'static str {
+        match self {
+            RepoKind::Model => "models",
+            RepoKind::Dataset => "datasets",
+        }
+    }
 }
 
 impl HubId {
@@ -52,12 +72,17 @@ impl HubId {
         if revision.contains("..") || !revision.chars().all(|c| c.is_ascii_alphanumeric() || "-_./".contains(c)) {
             return None;
         }
-        Some(HubId { repo: repo.to_string(), revision: revision.to_string() })
+        Some(HubId { repo: repo.to_string(), revision: revision.to_string(), kind: RepoKind::Model })
     }
 
-    /// The cache folder name: `models--org--name`.
+    /// The same id read as a dataset repository.
+    pub fn dataset(self) -> Self {
+        HubId { kind: RepoKind::Dataset, ..self }
+    }
+
+    /// The cache folder name: `models--org--name` (or `datasets--org--name`).
     pub fn cache_name(&self) -> String {
-        format!("models--{}", self.repo.replace('/', "--"))
+        format!("{}--{}", self.kind.plural(), self.repo.replace('/', "--"))
     }
 
     fn is_commit(&self) -> bool {
@@ -311,7 +336,7 @@ impl Hub {
     }
 
     fn repo_info(&self, id: &HubId) -> std::result::Result<RepoInfo, HubFailure> {
-        let url = format!("{}/api/models/{}/revision/{}", self.endpoint, id.repo, url_path(&id.revision));
+        let url = format!("{}/api/{}/{}/revision/{}", self.endpoint, id.kind.plural(), id.repo, url_path(&id.revision));
         let resp = self.with_auth(self.agent(5).get(&url)).call().map_err(|e| HubFailure::Unreachable(e.to_string()))?;
         let status = resp.status().as_u16();
         if status != 200 {
@@ -330,7 +355,12 @@ impl Hub {
         if snap_file.is_file() {
             return Ok(());
         }
-        let url = format!("{}/{}/resolve/{}/{}", self.endpoint, id.repo, commit, file);
+        // Models resolve at `/{repo}/...`, other repository types under their plural.
+        let prefix = match id.kind {
+            RepoKind::Model => String::new(),
+            kind => format!("{}/", kind.plural()),
+        };
+        let url = format!("{}/{prefix}{}/resolve/{}/{}", self.endpoint, id.repo, commit, file);
         // What the server says the file is, before any byte is fetched (LFS files answer
         // with a redirect carrying X-Linked-Etag / X-Linked-Size).
         let head = self.with_auth(self.agent(0).head(&url)).call().map_err(|e| self.err(id, format!("HEAD {url}: {e}")))?;
@@ -546,7 +576,7 @@ mod tests {
 
     #[test]
     fn hub_ids_parse_and_paths_do_not() {
-        assert_eq!(HubId::parse("gpt2"), Some(HubId { repo: "gpt2".into(), revision: "main".into() }));
+        assert_eq!(HubId::parse("gpt2"), Some(HubId { repo: "gpt2".into(), revision: "main".into(), kind: RepoKind::Model }));
         let id = HubId::parse("EleutherAI/pythia-70m@step1000").unwrap();
         assert_eq!((id.repo.as_str(), id.revision.as_str(), id.cache_name().as_str()), ("EleutherAI/pythia-70m", "step1000", "models--EleutherAI--pythia-70m"));
         for bad in ["a/b/c", "../x", "a/..", "", "a@", "x y", "org/na me", "/abs/path"] {

@@ -1,0 +1,21 @@
+//! Corpora as people have them, streamed: plain text, `.jsonl` and `.parquet` files, folders
+//! of shards, or Hub datasets in the Hugging Face cache; text tokenized while reading and cut
+//! into context windows exactly as SAELens's activation store cuts them. Nothing reads a
+//! corpus whole into memory: a shard is read a line or a parquet record batch at a time.
+//!
+//! ```text
+//! DatasetSpec ──shards──▶ [files] ──Rows──▶ Row::{Text, Tokens} ──TokenRows──▶ Vec<u32>
+//!                                                   ──Windows (context_size, BOS)──▶ [u32; ctx]
+//! ```
+
+pub mod error;
+pub mod rows;
+pub mod shards;
+pub mod spec;
+pub mod windows;
+
+pub use error::{DataError, Result};
+pub use rows::{Column, Row, Rows};
+pub use shards::shard_files;
+pub use spec::DatasetSpec;
+pub use windows::{Concat, Separator, SpecialIds, WindowConfig, Windows};
