@@ -7,8 +7,12 @@
 //! - [`hf`]: Hugging Face `config.json` parsing, checkpoint import and export, tokenizers;
 //! - [`train`]: run configs, data, the training loop and checkpoints;
 //! - [`lens`]: caches, interventions, circuits, composition, detectors, SAEs, reports;
+//! - [`data`]: corpora (text, jsonl, parquet, Hub datasets) streamed into context windows;
+//! - [`features`]: SAE trainers with SAELens's definitions;
 //! - [`trace`]: transcoders and attribution graphs (circuit-tracer's method).
 
+pub use burnlens_data as data;
+pub use burnlens_features as features;
 pub use burnlens_hf as hf;
 pub use burnlens_lens as lens;
 pub use burnlens_model as model;

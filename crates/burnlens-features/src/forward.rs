@@ -1,0 +1,154 @@
+//! One training forward pass, as SAELens 6's `TrainingSAE.training_forward_pass` computes it:
+//! `sae_in = x − b_dec`, `hidden_pre = sae_in·W_enc + b_enc`, the architecture's activation,
+//! `sae_out = acts·W_dec + b_dec`, the MSE `Σ_d (sae_out − x)²` averaged over tokens, plus the
+//! architecture's terms. On autodiff tensors: the gradients are Burn's backward of these
+//! expressions, with JumpReLU's straight-through estimators written so that their
+//! backward is SAELens's (see [`jump_relu`] and [`step`]).
+
+use burn::tensor::activation::relu;
+use burn::tensor::{Bool, Tensor};
+
+use crate::architecture::{Architecture, LossTerm, TopKSettings};
+use crate::params::SaeParams;
+
+/// What a training pass produced.
+pub struct TrainPass {
+    /// `[n, d_sae]`
+    pub feature_acts: Tensor<2>,
+    /// `[1]`: the sum of the terms.
+    pub loss: Tensor<1>,
+    /// Each term `[1]`, in the architecture's order.
+    pub terms: Vec<(LossTerm, Tensor<1>)>,
+}
+
+/// The inputs of a pass besides the parameters.
+pub struct PassInput<'a> {
+    /// `[n, d_in]`
+    pub x: Tensor<2>,
+    /// The sparsity coefficient this step (after its warm-up).
+    pub coefficient: f64,
+    /// `[d_sae]` features dead before this step, and how many.
+    pub dead: Option<(&'a Tensor<1, Bool>, usize)>,
+}
+
+/// The training pass of `p` (autodiff leaves) on `input`.
+pub fn training_pass(p: &SaeParams, arch: &Architecture, input: PassInput) -> TrainPass {
+    let PassInput { x, coefficient, dead } = input;
+    let (_, d_sae) = p.dims();
+    let sae_in = x.clone() - p.b_dec.clone().unsqueeze::<2>();
+    let pre = sae_in.matmul(p.w_enc.clone()) + p.b_enc.clone().unsqueeze::<2>();
+    let norms = || p.w_dec.clone().square().sum_dim(1).sqrt().reshape([1, d_sae]);
+    let (acts, out, extra): (Tensor<2>, Tensor<2>, Vec<(LossTerm, Tensor<1>)>) = match arch {
+        Architecture::Standard { .. } => {
+            let acts = relu(pre);
+            let out = acts.clone().matmul(p.w_dec.clone()) + p.b_dec.clone().unsqueeze::<2>();
+            let l1 = (acts.clone() * norms()).abs().sum_dim(1).mean() * coefficient;
+            (acts, out, vec![(LossTerm::L1, l1)])
+        }
+        Architecture::TopK(t) | Architecture::BatchTopK { topk: t, .. } => {
+            let hidden = if t.rescale_acts_by_decoder_norm { pre * norms() } else { pre };
+            let acts = match arch {
+                Architecture::TopK(_) => top_k(hidden.clone(), t.k as usize),
+                _ => batch_top_k(hidden.clone(), t.k),
+            };
+            let out = decode_rescaled(p, t, acts.clone()) + p.b_dec.clone().unsqueeze::<2>();
+            let aux = aux_k_loss(p, t, &x, &out, hidden, dead);
+            (acts, out, vec![(LossTerm::AuxiliaryReconstruction, aux)])
+        }
+        Architecture::JumpRelu(j) => {
+            let theta = p.threshold.clone().expect("a JumpReLU SAE has thresholds").reshape([1, d_sae]);
+            let acts = jump_relu(pre.clone(), theta.clone(), j.bandwidth);
+            let out = acts.clone().matmul(p.w_dec.clone()) + p.b_dec.clone().unsqueeze::<2>();
+            let l0 = step(pre.clone(), theta.clone(), j.bandwidth).sum_dim(1).mean() * coefficient;
+            let mut terms = vec![(LossTerm::L0, l0)];
+            if let Some(c) = j.pre_act_loss_coefficient {
+                let loss = match dead {
+                    Some((mask, n)) if n > 0 => {
+                        let dead = mask.clone().float().reshape([1, d_sae]);
+                        (relu(theta - pre) * dead * norms()).sum_dim(1).mean() * c
+                    }
+                    _ => Tensor::zeros([1], &x.device()),
+                };
+                terms.push((LossTerm::PreAct, loss));
+            }
+            (acts, out, terms)
+        }
+    };
+    let mse = (out - x).square().sum_dim(1).mean();
+    let mut terms = vec![(LossTerm::Mse, mse)];
+    terms.extend(extra);
+    let loss = terms.iter().skip(1).fold(terms[0].1.clone(), |acc, (_, t)| acc + t.clone());
+    terms.sort_by_key(|(t, _)| t.name());
+    TrainPass { feature_acts: acts, loss, terms }
+}
+
+/// `acts · W_dec`, the activations divided by the decoder rows' norms first when the TopK
+/// choice was made on rescaled pre-activations (SAELens's `act_times_W_dec`).
+fn decode_rescaled(p: &SaeParams, t: &TopKSettings, acts: Tensor<2>) -> Tensor<2> {
+    let (_, d_sae) = p.dims();
+    let acts = if t.rescale_acts_by_decoder_norm { acts * p.w_dec.clone().square().sum_dim(1).sqrt().reshape([1, d_sae]).recip() } else { acts };
+    acts.matmul(p.w_dec.clone())
+}
+
+/// The ReLU of the `k` largest entries of each row, zero elsewhere.
+fn top_k(hidden: Tensor<2>, k: usize) -> Tensor<2> {
+    let [n, m] = hidden.dims();
+    let kth = hidden.clone().detach().topk(k, 1).narrow(1, k - 1, 1).expand([n, m]);
+    let keep = hidden.clone().detach().greater_equal(kth).float();
+    relu(hidden) * keep
+}
+
+/// The `⌊k·n⌋` largest ReLU activations of the whole batch, zero elsewhere.
+fn batch_top_k(hidden: Tensor<2>, k: f64) -> Tensor<2> {
+    let [n, m] = hidden.dims();
+    let acts = relu(hidden);
+    let kk = ((k * n as f64) as usize).clamp(1, n * m);
+    let kth = acts.clone().detach().reshape([n * m]).topk(kk, 0).narrow(0, kk - 1, 1).reshape([1, 1]).expand([n, m]);
+    let keep = acts.clone().detach().greater_equal(kth).float();
+    acts * keep
+}
+
+/// SAELens's TopK auxiliary loss: the `k_aux = min(d_in/2, dead)` largest pre-activations of
+/// dead features reconstruct the (detached) residual `x − sae_out` through the decoder
+/// without bias, scaled by `min(dead / (d_in/2), 1)`; zero without dead features.
+fn aux_k_loss(p: &SaeParams, t: &TopKSettings, x: &Tensor<2>, out: &Tensor<2>, hidden: Tensor<2>, dead: Option<(&Tensor<1, Bool>, usize)>) -> Tensor<1> {
+    let Some((mask, n_dead)) = dead.filter(|(_, n)| *n > 0) else { return Tensor::zeros([1], &x.device()) };
+    let [n, m] = hidden.dims();
+    let d_in = x.dims()[1];
+    let half = (d_in / 2).max(1);
+    let scale = (n_dead as f64 / half as f64).min(1.0);
+    let k_aux = half.min(n_dead);
+    let alive = mask.clone().bool_not().reshape([1, m]).expand([n, m]);
+    let masked = hidden.clone().detach().mask_fill(alive, f32::NEG_INFINITY);
+    let kth = masked.clone().topk(k_aux, 1).narrow(1, k_aux - 1, 1).expand([n, m]);
+    let keep = masked.greater_equal(kth).float();
+    let residual = (x.clone() - out.clone()).detach();
+    let recons = decode_rescaled(p, t, hidden * keep);
+    (recons - residual).square().sum_dim(1).mean() * (t.aux_loss_coefficient * scale)
+}
+
+/// `rectangle((x − θ)/bandwidth)`: 1 where `|x − θ| < bandwidth/2`.
+fn window(x: &Tensor<2>, theta: &Tensor<2>, bandwidth: f64) -> Tensor<2> {
+    let [n, m] = x.dims();
+    let z = (x.clone().detach() - theta.clone().detach().expand([n, m])) / bandwidth;
+    z.clone().greater_elem(-0.5).bool_and(z.lower_elem(0.5)).float()
+}
+
+/// `x · [x > θ]` whose backward is SAELens's `JumpReLU`: `[x > θ]·g` to `x`, and
+/// `−Σ_tokens (θ/bandwidth)·rectangle((x − θ)/bandwidth)·g` to `θ` (the estimator enters as
+/// `(θ − stop(θ))·c`, zero in value, `c` in gradient).
+pub fn jump_relu(x: Tensor<2>, theta: Tensor<2>, bandwidth: f64) -> Tensor<2> {
+    let [n, m] = x.dims();
+    let on = x.clone().detach().greater(theta.clone().detach().expand([n, m])).float();
+    let c = window(&x, &theta, bandwidth) * theta.clone().detach().expand([n, m]) * (-1.0 / bandwidth);
+    x * on + (theta.clone() - theta.detach()).expand([n, m]) * c
+}
+
+/// `[x > θ]` whose backward is SAELens's `Step`: nothing to `x`, and
+/// `−Σ_tokens (1/bandwidth)·rectangle((x − θ)/bandwidth)·g` to `θ`.
+pub fn step(x: Tensor<2>, theta: Tensor<2>, bandwidth: f64) -> Tensor<2> {
+    let [n, m] = x.dims();
+    let on = x.clone().detach().greater(theta.clone().detach().expand([n, m])).float();
+    let c = window(&x, &theta, bandwidth) * (-1.0 / bandwidth);
+    on + (theta.clone() - theta.detach()).expand([n, m]) * c
+}

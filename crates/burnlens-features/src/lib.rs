@@ -1,0 +1,22 @@
+//! Features from a corpus: sparse autoencoders trained the way SAELens 6 trains them
+//! (its encodings, losses, initialisation, Adam with global gradient clipping, learning-rate
+//! and coefficient schedules, dead-feature tracking), on activation batches from anywhere.
+//!
+//! ```text
+//! TrainerConfig + Architecture ─▶ SaeTrainer::new(SaeParams::init) ─▶ step(x) ... ─▶ params
+//! ```
+//! One module per concept: [`architecture`] (what each kind encodes and what it is
+//! penalised for), [`params`] (the weights and SAELens's initialisation), [`forward`] (a
+//! training forward pass and its loss terms), [`schedule`], [`adam`], [`trainer`].
+
+pub mod adam;
+pub mod architecture;
+pub mod forward;
+pub mod params;
+pub mod schedule;
+pub mod trainer;
+
+pub use architecture::{Architecture, JumpReluSettings, LossTerm, TopKSettings};
+pub use params::SaeParams;
+pub use schedule::{CoefficientSchedule, LrSchedule, LrScheduler};
+pub use trainer::{SaeTrainer, StepReport, TrainPassValues, TrainerConfig};

@@ -1,0 +1,149 @@
+//! The training loop's step, as SAELens 6's `SAETrainer._train_step`: the coefficient and
+//! learning rate of the step, the dead-feature mask from the counters (`passes since fired >
+//! dead_feature_window`), the training pass, the counters updated from which features fired,
+//! backward, global gradient clipping, Adam; JumpReLU thresholds clamped at 0 before the
+//! pass, BatchTopK's inference threshold moved towards the batch's smallest kept activation.
+
+use burn::tensor::{Bool, Device, Tensor, TensorData};
+use serde::{Deserialize, Serialize};
+
+use crate::adam::Adam;
+use crate::architecture::{Architecture, LossTerm};
+use crate::forward::{PassInput, training_pass};
+use crate::params::SaeParams;
+use crate::schedule::{CoefficientSchedule, LrSchedule};
+
+/// SAELens's trainer settings (`SAETrainerConfig`'s optimisation fields).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct TrainerConfig {
+    pub lr: LrSchedule,
+    pub adam_beta1: f64,
+    pub adam_beta2: f64,
+    /// A feature is dead after this many steps without firing.
+    pub dead_feature_window: usize,
+}
+
+/// What a step did.
+#[derive(Debug, Clone, Serialize)]
+pub struct StepReport {
+    pub step: usize,
+    pub lr: f64,
+    pub coefficient: f64,
+    /// Each loss term (SAELens's names), then their sum.
+    pub losses: Vec<(LossTerm, f64)>,
+    pub loss: f64,
+    /// Mean number of features firing per token.
+    pub l0: f64,
+    /// Features dead before the step.
+    pub dead: usize,
+}
+
+/// An SAE being trained and everything its next step depends on.
+#[derive(Debug, Clone)]
+pub struct SaeTrainer {
+    pub arch: Architecture,
+    pub cfg: TrainerConfig,
+    pub params: SaeParams,
+    pub adam: Adam,
+    /// Steps taken.
+    pub step: usize,
+    /// Per feature: steps since it last fired (SAELens's `n_forward_passes_since_fired`).
+    pub since_fired: Vec<u32>,
+    /// Per feature: tokens it fired on since the counts were last reset.
+    pub fired_tokens: Vec<u64>,
+    /// BatchTopK's running inference threshold (f64, as SAELens keeps it).
+    pub topk_threshold: f64,
+}
+
+impl SaeTrainer {
+    pub fn new(arch: Architecture, cfg: TrainerConfig, params: SaeParams) -> Self {
+        let (_, d_sae) = params.dims();
+        let adam = Adam::new(&params, cfg.adam_beta1, cfg.adam_beta2);
+        SaeTrainer { arch, cfg, params, adam, step: 0, since_fired: vec![0; d_sae], fired_tokens: vec![0; d_sae], topk_threshold: 0.0 }
+    }
+
+    fn coefficient(&self) -> f64 {
+        self.arch.coefficient().map_or(0.0, |(value, warm_up_steps)| CoefficientSchedule { value, warm_up_steps }.at(self.step))
+    }
+
+    /// Features dead now.
+    pub fn dead(&self) -> Vec<bool> {
+        self.since_fired.iter().map(|&s| s as usize > self.cfg.dead_feature_window).collect()
+    }
+
+    /// The gradients of the loss at the current parameters on `x` `[n, d_in]` (before
+    /// clipping), with the pass's report; nothing changes.
+    pub fn gradients(&self, x: Tensor<2>) -> (SaeParams, TrainPassValues) {
+        let (g, v, _) = self.backward(x);
+        (g, v)
+    }
+
+    fn backward(&self, x: Tensor<2>) -> (SaeParams, TrainPassValues, Vec<bool>) {
+        let device: Device = x.device();
+        let dead = self.dead();
+        let n_dead = dead.iter().filter(|&&d| d).count();
+        let mask = Tensor::<1, Bool>::from_data(TensorData::new(dead.clone(), [dead.len()]), &device);
+        let mut params = self.params.clone();
+        if let Some(t) = params.threshold.take() {
+            params.threshold = Some(t.clamp_min(0.0));
+        }
+        let leaves = params.leaves();
+        let pass = training_pass(&leaves, &self.arch, PassInput { x: x.autodiff(), coefficient: self.coefficient(), dead: Some((&mask.autodiff(), n_dead)) });
+        let acts = pass.feature_acts.clone().inner();
+        let fired = acts.clone().not_equal_elem(0.0);
+        let counts: Vec<i64> = fired.clone().int().sum_dim(0).into_data().convert::<i64>().try_into_vec::<i64>().expect("counts");
+        let l0 = fired.int().sum().into_scalar::<i64>() as f64 / acts.dims()[0] as f64;
+        let min_positive = match self.arch {
+            Architecture::BatchTopK { .. } => {
+                let pos = acts.clone().greater_elem(0.0);
+                let any = pos.clone().any().into_scalar::<bool>();
+                any.then(|| acts.mask_fill(pos.bool_not(), f32::INFINITY).min().into_scalar::<f32>() as f64)
+            }
+            _ => None,
+        };
+        let values = TrainPassValues {
+            losses: pass.terms.iter().map(|(t, v)| (*t, v.clone().inner().into_scalar::<f32>() as f64)).collect(),
+            loss: pass.loss.clone().inner().into_scalar::<f32>() as f64,
+            l0,
+            dead: n_dead,
+            fired: counts.iter().map(|&c| c as u64).collect(),
+            min_positive,
+        };
+        let grads = pass.loss.backward();
+        let g = leaves.grads(&grads);
+        (g, values, dead)
+    }
+
+    /// One training step on `x` `[n, d_in]`.
+    pub fn train_step(&mut self, x: Tensor<2>) -> StepReport {
+        let (lr, coefficient) = (self.cfg.lr.at(self.step), self.coefficient());
+        if let Some(t) = self.params.threshold.take() {
+            self.params.threshold = Some(t.clamp_min(0.0));
+        }
+        let (g, v, dead) = self.backward(x);
+        for (i, &c) in v.fired.iter().enumerate() {
+            self.since_fired[i] = if c > 0 { 0 } else { self.since_fired[i] + 1 };
+            self.fired_tokens[i] += c;
+        }
+        self.params = self.adam.step(&self.params, &g, lr);
+        if let (Architecture::BatchTopK { threshold_lr, .. }, Some(m)) = (self.arch, v.min_positive) {
+            self.topk_threshold = (1.0 - threshold_lr) * self.topk_threshold + threshold_lr * m;
+        }
+        let report = StepReport { step: self.step, lr, coefficient, losses: v.losses, loss: v.loss, l0: v.l0, dead: dead.iter().filter(|&&d| d).count() };
+        self.step += 1;
+        report
+    }
+}
+
+/// A pass's values read back from the device.
+#[derive(Debug, Clone)]
+pub struct TrainPassValues {
+    pub losses: Vec<(LossTerm, f64)>,
+    pub loss: f64,
+    pub l0: f64,
+    pub dead: usize,
+    /// Per feature: tokens of the batch it fired on.
+    pub fired: Vec<u64>,
+    /// BatchTopK: the smallest positive activation of the batch.
+    pub min_positive: Option<f64>,
+}

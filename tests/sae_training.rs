@@ -1,0 +1,161 @@
+//! SAE training against SAELens itself (`tests/fixtures/sae_train/`, written by
+//! `scripts/gen_sae_train_fixtures.py` with sae-lens's `SAETrainer`): from the same initial
+//! weights and activation batches, each architecture's first step (loss terms and gradients)
+//! within 1e-5 relative and ten steps with the learning-rate warm-up/decay, the coefficient
+//! warm-up, dead-feature terms and gradient clipping within 1e-4.
+
+mod common;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+use burn::tensor::{Device, Tensor, TensorData};
+use burnlens::features::{Architecture, JumpReluSettings, LrSchedule, LrScheduler, SaeParams, SaeTrainer, TopKSettings, TrainerConfig};
+use common::{Stored, read_safetensors};
+use serde_json::Value;
+
+const ARCHITECTURES: [&str; 4] = ["standard", "topk", "batchtopk", "jumprelu"];
+
+struct Case {
+    meta: Value,
+    t: HashMap<String, Stored>,
+}
+
+fn case(name: &str) -> Case {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/sae_train").join(name);
+    let meta = serde_json::from_str(&std::fs::read_to_string(dir.join("meta.json")).unwrap()).unwrap();
+    Case { meta, t: read_safetensors(&dir.join("tensors.safetensors")) }
+}
+
+fn architecture(meta: &Value) -> Architecture {
+    let s = &meta["sae"];
+    let f = |k: &str| s[k].as_f64().unwrap();
+    let topk = || TopKSettings::new(f("k"));
+    match meta["architecture"].as_str().unwrap() {
+        "standard" => Architecture::Standard { l1_coefficient: f("l1_coefficient"), l1_warm_up_steps: s["l1_warm_up_steps"].as_u64().unwrap() as usize },
+        "topk" => Architecture::TopK(topk()),
+        "batchtopk" => Architecture::BatchTopK { topk: topk(), threshold_lr: f("topk_threshold_lr") },
+        "jumprelu" => Architecture::JumpRelu(JumpReluSettings {
+            init_threshold: f("jumprelu_init_threshold"),
+            bandwidth: f("jumprelu_bandwidth"),
+            l0_coefficient: f("l0_coefficient"),
+            l0_warm_up_steps: s["l0_warm_up_steps"].as_u64().unwrap() as usize,
+            pre_act_loss_coefficient: s["pre_act_loss_coefficient"].as_f64(),
+        }),
+        other => panic!("{other}"),
+    }
+}
+
+fn trainer_config(meta: &Value) -> TrainerConfig {
+    let t = &meta["trainer"];
+    let u = |k: &str| t[k].as_u64().unwrap() as usize;
+    TrainerConfig {
+        lr: LrSchedule {
+            lr: t["lr"].as_f64().unwrap(),
+            lr_end: t["lr_end"].as_f64().unwrap(),
+            scheduler: LrScheduler::Constant,
+            warm_up_steps: u("lr_warm_up_steps"),
+            decay_steps: u("lr_decay_steps"),
+            total_steps: meta["steps"].as_u64().unwrap() as usize,
+        },
+        adam_beta1: 0.9,
+        adam_beta2: 0.999,
+        dead_feature_window: u("dead_feature_window"),
+    }
+}
+
+fn tensor2(s: &Stored, device: &Device) -> Tensor<2> {
+    let shape = if s.shape.len() == 1 { vec![1, s.shape[0]] } else { s.shape.clone() };
+    Tensor::from_data(TensorData::new(s.f32.clone(), [shape[0], shape[1]]), device)
+}
+
+fn params(c: &Case, prefix: &str, device: &Device) -> SaeParams {
+    let get = |n: &str| tensor2(&c.t[&format!("{prefix}.{n}")], device);
+    let row = |n: &str| get(n).squeeze_dim::<1>(0);
+    SaeParams {
+        w_enc: get("W_enc"),
+        b_enc: row("b_enc"),
+        w_dec: get("W_dec"),
+        b_dec: row("b_dec"),
+        threshold: c.t.contains_key(&format!("{prefix}.threshold")).then(|| row("threshold")),
+    }
+}
+
+fn batch(c: &Case, step: usize, device: &Device) -> Tensor<2> {
+    let s = &c.t["batches"];
+    let (n, d) = (s.shape[1], s.shape[2]);
+    Tensor::from_data(TensorData::new(s.f32[step * n * d..(step + 1) * n * d].to_vec(), [n, d]), device)
+}
+
+/// `max |got − want| / max |want|`.
+fn rel(got: &Tensor<2>, want: &Tensor<2>) -> f32 {
+    let g: Vec<f32> = got.to_data().to_vec::<f32>().unwrap();
+    let w: Vec<f32> = want.to_data().to_vec::<f32>().unwrap();
+    common::max_abs_diff(&g, &w) / common::max_abs(&w).max(1e-12)
+}
+
+fn assert_params(got: &SaeParams, want: &SaeParams, tol: f32, what: &str) {
+    for ((name, g), (_, w)) in got.named().into_iter().zip(want.named()) {
+        let r = rel(&g, &w);
+        assert!(r <= tol, "{what}: {name} differs from sae-lens by {r:e} (relative), more than {tol:e}");
+    }
+}
+
+#[test]
+fn first_step_losses_and_gradients_equal_saelens() {
+    let device = Device::default();
+    for name in ARCHITECTURES {
+        let c = case(name);
+        let trainer = SaeTrainer::new(architecture(&c.meta), trainer_config(&c.meta), params(&c, "init", &device));
+        let (grads, values) = trainer.gradients(batch(&c, 0, &device));
+        assert_params(&grads, &params(&c, "grad", &device), 1e-5, &format!("{name} gradients"));
+        let terms: Vec<&str> = c.meta["loss_terms"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+        let want = &c.t["losses"].f32[..terms.len()];
+        let got: Vec<f32> = values.losses.iter().map(|(_, v)| *v as f32).chain([values.loss as f32]).collect();
+        let names: Vec<&str> = values.losses.iter().map(|(t, _)| t.name()).chain(["loss"]).collect();
+        assert_eq!(names, terms, "{name}: loss terms");
+        for ((n, g), w) in names.iter().zip(&got).zip(want) {
+            assert!((g - w).abs() <= 1e-5 * w.abs().max(1e-3), "{name} {n}: {g} vs sae-lens {w}");
+        }
+    }
+}
+
+#[test]
+fn ten_steps_with_schedules_equal_saelens() {
+    let device = Device::default();
+    for name in ARCHITECTURES {
+        let c = case(name);
+        let steps = c.meta["steps"].as_u64().unwrap() as usize;
+        let n_terms = c.meta["loss_terms"].as_array().unwrap().len();
+        let mut trainer = SaeTrainer::new(architecture(&c.meta), trainer_config(&c.meta), params(&c, "init", &device));
+        for s in 0..steps {
+            let r = trainer.train_step(batch(&c, s, &device));
+            assert!((r.lr - c.t["lr"].f32[s] as f64).abs() < 1e-9, "{name} step {s}: lr {} vs {}", r.lr, c.t["lr"].f32[s]);
+            assert!((r.coefficient - c.t["coefficient"].f32[s] as f64).abs() < 1e-7, "{name} step {s}: coefficient");
+            let want = c.t["losses"].f32[s * n_terms + n_terms - 1];
+            assert!((r.loss as f32 - want).abs() <= 1e-4 * want.abs(), "{name} step {s}: loss {} vs sae-lens {want}", r.loss);
+            if s == 0 {
+                assert_params(&trainer.params, &params(&c, "step1", &device), 1e-5, &format!("{name} after one step"));
+            }
+        }
+        assert_params(&trainer.params, &params(&c, "final", &device), 1e-4, &format!("{name} after {steps} steps"));
+        let since: Vec<u32> = c.t["n_forward_passes_since_fired"].f32.iter().map(|&v| v as u32).collect();
+        assert_eq!(trainer.since_fired, since, "{name}: steps since each feature fired");
+        if let Some(t) = c.meta["topk_threshold"].as_f64() {
+            assert!((trainer.topk_threshold - t).abs() <= 1e-4 * t.abs(), "{name}: threshold {} vs {t}", trainer.topk_threshold);
+        }
+    }
+}
+
+#[test]
+fn a_fresh_sae_is_initialised_as_saelens_does() {
+    let device = Device::default();
+    let arch = Architecture::JumpRelu(JumpReluSettings::default());
+    let p = SaeParams::init(&arch, 16, 64, Some(0.1), &mut burnlens::model::Rng::new(1), &device);
+    let norms: Vec<f32> = p.w_dec.clone().square().sum_dim(1).sqrt().into_data().to_vec::<f32>().unwrap();
+    assert!(norms.iter().all(|n| (n - 0.1).abs() < 1e-6), "decoder rows of norm 0.1: {norms:?}");
+    assert_eq!(rel(&p.w_enc, &p.w_dec.clone().transpose()), 0.0, "encoder = decoder transposed");
+    let t: Vec<f32> = p.threshold.unwrap().into_data().to_vec::<f32>().unwrap();
+    assert!(t.iter().all(|&v| v == 0.01));
+    assert_eq!(p.b_dec.into_data().to_vec::<f32>().unwrap(), vec![0.0; 16]);
+}
