@@ -269,7 +269,7 @@ fn token_err(flag: &str, hint: &str, e: TokenError) -> anyhow::Error {
 }
 
 /// Load `--model` (a directory, Hub id or run), processing its weights if asked.
-fn load_model_args(args: &ModelArgs, common: &Common) -> Result<AnyModel> {
+pub(crate) fn load_model_args(args: &ModelArgs, common: &Common) -> Result<AnyModel> {
     let dir = crate::progress::model_dir(&args.model)?;
     let mut m = load_any(&dir, common)?;
     if args.process_weights {
@@ -540,44 +540,3 @@ pub fn backends() -> Result<()> {
     Ok(())
 }
 
-/// `burnlens train-sae` options.
-pub struct SaeTrainArgs {
-    pub hook: String,
-    pub d_sae: Option<usize>,
-    pub architecture: String,
-    pub k: usize,
-    pub l1: f64,
-    pub lr: f64,
-    pub steps: usize,
-    pub batch: usize,
-    pub seq_len: usize,
-    pub data: String,
-    pub seed: u64,
-}
-
-pub fn train_sae(args: &ModelArgs, a: &SaeTrainArgs, out: &Path, common: &Common) -> Result<()> {
-    use burnlens_lens::sae::Architecture;
-    use burnlens_lens::sae_train::{SaeTrainConfig, TokenSource, train_sae};
-    let m = load_model_args(args, common)?;
-    let vocab = m.model.config.vocab_size;
-    let source = match a.data.as_str() {
-        "random" => TokenSource::Random { vocab },
-        "repeated" => TokenSource::Repeated { vocab },
-        path => {
-            let text = std::fs::read_to_string(path).map_err(|e| UserError(format!("--data {path}: {e} (expected random, repeated or a text file)")))?;
-            TokenSource::Text(m.encode(&text, false).map_err(|e| token_err(&format!("--data {path}"), "use --data random or repeated", e))?)
-        }
-    };
-    let d_sae = a.d_sae.unwrap_or(4 * m.model.config.d_model);
-    let architecture = Architecture::from_name(&a.architecture, Some(a.k), false, d_sae).map_err(|(field, why)| UserError(format!("--{field}: {why}")))?;
-    let cfg = SaeTrainConfig { hook_name: a.hook.clone(), d_sae, architecture, l1_coefficient: a.l1, learning_rate: a.lr, steps: a.steps, batch: a.batch, seq_len: a.seq_len, seed: a.seed };
-    let (mut sae, report) = train_sae(&m.model, &source, &cfg)?;
-    sae.cfg.model_name = Some(m.dir.display().to_string());
-    sae.save(out)?;
-    write_atomic(&out.join("training.json"), serde_json::to_string_pretty(&report)?.as_bytes())?;
-    let (first, last) = (report.curve.first().expect("a step"), report.curve.last().expect("a step"));
-    println!("trained {:?} SAE on {} ({} features) over {} activations: loss {:.4} -> {:.4}", architecture, a.hook, d_sae, report.tokens, first.1, last.1);
-    println!("held out: explained variance {:.4}, mean L0 {:.2}, MSE {:.5}, dead features {}", report.explained_variance, report.mean_l0, report.mse, report.dead_features);
-    println!("wrote {} (SAELens layout) and training.json", out.display());
-    Ok(())
-}

@@ -5,6 +5,7 @@ mod bench;
 mod commands;
 mod output;
 mod progress;
+mod train_sae;
 
 use std::process::ExitCode;
 
@@ -297,48 +298,10 @@ enum Command {
         #[command(flatten)]
         common: Common,
     },
-    /// Train a sparse autoencoder on a model's activations at one hook point, streamed in
-    /// batches (never a full cache), and save it in SAELens's layout with training.json.
-    TrainSae {
-        #[command(flatten)]
-        model: ModelArgs,
-        /// The hook point, e.g. blocks.1.hook_resid_pre.
-        #[arg(long)]
-        hook: String,
-        /// Number of features (default: 4 x d_model).
-        #[arg(long)]
-        d_sae: Option<usize>,
-        /// standard (ReLU with an L1 penalty) or topk.
-        #[arg(long, default_value = "standard")]
-        architecture: String,
-        /// Active features per token, for topk.
-        #[arg(long, default_value_t = 32)]
-        k: usize,
-        /// L1 coefficient, for standard (on the induction toy's residual stream 0.1 gave
-        /// explained variance 0.97 at L0 15).
-        #[arg(long, default_value_t = 0.1)]
-        l1: f64,
-        #[arg(long, default_value_t = 1e-3)]
-        lr: f64,
-        #[arg(long, default_value_t = 2000)]
-        steps: usize,
-        /// Sequences per step.
-        #[arg(long, default_value_t = 16)]
-        batch: usize,
-        #[arg(long, default_value_t = 32)]
-        seq_len: usize,
-        /// Token source: `random`, `repeated` (random halves repeated, the induction toy's
-        /// data) or a text file read with the model's tokenizer.
-        #[arg(long, default_value = "random")]
-        data: String,
-        #[arg(long, default_value_t = 0)]
-        seed: u64,
-        /// Output directory (cfg.json, sae_weights.safetensors, training.json).
-        #[arg(long)]
-        out: std::path::PathBuf,
-        #[command(flatten)]
-        common: Common,
-    },
+    /// Train an SAE (standard, topk, batchtopk or jumprelu, as SAELens trains them) on a
+    /// model's activations at one hook point, streamed from a dataset through a mixing buffer;
+    /// resumable; the SAE is saved in SAELens's layout.
+    TrainSae(Box<train_sae::TrainSaeArgs>),
     /// Run a sparse autoencoder saved in SAELens's layout on its hook point: reconstruction,
     /// L0, explained variance, top features per token, loss with the SAE spliced in.
     Sae {
@@ -472,10 +435,7 @@ pub fn run() -> ExitCode {
         Command::Attribute { model, input, target, wrong, pos, out, common } => commands::attribute(&model, &input, &target, wrong.as_deref(), pos, &out, &common),
         Command::Graph { model, input, graph, out, common } => commands::graph(&model, &input, &graph, &out, &common),
         Command::Lens { model, input, target, top, out, common } => commands::lens(&model, &input, target.as_deref(), top, &out, &common),
-        Command::TrainSae { model, hook, d_sae, architecture, k, l1, lr, steps, batch, seq_len, data, seed, out, common } => {
-            let spec = commands::SaeTrainArgs { hook, d_sae, architecture, k, l1, lr, steps, batch, seq_len, data, seed };
-            commands::train_sae(&model, &spec, &out, &common)
-        }
+        Command::TrainSae(args) => train_sae::run(&args),
         Command::Sae { model, sae, input, top, out, common } => commands::sae(&model, &sae, &input, top, &out, &common),
         Command::Download { id } => commands::download(&id),
         Command::Train { config, sets, resume, quiet, common } => commands::train(config.as_deref(), &sets, resume.as_deref(), quiet, &common),
@@ -519,6 +479,9 @@ fn exit_code(err: &anyhow::Error) -> u8 {
             || c.is::<burnlens_lens::SaeError>()
             || c.is::<burnlens_lens::MetricError>()
             || c.is::<burnlens_trace::TraceError>()
+            || c.is::<burnlens_data::DataError>()
+            || c.is::<burnlens_features::RunError>()
+            || c.is::<burnlens_features::StoreError>()
         {
             return 2;
         }

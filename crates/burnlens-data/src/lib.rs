@@ -12,10 +12,12 @@ pub mod error;
 pub mod rows;
 pub mod shards;
 pub mod spec;
+pub mod synthetic;
 pub mod windows;
 
 pub use error::{DataError, Result};
 pub use rows::{Column, Row, Rows};
 pub use shards::shard_files;
 pub use spec::DatasetSpec;
+pub use synthetic::Synthetic;
 pub use windows::{Concat, Separator, SpecialIds, WindowConfig, Windows};

@@ -4,7 +4,6 @@
 use std::path::{Path, PathBuf};
 
 use crate::error::{DataError, Result};
-use crate::spec::in_split;
 
 /// The kinds of file a corpus may be made of.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,4 +69,29 @@ fn walk(root: &Path, dir: &Path, split: Option<&str>, out: &mut Vec<PathBuf>) ->
         }
     }
     Ok(())
+}
+
+/// Whether a file of a dataset repository belongs to `split`, by the Hub's file-naming
+/// conventions: a folder named after it (`train/…`), or a file name that starts with it
+/// followed by `-`, `_` or `.` (`data/train-00000-of-00002.parquet`, `test.jsonl`).
+pub fn in_split(path: &str, split: Option<&str>) -> bool {
+    let Some(split) = split else { return true };
+    let mut parts: Vec<&str> = path.split('/').collect();
+    let name = parts.pop().unwrap_or_default();
+    parts.contains(&split) || name.strip_prefix(split).is_some_and(|rest| rest.starts_with(['-', '_', '.']))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn split_by_folder_or_file_name() {
+        assert!(in_split("data/train-00000-of-00002.parquet", Some("train")));
+        assert!(in_split("train/shard_0.jsonl", Some("train")));
+        assert!(in_split("test.jsonl", Some("test")));
+        assert!(!in_split("data/test-00000-of-00001.parquet", Some("train")));
+        assert!(!in_split("data/trainer.parquet", Some("train")));
+        assert!(in_split("anything.parquet", None));
+    }
 }

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use burnlens_hf::hub::{Hub, HubId, Progress};
 
 use crate::error::{DataError, Result};
-use crate::shards::{is_data_file, shard_files};
+use crate::shards::{in_split, is_data_file, shard_files};
 
 /// A dataset as the user names it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -67,16 +67,6 @@ impl std::fmt::Display for DatasetSpec {
     }
 }
 
-/// Whether a file of a dataset repository belongs to `split`, by the Hub's file-naming
-/// conventions: a folder named after it (`train/…`), or a file name that starts with it
-/// followed by `-`, `_` or `.` (`data/train-00000-of-00002.parquet`, `test.jsonl`).
-pub fn in_split(path: &str, split: Option<&str>) -> bool {
-    let Some(split) = split else { return true };
-    let mut parts: Vec<&str> = path.split('/').collect();
-    let name = parts.pop().unwrap_or_default();
-    parts.contains(&split) || name.strip_prefix(split).is_some_and(|rest| rest.starts_with(['-', '_', '.']))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -87,15 +77,5 @@ mod tests {
         assert_eq!((id.repo.as_str(), id.revision.as_str(), split.as_deref()), ("NeelNanda/pile-10k", "abc", Some("train")));
         assert_eq!(id.cache_name(), "datasets--NeelNanda--pile-10k");
         assert!(DatasetSpec::parse("no-such-file.txt").is_err());
-    }
-
-    #[test]
-    fn split_by_folder_or_file_name() {
-        assert!(in_split("data/train-00000-of-00002.parquet", Some("train")));
-        assert!(in_split("train/shard_0.jsonl", Some("train")));
-        assert!(in_split("test.jsonl", Some("test")));
-        assert!(!in_split("data/test-00000-of-00001.parquet", Some("train")));
-        assert!(!in_split("data/trainer.parquet", Some("train")));
-        assert!(in_split("anything.parquet", None));
     }
 }

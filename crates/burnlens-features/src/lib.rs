@@ -7,16 +7,25 @@
 //! ```
 //! One module per concept: [`architecture`] (what each kind encodes and what it is
 //! penalised for), [`params`] (the weights and SAELens's initialisation), [`forward`] (a
-//! training forward pass and its loss terms), [`schedule`], [`adam`], [`trainer`].
+//! training forward pass and its loss terms), [`schedule`], [`adam`], [`trainer`]; [`mixing`] and [`store`]
+//! turn a corpus's windows into shuffled activation batches.
 
 pub mod adam;
 pub mod architecture;
 pub mod forward;
+pub mod inference;
+pub mod mixing;
 pub mod params;
+pub mod run;
 pub mod schedule;
+pub mod store;
 pub mod trainer;
 
 pub use architecture::{Architecture, JumpReluSettings, LossTerm, TopKSettings};
 pub use params::SaeParams;
+pub use inference::{SaeSite, inference_sae};
+pub use mixing::MixingBuffer;
+pub use run::{Progress, RunError, RunSummary, SaeRunConfig, train};
+pub use store::{ActivationStore, StoreConfig, StoreError, WindowSource};
 pub use schedule::{CoefficientSchedule, LrSchedule, LrScheduler};
 pub use trainer::{SaeTrainer, StepReport, TrainPassValues, TrainerConfig};

@@ -14,7 +14,6 @@ pub mod process;
 pub mod report;
 pub mod residual;
 pub mod sae;
-pub mod sae_train;
 pub mod tool_reports;
 pub mod views;
 

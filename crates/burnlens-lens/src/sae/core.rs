@@ -50,8 +50,6 @@ pub enum Architecture {
 impl Architecture {
     /// SAELens's names, as `cfg.json` and the command line spell them.
     pub const NAMES: &'static [&'static str] = &["standard", "jumprelu", "topk"];
-    /// Those [`crate::sae_train`] trains.
-    pub const TRAINABLE: &'static [&'static str] = &["standard", "topk"];
 
     /// The SAELens name.
     pub fn name(&self) -> &'static str {

@@ -1,0 +1,92 @@
+//! `burnlens train-sae` end to end: a run on a corpus file, a run killed with SIGKILL and
+//! resumed that ends bit-identical to an uninterrupted one, and bad input refused in one line.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::{assert_bad_input, burnlens, fixture};
+
+const MODEL: &str = "tests/fixtures/trained_gpt2_char";
+
+fn args<'a>(out: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut a = vec!["train-sae", "--model", MODEL, "--hook", "blocks.1.hook_resid_pre", "--d-sae", "64", "--batch", "4", "--seq-len", "16", "--out", out];
+    a.extend_from_slice(extra);
+    a
+}
+
+#[test]
+fn a_corpus_run_writes_an_sae_in_saelens_layout_and_metrics() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("run");
+    let corpus = fixture("data").join("corpus.parquet");
+    let o = burnlens(&args(out.to_str().unwrap(), &["--architecture", "jumprelu", "--l1", "0.01", "--steps", "12", "--data", corpus.to_str().unwrap()]));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let cfg: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out.join("sae/cfg.json")).unwrap()).unwrap();
+    assert_eq!(cfg["architecture"], "jumprelu");
+    assert_eq!(cfg["metadata"]["hook_name"], "blocks.1.hook_resid_pre");
+    let st = std::fs::read(out.join("sae/sae_weights.safetensors")).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&st).unwrap();
+    assert_eq!(st.tensor("threshold").unwrap().shape(), [64]);
+    let lines = std::fs::read_to_string(out.join("metrics.jsonl")).unwrap();
+    let last: serde_json::Value = serde_json::from_str(lines.lines().last().unwrap()).unwrap();
+    assert_eq!(last["step"], 12);
+    assert!(last["mse_loss"].as_f64().is_some() && last["l0_loss"].as_f64().is_some(), "{last}");
+    // The SAE runs on the model through `burnlens sae`.
+    let report = tmp.path().join("report");
+    let o = burnlens(&["sae", "--model", MODEL, "--sae", out.join("sae").to_str().unwrap(), "--ids", "1,2,3,4,5", "--out", report.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
+fn weights(dir: &Path) -> Vec<u8> {
+    std::fs::read(dir.join("sae/sae_weights.safetensors")).unwrap()
+}
+
+#[test]
+fn a_run_killed_mid_way_resumes_and_ends_bit_identical() {
+    let tmp = tempfile::tempdir().unwrap();
+    let extra = ["--architecture", "topk", "--k", "4", "--steps", "1500", "--checkpoint-every", "100", "--data", "random", "--seed", "5"];
+    let whole = tmp.path().join("whole");
+    let o = burnlens(&args(whole.to_str().unwrap(), &extra));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+
+    let killed = tmp.path().join("killed");
+    let a = args(killed.to_str().unwrap(), &extra);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_burnlens")).args(&a).env_remove("BURNLENS_BACKEND").spawn().unwrap();
+    let ckpt = killed.join("checkpoint.safetensors");
+    let t0 = Instant::now();
+    while !ckpt.exists() && t0.elapsed() < Duration::from_secs(120) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    std::thread::sleep(Duration::from_millis(30));
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    assert!(ckpt.exists(), "a checkpoint was written before the kill");
+    assert!(!killed.join("sae").exists(), "killed before the end (make the run longer if this fails)");
+    let o = burnlens(&a);
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(stdout.contains("resumed at step"), "{stdout}");
+    assert!(weights(&whole) == weights(&killed), "the resumed run's SAE differs from the uninterrupted run's");
+}
+
+#[test]
+fn bad_input_is_one_line_naming_what_is_wrong() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("run");
+    let out = out.to_str().unwrap();
+    assert_bad_input(&burnlens(&["train-sae", "--model", MODEL, "--hook", "blocks.9.hook_resid_pre", "--out", out]), "blocks.9.hook_resid_pre");
+    let long = ["train-sae", "--model", MODEL, "--hook", "blocks.1.hook_resid_pre", "--seq-len", "100000", "--out", out];
+    assert_bad_input(&burnlens(&long), "context_size");
+    let corpus = fixture("data").join("corpus.parquet");
+    assert_bad_input(&burnlens(&args(out, &["--data", corpus.to_str().unwrap(), "--column", "body"])), "`body`");
+    assert_bad_input(&burnlens(&args(out, &["--architecture", "gated"])), "--architecture");
+    assert_bad_input(&burnlens(&args(out, &["--data", "no/such-dataset-here"])), "no/such-dataset-here");
+    // A run directory holding another run's configuration is not overwritten.
+    assert!(burnlens(&args(out, &["--steps", "2"])).status.success());
+    let before = std::fs::read(Path::new(out).join("config.json")).unwrap();
+    assert_bad_input(&burnlens(&args(out, &["--steps", "3"])), "another configuration");
+    assert_eq!(std::fs::read(Path::new(out).join("config.json")).unwrap(), before);
+}
