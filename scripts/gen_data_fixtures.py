@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Build the corpus fixtures under tests/fixtures/data/ with SAELens itself.
 
-Run through `cargo xtask data-fixtures` (the venv with sae-lens pinned in xtask, pyarrow for
-the parquet files). Not run in CI: its output is committed.
+Run through `cargo xtask features-fixtures` (the venv with sae-lens pinned in xtask, pyarrow
+for the parquet files). Not run in CI: its output is committed.
 
 The corpus is synthetic (seeded random sentences), written three ways: `corpus.txt` (a row
 per line), `corpus.jsonl` (a `text` field) and `corpus.parquet` (a `text` column, snappy, in

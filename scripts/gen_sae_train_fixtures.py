@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Build the SAE training fixtures under tests/fixtures/sae_train/ with SAELens itself.
 
-Run through `cargo xtask sae-train-fixtures` (the venv with sae-lens pinned in xtask). Not run
+Run through `cargo xtask features-fixtures` (the venv with sae-lens pinned in xtask). Not run
 in CI: its output is committed.
 
 For each architecture (standard, topk, batchtopk, jumprelu) a small training SAE is built by

@@ -7,6 +7,9 @@
 //!   autoencoder fixtures in `tests/fixtures/sae` with `scripts/gen_sae_fixtures.py`, and
 //!   the TransformerLens references of the attribution tools in `tests/fixtures/tl` with
 //!   `scripts/gen_tl_fixtures.py`.
+//! - `features-fixtures`: with sae-lens in the venv (and pyarrow), regenerate the corpus
+//!   windows in `tests/fixtures/data` (`scripts/gen_data_fixtures.py`) and the SAE training
+//!   steps in `tests/fixtures/sae_train` (`scripts/gen_sae_train_fixtures.py`).
 //! - `trace-fixtures`: make `target/venv-trace` with circuit-tracer (pinned below) and
 //!   regenerate the attribution-graph fixtures in `tests/fixtures/trace` with
 //!   `scripts/gen_trace_fixtures.py`.
@@ -1023,7 +1026,8 @@ fn main() -> Result<()> {
             // An SAE trained by burnlens on a model trained by burnlens, for sae-lens to read.
             let trained = root().join("target/sae-export/topk_trained_gpt2_char");
             run(Command::new("cargo").current_dir(root()).args(["run", "--quiet", "--", "train-sae", "--model", "tests/fixtures/trained_gpt2_char", "--hook", "blocks.1.hook_resid_pre", "--architecture", "topk", "--k", "8", "--d-sae", "96", "--steps", "400", "--batch", "8", "--seq-len", "24", "--seed", "3", "--out"]).arg(&trained))?;
-            run(Command::new(&py).current_dir(root()).arg("scripts/gen_sae_fixtures.py").arg(format!("burnlens_topk_trained_gpt2_char={}@trained_gpt2_char", trained.display())))?;
+            let sae = trained.join("sae");
+            run(Command::new(&py).current_dir(root()).arg("scripts/gen_sae_fixtures.py").arg(format!("burnlens_topk_trained_gpt2_char={}@trained_gpt2_char", sae.display())))?;
             // A Gemma Scope SAE in its release layout (params.npz), read by sae-lens's own loader.
             run(Command::new(&py).current_dir(root().join("scripts")).arg("gen_gemma_scope_fixture.py"))?;
             // TransformerLens (a dependency of sae-lens) on the gpt2 fixture: gradients,
@@ -1031,6 +1035,14 @@ fn main() -> Result<()> {
             run(Command::new(&py).current_dir(root()).arg("scripts/gen_tl_fixtures.py"))?;
             // TransformerLens's caches on the newer families (QK-norm, post-norms, soft-caps).
             run(Command::new(py).current_dir(root()).arg("scripts/gen_tl_family_fixtures.py"))?;
+        }
+        "features-fixtures" => {
+            // SAELens's own windows (tests/fixtures/data) and training steps
+            // (tests/fixtures/sae_train); pyarrow writes the parquet corpora.
+            let py = venv_with_sae_lens()?;
+            run(Command::new(&py).args(["-m", "pip", "install", "--quiet", "pyarrow"]))?;
+            run(Command::new(&py).current_dir(root()).arg("scripts/gen_data_fixtures.py"))?;
+            run(Command::new(py).current_dir(root()).arg("scripts/gen_sae_train_fixtures.py"))?;
         }
         "half-fixtures" => {
             // bf16 copies of every family's fixture, with transformers' f32 run on each.
@@ -1049,7 +1061,7 @@ fn main() -> Result<()> {
         "bench-scale" => bench_scale(std::env::args().skip(2).collect())?,
         "bench-trace" => bench_trace(std::env::args().skip(2).collect())?,
         "parity-tch" => parity_tch(std::env::args().skip(2).collect())?,
-        _ => bail!("usage: cargo xtask <test [CARGO TEST ARGS]|fixtures|half-fixtures|sae-fixtures|trace-fixtures [CASE...]|venv|bench [WORKLOAD...]|bench-train|bench-scale [MODEL...]|bench-trace [TOKENS...]|parity-tch>"),
+        _ => bail!("usage: cargo xtask <test [CARGO TEST ARGS]|fixtures|half-fixtures|sae-fixtures|features-fixtures|trace-fixtures [CASE...]|venv|bench [WORKLOAD...]|bench-train|bench-scale [MODEL...]|bench-trace [TOKENS...]|parity-tch>"),
     }
     Ok(())
 }
