@@ -38,6 +38,23 @@ fn a_corpus_run_writes_an_sae_in_saelens_layout_and_metrics() {
     let report = tmp.path().join("report");
     let o = burnlens(&["sae", "--model", MODEL, "--sae", out.join("sae").to_str().unwrap(), "--ids", "1,2,3,4,5", "--out", report.to_str().unwrap()]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // SAELens's metrics of it over windows of the same corpus.
+    let metrics = tmp.path().join("metrics.json");
+    let eval = |batches: &str| {
+        burnlens(&["eval-sae", "--model", MODEL, "--sae", out.join("sae").to_str().unwrap(), "--data", corpus.to_str().unwrap(), "--seq-len", "16", "--batches", batches, "--batch-size", "4", "--out", metrics.to_str().unwrap()])
+    };
+    let o = eval("3");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let m: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&metrics).unwrap()).unwrap();
+    let ev = m["metrics"]["reconstruction_quality"]["explained_variance"].as_f64().unwrap();
+    assert!(ev.is_finite() && ev <= 1.0, "{m}");
+    assert_eq!(m["metrics"]["token_stats"]["total_tokens_eval_sparsity_variance"], 3 * 4 * 16);
+    assert_eq!(m["feature_metrics"]["feature_density"].as_array().unwrap().len(), 64);
+    assert!(m["metrics"]["model_performance_preservation"]["ce_loss_score"].as_f64().is_some());
+    // More windows than the corpus holds: said in one line, nothing written.
+    std::fs::remove_file(&metrics).unwrap();
+    assert_bad_input(&eval("1000"), "ran out after");
+    assert!(!metrics.exists());
 }
 
 fn weights(dir: &Path) -> Vec<u8> {

@@ -9,7 +9,8 @@
 //!   `scripts/gen_tl_fixtures.py`.
 //! - `features-fixtures`: with sae-lens in the venv (and pyarrow), regenerate the corpus
 //!   windows in `tests/fixtures/data` (`scripts/gen_data_fixtures.py`) and the SAE training
-//!   steps in `tests/fixtures/sae_train` (`scripts/gen_sae_train_fixtures.py`).
+//!   steps in `tests/fixtures/sae_train` (`scripts/gen_sae_train_fixtures.py`) and sae-lens's
+//!   `run_evals` in `tests/fixtures/sae_eval` (`scripts/gen_sae_eval_fixtures.py`).
 //! - `trace-fixtures`: make `target/venv-trace` with circuit-tracer (pinned below) and
 //!   regenerate the attribution-graph fixtures in `tests/fixtures/trace` with
 //!   `scripts/gen_trace_fixtures.py`.
@@ -1042,7 +1043,8 @@ fn main() -> Result<()> {
             let py = venv_with_sae_lens()?;
             run(Command::new(&py).args(["-m", "pip", "install", "--quiet", "pyarrow"]))?;
             run(Command::new(&py).current_dir(root()).arg("scripts/gen_data_fixtures.py"))?;
-            run(Command::new(py).current_dir(root()).arg("scripts/gen_sae_train_fixtures.py"))?;
+            run(Command::new(&py).current_dir(root()).arg("scripts/gen_sae_train_fixtures.py"))?;
+            run(Command::new(py).current_dir(root()).arg("scripts/gen_sae_eval_fixtures.py"))?;
         }
         "half-fixtures" => {
             // bf16 copies of every family's fixture, with transformers' f32 run on each.

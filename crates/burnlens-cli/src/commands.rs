@@ -481,11 +481,19 @@ pub fn lens(args: &ModelArgs, input: &Input, target: Option<&str>, top: usize, o
     Ok(())
 }
 
+/// An SAE by folder or Hub release `org/name[@revision]:folder` (only its files fetched),
+/// and where it was read from.
+pub(crate) fn load_sae(spec: &str, device: &Device) -> Result<(std::path::PathBuf, burnlens_lens::Sae)> {
+    let dir = crate::progress::folder(Path::new(spec), burnlens_lens::sae::folder_files(spec))?;
+    let sae = burnlens_lens::Sae::load(&dir, device)?;
+    Ok((dir, sae))
+}
+
 pub fn sae(args: &ModelArgs, sae_dir: &Path, input: &Input, top: usize, out: &Path, common: &Common) -> Result<()> {
     let m = load_model_args(args, common)?;
     let (ids, tokens) = ids_and_labels(&m, input, "")?;
-    let sae_dir = &crate::progress::folder(sae_dir, burnlens_lens::sae::folder_files(&sae_dir.to_string_lossy()))?;
-    let sae = burnlens_lens::Sae::load(sae_dir, &m.model.device())?;
+    let (sae_dir, sae) = load_sae(&sae_dir.to_string_lossy(), &m.model.device())?;
+    let sae_dir = &sae_dir;
     let run = burnlens_lens::run_sae(&m.model, &sae, &ids, top)?;
     let d_sae = sae.cfg.d_sae;
     let report = burnlens_lens::tool_reports::SaeReport { ids, tokens, sae: sae.cfg.clone(), run };

@@ -5,6 +5,8 @@ mod bench;
 mod commands;
 mod output;
 mod progress;
+mod corpus_args;
+mod eval_sae;
 mod train_sae;
 
 use std::process::ExitCode;
@@ -302,6 +304,9 @@ enum Command {
     /// model's activations at one hook point, streamed from a dataset through a mixing buffer;
     /// resumable; the SAE is saved in SAELens's layout.
     TrainSae(Box<train_sae::TrainSaeArgs>),
+    /// SAELens's evaluation metrics of an SAE (CE loss and KL scores with the SAE spliced in,
+    /// explained variance, L0, shrinkage, feature density) over windows of a corpus.
+    EvalSae(Box<eval_sae::EvalSaeArgs>),
     /// Run a sparse autoencoder saved in SAELens's layout on its hook point: reconstruction,
     /// L0, explained variance, top features per token, loss with the SAE spliced in.
     Sae {
@@ -436,6 +441,7 @@ pub fn run() -> ExitCode {
         Command::Graph { model, input, graph, out, common } => commands::graph(&model, &input, &graph, &out, &common),
         Command::Lens { model, input, target, top, out, common } => commands::lens(&model, &input, target.as_deref(), top, &out, &common),
         Command::TrainSae(args) => train_sae::run(&args),
+        Command::EvalSae(args) => eval_sae::run(&args),
         Command::Sae { model, sae, input, top, out, common } => commands::sae(&model, &sae, &input, top, &out, &common),
         Command::Download { id } => commands::download(&id),
         Command::Train { config, sets, resume, quiet, common } => commands::train(config.as_deref(), &sets, resume.as_deref(), quiet, &common),

@@ -6,9 +6,9 @@ use std::io::IsTerminal;
 use std::path::PathBuf;
 
 use anyhow::Result;
-use burnlens_data::{Column, DatasetSpec, Rows, Separator, Synthetic, WindowConfig, Windows};
 use burnlens_features::{Architecture, JumpReluSettings, LrSchedule, LrScheduler, SaeRunConfig, StoreConfig, TopKSettings, TrainerConfig};
 
+use crate::corpus_args::CorpusArgs;
 use crate::{Common, ModelArgs, UserError};
 
 /// `burnlens train-sae` options (SAELens's names where it has them).
@@ -46,25 +46,14 @@ pub struct TrainSaeArgs {
     /// Windows (sequences) per training batch: batch x seq-len activations a step.
     #[arg(long, default_value_t = 16)]
     pub batch: usize,
-    /// Tokens per window (SAELens's context_size).
-    #[arg(long, default_value_t = 32)]
-    pub seq_len: usize,
     /// Windows per model pass (SAELens's store_batch_size_prompts; default: --batch).
     #[arg(long)]
     pub store_batch: Option<usize>,
     /// Model passes the mixing buffer holds.
     #[arg(long, default_value_t = 8)]
     pub n_batches_in_buffer: usize,
-    /// Where tokens come from: `random`, `repeated` (the induction toy's data), or a dataset:
-    /// a .txt/.jsonl/.parquet file or folder of them, or a Hub dataset org/name[@rev][:split].
-    #[arg(long, default_value = "random")]
-    pub data: String,
-    /// The dataset's text or token column (default: tokens, input_ids, then text).
-    #[arg(long)]
-    pub column: Option<String>,
-    /// Do not start each window with BOS (SAELens's prepend_bos=False).
-    #[arg(long)]
-    pub no_prepend_bos: bool,
+    #[command(flatten)]
+    pub corpus: CorpusArgs,
     #[arg(long, default_value_t = 200)]
     pub checkpoint_every: usize,
     #[arg(long, default_value_t = 0)]
@@ -116,10 +105,10 @@ impl TrainSaeArgs {
                 dead_feature_window: 1000,
             },
             store: StoreConfig {
-                context_size: self.seq_len,
+                context_size: self.corpus.seq_len,
                 store_batch_size_prompts: store_batch,
                 n_batches_in_buffer: self.n_batches_in_buffer,
-                train_batch_size_tokens: self.batch * self.seq_len,
+                train_batch_size_tokens: self.batch * self.corpus.seq_len,
                 mix_fraction: 0.5,
             },
             steps: self.steps,
@@ -133,17 +122,7 @@ impl TrainSaeArgs {
 pub fn run(a: &TrainSaeArgs) -> Result<()> {
     let m = crate::commands::load_model_args(&a.model, &a.common)?;
     let cfg = a.config(m.model.config.d_model)?;
-    let vocab = m.model.config.vocab_size;
-    let windows: burnlens_features::WindowSource = match Synthetic::parse(&a.data) {
-        Some(kind) => Box::new(kind.windows(vocab, a.seq_len, a.seed).map(Ok)),
-        None => {
-            let spec = DatasetSpec::parse(&a.data).map_err(|e| UserError(format!("--data: {e}")))?;
-            let files = spec.files(&burnlens_hf::Hub::from_env(), &mut |_| {})?;
-            let window_cfg = WindowConfig { context_size: a.seq_len, prepend_bos: !a.no_prepend_bos, separator: Separator::Bos, disable_concat: false };
-            let bos = m.bos.map(|b| b as u32);
-            Box::new(Windows::new(Rows::new(files, Column(a.column.clone())), m.tokenizer.as_ref(), bos, &window_cfg)?)
-        }
-    };
+    let windows = a.corpus.windows(&m, a.seed)?;
     let tty = std::io::stderr().is_terminal();
     let mut on_step = |r: &burnlens_features::StepReport, p: &burnlens_features::Progress| {
         if tty && (p.step % 10 == 0 || p.step == p.steps) {

@@ -11,6 +11,7 @@
 //! turn a corpus's windows into shuffled activation batches.
 
 pub mod adam;
+pub mod evals;
 pub mod architecture;
 pub mod forward;
 pub mod inference;
@@ -23,6 +24,7 @@ pub mod trainer;
 
 pub use architecture::{Architecture, JumpReluSettings, LossTerm, TopKSettings};
 pub use params::SaeParams;
+pub use evals::{EvalInput, EvalMetrics, FeatureMetrics, evaluate};
 pub use inference::{SaeSite, inference_sae};
 pub use mixing::MixingBuffer;
 pub use run::{Progress, RunError, RunSummary, SaeRunConfig, train};

@@ -1,0 +1,67 @@
+//! `burnlens eval-sae`: SAELens's `run_evals` metrics of an SAE on a model over windows of a
+//! corpus, printed and written as JSON in SAELens's nesting.
+
+use std::path::PathBuf;
+
+use anyhow::Result;
+use burnlens_features::{EvalInput, evaluate};
+use serde_json::json;
+
+use crate::corpus_args::CorpusArgs;
+use crate::output::write_atomic;
+use crate::{Common, ModelArgs, UserError};
+
+/// `burnlens eval-sae` options.
+#[derive(clap::Args)]
+pub struct EvalSaeArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// An SAE in SAELens's layout (a folder with cfg.json), Gemma Scope's params.npz folder,
+    /// or a Hub release org/name[@revision]:folder.
+    #[arg(long)]
+    pub sae: String,
+    #[command(flatten)]
+    pub corpus: CorpusArgs,
+    /// Batches evaluated (SAELens's n_eval_reconstruction_batches and
+    /// n_eval_sparsity_variance_batches).
+    #[arg(long, default_value_t = 10)]
+    pub batches: usize,
+    /// Windows per batch (SAELens's batch_size_prompts).
+    #[arg(long, default_value_t = 8)]
+    pub batch_size: usize,
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// The JSON file written: {"metrics": ..., "feature_metrics": ...}.
+    #[arg(long)]
+    pub out: PathBuf,
+    #[command(flatten)]
+    pub common: Common,
+}
+
+pub fn run(a: &EvalSaeArgs) -> Result<()> {
+    let m = crate::commands::load_model_args(&a.model, &a.common)?;
+    let (_, sae) = crate::commands::load_sae(&a.sae, &m.model.device())?;
+    if a.batches == 0 || a.batch_size == 0 {
+        return Err(UserError("--batches and --batch-size must be positive".into()).into());
+    }
+    let mut windows = a.corpus.windows(&m, a.seed)?;
+    let mut batches = Vec::with_capacity(a.batches);
+    for _ in 0..a.batches {
+        let batch: Vec<Vec<u32>> = windows.by_ref().take(a.batch_size).collect::<Result<_, _>>()?;
+        if batch.len() < a.batch_size {
+            return Err(UserError(format!("--data {}: ran out after {} windows; {} batches of {} were asked for", a.corpus.data, batches.len() * a.batch_size + batch.len(), a.batches, a.batch_size)).into());
+        }
+        batches.push(batch);
+    }
+    let ignore: Vec<u32> = m.bos.map(|b| b as u32).into_iter().collect();
+    let (metrics, features) = evaluate(&EvalInput { model: &m.model, sae: &sae, batches: &batches, ignore_tokens: &ignore })?;
+    let out = json!({ "metrics": metrics, "feature_metrics": features });
+    write_atomic(&a.out, serde_json::to_string_pretty(&out)?.as_bytes())?;
+    let (p, r, s) = (&metrics.model_performance_preservation, &metrics.reconstruction_quality, &metrics.sparsity);
+    println!("ce_loss_score {:.4} (clean {:.4}, with SAE {:.4}, ablated {:.4})", p.ce_loss_score, p.ce_loss_without_sae, p.ce_loss_with_sae, p.ce_loss_with_ablation);
+    println!("kl_div_score {:.4}", metrics.model_behavior_preservation.kl_div_score);
+    println!("explained variance {:.4}, MSE {:.5}, cosine {:.4}, L0 {:.2}, L1 {:.3}", r.explained_variance, r.mse, r.cossim, s.l0, s.l1);
+    let dead = features.feature_density.iter().filter(|&&d| d == 0.0).count();
+    println!("{dead} of {} features never fired on {} tokens; wrote {}", features.feature_density.len(), metrics.token_stats.total_tokens_eval_sparsity_variance, a.out.display());
+    Ok(())
+}

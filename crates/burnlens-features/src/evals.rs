@@ -1,0 +1,326 @@
+//! SAELens's evaluation (`evals.run_evals` with every metric on), over batches of token
+//! windows: the model's next-token loss and its distribution clean, with the SAE's
+//! reconstruction spliced in at its hook and with the hook zero-ablated (`ce_loss_score`,
+//! `kl_div_score`); on the SAE's own input, L2 norms and shrinkage, L0 and L1, explained
+//! variance (streamed, and SAELens's per-batch "legacy" form), MSE, cosine similarity; per
+//! feature, density, the consistent-activation heuristic and weight-based metrics. Tokens in
+//! `ignore_tokens` (special tokens) are left out of every average as SAELens leaves them out,
+//! and keep their original activation when the SAE is spliced in. Names and nesting are
+//! SAELens's, so the JSON reads the same.
+
+use burn::tensor::activation::log_softmax;
+use burn::tensor::{Bool, Int, Tensor, TensorData};
+use burnlens_lens::sae::{Sae, SaeError};
+use burnlens_model::{Activation, Hooks, Transformer};
+use serde::Serialize;
+
+/// `run_evals`'s first dictionary.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct EvalMetrics {
+    pub model_behavior_preservation: BehaviorPreservation,
+    pub model_performance_preservation: PerformancePreservation,
+    pub reconstruction_quality: ReconstructionQuality,
+    pub shrinkage: Shrinkage,
+    pub sparsity: Sparsity,
+    pub token_stats: TokenStats,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct BehaviorPreservation {
+    pub kl_div_score: f64,
+    pub kl_div_with_ablation: f64,
+    pub kl_div_with_sae: f64,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct PerformancePreservation {
+    pub ce_loss_score: f64,
+    pub ce_loss_with_ablation: f64,
+    pub ce_loss_with_sae: f64,
+    pub ce_loss_without_sae: f64,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct ReconstructionQuality {
+    pub explained_variance: f64,
+    pub explained_variance_legacy: f64,
+    pub mse: f64,
+    pub cossim: f64,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Shrinkage {
+    pub l2_norm_in: f64,
+    pub l2_norm_out: f64,
+    pub l2_ratio: f64,
+    pub relative_reconstruction_bias: f64,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Sparsity {
+    pub l0: f64,
+    pub l1: f64,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct TokenStats {
+    pub total_tokens_eval_reconstruction: usize,
+    pub total_tokens_eval_sparsity_variance: usize,
+}
+
+/// `run_evals`'s second dictionary: one value per feature.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct FeatureMetrics {
+    pub feature_density: Vec<f64>,
+    pub consistent_activation_heuristic: Vec<f64>,
+    pub encoder_norm: Vec<f64>,
+    pub encoder_decoder_cosine_sim: Vec<f64>,
+    pub encoder_bias: Vec<f64>,
+}
+
+/// What to evaluate on.
+pub struct EvalInput<'a> {
+    pub model: &'a Transformer,
+    pub sae: &'a Sae,
+    /// Batches of windows, every window of one length.
+    pub batches: &'a [Vec<Vec<u32>>],
+    /// Token ids left out of the metrics (SAELens: the tokenizer's special tokens).
+    pub ignore_tokens: &'a [u32],
+}
+
+/// Per-token values gathered over batches, averaged at the end.
+#[derive(Default)]
+struct Lists {
+    kl_sae: Vec<f64>,
+    kl_zero: Vec<f64>,
+    ce_clean: Vec<f64>,
+    ce_sae: Vec<f64>,
+    ce_zero: Vec<f64>,
+    l2_in: Vec<f64>,
+    l2_out: Vec<f64>,
+    l2_ratio: Vec<f64>,
+    bias: Vec<f64>,
+    l0: Vec<f64>,
+    l1: Vec<f64>,
+    ev_legacy: Vec<f64>,
+    mse: Vec<f64>,
+    cossim: Vec<f64>,
+}
+
+fn mean(v: &[f64]) -> f64 {
+    v.iter().sum::<f64>() / v.len() as f64
+}
+
+fn host<const D: usize>(t: Tensor<D>) -> Vec<f32> {
+    t.into_data().try_into_vec_as::<f32>().expect("f32")
+}
+
+/// Evaluate `input.sae` as SAELens's `run_evals` does, every metric on.
+pub fn evaluate(input: &EvalInput) -> Result<(EvalMetrics, FeatureMetrics), SaeError> {
+    let EvalInput { model, sae, batches, ignore_tokens } = *input;
+    sae.check_model(model)?;
+    let d_sae = sae.cfg.d_sae;
+    let mut l = Lists::default();
+    let mut ev = ExplainedVariance::new(sae.cfg.d_in);
+    let (mut fired_tokens, mut fired_prompts, mut tokens) = (vec![0f64; d_sae], vec![0f64; d_sae], 0usize);
+    for batch in batches {
+        let (b, t) = (batch.len(), batch[0].len());
+        let keep: Vec<bool> = batch.iter().flatten().map(|id| !ignore_tokens.contains(id)).collect();
+        reconstruction_pass(model, sae, batch, &keep, &mut l)?;
+        let x = sae_input(model, sae, batch)?;
+        let (f, r) = sae.forward(x.clone());
+        let (x, r, f) = (host(x), host(r), host(f));
+        let rows: Vec<usize> = (0..b * t).filter(|&i| keep[i]).collect();
+        variance_metrics(&x, &r, &f, &rows, sae.cfg.d_in, d_sae, &mut l, &mut ev);
+        for p in 0..b {
+            let mut in_prompt = vec![false; d_sae];
+            for i in (p * t..(p + 1) * t).filter(|&i| keep[i]) {
+                for (j, &a) in f[i * d_sae..(i + 1) * d_sae].iter().enumerate() {
+                    if a != 0.0 {
+                        fired_tokens[j] += 1.0;
+                        in_prompt[j] = true;
+                    }
+                }
+                tokens += 1;
+            }
+            in_prompt.iter().enumerate().filter(|(_, x)| **x).for_each(|(j, _)| fired_prompts[j] += 1.0);
+        }
+    }
+    let (kl_sae, kl_zero) = (mean(&l.kl_sae), mean(&l.kl_zero));
+    let (ce_clean, ce_sae, ce_zero) = (mean(&l.ce_clean), mean(&l.ce_sae), mean(&l.ce_zero));
+    let per_batch = batches.iter().map(|b| b.len() * b[0].len()).sum::<usize>();
+    let metrics = EvalMetrics {
+        model_behavior_preservation: BehaviorPreservation { kl_div_score: (kl_zero - kl_sae) / kl_zero, kl_div_with_ablation: kl_zero, kl_div_with_sae: kl_sae },
+        model_performance_preservation: PerformancePreservation {
+            ce_loss_score: (ce_zero - ce_sae) / (ce_zero - ce_clean),
+            ce_loss_with_ablation: ce_zero,
+            ce_loss_with_sae: ce_sae,
+            ce_loss_without_sae: ce_clean,
+        },
+        reconstruction_quality: ReconstructionQuality { explained_variance: ev.value(), explained_variance_legacy: mean(&l.ev_legacy), mse: mean(&l.mse), cossim: mean(&l.cossim) },
+        shrinkage: Shrinkage { l2_norm_in: mean(&l.l2_in), l2_norm_out: mean(&l.l2_out), l2_ratio: mean(&l.l2_ratio), relative_reconstruction_bias: mean(&l.bias) },
+        sparsity: Sparsity { l0: mean(&l.l0), l1: mean(&l.l1) },
+        token_stats: TokenStats { total_tokens_eval_reconstruction: per_batch, total_tokens_eval_sparsity_variance: per_batch },
+    };
+    let mut features = weight_metrics(sae);
+    features.feature_density = fired_tokens.iter().map(|c| c / tokens as f64).collect();
+    features.consistent_activation_heuristic = fired_tokens.iter().zip(&fired_prompts).map(|(a, p)| a / p).collect();
+    Ok((metrics, features))
+}
+
+/// The activation at the SAE's hook for `batch`, flattened to `[tokens, d_in]`.
+fn sae_input(model: &Transformer, sae: &Sae, batch: &[Vec<u32>]) -> Result<Tensor<2>, SaeError> {
+    let hook = sae.cfg.hook_name.clone();
+    let mut hooks = Hooks::capture(|n| n == hook);
+    model.forward_hooked(ids(model, batch), &mut hooks);
+    let act = hooks.take_cache().remove(&sae.cfg.hook_name).expect("the hook was checked");
+    sae.flatten(&act)
+}
+
+fn ids(model: &Transformer, batch: &[Vec<u32>]) -> Tensor<2, Int> {
+    let flat: Vec<i64> = batch.iter().flatten().map(|&i| i as i64).collect();
+    Tensor::from_data(TensorData::new(flat, [batch.len(), batch[0].len()]), &model.device())
+}
+
+/// Clean, SAE-spliced and zero-ablated passes: per-token KL and next-token loss.
+fn reconstruction_pass(model: &Transformer, sae: &Sae, batch: &[Vec<u32>], keep: &[bool], l: &mut Lists) -> Result<(), SaeError> {
+    let (b, t) = (batch.len(), batch[0].len());
+    let device = model.device();
+    let ids = ids(model, batch);
+    let clean = model.forward(ids.clone());
+    let hook = sae.cfg.hook_name.clone();
+    let keep_rows = Tensor::<2, Bool>::from_data(TensorData::new(keep.to_vec(), [b * t, 1]), &device);
+    let mut spliced = Hooks::none().with_edit(
+        |n| n == hook,
+        |_, act| {
+            let x = sae.flatten(&act).expect("checked before the run");
+            let (_, r) = sae.forward(x.clone());
+            let out = x.mask_where(keep_rows.clone().expand(r.dims()), r);
+            reshape_like(out, act)
+        },
+    );
+    let with_sae = model.forward_hooked(ids.clone(), &mut spliced);
+    drop(spliced);
+    let mut zero = Hooks::none().with_edit(|n| n == hook, |_, act| match act {
+        Activation::Rank3(a) => Activation::Rank3(a.zeros_like()),
+        Activation::Rank4(a) => Activation::Rank4(a.zeros_like()),
+    });
+    let zeroed = model.forward_hooked(ids.clone(), &mut zero);
+    let log_clean = log_softmax(clean, 2);
+    let kl = |other: Tensor<3>| host((log_clean.clone().exp() * (log_clean.clone() - log_softmax(other, 2))).sum_dim(2));
+    let ce = |logits: Tensor<3>| host(next_token_losses(logits, ids.clone()));
+    let keep_kl: Vec<usize> = (0..b * t).filter(|&i| keep[i]).collect();
+    let keep_ce: Vec<usize> = (0..b).flat_map(|p| (0..t - 1).map(move |q| (p, q))).filter(|&(p, q)| keep[p * t + q]).map(|(p, q)| p * (t - 1) + q).collect();
+    let pick = |v: Vec<f32>, at: &[usize]| at.iter().map(|&i| v[i] as f64).collect::<Vec<f64>>();
+    l.kl_sae.extend(pick(kl(with_sae.clone()), &keep_kl));
+    l.kl_zero.extend(pick(kl(zeroed.clone()), &keep_kl));
+    l.ce_clean.extend(pick(ce(log_clean.clone()), &keep_ce));
+    l.ce_sae.extend(pick(ce(with_sae), &keep_ce));
+    l.ce_zero.extend(pick(ce(zeroed), &keep_ce));
+    Ok(())
+}
+
+fn reshape_like(x: Tensor<2>, like: Activation) -> Activation {
+    match like {
+        Activation::Rank3(t) => Activation::Rank3(x.reshape(t.dims())),
+        Activation::Rank4(t) => Activation::Rank4(x.reshape(t.dims())),
+    }
+}
+
+/// `[b, t − 1]`: the loss of predicting each next token (TransformerLens's `loss_per_token`).
+fn next_token_losses(logits: Tensor<3>, ids: Tensor<2, Int>) -> Tensor<2> {
+    let [b, t, _] = logits.dims();
+    let logp = log_softmax(logits.narrow(1, 0, t - 1), 2);
+    let next = ids.narrow(1, 1, t - 1).reshape([b, t - 1, 1]);
+    logp.gather(2, next).reshape([b, t - 1]).neg()
+}
+
+/// The shrinkage, sparsity and variance metrics of one batch's kept `rows`.
+#[allow(clippy::too_many_arguments)]
+fn variance_metrics(x: &[f32], r: &[f32], f: &[f32], rows: &[usize], d: usize, d_sae: usize, l: &mut Lists, ev: &mut ExplainedVariance) {
+    let row = |v: &[f32], i: usize, w: usize| v[i * w..(i + 1) * w].iter().map(|&a| a as f64).collect::<Vec<f64>>();
+    let norm = |v: &[f64]| v.iter().map(|a| a * a).sum::<f64>().sqrt();
+    let mut batch_mean = vec![0f64; d];
+    for &i in rows {
+        row(x, i, d).iter().zip(batch_mean.iter_mut()).for_each(|(a, m)| *m += a / rows.len() as f64);
+    }
+    let (mut out_sq, mut dot) = (0.0, 0.0);
+    for &i in rows {
+        let (xi, ri, fi) = (row(x, i, d), row(r, i, d), row(f, i, d_sae));
+        let (nx, nr) = (norm(&xi), norm(&ri));
+        let resid: f64 = xi.iter().zip(&ri).map(|(a, b)| (a - b) * (a - b)).sum();
+        let centred: f64 = xi.iter().zip(&batch_mean).map(|(a, m)| (a - m) * (a - m)).sum();
+        l.l2_in.push(nx);
+        l.l2_out.push(nr);
+        l.l2_ratio.push(nr / if nx.abs() < 1e-4 { 1.0 } else { nx });
+        out_sq += nr * nr;
+        dot += xi.iter().zip(&ri).map(|(a, b)| a * b).sum::<f64>();
+        l.l0.push(fi.iter().filter(|&&a| a != 0.0).count() as f64);
+        l.l1.push(fi.iter().map(|a| a.abs()).sum());
+        l.ev_legacy.push(1.0 - resid / centred);
+        l.mse.push(resid);
+        l.cossim.push(xi.iter().zip(&ri).map(|(a, b)| a * b).sum::<f64>() / (nx * nr));
+        ev.add(&xi, resid);
+    }
+    l.bias.push((out_sq / rows.len() as f64) / (dot / rows.len() as f64));
+}
+
+/// SAELens's streamed explained variance: `1 − E‖x − x̂‖² / (E‖x‖² − ‖E x‖²)`.
+struct ExplainedVariance {
+    sum_x: Vec<f64>,
+    sum_sq: f64,
+    sum_resid: f64,
+    n: usize,
+}
+
+impl ExplainedVariance {
+    fn new(d: usize) -> Self {
+        ExplainedVariance { sum_x: vec![0.0; d], sum_sq: 0.0, sum_resid: 0.0, n: 0 }
+    }
+
+    fn add(&mut self, x: &[f64], resid: f64) {
+        x.iter().zip(self.sum_x.iter_mut()).for_each(|(a, s)| *s += a);
+        self.sum_sq += x.iter().map(|a| a * a).sum::<f64>();
+        self.sum_resid += resid;
+        self.n += 1;
+    }
+
+    fn value(&self) -> f64 {
+        if self.n == 0 {
+            return 0.0;
+        }
+        let n = self.n as f64;
+        let total = self.sum_sq / n - self.sum_x.iter().map(|s| (s / n) * (s / n)).sum::<f64>();
+        let mse = self.sum_resid / n;
+        if total < 1e-10 {
+            return if mse < 1e-10 { 1.0 } else { 0.0 };
+        }
+        1.0 - mse / total
+    }
+}
+
+/// Encoder norms, encoder/decoder cosine similarity and encoder biases, per feature.
+fn weight_metrics(sae: &Sae) -> FeatureMetrics {
+    let (d, m) = (sae.cfg.d_in, sae.cfg.d_sae);
+    let enc = host(sae.w_enc.clone());
+    let dec = host(sae.w_dec.clone());
+    let col = |j: usize| (0..d).map(|i| enc[i * m + j] as f64).collect::<Vec<f64>>();
+    let norm = |v: &[f64]| v.iter().map(|a| a * a).sum::<f64>().sqrt();
+    let (mut encoder_norm, mut cos) = (Vec::with_capacity(m), Vec::with_capacity(m));
+    for j in 0..m {
+        let e = col(j);
+        let r: Vec<f64> = dec[j * d..(j + 1) * d].iter().map(|&a| a as f64).collect();
+        let (ne, nr) = (norm(&e), norm(&r));
+        encoder_norm.push(ne);
+        let (eu, ru): (Vec<f64>, Vec<f64>) = (e.iter().map(|a| a / ne).collect(), r.iter().map(|a| a / nr).collect());
+        let dot: f64 = eu.iter().zip(&ru).map(|(a, b)| a * b).sum();
+        cos.push(dot / (norm(&eu) * norm(&ru)).max(1e-8));
+    }
+    FeatureMetrics {
+        feature_density: Vec::new(),
+        consistent_activation_heuristic: Vec::new(),
+        encoder_norm,
+        encoder_decoder_cosine_sim: cos,
+        encoder_bias: host(sae.b_enc.clone()).into_iter().map(|a| a as f64).collect(),
+    }
+}
