@@ -194,7 +194,7 @@ fn bad_sae_directories_are_refused_by_name() {
 #[test]
 fn saes_trained_on_streamed_activations_reconstruct_them_and_save_in_saelens_layout() {
     use burnlens::data::Synthetic;
-    use burnlens::features::{Architecture as Train, LrSchedule, LrScheduler, SaeRunConfig, StoreConfig, TopKSettings, TrainerConfig, train};
+    use burnlens::features::{Architecture as Train, LrSchedule, LrScheduler, SaeRunConfig, Site, StoreConfig, TopKSettings, TrainerConfig, train};
     let device = Device::flex();
     let model = load_model(&fixture("trained_gpt2_char"), &device).unwrap().model;
     let tmp = tempfile::tempdir().unwrap();
@@ -202,7 +202,8 @@ fn saes_trained_on_streamed_activations_reconstruct_them_and_save_in_saelens_lay
     topk.rescale_acts_by_decoder_norm = false;
     for architecture in [Train::Standard { l1_coefficient: 0.3, l1_warm_up_steps: 0 }, Train::TopK(topk)] {
         let cfg = SaeRunConfig {
-            hook: "blocks.1.hook_resid_pre".into(),
+            sites: vec![Site::sae("blocks.1.hook_resid_pre")],
+            skip: false,
             d_sae: 128,
             architecture,
             trainer: TrainerConfig {
@@ -220,11 +221,11 @@ fn saes_trained_on_streamed_activations_reconstruct_them_and_save_in_saelens_lay
         let dir = tmp.path().join(architecture.name());
         let windows = Box::new(Synthetic::Random.windows(model.config.vocab_size, 24, 1).map(Ok));
         let mut losses = Vec::new();
-        let summary = train(&dir, &cfg, &model, None, windows, &mut |r, _| losses.push(r.loss)).unwrap();
+        let summary = train(&dir, &cfg, &model, None, windows, &mut |r, _| losses.push(r[0].loss)).unwrap();
         let (first, last) = (losses[..10].iter().sum::<f64>() / 10.0, losses[290..].iter().sum::<f64>() / 10.0);
         assert!(last < 0.7 * first, "{architecture:?}: the loss falls ({first} -> {last})");
         assert_eq!(summary.tokens, 300 * 8 * 24);
-        let sae = Sae::load(&summary.sae_dir, &device).unwrap();
+        let sae = Sae::load(&summary.outputs[0], &device).unwrap();
         let ids: Vec<i64> = (0..24).map(|i| (i * 7 % 65) as i64).collect();
         let run = run_sae(&model, &sae, &ids, 3).unwrap();
         eprintln!("{architecture:?}: loss {first:.3} -> {last:.3}, explained variance {:.3}, L0 {:.1}", run.explained_variance, run.mean_l0);

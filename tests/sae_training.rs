@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 
 use burn::tensor::{Device, Tensor, TensorData};
-use burnlens::features::{Architecture, JumpReluSettings, LrSchedule, LrScheduler, SaeParams, SaeTrainer, TopKSettings, TrainerConfig};
+use burnlens::features::{Architecture, Batch, Shape, JumpReluSettings, LrSchedule, LrScheduler, SaeParams, SaeTrainer, TopKSettings, TrainerConfig};
 use common::{Stored, read_safetensors};
 use serde_json::Value;
 
@@ -78,6 +78,7 @@ fn params(c: &Case, prefix: &str, device: &Device) -> SaeParams {
         w_dec: get("W_dec"),
         b_dec: row("b_dec"),
         threshold: c.t.contains_key(&format!("{prefix}.threshold")).then(|| row("threshold")),
+        w_skip: None,
     }
 }
 
@@ -107,7 +108,7 @@ fn first_step_losses_and_gradients_equal_saelens() {
     for name in ARCHITECTURES {
         let c = case(name);
         let trainer = SaeTrainer::new(architecture(&c.meta), trainer_config(&c.meta), params(&c, "init", &device));
-        let (grads, values) = trainer.gradients(batch(&c, 0, &device));
+        let (grads, values) = trainer.gradients(Batch::sae(batch(&c, 0, &device)));
         assert_params(&grads, &params(&c, "grad", &device), 1e-5, &format!("{name} gradients"));
         let terms: Vec<&str> = c.meta["loss_terms"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
         let want = &c.t["losses"].f32[..terms.len()];
@@ -129,7 +130,7 @@ fn ten_steps_with_schedules_equal_saelens() {
         let n_terms = c.meta["loss_terms"].as_array().unwrap().len();
         let mut trainer = SaeTrainer::new(architecture(&c.meta), trainer_config(&c.meta), params(&c, "init", &device));
         for s in 0..steps {
-            let r = trainer.train_step(batch(&c, s, &device));
+            let r = trainer.train_step(Batch::sae(batch(&c, s, &device)));
             assert!((r.lr - c.t["lr"].f32[s] as f64).abs() < 1e-9, "{name} step {s}: lr {} vs {}", r.lr, c.t["lr"].f32[s]);
             assert!((r.coefficient - c.t["coefficient"].f32[s] as f64).abs() < 1e-7, "{name} step {s}: coefficient");
             let want = c.t["losses"].f32[s * n_terms + n_terms - 1];
@@ -151,7 +152,7 @@ fn ten_steps_with_schedules_equal_saelens() {
 fn a_fresh_sae_is_initialised_as_saelens_does() {
     let device = Device::default();
     let arch = Architecture::JumpRelu(JumpReluSettings::default());
-    let p = SaeParams::init(&arch, 16, 64, Some(0.1), &mut burnlens::model::Rng::new(1), &device);
+    let p = SaeParams::init(&arch, Shape { d_in: 16, d_sae: 64, d_out: 16, skip: false }, Some(0.1), &mut burnlens::model::Rng::new(1), &device);
     let norms: Vec<f32> = p.w_dec.clone().square().sum_dim(1).sqrt().into_data().to_vec::<f32>().unwrap();
     assert!(norms.iter().all(|n| (n - 0.1).abs() < 1e-6), "decoder rows of norm 0.1: {norms:?}");
     assert_eq!(rel(&p.w_enc, &p.w_dec.clone().transpose()), 0.0, "encoder = decoder transposed");

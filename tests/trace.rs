@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 use burn::tensor::Device;
 use burnlens::hf::load_model;
-use burnlens::trace::{AttributeOptions, LogitTargets, TraceError, TranscoderSet, attribute};
+use burnlens::trace::{AttributeOptions, FeatureActivation, LogitTargets, TraceError, TranscoderSet, attribute};
 use common::*;
 
 const CASES: [&str; 6] = ["gpt2", "gpt2_clt", "llama_skip", "llama_topk", "gemma2", "gemma2_scope"];
@@ -127,12 +127,30 @@ fn bad_transcoder_folders_get_one_line_errors() {
     let msg = load_err(&dir);
     assert!(msg.contains("hook_resid_sideways") && msg.contains("hook_resid_mid"), "{msg}");
 
-    // An activation the files contradict or cannot have.
+    // A per-layer set loads as its files say whatever activation its config names, in any
+    // spelling (circuit-tracer ignores the field there); a CLT's must agree with its files.
+    for spelling in ["jump_relu", "jumprelu", "JumpReLU", "relu"] {
+        let (_t, dir) = broken_copy("gpt2");
+        let cfg = std::fs::read_to_string(dir.join("config.yaml")).unwrap() + &format!("activation_function: {spelling}\n");
+        std::fs::write(dir.join("config.yaml"), cfg).unwrap();
+        let set = TranscoderSet::load(&dir, &Device::flex()).unwrap_or_else(|e| panic!("activation_function: {spelling}: {e}"));
+        assert!(set.layers.iter().all(|t| matches!(t.activation, FeatureActivation::Relu)), "{spelling}: the files have no thresholds");
+    }
+    for (spelling, loads) in [("jumprelu", true), ("JumpReLU", true), ("relu", false)] {
+        let (_t, dir) = broken_copy("gpt2_clt");
+        let cfg = std::fs::read_to_string(dir.join("config.yaml")).unwrap() + &format!("activation_function: {spelling}\n");
+        std::fs::write(dir.join("config.yaml"), cfg).unwrap();
+        match TranscoderSet::load(&dir, &Device::flex()) {
+            Ok(_) => assert!(loads, "a CLT with thresholds said to be {spelling}"),
+            Err(e) => assert!(!loads && e.to_string().contains("has a threshold"), "{spelling}: {e}"),
+        }
+    }
+
+    // An activation the files cannot have.
     for (extra, needle) in [
-        ("activation_function: jump_relu\n", "lacks a threshold"),
         ("activation_function: topk\ntop_k: 0\n", "top_k `0`"),
         ("activation_function: topk\n", "no `top_k` field"),
-        ("activation_function: softmax\n", "relu, jump_relu or topk"),
+        ("activation_function: softmax\n", "relu, jump_relu (jumprelu) or topk"),
     ] {
         let (_t, dir) = broken_copy("gpt2");
         let cfg = std::fs::read_to_string(dir.join("config.yaml")).unwrap() + extra;

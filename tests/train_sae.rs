@@ -107,3 +107,28 @@ fn bad_input_is_one_line_naming_what_is_wrong() {
     assert_bad_input(&burnlens(&args(out, &["--steps", "3"])), "another configuration");
     assert_eq!(std::fs::read(Path::new(out).join("config.json")).unwrap(), before);
 }
+
+#[test]
+fn transcoders_trained_by_train_sae_load_as_a_set_and_are_traced_by_graph() {
+    use burnlens::trace::{FeatureActivation, TranscoderSet};
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("run");
+    let model = fixture("trace").join("gpt2").join("model");
+    let o = burnlens(&[
+        "train-sae", "--model", model.to_str().unwrap(), "--transcoders", "--skip", "--architecture", "jumprelu", "--l1", "0.001",
+        "--d-sae", "64", "--steps", "30", "--batch", "4", "--seq-len", "16", "--data", "random", "--out", out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let dir = out.join("transcoders");
+    let yaml = std::fs::read_to_string(dir.join("config.yaml")).unwrap();
+    assert!(yaml.contains("model_kind: transcoder_set") && yaml.contains("feature_input_hook: ln2.hook_normalized") && yaml.contains("feature_output_hook: hook_mlp_out"), "{yaml}");
+    let set = TranscoderSet::load(&dir, &burn::tensor::Device::flex()).unwrap();
+    assert_eq!(set.n_layers(), 3);
+    assert!(set.layers.iter().all(|t| t.w_skip.is_some() && matches!(t.activation, FeatureActivation::JumpRelu { .. }) && t.n_features() == 64));
+    let graph = tmp.path().join("graph");
+    let o = burnlens(&["graph", "--model", model.to_str().unwrap(), "--transcoders", dir.to_str().unwrap(), "--ids", "1,17,5,60,33,2,71,12,44", "--out", graph.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let g: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(graph.join("graph.json")).unwrap()).unwrap();
+    let features = g["nodes"].as_array().unwrap().iter().filter(|n| n["feature_type"] == "cross layer transcoder").count();
+    assert!(features > 0, "the pruned graph keeps some of the trained features: {}", String::from_utf8_lossy(&o.stdout));
+}

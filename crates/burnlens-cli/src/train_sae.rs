@@ -1,12 +1,13 @@
-//! `burnlens train-sae`: train an SAE on a model's activations at one hook point, streamed
-//! from a corpus (or synthetic windows) through the activation store, in a resumable run
-//! directory; the SAE is written in SAELens's layout under `OUT/sae`.
+//! `burnlens train-sae`: train SAEs on a model's activations at one or more hook points (or a
+//! transcoder per layer), streamed from a corpus (or synthetic windows) through the
+//! activation store, in a resumable run directory; SAEs are written in SAELens's layout under
+//! `OUT/sae`, transcoders in circuit-tracer's under `OUT/transcoders`.
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
 
 use anyhow::Result;
-use burnlens_features::{Architecture, JumpReluSettings, LrSchedule, LrScheduler, SaeRunConfig, StoreConfig, TopKSettings, TrainerConfig};
+use burnlens_features::{Architecture, JumpReluSettings, LrSchedule, LrScheduler, SaeRunConfig, Site, StoreConfig, TopKSettings, TrainerConfig};
 
 use crate::corpus_args::CorpusArgs;
 use crate::{Common, ModelArgs, UserError};
@@ -16,9 +17,21 @@ use crate::{Common, ModelArgs, UserError};
 pub struct TrainSaeArgs {
     #[command(flatten)]
     pub model: ModelArgs,
-    /// The hook point, e.g. blocks.1.hook_resid_pre.
+    /// The hook point, e.g. blocks.1.hook_resid_pre; several, comma-separated, train one SAE
+    /// each from the same model passes.
+    #[arg(long, required_unless_present = "transcoders")]
+    pub hook: Option<String>,
+    /// Train a transcoder per layer instead, from `blocks.{l}.<transcoder-input>` to
+    /// `blocks.{l}.<transcoder-output>`, written as a circuit-tracer transcoder set.
+    #[arg(long, conflicts_with = "hook")]
+    pub transcoders: bool,
+    #[arg(long, default_value = "ln2.hook_normalized")]
+    pub transcoder_input: String,
+    #[arg(long, default_value = "hook_mlp_out")]
+    pub transcoder_output: String,
+    /// Transcoders with a skip connection (W_skip).
     #[arg(long)]
-    pub hook: String,
+    pub skip: bool,
     /// Number of features (default: 4 x d_model).
     #[arg(long)]
     pub d_sae: Option<usize>,
@@ -78,7 +91,16 @@ impl TrainSaeArgs {
         })
     }
 
-    fn config(&self, d_model: usize) -> Result<SaeRunConfig> {
+    fn sites(&self, n_layers: usize) -> Vec<Site> {
+        match &self.hook {
+            Some(hooks) => hooks.split(',').map(|h| Site::sae(h.trim())).collect(),
+            None => (0..n_layers)
+                .map(|l| Site { input: format!("blocks.{l}.{}", self.transcoder_input), output: Some(format!("blocks.{l}.{}", self.transcoder_output)) })
+                .collect(),
+        }
+    }
+
+    fn config(&self, d_model: usize, n_layers: usize) -> Result<SaeRunConfig> {
         let d_sae = self.d_sae.unwrap_or(4 * d_model);
         if self.architecture.contains("topk") && !(self.k >= 1.0 && self.k <= d_sae as f64) {
             return Err(UserError(format!("--k: {} is not between 1 and d_sae = {d_sae}", self.k)).into());
@@ -88,7 +110,8 @@ impl TrainSaeArgs {
         }
         let store_batch = self.store_batch.unwrap_or(self.batch);
         Ok(SaeRunConfig {
-            hook: self.hook.clone(),
+            sites: self.sites(n_layers),
+            skip: self.skip,
             d_sae,
             architecture: self.architecture()?,
             trainer: TrainerConfig {
@@ -121,12 +144,12 @@ impl TrainSaeArgs {
 
 pub fn run(a: &TrainSaeArgs) -> Result<()> {
     let m = crate::commands::load_model_args(&a.model, &a.common)?;
-    let cfg = a.config(m.model.config.d_model)?;
+    let cfg = a.config(m.model.config.d_model, m.model.config.n_layers())?;
     let windows = a.corpus.windows(&m, a.seed)?;
     let tty = std::io::stderr().is_terminal();
-    let mut on_step = |r: &burnlens_features::StepReport, p: &burnlens_features::Progress| {
+    let mut on_step = |r: &[burnlens_features::StepReport], p: &burnlens_features::Progress| {
         if tty && (p.step % 10 == 0 || p.step == p.steps) {
-            eprint!("\rstep {}/{}  loss {:.4}  L0 {:.1}  {:.0} tokens/s  {:.0} s left   ", p.step, p.steps, r.loss, r.l0, p.tokens_per_s, p.seconds_left);
+            eprint!("\rstep {}/{}  loss {:.4}  L0 {:.1}  {:.0} tokens/s  {:.0} s left   ", p.step, p.steps, r[0].loss, r[0].l0, p.tokens_per_s, p.seconds_left);
         }
     };
     let model_name = Some(m.dir.display().to_string());
@@ -138,13 +161,15 @@ pub fn run(a: &TrainSaeArgs) -> Result<()> {
         println!("resumed at step {from} from {}", a.out.join("checkpoint.safetensors").display());
     }
     if s.data_ran_out {
-        println!("the dataset ran out after {} steps of {}; the SAE as trained so far is saved", s.steps, cfg.steps);
+        println!("the dataset ran out after {} steps of {}; what was trained so far is saved", s.steps, cfg.steps);
     }
-    if let Some(r) = &s.last {
+    for ((r, site), dead) in s.last.iter().zip(&cfg.sites).zip(&s.dead_features) {
         let terms: Vec<String> = r.losses.iter().map(|(t, v)| format!("{} {v:.4}", t.name())).collect();
-        println!("step {}: loss {:.4} ({}), L0 {:.2}, dead features {}", r.step + 1, r.loss, terms.join(", "), r.l0, s.dead_features);
+        println!("{}: step {}, loss {:.4} ({}), L0 {:.2}, dead features {dead}", site.input, r.step + 1, r.loss, terms.join(", "), r.l0);
     }
-    println!("trained a {} SAE on {} ({} features) over {} activations", cfg.architecture.name(), cfg.hook, cfg.d_sae, s.tokens);
-    println!("wrote {} (SAELens layout), metrics.jsonl and checkpoint.safetensors in {}", s.sae_dir.display(), a.out.display());
+    let what = if a.transcoders { "transcoders" } else { "SAEs" };
+    println!("trained {} {} {what} ({} features each) over {} activations", cfg.sites.len(), cfg.architecture.name(), cfg.d_sae, s.tokens);
+    let outs: Vec<String> = s.outputs.iter().map(|p| p.display().to_string()).collect();
+    println!("wrote {} ({}), metrics.jsonl and checkpoint.safetensors in {}", outs.join(", "), if a.transcoders { "circuit-tracer's layout" } else { "SAELens's layout" }, a.out.display());
     Ok(())
 }

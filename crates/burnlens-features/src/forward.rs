@@ -1,7 +1,10 @@
 //! One training forward pass, as SAELens 6's `TrainingSAE.training_forward_pass` computes it:
 //! `sae_in = x − b_dec`, `hidden_pre = sae_in·W_enc + b_enc`, the architecture's activation,
 //! `sae_out = acts·W_dec + b_dec`, the MSE `Σ_d (sae_out − x)²` averaged over tokens, plus the
-//! architecture's terms. On autodiff tensors: the gradients are Burn's backward of these
+//! architecture's terms. A transcoder is the same pass with another target (the output
+//! hook's activation, `Σ_d (out − y)²`), no `b_dec` taken from its input (SAELens's
+//! transcoders refuse `apply_b_dec_to_input`) and, with a skip connection, `x · W_skipᵀ`
+//! added to its output. On autodiff tensors: the gradients are Burn's backward of these
 //! expressions, with JumpReLU's straight-through estimators written so that their
 //! backward is SAELens's (see [`jump_relu`] and [`step`]).
 
@@ -25,6 +28,10 @@ pub struct TrainPass {
 pub struct PassInput<'a> {
     /// `[n, d_in]`
     pub x: Tensor<2>,
+    /// `[n, d_out]`: what the output should be (`x` for an SAE).
+    pub target: Tensor<2>,
+    /// Subtract `b_dec` from the input (SAEs; never transcoders).
+    pub subtract_b_dec: bool,
     /// The sparsity coefficient this step (after its warm-up).
     pub coefficient: f64,
     /// `[d_sae]` features dead before this step, and how many.
@@ -33,9 +40,9 @@ pub struct PassInput<'a> {
 
 /// The training pass of `p` (autodiff leaves) on `input`.
 pub fn training_pass(p: &SaeParams, arch: &Architecture, input: PassInput) -> TrainPass {
-    let PassInput { x, coefficient, dead } = input;
+    let PassInput { x, target, subtract_b_dec, coefficient, dead } = input;
     let (_, d_sae) = p.dims();
-    let sae_in = x.clone() - p.b_dec.clone().unsqueeze::<2>();
+    let sae_in = if subtract_b_dec { x.clone() - p.b_dec.clone().unsqueeze::<2>() } else { x.clone() };
     let pre = sae_in.matmul(p.w_enc.clone()) + p.b_enc.clone().unsqueeze::<2>();
     let norms = || p.w_dec.clone().square().sum_dim(1).sqrt().reshape([1, d_sae]);
     let (acts, out, extra): (Tensor<2>, Tensor<2>, Vec<(LossTerm, Tensor<1>)>) = match arch {
@@ -52,7 +59,7 @@ pub fn training_pass(p: &SaeParams, arch: &Architecture, input: PassInput) -> Tr
                 _ => batch_top_k(hidden.clone(), t.k),
             };
             let out = decode_rescaled(p, t, acts.clone()) + p.b_dec.clone().unsqueeze::<2>();
-            let aux = aux_k_loss(p, t, &x, &out, hidden, dead);
+            let aux = aux_k_loss(p, t, &target, &with_skip(p, &x, out.clone()), hidden, dead);
             (acts, out, vec![(LossTerm::AuxiliaryReconstruction, aux)])
         }
         Architecture::JumpRelu(j) => {
@@ -67,19 +74,27 @@ pub fn training_pass(p: &SaeParams, arch: &Architecture, input: PassInput) -> Tr
                         let dead = mask.clone().float().reshape([1, d_sae]);
                         (relu(theta - pre) * dead * norms()).sum_dim(1).mean() * c
                     }
-                    _ => Tensor::zeros([1], &x.device()),
+                    _ => Tensor::zeros([1], &target.device()),
                 };
                 terms.push((LossTerm::PreAct, loss));
             }
             (acts, out, terms)
         }
     };
-    let mse = (out - x).square().sum_dim(1).mean();
+    let mse = (with_skip(p, &x, out) - target).square().sum_dim(1).mean();
     let mut terms = vec![(LossTerm::Mse, mse)];
     terms.extend(extra);
     let loss = terms.iter().skip(1).fold(terms[0].1.clone(), |acc, (_, t)| acc + t.clone());
     terms.sort_by_key(|(t, _)| t.name());
     TrainPass { feature_acts: acts, loss, terms }
+}
+
+/// `out + x · W_skipᵀ` for a skip transcoder, `out` otherwise.
+fn with_skip(p: &SaeParams, x: &Tensor<2>, out: Tensor<2>) -> Tensor<2> {
+    match &p.w_skip {
+        Some(w) => out + x.clone().matmul(w.clone().transpose()),
+        None => out,
+    }
 }
 
 /// `acts · W_dec`, the activations divided by the decoder rows' norms first when the TopK
@@ -108,13 +123,13 @@ fn batch_top_k(hidden: Tensor<2>, k: f64) -> Tensor<2> {
     acts * keep
 }
 
-/// SAELens's TopK auxiliary loss: the `k_aux = min(d_in/2, dead)` largest pre-activations of
-/// dead features reconstruct the (detached) residual `x − sae_out` through the decoder
+/// SAELens's TopK auxiliary loss: the `k_aux = min(d/2, dead)` largest pre-activations of
+/// dead features reconstruct the (detached) residual `target − sae_out` through the decoder
 /// without bias, scaled by `min(dead / (d_in/2), 1)`; zero without dead features.
-fn aux_k_loss(p: &SaeParams, t: &TopKSettings, x: &Tensor<2>, out: &Tensor<2>, hidden: Tensor<2>, dead: Option<(&Tensor<1, Bool>, usize)>) -> Tensor<1> {
-    let Some((mask, n_dead)) = dead.filter(|(_, n)| *n > 0) else { return Tensor::zeros([1], &x.device()) };
+fn aux_k_loss(p: &SaeParams, t: &TopKSettings, target: &Tensor<2>, out: &Tensor<2>, hidden: Tensor<2>, dead: Option<(&Tensor<1, Bool>, usize)>) -> Tensor<1> {
+    let Some((mask, n_dead)) = dead.filter(|(_, n)| *n > 0) else { return Tensor::zeros([1], &target.device()) };
     let [n, m] = hidden.dims();
-    let d_in = x.dims()[1];
+    let d_in = target.dims()[1];
     let half = (d_in / 2).max(1);
     let scale = (n_dead as f64 / half as f64).min(1.0);
     let k_aux = half.min(n_dead);
@@ -122,7 +137,7 @@ fn aux_k_loss(p: &SaeParams, t: &TopKSettings, x: &Tensor<2>, out: &Tensor<2>, h
     let masked = hidden.clone().detach().mask_fill(alive, f32::NEG_INFINITY);
     let kth = masked.clone().topk(k_aux, 1).narrow(1, k_aux - 1, 1).expand([n, m]);
     let keep = masked.greater_equal(kth).float();
-    let residual = (x.clone() - out.clone()).detach();
+    let residual = (target.clone() - out.clone()).detach();
     let recons = decode_rescaled(p, t, hidden * keep);
     (recons - residual).square().sum_dim(1).mean() * (t.aux_loss_coefficient * scale)
 }

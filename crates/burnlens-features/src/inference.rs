@@ -13,10 +13,13 @@ use crate::params::SaeParams;
 pub struct SaeSite<'a> {
     pub hook_name: &'a str,
     pub model_name: Option<String>,
+    /// A transcoder (its input is not offset by `b_dec`).
+    pub transcoder: bool,
 }
 
 /// The inference SAE of trained parameters `p` (BatchTopK: `topk_threshold` its threshold).
 pub fn inference_sae(arch: &Architecture, p: &SaeParams, topk_threshold: f64, site: SaeSite) -> Sae {
+    let is_transcoder = site.transcoder;
     let (d_in, d_sae) = p.dims();
     let mut p = p.clone();
     if arch.topk().is_some_and(|t| t.rescale_acts_by_decoder_norm) {
@@ -35,7 +38,8 @@ pub fn inference_sae(arch: &Architecture, p: &SaeParams, topk_threshold: f64, si
         d_in,
         d_sae,
         architecture,
-        apply_b_dec_to_input: true,
+        // Transcoders take no b_dec from their input (their b_dec is the output's).
+        apply_b_dec_to_input: !is_transcoder,
         normalize_activations: Normalize::None,
         hook_name: site.hook_name.to_string(),
         reshape_hook_z: site.hook_name.ends_with("hook_z"),

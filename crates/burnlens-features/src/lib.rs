@@ -13,9 +13,11 @@
 pub mod adam;
 pub mod evals;
 pub mod architecture;
+pub mod config;
 pub mod forward;
 pub mod inference;
 pub mod mixing;
+pub mod outputs;
 pub mod params;
 pub mod run;
 pub mod schedule;
@@ -23,11 +25,12 @@ pub mod store;
 pub mod trainer;
 
 pub use architecture::{Architecture, JumpReluSettings, LossTerm, TopKSettings};
-pub use params::SaeParams;
+pub use params::{SaeParams, Shape};
 pub use evals::{EvalInput, EvalMetrics, FeatureMetrics, evaluate};
 pub use inference::{SaeSite, inference_sae};
 pub use mixing::MixingBuffer;
-pub use run::{Progress, RunError, RunSummary, SaeRunConfig, train};
+pub use config::{RunError, SaeRunConfig, Site};
+pub use run::{Progress, RunSummary, train};
 pub use store::{ActivationStore, StoreConfig, StoreError, WindowSource};
 pub use schedule::{CoefficientSchedule, LrSchedule, LrScheduler};
-pub use trainer::{SaeTrainer, StepReport, TrainPassValues, TrainerConfig};
+pub use trainer::{Batch, SaeTrainer, StepReport, TrainPassValues, TrainerConfig};

@@ -1,9 +1,11 @@
-//! A training run of one SAE on a corpus: the run directory holds the configuration
+//! A training run on a corpus of one or more SAEs, or of a transcoder per layer, all fed by
+//! one model pass per batch of windows: the run directory holds the configuration
 //! (`config.json`), a checkpoint written atomically every `checkpoint_every` steps
 //! (`checkpoint.safetensors`: parameters, Adam's moments, the dead-feature counters, the
 //! mixing buffer's rows and, in its metadata, the step, the data position and the shuffling
-//! state), `metrics.jsonl` (a line per logged step) and, at the end, the SAE in SAELens's
-//! layout (`sae/cfg.json` + `sae/sae_weights.safetensors`). Run again with the same
+//! state), `metrics.jsonl` (a line per logged step and site) and, at the end, the SAE in
+//! SAELens's layout (`sae/cfg.json` + `sae/sae_weights.safetensors`; `sae/{hook}/` for each
+//! of several) or the transcoders in circuit-tracer's per-layer layout (`transcoders/`). Run again with the same
 //! configuration after an interruption (SIGKILL included), it resumes from the checkpoint
 //! and ends bit-identical to an uninterrupted run: the same batches in the same order.
 
@@ -14,45 +16,13 @@ use std::time::Instant;
 use burn::tensor::{Device, Tensor, TensorData};
 use burnlens_model::{HookPoint, Rng, Transformer};
 use safetensors::Dtype;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
-use crate::architecture::Architecture;
-use crate::inference::{SaeSite, inference_sae};
-use crate::params::{DECODER_INIT_NORM, SaeParams};
-use crate::store::{ActivationStore, StoreConfig, StoreError, WindowSource};
-use crate::trainer::{SaeTrainer, StepReport, TrainerConfig};
-
-/// Everything a run depends on (its `config.json`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct SaeRunConfig {
-    /// The TransformerLens hook name the SAE reads.
-    pub hook: String,
-    pub d_sae: usize,
-    pub architecture: Architecture,
-    pub trainer: TrainerConfig,
-    pub store: StoreConfig,
-    /// Training steps (batches of `store.train_batch_size_tokens`).
-    pub steps: usize,
-    pub seed: u64,
-    pub checkpoint_every: usize,
-    /// Log a metrics line every this many steps.
-    pub log_every: usize,
-}
-
-/// A problem with a run.
-#[derive(Debug, thiserror::Error)]
-pub enum RunError {
-    #[error("{path}: {msg}")]
-    File { path: PathBuf, msg: String },
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    #[error("{0}")]
-    Config(String),
-}
-
-fn file_err(path: &Path, e: impl std::fmt::Display) -> RunError {
-    RunError::File { path: path.to_path_buf(), msg: e.to_string() }
-}
+use crate::config::{RunError, SaeRunConfig, file_err};
+use crate::outputs::write_outputs;
+use crate::params::{DECODER_INIT_NORM, SaeParams, Shape};
+use crate::store::{ActivationStore, WindowSource};
+use crate::trainer::{Batch, SaeTrainer, StepReport};
 
 /// How a run ended.
 #[derive(Debug, Clone, Serialize)]
@@ -62,23 +32,49 @@ pub struct RunSummary {
     pub steps_now: usize,
     pub resumed_from: Option<usize>,
     pub tokens: u64,
-    pub last: Option<StepReport>,
-    pub dead_features: usize,
+    /// Each site's last step.
+    pub last: Vec<StepReport>,
+    /// Each site's dead features at the end.
+    pub dead_features: Vec<usize>,
     /// Whether the corpus ran out before `steps`.
     pub data_ran_out: bool,
-    pub sae_dir: PathBuf,
+    /// Where the SAEs (or the transcoder set) were written.
+    pub outputs: Vec<PathBuf>,
 }
 
 const CHECKPOINT: &str = "checkpoint.safetensors";
 const CONFIG: &str = "config.json";
 const METRICS: &str = "metrics.jsonl";
 
+/// The hook points a run reads, each once, and each site's (input, output) among them.
+struct Hooks {
+    points: Vec<HookPoint>,
+    sites: Vec<(usize, Option<usize>)>,
+}
+
+fn hooks(cfg: &SaeRunConfig) -> Result<Hooks, RunError> {
+    let mut points: Vec<HookPoint> = Vec::new();
+    let mut index = |name: &str| -> Result<usize, RunError> {
+        let h = HookPoint::parse(name).ok_or_else(|| RunError::Config(format!("hook `{name}`: not a hook point name")))?;
+        Ok(points.iter().position(|p| *p == h).unwrap_or_else(|| {
+            points.push(h);
+            points.len() - 1
+        }))
+    };
+    let sites = cfg.sites.iter().map(|s| Ok((index(&s.input)?, s.output.as_deref().map(&mut index).transpose()?))).collect::<Result<Vec<_>, RunError>>()?;
+    if sites.is_empty() {
+        return Err(RunError::Config("no hook point to train on".into()));
+    }
+    Ok(Hooks { points, sites })
+}
+
 /// Train (or resume) the run in `dir` on `model`'s activations from `windows` (made anew
-/// for a resumed run, which skips what it had read). `on_step` sees every step's report.
-pub fn train(dir: &Path, cfg: &SaeRunConfig, model: &Transformer, model_name: Option<String>, windows: WindowSource, on_step: &mut dyn FnMut(&StepReport, &Progress)) -> Result<RunSummary, RunError> {
-    let hook = HookPoint::parse(&cfg.hook).ok_or_else(|| RunError::Config(format!("hook `{}`: not a hook point name", cfg.hook)))?;
+/// for a resumed run, which skips what it had read). `on_step` sees every step's reports
+/// (one per site).
+pub fn train(dir: &Path, cfg: &SaeRunConfig, model: &Transformer, model_name: Option<String>, windows: WindowSource, on_step: &mut dyn FnMut(&[StepReport], &Progress)) -> Result<RunSummary, RunError> {
     // Everything is checked before anything is written.
-    let mut store = ActivationStore::new(model, vec![hook], windows, cfg.store, cfg.seed ^ 0x6d69_7869)?;
+    let h = hooks(cfg)?;
+    let mut store = ActivationStore::new(model, h.points.clone(), windows, cfg.store, cfg.seed ^ 0x6d69_7869)?;
     if cfg.d_sae == 0 || cfg.steps == 0 {
         return Err(RunError::Config("d_sae and steps must be positive".into()));
     }
@@ -91,51 +87,54 @@ pub fn train(dir: &Path, cfg: &SaeRunConfig, model: &Transformer, model_name: Op
         Err(_) => burnlens_model::files::write_atomic(&cfg_path, cfg_text.as_bytes()).map_err(|e| file_err(&cfg_path, e))?,
     }
     let device = model.device();
-    let d_in = store.widths[0];
+    let shapes: Vec<Shape> = h.sites.iter().map(|&(i, o)| Shape { d_in: store.widths[i], d_sae: cfg.d_sae, d_out: o.map_or(store.widths[i], |o| store.widths[o]), skip: cfg.skip && o.is_some() }).collect();
     let ckpt = dir.join(CHECKPOINT);
-    let (mut trainer, resumed_from) = if ckpt.is_file() {
-        let t = load_checkpoint(&ckpt, cfg, &mut store, d_in, &device)?;
-        let at = t.step;
+    let (mut trainers, resumed_from) = if ckpt.is_file() {
+        let t = load_checkpoint(&ckpt, cfg, &shapes, &mut store, &device)?;
+        let at = t[0].step;
         (t, Some(at))
     } else {
-        let params = SaeParams::init(&cfg.architecture, d_in, cfg.d_sae, Some(DECODER_INIT_NORM), &mut Rng::new(cfg.seed), &device);
-        (SaeTrainer::new(cfg.architecture, cfg.trainer, params), None)
+        let fresh = |(i, s): (usize, &Shape)| {
+            let params = SaeParams::init(&cfg.architecture, *s, Some(DECODER_INIT_NORM), &mut Rng::new(cfg.seed.wrapping_add(i as u64)), &device);
+            SaeTrainer::new(cfg.architecture, cfg.trainer, params)
+        };
+        (shapes.iter().enumerate().map(fresh).collect::<Vec<_>>(), None)
     };
     let metrics_path = dir.join(METRICS);
     let start = Instant::now();
-    let first = trainer.step;
-    let mut last = None;
+    let first = trainers[0].step;
+    let mut last = Vec::new();
     let mut data_ran_out = false;
-    while trainer.step < cfg.steps {
-        let Some(batch) = store.next_batch()? else {
+    while trainers[0].step < cfg.steps {
+        let Some(acts) = store.next_batch()? else {
             data_ran_out = true;
             break;
         };
-        let report = trainer.train_step(batch.into_iter().next().expect("one hook"));
-        let done = trainer.step - first;
-        let progress = Progress { step: trainer.step, steps: cfg.steps, tokens_per_s: (done * cfg.store.train_batch_size_tokens) as f64 / start.elapsed().as_secs_f64().max(1e-9), seconds_left: start.elapsed().as_secs_f64() / done as f64 * (cfg.steps - trainer.step) as f64 };
-        on_step(&report, &progress);
-        if trainer.step % cfg.log_every.max(1) == 0 || trainer.step == cfg.steps {
-            append_metrics(&metrics_path, &report)?;
+        let reports: Vec<StepReport> = trainers.iter_mut().zip(&h.sites).map(|(t, &(i, o))| t.train_step(Batch { x: acts[i].clone(), target: o.map(|o| acts[o].clone()) })).collect();
+        let step = trainers[0].step;
+        let done = (step - first) as f64;
+        let elapsed = start.elapsed().as_secs_f64().max(1e-9);
+        let progress = Progress { step, steps: cfg.steps, tokens_per_s: done * cfg.store.train_batch_size_tokens as f64 / elapsed, seconds_left: elapsed / done * (cfg.steps - step) as f64 };
+        on_step(&reports, &progress);
+        if step % cfg.log_every.max(1) == 0 || step == cfg.steps {
+            append_metrics(&metrics_path, cfg, &reports)?;
         }
-        if trainer.step % cfg.checkpoint_every.max(1) == 0 && trainer.step < cfg.steps {
-            save_checkpoint(&ckpt, &trainer, &store)?;
+        if step % cfg.checkpoint_every.max(1) == 0 && step < cfg.steps {
+            save_checkpoint(&ckpt, &trainers, &store)?;
         }
-        last = Some(report);
+        last = reports;
     }
-    save_checkpoint(&ckpt, &trainer, &store)?;
-    let sae_dir = dir.join("sae");
-    let sae = inference_sae(&cfg.architecture, &trainer.params, trainer.topk_threshold, SaeSite { hook_name: &cfg.hook, model_name });
-    sae.save(&sae_dir).map_err(|e| file_err(&sae_dir, e))?;
+    save_checkpoint(&ckpt, &trainers, &store)?;
+    let outputs = write_outputs(dir, cfg, &trainers, model_name)?;
     Ok(RunSummary {
-        steps: trainer.step,
-        steps_now: trainer.step - first,
+        steps: trainers[0].step,
+        steps_now: trainers[0].step - first,
         resumed_from,
-        tokens: trainer.step as u64 * cfg.store.train_batch_size_tokens as u64,
+        tokens: trainers[0].step as u64 * cfg.store.train_batch_size_tokens as u64,
         last,
-        dead_features: trainer.dead().iter().filter(|&&d| d).count(),
+        dead_features: trainers.iter().map(|t| t.dead().iter().filter(|&&d| d).count()).collect(),
         data_ran_out,
-        sae_dir,
+        outputs,
     })
 }
 
@@ -148,14 +147,17 @@ pub struct Progress {
     pub seconds_left: f64,
 }
 
-fn append_metrics(path: &Path, r: &StepReport) -> Result<(), RunError> {
+fn append_metrics(path: &Path, cfg: &SaeRunConfig, reports: &[StepReport]) -> Result<(), RunError> {
     use std::io::Write;
-    let mut line = serde_json::json!({ "step": r.step + 1, "loss": r.loss, "lr": r.lr, "l0": r.l0, "dead_features": r.dead, "coefficient": r.coefficient });
-    for (t, v) in &r.losses {
-        line[t.name()] = (*v).into();
-    }
     let mut f = std::fs::OpenOptions::new().create(true).append(true).open(path).map_err(|e| file_err(path, e))?;
-    writeln!(f, "{line}").map_err(|e| file_err(path, e))
+    for (r, site) in reports.iter().zip(&cfg.sites) {
+        let mut line = serde_json::json!({ "step": r.step + 1, "hook": site.input, "loss": r.loss, "lr": r.lr, "l0": r.l0, "dead_features": r.dead, "coefficient": r.coefficient });
+        for (t, v) in &r.losses {
+            line[t.name()] = (*v).into();
+        }
+        writeln!(f, "{line}").map_err(|e| file_err(path, e))?;
+    }
+    Ok(())
 }
 
 fn f32_bytes(v: &[f32]) -> Vec<u8> {
@@ -166,32 +168,37 @@ fn tensor_bytes<const D: usize>(t: &Tensor<D>) -> (Vec<usize>, Vec<u8>) {
     (t.dims().to_vec(), f32_bytes(&t.to_data().try_into_vec_as::<f32>().expect("f32")))
 }
 
-/// The checkpoint: one safetensors file, written atomically.
-fn save_checkpoint(path: &Path, t: &SaeTrainer, store: &ActivationStore) -> Result<(), RunError> {
-    let mut tensors: Vec<(String, Dtype, Vec<usize>, Vec<u8>)> = Vec::new();
-    for (prefix, p) in [("param", &t.params), ("adam_m", &t.adam.m), ("adam_v", &t.adam.v)] {
-        for (name, v) in p.named() {
-            let (shape, bytes) = tensor_bytes(&v);
-            tensors.push((format!("{prefix}.{name}"), Dtype::F32, shape, bytes));
-        }
-    }
+type Entry = (String, Dtype, Vec<usize>, Vec<u8>);
+
+/// The checkpoint: one safetensors file, written atomically. Site `i`'s tensors are
+/// `site{i}.param.*`, `site{i}.adam_m.*`, `site{i}.adam_v.*`, `site{i}.since_fired`,
+/// `site{i}.fired_tokens`.
+fn save_checkpoint(path: &Path, trainers: &[SaeTrainer], store: &ActivationStore) -> Result<(), RunError> {
+    let mut tensors: Vec<Entry> = Vec::new();
     let u64s = |v: Vec<u64>| (vec![v.len()], v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>());
-    let (s, b) = u64s(t.since_fired.iter().map(|&x| x as u64).collect());
-    tensors.push(("since_fired".into(), Dtype::U64, s, b));
-    let (s, b) = u64s(t.fired_tokens.clone());
-    tensors.push(("fired_tokens".into(), Dtype::U64, s, b));
+    for (i, t) in trainers.iter().enumerate() {
+        for (prefix, p) in [("param", &t.params), ("adam_m", &t.adam.m), ("adam_v", &t.adam.v)] {
+            for (name, v) in p.named() {
+                let (shape, bytes) = tensor_bytes(&v);
+                tensors.push((format!("site{i}.{prefix}.{name}"), Dtype::F32, shape, bytes));
+            }
+        }
+        let (s, b) = u64s(t.since_fired.iter().map(|&x| x as u64).collect());
+        tensors.push((format!("site{i}.since_fired"), Dtype::U64, s, b));
+        let (s, b) = u64s(t.fired_tokens.clone());
+        tensors.push((format!("site{i}.fired_tokens"), Dtype::U64, s, b));
+    }
     let w = store.buffer.width;
     let serving: Vec<f32> = store.buffer.serving.iter().flatten().copied().collect();
     for (name, rows) in [("buffer.storage", &store.buffer.storage), ("buffer.serving", &serving)] {
         tensors.push((name.into(), Dtype::F32, vec![rows.len() / w, w], f32_bytes(rows)));
     }
     let meta = serde_json::json!({
-        "step": t.step,
-        "adam_t": t.adam.t,
-        "topk_threshold": t.topk_threshold,
+        "step": trainers[0].step,
+        "adam_t": trainers.iter().map(|t| t.adam.t).collect::<Vec<_>>(),
+        "topk_threshold": trainers.iter().map(|t| t.topk_threshold).collect::<Vec<_>>(),
         "windows_read": store.windows_read,
         "rng": store.buffer.rng,
-        "serving_batches": store.buffer.serving.len(),
     });
     let views: Vec<(String, safetensors::tensor::TensorView)> =
         tensors.iter().map(|(n, d, s, b)| (n.clone(), safetensors::tensor::TensorView::new(*d, s.clone(), b).expect("consistent view"))).collect();
@@ -200,27 +207,44 @@ fn save_checkpoint(path: &Path, t: &SaeTrainer, store: &ActivationStore) -> Resu
     burnlens_model::files::write_atomic(path, &bytes).map_err(|e| file_err(path, e))
 }
 
-fn load_checkpoint(path: &Path, cfg: &SaeRunConfig, store: &mut ActivationStore, d_in: usize, device: &Device) -> Result<SaeTrainer, RunError> {
-    let bad = |msg: String| file_err(path, msg);
-    let bytes = std::fs::read(path).map_err(|e| file_err(path, e))?;
-    let (_, header) = safetensors::SafeTensors::read_metadata(&bytes).map_err(|e| bad(format!("not a readable checkpoint: {e}")))?;
-    let st = safetensors::SafeTensors::deserialize(&bytes).map_err(|e| bad(format!("not a readable checkpoint: {e}")))?;
-    let state: serde_json::Value = header.metadata().as_ref().and_then(|m| m.get("state")).and_then(|s| serde_json::from_str(s).ok()).ok_or_else(|| bad("has no training state".into()))?;
-    let f32s = |name: &str| -> Result<(Vec<usize>, Vec<f32>), RunError> {
-        let v = st.tensor(name).map_err(|_| bad(format!("has no tensor `{name}`")))?;
+/// A checkpoint's tensors and training state.
+struct Saved<'a> {
+    path: &'a Path,
+    st: safetensors::SafeTensors<'a>,
+    state: serde_json::Value,
+}
+
+impl Saved<'_> {
+    fn bad(&self, msg: String) -> RunError {
+        file_err(self.path, msg)
+    }
+
+    fn f32s(&self, name: &str) -> Result<(Vec<usize>, Vec<f32>), RunError> {
+        let v = self.st.tensor(name).map_err(|_| self.bad(format!("has no tensor `{name}`")))?;
         Ok((v.shape().to_vec(), v.data().chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes"))).collect()))
-    };
-    let u64s = |name: &str| -> Result<Vec<u64>, RunError> {
-        let v = st.tensor(name).map_err(|_| bad(format!("has no tensor `{name}`")))?;
+    }
+
+    fn u64s(&self, name: &str) -> Result<Vec<u64>, RunError> {
+        let v = self.st.tensor(name).map_err(|_| self.bad(format!("has no tensor `{name}`")))?;
         Ok(v.data().chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes"))).collect())
-    };
-    let init = SaeParams::init(&cfg.architecture, d_in, cfg.d_sae, None, &mut Rng::new(0), device);
-    let read = |prefix: &str| -> Result<SaeParams, RunError> {
+    }
+
+    fn num(&self, key: &str, i: Option<usize>) -> Result<serde_json::Value, RunError> {
+        let v = &self.state[key];
+        let v = match i {
+            Some(i) => &v[i],
+            None => v,
+        };
+        if v.is_null() { Err(self.bad(format!("training state has no `{key}`"))) } else { Ok(v.clone()) }
+    }
+
+    /// Parameters shaped like `like`, from tensors `{prefix}.{name}`.
+    fn params(&self, prefix: &str, like: &SaeParams, device: &Device) -> Result<SaeParams, RunError> {
         let mut err = None;
-        let p = init.map(|name, like| match f32s(&format!("{prefix}.{name}")) {
+        let p = like.map(|name, like| match self.f32s(&format!("{prefix}.{name}")) {
             Ok((shape, v)) if shape.iter().product::<usize>() == like.dims().iter().product::<usize>() => Tensor::from_data(TensorData::new(v, like.dims()), device),
             Ok((shape, _)) => {
-                err.get_or_insert(bad(format!("tensor `{prefix}.{name}` has shape {shape:?}, the configuration gives {:?}", like.dims())));
+                err.get_or_insert(self.bad(format!("tensor `{prefix}.{name}` has shape {shape:?}, the configuration gives {:?}", like.dims())));
                 like
             }
             Err(e) => {
@@ -229,26 +253,38 @@ fn load_checkpoint(path: &Path, cfg: &SaeRunConfig, store: &mut ActivationStore,
             }
         });
         err.map_or(Ok(p), Err)
-    };
-    let mut t = SaeTrainer::new(cfg.architecture, cfg.trainer, read("param")?);
-    t.adam.m = read("adam_m")?;
-    t.adam.v = read("adam_v")?;
-    let num = |k: &str| state[k].as_u64().ok_or_else(|| bad(format!("training state has no `{k}`")));
-    t.adam.t = num("adam_t")?;
-    t.step = num("step")? as usize;
-    t.topk_threshold = state["topk_threshold"].as_f64().unwrap_or(0.0);
-    t.since_fired = u64s("since_fired")?.into_iter().map(|x| x as u32).collect();
-    t.fired_tokens = u64s("fired_tokens")?;
-    if t.since_fired.len() != cfg.d_sae {
-        return Err(bad(format!("holds {} features, the configuration {}", t.since_fired.len(), cfg.d_sae)));
     }
-    store.skip_windows(num("windows_read")?)?;
+}
+
+fn load_checkpoint(path: &Path, cfg: &SaeRunConfig, shapes: &[Shape], store: &mut ActivationStore, device: &Device) -> Result<Vec<SaeTrainer>, RunError> {
+    let bytes = std::fs::read(path).map_err(|e| file_err(path, e))?;
+    let unreadable = |e: safetensors::SafeTensorError| file_err(path, format!("not a readable checkpoint: {e}"));
+    let (_, header) = safetensors::SafeTensors::read_metadata(&bytes).map_err(unreadable)?;
+    let state = header.metadata().as_ref().and_then(|m| m.get("state")).and_then(|s| serde_json::from_str(s).ok()).ok_or_else(|| file_err(path, "has no training state"))?;
+    let saved = Saved { path, st: safetensors::SafeTensors::deserialize(&bytes).map_err(unreadable)?, state };
+    let step = saved.num("step", None)?.as_u64().unwrap_or(0) as usize;
+    let mut trainers = Vec::with_capacity(shapes.len());
+    for (i, shape) in shapes.iter().enumerate() {
+        let like = SaeParams::init(&cfg.architecture, *shape, None, &mut Rng::new(0), device);
+        let prefix = format!("site{i}");
+        let mut t = SaeTrainer::new(cfg.architecture, cfg.trainer, saved.params(&format!("{prefix}.param"), &like, device)?);
+        t.adam.m = saved.params(&format!("{prefix}.adam_m"), &like, device)?;
+        t.adam.v = saved.params(&format!("{prefix}.adam_v"), &like, device)?;
+        t.adam.t = saved.num("adam_t", Some(i))?.as_u64().unwrap_or(0);
+        t.topk_threshold = saved.num("topk_threshold", Some(i))?.as_f64().unwrap_or(0.0);
+        t.step = step;
+        t.since_fired = saved.u64s(&format!("{prefix}.since_fired"))?.into_iter().map(|x| x as u32).collect();
+        t.fired_tokens = saved.u64s(&format!("{prefix}.fired_tokens"))?;
+        if t.since_fired.len() != cfg.d_sae {
+            return Err(saved.bad(format!("holds {} features, the configuration {}", t.since_fired.len(), cfg.d_sae)));
+        }
+        trainers.push(t);
+    }
+    store.skip_windows(saved.num("windows_read", None)?.as_u64().unwrap_or(0))?;
     let w = store.buffer.width;
-    let (_, storage) = f32s("buffer.storage")?;
-    let (_, serving) = f32s("buffer.serving")?;
     let batch = store.buffer.batch_size * w;
-    store.buffer.storage = storage;
-    store.buffer.serving = serving.chunks(batch.max(1)).map(|c| c.to_vec()).collect();
-    store.buffer.rng = serde_json::from_value(state["rng"].clone()).map_err(|e| bad(format!("training state `rng`: {e}")))?;
-    Ok(t)
+    store.buffer.storage = saved.f32s("buffer.storage")?.1;
+    store.buffer.serving = saved.f32s("buffer.serving")?.1.chunks(batch.max(1)).map(|c| c.to_vec()).collect();
+    store.buffer.rng = serde_json::from_value(saved.num("rng", None)?).map_err(|e| saved.bad(format!("training state `rng`: {e}")))?;
+    Ok(trainers)
 }

@@ -71,14 +71,17 @@ impl SaeTrainer {
         self.since_fired.iter().map(|&s| s as usize > self.cfg.dead_feature_window).collect()
     }
 
-    /// The gradients of the loss at the current parameters on `x` `[n, d_in]` (before
-    /// clipping), with the pass's report; nothing changes.
-    pub fn gradients(&self, x: Tensor<2>) -> (SaeParams, TrainPassValues) {
-        let (g, v, _) = self.backward(x);
+    /// The gradients of the loss at the current parameters on `batch` (before clipping),
+    /// with the pass's report; nothing changes.
+    pub fn gradients(&self, batch: Batch) -> (SaeParams, TrainPassValues) {
+        let (g, v, _) = self.backward(batch);
         (g, v)
     }
 
-    fn backward(&self, x: Tensor<2>) -> (SaeParams, TrainPassValues, Vec<bool>) {
+    fn backward(&self, batch: Batch) -> (SaeParams, TrainPassValues, Vec<bool>) {
+        let Batch { x, target } = batch;
+        let subtract_b_dec = target.is_none();
+        let target = target.unwrap_or_else(|| x.clone());
         let device: Device = x.device();
         let dead = self.dead();
         let n_dead = dead.iter().filter(|&&d| d).count();
@@ -88,7 +91,8 @@ impl SaeTrainer {
             params.threshold = Some(t.clamp_min(0.0));
         }
         let leaves = params.leaves();
-        let pass = training_pass(&leaves, &self.arch, PassInput { x: x.autodiff(), coefficient: self.coefficient(), dead: Some((&mask.autodiff(), n_dead)) });
+        let input = PassInput { x: x.autodiff(), target: target.autodiff(), subtract_b_dec, coefficient: self.coefficient(), dead: Some((&mask.autodiff(), n_dead)) };
+        let pass = training_pass(&leaves, &self.arch, input);
         let acts = pass.feature_acts.clone().inner();
         let fired = acts.clone().not_equal_elem(0.0);
         let counts: Vec<i64> = fired.clone().int().sum_dim(0).into_data().convert::<i64>().try_into_vec::<i64>().expect("counts");
@@ -114,13 +118,13 @@ impl SaeTrainer {
         (g, values, dead)
     }
 
-    /// One training step on `x` `[n, d_in]`.
-    pub fn train_step(&mut self, x: Tensor<2>) -> StepReport {
+    /// One training step on `batch`.
+    pub fn train_step(&mut self, batch: Batch) -> StepReport {
         let (lr, coefficient) = (self.cfg.lr.at(self.step), self.coefficient());
         if let Some(t) = self.params.threshold.take() {
             self.params.threshold = Some(t.clamp_min(0.0));
         }
-        let (g, v, dead) = self.backward(x);
+        let (g, v, dead) = self.backward(batch);
         for (i, &c) in v.fired.iter().enumerate() {
             self.since_fired[i] = if c > 0 { 0 } else { self.since_fired[i] + 1 };
             self.fired_tokens[i] += c;
@@ -132,6 +136,20 @@ impl SaeTrainer {
         let report = StepReport { step: self.step, lr, coefficient, losses: v.losses, loss: v.loss, l0: v.l0, dead: dead.iter().filter(|&&d| d).count() };
         self.step += 1;
         report
+    }
+}
+
+/// A training batch: inputs `[n, d_in]` and, for a transcoder, targets `[n, d_out]` (an SAE's
+/// target is its input).
+pub struct Batch {
+    pub x: Tensor<2>,
+    pub target: Option<Tensor<2>>,
+}
+
+impl Batch {
+    /// An SAE's batch.
+    pub fn sae(x: Tensor<2>) -> Self {
+        Batch { x, target: None }
     }
 }
 

@@ -177,7 +177,7 @@ impl TranscoderSet {
         let input = InputHook::parse(cfg.get("feature_input_hook", &config_path)?).map_err(|e| TraceError::file(&config_path, e.to_string()))?;
         let output = OutputHook::parse(cfg.get("feature_output_hook", &config_path)?).map_err(|e| TraceError::file(&config_path, e.to_string()))?;
         if cross_layer {
-            let layers = with_activation(read_clt(dir, device)?, &cfg, &config_path)?;
+            let layers = with_activation(read_clt(dir, device)?, &cfg, &config_path, true)?;
             let set = TranscoderSet { layers, input, output, scan: cfg.values.get("scan").cloned(), cross_layer };
             set.check_uniform(dir)?;
             return Ok(set);
@@ -193,7 +193,7 @@ impl TranscoderSet {
                 _ => read_layer(p, device),
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let layers = with_activation(layers, &cfg, &config_path)?;
+        let layers = with_activation(layers, &cfg, &config_path, false)?;
         let set = TranscoderSet { layers, input, output, scan: cfg.values.get("scan").cloned(), cross_layer };
         set.check_uniform(dir)?;
         Ok(set)
@@ -238,18 +238,23 @@ impl TranscoderSet {
     }
 }
 
-/// The activation `config.yaml` names, if any: `activation_function: relu | jump_relu`
-/// must agree with the files (a JumpReLU threshold or none); `activation_function: topk`
-/// with `top_k: K` (burnlens's keys: circuit-tracer's files cannot say TopK) keeps the `K`
-/// largest pre-activations at each position.
-fn with_activation(mut layers: Vec<Transcoder>, cfg: &FlatYaml, config_path: &Path) -> Result<Vec<Transcoder>, TraceError> {
+/// The activation `config.yaml` names, if any, in any of the usual spellings (`relu`,
+/// `jump_relu`, SAELens's `jumprelu`, `JumpReLU`). For a per-layer set the files decide, as
+/// in circuit-tracer, which ignores the field there (a JumpReLU threshold in a layer file
+/// makes it JumpReLU); for a cross-layer transcoder the name must agree with the files.
+/// `activation_function: topk` with `top_k: K` (burnlens's keys: circuit-tracer's files
+/// cannot say TopK) keeps the `K` largest pre-activations at each position.
+fn with_activation(mut layers: Vec<Transcoder>, cfg: &FlatYaml, config_path: &Path, cross_layer: bool) -> Result<Vec<Transcoder>, TraceError> {
     let Some(name) = cfg.values.get("activation_function") else {
         return Ok(layers);
     };
     let jump = |t: &Transcoder| matches!(t.activation, FeatureActivation::JumpRelu { .. });
-    let wants_threshold = match name.as_str() {
+    let spelled = name.to_ascii_lowercase().replace(['_', '-'], "");
+    let wants_threshold = match spelled.as_str() {
+        "relu" if !cross_layer => return Ok(layers),
+        "jumprelu" if !cross_layer => return Ok(layers),
         "relu" => false,
-        "jump_relu" => true,
+        "jumprelu" => true,
         "topk" => {
             let k = cfg.get("top_k", config_path)?;
             let k: usize = k.parse().ok().filter(|&k| k > 0).ok_or_else(|| TraceError::file(config_path, format!("top_k `{k}`, expected a positive integer")))?;
@@ -259,7 +264,7 @@ fn with_activation(mut layers: Vec<Transcoder>, cfg: &FlatYaml, config_path: &Pa
             layers.iter_mut().for_each(|t| t.activation = FeatureActivation::TopK { k });
             return Ok(layers);
         }
-        other => return Err(TraceError::file(config_path, format!("activation_function `{other}`, expected relu, jump_relu or topk"))),
+        _ => return Err(TraceError::file(config_path, format!("activation_function `{name}`, expected relu, jump_relu (jumprelu) or topk"))),
     };
     match layers.iter().position(|t| jump(t) != wants_threshold) {
         Some(i) => Err(TraceError::file(config_path, format!("activation_function {name}, but layer {i} {} a threshold", if wants_threshold { "lacks" } else { "has" }))),
