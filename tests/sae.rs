@@ -221,7 +221,10 @@ fn saes_trained_on_streamed_activations_reconstruct_them_and_save_in_saelens_lay
         let dir = tmp.path().join(architecture.name());
         let windows = Box::new(Synthetic::Random.windows(model.config.vocab_size, 24, 1).map(Ok));
         let mut losses = Vec::new();
-        let summary = train(&dir, &cfg, &model, None, windows, &mut |r, _| losses.push(r[0].loss)).unwrap();
+        let summary = train(&dir, &cfg, &model, None, windows, &mut |r, _| {
+            losses.push(r[0].loss);
+            std::ops::ControlFlow::Continue(())
+        }).unwrap();
         let (first, last) = (losses[..10].iter().sum::<f64>() / 10.0, losses[290..].iter().sum::<f64>() / 10.0);
         assert!(last < 0.7 * first, "{architecture:?}: the loss falls ({first} -> {last})");
         assert_eq!(summary.tokens, 300 * 8 * 24);

@@ -4,10 +4,10 @@
 use std::path::PathBuf;
 
 use anyhow::Result;
+use burnlens_data::{CorpusOptions, ForModel};
 use burnlens_features::{EvalInput, evaluate};
 use serde_json::json;
 
-use crate::corpus_args::CorpusArgs;
 use crate::output::write_atomic;
 use crate::{Common, ModelArgs, UserError};
 
@@ -21,7 +21,7 @@ pub struct EvalSaeArgs {
     #[arg(long)]
     pub sae: String,
     #[command(flatten)]
-    pub corpus: CorpusArgs,
+    pub corpus: CorpusOptions,
     /// Batches evaluated (SAELens's n_eval_reconstruction_batches and
     /// n_eval_sparsity_variance_batches).
     #[arg(long, default_value_t = 10)]
@@ -44,15 +44,9 @@ pub fn run(a: &EvalSaeArgs) -> Result<()> {
     if a.batches == 0 || a.batch_size == 0 {
         return Err(UserError("--batches and --batch-size must be positive".into()).into());
     }
-    let mut windows = a.corpus.windows(&m, a.seed)?;
-    let mut batches = Vec::with_capacity(a.batches);
-    for _ in 0..a.batches {
-        let batch: Vec<Vec<u32>> = windows.by_ref().take(a.batch_size).collect::<Result<_, _>>()?;
-        if batch.len() < a.batch_size {
-            return Err(UserError(format!("--data {}: ran out after {} windows; {} batches of {} were asked for", a.corpus.data, batches.len() * a.batch_size + batch.len(), a.batches, a.batch_size)).into());
-        }
-        batches.push(batch);
-    }
+    let for_model = ForModel { tokenizer: m.tokenizer.as_ref(), bos: m.bos.map(|b| b as u32), vocab: m.model.config.vocab_size };
+    let mut windows = a.corpus.windows(for_model, a.seed, &burnlens_hf::Hub::from_env())?;
+    let batches = a.corpus.batches(&mut windows, a.batches, a.batch_size)?;
     let ignore: Vec<u32> = m.bos.map(|b| b as u32).into_iter().collect();
     let (metrics, features) = evaluate(&EvalInput { model: &m.model, sae: &sae, batches: &batches, ignore_tokens: &ignore })?;
     let out = json!({ "metrics": metrics, "feature_metrics": features });

@@ -5,7 +5,6 @@ mod bench;
 mod commands;
 mod output;
 mod progress;
-mod corpus_args;
 mod eval_sae;
 mod train_sae;
 

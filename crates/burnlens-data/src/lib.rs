@@ -8,6 +8,7 @@
 //!                                                   ──Windows (context_size, BOS)──▶ [u32; ctx]
 //! ```
 
+pub mod corpus;
 pub mod error;
 pub mod rows;
 pub mod shards;
@@ -15,6 +16,7 @@ pub mod spec;
 pub mod synthetic;
 pub mod windows;
 
+pub use corpus::{CorpusOptions, ForModel, WindowIter};
 pub use error::{DataError, Result};
 pub use rows::{Column, Row, Rows};
 pub use shards::shard_files;

@@ -56,8 +56,8 @@ pub enum Architecture {
     JumpRelu(JumpReluSettings),
 }
 
-/// A term of the training loss, by SAELens's name for it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+/// A term of the training loss, by SAELens's name for it (which is also how it serialises).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum LossTerm {
     Mse,
     L1,
@@ -78,6 +78,12 @@ impl LossTerm {
             LossTerm::L0 => "l0_loss",
             LossTerm::PreAct => "pre_act_loss",
         }
+    }
+}
+
+impl Serialize for LossTerm {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
     }
 }
 

@@ -38,6 +38,8 @@ pub struct RunSummary {
     pub dead_features: Vec<usize>,
     /// Whether the corpus ran out before `steps`.
     pub data_ran_out: bool,
+    /// Whether `on_step` asked to stop (the checkpoint is written; nothing else).
+    pub stopped: bool,
     /// Where the SAEs (or the transcoder set) were written.
     pub outputs: Vec<PathBuf>,
 }
@@ -70,8 +72,8 @@ fn hooks(cfg: &SaeRunConfig) -> Result<Hooks, RunError> {
 
 /// Train (or resume) the run in `dir` on `model`'s activations from `windows` (made anew
 /// for a resumed run, which skips what it had read). `on_step` sees every step's reports
-/// (one per site).
-pub fn train(dir: &Path, cfg: &SaeRunConfig, model: &Transformer, model_name: Option<String>, windows: WindowSource, on_step: &mut dyn FnMut(&[StepReport], &Progress)) -> Result<RunSummary, RunError> {
+/// (one per site); when it breaks, the run stops after writing its checkpoint, to be resumed.
+pub fn train(dir: &Path, cfg: &SaeRunConfig, model: &Transformer, model_name: Option<String>, windows: WindowSource, on_step: &mut OnStep) -> Result<RunSummary, RunError> {
     // Everything is checked before anything is written.
     let h = hooks(cfg)?;
     let mut store = ActivationStore::new(model, h.points.clone(), windows, cfg.store, cfg.seed ^ 0x6d69_7869)?;
@@ -104,7 +106,7 @@ pub fn train(dir: &Path, cfg: &SaeRunConfig, model: &Transformer, model_name: Op
     let start = Instant::now();
     let first = trainers[0].step;
     let mut last = Vec::new();
-    let mut data_ran_out = false;
+    let (mut data_ran_out, mut stopped) = (false, false);
     while trainers[0].step < cfg.steps {
         let Some(acts) = store.next_batch()? else {
             data_ran_out = true;
@@ -115,9 +117,12 @@ pub fn train(dir: &Path, cfg: &SaeRunConfig, model: &Transformer, model_name: Op
         let done = (step - first) as f64;
         let elapsed = start.elapsed().as_secs_f64().max(1e-9);
         let progress = Progress { step, steps: cfg.steps, tokens_per_s: done * cfg.store.train_batch_size_tokens as f64 / elapsed, seconds_left: elapsed / done * (cfg.steps - step) as f64 };
-        on_step(&reports, &progress);
+        stopped = on_step(&reports, &progress).is_break();
         if step % cfg.log_every.max(1) == 0 || step == cfg.steps {
             append_metrics(&metrics_path, cfg, &reports)?;
+        }
+        if stopped {
+            break;
         }
         if step % cfg.checkpoint_every.max(1) == 0 && step < cfg.steps {
             save_checkpoint(&ckpt, &trainers, &store)?;
@@ -125,7 +130,7 @@ pub fn train(dir: &Path, cfg: &SaeRunConfig, model: &Transformer, model_name: Op
         last = reports;
     }
     save_checkpoint(&ckpt, &trainers, &store)?;
-    let outputs = write_outputs(dir, cfg, &trainers, model_name)?;
+    let outputs = if stopped { Vec::new() } else { write_outputs(dir, cfg, &trainers, model_name)? };
     Ok(RunSummary {
         steps: trainers[0].step,
         steps_now: trainers[0].step - first,
@@ -134,9 +139,13 @@ pub fn train(dir: &Path, cfg: &SaeRunConfig, model: &Transformer, model_name: Op
         last,
         dead_features: trainers.iter().map(|t| t.dead().iter().filter(|&&d| d).count()).collect(),
         data_ran_out,
+        stopped,
         outputs,
     })
 }
+
+/// What a run calls after every step: `Break` stops it (checkpoint written, to resume).
+pub type OnStep<'a> = dyn FnMut(&[StepReport], &Progress) -> std::ops::ControlFlow<()> + 'a;
 
 /// Where a run stands, for a progress line.
 #[derive(Debug, Clone, Copy)]

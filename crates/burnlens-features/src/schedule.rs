@@ -82,7 +82,7 @@ impl CoefficientSchedule {
         if self.warm_up_steps == 0 {
             return self.value;
         }
-        self.value * step.min(self.warm_up_steps) as f64 / self.warm_up_steps as f64
+        self.value * (step.min(self.warm_up_steps) as f64 / self.warm_up_steps as f64)
     }
 }
 
@@ -97,6 +97,6 @@ mod tests {
         let want = [4.0 / 3.0, 8.0 / 3.0, 4.0, 4.0, 4.0, 4.0, 4.0, 3.0, 2.0, 1.0];
         assert!(got.iter().zip(want).all(|(a, b)| (a - b).abs() < 1e-12), "{got:?}");
         let c = CoefficientSchedule { value: 0.5, warm_up_steps: 5 };
-        assert_eq!((0..7).map(|i| c.at(i)).collect::<Vec<_>>(), [0.0, 0.1, 0.2, 0.30000000000000004, 0.4, 0.5, 0.5]);
+        assert_eq!((0..7).map(|i| c.at(i)).collect::<Vec<_>>(), [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.5]);
     }
 }

@@ -55,7 +55,7 @@ pub enum StoreError {
 }
 
 /// Where windows come from: any iterator of windows of `context_size` token ids.
-pub type WindowSource<'a> = Box<dyn Iterator<Item = Result<Vec<u32>, burnlens_data::DataError>> + 'a>;
+pub type WindowSource<'a> = burnlens_data::WindowIter<'a>;
 
 /// The store: a model, its hook points, a window source and the mixing buffer.
 pub struct ActivationStore<'a> {

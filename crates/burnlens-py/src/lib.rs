@@ -5,6 +5,8 @@
 //! (`FileNotFoundError` for a missing path, `KeyError` for an unknown hook name, `ValueError`
 //! for the rest).
 
+mod features;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -762,6 +764,8 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(attribute, m)?)?;
     m.add_function(wrap_pyfunction!(feature_intervention, m)?)?;
     m.add_function(wrap_pyfunction!(train, m)?)?;
+    m.add_function(wrap_pyfunction!(features::train_sae, m)?)?;
+    m.add_function(wrap_pyfunction!(features::evaluate_sae, m)?)?;
     m.add_function(wrap_pyfunction!(backends, m)?)?;
     m.add_function(wrap_pyfunction!(get_act_name, m)?)?;
     Ok(())

@@ -644,3 +644,30 @@ def train(config_path: str, overrides: Optional[Dict[str, Any]] = None, on_step:
     sets = [f"{k}={_toml_value(v)}" for k, v in (overrides or {}).items()]
     cb = (lambda line: on_step(json.loads(line))) if on_step is not None else None
     return _native.train(str(config_path), sets, cb, resume)
+
+
+def _corpus(data: Any, column: Optional[str], seq_len: int, prepend_bos: bool) -> str:
+    return json.dumps({"data": str(data), "column": column, "seq_len": int(seq_len), "no_prepend_bos": not prepend_bos})
+
+
+def train_sae(model: "HookedModel", out: str, *, data: Any = "random", column: Optional[str] = None, seq_len: int = 32,
+              prepend_bos: bool = True, on_step: Optional[Callable[[List[Dict[str, Any]]], None]] = None, **options: Any) -> Dict[str, Any]:
+    """Train SAEs as SAELens trains them on `model`'s activations, streamed from `data`
+    (`"random"`, `"repeated"`, a .txt/.jsonl/.parquet file or folder, or a Hub dataset
+    `org/name[@rev][:split]`) in windows of `seq_len` tokens. `options` are `train-sae`'s flags
+    with underscores: `hook="blocks.1.hook_resid_pre"` (or several, comma-separated) or
+    `transcoders=True` (one per layer, `skip=True` for W_skip), `architecture` (standard, topk,
+    batchtopk, jumprelu), `k`, `l1`, `d_sae`, `steps`, `batch`, `lr`, `seed`, ... The run lives
+    in `out` (run again to resume); `on_step(reports)` gets each step's loss terms per site, and
+    an exception it raises stops the run after a checkpoint and is raised again. Returns the
+    summary (`outputs`: the SAE or transcoder folders written)."""
+    cb = (lambda line: on_step(json.loads(line))) if on_step is not None else None
+    return json.loads(_native.train_sae(model._native, str(out), json.dumps(options), _corpus(data, column, seq_len, prepend_bos), cb))
+
+
+def evaluate_sae(model: "HookedModel", sae: "SAE", *, data: Any = "random", column: Optional[str] = None, seq_len: int = 32,
+                 prepend_bos: bool = True, batches: int = 10, batch_size: int = 8, seed: int = 0) -> Dict[str, Any]:
+    """SAELens's `run_evals` metrics of `sae` over `batches` batches of `batch_size` windows of
+    `data` (as `train_sae` reads it), BOS left out: `{"metrics": {...}, "feature_metrics": {...}}`
+    with SAELens's names and nesting."""
+    return json.loads(_native.evaluate_sae(model._native, sae._native, _corpus(data, column, seq_len, prepend_bos), int(batches), int(batch_size), int(seed)))

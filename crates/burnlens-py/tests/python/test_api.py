@@ -523,3 +523,42 @@ def test_feature_intervention_equals_circuit_tracers():
     assert logits.shape == e["logits"].shape and acts.shape == e["activations"].shape
     assert rel(logits, e["logits"], 1e-30) <= 1e-4
     assert rel(acts, e["activations"], 1e-30) <= 1e-4
+
+
+def test_train_sae_on_a_corpus_then_evaluate_it(tmp_path):
+    model = burnlens.HookedModel.from_pretrained(fixture("trained_gpt2_char"))
+    seen = []
+    summary = burnlens.train_sae(model, tmp_path / "run", data=fixture("data/corpus.jsonl"), seq_len=16, hook="blocks.1.hook_resid_pre",
+                                 architecture="topk", k=4, d_sae=64, steps=8, batch=4, on_step=seen.append)
+    assert summary["steps"] == 8 and len(seen) == 8
+    assert seen[-1][0]["l0"] == 4.0 and [t for t, _ in seen[-1][0]["losses"]] == ["auxiliary_reconstruction_loss", "mse_loss"]
+    sae = burnlens.SAE.load(summary["outputs"][0])
+    assert sae.d_sae == 64
+    m = burnlens.evaluate_sae(model, sae, data=fixture("data/corpus.jsonl"), seq_len=16, batches=2, batch_size=4)
+    assert m["metrics"]["sparsity"]["l0"] <= 4.0
+    assert m["metrics"]["token_stats"]["total_tokens_eval_sparsity_variance"] == 2 * 4 * 16
+    assert len(m["feature_metrics"]["feature_density"]) == 64
+
+
+def test_train_sae_stops_when_on_step_raises_and_resumes(tmp_path):
+    model = burnlens.HookedModel.from_pretrained(fixture("trained_gpt2_char"))
+    opts = dict(data="random", seq_len=16, hook="blocks.0.hook_resid_pre", d_sae=32, steps=6, batch=2)
+
+    def stop(reports):
+        if reports[0]["step"] == 2:
+            raise RuntimeError("enough")
+
+    with pytest.raises(RuntimeError, match="enough"):
+        burnlens.train_sae(model, tmp_path / "run", on_step=stop, **opts)
+    assert (tmp_path / "run" / "checkpoint.safetensors").exists() and not (tmp_path / "run" / "sae").exists()
+    summary = burnlens.train_sae(model, tmp_path / "run", **opts)
+    assert summary["resumed_from"] == 3 and summary["steps"] == 6
+
+
+def test_train_sae_refuses_unknown_options_and_hooks(tmp_path):
+    model = burnlens.HookedModel.from_pretrained(fixture("trained_gpt2_char"))
+    with pytest.raises(ValueError, match="bogus"):
+        burnlens.train_sae(model, tmp_path / "a", hook="blocks.0.hook_resid_pre", bogus=1)
+    with pytest.raises(ValueError, match="blocks.9.hook_resid_pre"):
+        burnlens.train_sae(model, tmp_path / "b", hook="blocks.9.hook_resid_pre", steps=1)
+    assert not (tmp_path / "b").exists()

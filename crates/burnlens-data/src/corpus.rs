@@ -1,0 +1,78 @@
+//! A corpus as a user names it (the `--data` flags, Python's keyword arguments) and the
+//! windows it gives: synthetic (`random`, `repeated`) or a dataset ([`DatasetSpec`]) read
+//! through its rows and cut as SAELens cuts them.
+
+use burnlens_hf::Tokenizer;
+use burnlens_hf::hub::Hub;
+use serde::Deserialize;
+
+use crate::error::{DataError, Result};
+use crate::rows::{Column, Rows};
+use crate::spec::DatasetSpec;
+use crate::synthetic::Synthetic;
+use crate::windows::{Separator, WindowConfig, Windows};
+
+/// Where tokens come from and how they are cut into windows.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[cfg_attr(feature = "clap", derive(clap::Args))]
+#[serde(default, deny_unknown_fields)]
+pub struct CorpusOptions {
+    /// `random`, `repeated` (the induction toy's data), or a dataset: a .txt/.jsonl/.parquet
+    /// file or a folder of them, or a Hub dataset org/name[@revision][:split].
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = CorpusOptions::default().data))]
+    pub data: String,
+    /// The dataset's text or token column (default: tokens, input_ids, then text).
+    #[cfg_attr(feature = "clap", arg(long))]
+    pub column: Option<String>,
+    /// Tokens per window (SAELens's context_size).
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = CorpusOptions::default().seq_len))]
+    pub seq_len: usize,
+    /// Do not start each window with BOS (SAELens's prepend_bos=False).
+    #[cfg_attr(feature = "clap", arg(long))]
+    pub no_prepend_bos: bool,
+}
+
+impl Default for CorpusOptions {
+    fn default() -> Self {
+        CorpusOptions { data: "random".into(), column: None, seq_len: 32, no_prepend_bos: false }
+    }
+}
+
+/// Windows of token ids, read lazily.
+pub type WindowIter<'a> = Box<dyn Iterator<Item = Result<Vec<u32>>> + 'a>;
+
+/// What the windows are cut for: the model's tokenizer, BOS and vocabulary.
+pub struct ForModel<'a> {
+    pub tokenizer: Option<&'a Tokenizer>,
+    pub bos: Option<u32>,
+    pub vocab: usize,
+}
+
+impl CorpusOptions {
+    /// The windows of the corpus (synthetic ones drawn with `seed`; a Hub dataset fetched
+    /// through `hub` first).
+    pub fn windows<'a>(&self, model: ForModel<'a>, seed: u64, hub: &Hub) -> Result<WindowIter<'a>> {
+        if let Some(kind) = Synthetic::parse(&self.data) {
+            return Ok(Box::new(kind.windows(model.vocab, self.seq_len, seed).map(Ok)));
+        }
+        let spec = DatasetSpec::parse(&self.data)?;
+        let files = spec.files(hub, &mut |_| {})?;
+        let cfg = WindowConfig { context_size: self.seq_len, prepend_bos: !self.no_prepend_bos, separator: Separator::Bos, disable_concat: false };
+        let windows = Windows::new(Rows::new(files, Column(self.column.clone())), model.tokenizer, model.bos, &cfg)?;
+        Ok(Box::new(windows))
+    }
+
+    /// `n` batches of `size` windows, or an error saying how many windows there were.
+    pub fn batches(&self, windows: &mut WindowIter, n: usize, size: usize) -> Result<Vec<Vec<Vec<u32>>>> {
+        let mut out = Vec::with_capacity(n);
+        for _ in 0..n {
+            let batch: Vec<Vec<u32>> = windows.by_ref().take(size).collect::<Result<_>>()?;
+            if batch.len() < size {
+                let had = out.len() * size + batch.len();
+                return Err(DataError::Spec { spec: self.data.clone(), msg: format!("ran out after {had} windows; {n} batches of {size} were asked for") });
+            }
+            out.push(batch);
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,68 @@
+//! Training and evaluating SAEs and transcoders from Python (`burnlens.train_sae`,
+//! `burnlens.evaluate_sae`): the options arrive as JSON objects with the library's own field
+//! names (`features::RunOptions`, `data::CorpusOptions`), so nothing is spelled twice.
+
+use std::ops::ControlFlow;
+use std::path::Path;
+
+use burnlens_data::{CorpusOptions, ForModel};
+use burnlens_features::{EvalInput, RunOptions, evaluate};
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+
+use crate::{NativeModel, NativeSae};
+
+fn options<T: serde::de::DeserializeOwned>(json: &str, what: &str) -> PyResult<T> {
+    serde_json::from_str(json).map_err(|e| PyValueError::new_err(format!("{what}: {e}")))
+}
+
+fn for_model(m: &NativeModel) -> ForModel<'_> {
+    ForModel { tokenizer: m.any.tokenizer.as_ref(), bos: m.any.bos.map(|b| b as u32), vocab: m.any.model.config.vocab_size }
+}
+
+/// Train (or resume) the run in `out`; `on_step(reports_json)` after every step, where an
+/// exception stops the run after a checkpoint and is raised again. Returns the run's summary
+/// as JSON.
+#[pyfunction]
+#[pyo3(signature = (model, out, run_json, corpus_json, on_step=None))]
+pub fn train_sae(py: Python<'_>, model: &NativeModel, out: &str, run_json: &str, corpus_json: &str, on_step: Option<Py<PyAny>>) -> PyResult<String> {
+    let run: RunOptions = options(run_json, "train_sae options")?;
+    let corpus: CorpusOptions = options(corpus_json, "train_sae corpus options")?;
+    let cfg = run.config(model.any.model.config.d_model, model.any.model.config.n_layers(), corpus.seq_len).map_err(|e| PyValueError::new_err(e.to_string()))?;
+    let mut error: Option<PyErr> = None;
+    let result = py.detach(|| -> Result<burnlens_features::RunSummary, String> {
+        // Made here: a corpus reader stays on the thread that reads it.
+        let windows = corpus.windows(for_model(model), run.seed, &burnlens_hf::Hub::from_env()).map_err(|e| e.to_string())?;
+        let mut step = |reports: &[burnlens_features::StepReport], _: &burnlens_features::Progress| {
+            let Some(f) = &on_step else { return ControlFlow::Continue(()) };
+            let json = serde_json::to_string(reports).expect("reports serialise");
+            match Python::attach(|py| f.call1(py, (json,))) {
+                Ok(_) => ControlFlow::Continue(()),
+                Err(e) => {
+                    error = Some(e);
+                    ControlFlow::Break(())
+                }
+            }
+        };
+        burnlens_features::train(Path::new(out), &cfg, &model.any.model, Some(model.any.dir.display().to_string()), windows, &mut step).map_err(|e| e.to_string())
+    });
+    if let Some(e) = error {
+        return Err(e);
+    }
+    let summary = result.map_err(PyValueError::new_err)?;
+    Ok(serde_json::to_string(&summary).expect("summary serialises"))
+}
+
+/// SAELens's `run_evals` metrics of `sae` over `batches` batches of `batch_size` windows of
+/// the corpus, as JSON `{"metrics": ..., "feature_metrics": ...}`.
+#[pyfunction]
+#[pyo3(signature = (model, sae, corpus_json, batches=10, batch_size=8, seed=0))]
+pub fn evaluate_sae(py: Python<'_>, model: &NativeModel, sae: &NativeSae, corpus_json: &str, batches: usize, batch_size: usize, seed: u64) -> PyResult<String> {
+    let corpus: CorpusOptions = options(corpus_json, "evaluate_sae corpus options")?;
+    let err = |e: &dyn std::fmt::Display| PyValueError::new_err(e.to_string());
+    let mut windows = corpus.windows(for_model(model), seed, &burnlens_hf::Hub::from_env()).map_err(|e| err(&e))?;
+    let batches = corpus.batches(&mut windows, batches, batch_size).map_err(|e| err(&e))?;
+    let ignore: Vec<u32> = model.any.bos.map(|b| b as u32).into_iter().collect();
+    let (metrics, features) = py.detach(|| evaluate(&EvalInput { model: &model.any.model, sae: &sae.sae, batches: &batches, ignore_tokens: &ignore })).map_err(|e| err(&e))?;
+    Ok(serde_json::json!({ "metrics": metrics, "feature_metrics": features }).to_string())
+}
