@@ -17,7 +17,8 @@ transcoders in Gemma Scope's `params.npz` layout; Llama
 (GQA, RMSNorm, skip connections, `mlp.hook_in` → `mlp.hook_out`, `max_feature_nodes` so the
 partial-influence order decides which rows are computed, small batches); Llama with TopK
 transcoders (burnlens's `activation_function: topk` / `top_k` keys in config.yaml); Gemma 2 (norms
-around attention and MLP, soft-caps, `ln2.hook_normalized` → `hook_mlp_out`, JumpReLU).
+around attention and MLP, soft-caps, `ln2.hook_normalized` → `hook_mlp_out`, JumpReLU); GPT-2 with
+transcoders trained by burnlens's `train-sae --transcoders` (JumpReLU, W_skip), as written.
 
 Needs circuit-tracer 0.5.0 with transformer-lens 2.18.0 and transformers 4.57.3 (see
 `cargo xtask trace-fixtures`, which makes that venv). Output committed.
@@ -107,6 +108,10 @@ CASES = {
                        attribute=dict(max_n_logits=5, desired_logit_prob=0.9, batch_size=16, max_feature_nodes=None)),
     "gemma2": dict(build=gemma2, input="ln2.hook_normalized", output="hook_mlp_out", features=40, skip=False, jump=True,
                    attribute=dict(max_n_logits=4, desired_logit_prob=0.3, batch_size=32, max_feature_nodes=None)),
+    # Transcoders trained by burnlens (`train-sae --transcoders`, JumpReLU with W_skip) on the
+    # gpt2 case's model, read by circuit-tracer's own loader.
+    "gpt2_trained": dict(build=gpt2, input="hook_resid_mid", output="hook_mlp_out", trained=True,
+                         attribute=dict(max_n_logits=6, desired_logit_prob=0.5, batch_size=64, max_feature_nodes=None)),
 }
 IDS = [BOS, 17, 5, 60, 33, 2, 71, 12, 44]
 NODE_THRESHOLD, EDGE_THRESHOLD = 0.8, 0.98
@@ -146,6 +151,20 @@ def transcoders(case, d_model, n_layers, out_dir):
     config["transcoders"] = [os.path.join(out_dir, p) for p in config["transcoders"]]
     if case.get("topk"):
         return TranscoderSet(layers, feature_input_hook=case["input"], feature_output_hook=case["output"], scan=config["scan"])
+    return load_transcoders(config, device=torch.device("cpu"), dtype=torch.float32, lazy_encoder=False, lazy_decoder=False)
+
+
+def trained_transcoders(case, d_model, n_layers, out_dir):
+    """The set `train-sae --transcoders` wrote (its folder in BURNLENS_TRAINED_TRANSCODERS),
+    copied as it is and loaded by circuit-tracer's `load_transcoders` from its config.yaml."""
+    import yaml
+    src = os.environ["BURNLENS_TRAINED_TRANSCODERS"]
+    shutil.copytree(src, out_dir)
+    with open(os.path.join(out_dir, "config.yaml")) as fh:
+        config = yaml.safe_load(fh)
+    assert config["feature_input_hook"] == case["input"] and config["feature_output_hook"] == case["output"], config
+    assert len(config["transcoders"]) == n_layers
+    config["transcoders"] = [os.path.join(out_dir, p) for p in config["transcoders"]]
     return load_transcoders(config, device=torch.device("cpu"), dtype=torch.float32, lazy_encoder=False, lazy_decoder=False)
 
 
@@ -207,7 +226,7 @@ def record(name, case):
     tokenizer().save_pretrained(os.path.join(out, "model"))
     cfg = HookedTransformerConfig(**tl_cfg, device="cpu", dtype=torch.float32)
     state = convert(hf, cfg)
-    make = cross_layer_transcoder if case.get("clt") else gemma_scope_transcoders if case.get("npz") else transcoders
+    make = cross_layer_transcoder if case.get("clt") else gemma_scope_transcoders if case.get("npz") else trained_transcoders if case.get("trained") else transcoders
     set_ = make(case, cfg.d_model, cfg.n_layers, os.path.join(out, "transcoders"))
     model = TransformerLensReplacementModel(cfg)
     missing, unexpected = model.load_state_dict(state, strict=False)

@@ -99,7 +99,7 @@ fn bad_input_is_one_line_naming_what_is_wrong() {
     assert_bad_input(&burnlens(&long), "context_size");
     let corpus = fixture("data").join("corpus.parquet");
     assert_bad_input(&burnlens(&args(out, &["--data", corpus.to_str().unwrap(), "--column", "body"])), "`body`");
-    assert_bad_input(&burnlens(&args(out, &["--architecture", "gated"])), "--architecture");
+    assert_bad_input(&burnlens(&args(out, &["--architecture", "gated"])), "architecture: \"gated\"");
     assert_bad_input(&burnlens(&args(out, &["--data", "no/such-dataset-here"])), "no/such-dataset-here");
     // A run directory holding another run's configuration is not overwritten.
     assert!(burnlens(&args(out, &["--steps", "2"])).status.success());

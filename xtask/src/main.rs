@@ -1054,7 +1054,13 @@ fn main() -> Result<()> {
         "trace-fixtures" => {
             // circuit-tracer's attribution graphs on tiny models with random transcoders.
             let py = venv_trace()?;
-            run(Command::new(py).current_dir(root()).args(["scripts/gen_trace_fixtures.py"]).args(std::env::args().skip(2)))?;
+            // Transcoders trained by burnlens on the gpt2 case's model, for the gpt2_trained case.
+            let trained = root().join("target/trained-transcoders");
+            let _ = std::fs::remove_dir_all(&trained);
+            run(Command::new("cargo").current_dir(root()).args(["run", "--quiet", "--", "train-sae", "--model", "tests/fixtures/trace/gpt2/model", "--transcoders", "--skip"])
+                .args(["--transcoder-input", "hook_resid_mid", "--transcoder-output", "hook_mlp_out", "--architecture", "jumprelu", "--l1", "0"])
+                .args(["--d-sae", "40", "--steps", "200", "--batch", "4", "--seq-len", "16", "--seed", "4", "--out"]).arg(&trained))?;
+            run(Command::new(py).current_dir(root()).args(["scripts/gen_trace_fixtures.py"]).args(std::env::args().skip(2)).env("BURNLENS_TRAINED_TRANSCODERS", trained.join("transcoders")))?;
         }
         "test" => test(std::env::args().skip(2).collect())?,
         "bench-train" => bench_train()?,
