@@ -351,6 +351,15 @@ fn forward_with_builds_every_pass() {
     let stream = model.forward_with(Forward::new(model.ids_tensor(&ids)).stop(Stop::FinalStream));
     assert_eq!(stream.dims(), [1, ids.len(), model.config.d_model]);
     assert_eq!(to_vec(stream), to_vec(model.final_stream(model.ids_tensor(&ids), &mut Hooks::none())));
+    // Stopping after a block gives the stream leaving it, and visits no later hook point.
+    let mut all = Hooks::capture(|_| true);
+    let _ = model.forward_hooked(model.ids_tensor(&ids), &mut all);
+    let resid_post = all.take_cache().remove("blocks.1.hook_resid_post").unwrap().rank3().unwrap();
+    let mut seen = Hooks::capture(|_| true);
+    let early = model.forward_with(Forward::new(model.ids_tensor(&ids)).hooks(&mut seen).stop(Stop::AfterBlock(1)));
+    assert_eq!(to_vec(early), to_vec(resid_post));
+    let names: Vec<String> = seen.take_cache().into_keys().collect();
+    assert!(names.contains(&"blocks.1.hook_resid_post".to_string()) && !names.iter().any(|n| n.starts_with("blocks.2") || n.starts_with("ln_final")), "{names:?}");
     let mut cache = KvCache::new();
     let _ = model.forward_with(Forward::new(model.ids_tensor(&ids[..4])).cache(&mut cache));
     let rest = to_vec(model.forward_with(Forward::new(model.ids_tensor(&ids[4..])).cache(&mut cache)));

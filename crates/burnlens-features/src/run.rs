@@ -119,7 +119,7 @@ pub fn train(dir: &Path, cfg: &SaeRunConfig, model: &Transformer, model_name: Op
         let progress = Progress { step, steps: cfg.steps, tokens_per_s: done * cfg.store.train_batch_size_tokens as f64 / elapsed, seconds_left: elapsed / done * (cfg.steps - step) as f64 };
         stopped = on_step(&reports, &progress).is_break();
         if step % cfg.log_every.max(1) == 0 || step == cfg.steps {
-            append_metrics(&metrics_path, cfg, &reports)?;
+            append_metrics(&metrics_path, cfg, &reports, elapsed)?;
         }
         if stopped {
             break;
@@ -156,11 +156,12 @@ pub struct Progress {
     pub seconds_left: f64,
 }
 
-fn append_metrics(path: &Path, cfg: &SaeRunConfig, reports: &[StepReport]) -> Result<(), RunError> {
+/// A line per site: the step's loss terms, and the seconds since this invocation started.
+fn append_metrics(path: &Path, cfg: &SaeRunConfig, reports: &[StepReport], elapsed_s: f64) -> Result<(), RunError> {
     use std::io::Write;
     let mut f = std::fs::OpenOptions::new().create(true).append(true).open(path).map_err(|e| file_err(path, e))?;
     for (r, site) in reports.iter().zip(&cfg.sites) {
-        let mut line = serde_json::json!({ "step": r.step + 1, "hook": site.input, "loss": r.loss, "lr": r.lr, "l0": r.l0, "dead_features": r.dead, "coefficient": r.coefficient });
+        let mut line = serde_json::json!({ "step": r.step + 1, "hook": site.input, "loss": r.loss, "lr": r.lr, "l0": r.l0, "dead_features": r.dead, "coefficient": r.coefficient, "elapsed_s": elapsed_s });
         for (t, v) in &r.losses {
             line[t.name()] = (*v).into();
         }

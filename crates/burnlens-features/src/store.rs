@@ -13,7 +13,7 @@
 //! ([`StoreConfig::buffer_bytes`]); the corpus itself is streamed.
 
 use burn::tensor::{Int, Tensor, TensorData};
-use burnlens_model::{Activation, HookPoint, Hooks, Transformer};
+use burnlens_model::{Activation, Forward, HookPoint, Hooks, Stop, Transformer};
 use serde::{Deserialize, Serialize};
 
 use crate::mixing::MixingBuffer;
@@ -167,7 +167,13 @@ pub fn pass(model: &Transformer, hooks: &[HookPoint], windows: &[Vec<u32>]) -> R
     let ids = Tensor::<2, Int>::from_data(TensorData::new(flat, [b, t]), &model.device());
     let names: Vec<String> = hooks.iter().map(|h| h.name()).collect();
     let mut h = Hooks::capture(|n| names.iter().any(|m| m == n));
-    model.forward_hooked(ids, &mut h);
+    // As SAELens's store (`stop_at_layer`): nothing after the last block read runs.
+    let layers: Option<Vec<usize>> = hooks.iter().map(|p| p.layer()).collect();
+    let stop = match layers.and_then(|l| l.into_iter().max()) {
+        Some(l) => Stop::AfterBlock(l),
+        None => Stop::FinalStream,
+    };
+    model.forward_with(Forward::new(ids).hooks(&mut h).stop(stop));
     let mut cache = h.take_cache();
     names
         .iter()

@@ -969,6 +969,9 @@ pub enum Stop {
     Logits,
     /// The final norm's output `[batch, pos, d_model]`, what the unembedding reads.
     FinalStream,
+    /// The residual stream leaving block `l` `[batch, pos, d_model]`: later blocks, the final
+    /// norm and the unembedding do not run (TransformerLens's `stop_at_layer = l + 1`).
+    AfterBlock(usize),
 }
 
 /// One forward pass's input: token ids `[batch, pos]` and, by builder methods, what else it
@@ -1076,13 +1079,13 @@ impl Transformer {
         let mut none = Hooks::none();
         let hooks = hooks.unwrap_or(&mut none);
         let mut cache = cache;
-        let x = self.run_stream(ids, pos, cache.as_deref_mut(), hooks, start);
+        let x = self.run_stream(ids, pos, cache.as_deref_mut(), hooks, start, stop);
         if let Some(c) = cache {
             c.len += t;
         }
         match stop {
             Stop::Logits => self.soft_cap_logits(self.unembed(x)),
-            Stop::FinalStream => x,
+            Stop::FinalStream | Stop::AfterBlock(_) => x,
         }
     }
 
@@ -1163,7 +1166,7 @@ impl Transformer {
     }
 
     /// The forward pass up to the final norm's output.
-    fn run_stream(&self, ids: Tensor<2, Int>, pos: Positions, mut cache: Option<&mut KvCache>, hooks: &mut Hooks, start: Option<(usize, Tensor<3>)>) -> Tensor<3> {
+    fn run_stream(&self, ids: Tensor<2, Int>, pos: Positions, mut cache: Option<&mut KvCache>, hooks: &mut Hooks, start: Option<(usize, Tensor<3>)>, stop: Stop) -> Tensor<3> {
         let device = self.device();
         let [b, t] = ids.dims();
         let n_keys = cache.as_ref().map_or(0, |c| c.len()) + t;
@@ -1199,7 +1202,11 @@ impl Transformer {
 
         // One mask per distinct span, shared by the layers that use it.
         let mut masks: Vec<(AttentionSpan, Tensor<4, Bool>)> = Vec::new();
-        for (l, block) in self.blocks.iter().enumerate().skip(first) {
+        let end = match stop {
+            Stop::AfterBlock(l) => (l + 1).min(self.blocks.len()),
+            _ => self.blocks.len(),
+        };
+        for (l, block) in self.blocks.iter().enumerate().take(end).skip(first) {
             let span = block.attn.span;
             let mask = match masks.iter().find(|(s, _)| *s == span) {
                 Some((_, m)) => m.clone(),
@@ -1216,7 +1223,10 @@ impl Transformer {
             let input = LayerInput { rotary: angles, mask, cache: cache.as_deref_mut(), layer: l, fused };
             resid = block.forward(resid, pos_qk.clone(), input, hooks);
         }
-        self.ln_final.forward(resid, hooks, NormSite::Final)
+        match stop {
+            Stop::AfterBlock(_) => resid,
+            _ => self.ln_final.forward(resid, hooks, NormSite::Final),
+        }
     }
 
     /// Gemma 2's final soft-capping `c tanh(l / c)`, when the model has it (the identity
