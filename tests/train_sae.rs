@@ -132,3 +132,27 @@ fn transcoders_trained_by_train_sae_load_as_a_set_and_are_traced_by_graph() {
     let features = g["nodes"].as_array().unwrap().iter().filter(|n| n["feature_type"] == "cross layer transcoder").count();
     assert!(features > 0, "the pruned graph keeps some of the trained features: {}", String::from_utf8_lossy(&o.stdout));
 }
+
+#[test]
+fn ctrl_c_checkpoints_exits_130_and_the_same_command_resumes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("run");
+    let extra = ["--steps", "3000", "--checkpoint-every", "1000000", "--data", "random"];
+    let a = args(out.to_str().unwrap(), &extra);
+    let child = Command::new(env!("CARGO_BIN_EXE_burnlens")).args(&a).env_remove("BURNLENS_BACKEND").stderr(std::process::Stdio::piped()).spawn().unwrap();
+    let metrics = out.join("metrics.jsonl");
+    let t0 = Instant::now();
+    while !metrics.exists() && t0.elapsed() < Duration::from_secs(120) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap().success());
+    let o = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(130), "{err}");
+    assert!(err.contains("interrupted at step") && err.contains("checkpoint.safetensors"), "{err}");
+    assert!(out.join("checkpoint.safetensors").exists() && !out.join("sae").exists());
+    let o = burnlens(&a);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("resumed at step"));
+    assert!(out.join("sae/sae_weights.safetensors").exists());
+}

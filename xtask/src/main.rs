@@ -16,6 +16,8 @@
 //!   `scripts/gen_trace_fixtures.py`.
 //! - `bench-trace [TOKENS...]`: attribution graphs against circuit-tracer on GPT-2 small's
 //!   shape with random 24k-feature transcoders (`scripts/bench_trace.py`).
+//! - `bench-sae [STEPS]`: SAE training against sae-lens on GPT-2 small's shape, TopK and
+//!   standard, 24,576 features (`scripts/bench_sae.py`).
 //! - `venv`: only make the venv.
 //! - `test`: the README's test command: install what the tests need that a fresh machine
 //!   lacks (Debian's chromium and chromedriver for the browser tests, as root or through
@@ -767,6 +769,60 @@ fn venv_with_sae_lens() -> Result<PathBuf> {
     Ok(py)
 }
 
+/// SAE training against sae-lens (`scripts/bench_sae.py`): the random GPT-2 small of `bench`
+/// (`target/bench/gpt2-small`), `blocks.6.hook_resid_pre`, 24,576 features, batches of 32
+/// windows of 128 random tokens (4,096 activations), a mixing buffer of two model passes, the
+/// same threads; TopK (k = 32) and standard, burnlens and sae-lens alternating, one process per
+/// run (peak RSS by /usr/bin/time), seconds per step over the steady steps (after two).
+/// Arguments: steps per run (default 6). Writes `target/bench/sae.json` and prints a table.
+fn bench_sae(args: Vec<String>) -> Result<()> {
+    let py = venv_with_sae_lens()?;
+    let model = root().join("target/bench/gpt2-small");
+    if !model.join("model.safetensors").is_file() {
+        run(Command::new(&py).args(["-c", "import sys, torch; from transformers import GPT2Config, GPT2LMHeadModel; torch.manual_seed(0); GPT2LMHeadModel(GPT2Config()).save_pretrained(sys.argv[1])"]).arg(&model))?;
+    }
+    run(Command::new(env!("CARGO")).current_dir(root()).args(["build", "--quiet", "--bin", "burnlens"]))?;
+    let bin = root().join("target/debug/burnlens");
+    let machine = machine_report(&bin)?;
+    println!("{}", machine.text);
+    let steps: usize = args.first().map(|a| a.parse()).transpose()?.unwrap_or(6);
+    let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2).to_string();
+    let (hook, d_sae, k) = ("blocks.6.hook_resid_pre", "24576", "32");
+    let rss_file = root().join("target/bench/sae-rss.txt");
+    let peak = || -> f64 { std::fs::read_to_string(&rss_file).ok().and_then(|t| t.lines().last().and_then(|l| l.trim().parse::<f64>().ok())).unwrap_or(f64::NAN) * 1024.0 };
+    let mut results = Vec::new();
+    let mut table = String::from("| architecture | tool | s / step | activations / s | peak RSS | burnlens faster by |\n|---|---|---|---|---|---|\n");
+    for arch in ["topk", "standard"] {
+        let out_dir = root().join("target/bench/sae-run");
+        let _ = std::fs::remove_dir_all(&out_dir);
+        let ours = Command::new("/usr/bin/time").args(["-f", "%M", "-o"]).arg(&rss_file).arg(&bin)
+            .args(["train-sae", "--model"]).arg(&model)
+            .args(["--hook", hook, "--architecture", arch, "--k", k, "--l1", "1", "--d-sae", d_sae, "--steps", &steps.to_string(), "--batch", "32", "--seq-len", "128"])
+            .args(["--n-batches-in-buffer", "2", "--data", "random", "--checkpoint-every", "100000", "--out"]).arg(&out_dir)
+            .env("RAYON_NUM_THREADS", &threads).output()?;
+        if !ours.status.success() {
+            bail!("burnlens train-sae failed: {}", String::from_utf8_lossy(&ours.stderr));
+        }
+        let elapsed: Vec<f64> = std::fs::read_to_string(out_dir.join("metrics.jsonl"))?.lines().map(|l| serde_json::from_str::<serde_json::Value>(l).map(|v| v["elapsed_s"].as_f64().unwrap_or(f64::NAN))).collect::<Result<_, _>>()?;
+        let per_step = (elapsed[elapsed.len() - 1] - elapsed[1]) / (elapsed.len() - 2) as f64;
+        let b = serde_json::json!({"impl": "burnlens", "arch": arch, "seconds_per_step": per_step, "activations_per_s": 4096.0 / per_step, "peak_rss": peak()});
+        let peer = Command::new("/usr/bin/time").args(["-f", "%M", "-o"]).arg(&rss_file).arg(&py).current_dir(root())
+            .args(["scripts/bench_sae.py"]).arg(&model).args([arch, &steps.to_string(), d_sae, k, hook, &threads]).output()?;
+        let mut p: serde_json::Value = serde_json::from_str(String::from_utf8_lossy(&peer.stdout).lines().last().unwrap_or("{}"))?;
+        p["peak_rss"] = peak().into();
+        let ratio = p["seconds_per_step"].as_f64().unwrap_or(f64::NAN) / per_step;
+        for (v, r) in [(&b, format!("{ratio:.2}x")), (&p, String::new())] {
+            table.push_str(&format!("| {arch} | {} | {:.2} | {:.0} | {:.2} GB | {r} |\n", v["impl"].as_str().unwrap_or("?"), v["seconds_per_step"].as_f64().unwrap_or(f64::NAN), v["activations_per_s"].as_f64().unwrap_or(f64::NAN), v["peak_rss"].as_f64().unwrap_or(f64::NAN) / 1e9));
+        }
+        println!("{b}\n{p}");
+        results.push(b);
+        results.push(p);
+    }
+    println!("\n{table}");
+    std::fs::write(root().join("target/bench/sae.json"), serde_json::to_string_pretty(&serde_json::json!({"machine": machine.text, "results": results, "table": table}))?)?;
+    Ok(())
+}
+
 /// Attribution graphs against circuit-tracer (`scripts/bench_trace.py`): GPT-2 small's
 /// shape with random 24,576-feature transcoders (`target/trace-bench`, made once), the same
 /// token prompt of each length, `max_feature_nodes` 512, each tool at the batch sizes given
@@ -1068,8 +1124,9 @@ fn main() -> Result<()> {
         "bench-python" => bench_python()?,
         "bench-scale" => bench_scale(std::env::args().skip(2).collect())?,
         "bench-trace" => bench_trace(std::env::args().skip(2).collect())?,
+        "bench-sae" => bench_sae(std::env::args().skip(2).collect())?,
         "parity-tch" => parity_tch(std::env::args().skip(2).collect())?,
-        _ => bail!("usage: cargo xtask <test [CARGO TEST ARGS]|fixtures|half-fixtures|sae-fixtures|features-fixtures|trace-fixtures [CASE...]|venv|bench [WORKLOAD...]|bench-train|bench-scale [MODEL...]|bench-trace [TOKENS...]|parity-tch>"),
+        _ => bail!("usage: cargo xtask <test [CARGO TEST ARGS]|fixtures|half-fixtures|sae-fixtures|features-fixtures|trace-fixtures [CASE...]|venv|bench [WORKLOAD...]|bench-train|bench-scale [MODEL...]|bench-trace [TOKENS...]|bench-sae [STEPS]|parity-tch>"),
     }
     Ok(())
 }

@@ -35,17 +35,22 @@ pub fn run(a: &TrainSaeArgs) -> Result<()> {
     let cfg = a.run.config(m.model.config.d_model, m.model.config.n_layers(), a.corpus.seq_len)?;
     let for_model = ForModel { tokenizer: m.tokenizer.as_ref(), bos: m.bos.map(|b| b as u32), vocab: m.model.config.vocab_size };
     let windows = a.corpus.windows(for_model, a.run.seed, &burnlens_hf::Hub::from_env())?;
+    // Ctrl-C / SIGTERM: checkpoint, stop, exit 130; the same command resumes.
+    burnlens_train::install_interrupt_handler();
     let tty = std::io::stderr().is_terminal();
     let mut on_step = |r: &[StepReport], p: &Progress| {
         if tty && (p.step % 10 == 0 || p.step == p.steps) {
             eprint!("\rstep {}/{}  loss {:.4}  L0 {:.1}  {:.0} tokens/s  {:.0} s left   ", p.step, p.steps, r[0].loss, r[0].l0, p.tokens_per_s, p.seconds_left);
         }
-        std::ops::ControlFlow::Continue(())
+        if burnlens_train::stop_requested() { std::ops::ControlFlow::Break(()) } else { std::ops::ControlFlow::Continue(()) }
     };
     let model_name = Some(m.dir.display().to_string());
     let s = burnlens_features::train(&a.out, &cfg, &m.model, model_name, windows, &mut on_step)?;
     if tty {
         eprintln!();
+    }
+    if s.stopped {
+        return Err(burnlens_train::TrainError::Interrupted { step: s.steps, checkpoint: a.out.join("checkpoint.safetensors") }.into());
     }
     if let Some(from) = s.resumed_from {
         println!("resumed at step {from} from {}", a.out.join("checkpoint.safetensors").display());
