@@ -90,8 +90,8 @@ fn batch(c: &Case, step: usize, device: &Device) -> Tensor<2> {
 
 /// `max |got − want| / max |want|`.
 fn rel(got: &Tensor<2>, want: &Tensor<2>) -> f32 {
-    let g: Vec<f32> = got.to_data().to_vec::<f32>().unwrap();
-    let w: Vec<f32> = want.to_data().to_vec::<f32>().unwrap();
+    let g: Vec<f32> = got.to_data().try_into_vec_as::<f32>().unwrap();
+    let w: Vec<f32> = want.to_data().try_into_vec_as::<f32>().unwrap();
     common::max_abs_diff(&g, &w) / common::max_abs(&w).max(1e-12)
 }
 
@@ -153,10 +153,10 @@ fn a_fresh_sae_is_initialised_as_saelens_does() {
     let device = Device::default();
     let arch = Architecture::JumpRelu(JumpReluSettings::default());
     let p = SaeParams::init(&arch, Shape { d_in: 16, d_sae: 64, d_out: 16, skip: false }, Some(0.1), &mut burnlens::model::Rng::new(1), &device);
-    let norms: Vec<f32> = p.w_dec.clone().square().sum_dim(1).sqrt().into_data().to_vec::<f32>().unwrap();
+    let norms: Vec<f32> = p.w_dec.clone().square().sum_dim(1).sqrt().into_data().try_into_vec_as::<f32>().unwrap();
     assert!(norms.iter().all(|n| (n - 0.1).abs() < 1e-6), "decoder rows of norm 0.1: {norms:?}");
     assert_eq!(rel(&p.w_enc, &p.w_dec.clone().transpose()), 0.0, "encoder = decoder transposed");
-    let t: Vec<f32> = p.threshold.unwrap().into_data().to_vec::<f32>().unwrap();
+    let t: Vec<f32> = p.threshold.unwrap().into_data().try_into_vec_as::<f32>().unwrap();
     assert!(t.iter().all(|&v| v == 0.01));
-    assert_eq!(p.b_dec.into_data().to_vec::<f32>().unwrap(), vec![0.0; 16]);
+    assert_eq!(p.b_dec.into_data().try_into_vec_as::<f32>().unwrap(), vec![0.0; 16]);
 }

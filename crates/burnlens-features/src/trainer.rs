@@ -74,22 +74,17 @@ impl SaeTrainer {
     /// The gradients of the loss at the current parameters on `batch` (before clipping),
     /// with the pass's report; nothing changes.
     pub fn gradients(&self, batch: Batch) -> (SaeParams, TrainPassValues) {
-        let (g, v, _) = self.backward(batch);
-        (g, v)
+        self.backward(&thresholds_clamped(&self.params), batch)
     }
 
-    fn backward(&self, batch: Batch) -> (SaeParams, TrainPassValues, Vec<bool>) {
+    fn backward(&self, params: &SaeParams, batch: Batch) -> (SaeParams, TrainPassValues) {
         let Batch { x, target } = batch;
         let subtract_b_dec = target.is_none();
         let target = target.unwrap_or_else(|| x.clone());
         let device: Device = x.device();
         let dead = self.dead();
         let n_dead = dead.iter().filter(|&&d| d).count();
-        let mask = Tensor::<1, Bool>::from_data(TensorData::new(dead.clone(), [dead.len()]), &device);
-        let mut params = self.params.clone();
-        if let Some(t) = params.threshold.take() {
-            params.threshold = Some(t.clamp_min(0.0));
-        }
+        let mask = Tensor::<1, Bool>::from_data(TensorData::new(dead, [self.since_fired.len()]), &device);
         let leaves = params.leaves();
         let input = PassInput { x: x.autodiff(), target: target.autodiff(), subtract_b_dec, coefficient: self.coefficient(), dead: Some((&mask.autodiff(), n_dead)) };
         let pass = training_pass(&leaves, &self.arch, input);
@@ -114,17 +109,15 @@ impl SaeTrainer {
             min_positive,
         };
         let grads = pass.loss.backward();
-        let g = leaves.grads(&grads);
-        (g, values, dead)
+        (leaves.grads(&grads), values)
     }
 
     /// One training step on `batch`.
     pub fn train_step(&mut self, batch: Batch) -> StepReport {
         let (lr, coefficient) = (self.cfg.lr.at(self.step), self.coefficient());
-        if let Some(t) = self.params.threshold.take() {
-            self.params.threshold = Some(t.clamp_min(0.0));
-        }
-        let (g, v, dead) = self.backward(batch);
+        // SAELens clamps the thresholds in place before each pass.
+        self.params = thresholds_clamped(&self.params);
+        let (g, v) = self.backward(&self.params, batch);
         for (i, &c) in v.fired.iter().enumerate() {
             self.since_fired[i] = if c > 0 { 0 } else { self.since_fired[i] + 1 };
             self.fired_tokens[i] += c;
@@ -133,10 +126,15 @@ impl SaeTrainer {
         if let (Architecture::BatchTopK { threshold_lr, .. }, Some(m)) = (self.arch, v.min_positive) {
             self.topk_threshold = (1.0 - threshold_lr) * self.topk_threshold + threshold_lr * m;
         }
-        let report = StepReport { step: self.step, lr, coefficient, losses: v.losses, loss: v.loss, l0: v.l0, dead: dead.iter().filter(|&&d| d).count() };
+        let report = StepReport { step: self.step, lr, coefficient, losses: v.losses, loss: v.loss, l0: v.l0, dead: v.dead };
         self.step += 1;
         report
     }
+}
+
+/// `p` with JumpReLU thresholds clamped at 0 (SAELens's `threshold.data.clamp_(min=0.0)`).
+fn thresholds_clamped(p: &SaeParams) -> SaeParams {
+    SaeParams { threshold: p.threshold.clone().map(|t| t.clamp_min(0.0)), ..p.clone() }
 }
 
 /// A training batch: inputs `[n, d_in]` and, for a transcoder, targets `[n, d_out]` (an SAE's
