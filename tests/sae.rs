@@ -194,7 +194,7 @@ fn bad_sae_directories_are_refused_by_name() {
 #[test]
 fn saes_trained_on_streamed_activations_reconstruct_them_and_save_in_saelens_layout() {
     use burnlens::data::Synthetic;
-    use burnlens::features::{Architecture as Train, LrSchedule, LrScheduler, SaeRunConfig, Site, StoreConfig, TopKSettings, TrainerConfig, train};
+    use burnlens::features::{Architecture as Train, LrSchedule, LrScheduler, SaeRunConfig, Site, Source, StoreConfig, TopKSettings, TrainerConfig, train};
     let device = Device::flex();
     let model = load_model(&fixture("trained_gpt2_char"), &device).unwrap().model;
     let tmp = tempfile::tempdir().unwrap();
@@ -221,7 +221,7 @@ fn saes_trained_on_streamed_activations_reconstruct_them_and_save_in_saelens_lay
         let dir = tmp.path().join(architecture.name());
         let windows = Box::new(Synthetic::Random.windows(model.config.vocab_size, 24, 1).map(Ok));
         let mut losses = Vec::new();
-        let summary = train(&dir, &cfg, &model, None, windows, &mut |r, _| {
+        let summary = train(&dir, &cfg, Source::Model { model: &model, windows, model_name: None }, &mut |r, _| {
             losses.push(r[0].loss);
             std::ops::ControlFlow::Continue(())
         }).unwrap();

@@ -156,3 +156,32 @@ fn ctrl_c_checkpoints_exits_130_and_the_same_command_resumes() {
     assert!(String::from_utf8_lossy(&o.stdout).contains("resumed at step"));
     assert!(out.join("sae/sae_weights.safetensors").exists());
 }
+
+#[test]
+fn training_from_an_activation_cache_equals_training_from_the_model() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = tmp.path().join("cache");
+    let o = burnlens(&[
+        "cache-activations", "--model", MODEL, "--hook", "blocks.1.hook_resid_pre,blocks.0.hook_mlp_out", "--data", "random", "--seq-len", "16",
+        "--batch", "4", "--windows", "400", "--chunks-per-shard", "7", "--seed", "3", "--out", cache.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let index: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(cache.join("cache.json")).unwrap()).unwrap();
+    assert_eq!(index["complete"], true);
+    assert_eq!(index["shards"].as_array().unwrap().len(), 15, "100 passes of 4 windows, 7 a shard: {index}");
+    let train = ["--architecture", "topk", "--k", "4", "--steps", "30", "--seed", "3", "--checkpoint-every", "10"];
+    let from_model = tmp.path().join("from-model");
+    let mut a = args(from_model.to_str().unwrap(), &["--data", "random"]);
+    a.extend_from_slice(&train);
+    assert!(burnlens(&a).status.success());
+    let from_cache = tmp.path().join("from-cache");
+    let mut b = vec!["train-sae", "--from-cache", cache.to_str().unwrap(), "--hook", "blocks.1.hook_resid_pre", "--d-sae", "64", "--batch", "4", "--out", from_cache.to_str().unwrap()];
+    b.extend_from_slice(&train);
+    let o = burnlens(&b);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(weights(&from_model) == weights(&from_cache), "the SAE trained from the cache differs from the one trained from the model");
+    // A hook the cache does not hold is named.
+    let c = tmp.path().join("c");
+    let bad = ["train-sae", "--from-cache", cache.to_str().unwrap(), "--hook", "blocks.1.hook_resid_post", "--out", c.to_str().unwrap()];
+    assert_bad_input(&burnlens(&bad), "blocks.1.hook_resid_post");
+}

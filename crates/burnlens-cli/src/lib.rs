@@ -5,6 +5,7 @@ mod bench;
 mod commands;
 mod output;
 mod progress;
+mod cache_activations;
 mod eval_sae;
 mod train_sae;
 
@@ -306,6 +307,9 @@ enum Command {
     /// SAELens's evaluation metrics of an SAE (CE loss and KL scores with the SAE spliced in,
     /// explained variance, L0, shrinkage, feature density) over windows of a corpus.
     EvalSae(Box<eval_sae::EvalSaeArgs>),
+    /// Keep a model's activations at hook points over a corpus on disk, for training SAEs
+    /// without the model (`train-sae --from-cache`).
+    CacheActivations(Box<cache_activations::CacheActivationsArgs>),
     /// Run a sparse autoencoder saved in SAELens's layout on its hook point: reconstruction,
     /// L0, explained variance, top features per token, loss with the SAE spliced in.
     Sae {
@@ -441,6 +445,7 @@ pub fn run() -> ExitCode {
         Command::Lens { model, input, target, top, out, common } => commands::lens(&model, &input, target.as_deref(), top, &out, &common),
         Command::TrainSae(args) => train_sae::run(&args),
         Command::EvalSae(args) => eval_sae::run(&args),
+        Command::CacheActivations(args) => cache_activations::run(&args),
         Command::Sae { model, sae, input, top, out, common } => commands::sae(&model, &sae, &input, top, &out, &common),
         Command::Download { id } => commands::download(&id),
         Command::Train { config, sets, resume, quiet, common } => commands::train(config.as_deref(), &sets, resume.as_deref(), quiet, &common),

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 use burnlens_data::{CorpusOptions, ForModel};
-use burnlens_features::{Progress, RunOptions, StepReport};
+use burnlens_features::{CacheIndex, Progress, RunOptions, SaeRunConfig, Source, StepReport};
 
 use crate::{Common, ModelArgs};
 
@@ -16,8 +16,16 @@ use crate::{Common, ModelArgs};
 /// corpus (`data::CorpusOptions`) and the run directory.
 #[derive(clap::Args)]
 pub struct TrainSaeArgs {
-    #[command(flatten)]
-    pub model: ModelArgs,
+    /// Model directory, Hub id or burnlens run directory (not needed with --from-cache).
+    #[arg(long, required_unless_present = "from_cache")]
+    pub model: Option<PathBuf>,
+    /// Fold norms and centre weights first (as TransformerLens's `from_pretrained`).
+    #[arg(long)]
+    pub process_weights: bool,
+    /// Train from an activation cache (`cache-activations`) instead of model passes: its
+    /// windows per pass and tokens per window are the run's.
+    #[arg(long, conflicts_with = "model")]
+    pub from_cache: Option<PathBuf>,
     #[command(flatten)]
     pub run: RunOptions,
     #[command(flatten)]
@@ -31,10 +39,27 @@ pub struct TrainSaeArgs {
 }
 
 pub fn run(a: &TrainSaeArgs) -> Result<()> {
-    let m = crate::commands::load_model_args(&a.model, &a.common)?;
+    if let Some(dir) = &a.from_cache {
+        let index = CacheIndex::read(dir)?;
+        let mut run = a.run.clone();
+        run.store_batch = Some(index.windows_per_chunk);
+        // The widest hook's width stands in for d_model; layers are the cache's.
+        let width = index.widths.iter().copied().max().unwrap_or(0);
+        let layers = index.hooks.iter().filter_map(|h| burnlens_model::HookPoint::parse(h).and_then(|p| p.layer())).max().map_or(0, |l| l + 1);
+        let cfg = run.config(width, layers, index.context_size)?;
+        let source = Source::Cache { dir: dir.clone(), device: crate::commands::device_of(&a.common)? };
+        return train(a, &cfg, source);
+    }
+    let model_args = ModelArgs { model: a.model.clone().expect("clap requires --model without --from-cache"), process_weights: a.process_weights };
+    let m = crate::commands::load_model_args(&model_args, &a.common)?;
     let cfg = a.run.config(m.model.config.d_model, m.model.config.n_layers(), a.corpus.seq_len)?;
     let for_model = ForModel { tokenizer: m.tokenizer.as_ref(), bos: m.bos.map(|b| b as u32), vocab: m.model.config.vocab_size };
     let windows = a.corpus.windows(for_model, a.run.seed, &burnlens_hf::Hub::from_env())?;
+    let model_name = Some(m.dir.display().to_string());
+    train(a, &cfg, Source::Model { model: &m.model, windows, model_name })
+}
+
+fn train(a: &TrainSaeArgs, cfg: &SaeRunConfig, source: Source) -> Result<()> {
     // Ctrl-C / SIGTERM: checkpoint, stop, exit 130; the same command resumes.
     burnlens_train::install_interrupt_handler();
     let tty = std::io::stderr().is_terminal();
@@ -44,8 +69,7 @@ pub fn run(a: &TrainSaeArgs) -> Result<()> {
         }
         if burnlens_train::stop_requested() { std::ops::ControlFlow::Break(()) } else { std::ops::ControlFlow::Continue(()) }
     };
-    let model_name = Some(m.dir.display().to_string());
-    let s = burnlens_features::train(&a.out, &cfg, &m.model, model_name, windows, &mut on_step)?;
+    let s = burnlens_features::train(&a.out, cfg, source, &mut on_step)?;
     if tty {
         eprintln!();
     }

@@ -6,7 +6,8 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::architecture::Architecture;
-use crate::store::{StoreConfig, StoreError};
+use crate::pass::StoreError;
+use crate::store::StoreConfig;
 use crate::trainer::TrainerConfig;
 
 /// What one SAE or transcoder of a run reads and reconstructs.

@@ -11,6 +11,7 @@
 //! turn a corpus's windows into shuffled activation batches.
 
 pub mod adam;
+pub mod cache;
 pub mod evals;
 pub mod architecture;
 pub mod config;
@@ -20,6 +21,7 @@ pub mod mixing;
 pub mod options;
 pub mod outputs;
 pub mod params;
+pub mod pass;
 pub mod run;
 pub mod schedule;
 pub mod store;
@@ -32,7 +34,9 @@ pub use inference::{SaeSite, inference_sae};
 pub use mixing::MixingBuffer;
 pub use options::RunOptions;
 pub use config::{RunError, SaeRunConfig, Site};
-pub use run::{OnStep, Progress, RunSummary, train};
-pub use store::{ActivationStore, StoreConfig, StoreError, WindowSource};
+pub use cache::{CacheIndex, CacheJob, CacheReader, write_cache};
+pub use run::{OnStep, Progress, RunSummary, Source, train};
+pub use pass::{StoreError, WindowSource};
+pub use store::{ActivationStore, Producer, StoreConfig};
 pub use schedule::{CoefficientSchedule, LrSchedule, LrScheduler};
 pub use trainer::{Batch, SaeTrainer, StepReport, TrainPassValues, TrainerConfig};

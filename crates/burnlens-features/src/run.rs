@@ -21,7 +21,9 @@ use serde::Serialize;
 use crate::config::{RunError, SaeRunConfig, file_err};
 use crate::outputs::write_outputs;
 use crate::params::{DECODER_INIT_NORM, SaeParams, Shape};
-use crate::store::{ActivationStore, WindowSource};
+use crate::cache::CacheReader;
+use crate::pass::WindowSource;
+use crate::store::ActivationStore;
 use crate::trainer::{Batch, SaeTrainer, StepReport};
 
 /// How a run ended.
@@ -70,13 +72,29 @@ fn hooks(cfg: &SaeRunConfig) -> Result<Hooks, RunError> {
     Ok(Hooks { points, sites })
 }
 
-/// Train (or resume) the run in `dir` on `model`'s activations from `windows` (made anew
-/// for a resumed run, which skips what it had read). `on_step` sees every step's reports
-/// (one per site); when it breaks, the run stops after writing its checkpoint, to be resumed.
-pub fn train(dir: &Path, cfg: &SaeRunConfig, model: &Transformer, model_name: Option<String>, windows: WindowSource, on_step: &mut OnStep) -> Result<RunSummary, RunError> {
+/// Where a run's activations come from.
+pub enum Source<'a> {
+    /// `model`'s passes over `windows` (made anew for a resumed run, which skips what it had
+    /// read); `model_name` goes into the SAEs' configs.
+    Model { model: &'a Transformer, windows: WindowSource<'a>, model_name: Option<String> },
+    /// An activation cache's folder, read on `device` ([`crate::cache`]).
+    Cache { dir: PathBuf, device: Device },
+}
+
+/// Train (or resume) the run in `dir` on activations from `source`. `on_step` sees every
+/// step's reports (one per site); when it breaks, the run stops after writing its
+/// checkpoint, to be resumed.
+pub fn train(dir: &Path, cfg: &SaeRunConfig, source: Source, on_step: &mut OnStep) -> Result<RunSummary, RunError> {
     // Everything is checked before anything is written.
     let h = hooks(cfg)?;
-    let mut store = ActivationStore::new(model, h.points.clone(), windows, cfg.store, cfg.seed ^ 0x6d69_7869)?;
+    let seed = cfg.seed ^ 0x6d69_7869;
+    let (mut store, model_name) = match source {
+        Source::Model { model, windows, model_name } => (ActivationStore::new(model, h.points.clone(), windows, cfg.store, seed)?, model_name),
+        Source::Cache { dir, device } => {
+            let names: Vec<String> = h.points.iter().map(|p| p.name()).collect();
+            (ActivationStore::from_cache(CacheReader::open(&dir, &names)?, cfg.store, seed, device)?, None)
+        }
+    };
     if cfg.d_sae == 0 || cfg.steps == 0 {
         return Err(RunError::Config("d_sae and steps must be positive".into()));
     }
@@ -88,7 +106,7 @@ pub fn train(dir: &Path, cfg: &SaeRunConfig, model: &Transformer, model_name: Op
         Ok(_) => {}
         Err(_) => burnlens_model::files::write_atomic(&cfg_path, cfg_text.as_bytes()).map_err(|e| file_err(&cfg_path, e))?,
     }
-    let device = model.device();
+    let device = store.device.clone();
     let shapes: Vec<Shape> = h.sites.iter().map(|&(i, o)| Shape { d_in: store.widths[i], d_sae: cfg.d_sae, d_out: o.map_or(store.widths[i], |o| store.widths[o]), skip: cfg.skip && o.is_some() }).collect();
     let ckpt = dir.join(CHECKPOINT);
     let (mut trainers, resumed_from) = if ckpt.is_file() {
@@ -207,7 +225,7 @@ fn save_checkpoint(path: &Path, trainers: &[SaeTrainer], store: &ActivationStore
         "step": trainers[0].step,
         "adam_t": trainers.iter().map(|t| t.adam.t).collect::<Vec<_>>(),
         "topk_threshold": trainers.iter().map(|t| t.topk_threshold).collect::<Vec<_>>(),
-        "windows_read": store.windows_read,
+        "position": store.position,
         "rng": store.buffer.rng,
     });
     let views: Vec<(String, safetensors::tensor::TensorView)> =
@@ -290,7 +308,7 @@ fn load_checkpoint(path: &Path, cfg: &SaeRunConfig, shapes: &[Shape], store: &mu
         }
         trainers.push(t);
     }
-    store.skip_windows(saved.num("windows_read", None)?.as_u64().unwrap_or(0))?;
+    store.skip_to(saved.num("position", None)?.as_u64().unwrap_or(0))?;
     let w = store.buffer.width;
     let batch = store.buffer.batch_size * w;
     store.buffer.storage = saved.f32s("buffer.storage")?.1;

@@ -12,11 +12,13 @@
 //! (`store_batch_size_prompts × context_size`), each row the hooks' widths summed, in f32
 //! ([`StoreConfig::buffer_bytes`]); the corpus itself is streamed.
 
-use burn::tensor::{Int, Tensor, TensorData};
-use burnlens_model::{Activation, Forward, HookPoint, Hooks, Stop, Transformer};
+use burn::tensor::{Tensor, TensorData};
+use burnlens_model::{HookPoint, Transformer};
 use serde::{Deserialize, Serialize};
 
+use crate::cache::CacheReader;
 use crate::mixing::MixingBuffer;
+use crate::pass::{StoreError, WindowSource, pass};
 
 /// SAELens's activation-store settings.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -43,31 +45,26 @@ impl StoreConfig {
     }
 }
 
-/// A problem producing activations.
-#[derive(Debug, thiserror::Error)]
-pub enum StoreError {
-    #[error("hook point `{hook}`: {msg}")]
-    Hook { hook: String, msg: String },
-    #[error("{0}")]
-    Data(#[from] burnlens_data::DataError),
-    #[error("activation store: {0}")]
-    Config(String),
+/// Where the store's rows come from.
+pub enum Producer<'a> {
+    /// Model passes over windows, `store_batch_size_prompts` at a time.
+    Model { model: &'a Transformer, hooks: Vec<HookPoint>, windows: WindowSource<'a> },
+    /// The model passes an activation cache kept ([`crate::cache`]).
+    Cache(CacheReader),
 }
 
-/// Where windows come from: any iterator of windows of `context_size` token ids.
-pub type WindowSource<'a> = burnlens_data::WindowIter<'a>;
-
-/// The store: a model, its hook points, a window source and the mixing buffer.
+/// The store: where activations come from and the mixing buffer.
 pub struct ActivationStore<'a> {
-    model: &'a Transformer,
-    hooks: Vec<HookPoint>,
+    producer: Producer<'a>,
+    /// Where batches are put.
+    pub device: burn::tensor::Device,
     /// Width of each hook's rows.
     pub widths: Vec<usize>,
-    windows: WindowSource<'a>,
     pub buffer: MixingBuffer,
     pub cfg: StoreConfig,
-    /// Windows taken from the source so far (where a resumed run skips to).
-    pub windows_read: u64,
+    /// Windows taken from the corpus so far, or chunks from the cache (where a resumed run
+    /// skips to).
+    pub position: u64,
     exhausted: bool,
 }
 
@@ -85,18 +82,36 @@ impl<'a> ActivationStore<'a> {
         let probe = pass(model, &hooks, &[vec![0; 2]])?;
         let widths: Vec<usize> = probe.iter().map(|t| t.dims()[1]).collect();
         let buffer = MixingBuffer::new(cfg.buffer_rows(), cfg.train_batch_size_tokens, cfg.mix_fraction, widths.iter().sum(), seed).map_err(StoreError::Config)?;
-        Ok(ActivationStore { model, hooks, widths, windows, buffer, cfg, windows_read: 0, exhausted: false })
+        Ok(ActivationStore { device: model.device(), producer: Producer::Model { model, hooks, windows }, widths, buffer, cfg, position: 0, exhausted: false })
     }
 
-    /// Skip `n` windows of the source (a resumed run continues where it stopped).
-    pub fn skip_windows(&mut self, n: u64) -> Result<(), StoreError> {
-        for _ in 0..n {
-            match self.windows.next() {
-                Some(w) => drop(w?),
-                None => return Err(StoreError::Config(format!("the dataset has fewer than the {n} windows this run had read"))),
+    /// A store over an activation cache, whose passes must be of `store_batch_size_prompts`
+    /// windows of `context_size` tokens (what the cache holds decides the batches).
+    pub fn from_cache(reader: CacheReader, cfg: StoreConfig, seed: u64, device: burn::tensor::Device) -> Result<Self, StoreError> {
+        let index = reader.index();
+        if (index.context_size, index.windows_per_chunk) != (cfg.context_size, cfg.store_batch_size_prompts) {
+            return Err(StoreError::Config(format!(
+                "the cache holds passes of {} windows of {} tokens; the run asks for {} of {}",
+                index.windows_per_chunk, index.context_size, cfg.store_batch_size_prompts, cfg.context_size
+            )));
+        }
+        let widths = reader.widths();
+        let buffer = MixingBuffer::new(cfg.buffer_rows(), cfg.train_batch_size_tokens, cfg.mix_fraction, widths.iter().sum(), seed).map_err(StoreError::Config)?;
+        Ok(ActivationStore { device, producer: Producer::Cache(reader), widths, buffer, cfg, position: 0, exhausted: false })
+    }
+
+    /// Skip to `position` (a resumed run continues where it stopped).
+    pub fn skip_to(&mut self, position: u64) -> Result<(), StoreError> {
+        for _ in 0..position {
+            let more = match &mut self.producer {
+                Producer::Model { windows, .. } => windows.next().transpose()?.is_some(),
+                Producer::Cache(reader) => reader.next_chunk()?.is_some(),
+            };
+            if !more {
+                return Err(StoreError::Config(format!("the data has less than the {position} windows (or cached passes) this run had read")));
             }
         }
-        self.windows_read = n;
+        self.position = position;
         Ok(())
     }
 
@@ -114,26 +129,24 @@ impl<'a> ActivationStore<'a> {
         }
     }
 
-    /// One model pass over the next windows, into the buffer.
+    /// One model pass over the next windows (or one cached pass), into the buffer.
     fn refill(&mut self) -> Result<(), StoreError> {
-        let mut batch = Vec::with_capacity(self.cfg.store_batch_size_prompts);
-        while batch.len() < self.cfg.store_batch_size_prompts {
-            match self.windows.next() {
-                Some(w) => batch.push(w?),
-                None => break,
+        let rows = match &mut self.producer {
+            Producer::Model { model, hooks, windows } => {
+                let batch: Vec<Vec<u32>> = windows.by_ref().take(self.cfg.store_batch_size_prompts).collect::<Result<_, _>>()?;
+                self.position += batch.len() as u64;
+                self.exhausted = batch.len() < self.cfg.store_batch_size_prompts;
+                if batch.is_empty() { None } else { Some(joined(pass(model, hooks, &batch)?)) }
             }
-        }
-        self.windows_read += batch.len() as u64;
-        if batch.len() < self.cfg.store_batch_size_prompts {
-            self.exhausted = true;
-        }
-        if !batch.is_empty() {
-            let acts = pass(self.model, &self.hooks, &batch)?;
-            let rows = acts[0].dims()[0];
-            let joined = if acts.len() == 1 { acts.into_iter().next().expect("one") } else { Tensor::cat(acts, 1) };
-            let flat: Vec<f32> = joined.into_data().try_into_vec_as::<f32>().expect("f32 activations");
-            debug_assert_eq!(flat.len(), rows * self.buffer.width);
-            self.buffer.push(&flat);
+            Producer::Cache(reader) => {
+                let chunk = reader.next_chunk()?;
+                self.position += chunk.is_some() as u64;
+                self.exhausted = chunk.is_none();
+                chunk
+            }
+        };
+        if let Some(rows) = rows {
+            self.buffer.push(&rows);
         }
         if self.exhausted {
             self.buffer.finish();
@@ -142,7 +155,7 @@ impl<'a> ActivationStore<'a> {
     }
 
     fn split(&self, rows: Vec<f32>) -> Vec<Tensor<2>> {
-        let device = self.model.device();
+        let device = self.device.clone();
         let n = rows.len() / self.buffer.width;
         let all = Tensor::<2>::from_data(TensorData::new(rows, [n, self.buffer.width]), &device);
         let mut start = 0;
@@ -157,37 +170,9 @@ impl<'a> ActivationStore<'a> {
     }
 }
 
-/// The activations at `hooks` for `windows` (one model pass), each `[tokens, width]`.
-pub fn pass(model: &Transformer, hooks: &[HookPoint], windows: &[Vec<u32>]) -> Result<Vec<Tensor<2>>, StoreError> {
-    let (b, t) = (windows.len(), windows[0].len());
-    let flat: Vec<i64> = windows.iter().flatten().map(|&id| id as i64).collect();
-    if let Some(&bad) = flat.iter().find(|&&id| id as usize >= model.config.vocab_size) {
-        return Err(StoreError::Config(format!("token id {bad} is outside the model's vocabulary of {}", model.config.vocab_size)));
-    }
-    let ids = Tensor::<2, Int>::from_data(TensorData::new(flat, [b, t]), &model.device());
-    let names: Vec<String> = hooks.iter().map(|h| h.name()).collect();
-    let mut h = Hooks::capture(|n| names.iter().any(|m| m == n));
-    // As SAELens's store (`stop_at_layer`): nothing after the last block read runs.
-    let layers: Option<Vec<usize>> = hooks.iter().map(|p| p.layer()).collect();
-    let stop = match layers.and_then(|l| l.into_iter().max()) {
-        Some(l) => Stop::AfterBlock(l),
-        None => Stop::FinalStream,
-    };
-    model.forward_with(Forward::new(ids).hooks(&mut h).stop(stop));
-    let mut cache = h.take_cache();
-    names
-        .iter()
-        .map(|name| match cache.remove(name) {
-            Some(Activation::Rank3(a)) => {
-                let [b, t, d] = a.dims();
-                Ok(a.reshape([b * t, d]))
-            }
-            Some(Activation::Rank4(a)) if name.ends_with("hook_z") => {
-                let [b, t, h, d] = a.dims();
-                Ok(a.reshape([b * t, h * d]))
-            }
-            Some(a) => Err(StoreError::Hook { hook: name.clone(), msg: format!("activation of shape {:?}: only [batch, pos, d] points and hook_z can be trained on", a.dims()) }),
-            None => Err(StoreError::Hook { hook: name.clone(), msg: "not produced by the forward pass".into() }),
-        })
-        .collect()
+/// One pass's activations laid side by side, row-major on the host.
+fn joined(acts: Vec<Tensor<2>>) -> Vec<f32> {
+    let joined = if acts.len() == 1 { acts.into_iter().next().expect("one") } else { Tensor::cat(acts, 1) };
+    joined.into_data().try_into_vec_as::<f32>().expect("f32 activations")
 }
+

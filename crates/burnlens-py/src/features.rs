@@ -44,7 +44,8 @@ pub fn train_sae(py: Python<'_>, model: &NativeModel, out: &str, run_json: &str,
                 }
             }
         };
-        burnlens_features::train(Path::new(out), &cfg, &model.any.model, Some(model.any.dir.display().to_string()), windows, &mut step).map_err(|e| e.to_string())
+        let source = burnlens_features::Source::Model { model: &model.any.model, windows, model_name: Some(model.any.dir.display().to_string()) };
+        burnlens_features::train(Path::new(out), &cfg, source, &mut step).map_err(|e| e.to_string())
     });
     if let Some(e) = error {
         return Err(e);
