@@ -185,3 +185,20 @@ fn training_from_an_activation_cache_equals_training_from_the_model() {
     let bad = ["train-sae", "--from-cache", cache.to_str().unwrap(), "--hook", "blocks.1.hook_resid_post", "--out", c.to_str().unwrap()];
     assert_bad_input(&burnlens(&bad), "blocks.1.hook_resid_post");
 }
+
+#[test]
+fn a_toml_config_gives_the_same_run_as_the_flags() {
+    let tmp = tempfile::tempdir().unwrap();
+    let by_flags = tmp.path().join("flags");
+    let a = args(by_flags.to_str().unwrap(), &["--architecture", "batchtopk", "--k", "4", "--steps", "12", "--seed", "2", "--data", "random"]);
+    assert!(burnlens(&a).status.success());
+    let cfg = tmp.path().join("run.toml");
+    std::fs::write(&cfg, "[run]\nhook = \"blocks.1.hook_resid_pre\"\nd_sae = 64\nbatch = 4\narchitecture = \"batchtopk\"\nk = 4\nsteps = 12\nseed = 2\n\n[corpus]\ndata = \"random\"\nseq_len = 16\n").unwrap();
+    let by_file = tmp.path().join("file");
+    let o = burnlens(&["train-sae", "--model", MODEL, "--config", cfg.to_str().unwrap(), "--out", by_file.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(weights(&by_flags) == weights(&by_file));
+    std::fs::write(&cfg, "[run]\nhook = \"blocks.1.hook_resid_pre\"\nlearning_rate = 1.0\n").unwrap();
+    let o = burnlens(&["train-sae", "--model", MODEL, "--config", cfg.to_str().unwrap(), "--out", tmp.path().join("x").to_str().unwrap()]);
+    assert_bad_input(&o, "learning_rate");
+}

@@ -10,7 +10,7 @@ use anyhow::Result;
 use burnlens_data::{CorpusOptions, ForModel};
 use burnlens_features::{CacheIndex, Progress, RunOptions, SaeRunConfig, Source, StepReport};
 
-use crate::{Common, ModelArgs};
+use crate::{Common, ModelArgs, UserError};
 
 /// `burnlens train-sae` options: the model, the run's options (`features::RunOptions`), the
 /// corpus (`data::CorpusOptions`) and the run directory.
@@ -26,6 +26,12 @@ pub struct TrainSaeArgs {
     /// windows per pass and tokens per window are the run's.
     #[arg(long, conflicts_with = "model")]
     pub from_cache: Option<PathBuf>,
+    /// Take the run's and the corpus's options from a TOML file instead of the flags: a
+    /// `[run]` table with the flags' names (`hook`, `architecture`, `k`, `steps`, ...) and a
+    /// `[corpus]` table (`data`, `column`, `seq_len`, `no_prepend_bos`); unnamed keys keep their
+    /// defaults, unknown keys are refused.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
     #[command(flatten)]
     pub run: RunOptions,
     #[command(flatten)]
@@ -38,28 +44,43 @@ pub struct TrainSaeArgs {
     pub common: Common,
 }
 
+/// `--config`'s file.
+#[derive(serde::Deserialize, Default)]
+#[serde(default, deny_unknown_fields)]
+struct ConfigFile {
+    run: RunOptions,
+    corpus: CorpusOptions,
+}
+
 pub fn run(a: &TrainSaeArgs) -> Result<()> {
+    let Some(path) = &a.config else { return run_with(a, &a.run, &a.corpus) };
+    let text = std::fs::read_to_string(path).map_err(|e| UserError(format!("{}: {e}", path.display())))?;
+    let file: ConfigFile = toml::from_str(&text).map_err(|e| UserError(format!("{}: {}", path.display(), e.message())))?;
+    run_with(a, &file.run, &file.corpus)
+}
+
+fn run_with(a: &TrainSaeArgs, options: &RunOptions, corpus: &CorpusOptions) -> Result<()> {
     if let Some(dir) = &a.from_cache {
         let index = CacheIndex::read(dir)?;
-        let mut run = a.run.clone();
+        let mut run = options.clone();
         run.store_batch = Some(index.windows_per_chunk);
         // The widest hook's width stands in for d_model; layers are the cache's.
         let width = index.widths.iter().copied().max().unwrap_or(0);
         let layers = index.hooks.iter().filter_map(|h| burnlens_model::HookPoint::parse(h).and_then(|p| p.layer())).max().map_or(0, |l| l + 1);
         let cfg = run.config(width, layers, index.context_size)?;
         let source = Source::Cache { dir: dir.clone(), device: crate::commands::device_of(&a.common)? };
-        return train(a, &cfg, source);
+        return train(a, options, &cfg, source);
     }
     let model_args = ModelArgs { model: a.model.clone().expect("clap requires --model without --from-cache"), process_weights: a.process_weights };
     let m = crate::commands::load_model_args(&model_args, &a.common)?;
-    let cfg = a.run.config(m.model.config.d_model, m.model.config.n_layers(), a.corpus.seq_len)?;
+    let cfg = options.config(m.model.config.d_model, m.model.config.n_layers(), corpus.seq_len)?;
     let for_model = ForModel { tokenizer: m.tokenizer.as_ref(), bos: m.bos.map(|b| b as u32), vocab: m.model.config.vocab_size };
-    let windows = a.corpus.windows(for_model, a.run.seed, &burnlens_hf::Hub::from_env())?;
+    let windows = corpus.windows(for_model, options.seed, &burnlens_hf::Hub::from_env())?;
     let model_name = Some(m.dir.display().to_string());
-    train(a, &cfg, Source::Model { model: &m.model, windows, model_name })
+    train(a, options, &cfg, Source::Model { model: &m.model, windows, model_name })
 }
 
-fn train(a: &TrainSaeArgs, cfg: &SaeRunConfig, source: Source) -> Result<()> {
+fn train(a: &TrainSaeArgs, options: &RunOptions, cfg: &SaeRunConfig, source: Source) -> Result<()> {
     // Ctrl-C / SIGTERM: checkpoint, stop, exit 130; the same command resumes.
     burnlens_train::install_interrupt_handler();
     let tty = std::io::stderr().is_terminal();
@@ -86,9 +107,9 @@ fn train(a: &TrainSaeArgs, cfg: &SaeRunConfig, source: Source) -> Result<()> {
         let terms: Vec<String> = r.losses.iter().map(|(t, v)| format!("{} {v:.4}", t.name())).collect();
         println!("{}: step {}, loss {:.4} ({}), L0 {:.2}, dead features {dead}", site.input, r.step + 1, r.loss, terms.join(", "), r.l0);
     }
-    let what = if a.run.transcoders { "transcoders" } else { "SAEs" };
+    let what = if options.transcoders { "transcoders" } else { "SAEs" };
     println!("trained {} {} {what} ({} features each) over {} activations", cfg.sites.len(), cfg.architecture.name(), cfg.d_sae, s.tokens);
     let outs: Vec<String> = s.outputs.iter().map(|p| p.display().to_string()).collect();
-    println!("wrote {} ({}), metrics.jsonl and checkpoint.safetensors in {}", outs.join(", "), if a.run.transcoders { "circuit-tracer's layout" } else { "SAELens's layout" }, a.out.display());
+    println!("wrote {} ({}), metrics.jsonl and checkpoint.safetensors in {}", outs.join(", "), if options.transcoders { "circuit-tracer's layout" } else { "SAELens's layout" }, a.out.display());
     Ok(())
 }

@@ -16,7 +16,7 @@ use crate::trainer::TrainerConfig;
 pub struct RunOptions {
     /// The hook point, e.g. blocks.1.hook_resid_pre; several, comma-separated, train one SAE
     /// each from the same model passes.
-    #[cfg_attr(feature = "clap", arg(long, required_unless_present = "transcoders"))]
+    #[cfg_attr(feature = "clap", arg(long))]
     pub hook: Option<String>,
     /// Train a transcoder per layer instead, from `blocks.{l}.<transcoder-input>` to
     /// `blocks.{l}.<transcoder-output>`, written as a circuit-tracer transcoder set.
