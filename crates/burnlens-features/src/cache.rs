@@ -10,7 +10,8 @@
 //! ```
 //!
 //! Shards are written atomically and `cache.json` after each, so an interrupted cache resumes
-//! after its last shard. A chunk is one model pass, the unit the store's mixing buffer
+//! after its last shard. Writing and reading hold one shard in memory (`chunks_per_shard`
+//! passes: C·B·T rows of the hooks' widths in f32), besides the store's mixing buffer. A chunk is one model pass, the unit the store's mixing buffer
 //! receives, so training from a cache sees exactly the rows (and, with the same seed, the
 //! batches) that training from the model sees.
 
