@@ -46,7 +46,7 @@ def main():
         sae=sae_cfg, model_name="gpt2", hook_name=hook, dataset_path="unused", is_dataset_tokenized=True, streaming=False,
         context_size=CONTEXT, store_batch_size_prompts=PROMPTS, train_batch_size_tokens=PROMPTS * CONTEXT,
         n_batches_in_buffer=2 * PROMPTS, training_tokens=steps * PROMPTS * CONTEXT, device="cpu", lr=1e-3,
-        logger=LoggingConfig(log_to_wandb=False), n_checkpoints=0, save_final_checkpoint=False, prepend_bos=False,
+        logger=LoggingConfig(log_to_wandb=False), n_checkpoints=0, save_final_checkpoint=False, prepend_bos=False, output_path=None,
     )
     starts = []
     step = SAETrainer.step
