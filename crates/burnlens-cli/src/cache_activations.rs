@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 
 use anyhow::Result;
-use burnlens_data::{CorpusOptions, ForModel};
+use burnlens_data::CorpusOptions;
 use burnlens_features::{CacheJob, write_cache};
 use burnlens_model::HookPoint;
 
@@ -57,8 +57,7 @@ pub fn run(a: &CacheActivationsArgs) -> Result<()> {
     if let Some(h) = hooks.iter().find(|h| !known.contains(h)) {
         return Err(UserError(format!("--hook: the model has no hook point `{}`", h.name())).into());
     }
-    let for_model = ForModel { tokenizer: m.tokenizer.as_ref(), bos: m.bos.map(|b| b as u32), vocab: m.model.config.vocab_size };
-    let windows = a.corpus.windows(for_model, a.seed, &burnlens_hf::Hub::from_env())?;
+    let windows = a.corpus.windows(m.corpus_model(), a.seed, &burnlens_hf::Hub::from_env())?;
     let job = CacheJob { model: &m.model, hooks, context_size: a.corpus.seq_len, windows_per_chunk: a.batch, chunks_per_shard: a.chunks_per_shard, max_windows: a.windows };
     let start = std::time::Instant::now();
     let index = write_cache(&a.out, &job, windows, &mut |n| {

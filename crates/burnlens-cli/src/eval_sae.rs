@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use anyhow::Result;
-use burnlens_data::{CorpusOptions, ForModel};
+use burnlens_data::CorpusOptions;
 use burnlens_features::{EvalInput, evaluate};
 use serde_json::json;
 
@@ -44,8 +44,7 @@ pub fn run(a: &EvalSaeArgs) -> Result<()> {
     if a.batches == 0 || a.batch_size == 0 {
         return Err(UserError("--batches and --batch-size must be positive".into()).into());
     }
-    let for_model = ForModel { tokenizer: m.tokenizer.as_ref(), bos: m.bos.map(|b| b as u32), vocab: m.model.config.vocab_size };
-    let mut windows = a.corpus.windows(for_model, a.seed, &burnlens_hf::Hub::from_env())?;
+    let mut windows = a.corpus.windows(m.corpus_model(), a.seed, &burnlens_hf::Hub::from_env())?;
     let batches = a.corpus.batches(&mut windows, a.batches, a.batch_size)?;
     let ignore: Vec<u32> = m.bos.map(|b| b as u32).into_iter().collect();
     let (metrics, features) = evaluate(&EvalInput { model: &m.model, sae: &sae, batches: &batches, ignore_tokens: &ignore })?;

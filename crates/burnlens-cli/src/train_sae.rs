@@ -7,7 +7,7 @@ use std::io::IsTerminal;
 use std::path::PathBuf;
 
 use anyhow::Result;
-use burnlens_data::{CorpusOptions, ForModel};
+use burnlens_data::CorpusOptions;
 use burnlens_features::{CacheIndex, Progress, RunOptions, SaeRunConfig, Source, StepReport};
 
 use crate::{Common, ModelArgs, UserError};
@@ -74,8 +74,7 @@ fn run_with(a: &TrainSaeArgs, options: &RunOptions, corpus: &CorpusOptions) -> R
     let model_args = ModelArgs { model: a.model.clone().expect("clap requires --model without --from-cache"), process_weights: a.process_weights };
     let m = crate::commands::load_model_args(&model_args, &a.common)?;
     let cfg = options.config(m.model.config.d_model, m.model.config.n_layers(), corpus.seq_len)?;
-    let for_model = ForModel { tokenizer: m.tokenizer.as_ref(), bos: m.bos.map(|b| b as u32), vocab: m.model.config.vocab_size };
-    let windows = corpus.windows(for_model, options.seed, &burnlens_hf::Hub::from_env())?;
+    let windows = corpus.windows(m.corpus_model(), options.seed, &burnlens_hf::Hub::from_env())?;
     let model_name = Some(m.dir.display().to_string());
     train(a, options, &cfg, Source::Model { model: &m.model, windows, model_name })
 }

@@ -5,7 +5,7 @@
 use std::ops::ControlFlow;
 use std::path::Path;
 
-use burnlens_data::{CorpusOptions, ForModel};
+use burnlens_data::CorpusOptions;
 use burnlens_features::{EvalInput, RunOptions, evaluate};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -14,10 +14,6 @@ use crate::{NativeModel, NativeSae};
 
 fn options<T: serde::de::DeserializeOwned>(json: &str, what: &str) -> PyResult<T> {
     serde_json::from_str(json).map_err(|e| PyValueError::new_err(format!("{what}: {e}")))
-}
-
-fn for_model(m: &NativeModel) -> ForModel<'_> {
-    ForModel { tokenizer: m.any.tokenizer.as_ref(), bos: m.any.bos.map(|b| b as u32), vocab: m.any.model.config.vocab_size }
 }
 
 /// Train (or resume) the run in `out`; `on_step(reports_json)` after every step, where an
@@ -32,7 +28,7 @@ pub fn train_sae(py: Python<'_>, model: &NativeModel, out: &str, run_json: &str,
     let mut error: Option<PyErr> = None;
     let result = py.detach(|| -> Result<burnlens_features::RunSummary, String> {
         // Made here: a corpus reader stays on the thread that reads it.
-        let windows = corpus.windows(for_model(model), run.seed, &burnlens_hf::Hub::from_env()).map_err(|e| e.to_string())?;
+        let windows = corpus.windows(model.any.corpus_model(), run.seed, &burnlens_hf::Hub::from_env()).map_err(|e| e.to_string())?;
         let mut step = |reports: &[burnlens_features::StepReport], _: &burnlens_features::Progress| {
             let Some(f) = &on_step else { return ControlFlow::Continue(()) };
             let json = serde_json::to_string(reports).expect("reports serialise");
@@ -61,7 +57,7 @@ pub fn train_sae(py: Python<'_>, model: &NativeModel, out: &str, run_json: &str,
 pub fn evaluate_sae(py: Python<'_>, model: &NativeModel, sae: &NativeSae, corpus_json: &str, batches: usize, batch_size: usize, seed: u64) -> PyResult<String> {
     let corpus: CorpusOptions = options(corpus_json, "evaluate_sae corpus options")?;
     let err = |e: &dyn std::fmt::Display| PyValueError::new_err(e.to_string());
-    let mut windows = corpus.windows(for_model(model), seed, &burnlens_hf::Hub::from_env()).map_err(|e| err(&e))?;
+    let mut windows = corpus.windows(model.any.corpus_model(), seed, &burnlens_hf::Hub::from_env()).map_err(|e| err(&e))?;
     let batches = corpus.batches(&mut windows, batches, batch_size).map_err(|e| err(&e))?;
     let ignore: Vec<u32> = model.any.bos.map(|b| b as u32).into_iter().collect();
     let (metrics, features) = py.detach(|| evaluate(&EvalInput { model: &model.any.model, sae: &sae.sae, batches: &batches, ignore_tokens: &ignore })).map_err(|e| err(&e))?;

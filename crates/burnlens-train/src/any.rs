@@ -27,6 +27,13 @@ pub struct AnyModel {
     pub dir: PathBuf,
 }
 
+impl AnyModel {
+    /// What a corpus is cut into windows for: this model's tokenizer, BOS and vocabulary.
+    pub fn corpus_model(&self) -> burnlens_data::ForModel<'_> {
+        burnlens_data::ForModel { tokenizer: self.tokenizer.as_ref(), bos: self.bos.map(|b| b as u32), vocab: self.model.config.vocab_size }
+    }
+}
+
 /// Whether `dir` is a burnlens run directory rather than a Hugging Face model directory.
 pub fn is_run_dir(dir: &Path) -> bool {
     dir.join("checkpoints").is_dir() && !dir.join("config.json").is_file()
