@@ -102,6 +102,9 @@ pub fn write_cache(dir: &Path, job: &CacheJob, mut windows: WindowSource, progre
         Ok(_) => return Err(file_err(&dir.join(INDEX), "this folder holds a cache of other hooks or windows; use a new folder")),
         Err(_) => fresh,
     };
+    if index.complete {
+        return Ok(index);
+    }
     // Windows already cached are read past again (the corpus is streamed, not indexed).
     let done = (index.chunks() * job.windows_per_chunk) as u64;
     for _ in 0..done {

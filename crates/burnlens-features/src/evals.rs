@@ -206,17 +206,18 @@ fn reconstruction_pass(model: &Transformer, sae: &Sae, batch: &[Vec<u32>], keep:
         Activation::Rank4(a) => Activation::Rank4(a.zeros_like()),
     });
     let zeroed = model.forward_hooked(ids.clone(), &mut zero);
-    let log_clean = log_softmax(clean, 2);
-    let kl = |other: Tensor<3>| host((log_clean.clone().exp() * (log_clean.clone() - log_softmax(other, 2))).sum_dim(2));
-    let ce = |logits: Tensor<3>| host(next_token_losses(logits, ids.clone()));
+    // Each pass's log-probabilities once, shared by its KL and its next-token loss.
+    let (log_clean, log_sae, log_zero) = (log_softmax(clean, 2), log_softmax(with_sae, 2), log_softmax(zeroed, 2));
+    let kl = |logp: &Tensor<3>| host((log_clean.clone().exp() * (log_clean.clone() - logp.clone())).sum_dim(2));
+    let ce = |logp: Tensor<3>| host(next_token_losses(logp, ids.clone()));
     let keep_kl: Vec<usize> = (0..b * t).filter(|&i| keep[i]).collect();
     let keep_ce: Vec<usize> = (0..b).flat_map(|p| (0..t - 1).map(move |q| (p, q))).filter(|&(p, q)| keep[p * t + q]).map(|(p, q)| p * (t - 1) + q).collect();
     let pick = |v: Vec<f32>, at: &[usize]| at.iter().map(|&i| v[i] as f64).collect::<Vec<f64>>();
-    l.kl_sae.extend(pick(kl(with_sae.clone()), &keep_kl));
-    l.kl_zero.extend(pick(kl(zeroed.clone()), &keep_kl));
+    l.kl_sae.extend(pick(kl(&log_sae), &keep_kl));
+    l.kl_zero.extend(pick(kl(&log_zero), &keep_kl));
     l.ce_clean.extend(pick(ce(log_clean.clone()), &keep_ce));
-    l.ce_sae.extend(pick(ce(with_sae), &keep_ce));
-    l.ce_zero.extend(pick(ce(zeroed), &keep_ce));
+    l.ce_sae.extend(pick(ce(log_sae), &keep_ce));
+    l.ce_zero.extend(pick(ce(log_zero), &keep_ce));
     Ok(())
 }
 
@@ -227,10 +228,11 @@ fn reshape_like(x: Tensor<2>, like: Activation) -> Activation {
     }
 }
 
-/// `[b, t − 1]`: the loss of predicting each next token (TransformerLens's `loss_per_token`).
-fn next_token_losses(logits: Tensor<3>, ids: Tensor<2, Int>) -> Tensor<2> {
-    let [b, t, _] = logits.dims();
-    let logp = log_softmax(logits.narrow(1, 0, t - 1), 2);
+/// `[b, t − 1]`: the loss of predicting each next token (TransformerLens's `loss_per_token`),
+/// from log-probabilities `[b, t, vocab]`.
+fn next_token_losses(logp: Tensor<3>, ids: Tensor<2, Int>) -> Tensor<2> {
+    let [b, t, _] = logp.dims();
+    let logp = logp.narrow(1, 0, t - 1);
     let next = ids.narrow(1, 1, t - 1).reshape([b, t - 1, 1]);
     logp.gather(2, next).reshape([b, t - 1]).neg()
 }

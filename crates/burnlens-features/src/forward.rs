@@ -44,7 +44,7 @@ pub fn training_pass(p: &SaeParams, arch: &Architecture, input: PassInput) -> Tr
     let (_, d_sae) = p.dims();
     let sae_in = if subtract_b_dec { x.clone() - p.b_dec.clone().unsqueeze::<2>() } else { x.clone() };
     let pre = sae_in.matmul(p.w_enc.clone()) + p.b_enc.clone().unsqueeze::<2>();
-    let norms = || p.w_dec.clone().square().sum_dim(1).sqrt().reshape([1, d_sae]);
+    let norms = || p.decoder_norms().reshape([1, d_sae]);
     let (acts, out, extra): (Tensor<2>, Tensor<2>, Vec<(LossTerm, Tensor<1>)>) = match arch {
         Architecture::Standard { .. } => {
             let acts = relu(pre);
@@ -101,7 +101,7 @@ fn with_skip(p: &SaeParams, x: &Tensor<2>, out: Tensor<2>) -> Tensor<2> {
 /// choice was made on rescaled pre-activations (SAELens's `act_times_W_dec`).
 fn decode_rescaled(p: &SaeParams, t: &TopKSettings, acts: Tensor<2>) -> Tensor<2> {
     let (_, d_sae) = p.dims();
-    let acts = if t.rescale_acts_by_decoder_norm { acts * p.w_dec.clone().square().sum_dim(1).sqrt().reshape([1, d_sae]).recip() } else { acts };
+    let acts = if t.rescale_acts_by_decoder_norm { acts * p.decoder_norms().reshape([1, d_sae]).recip() } else { acts };
     acts.matmul(p.w_dec.clone())
 }
 

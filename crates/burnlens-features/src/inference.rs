@@ -23,7 +23,7 @@ pub fn inference_sae(arch: &Architecture, p: &SaeParams, topk_threshold: f64, si
     let (d_in, d_sae) = p.dims();
     let mut p = p.clone();
     if arch.topk().is_some_and(|t| t.rescale_acts_by_decoder_norm) {
-        let norms: Tensor<1> = p.w_dec.clone().square().sum_dim(1).sqrt().reshape([d_sae]);
+        let norms = p.decoder_norms();
         p.b_enc = p.b_enc * norms.clone();
         p.w_dec = p.w_dec / norms.clone().reshape([d_sae, 1]);
         p.w_enc = p.w_enc * norms.reshape([1, d_sae]);

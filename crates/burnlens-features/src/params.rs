@@ -65,6 +65,12 @@ impl SaeParams {
         (d_in, d_sae)
     }
 
+    /// `[d_sae]`: each decoder row's L2 norm (`W_dec.norm(dim=1)`).
+    pub fn decoder_norms(&self) -> Tensor<1> {
+        let d_sae = self.w_dec.dims()[0];
+        self.w_dec.clone().square().sum_dim(1).sqrt().reshape([d_sae])
+    }
+
     /// The full shape.
     pub fn shape(&self) -> Shape {
         let (d_in, d_sae) = self.dims();
