@@ -1080,11 +1080,16 @@ fn main() -> Result<()> {
         }
         "sae-fixtures" => {
             let py = venv_with_sae_lens()?;
-            // An SAE trained by burnlens on a model trained by burnlens, for sae-lens to read.
-            let trained = root().join("target/sae-export/topk_trained_gpt2_char");
-            run(Command::new("cargo").current_dir(root()).args(["run", "--quiet", "--", "train-sae", "--model", "tests/fixtures/trained_gpt2_char", "--hook", "blocks.1.hook_resid_pre", "--architecture", "topk", "--k", "8", "--d-sae", "96", "--steps", "400", "--batch", "8", "--seq-len", "24", "--seed", "3", "--out"]).arg(&trained))?;
-            let sae = trained.join("sae");
-            run(Command::new(&py).current_dir(root()).arg("scripts/gen_sae_fixtures.py").arg(format!("burnlens_topk_trained_gpt2_char={}@trained_gpt2_char", sae.display())))?;
+            // SAEs trained by burnlens (TopK, and BatchTopK saved as JumpReLU) on a model trained
+            // by burnlens, for sae-lens to read.
+            let mut specs = Vec::new();
+            for arch in ["topk", "batchtopk"] {
+                let trained = root().join(format!("target/sae-export/{arch}_trained_gpt2_char"));
+                let _ = std::fs::remove_dir_all(&trained);
+                run(Command::new("cargo").current_dir(root()).args(["run", "--quiet", "--", "train-sae", "--model", "tests/fixtures/trained_gpt2_char", "--hook", "blocks.1.hook_resid_pre", "--architecture", arch, "--k", "8", "--d-sae", "96", "--steps", "400", "--batch", "8", "--seq-len", "24", "--seed", "3", "--out"]).arg(&trained))?;
+                specs.push(format!("burnlens_{arch}_trained_gpt2_char={}@trained_gpt2_char", trained.join("sae").display()));
+            }
+            run(Command::new(&py).current_dir(root()).arg("scripts/gen_sae_fixtures.py").args(&specs))?;
             // A Gemma Scope SAE in its release layout (params.npz), read by sae-lens's own loader.
             run(Command::new(&py).current_dir(root().join("scripts")).arg("gen_gemma_scope_fixture.py"))?;
             // TransformerLens (a dependency of sae-lens) on the gpt2 fixture: gradients,
