@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The sae-lens side of `cargo xtask bench-sae`: train a TopK (or standard) SAE with sae-lens's
+"""The sae-lens side of `cargo xtask bench-sae`: train a TopK, BatchTopK, standard or JumpReLU SAE with sae-lens's
 own `LanguageModelSAETrainingRunner` on a TransformerLens GPT-2 small holding the weights of
 the random GPT-2 small the benchmark saved (converted by TransformerLens), on pretokenized
 random windows, and print one JSON line: seconds per step over the steady steps (each step's
@@ -17,7 +17,8 @@ import time
 
 import torch
 from datasets import Dataset
-from sae_lens import LanguageModelSAERunnerConfig, LanguageModelSAETrainingRunner, StandardTrainingSAEConfig, TopKTrainingSAEConfig
+from sae_lens import (BatchTopKTrainingSAEConfig, JumpReLUTrainingSAEConfig, LanguageModelSAERunnerConfig, LanguageModelSAETrainingRunner,
+                      StandardTrainingSAEConfig, TopKTrainingSAEConfig)
 from sae_lens.config import LoggingConfig
 from sae_lens.training.sae_trainer import SAETrainer
 from transformer_lens import HookedTransformer, HookedTransformerConfig
@@ -41,7 +42,12 @@ def main():
     g = torch.Generator().manual_seed(0)
     rows = torch.randint(0, c.vocab_size, (PROMPTS * (steps + 8), CONTEXT), generator=g)
     dataset = Dataset.from_dict({"tokens": rows.tolist()})
-    sae_cfg = TopKTrainingSAEConfig(d_in=c.n_embd, d_sae=d_sae, k=k) if arch == "topk" else StandardTrainingSAEConfig(d_in=c.n_embd, d_sae=d_sae, l1_coefficient=1.0)
+    sae_cfg = {
+        "topk": lambda: TopKTrainingSAEConfig(d_in=c.n_embd, d_sae=d_sae, k=k),
+        "batchtopk": lambda: BatchTopKTrainingSAEConfig(d_in=c.n_embd, d_sae=d_sae, k=k),
+        "standard": lambda: StandardTrainingSAEConfig(d_in=c.n_embd, d_sae=d_sae, l1_coefficient=1.0),
+        "jumprelu": lambda: JumpReLUTrainingSAEConfig(d_in=c.n_embd, d_sae=d_sae, l0_coefficient=1.0),
+    }[arch]()
     run_cfg = LanguageModelSAERunnerConfig(
         sae=sae_cfg, model_name="gpt2", hook_name=hook, dataset_path="unused", is_dataset_tokenized=True, streaming=False,
         context_size=CONTEXT, store_batch_size_prompts=PROMPTS, train_batch_size_tokens=PROMPTS * CONTEXT,

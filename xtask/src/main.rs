@@ -16,8 +16,9 @@
 //!   `scripts/gen_trace_fixtures.py`.
 //! - `bench-trace [TOKENS...]`: attribution graphs against circuit-tracer on GPT-2 small's
 //!   shape with random 24k-feature transcoders (`scripts/bench_trace.py`).
-//! - `bench-sae [STEPS]`: SAE training against sae-lens on GPT-2 small's shape, TopK and
-//!   standard, 24,576 features (`scripts/bench_sae.py`).
+//! - `bench-sae [STEPS] [ARCH...]`: SAE training against sae-lens on GPT-2 small's shape,
+//!   24,576 features, TopK, BatchTopK, standard and JumpReLU unless named
+//!   (`scripts/bench_sae.py`).
 //! - `venv`: only make the venv.
 //! - `test`: the README's test command: install what the tests need that a fresh machine
 //!   lacks (Debian's chromium and chromedriver for the browser tests, as root or through
@@ -786,13 +787,14 @@ fn bench_sae(args: Vec<String>) -> Result<()> {
     let machine = machine_report(&bin)?;
     println!("{}", machine.text);
     let steps: usize = args.first().map(|a| a.parse()).transpose()?.unwrap_or(6);
+    let archs: Vec<&str> = if args.len() > 1 { args[1..].iter().map(String::as_str).collect() } else { vec!["topk", "batchtopk", "standard", "jumprelu"] };
     let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2).to_string();
     let (hook, d_sae, k) = ("blocks.6.hook_resid_pre", "24576", "32");
     let rss_file = root().join("target/bench/sae-rss.txt");
     let peak = || -> f64 { std::fs::read_to_string(&rss_file).ok().and_then(|t| t.lines().last().and_then(|l| l.trim().parse::<f64>().ok())).unwrap_or(f64::NAN) * 1024.0 };
     let mut results = Vec::new();
     let mut table = String::from("| architecture | tool | s / step | activations / s | peak RSS | burnlens faster by |\n|---|---|---|---|---|---|\n");
-    for arch in ["topk", "standard"] {
+    for arch in archs {
         let out_dir = root().join("target/bench/sae-run");
         let _ = std::fs::remove_dir_all(&out_dir);
         let ours = Command::new("/usr/bin/time").args(["-f", "%M", "-o"]).arg(&rss_file).arg(&bin)
@@ -1131,7 +1133,7 @@ fn main() -> Result<()> {
         "bench-trace" => bench_trace(std::env::args().skip(2).collect())?,
         "bench-sae" => bench_sae(std::env::args().skip(2).collect())?,
         "parity-tch" => parity_tch(std::env::args().skip(2).collect())?,
-        _ => bail!("usage: cargo xtask <test [CARGO TEST ARGS]|fixtures|half-fixtures|sae-fixtures|features-fixtures|trace-fixtures [CASE...]|venv|bench [WORKLOAD...]|bench-train|bench-scale [MODEL...]|bench-trace [TOKENS...]|bench-sae [STEPS]|parity-tch>"),
+        _ => bail!("usage: cargo xtask <test [CARGO TEST ARGS]|fixtures|half-fixtures|sae-fixtures|features-fixtures|trace-fixtures [CASE...]|venv|bench [WORKLOAD...]|bench-train|bench-scale [MODEL...]|bench-trace [TOKENS...]|bench-sae [STEPS] [ARCH...]|parity-tch>"),
     }
     Ok(())
 }

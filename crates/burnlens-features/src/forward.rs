@@ -24,6 +24,19 @@ pub struct TrainPass {
     pub terms: Vec<(LossTerm, Tensor<1>)>,
 }
 
+/// A pass's values read back from the device.
+#[derive(Debug, Clone)]
+pub struct TrainPassValues {
+    pub losses: Vec<(LossTerm, f64)>,
+    pub loss: f64,
+    pub l0: f64,
+    pub dead: usize,
+    /// Per feature: tokens of the batch it fired on.
+    pub fired: Vec<u64>,
+    /// BatchTopK: the smallest positive activation of the batch.
+    pub min_positive: Option<f64>,
+}
+
 /// The inputs of a pass besides the parameters.
 pub struct PassInput<'a> {
     /// `[n, d_in]`

@@ -12,6 +12,7 @@
 
 pub mod adam;
 pub mod cache;
+pub mod codes;
 pub mod evals;
 pub mod architecture;
 pub mod config;
@@ -24,6 +25,7 @@ pub mod params;
 pub mod pass;
 pub mod run;
 pub mod schedule;
+pub mod sparse_pass;
 pub mod store;
 pub mod trainer;
 
@@ -39,4 +41,5 @@ pub use run::{OnStep, Progress, RunSummary, Source, train};
 pub use pass::{StoreError, WindowSource};
 pub use store::{ActivationStore, Producer, StoreConfig};
 pub use schedule::{CoefficientSchedule, LrSchedule, LrScheduler};
-pub use trainer::{Batch, SaeTrainer, StepReport, TrainPassValues, TrainerConfig};
+pub use forward::TrainPassValues;
+pub use trainer::{Batch, SaeTrainer, StepReport, TrainerConfig};

@@ -9,8 +9,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::adam::Adam;
 use crate::architecture::{Architecture, LossTerm};
-use crate::forward::{PassInput, training_pass};
+use crate::forward::{PassInput, TrainPassValues, training_pass};
 use crate::params::SaeParams;
+use crate::sparse_pass::{self, SparseInput};
 use crate::schedule::{CoefficientSchedule, LrSchedule};
 
 /// SAELens's trainer settings (`SAETrainerConfig`'s optimisation fields).
@@ -77,12 +78,16 @@ impl SaeTrainer {
         self.backward(&thresholds_clamped(&self.params), batch)
     }
 
+    /// TopK and BatchTopK SAEs take the sparse pass; the others Burn's autodiff.
     fn backward(&self, params: &SaeParams, batch: Batch) -> (SaeParams, TrainPassValues) {
         let Batch { x, target } = batch;
         let subtract_b_dec = target.is_none();
         let target = target.unwrap_or_else(|| x.clone());
-        let device: Device = x.device();
         let dead = self.dead();
+        if self.arch.topk().is_some() {
+            return sparse_pass::gradients(params, &self.arch, SparseInput { x, target, subtract_b_dec, dead: &dead });
+        }
+        let device: Device = x.device();
         let n_dead = dead.iter().filter(|&&d| d).count();
         let mask = Tensor::<1, Bool>::from_data(TensorData::new(dead, [self.since_fired.len()]), &device);
         let leaves = params.leaves();
@@ -149,17 +154,4 @@ impl Batch {
     pub fn sae(x: Tensor<2>) -> Self {
         Batch { x, target: None }
     }
-}
-
-/// A pass's values read back from the device.
-#[derive(Debug, Clone)]
-pub struct TrainPassValues {
-    pub losses: Vec<(LossTerm, f64)>,
-    pub loss: f64,
-    pub l0: f64,
-    pub dead: usize,
-    /// Per feature: tokens of the batch it fired on.
-    pub fired: Vec<u64>,
-    /// BatchTopK: the smallest positive activation of the batch.
-    pub min_positive: Option<f64>,
 }

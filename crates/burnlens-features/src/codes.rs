@@ -1,0 +1,220 @@
+//! Sparse codes: each token's active features and their coefficients, as TopK and BatchTopK
+//! SAEs produce them (a few dozen of the `d_sae` features per token), and the products that
+//! need only those: decoding through the active rows of `W_dec`, and the gradients flowing
+//! back through them to the decoder rows, the coefficients and the encoder's columns. Host
+//! slices, row-major, tokens in parallel (rayon).
+
+use rayon::prelude::*;
+
+/// The active entries of an `[n, m]` activation matrix, by token (compressed rows).
+#[derive(Debug, Clone, Default)]
+pub struct Codes {
+    /// Token `r`'s entries are `offsets[r]..offsets[r + 1]`.
+    pub offsets: Vec<usize>,
+    pub features: Vec<u32>,
+    /// The coefficient each active decoder row is multiplied by.
+    pub values: Vec<f32>,
+}
+
+impl Codes {
+    /// The entries of `pre` (`[n, m]`) for which `keep(row, feature, value)` holds, with
+    /// their values.
+    pub fn select(pre: &[f32], m: usize, keep: impl Fn(usize, usize, f32) -> bool + Sync) -> Codes {
+        let rows: Vec<Vec<(u32, f32)>> = pre
+            .par_chunks(m)
+            .enumerate()
+            .map(|(r, row)| row.iter().enumerate().filter(|&(j, &v)| keep(r, j, v)).map(|(j, &v)| (j as u32, v)).collect())
+            .collect();
+        let mut codes = Codes { offsets: Vec::with_capacity(rows.len() + 1), ..Codes::default() };
+        codes.offsets.push(0);
+        for row in rows {
+            for (j, v) in row {
+                codes.features.push(j);
+                codes.values.push(v);
+            }
+            codes.offsets.push(codes.features.len());
+        }
+        codes
+    }
+
+    pub fn rows(&self) -> usize {
+        self.offsets.len() - 1
+    }
+
+    pub fn nnz(&self) -> usize {
+        self.features.len()
+    }
+
+    fn row(&self, r: usize) -> std::ops::Range<usize> {
+        self.offsets[r]..self.offsets[r + 1]
+    }
+
+    /// `out[r] += Σ values · w[feature]` (`w`: `[m, d]`, `out`: `[n, d]`).
+    pub fn decode_into(&self, w: &[f32], d: usize, out: &mut [f32]) {
+        out.par_chunks_mut(d).enumerate().for_each(|(r, o)| {
+            for e in self.row(r) {
+                let (j, a) = (self.features[e] as usize, self.values[e]);
+                o.iter_mut().zip(&w[j * d..(j + 1) * d]).for_each(|(o, w)| *o += a * w);
+            }
+        });
+    }
+
+    /// Per entry: `w[feature] · g[r]`, the gradient of the entry's coefficient when `g`
+    /// (`[n, d]`) is the gradient of what [`decode_into`](Self::decode_into) wrote.
+    pub fn coefficient_grads(&self, w: &[f32], g: &[f32], d: usize) -> Vec<f32> {
+        let per_row: Vec<Vec<f32>> = g
+            .par_chunks(d)
+            .enumerate()
+            .map(|(r, g)| self.row(r).map(|e| dot(&w[self.features[e] as usize * d..][..d], g)).collect())
+            .collect();
+        per_row.concat()
+    }
+
+    /// `gw[feature] += coefficient · g[r]` for every entry (`gw`: `[m, d]`), the decoder rows'
+    /// gradient; `coefficients` default to the values.
+    pub fn scatter_rows_into(&self, coefficients: Option<&[f32]>, g: &[f32], d: usize, gw: &mut [f32]) {
+        let c = coefficients.unwrap_or(&self.values);
+        let by_feature = self.by_feature(gw.len() / d);
+        gw.par_chunks_mut(d).enumerate().for_each(|(j, row)| {
+            for &(r, e) in &by_feature.entries[by_feature.offsets[j]..by_feature.offsets[j + 1]] {
+                let a = c[e as usize];
+                row.iter_mut().zip(&g[r as usize * d..][..d]).for_each(|(o, g)| *o += a * g);
+            }
+        });
+    }
+
+    /// `gw[:, feature] += x[r] · coefficient` for every entry (`gw`: `[d, m]`, `x`: `[n, d]`),
+    /// the encoder's gradient for entry gradients `coefficients`.
+    pub fn scatter_columns_into(&self, coefficients: &[f32], x: &[f32], d: usize, gw: &mut [f32]) {
+        const BLOCK: usize = 16;
+        let m = gw.len() / d;
+        gw.par_chunks_mut(BLOCK * m).enumerate().for_each(|(b, rows)| {
+            let i0 = b * BLOCK;
+            let h = rows.len() / m;
+            for r in 0..self.rows() {
+                let xr = &x[r * d + i0..][..h];
+                for e in self.row(r) {
+                    let (j, c) = (self.features[e] as usize, coefficients[e]);
+                    for (i, xv) in xr.iter().enumerate() {
+                        rows[i * m + j] += xv * c;
+                    }
+                }
+            }
+        });
+    }
+
+    /// `out[feature] += coefficient` summed over tokens (`out`: `[m]`).
+    pub fn sum_by_feature_into(&self, coefficients: &[f32], out: &mut [f32]) {
+        for (&j, &c) in self.features.iter().zip(coefficients) {
+            out[j as usize] += c;
+        }
+    }
+
+    /// How many tokens each feature is active on.
+    pub fn counts(&self, m: usize) -> Vec<u64> {
+        let mut c = vec![0u64; m];
+        self.features.iter().for_each(|&j| c[j as usize] += 1);
+        c
+    }
+
+    /// The entries regrouped by feature: `(token, entry)` pairs, features in order.
+    fn by_feature(&self, m: usize) -> ByFeature {
+        let mut offsets = vec![0usize; m + 1];
+        self.features.iter().for_each(|&j| offsets[j as usize + 1] += 1);
+        (0..m).for_each(|j| offsets[j + 1] += offsets[j]);
+        let mut next = offsets.clone();
+        let mut entries = vec![(0u32, 0u32); self.nnz()];
+        for r in 0..self.rows() {
+            for e in self.row(r) {
+                let j = self.features[e] as usize;
+                entries[next[j]] = (r as u32, e as u32);
+                next[j] += 1;
+            }
+        }
+        ByFeature { offsets, entries }
+    }
+}
+
+struct ByFeature {
+    offsets: Vec<usize>,
+    entries: Vec<(u32, u32)>,
+}
+
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).map(|(a, b)| a * b).sum()
+}
+
+/// The `k`-th largest of `values` (`k ≥ 1`), by selection in blocks of rows of width `m`
+/// taken in parallel: each block's `k` largest are candidates, and the answer is the `k`-th
+/// largest candidate. `None` when there are fewer than `k` values.
+pub fn kth_largest_of_all(values: &[f32], m: usize, k: usize) -> Option<f32> {
+    if k == 0 || k > values.len() {
+        return None;
+    }
+    let block = (values.len() / rayon::current_num_threads().max(1) / m).max(1) * m;
+    let mut candidates: Vec<f32> = values
+        .par_chunks(block)
+        .flat_map_iter(|chunk| {
+            let mut c = chunk.to_vec();
+            if c.len() > k {
+                c.select_nth_unstable_by(k - 1, |a, b| b.total_cmp(a));
+                c.truncate(k);
+            }
+            c
+        })
+        .collect();
+    let (_, kth, _) = candidates.select_nth_unstable_by(k - 1, |a, b| b.total_cmp(a));
+    Some(*kth)
+}
+
+/// Per row of width `m`: the `k`-th largest value (`k ≤ m`) among the entries `score` gives
+/// (`None` entries left out; `NEG_INFINITY` where a row has fewer than `k`).
+pub fn kth_largest_per_row(n: usize, m: usize, k: usize, score: impl Fn(usize, usize) -> Option<f32> + Sync) -> Vec<f32> {
+    (0..n)
+        .into_par_iter()
+        .map(|r| {
+            let mut row: Vec<f32> = (0..m).filter_map(|j| score(r, j)).collect();
+            if k == 0 || row.len() < k {
+                return f32::NEG_INFINITY;
+            }
+            let (_, kth, _) = row.select_nth_unstable_by(k - 1, |a, b| b.total_cmp(a));
+            *kth
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decode_and_its_gradients_agree_with_the_dense_products() {
+        // acts [2, 3] with two active entries, w [3, 2].
+        let pre = [0.0, 2.0, 0.0, 3.0, 0.0, -1.0];
+        let codes = Codes::select(&pre, 3, |_, _, v| v != 0.0);
+        assert_eq!((codes.nnz(), codes.offsets.clone()), (3, vec![0, 1, 3]));
+        let w = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0];
+        let mut out = vec![0.0; 4];
+        codes.decode_into(&w, 2, &mut out);
+        assert_eq!(out, vec![6.0, 8.0, 3.0 - 5.0, 6.0 - 6.0]);
+        let g = [1.0, 1.0, 0.5, -1.0];
+        assert_eq!(codes.coefficient_grads(&w, &g, 2), vec![7.0, 0.5 - 2.0, 2.5 - 6.0]);
+        let mut gw = vec![0.0; 6];
+        codes.scatter_rows_into(None, &g, 2, &mut gw);
+        assert_eq!(gw, vec![1.5, -3.0, 2.0, 2.0, -0.5, 1.0]);
+        let x = [1.0, 2.0, 3.0, 4.0];
+        let mut ge = vec![0.0; 6];
+        codes.scatter_columns_into(&[1.0, 1.0, 2.0], &x, 2, &mut ge);
+        assert_eq!(ge, vec![3.0, 1.0, 6.0, 4.0, 2.0, 8.0]);
+    }
+
+    #[test]
+    fn the_kth_largest_is_found_across_blocks_and_rows() {
+        let v: Vec<f32> = (0..1000).map(|i| ((i * 7919) % 1000) as f32).collect();
+        assert_eq!(kth_largest_of_all(&v, 10, 1), Some(999.0));
+        assert_eq!(kth_largest_of_all(&v, 10, 37), Some(963.0));
+        assert_eq!(kth_largest_of_all(&v, 10, 1001), None);
+        let kth = kth_largest_per_row(2, 3, 2, |r, j| (r == 0 || j == 2).then_some((r * 3 + j) as f32));
+        assert_eq!(kth, vec![1.0, f32::NEG_INFINITY]);
+    }
+}
