@@ -18,7 +18,9 @@ transcoders in Gemma Scope's `params.npz` layout; Llama
 partial-influence order decides which rows are computed, small batches); Llama with TopK
 transcoders (burnlens's `activation_function: topk` / `top_k` keys in config.yaml); Gemma 2 (norms
 around attention and MLP, soft-caps, `ln2.hook_normalized` → `hook_mlp_out`, JumpReLU); GPT-2 with
-transcoders trained by burnlens's `train-sae --transcoders` (JumpReLU, W_skip), as written.
+transcoders trained by burnlens's `train-sae --transcoders` (JumpReLU, W_skip), as written; the same
+GPT-2 with a cross-layer transcoder trained by `train-sae --transcoders --cross-layer` (JumpReLU),
+read by circuit-tracer's `load_clt`.
 
 Needs circuit-tracer 0.5.0 with transformer-lens 2.18.0 and transformers 4.57.3 (see
 `cargo xtask trace-fixtures`, which makes that venv). Output committed.
@@ -112,6 +114,10 @@ CASES = {
     # gpt2 case's model, read by circuit-tracer's own loader.
     "gpt2_trained": dict(build=gpt2, input="hook_resid_mid", output="hook_mlp_out", trained=True,
                          attribute=dict(max_n_logits=6, desired_logit_prob=0.5, batch_size=64, max_feature_nodes=None)),
+    # A cross-layer transcoder trained by burnlens (`train-sae --transcoders --cross-layer`,
+    # JumpReLU), read by circuit-tracer's `load_clt`.
+    "gpt2_clt_trained": dict(build=gpt2, input="hook_resid_mid", output="hook_mlp_out", trained=True, clt=True,
+                             attribute=dict(max_n_logits=5, desired_logit_prob=0.5, batch_size=32, max_feature_nodes=None)),
 }
 IDS = [BOS, 17, 5, 60, 33, 2, 71, 12, 44]
 NODE_THRESHOLD, EDGE_THRESHOLD = 0.8, 0.98
@@ -166,6 +172,17 @@ def trained_transcoders(case, d_model, n_layers, out_dir):
     assert len(config["transcoders"]) == n_layers
     config["transcoders"] = [os.path.join(out_dir, p) for p in config["transcoders"]]
     return load_transcoders(config, device=torch.device("cpu"), dtype=torch.float32, lazy_encoder=False, lazy_decoder=False)
+
+
+def trained_clt(case, d_model, n_layers, out_dir):
+    """The CLT `train-sae --transcoders --cross-layer` wrote (its folder in
+    BURNLENS_TRAINED_CLT), copied as it is and loaded by circuit-tracer's `load_clt`."""
+    from circuit_tracer.transcoder.cross_layer_transcoder import load_clt
+    shutil.copytree(os.environ["BURNLENS_TRAINED_CLT"], out_dir)
+    config = dict(line.split(": ", 1) for line in open(os.path.join(out_dir, "config.yaml")).read().splitlines())
+    assert config["model_kind"] == "cross_layer_transcoder" and config["feature_input_hook"] == case["input"], config
+    return load_clt(out_dir, feature_input_hook=case["input"], feature_output_hook=case["output"], scan=config["scan"], device=torch.device("cpu"),
+                    dtype=torch.float32, lazy_decoder=False)
 
 
 def cross_layer_transcoder(case, d_model, n_layers, out_dir):
@@ -226,7 +243,7 @@ def record(name, case):
     tokenizer().save_pretrained(os.path.join(out, "model"))
     cfg = HookedTransformerConfig(**tl_cfg, device="cpu", dtype=torch.float32)
     state = convert(hf, cfg)
-    make = cross_layer_transcoder if case.get("clt") else gemma_scope_transcoders if case.get("npz") else trained_transcoders if case.get("trained") else transcoders
+    make = trained_clt if case.get("clt") and case.get("trained") else cross_layer_transcoder if case.get("clt") else gemma_scope_transcoders if case.get("npz") else trained_transcoders if case.get("trained") else transcoders
     set_ = make(case, cfg.d_model, cfg.n_layers, os.path.join(out, "transcoders"))
     model = TransformerLensReplacementModel(cfg)
     missing, unexpected = model.load_state_dict(state, strict=False)

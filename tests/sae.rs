@@ -202,6 +202,7 @@ fn saes_trained_on_streamed_activations_reconstruct_them_and_save_in_saelens_lay
     topk.rescale_acts_by_decoder_norm = false;
     for architecture in [Train::Standard { l1_coefficient: 0.3, l1_warm_up_steps: 0 }, Train::TopK(topk)] {
         let cfg = SaeRunConfig {
+            cross_layer: false,
             sites: vec![Site::sae("blocks.1.hook_resid_pre")],
             skip: false,
             d_sae: 128,

@@ -16,7 +16,7 @@ use burnlens::hf::load_model;
 use burnlens::trace::{AttributeOptions, FeatureActivation, LogitTargets, TraceError, TranscoderSet, attribute};
 use common::*;
 
-const CASES: [&str; 7] = ["gpt2", "gpt2_clt", "llama_skip", "llama_topk", "gemma2", "gemma2_scope", "gpt2_trained"];
+const CASES: [&str; 8] = ["gpt2", "gpt2_clt", "llama_skip", "llama_topk", "gemma2", "gemma2_scope", "gpt2_trained", "gpt2_clt_trained"];
 
 fn case_dir(name: &str) -> PathBuf {
     let dir = fixture("trace").join(name);

@@ -134,6 +134,39 @@ fn transcoders_trained_by_train_sae_load_as_a_set_and_are_traced_by_graph() {
 }
 
 #[test]
+fn a_cross_layer_transcoder_trained_by_train_sae_loads_as_a_clt_and_is_traced_by_graph() {
+    use burnlens::trace::{FeatureActivation, TranscoderSet};
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("run");
+    let model = fixture("trace").join("gpt2").join("model");
+    let mut a = vec!["train-sae", "--model", model.to_str().unwrap(), "--transcoders", "--cross-layer", "--architecture", "jumprelu"];
+    a.extend(["--l1", "0.001", "--d-sae", "24", "--steps", "30", "--batch", "4", "--seq-len", "16", "--data", "random", "--out", out.to_str().unwrap()]);
+    let o = burnlens(&a);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let dir = out.join("transcoders");
+    let yaml = std::fs::read_to_string(dir.join("config.yaml")).unwrap();
+    assert!(yaml.contains("model_kind: cross_layer_transcoder") && yaml.contains("activation_function: jump_relu"), "{yaml}");
+    let set = TranscoderSet::load(&dir, &burn::tensor::Device::flex()).unwrap();
+    assert!(set.cross_layer && set.n_layers() == 3);
+    for (i, t) in set.layers.iter().enumerate() {
+        assert!(matches!(t.activation, FeatureActivation::JumpRelu { .. }) && t.n_features() == 24 && t.w_dec.len() == 3 - i);
+        // Every decoder block was trained (none left at its masked zero).
+        assert!(t.w_dec.iter().all(|w| w.clone().abs().sum().into_scalar::<f32>() > 0.0), "layer {i}");
+    }
+    let graph = tmp.path().join("graph");
+    let o = burnlens(&["graph", "--model", model.to_str().unwrap(), "--transcoders", dir.to_str().unwrap(), "--ids", "1,17,5,60,33,2,71,12,44", "--out", graph.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let g: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(graph.join("graph.json")).unwrap()).unwrap();
+    assert!(g["nodes"].as_array().unwrap().iter().any(|n| n["feature_type"] == "cross layer transcoder"));
+    // A CLT with a skip connection cannot be written in circuit-tracer's files: refused up front.
+    let refused = tmp.path().join("refused");
+    let o = burnlens(&["train-sae", "--model", model.to_str().unwrap(), "--transcoders", "--cross-layer", "--skip", "--data", "random", "--out", refused.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!((o.status.code(), err.trim().lines().count()), (Some(2), 1), "{err}");
+    assert!(err.contains("cross_layer") && !refused.exists(), "{err}");
+}
+
+#[test]
 fn ctrl_c_checkpoints_exits_130_and_the_same_command_resumes() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("run");

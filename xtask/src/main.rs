@@ -1123,7 +1123,14 @@ fn main() -> Result<()> {
             run(Command::new("cargo").current_dir(root()).args(["run", "--quiet", "--", "train-sae", "--model", "tests/fixtures/trace/gpt2/model", "--transcoders", "--skip"])
                 .args(["--transcoder-input", "hook_resid_mid", "--transcoder-output", "hook_mlp_out", "--architecture", "jumprelu", "--l1", "0"])
                 .args(["--d-sae", "40", "--steps", "200", "--batch", "4", "--seq-len", "16", "--seed", "4", "--out"]).arg(&trained))?;
-            run(Command::new(py).current_dir(root()).args(["scripts/gen_trace_fixtures.py"]).args(std::env::args().skip(2)).env("BURNLENS_TRAINED_TRANSCODERS", trained.join("transcoders")))?;
+            // And a cross-layer transcoder, for the gpt2_clt_trained case.
+            let clt = root().join("target/trained-clt");
+            let _ = std::fs::remove_dir_all(&clt);
+            run(Command::new("cargo").current_dir(root()).args(["run", "--quiet", "--", "train-sae", "--model", "tests/fixtures/trace/gpt2/model", "--transcoders", "--cross-layer"])
+                .args(["--transcoder-input", "hook_resid_mid", "--transcoder-output", "hook_mlp_out", "--architecture", "jumprelu", "--l1", "0"])
+                .args(["--d-sae", "24", "--steps", "200", "--batch", "4", "--seq-len", "16", "--seed", "5", "--out"]).arg(&clt))?;
+            run(Command::new(py).current_dir(root()).args(["scripts/gen_trace_fixtures.py"]).args(std::env::args().skip(2))
+                .env("BURNLENS_TRAINED_TRANSCODERS", trained.join("transcoders")).env("BURNLENS_TRAINED_CLT", clt.join("transcoders")))?;
         }
         "test" => test(std::env::args().skip(2).collect())?,
         "bench-train" => bench_train()?,

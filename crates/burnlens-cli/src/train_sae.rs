@@ -102,12 +102,16 @@ fn train(a: &TrainSaeArgs, options: &RunOptions, cfg: &SaeRunConfig, source: Sou
     if s.data_ran_out {
         println!("the dataset ran out after {} steps of {}; what was trained so far is saved", s.steps, cfg.steps);
     }
-    for ((r, site), dead) in s.last.iter().zip(&cfg.sites).zip(&s.dead_features) {
+    for ((r, name), dead) in s.last.iter().zip(cfg.trainer_names()).zip(&s.dead_features) {
         let terms: Vec<String> = r.losses.iter().map(|(t, v)| format!("{} {v:.4}", t.name())).collect();
-        println!("{}: step {}, loss {:.4} ({}), L0 {:.2}, dead features {dead}", site.input, r.step + 1, r.loss, terms.join(", "), r.l0);
+        println!("{name}: step {}, loss {:.4} ({}), L0 {:.2}, dead features {dead}", r.step + 1, r.loss, terms.join(", "), r.l0);
     }
-    let what = if options.transcoders { "transcoders" } else { "SAEs" };
-    println!("trained {} {} {what} ({} features each) over {} activations", cfg.sites.len(), cfg.architecture.name(), cfg.d_sae, s.tokens);
+    let (n, what) = match (options.transcoders, cfg.cross_layer) {
+        (_, true) => (1, format!("cross-layer transcoder over {} layers", cfg.sites.len())),
+        (true, false) => (cfg.sites.len(), "transcoders".to_string()),
+        (false, false) => (cfg.sites.len(), "SAEs".to_string()),
+    };
+    println!("trained {n} {} {what} ({} features per layer or SAE) over {} activations", cfg.architecture.name(), cfg.d_sae, s.tokens);
     let outs: Vec<String> = s.outputs.iter().map(|p| p.display().to_string()).collect();
     println!("wrote {} ({}), metrics.jsonl and checkpoint.safetensors in {}", outs.join(", "), if options.transcoders { "circuit-tracer's layout" } else { "SAELens's layout" }, a.out.display());
     Ok(())

@@ -25,6 +25,11 @@ impl Codes {
             .enumerate()
             .map(|(r, row)| row.iter().enumerate().filter(|&(j, &v)| keep(r, j, v)).map(|(j, &v)| (j as u32, v)).collect())
             .collect();
+        Codes::from_rows(rows)
+    }
+
+    /// Codes from each row's `(feature, value)` entries.
+    fn from_rows(rows: Vec<Vec<(u32, f32)>>) -> Codes {
         let mut codes = Codes { offsets: Vec::with_capacity(rows.len() + 1), ..Codes::default() };
         codes.offsets.push(0);
         for row in rows {
@@ -144,27 +149,81 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
     a.iter().zip(b).map(|(a, b)| a * b).sum()
 }
 
-/// The `k`-th largest of `values` (`k ≥ 1`), by selection in blocks of rows of width `m`
-/// taken in parallel: each block's `k` largest are candidates, and the answer is the `k`-th
-/// largest candidate. `None` when there are fewer than `k` values.
-pub fn kth_largest_of_all(values: &[f32], m: usize, k: usize) -> Option<f32> {
-    if k == 0 || k > values.len() {
-        return None;
+/// Scores: `pre` itself, or `pre · scale[j]` column by column (TopK's choice on
+/// pre-activations times the decoder rows' norms).
+#[derive(Clone, Copy)]
+pub struct Scores<'a> {
+    pub pre: &'a [f32],
+    /// Row width.
+    pub m: usize,
+    pub scale: Option<&'a [f32]>,
+}
+
+impl Scores<'_> {
+    fn rows(&self) -> usize {
+        self.pre.len() / self.m
     }
-    let block = (values.len() / rayon::current_num_threads().max(1) / m).max(1) * m;
-    let mut candidates: Vec<f32> = values
-        .par_chunks(block)
-        .flat_map_iter(|chunk| {
-            let mut c = chunk.to_vec();
-            if c.len() > k {
-                c.select_nth_unstable_by(k - 1, |a, b| b.total_cmp(a));
-                c.truncate(k);
-            }
-            c
-        })
-        .collect();
-    let (_, kth, _) = candidates.select_nth_unstable_by(k - 1, |a, b| b.total_cmp(a));
-    Some(*kth)
+
+    /// Row `r`'s scores into `out` (`[m]`).
+    fn row_into(&self, r: usize, out: &mut [f32]) {
+        let row = &self.pre[r * self.m..(r + 1) * self.m];
+        match self.scale {
+            Some(s) => out.iter_mut().zip(row).zip(s).for_each(|((o, v), s)| *o = v * s),
+            None => out.copy_from_slice(row),
+        }
+    }
+
+    /// Per row, the entries whose score is positive and at least `threshold(r, scores)`
+    /// (`scores` a scratch copy of the row's scores that it may reorder), with their `pre`
+    /// as the value.
+    pub fn select_above(&self, threshold: impl Fn(usize, &mut [f32]) -> f32 + Sync) -> Codes {
+        let m = self.m;
+        let rows: Vec<Vec<(u32, f32)>> = (0..self.rows())
+            .into_par_iter()
+            .map_init(
+                || (vec![0.0f32; m], vec![0.0f32; m]),
+                |(s, scratch), r| {
+                    self.row_into(r, s);
+                    scratch.copy_from_slice(s);
+                    let t = threshold(r, scratch);
+                    let pre = &self.pre[r * m..(r + 1) * m];
+                    s.iter().enumerate().filter(|&(_, &v)| v > 0.0 && v >= t).map(|(j, _)| (j as u32, pre[j])).collect()
+                },
+            )
+            .collect();
+        Codes::from_rows(rows)
+    }
+
+    /// The `k`-th largest score of all rows (`k ≥ 1`), by selection in blocks of rows taken in
+    /// parallel: each block's `k` largest are candidates, and the answer is the `k`-th largest
+    /// candidate. `None` when there are fewer than `k` scores.
+    pub fn kth_largest_of_all(&self, k: usize) -> Option<f32> {
+        let n = self.rows();
+        if k == 0 || k > n * self.m {
+            return None;
+        }
+        let block = n.div_ceil(rayon::current_num_threads().max(1));
+        let mut candidates: Vec<f32> = (0..n.div_ceil(block))
+            .into_par_iter()
+            .flat_map_iter(|b| {
+                let rows = b * block..((b + 1) * block).min(n);
+                let mut c = vec![0.0f32; rows.len() * self.m];
+                rows.clone().zip(c.chunks_mut(self.m)).for_each(|(r, out)| self.row_into(r, out));
+                if c.len() > k {
+                    c.select_nth_unstable_by(k - 1, |a, b| b.total_cmp(a));
+                    c.truncate(k);
+                }
+                c
+            })
+            .collect();
+        Some(kth_largest(&mut candidates, k))
+    }
+}
+
+/// The `k`-th largest of `v` (`1 ≤ k ≤ v.len()`), reordering it.
+pub fn kth_largest(v: &mut [f32], k: usize) -> f32 {
+    let (_, kth, _) = v.select_nth_unstable_by(k - 1, |a, b| b.total_cmp(a));
+    *kth
 }
 
 /// Per row of width `m`: the `k`-th largest value (`k ≤ m`) among the entries `score` gives
@@ -177,8 +236,7 @@ pub fn kth_largest_per_row(n: usize, m: usize, k: usize, score: impl Fn(usize, u
             if k == 0 || row.len() < k {
                 return f32::NEG_INFINITY;
             }
-            let (_, kth, _) = row.select_nth_unstable_by(k - 1, |a, b| b.total_cmp(a));
-            *kth
+            kth_largest(&mut row, k)
         })
         .collect()
 }
@@ -211,9 +269,14 @@ mod tests {
     #[test]
     fn the_kth_largest_is_found_across_blocks_and_rows() {
         let v: Vec<f32> = (0..1000).map(|i| ((i * 7919) % 1000) as f32).collect();
-        assert_eq!(kth_largest_of_all(&v, 10, 1), Some(999.0));
-        assert_eq!(kth_largest_of_all(&v, 10, 37), Some(963.0));
-        assert_eq!(kth_largest_of_all(&v, 10, 1001), None);
+        let all = Scores { pre: &v, m: 10, scale: None };
+        assert_eq!(all.kth_largest_of_all(1), Some(999.0));
+        assert_eq!(all.kth_largest_of_all(37), Some(963.0));
+        assert_eq!(all.kth_largest_of_all(1001), None);
+        let halved = [0.5f32; 10];
+        assert_eq!(Scores { scale: Some(&halved), ..all }.kth_largest_of_all(37), Some(481.5));
+        let top2 = all.select_above(|_, s| kth_largest(s, 2));
+        assert_eq!((top2.nnz(), top2.rows()), (200, 100));
         let kth = kth_largest_per_row(2, 3, 2, |r, j| (r == 0 || j == 2).then_some((r * 3 + j) as f32));
         assert_eq!(kth, vec![1.0, f32::NEG_INFINITY]);
     }

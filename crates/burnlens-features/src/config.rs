@@ -33,6 +33,9 @@ pub struct SaeRunConfig {
     pub sites: Vec<Site>,
     /// Transcoders get a skip connection `W_skip`.
     pub skip: bool,
+    /// The transcoder sites are one cross-layer transcoder ([`crate::cross_layer`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cross_layer: bool,
     pub d_sae: usize,
     pub architecture: Architecture,
     pub trainer: TrainerConfig,
@@ -43,6 +46,17 @@ pub struct SaeRunConfig {
     pub checkpoint_every: usize,
     /// Log a metrics line every this many steps.
     pub log_every: usize,
+}
+
+impl SaeRunConfig {
+    /// What each trainer of the run is called in its metrics: the hook it reads, or
+    /// `cross_layer_transcoder`.
+    pub fn trainer_names(&self) -> Vec<String> {
+        match self.cross_layer {
+            true => vec!["cross_layer_transcoder".to_string()],
+            false => self.sites.iter().map(|s| s.input.clone()).collect(),
+        }
+    }
 }
 
 /// A problem with a run.

@@ -13,6 +13,7 @@
 pub mod adam;
 pub mod cache;
 pub mod codes;
+pub mod cross_layer;
 pub mod evals;
 pub mod architecture;
 pub mod config;

@@ -26,6 +26,10 @@ pub struct RunOptions {
     pub transcoder_input: String,
     #[cfg_attr(feature = "clap", arg(long, default_value_t = RunOptions::default().transcoder_output))]
     pub transcoder_output: String,
+    /// The transcoders as one cross-layer transcoder: each layer's features write to that
+    /// layer's output and every later one's; written in circuit-tracer's CLT layout.
+    #[cfg_attr(feature = "clap", arg(long, requires = "transcoders"))]
+    pub cross_layer: bool,
     /// Transcoders with a skip connection (W_skip).
     #[cfg_attr(feature = "clap", arg(long))]
     pub skip: bool,
@@ -78,6 +82,7 @@ impl Default for RunOptions {
             transcoders: false,
             transcoder_input: "ln2.hook_normalized".into(),
             transcoder_output: "hook_mlp_out".into(),
+            cross_layer: false,
             skip: false,
             d_sae: None,
             architecture: "standard".into(),
@@ -134,12 +139,19 @@ impl RunOptions {
         if self.architecture.contains("topk") && !(self.k >= 1.0 && self.k <= d_sae as f64) {
             return Err(bad(format!("k: {} is not between 1 and d_sae = {d_sae}", self.k)));
         }
+        if self.cross_layer && !self.transcoders {
+            return Err(bad("cross_layer: a cross-layer transcoder is trained from transcoders = true".into()));
+        }
+        if self.cross_layer && (self.skip || self.architecture == "topk") {
+            return Err(bad(format!("cross_layer: circuit-tracer's CLT files hold no skip connection and no TopK ({}); train standard, jumprelu or batchtopk without skip", if self.skip { "skip asked for" } else { "topk asked for" })));
+        }
         if self.steps == 0 || self.batch == 0 || d_sae == 0 {
             return Err(bad("steps, batch and d_sae must be positive".into()));
         }
         Ok(SaeRunConfig {
             sites: self.sites(n_layers)?,
             skip: self.skip,
+            cross_layer: self.cross_layer,
             d_sae,
             architecture: self.architecture()?,
             trainer: TrainerConfig {

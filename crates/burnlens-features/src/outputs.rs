@@ -5,7 +5,8 @@
 //! `b_dec [d_out]`, `activation_function.threshold [F]` for JumpReLU (and BatchTopK, saved as
 //! JumpReLU), `W_skip [d_out, d_in]` with a skip connection). TopK transcoders, which
 //! circuit-tracer's files cannot describe, say `activation_function: topk` and `top_k: K`,
-//! burnlens's keys.
+//! burnlens's keys. A cross-layer transcoder goes to `transcoders/` in circuit-tracer's CLT
+//! layout ([`write_clt`]).
 
 use std::path::{Path, PathBuf};
 
@@ -19,6 +20,9 @@ use crate::trainer::SaeTrainer;
 
 /// Write the run's SAEs or transcoder set under `dir`; the folders written.
 pub fn write_outputs(dir: &Path, cfg: &SaeRunConfig, trainers: &[SaeTrainer], model_name: Option<String>) -> Result<Vec<PathBuf>, RunError> {
+    if cfg.cross_layer {
+        return write_clt(&dir.join("transcoders"), cfg, &trainers[0]).map(|d| vec![d]);
+    }
     if cfg.sites.iter().all(|s| s.output.is_some()) {
         return write_transcoders(&dir.join("transcoders"), cfg, trainers).map(|d| vec![d]);
     }
@@ -39,7 +43,9 @@ fn per_layer(hook: &str) -> Option<(usize, &str)> {
     Some((layer.parse().ok()?, name))
 }
 
-fn write_transcoders(out: &Path, cfg: &SaeRunConfig, trainers: &[SaeTrainer]) -> Result<PathBuf, RunError> {
+/// The per-layer hook names of a set of transcoder sites: one per layer from 0, each from
+/// `blocks.{l}.<input>` to `blocks.{l}.<output>` with the same names.
+fn set_hooks(cfg: &SaeRunConfig) -> Result<(&str, &str), RunError> {
     let not_a_set = || RunError::Config("transcoders are written as a set: one per layer from 0, each from blocks.{l}.<input> to blocks.{l}.<output> with the same hook names".into());
     let mut names = None;
     for (l, site) in cfg.sites.iter().enumerate() {
@@ -49,7 +55,11 @@ fn write_transcoders(out: &Path, cfg: &SaeRunConfig, trainers: &[SaeTrainer]) ->
             return Err(not_a_set());
         }
     }
-    let (input, output) = names.ok_or_else(not_a_set)?;
+    names.ok_or_else(not_a_set)
+}
+
+fn write_transcoders(out: &Path, cfg: &SaeRunConfig, trainers: &[SaeTrainer]) -> Result<PathBuf, RunError> {
+    let (input, output) = set_hooks(cfg)?;
     std::fs::create_dir_all(out).map_err(|e| file_err(out, e))?;
     let mut yaml = format!("model_kind: transcoder_set\nscan: burnlens-trained\nfeature_input_hook: {input}\nfeature_output_hook: {output}\n");
     if let Architecture::TopK(t) = cfg.architecture {
@@ -67,23 +77,59 @@ fn write_transcoders(out: &Path, cfg: &SaeRunConfig, trainers: &[SaeTrainer]) ->
         ];
         tensors.extend(folded.threshold.clone().map(|th| ("activation_function.threshold", th.unsqueeze())));
         tensors.extend(t.params.w_skip.clone().map(|w| ("W_skip", w)));
-        let bytes: Vec<(String, Vec<usize>, Vec<u8>)> = tensors
-            .into_iter()
-            .map(|(name, v)| {
-                let dims = v.dims();
-                let shape = if dims[0] == 1 && name != "W_enc" && name != "W_dec" && name != "W_skip" { vec![dims[1]] } else { dims.to_vec() };
-                let data: Vec<f32> = v.into_data().try_into_vec_as::<f32>().expect("f32");
-                (name.to_string(), shape, data.iter().flat_map(|x| x.to_le_bytes()).collect())
-            })
-            .collect();
-        let views: Vec<(String, safetensors::tensor::TensorView)> =
-            bytes.iter().map(|(n, s, b)| (n.clone(), safetensors::tensor::TensorView::new(Dtype::F32, s.clone(), b).expect("consistent view"))).collect();
-        let path = out.join(&file);
-        let st = safetensors::serialize(views, None).map_err(|e| file_err(&path, e))?;
-        burnlens_model::files::write_atomic(&path, &st).map_err(|e| file_err(&path, e))?;
+        let tensors = tensors.into_iter().map(|(name, v)| {
+            let dims = v.dims();
+            let shape = if dims[0] == 1 && name != "W_enc" && name != "W_dec" && name != "W_skip" { vec![dims[1]] } else { dims.to_vec() };
+            (name.to_string(), shape, v.into_data().try_into_vec_as::<f32>().expect("f32"))
+        });
+        write_f32s(&out.join(&file), tensors.collect())?;
         yaml.push_str(&format!("  - {file}\n"));
     }
     let cfg_path = out.join("config.yaml");
     burnlens_model::files::write_atomic(&cfg_path, yaml.as_bytes()).map_err(|e| file_err(&cfg_path, e))?;
     Ok(out.to_path_buf())
+}
+
+/// A cross-layer transcoder in circuit-tracer's layout (`transcoders/`): `config.yaml`
+/// (`model_kind: cross_layer_transcoder`, the hooks, `activation_function: relu` or
+/// `jump_relu`), and per layer `l` of `L`: `W_enc_{l}.safetensors` (`W_enc_{l} [F, d_in]`,
+/// `b_enc_{l} [F]`, `b_dec_{l} [d_out]`, `threshold_{l} [F]` for JumpReLU and BatchTopK)
+/// and `W_dec_{l}.safetensors` (`W_dec_{l} [F, L − l, d_out]`), cut from the one
+/// transcoder's blocks ([`crate::cross_layer`]).
+fn write_clt(out: &Path, cfg: &SaeRunConfig, t: &SaeTrainer) -> Result<PathBuf, RunError> {
+    let (input, output) = set_hooks(cfg)?;
+    let b = t.blocks.as_ref().ok_or_else(|| RunError::Config("cross_layer: the trainer has no blocks".into()))?;
+    std::fs::create_dir_all(out).map_err(|e| file_err(out, e))?;
+    let folded = inference_sae(&cfg.architecture, &t.params, t.topk_threshold, SaeSite { hook_name: &cfg.sites[0].input, model_name: None, transcoder: true });
+    let host = |v: Tensor<1>| v.into_data().try_into_vec_as::<f32>().expect("f32");
+    let f = b.features;
+    for l in 0..b.layers {
+        let mut enc = vec![
+            (format!("W_enc_{l}"), vec![f, b.d_in], host(b.encoder(&folded.w_enc, l).transpose().reshape([f * b.d_in]))),
+            (format!("b_enc_{l}"), vec![f], host(b.features_of(&folded.b_enc, l))),
+            (format!("b_dec_{l}"), vec![b.d_out], host(b.outputs_of(&folded.b_dec, l))),
+        ];
+        enc.extend(folded.threshold.as_ref().map(|th| (format!("threshold_{l}"), vec![f], host(b.features_of(th, l)))));
+        write_f32s(&out.join(format!("W_enc_{l}.safetensors")), enc)?;
+        let k = b.layers - l;
+        let dec = host(b.decoders(&folded.w_dec, l).reshape([f * k * b.d_out]));
+        write_f32s(&out.join(format!("W_dec_{l}.safetensors")), vec![(format!("W_dec_{l}"), vec![f, k, b.d_out], dec)])?;
+    }
+    let activation = if folded.threshold.is_some() { "jump_relu" } else { "relu" };
+    let yaml = format!("model_kind: cross_layer_transcoder\nscan: burnlens-trained\nfeature_input_hook: {input}\nfeature_output_hook: {output}\nactivation_function: {activation}\n");
+    let cfg_path = out.join("config.yaml");
+    burnlens_model::files::write_atomic(&cfg_path, yaml.as_bytes()).map_err(|e| file_err(&cfg_path, e))?;
+    Ok(out.to_path_buf())
+}
+
+/// f32 tensors `(name, shape, values)` as one safetensors file, written atomically.
+fn write_f32s(path: &Path, tensors: Vec<(String, Vec<usize>, Vec<f32>)>) -> Result<(), RunError> {
+    let bytes: Vec<Vec<u8>> = tensors.iter().map(|(_, _, v)| v.iter().flat_map(|x| x.to_le_bytes()).collect()).collect();
+    let views: Vec<(String, safetensors::tensor::TensorView)> = tensors
+        .iter()
+        .zip(&bytes)
+        .map(|((n, s, _), b)| (n.clone(), safetensors::tensor::TensorView::new(Dtype::F32, s.clone(), b).expect("consistent view")))
+        .collect();
+    let st = safetensors::serialize(views, None).map_err(|e| file_err(path, e))?;
+    burnlens_model::files::write_atomic(path, &st).map_err(|e| file_err(path, e))
 }

@@ -22,6 +22,7 @@ use crate::config::{RunError, SaeRunConfig, file_err};
 use crate::outputs::write_outputs;
 use crate::params::{DECODER_INIT_NORM, SaeParams, Shape};
 use crate::cache::CacheReader;
+use crate::cross_layer::Blocks;
 use crate::pass::WindowSource;
 use crate::store::ActivationStore;
 use crate::trainer::{Batch, SaeTrainer, StepReport};
@@ -69,7 +70,51 @@ fn hooks(cfg: &SaeRunConfig) -> Result<Hooks, RunError> {
     if sites.is_empty() {
         return Err(RunError::Config("no hook point to train on".into()));
     }
+    if cfg.cross_layer && sites.iter().any(|s| s.1.is_none()) {
+        return Err(RunError::Config("cross_layer: every site of a cross-layer transcoder needs an output hook".into()));
+    }
     Ok(Hooks { points, sites })
+}
+
+/// What one trainer reads: the hook points of its input (side by side) and of its target.
+struct Unit {
+    inputs: Vec<usize>,
+    outputs: Option<Vec<usize>>,
+    shape: Shape,
+    blocks: Option<Blocks>,
+}
+
+/// One trainer per site, or one for all of them as a cross-layer transcoder.
+fn units(cfg: &SaeRunConfig, h: &Hooks, widths: &[usize], device: &Device) -> Vec<Unit> {
+    if cfg.cross_layer {
+        let inputs: Vec<usize> = h.sites.iter().map(|s| s.0).collect();
+        let outputs: Vec<usize> = h.sites.iter().filter_map(|s| s.1).collect();
+        let blocks = Blocks::new(inputs.len(), widths[inputs[0]], widths[outputs[0]], cfg.d_sae, device);
+        return vec![Unit { inputs, outputs: Some(outputs), shape: blocks.shape(), blocks: Some(blocks) }];
+    }
+    let unit = |&(i, o): &(usize, Option<usize>)| {
+        let shape = Shape { d_in: widths[i], d_sae: cfg.d_sae, d_out: o.map_or(widths[i], |o| widths[o]), skip: cfg.skip && o.is_some() };
+        Unit { inputs: vec![i], outputs: o.map(|o| vec![o]), shape, blocks: None }
+    };
+    h.sites.iter().map(unit).collect()
+}
+
+impl Unit {
+    fn batch(&self, acts: &[Tensor<2>]) -> Batch {
+        let side_by_side = |ix: &[usize]| match ix {
+            [i] => acts[*i].clone(),
+            _ => Tensor::cat(ix.iter().map(|&i| acts[i].clone()).collect(), 1),
+        };
+        Batch { x: side_by_side(&self.inputs), target: self.outputs.as_deref().map(side_by_side) }
+    }
+
+    fn trainer(&self, cfg: &SaeRunConfig, params: SaeParams) -> SaeTrainer {
+        let t = SaeTrainer::new(cfg.architecture, cfg.trainer, params);
+        match &self.blocks {
+            Some(b) => t.cross_layer(b.clone()),
+            None => t,
+        }
+    }
 }
 
 /// Where a run's activations come from.
@@ -107,18 +152,18 @@ pub fn train(dir: &Path, cfg: &SaeRunConfig, source: Source, on_step: &mut OnSte
         Err(_) => burnlens_model::files::write_atomic(&cfg_path, cfg_text.as_bytes()).map_err(|e| file_err(&cfg_path, e))?,
     }
     let device = store.device.clone();
-    let shapes: Vec<Shape> = h.sites.iter().map(|&(i, o)| Shape { d_in: store.widths[i], d_sae: cfg.d_sae, d_out: o.map_or(store.widths[i], |o| store.widths[o]), skip: cfg.skip && o.is_some() }).collect();
+    let units = units(cfg, &h, &store.widths, &device);
     let ckpt = dir.join(CHECKPOINT);
     let (mut trainers, resumed_from) = if ckpt.is_file() {
-        let t = load_checkpoint(&ckpt, cfg, &shapes, &mut store, &device)?;
+        let t = load_checkpoint(&ckpt, cfg, &units, &mut store, &device)?;
         let at = t[0].step;
         (t, Some(at))
     } else {
-        let fresh = |(i, s): (usize, &Shape)| {
-            let params = SaeParams::init(&cfg.architecture, *s, Some(DECODER_INIT_NORM), &mut Rng::new(cfg.seed.wrapping_add(i as u64)), &device);
-            SaeTrainer::new(cfg.architecture, cfg.trainer, params)
+        let fresh = |(i, u): (usize, &Unit)| {
+            let params = SaeParams::init(&cfg.architecture, u.shape, Some(DECODER_INIT_NORM), &mut Rng::new(cfg.seed.wrapping_add(i as u64)), &device);
+            u.trainer(cfg, params)
         };
-        (shapes.iter().enumerate().map(fresh).collect::<Vec<_>>(), None)
+        (units.iter().enumerate().map(fresh).collect::<Vec<_>>(), None)
     };
     let metrics_path = dir.join(METRICS);
     let start = Instant::now();
@@ -130,7 +175,7 @@ pub fn train(dir: &Path, cfg: &SaeRunConfig, source: Source, on_step: &mut OnSte
             data_ran_out = true;
             break;
         };
-        let reports: Vec<StepReport> = trainers.iter_mut().zip(&h.sites).map(|(t, &(i, o))| t.train_step(Batch { x: acts[i].clone(), target: o.map(|o| acts[o].clone()) })).collect();
+        let reports: Vec<StepReport> = trainers.iter_mut().zip(&units).map(|(t, u)| t.train_step(u.batch(&acts))).collect();
         let step = trainers[0].step;
         let done = (step - first) as f64;
         let elapsed = start.elapsed().as_secs_f64().max(1e-9);
@@ -178,8 +223,8 @@ pub struct Progress {
 fn append_metrics(path: &Path, cfg: &SaeRunConfig, reports: &[StepReport], elapsed_s: f64) -> Result<(), RunError> {
     use std::io::Write;
     let mut f = std::fs::OpenOptions::new().create(true).append(true).open(path).map_err(|e| file_err(path, e))?;
-    for (r, site) in reports.iter().zip(&cfg.sites) {
-        let mut line = serde_json::json!({ "step": r.step + 1, "hook": site.input, "loss": r.loss, "lr": r.lr, "l0": r.l0, "dead_features": r.dead, "coefficient": r.coefficient, "elapsed_s": elapsed_s });
+    for (r, name) in reports.iter().zip(cfg.trainer_names()) {
+        let mut line = serde_json::json!({ "step": r.step + 1, "hook": name, "loss": r.loss, "lr": r.lr, "l0": r.l0, "dead_features": r.dead, "coefficient": r.coefficient, "elapsed_s": elapsed_s });
         for (t, v) in &r.losses {
             line[t.name()] = (*v).into();
         }
@@ -284,18 +329,18 @@ impl Saved<'_> {
     }
 }
 
-fn load_checkpoint(path: &Path, cfg: &SaeRunConfig, shapes: &[Shape], store: &mut ActivationStore, device: &Device) -> Result<Vec<SaeTrainer>, RunError> {
+fn load_checkpoint(path: &Path, cfg: &SaeRunConfig, units: &[Unit], store: &mut ActivationStore, device: &Device) -> Result<Vec<SaeTrainer>, RunError> {
     let bytes = std::fs::read(path).map_err(|e| file_err(path, e))?;
     let unreadable = |e: safetensors::SafeTensorError| file_err(path, format!("not a readable checkpoint: {e}"));
     let (_, header) = safetensors::SafeTensors::read_metadata(&bytes).map_err(unreadable)?;
     let state = header.metadata().as_ref().and_then(|m| m.get("state")).and_then(|s| serde_json::from_str(s).ok()).ok_or_else(|| file_err(path, "has no training state"))?;
     let saved = Saved { path, st: safetensors::SafeTensors::deserialize(&bytes).map_err(unreadable)?, state };
     let step = saved.num("step", None)?.as_u64().unwrap_or(0) as usize;
-    let mut trainers = Vec::with_capacity(shapes.len());
-    for (i, shape) in shapes.iter().enumerate() {
-        let like = SaeParams::init(&cfg.architecture, *shape, None, &mut Rng::new(0), device);
+    let mut trainers = Vec::with_capacity(units.len());
+    for (i, unit) in units.iter().enumerate() {
+        let like = SaeParams::init(&cfg.architecture, unit.shape, None, &mut Rng::new(0), device);
         let prefix = format!("site{i}");
-        let mut t = SaeTrainer::new(cfg.architecture, cfg.trainer, saved.params(&format!("{prefix}.param"), &like, device)?);
+        let mut t = unit.trainer(cfg, saved.params(&format!("{prefix}.param"), &like, device)?);
         t.adam.m = saved.params(&format!("{prefix}.adam_m"), &like, device)?;
         t.adam.v = saved.params(&format!("{prefix}.adam_v"), &like, device)?;
         t.adam.t = saved.num("adam_t", Some(i))?.as_u64().unwrap_or(0);
@@ -303,8 +348,8 @@ fn load_checkpoint(path: &Path, cfg: &SaeRunConfig, shapes: &[Shape], store: &mu
         t.step = step;
         t.since_fired = saved.u64s(&format!("{prefix}.since_fired"))?.into_iter().map(|x| x as u32).collect();
         t.fired_tokens = saved.u64s(&format!("{prefix}.fired_tokens"))?;
-        if t.since_fired.len() != cfg.d_sae {
-            return Err(saved.bad(format!("holds {} features, the configuration {}", t.since_fired.len(), cfg.d_sae)));
+        if t.since_fired.len() != unit.shape.d_sae {
+            return Err(saved.bad(format!("holds {} features, the configuration {}", t.since_fired.len(), unit.shape.d_sae)));
         }
         trainers.push(t);
     }

@@ -14,7 +14,7 @@ use burn::tensor::{Device, Tensor, TensorData};
 
 use crate::architecture::{Architecture, LossTerm, TopKSettings};
 use crate::forward::TrainPassValues;
-use crate::codes::{Codes, kth_largest_of_all, kth_largest_per_row};
+use crate::codes::{Codes, Scores, kth_largest, kth_largest_per_row};
 use crate::params::SaeParams;
 
 /// The inputs of a sparse pass besides the parameters.
@@ -41,7 +41,7 @@ pub fn gradients(p: &SaeParams, arch: &Architecture, input: SparseInput) -> (Sae
     let norms = t.rescale_acts_by_decoder_norm.then(|| host(p.decoder_norms()));
     let score = |j: usize, v: f32| norms.as_ref().map_or(v, |s| v * s[j]);
     let w_dec = host(p.w_dec.clone());
-    let main = active(arch, t, &pre, m, &score);
+    let main = active(arch, t, Scores { pre: &pre, m, scale: norms.as_deref() });
 
     // out − target, then the MSE and its gradient.
     let mut diff = match &p.w_skip {
@@ -104,20 +104,19 @@ pub fn gradients(p: &SaeParams, arch: &Architecture, input: SparseInput) -> (Sae
 /// The entries that fire: per token the `k` largest scores (TopK), or the `⌊k·n⌋` largest
 /// of the batch (BatchTopK), where positive; ties at the `k`-th value all kept, as the dense
 /// pass keeps them.
-fn active(arch: &Architecture, t: &TopKSettings, pre: &[f32], m: usize, score: &(impl Fn(usize, f32) -> f32 + Sync)) -> Codes {
-    let n = pre.len() / m;
-    let kth: Vec<f32> = match arch {
-        Architecture::TopK(_) => kth_largest_per_row(n, m, (t.k as usize).min(m), |r, j| Some(score(j, pre[r * m + j]))),
-        _ => {
-            let kk = ((t.k * n as f64) as usize).clamp(1, n * m);
-            let scores: Vec<f32> = pre.iter().enumerate().map(|(i, &v)| score(i % m, v)).collect();
-            vec![kth_largest_of_all(&scores, m, kk).unwrap_or(0.0).max(0.0); n]
+fn active(arch: &Architecture, t: &TopKSettings, scores: Scores) -> Codes {
+    let n = scores.pre.len() / scores.m;
+    match arch {
+        Architecture::TopK(_) => {
+            let k = (t.k as usize).clamp(1, scores.m);
+            scores.select_above(|_, s| kth_largest(s, k))
         }
-    };
-    Codes::select(pre, m, |r, j, v| {
-        let s = score(j, v);
-        s > 0.0 && s >= kth[r]
-    })
+        _ => {
+            let kk = ((t.k * n as f64) as usize).clamp(1, n * scores.m);
+            let kth = scores.kth_largest_of_all(kk).unwrap_or(0.0).max(0.0);
+            scores.select_above(|_, _| kth)
+        }
+    }
 }
 
 /// The auxiliary loss's codes (each token's `k_aux` largest scores among dead features), the

@@ -8,6 +8,7 @@ use burn::tensor::{Bool, Device, Tensor, TensorData};
 use serde::{Deserialize, Serialize};
 
 use crate::adam::Adam;
+use crate::cross_layer::Blocks;
 use crate::architecture::{Architecture, LossTerm};
 use crate::forward::{PassInput, TrainPassValues, training_pass};
 use crate::params::SaeParams;
@@ -54,13 +55,15 @@ pub struct SaeTrainer {
     pub fired_tokens: Vec<u64>,
     /// BatchTopK's running inference threshold (f64, as SAELens keeps it).
     pub topk_threshold: f64,
+    /// A cross-layer transcoder's blocks: gradients outside them are dropped.
+    pub blocks: Option<Blocks>,
 }
 
 impl SaeTrainer {
     pub fn new(arch: Architecture, cfg: TrainerConfig, params: SaeParams) -> Self {
         let (_, d_sae) = params.dims();
         let adam = Adam::new(&params, cfg.adam_beta1, cfg.adam_beta2);
-        SaeTrainer { arch, cfg, params, adam, step: 0, since_fired: vec![0; d_sae], fired_tokens: vec![0; d_sae], topk_threshold: 0.0 }
+        SaeTrainer { arch, cfg, params, adam, step: 0, since_fired: vec![0; d_sae], fired_tokens: vec![0; d_sae], topk_threshold: 0.0, blocks: None }
     }
 
     fn coefficient(&self) -> f64 {
@@ -78,8 +81,23 @@ impl SaeTrainer {
         self.backward(&thresholds_clamped(&self.params), batch)
     }
 
-    /// TopK and BatchTopK SAEs take the sparse pass; the others Burn's autodiff.
+    /// A cross-layer transcoder: `params` masked to its blocks, as its gradients will be.
+    pub fn cross_layer(mut self, blocks: Blocks) -> Self {
+        self.params = blocks.mask(self.params);
+        self.blocks = Some(blocks);
+        self
+    }
+
     fn backward(&self, params: &SaeParams, batch: Batch) -> (SaeParams, TrainPassValues) {
+        let (g, values) = self.unmasked_backward(params, batch);
+        match &self.blocks {
+            Some(b) => (b.mask(g), values),
+            None => (g, values),
+        }
+    }
+
+    /// TopK and BatchTopK SAEs take the sparse pass; the others Burn's autodiff.
+    fn unmasked_backward(&self, params: &SaeParams, batch: Batch) -> (SaeParams, TrainPassValues) {
         let Batch { x, target } = batch;
         let subtract_b_dec = target.is_none();
         let target = target.unwrap_or_else(|| x.clone());

@@ -469,7 +469,7 @@ def test_half_weights_work_everywhere_and_equal_their_f32_widening(name):
         burnlens.HookedModel.from_pretrained(path, dtype="fp8")
 
 
-@pytest.mark.parametrize("name", ["gpt2", "gpt2_clt", "llama_skip", "gemma2", "gpt2_trained"])
+@pytest.mark.parametrize("name", ["gpt2", "gpt2_clt", "llama_skip", "gemma2", "gpt2_trained", "gpt2_clt_trained"])
 def test_attribution_graphs_equal_circuit_tracers(name, tmp_path):
     """burnlens.attribute on circuit-tracer's fixtures (tests/fixtures/trace): the same
     graph as circuit-tracer's `attribute`, the same pruning and scores, and the saved files."""
