@@ -14,6 +14,7 @@ pub mod adam;
 pub mod cache;
 pub mod codes;
 pub mod cross_layer;
+pub mod dense_pass;
 pub mod evals;
 pub mod architecture;
 pub mod config;
@@ -23,6 +24,8 @@ pub mod mixing;
 pub mod options;
 pub mod outputs;
 pub mod params;
+#[cfg(test)]
+mod pass_check;
 pub mod pass;
 pub mod run;
 pub mod schedule;

@@ -12,6 +12,7 @@ use crate::cross_layer::Blocks;
 use crate::architecture::{Architecture, LossTerm};
 use crate::forward::{PassInput, TrainPassValues, training_pass};
 use crate::params::SaeParams;
+use crate::dense_pass::{self, DenseInput};
 use crate::sparse_pass::{self, SparseInput};
 use crate::schedule::{CoefficientSchedule, LrSchedule};
 
@@ -96,7 +97,9 @@ impl SaeTrainer {
         }
     }
 
-    /// TopK and BatchTopK SAEs take the sparse pass; the others Burn's autodiff.
+    /// TopK and BatchTopK SAEs take the sparse pass, standard and JumpReLU the hand-written
+    /// dense one; Burn's autodiff what is left (JumpReLU's pre-activation loss on dead
+    /// features).
     fn unmasked_backward(&self, params: &SaeParams, batch: Batch) -> (SaeParams, TrainPassValues) {
         let Batch { x, target } = batch;
         let subtract_b_dec = target.is_none();
@@ -105,8 +108,11 @@ impl SaeTrainer {
         if self.arch.topk().is_some() {
             return sparse_pass::gradients(params, &self.arch, SparseInput { x, target, subtract_b_dec, dead: &dead });
         }
-        let device: Device = x.device();
         let n_dead = dead.iter().filter(|&&d| d).count();
+        if dense_pass::handles(&self.arch, n_dead) {
+            return dense_pass::gradients(params, &self.arch, DenseInput { x, target, subtract_b_dec, coefficient: self.coefficient(), dead: &dead });
+        }
+        let device: Device = x.device();
         let mask = Tensor::<1, Bool>::from_data(TensorData::new(dead, [self.since_fired.len()]), &device);
         let leaves = params.leaves();
         let input = PassInput { x: x.autodiff(), target: target.autodiff(), subtract_b_dec, coefficient: self.coefficient(), dead: Some((&mask.autodiff(), n_dead)) };

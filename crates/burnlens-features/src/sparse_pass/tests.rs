@@ -1,73 +1,19 @@
 //! The sparse pass against the dense autodiff pass it replaces.
 
-use burn::tensor::{Bool, Device, Tensor, TensorData};
-use burnlens_model::Rng;
-
 use super::{SparseInput, gradients};
 use crate::architecture::{Architecture, TopKSettings};
-use crate::forward::{PassInput, training_pass};
-use crate::params::{SaeParams, Shape};
+use crate::pass_check::{Case, Pass, check, dead_every};
+use crate::params::Shape;
 
-fn random(shape: [usize; 2], scale: f64, rng: &mut Rng, device: &Device) -> Tensor<2> {
-    let v: Vec<f32> = (0..shape[0] * shape[1]).map(|_| ((rng.next_f64() * 2.0 - 1.0) * scale) as f32).collect();
-    Tensor::from_data(TensorData::new(v, shape), device)
-}
-
-struct Case {
-    arch: Architecture,
-    shape: Shape,
-    dead: Vec<bool>,
-}
-
-fn check(case: Case, seed: u64) {
-    let device = Device::default();
-    let mut rng = Rng::new(seed);
-    let Shape { d_in, d_sae, d_out, .. } = case.shape;
-    let mut p = SaeParams::init(&case.arch, case.shape, Some(0.1), &mut rng, &device);
-    p.b_enc = random([1, d_sae], 0.05, &mut rng, &device).reshape([d_sae]);
-    p.b_dec = random([1, d_out], 0.5, &mut rng, &device).reshape([d_out]);
-    p.w_dec = p.w_dec.clone() * random([d_sae, 1], 1.0, &mut rng, &device).abs().expand([d_sae, d_out]);
-    p.w_skip = p.w_skip.map(|w| random(w.dims(), 0.1, &mut rng, &device));
-    let n = 24;
-    let x = random([n, d_in], 1.0, &mut rng, &device);
-    let target = if d_in == d_out && !case.shape.skip { x.clone() } else { random([n, d_out], 1.0, &mut rng, &device) };
-    let subtract_b_dec = !case.shape.skip && d_in == d_out;
-
-    let n_dead = case.dead.iter().filter(|&&d| d).count();
-    let mask = Tensor::<1, Bool>::from_data(TensorData::new(case.dead.clone(), [d_sae]), &device).autodiff();
-    let leaves = p.leaves();
-    let input = PassInput { x: x.clone().autodiff(), target: target.clone().autodiff(), subtract_b_dec, coefficient: 0.0, dead: Some((&mask, n_dead)) };
-    let pass = training_pass(&leaves, &case.arch, input);
-    let want_losses: Vec<f64> = pass.terms.iter().map(|(_, v)| v.clone().inner().into_scalar::<f32>() as f64).collect();
-    let fired = pass.feature_acts.clone().inner().not_equal_elem(0.0).int().sum_dim(0);
-    let want_fired: Vec<i64> = fired.into_data().convert::<i64>().try_into_vec::<i64>().unwrap();
-    let want = leaves.grads(&pass.loss.backward());
-
-    let (got, values) = gradients(&p, &case.arch, SparseInput { x, target, subtract_b_dec, dead: &case.dead });
-    let got_losses: Vec<f64> = values.losses.iter().map(|(_, v)| *v).collect();
-    for (g, w) in got_losses.iter().zip(&want_losses) {
-        assert!((g - w).abs() <= 1e-5 * w.abs().max(1e-3), "losses {got_losses:?} vs {want_losses:?}");
-    }
-    assert_eq!(values.fired, want_fired.iter().map(|&c| c as u64).collect::<Vec<_>>());
-    assert!(values.l0 > 0.0);
-    for ((name, g), (_, w)) in got.named().into_iter().zip(want.named()) {
-        let scale = w.clone().abs().max().into_scalar::<f32>().max(1e-6);
-        let err = (g - w).abs().max().into_scalar::<f32>() / scale;
-        assert!(err < 1e-5, "{name}: {err}");
-    }
-}
-
-fn dead_every(m: usize, every: usize) -> Vec<bool> {
-    (0..m).map(|j| j % every == 0).collect()
-}
+const SPARSE: Pass = &|p, arch, (x, target, subtract_b_dec, _, dead)| gradients(p, arch, SparseInput { x, target, subtract_b_dec, dead });
 
 #[test]
 fn topk_gradients_equal_the_dense_pass() {
     for rescale in [false, true] {
         let t = TopKSettings { rescale_acts_by_decoder_norm: rescale, ..TopKSettings::new(4.0) };
         let shape = Shape { d_in: 8, d_sae: 40, d_out: 8, skip: false };
-        check(Case { arch: Architecture::TopK(t), shape, dead: vec![false; 40] }, 1);
-        check(Case { arch: Architecture::TopK(t), shape, dead: dead_every(40, 3) }, 2);
+        check(Case { arch: Architecture::TopK(t), shape, dead: vec![false; 40], coefficient: 0.0 }, 1, SPARSE);
+        check(Case { arch: Architecture::TopK(t), shape, dead: dead_every(40, 3), coefficient: 0.0 }, 2, SPARSE);
     }
 }
 
@@ -76,7 +22,7 @@ fn batch_topk_gradients_equal_the_dense_pass() {
     for rescale in [false, true] {
         let t = TopKSettings { rescale_acts_by_decoder_norm: rescale, ..TopKSettings::new(3.0) };
         let arch = Architecture::BatchTopK { topk: t, threshold_lr: 0.1 };
-        check(Case { arch, shape: Shape { d_in: 8, d_sae: 40, d_out: 8, skip: false }, dead: dead_every(40, 2) }, 3);
+        check(Case { arch, shape: Shape { d_in: 8, d_sae: 40, d_out: 8, skip: false }, dead: dead_every(40, 2), coefficient: 0.0 }, 3, SPARSE);
     }
 }
 
@@ -84,5 +30,5 @@ fn batch_topk_gradients_equal_the_dense_pass() {
 fn skip_transcoder_gradients_equal_the_dense_pass() {
     let t = TopKSettings { rescale_acts_by_decoder_norm: false, ..TopKSettings::new(5.0) };
     let shape = Shape { d_in: 8, d_sae: 40, d_out: 6, skip: true };
-    check(Case { arch: Architecture::TopK(t), shape, dead: dead_every(40, 5) }, 4);
+    check(Case { arch: Architecture::TopK(t), shape, dead: dead_every(40, 5), coefficient: 0.0 }, 4, SPARSE);
 }
