@@ -6,6 +6,8 @@
 
 use rayon::prelude::*;
 
+use crate::host::add_transposed;
+
 /// The active entries of an `[n, m]` activation matrix, by token (compressed rows).
 #[derive(Debug, Clone, Default)]
 pub struct Codes {
@@ -89,23 +91,13 @@ impl Codes {
     }
 
     /// `gw[:, feature] += x[r] · coefficient` for every entry (`gw`: `[d, m]`, `x`: `[n, d]`),
-    /// the encoder's gradient for entry gradients `coefficients`.
+    /// the encoder's gradient for entry gradients `coefficients`: gathered by feature into
+    /// contiguous rows, then added transposed.
     pub fn scatter_columns_into(&self, coefficients: &[f32], x: &[f32], d: usize, gw: &mut [f32]) {
-        const BLOCK: usize = 16;
         let m = gw.len() / d;
-        gw.par_chunks_mut(BLOCK * m).enumerate().for_each(|(b, rows)| {
-            let i0 = b * BLOCK;
-            let h = rows.len() / m;
-            for r in 0..self.rows() {
-                let xr = &x[r * d + i0..][..h];
-                for e in self.row(r) {
-                    let (j, c) = (self.features[e] as usize, coefficients[e]);
-                    for (i, xv) in xr.iter().enumerate() {
-                        rows[i * m + j] += xv * c;
-                    }
-                }
-            }
-        });
+        let mut by_row = vec![0.0f32; m * d];
+        self.scatter_rows_into(Some(coefficients), x, d, &mut by_row);
+        add_transposed(&by_row, m, d, gw);
     }
 
     /// `out[feature] += coefficient` summed over tokens (`out`: `[m]`).
@@ -220,10 +212,19 @@ impl Scores<'_> {
     }
 }
 
-/// The `k`-th largest of `v` (`1 ≤ k ≤ v.len()`), reordering it.
+/// The `k`-th largest of `v` (`1 ≤ k ≤ v.len()`, in `total_cmp`'s order), reordering it.
+/// A long `v` is narrowed first: the `k`-th largest of its blocks' maxima is a lower bound
+/// (`k` distinct values reach it), so only the values at or above it are selected among.
 pub fn kth_largest(v: &mut [f32], k: usize) -> f32 {
-    let (_, kth, _) = v.select_nth_unstable_by(k - 1, |a, b| b.total_cmp(a));
-    *kth
+    const BLOCK: usize = 64;
+    let desc = |a: &f32, b: &f32| b.total_cmp(a);
+    if v.len() < 4 * k * BLOCK || v.iter().any(|x| x.is_nan()) {
+        return *v.select_nth_unstable_by(k - 1, desc).1;
+    }
+    let mut maxima: Vec<f32> = v.chunks(BLOCK).map(|c| c.iter().fold(f32::NEG_INFINITY, |a, &b| if b > a { b } else { a })).collect();
+    let lower = *maxima.select_nth_unstable_by(k - 1, desc).1;
+    let mut candidates: Vec<f32> = v.iter().copied().filter(|&x| x >= lower).collect();
+    *candidates.select_nth_unstable_by(k - 1, desc).1
 }
 
 /// Per row of width `m`: the `k`-th largest value (`k ≤ m`) among the entries `score` gives
@@ -276,6 +277,13 @@ mod tests {
         let halved = [0.5f32; 10];
         assert_eq!(Scores { scale: Some(&halved), ..all }.kth_largest_of_all(37), Some(481.5));
         let top2 = all.select_above(|_, s| kth_largest(s, 2));
+        // The narrowed selection agrees with a sort on long rows, ties and signs included.
+        let long: Vec<f32> = (0..20000).map(|i| (((i * 7919) % 2003) as f32 - 1000.0) / 7.0).collect();
+        let mut sorted = long.clone();
+        sorted.sort_by(|a, b| b.total_cmp(a));
+        for k in [1, 5, 32, 77] {
+            assert_eq!(kth_largest(&mut long.clone(), k), sorted[k - 1]);
+        }
         assert_eq!((top2.nnz(), top2.rows()), (200, 100));
         let kth = kth_largest_per_row(2, 3, 2, |r, j| (r == 0 || j == 2).then_some((r * 3 + j) as f32));
         assert_eq!(kth, vec![1.0, f32::NEG_INFINITY]);

@@ -12,11 +12,12 @@
 //!   and `Step` backward). Anthropic's pre-activation loss, when dead features make it
 //!   non-zero, is left to autodiff ([`handles`]).
 
-use burn::tensor::{Device, Tensor, TensorData};
+use burn::tensor::Tensor;
 use rayon::prelude::*;
 
 use crate::architecture::{Architecture, LossTerm};
 use crate::forward::TrainPassValues;
+use crate::host::{add_to_rows, column_sums, host, tensor};
 use crate::params::SaeParams;
 
 /// The inputs of a dense pass besides the parameters.
@@ -50,7 +51,8 @@ pub fn gradients(p: &SaeParams, arch: &Architecture, input: DenseInput) -> (SaeP
     let (d_in, m) = p.dims();
     let n = x.dims()[0];
     let sae_in = if subtract_b_dec { x.clone() - p.b_dec.clone().unsqueeze::<2>() } else { x.clone() };
-    let mut pre = host(sae_in.clone().matmul(p.w_enc.clone()) + p.b_enc.clone().unsqueeze::<2>());
+    let mut pre = host(sae_in.clone().matmul(p.w_enc.clone()));
+    add_to_rows(&mut pre, &host(p.b_enc.clone()));
     let theta = p.threshold.clone().map(host);
     let norms = host(p.decoder_norms());
     let acts = activations(&pre, m, theta.as_deref());
@@ -156,28 +158,8 @@ fn backward_elementwise(g: &mut [f32], pre: &mut [f32], m: usize, theta: Option<
     }
 }
 
-/// `Σ_rows f(v[r, j])` for each column `j` of `v` (`[n, m]`), blocks of rows in parallel.
-fn column_sums(v: &[f32], m: usize, f: impl Fn(f32) -> f32 + Sync) -> Vec<f32> {
-    const ROWS: usize = 64;
-    v.par_chunks(ROWS * m)
-        .map(|block| {
-            let mut s = vec![0.0f32; m];
-            block.chunks(m).for_each(|row| s.iter_mut().zip(row).for_each(|(s, &x)| *s += f(x)));
-            s
-        })
-        .reduce(|| vec![0.0f32; m], |mut a, b| {
-            a.iter_mut().zip(b).for_each(|(a, b)| *a += b);
-            a
-        })
-}
 
-fn host<const D: usize>(t: Tensor<D>) -> Vec<f32> {
-    t.into_data().try_into_vec_as::<f32>().expect("an f32 tensor")
-}
 
-fn tensor<const D: usize>(v: Vec<f32>, shape: [usize; D], device: &Device) -> Tensor<D> {
-    Tensor::from_data(TensorData::new(v, shape), device)
-}
 
 #[cfg(test)]
 mod tests;

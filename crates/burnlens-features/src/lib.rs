@@ -19,6 +19,7 @@ pub mod evals;
 pub mod architecture;
 pub mod config;
 pub mod forward;
+pub mod host;
 pub mod inference;
 pub mod mixing;
 pub mod options;

@@ -10,10 +10,11 @@
 //! as `(pre · ‖W_dec[j]‖) / ‖W_dec[j]‖ · W_dec[j]`: the norms cancel in the value and in the
 //! gradient, so the decoded coefficient is `pre` itself.
 
-use burn::tensor::{Device, Tensor, TensorData};
+use burn::tensor::{Tensor, TensorData};
 
 use crate::architecture::{Architecture, LossTerm, TopKSettings};
 use crate::forward::TrainPassValues;
+use crate::host::{add_to_rows, host, tensor};
 use crate::codes::{Codes, Scores, kth_largest, kth_largest_per_row};
 use crate::params::SaeParams;
 
@@ -37,7 +38,8 @@ pub fn gradients(p: &SaeParams, arch: &Architecture, input: SparseInput) -> (Sae
     let (d_in, m) = p.dims();
     let [n, d] = target.dims();
     let sae_in = if subtract_b_dec { x.clone() - p.b_dec.clone().unsqueeze::<2>() } else { x.clone() };
-    let pre = host(sae_in.clone().matmul(p.w_enc.clone()) + p.b_enc.clone().unsqueeze::<2>());
+    let mut pre = host(sae_in.clone().matmul(p.w_enc.clone()));
+    add_to_rows(&mut pre, &host(p.b_enc.clone()));
     let norms = t.rescale_acts_by_decoder_norm.then(|| host(p.decoder_norms()));
     let score = |j: usize, v: f32| norms.as_ref().map_or(v, |s| v * s[j]);
     let w_dec = host(p.w_dec.clone());
@@ -155,13 +157,7 @@ fn sum_squares(v: &[f32]) -> f64 {
     v.iter().map(|&x| (x as f64) * (x as f64)).sum()
 }
 
-fn host<const D: usize>(t: Tensor<D>) -> Vec<f32> {
-    t.into_data().try_into_vec_as::<f32>().expect("an f32 tensor")
-}
 
-fn tensor(v: Vec<f32>, shape: [usize; 1], device: &Device) -> Tensor<1> {
-    Tensor::from_data(TensorData::new(v, shape), device)
-}
 
 #[cfg(test)]
 mod tests;

@@ -1,0 +1,65 @@
+//! Tensors as host vectors for the hand-written passes: reading them back, making them again,
+//! and the row-parallel element-wise loops they share.
+
+use burn::tensor::{Device, Tensor, TensorData};
+use rayon::prelude::*;
+
+/// The values of an f32 tensor, row-major.
+pub fn host<const D: usize>(t: Tensor<D>) -> Vec<f32> {
+    t.into_data().try_into_vec_as::<f32>().expect("an f32 tensor")
+}
+
+/// A tensor of `shape` holding `v`.
+pub fn tensor<const D: usize>(v: Vec<f32>, shape: [usize; D], device: &Device) -> Tensor<D> {
+    Tensor::from_data(TensorData::new(v, shape), device)
+}
+
+/// `v[r, :] += b` for every row of `v` (`[n, b.len()]`).
+pub fn add_to_rows(v: &mut [f32], b: &[f32]) {
+    v.par_chunks_mut(b.len()).for_each(|row| row.iter_mut().zip(b).for_each(|(v, b)| *v += b));
+}
+
+/// `Σ_rows f(v[r, j])` for each column `j` of `v` (`[n, m]`), blocks of rows in parallel.
+pub fn column_sums(v: &[f32], m: usize, f: impl Fn(f32) -> f32 + Sync) -> Vec<f32> {
+    const ROWS: usize = 64;
+    v.par_chunks(ROWS * m)
+        .map(|block| {
+            let mut s = vec![0.0f32; m];
+            block.chunks(m).for_each(|row| s.iter_mut().zip(row).for_each(|(s, &x)| *s += f(x)));
+            s
+        })
+        .reduce(|| vec![0.0f32; m], |mut a, b| {
+            a.iter_mut().zip(b).for_each(|(a, b)| *a += b);
+            a
+        })
+}
+
+/// `out[i, j] += t[j, i]` (`t`: `[m, d]`, `out`: `[d, m]`), in blocks, rows of `out` in
+/// parallel.
+pub fn add_transposed(t: &[f32], m: usize, d: usize, out: &mut [f32]) {
+    const B: usize = 32;
+    out.par_chunks_mut(B * m).enumerate().for_each(|(bi, rows)| {
+        let (i0, h) = (bi * B, rows.len() / m);
+        for j in 0..m {
+            let src = &t[j * d + i0..j * d + i0 + h];
+            src.iter().enumerate().for_each(|(ii, v)| rows[ii * m + j] += v);
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn transposed_sums_and_rows_are_placed_right() {
+        let t = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]; // [3, 2]
+        let mut out = vec![10.0; 6]; // [2, 3]
+        add_transposed(&t, 3, 2, &mut out);
+        assert_eq!(out, vec![11.0, 13.0, 15.0, 12.0, 14.0, 16.0]);
+        assert_eq!(column_sums(&t, 2, |x| x * 2.0), vec![18.0, 24.0]);
+        let mut v = t.to_vec();
+        add_to_rows(&mut v, &[1.0, -1.0]);
+        assert_eq!(v, vec![2.0, 1.0, 4.0, 3.0, 6.0, 5.0]);
+    }
+}
