@@ -3,8 +3,8 @@
 own `LanguageModelSAETrainingRunner` on a TransformerLens GPT-2 small holding the weights of
 the random GPT-2 small the benchmark saved (converted by TransformerLens), on pretokenized
 random windows, and print one JSON line: seconds per step over the steady steps (each step's
-start recorded by wrapping `SAETrainer.step`), activations per second, and the run's
-configuration. Usage: bench_sae.py MODEL_DIR ARCH STEPS D_SAE K HOOK THREADS.
+start recorded by wrapping `SAETrainer.step`), the model passes' share of them (wrapping
+`ActivationsStore.get_activations`), activations per second, and the run's configuration. Usage: bench_sae.py MODEL_DIR ARCH STEPS D_SAE K HOOK THREADS.
 
 sae-lens sizes its mixing buffer `n_batches_in_buffer × context_size` rows, which must hold a
 training batch: `n_batches_in_buffer` is set so the buffer holds two model passes, as
@@ -20,6 +20,7 @@ from datasets import Dataset
 from sae_lens import (BatchTopKTrainingSAEConfig, JumpReLUTrainingSAEConfig, LanguageModelSAERunnerConfig, LanguageModelSAETrainingRunner,
                       StandardTrainingSAEConfig, TopKTrainingSAEConfig)
 from sae_lens.config import LoggingConfig
+from sae_lens.training.activations_store import ActivationsStore
 from sae_lens.training.sae_trainer import SAETrainer
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 from transformer_lens.pretrained.weight_conversions import convert_gpt2_weights
@@ -54,22 +55,34 @@ def main():
         n_batches_in_buffer=2 * PROMPTS, training_tokens=steps * PROMPTS * CONTEXT, device="cpu", lr=1e-3,
         logger=LoggingConfig(log_to_wandb=False), n_checkpoints=0, save_final_checkpoint=False, prepend_bos=False, output_path=None,
     )
-    starts = []
+    starts, model_at = [], []
     step = SAETrainer.step
+    model_s = [0.0]
+    get_activations = ActivationsStore.get_activations
 
     def timed(self, batch):
         starts.append(time.perf_counter())
+        model_at.append(model_s[0])
         return step(self, batch)
 
+    def timed_model(self, batch_tokens):
+        t = time.perf_counter()
+        out = get_activations(self, batch_tokens)
+        model_s[0] += time.perf_counter() - t
+        return out
+
     SAETrainer.step = timed
+    ActivationsStore.get_activations = timed_model
     runner = LanguageModelSAETrainingRunner(run_cfg, override_dataset=dataset, override_model=model)
     t0 = time.perf_counter()
     runner.run()
     end = time.perf_counter()
     starts.append(end)
+    model_at.append(model_s[0])
     steady = starts[2:]
     per_step = (steady[-1] - steady[0]) / (len(steady) - 1)
-    print(json.dumps({"impl": "sae-lens", "arch": arch, "steps": len(starts) - 1, "seconds_per_step": per_step,
+    model_per_step = (model_at[-1] - model_at[2]) / (len(steady) - 1)
+    print(json.dumps({"impl": "sae-lens", "arch": arch, "steps": len(starts) - 1, "seconds_per_step": per_step, "model_s_per_step": model_per_step,
                       "activations_per_s": PROMPTS * CONTEXT / per_step, "total_s": end - t0, "threads": threads}))
 
 

@@ -793,7 +793,7 @@ fn bench_sae(args: Vec<String>) -> Result<()> {
     let rss_file = root().join("target/bench/sae-rss.txt");
     let peak = || -> f64 { std::fs::read_to_string(&rss_file).ok().and_then(|t| t.lines().last().and_then(|l| l.trim().parse::<f64>().ok())).unwrap_or(f64::NAN) * 1024.0 };
     let mut results = Vec::new();
-    let mut table = String::from("| architecture | tool | s / step | activations / s | peak RSS | burnlens faster by |\n|---|---|---|---|---|---|\n");
+    let mut table = String::from("| architecture | tool | s / step | model passes / step | rest / step | SAE products | activations / s | peak RSS | burnlens faster by |\n|---|---|---|---|---|---|---|---|---|\n");
     for arch in archs {
         let out_dir = root().join("target/bench/sae-run");
         let _ = std::fs::remove_dir_all(&out_dir);
@@ -805,16 +805,24 @@ fn bench_sae(args: Vec<String>) -> Result<()> {
         if !ours.status.success() {
             bail!("burnlens train-sae failed: {}", String::from_utf8_lossy(&ours.stderr));
         }
-        let elapsed: Vec<f64> = std::fs::read_to_string(out_dir.join("metrics.jsonl"))?.lines().map(|l| serde_json::from_str::<serde_json::Value>(l).map(|v| v["elapsed_s"].as_f64().unwrap_or(f64::NAN))).collect::<Result<_, _>>()?;
-        let per_step = (elapsed[elapsed.len() - 1] - elapsed[1]) / (elapsed.len() - 2) as f64;
-        let b = serde_json::json!({"impl": "burnlens", "arch": arch, "seconds_per_step": per_step, "activations_per_s": 4096.0 / per_step, "peak_rss": peak()});
+        let lines: Vec<serde_json::Value> = std::fs::read_to_string(out_dir.join("metrics.jsonl"))?.lines().map(serde_json::from_str).collect::<Result<_, _>>()?;
+        // Over the steady steps (from the third on): seconds per step, in all and in the store.
+        let steady = |key: &str| (lines[lines.len() - 1][key].as_f64().unwrap_or(f64::NAN) - lines[1][key].as_f64().unwrap_or(f64::NAN)) / (lines.len() - 2) as f64;
+        let per_step = steady("elapsed_s");
+        // The SAE step's products: the encoder's alone for the sparse (TopK) passes, five
+        // of that size for the dense ones.
+        let products = 2.0 * 4096.0 * 768.0 * 24576.0 * if arch.contains("topk") { 1.0 } else { 5.0 };
+        let b = serde_json::json!({"impl": "burnlens", "arch": arch, "seconds_per_step": per_step, "model_s_per_step": steady("store_s"), "sae_gflop": products / 1e9, "activations_per_s": 4096.0 / per_step, "peak_rss": peak()});
         let peer = Command::new("/usr/bin/time").args(["-f", "%M", "-o"]).arg(&rss_file).arg(&py).current_dir(root())
             .args(["scripts/bench_sae.py"]).arg(&model).args([arch, &steps.to_string(), d_sae, k, hook, &threads]).output()?;
         let mut p: serde_json::Value = serde_json::from_str(String::from_utf8_lossy(&peer.stdout).lines().last().unwrap_or("{}"))?;
         p["peak_rss"] = peak().into();
         let ratio = p["seconds_per_step"].as_f64().unwrap_or(f64::NAN) / per_step;
         for (v, r) in [(&b, format!("{ratio:.2}x")), (&p, String::new())] {
-            table.push_str(&format!("| {arch} | {} | {:.2} | {:.0} | {:.2} GB | {r} |\n", v["impl"].as_str().unwrap_or("?"), v["seconds_per_step"].as_f64().unwrap_or(f64::NAN), v["activations_per_s"].as_f64().unwrap_or(f64::NAN), v["peak_rss"].as_f64().unwrap_or(f64::NAN) / 1e9));
+            let f = |k: &str| v[k].as_f64().unwrap_or(f64::NAN);
+            let (step, model) = (f("seconds_per_step"), f("model_s_per_step"));
+            let rate = if v["sae_gflop"].is_null() { String::from("–") } else { format!("{:.0} GFLOP, {:.0} GFLOP/s", f("sae_gflop"), f("sae_gflop") / (step - model)) };
+            table.push_str(&format!("| {arch} | {} | {step:.2} | {model:.2} | {:.2} | {rate} | {:.0} | {:.2} GB | {r} |\n", v["impl"].as_str().unwrap_or("?"), step - model, f("activations_per_s"), f("peak_rss") / 1e9));
         }
         println!("{b}\n{p}");
         results.push(b);

@@ -186,6 +186,41 @@ impl Scores<'_> {
         Codes::from_rows(rows)
     }
 
+    /// Per row, the `k` largest scores where positive (all of those tied with the `k`-th),
+    /// with their `pre` as the value. A row is read three times, each vectorised: its
+    /// scores, the maxima of its 64-wide blocks (the `k`-th largest of those bounds the
+    /// row's `k`-th largest from below: `k` distinct values reach it), and the indices at or
+    /// above that bound, among which the `k`-th largest is selected. NaN scores are never
+    /// kept.
+    pub fn top_k_per_row(&self, k: usize) -> Codes {
+        const BLOCK: usize = 64;
+        let m = self.m;
+        let k = k.clamp(1, m);
+        let rows: Vec<Vec<(u32, f32)>> = (0..self.rows())
+            .into_par_iter()
+            .map_init(
+                || (vec![0.0f32; m], Vec::new(), Vec::new(), Vec::new()),
+                |(s, maxima, candidates, values), r| {
+                    self.row_into(r, s);
+                    maxima.clear();
+                    maxima.extend(s.chunks(BLOCK).map(block_max));
+                    let lower = if maxima.len() >= k { *maxima.select_nth_unstable_by(k - 1, |a: &f32, b| b.total_cmp(a)).1 } else { f32::NEG_INFINITY };
+                    candidates.clear();
+                    candidates.extend((0..m as u32).filter(|&j| s[j as usize] >= lower));
+                    values.clear();
+                    values.extend(candidates.iter().map(|&j| s[j as usize]));
+                    if values.len() < k {
+                        return Vec::new();
+                    }
+                    let kth = *values.select_nth_unstable_by(k - 1, |a: &f32, b| b.total_cmp(a)).1;
+                    let pre = &self.pre[r * m..(r + 1) * m];
+                    candidates.iter().filter(|&&j| s[j as usize] > 0.0 && s[j as usize] >= kth).map(|&j| (j, pre[j as usize])).collect()
+                },
+            )
+            .collect();
+        Codes::from_rows(rows)
+    }
+
     /// The `k`-th largest score of all rows (`k ≥ 1`), by selection in blocks of rows taken in
     /// parallel: each block's `k` largest are candidates, and the answer is the `k`-th largest
     /// candidate. `None` when there are fewer than `k` scores.
@@ -210,6 +245,16 @@ impl Scores<'_> {
             .collect();
         Some(kth_largest(&mut candidates, k))
     }
+}
+
+/// The largest of `v` (NEG_INFINITY if empty; NaNs ignored), sixteen lanes at a time.
+fn block_max(v: &[f32]) -> f32 {
+    let mut lanes = [f32::NEG_INFINITY; 16];
+    let mut chunks = v.chunks_exact(16);
+    for c in &mut chunks {
+        lanes.iter_mut().zip(c).for_each(|(l, &x)| *l = l.max(x));
+    }
+    chunks.remainder().iter().chain(&lanes).fold(f32::NEG_INFINITY, |a, &b| a.max(b))
 }
 
 /// The `k`-th largest of `v` (`1 ≤ k ≤ v.len()`, in `total_cmp`'s order), reordering it.
@@ -277,6 +322,16 @@ mod tests {
         let halved = [0.5f32; 10];
         assert_eq!(Scores { scale: Some(&halved), ..all }.kth_largest_of_all(37), Some(481.5));
         let top2 = all.select_above(|_, s| kth_largest(s, 2));
+        let top2_fast = all.top_k_per_row(2);
+        assert_eq!((top2_fast.features.clone(), top2_fast.offsets.clone()), (top2.features.clone(), top2.offsets.clone()));
+        // Long rows with ties at the k-th value and negative values: the same as a sort.
+        let row: Vec<f32> = (0..4096).map(|i| ((i * 7919) % 301) as f32 - 290.0).collect();
+        let fast = Scores { pre: &row, m: 4096, scale: None }.top_k_per_row(40);
+        let mut sorted = row.clone();
+        sorted.sort_by(|a, b| b.total_cmp(a));
+        let want = row.iter().filter(|&&v| v > 0.0 && v >= sorted[39]).count();
+        assert_eq!(fast.nnz(), want);
+        assert!(fast.values.iter().all(|&v| v > 0.0 && v >= sorted[39]));
         // The narrowed selection agrees with a sort on long rows, ties and signs included.
         let long: Vec<f32> = (0..20000).map(|i| (((i * 7919) % 2003) as f32 - 1000.0) / 7.0).collect();
         let mut sorted = long.clone();

@@ -47,6 +47,47 @@ pub fn add_transposed(t: &[f32], m: usize, d: usize, out: &mut [f32]) {
     });
 }
 
+/// A buffer kept between steps, so that a large product's output is not a fresh allocation
+/// (and fresh pages) every step. Clones start empty.
+#[derive(Default)]
+pub struct Scratch(std::sync::Mutex<Vec<f32>>);
+
+impl Scratch {
+    /// The buffer, `len` long, its contents unspecified.
+    pub fn take(&self, len: usize) -> Vec<f32> {
+        let mut v = std::mem::take(&mut *self.0.lock().unwrap_or_else(|e| e.into_inner()));
+        v.resize(len, 0.0);
+        v
+    }
+
+    /// Keep `v` for the next [`take`](Self::take).
+    pub fn give(&self, v: Vec<f32>) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = v;
+    }
+}
+
+impl Clone for Scratch {
+    fn clone(&self) -> Self {
+        Scratch::default()
+    }
+}
+
+impl std::fmt::Debug for Scratch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Scratch")
+    }
+}
+
+/// `x · w + b` on the host (`x`: `[n, k]`, `w`: `[k, m]`, `b`: `[m]`) into `out`, with
+/// burnlens's GEMM.
+pub fn affine_into(x: &[f32], w: &[f32], b: &[f32], out: &mut [f32]) {
+    use burnlens_model::kernels::gemm::{MatRef, matmul};
+    let (m, k) = (b.len(), w.len() / b.len());
+    let n = x.len() / k;
+    out.par_chunks_mut(m).for_each(|row| row.copy_from_slice(b));
+    matmul(out, m, MatRef::row_major(x, n, k), MatRef::row_major(w, k, m), true);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -61,5 +102,11 @@ mod tests {
         let mut v = t.to_vec();
         add_to_rows(&mut v, &[1.0, -1.0]);
         assert_eq!(v, vec![2.0, 1.0, 4.0, 3.0, 6.0, 5.0]);
+        let scratch = Scratch::default();
+        let mut out = scratch.take(4);
+        affine_into(&[1.0, 2.0, 3.0, 4.0], &[1.0, 0.0, 1.0, 1.0], &[0.5, -0.5], &mut out);
+        assert_eq!(out, vec![3.5, 1.5, 7.5, 3.5]);
+        scratch.give(out);
+        assert_eq!(scratch.take(2).capacity() >= 4, true);
     }
 }

@@ -166,12 +166,15 @@ pub fn train(dir: &Path, cfg: &SaeRunConfig, source: Source, on_step: &mut OnSte
         (units.iter().enumerate().map(fresh).collect::<Vec<_>>(), None)
     };
     let metrics_path = dir.join(METRICS);
-    let start = Instant::now();
+    let (start, mut store_s) = (Instant::now(), 0.0);
     let first = trainers[0].step;
     let mut last = Vec::new();
     let (mut data_ran_out, mut stopped) = (false, false);
     while trainers[0].step < cfg.steps {
-        let Some(acts) = store.next_batch()? else {
+        let fetch = Instant::now();
+        let next = store.next_batch()?;
+        store_s += fetch.elapsed().as_secs_f64();
+        let Some(acts) = next else {
             data_ran_out = true;
             break;
         };
@@ -182,7 +185,7 @@ pub fn train(dir: &Path, cfg: &SaeRunConfig, source: Source, on_step: &mut OnSte
         let progress = Progress { step, steps: cfg.steps, tokens_per_s: done * cfg.store.train_batch_size_tokens as f64 / elapsed, seconds_left: elapsed / done * (cfg.steps - step) as f64 };
         stopped = on_step(&reports, &progress).is_break();
         if step % cfg.log_every.max(1) == 0 || step == cfg.steps {
-            append_metrics(&metrics_path, cfg, &reports, elapsed)?;
+            append_metrics(&metrics_path, cfg, &reports, Clock { elapsed_s: elapsed, store_s })?;
         }
         if stopped {
             break;
@@ -219,12 +222,20 @@ pub struct Progress {
     pub seconds_left: f64,
 }
 
-/// A line per site: the step's loss terms, and the seconds since this invocation started.
-fn append_metrics(path: &Path, cfg: &SaeRunConfig, reports: &[StepReport], elapsed_s: f64) -> Result<(), RunError> {
+/// Seconds since this invocation started: in all (`elapsed_s`), and waiting for activations
+/// (`store_s`: the model passes and the mixing buffer).
+#[derive(Debug, Clone, Copy)]
+struct Clock {
+    elapsed_s: f64,
+    store_s: f64,
+}
+
+/// A line per site: the step's loss terms, and the [`Clock`].
+fn append_metrics(path: &Path, cfg: &SaeRunConfig, reports: &[StepReport], clock: Clock) -> Result<(), RunError> {
     use std::io::Write;
     let mut f = std::fs::OpenOptions::new().create(true).append(true).open(path).map_err(|e| file_err(path, e))?;
     for (r, name) in reports.iter().zip(cfg.trainer_names()) {
-        let mut line = serde_json::json!({ "step": r.step + 1, "hook": name, "loss": r.loss, "lr": r.lr, "l0": r.l0, "dead_features": r.dead, "coefficient": r.coefficient, "elapsed_s": elapsed_s });
+        let mut line = serde_json::json!({ "step": r.step + 1, "hook": name, "loss": r.loss, "lr": r.lr, "l0": r.l0, "dead_features": r.dead, "coefficient": r.coefficient, "elapsed_s": clock.elapsed_s, "store_s": clock.store_s });
         for (t, v) in &r.losses {
             line[t.name()] = (*v).into();
         }

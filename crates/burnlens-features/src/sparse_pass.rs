@@ -14,8 +14,8 @@ use burn::tensor::{Tensor, TensorData};
 
 use crate::architecture::{Architecture, LossTerm, TopKSettings};
 use crate::forward::TrainPassValues;
-use crate::host::{add_to_rows, host, tensor};
-use crate::codes::{Codes, Scores, kth_largest, kth_largest_per_row};
+use crate::host::{Scratch, affine_into, host, tensor};
+use crate::codes::{Codes, Scores, kth_largest_per_row};
 use crate::params::SaeParams;
 
 /// The inputs of a sparse pass besides the parameters.
@@ -28,18 +28,21 @@ pub struct SparseInput<'a> {
     pub subtract_b_dec: bool,
     /// Per feature: dead before this step.
     pub dead: &'a [bool],
+    /// Where the pre-activations go.
+    pub scratch: &'a Scratch,
 }
 
 /// The gradients of the loss at `p` (plain tensors, not autodiff) and the pass's values.
 pub fn gradients(p: &SaeParams, arch: &Architecture, input: SparseInput) -> (SaeParams, TrainPassValues) {
     let t = arch.topk().expect("a sparse pass is for TopK and BatchTopK SAEs");
-    let SparseInput { x, target, subtract_b_dec, dead } = input;
+    let SparseInput { x, target, subtract_b_dec, dead, scratch } = input;
     let device = x.device();
     let (d_in, m) = p.dims();
     let [n, d] = target.dims();
     let sae_in = if subtract_b_dec { x.clone() - p.b_dec.clone().unsqueeze::<2>() } else { x.clone() };
-    let mut pre = host(sae_in.clone().matmul(p.w_enc.clone()));
-    add_to_rows(&mut pre, &host(p.b_enc.clone()));
+    let sae_in_h = host(sae_in);
+    let mut pre = scratch.take(n * m);
+    affine_into(&sae_in_h, &host(p.w_enc.clone()), &host(p.b_enc.clone()), &mut pre);
     let norms = t.rescale_acts_by_decoder_norm.then(|| host(p.decoder_norms()));
     let score = |j: usize, v: f32| norms.as_ref().map_or(v, |s| v * s[j]);
     let w_dec = host(p.w_dec.clone());
@@ -65,7 +68,6 @@ pub fn gradients(p: &SaeParams, arch: &Architecture, input: SparseInput) -> (Sae
     let mut g_b_enc = vec![0.0; m];
     main.sum_by_feature_into(&g_main, &mut g_b_enc);
     let mut g_w_enc = vec![0.0; d_in * m];
-    let sae_in_h = host(sae_in);
     main.scatter_columns_into(&g_main, &sae_in_h, d_in, &mut g_w_enc);
     if let Some(a) = &aux {
         let g_codes = a.codes.coefficient_grads(&w_dec, &a.grad, d);
@@ -100,6 +102,7 @@ pub fn gradients(p: &SaeParams, arch: &Architecture, input: SparseInput) -> (Sae
         fired: main.counts(m),
         min_positive,
     };
+    scratch.give(pre);
     (grads, values)
 }
 
@@ -110,8 +113,7 @@ fn active(arch: &Architecture, t: &TopKSettings, scores: Scores) -> Codes {
     let n = scores.pre.len() / scores.m;
     match arch {
         Architecture::TopK(_) => {
-            let k = (t.k as usize).clamp(1, scores.m);
-            scores.select_above(|_, s| kth_largest(s, k))
+            scores.top_k_per_row(t.k as usize)
         }
         _ => {
             let kk = ((t.k * n as f64) as usize).clamp(1, n * scores.m);

@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::adam::Adam;
 use crate::cross_layer::Blocks;
+use crate::host::Scratch;
 use crate::architecture::{Architecture, LossTerm};
 use crate::forward::{PassInput, TrainPassValues, training_pass};
 use crate::params::SaeParams;
@@ -58,13 +59,15 @@ pub struct SaeTrainer {
     pub topk_threshold: f64,
     /// A cross-layer transcoder's blocks: gradients outside them are dropped.
     pub blocks: Option<Blocks>,
+    /// The sparse pass's pre-activations, kept between steps.
+    scratch: Scratch,
 }
 
 impl SaeTrainer {
     pub fn new(arch: Architecture, cfg: TrainerConfig, params: SaeParams) -> Self {
         let (_, d_sae) = params.dims();
         let adam = Adam::new(&params, cfg.adam_beta1, cfg.adam_beta2);
-        SaeTrainer { arch, cfg, params, adam, step: 0, since_fired: vec![0; d_sae], fired_tokens: vec![0; d_sae], topk_threshold: 0.0, blocks: None }
+        SaeTrainer { arch, cfg, params, adam, step: 0, since_fired: vec![0; d_sae], fired_tokens: vec![0; d_sae], topk_threshold: 0.0, blocks: None, scratch: Scratch::default() }
     }
 
     fn coefficient(&self) -> f64 {
@@ -106,7 +109,7 @@ impl SaeTrainer {
         let target = target.unwrap_or_else(|| x.clone());
         let dead = self.dead();
         if self.arch.topk().is_some() {
-            return sparse_pass::gradients(params, &self.arch, SparseInput { x, target, subtract_b_dec, dead: &dead });
+            return sparse_pass::gradients(params, &self.arch, SparseInput { x, target, subtract_b_dec, dead: &dead, scratch: &self.scratch });
         }
         let n_dead = dead.iter().filter(|&&d| d).count();
         if dense_pass::handles(&self.arch, n_dead) {

@@ -1,11 +1,12 @@
 //! The sparse pass against the dense autodiff pass it replaces.
 
 use super::{SparseInput, gradients};
+use crate::host::Scratch;
 use crate::architecture::{Architecture, TopKSettings};
 use crate::pass_check::{Case, Pass, check, dead_every};
 use crate::params::Shape;
 
-const SPARSE: Pass = &|p, arch, (x, target, subtract_b_dec, _, dead)| gradients(p, arch, SparseInput { x, target, subtract_b_dec, dead });
+const SPARSE: Pass = &|p, arch, (x, target, subtract_b_dec, _, dead)| gradients(p, arch, SparseInput { x, target, subtract_b_dec, dead, scratch: &Scratch::default() });
 
 #[test]
 fn topk_gradients_equal_the_dense_pass() {
