@@ -7,8 +7,11 @@
 //! ```
 //! One module per concept: [`architecture`] (what each kind encodes and what it is
 //! penalised for), [`params`] (the weights and SAELens's initialisation), [`forward`] (a
-//! training forward pass and its loss terms), [`schedule`], [`adam`], [`trainer`]; [`mixing`] and [`store`]
-//! turn a corpus's windows into shuffled activation batches.
+//! training forward pass and its loss terms, as autodiff expressions: the reference),
+//! [`sparse_pass`] and [`dense_pass`] (the same pass with its backward written by hand, the
+//! one the trainer takes), [`codes`] (sparse activations and their products), [`host`],
+//! [`cross_layer`] (a CLT as one masked transcoder), [`schedule`], [`adam`], [`trainer`];
+//! [`mixing`] and [`store`] turn a corpus's windows into shuffled activation batches.
 
 pub mod adam;
 pub mod cache;

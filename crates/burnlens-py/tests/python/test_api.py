@@ -555,6 +555,15 @@ def test_train_sae_stops_when_on_step_raises_and_resumes(tmp_path):
     assert summary["resumed_from"] == 3 and summary["steps"] == 6
 
 
+def test_train_sae_trains_a_cross_layer_transcoder_that_graph_reads(tmp_path):
+    model = burnlens.HookedModel.from_pretrained(fixture("trace/gpt2/model"))
+    summary = burnlens.train_sae(model, tmp_path / "run", data="random", seq_len=16, transcoders=True, cross_layer=True,
+                                 architecture="jumprelu", l1=0.001, d_sae=24, steps=30, batch=4)
+    tc = burnlens.Transcoders.load(summary["outputs"][0])
+    assert summary["steps"] == 30 and "cross_layer_transcoder" in open(tmp_path / "run" / "transcoders" / "config.yaml").read()
+    assert (tc.n_layers, tc.d_transcoder, tc.feature_input_hook) == (3, 24, "ln2.hook_normalized")
+
+
 def test_train_sae_refuses_unknown_options_and_hooks(tmp_path):
     model = burnlens.HookedModel.from_pretrained(fixture("trained_gpt2_char"))
     with pytest.raises(ValueError, match="bogus"):
