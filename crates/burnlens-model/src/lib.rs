@@ -3,16 +3,24 @@
 //! Everything here is backend-free: a model lives on whatever [`burn::tensor::Device`] it was
 //! built or loaded on.
 
+pub mod attention;
 pub mod backend;
+pub mod block;
 pub mod config;
 pub mod error;
 pub mod files;
 pub mod hook_point;
 pub mod hooks;
 pub mod kernels;
+pub mod kv_cache;
+pub mod loss;
+pub mod mlp;
+pub mod norm;
 pub mod rng;
+pub mod rotary;
 pub mod generate;
 pub mod transformer;
+pub mod weights;
 
 pub use config::{ActivationFn, AttentionSpan, MAX_LAYERS, MlpKind, NormKind, NormPlacement, Positional, QkNorm, RopeScaling, Rotary, ScoreScale, TransformerConfig};
 pub use error::ModelError;

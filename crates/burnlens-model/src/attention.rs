@@ -1,0 +1,347 @@
+//! Masked multi-head self-attention (grouped keys and values, rotary, QK norms, local windows),
+//! the paths that compute it, its per-head weights, and what a layer reads besides its weights.
+
+use burn::module::Module;
+use burn::nn::{Dropout, Linear};
+use burn::tensor::{Bool, Device, Tensor};
+
+use crate::config::{AttentionSpan, QkNorm};
+use crate::hook_point::{AttnHook, HookPoint, NormSite};
+use crate::hooks::Hooks;
+use crate::kernels::{self, AttentionMask, linear};
+use crate::weights::f32_val;
+use crate::norm::Norm;
+use crate::rotary::{RotaryAngles, apply_rotary};
+use crate::kv_cache::KvCache;
+
+/// Fill value for masked attention scores. Finite (as in Hugging Face) so that a row with
+/// every key masked, such as a left-padding query, gives a uniform row instead of NaN.
+pub const MASKED_SCORE: f32 = f32::MIN;
+
+
+/// Masked multi-head self-attention, with grouped keys and values when `n_kv_heads <
+/// n_heads`.
+#[derive(Module, Debug)]
+pub struct Attention {
+    /// Fused Q, K, V projection: weight `[d_model, (n_heads + 2 n_kv_heads) d_head]`,
+    /// optional bias.
+    pub qkv: Linear,
+    /// Output projection `W_O`: weight `[n_heads * d_head, d_model]`, optional bias `[d_model]`.
+    pub out: Linear,
+    pub attn_dropout: Dropout,
+    /// QK-norm of the queries and keys (before rotary), if the model has one.
+    pub q_norm: Option<Norm>,
+    pub k_norm: Option<Norm>,
+    #[module(skip)]
+    pub qk_norm: Option<QkNorm>,
+    /// Soft-capping of the scores: `c tanh(s / c)`.
+    #[module(skip)]
+    pub softcap: Option<f64>,
+    #[module(skip)]
+    pub n_heads: usize,
+    #[module(skip)]
+    pub n_kv_heads: usize,
+    #[module(skip)]
+    pub d_head: usize,
+    /// The factor the raw scores are multiplied by.
+    #[module(skip)]
+    pub scale: f64,
+    #[module(skip)]
+    pub span: AttentionSpan,
+}
+
+
+/// The ways [`Attention::forward`] computes attention ([`Attention::path`] chooses).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum AttentionPath {
+    /// burnlens's fused kernel (flex): softmax(q kᵀ) v without the pattern, keys of a local
+    /// window only.
+    Kernel { window: Option<usize> },
+    /// The backend's own fused attention, causal or over every key.
+    Backend { causal: bool },
+    /// Scores, mask, pattern and `z` written out, with their hook points.
+    Explicit,
+}
+
+/// One layer's attention weights split per head, in TransformerLens's right-multiplying
+/// shapes: `q = x W_Q[h] + b_Q[h]`, and head `h` writes `z_h W_O[h]` into the residual stream.
+/// With grouped-query attention the key and value weights are repeated for every query head
+/// of their group, as TransformerLens does, so every tensor has `n_heads` rows.
+#[derive(Debug, Clone)]
+pub struct HeadWeights {
+    /// `[n_heads, d_model, d_head]`
+    pub w_q: Tensor<3>,
+    /// `[n_heads, d_model, d_head]`
+    pub w_k: Tensor<3>,
+    /// `[n_heads, d_model, d_head]`
+    pub w_v: Tensor<3>,
+    /// `[n_heads, d_head, d_model]`
+    pub w_o: Tensor<3>,
+    /// `[n_heads, d_head]` (zeros when the model has no q/k/v biases)
+    pub b_q: Tensor<2>,
+    /// `[n_heads, d_head]`
+    pub b_k: Tensor<2>,
+    /// `[n_heads, d_head]`
+    pub b_v: Tensor<2>,
+    /// `[d_model]`
+    pub b_o: Tensor<1>,
+}
+
+impl Attention {
+    /// Split the fused projection into per-head `W_Q`, `W_K`, `W_V`, `W_O` and biases.
+    pub fn head_weights(&self) -> HeadWeights {
+        let (h, hk, dh) = (self.n_heads, self.n_kv_heads, self.d_head);
+        let w = f32_val(&self.qkv.weight);
+        let d = w.dims()[0];
+        let device = w.device();
+        // (first column, heads) of Q, K and V.
+        let blocks = [(0, h), (h * dh, hk), ((h + hk) * dh, hk)];
+        let part = |i: usize| {
+            let (start, n) = blocks[i];
+            let p: Tensor<3> = w.clone().narrow(1, start, n * dh).reshape([d, n, dh]).swap_dims(0, 1);
+            if n == h { p } else { p.reshape([n, 1, d, dh]).expand([n, h / n, d, dh]).reshape([h, d, dh]) }
+        };
+        let bias = |i: usize| {
+            let (start, n) = blocks[i];
+            let b: Tensor<2> = match &self.qkv.bias {
+                Some(b) => b.val().narrow(0, start, n * dh).reshape([n, dh]),
+                None => Tensor::zeros([n, dh], &device),
+            };
+            if n == h { b } else { b.reshape([n, 1, dh]).expand([n, h / n, dh]).reshape([h, dh]) }
+        };
+        let w_o = f32_val(&self.out.weight);
+        let d_out = w_o.dims()[1];
+        HeadWeights {
+            w_q: part(0),
+            w_k: part(1),
+            w_v: part(2),
+            w_o: w_o.reshape([h, dh, d_out]),
+            b_q: bias(0),
+            b_k: bias(1),
+            b_v: bias(2),
+            b_o: self.out.bias.as_ref().map_or_else(|| Tensor::zeros([d_out], &device), |b| b.val()),
+        }
+    }
+
+    /// One attention layer on `input` (see [`AttentionInput`]): returns `[batch, pos,
+    /// d_model]`. With `fused` and no hook active, a fused attention computes
+    /// softmax(q kᵀ) v without materialising the pattern: burnlens's kernel on flex
+    /// (inference and training), the backend's own elsewhere (inference).
+    pub fn forward(&self, input: AttentionInput, hooks: &mut Hooks) -> Tensor<3> {
+        let AttentionInput { x, qk_input, layer: LayerInput { rotary, mask, cache, layer, fused } } = input;
+        let [b, t, _] = x.dims();
+        let qkv = self.project_qkv(x, qk_input);
+        // No cache, nothing between the projection and the kernel: the kernel reads the
+        // heads of the projection itself (in training, one gradient for it, written once).
+        if cache.is_none() && rotary.is_none() && self.qk_norm.is_none()
+            && let AttentionPath::Kernel { window } = self.path(fused, hooks, &qkv.device(), t, t)
+        {
+            let heads = qkv.reshape([b, t, self.n_heads + 2 * self.n_kv_heads, self.d_head]);
+            let z = kernels::attention::attention_qkv(heads, [self.n_heads, self.n_kv_heads], self.scale, AttentionMask { q_offset: 0, window });
+            return self.project_out(z.swap_dims(1, 2).reshape([b, t, self.n_heads * self.d_head]));
+        }
+        let (q, k, v) = self.split_heads(qkv);
+        let q = hooks.at(HookPoint::Attn(layer, AttnHook::Q), q);
+        let k = hooks.at(HookPoint::Attn(layer, AttnHook::K), k);
+        let v = hooks.at(HookPoint::Attn(layer, AttnHook::V), v);
+        let (q, k) = self.position(q, k, rotary, layer, hooks);
+
+        // [batch, head, pos, d_head]
+        let (q, k, v) = (q.swap_dims(1, 2), k.swap_dims(1, 2), v.swap_dims(1, 2));
+        let (k, v) = match cache {
+            Some(cache) => cache.extend(layer, k, v),
+            None => (k, v),
+        };
+        let s = k.dims()[2];
+        let hd = self.n_heads * self.d_head;
+        let z = match self.path(fused, hooks, &q.device(), t, s) {
+            AttentionPath::Kernel { window } => kernels::attention(q, k, v, self.scale, AttentionMask { q_offset: s - t, window }),
+            AttentionPath::Backend { causal } => {
+                let (k, v) = self.every_query_head(k, v);
+                let options = burn::tensor::ops::AttentionModuleOptions { scale: Some(self.scale), softcap: None, is_causal: causal };
+                burn::tensor::module::attention(q, k, v, None, None, options)
+            }
+            AttentionPath::Explicit => {
+                let (k, v) = self.every_query_head(k, v);
+                return self.attend_explicit(q, k, v, mask, layer, hooks);
+            }
+        };
+        self.project_out(z.swap_dims(1, 2).reshape([b, t, hd]))
+    }
+
+    /// `qkv` `[batch, pos, (h + 2 hk) d_head]` as queries `[batch, pos, h, d_head]`, keys and
+    /// values `[batch, pos, hk, d_head]`: views of it, not copies (the heads are split by a
+    /// reshape of the whole projection first; narrowing first and reshaping then copied each
+    /// part).
+    fn split_heads(&self, qkv: Tensor<3>) -> (Tensor<4>, Tensor<4>, Tensor<4>) {
+        let [b, t, _] = qkv.dims();
+        let (h, hk, dh) = (self.n_heads, self.n_kv_heads, self.d_head);
+        let heads = qkv.reshape([b, t, h + 2 * hk, dh]);
+        let q = heads.clone().narrow(2, 0, h);
+        let k = heads.clone().narrow(2, h, hk);
+        let v = heads.narrow(2, h + hk, hk);
+        (q, k, v)
+    }
+
+    /// Which way to compute attention of `t` new queries over `s` keys on `device`.
+    ///
+    /// - burnlens's fused kernel on flex (inference and training, grouped heads read in
+    ///   place), when `fused` (no padding), nothing is hooked, no dropout is live and there
+    ///   is no soft-cap;
+    /// - another backend's own fused attention where no mask is needed (global attention
+    ///   over the whole sequence is plain causal attention, and one new token sees every
+    ///   cached key), outside training. Explicit masks take the explicit path: LibTorch's
+    ///   fused attention read burnlens's boolean mask with the opposite meaning (measured on
+    ///   tch: local-window fixtures off by 25 in the logits);
+    /// - else written out, every hook point on the way.
+    fn path(&self, fused: bool, hooks: &Hooks, device: &Device, t: usize, s: usize) -> AttentionPath {
+        let fused = fused && self.softcap.is_none() && !hooks.is_active();
+        let dropout_live = self.attn_dropout.prob > 0.0 && device.is_autodiff();
+        if fused && !dropout_live && kernels::is_flex(device) && kernels::enabled() {
+            let window = match self.span {
+                AttentionSpan::Global => None,
+                AttentionSpan::Local(w) => Some(w),
+            };
+            return AttentionPath::Kernel { window };
+        }
+        let no_mask_needed = self.span == AttentionSpan::Global && (t == s || t == 1);
+        if fused && no_mask_needed && !device.is_autodiff() {
+            return AttentionPath::Backend { causal: t == s && t > 1 };
+        }
+        AttentionPath::Explicit
+    }
+
+    /// Keys and values `[batch, hk, pos, d_head]` repeated for every query head of their
+    /// group (unchanged without grouped-query attention).
+    fn every_query_head(&self, k: Tensor<4>, v: Tensor<4>) -> (Tensor<4>, Tensor<4>) {
+        let (h, hk) = (self.n_heads, self.n_kv_heads);
+        if hk == h {
+            return (k, v);
+        }
+        (kernels::attention::repeat_heads(k, h / hk), kernels::attention::repeat_heads(v, h / hk))
+    }
+
+    /// `x W_QKV (+ b)`, `[batch, pos, (h + 2 hk) d_head]`; with `qk_input`, queries and keys
+    /// read it and values read `x`.
+    fn project_qkv(&self, x: Tensor<3>, qk_input: Option<Tensor<3>>) -> Tensor<3> {
+        let (hk, dh) = (self.n_kv_heads, self.d_head);
+        let qk_width = (self.n_heads + hk) * dh;
+        match qk_input {
+            None => linear(x, self.qkv.weight.val(), self.qkv.bias.as_ref().map(|b| b.val())),
+            Some(qk_in) => {
+                // Queries and keys see `qk_in`, values see `x`.
+                let w = self.qkv.weight.val();
+                let bias = self.qkv.bias.as_ref().map(|b| b.val());
+                let qk_w = w.clone().narrow(1, 0, qk_width);
+                let v_w = w.narrow(1, qk_width, hk * dh);
+                let mut qk = linear(qk_in, qk_w, bias.clone().map(|b| b.narrow(0, 0, qk_width)));
+                let v = linear(x, v_w, bias.map(|b| b.narrow(0, qk_width, hk * dh)));
+                qk = Tensor::cat(vec![qk, v], 2);
+                qk
+            }
+        }
+    }
+
+    /// Queries and keys `[batch, pos, heads, d_head]` normalised (QK-norm) and rotated
+    /// (rotary), with their hook points.
+    fn position(&self, q: Tensor<4>, k: Tensor<4>, rotary: Option<&RotaryAngles>, layer: usize, hooks: &mut Hooks) -> (Tensor<4>, Tensor<4>) {
+        let [b, t, h, dh] = q.dims();
+        let hk = k.dims()[2];
+        let hd = h * dh;
+        let (q, k) = match (&self.q_norm, &self.k_norm, self.qk_norm) {
+            (Some(qn), Some(kn), Some(kind)) => {
+                let (qn_name, kn_name) = (NormSite::QNorm(layer), NormSite::KNorm(layer));
+                match kind {
+                    QkNorm::PerHead => (qn.forward(q, hooks, qn_name), kn.forward(k, hooks, kn_name)),
+                    QkNorm::Whole => (
+                        qn.forward(q.reshape([b, t, hd]), hooks, qn_name).reshape([b, t, h, dh]),
+                        kn.forward(k.reshape([b, t, hk * dh]), hooks, kn_name).reshape([b, t, hk, dh]),
+                    ),
+                }
+            }
+            _ => (q, k),
+        };
+        match rotary {
+            Some(angles) => (
+                hooks.at(HookPoint::Attn(layer, AttnHook::RotQ), apply_rotary(q, angles)),
+                hooks.at(HookPoint::Attn(layer, AttnHook::RotK), apply_rotary(k, angles)),
+            ),
+            None => (q, k),
+        }
+    }
+
+    /// Attention written out, every hook point on the way: scores (soft-capped), mask,
+    /// pattern, `z`, per-head results if asked for, the output projection. `q`, `k`, `v`
+    /// `[batch, head, pos, d_head]` with as many key heads as query heads.
+    fn attend_explicit(&self, q: Tensor<4>, k: Tensor<4>, v: Tensor<4>, mask: Tensor<4, Bool>, layer: usize, hooks: &mut Hooks) -> Tensor<3> {
+        let [b, h, t, dh] = q.dims();
+        let s = k.dims()[2];
+        let hd = h * dh;
+        let scores = q.matmul(k.swap_dims(2, 3)) * self.scale;
+        let scores = match self.softcap {
+            Some(c) => (scores / c).tanh() * c,
+            None => scores,
+        };
+        let scores = scores.mask_fill(mask.expand([b, h, t, s]), MASKED_SCORE);
+        let scores = hooks.at(HookPoint::Attn(layer, AttnHook::AttnScores), scores);
+        let pattern = kernels::softmax(scores);
+        let pattern = hooks.at(HookPoint::Attn(layer, AttnHook::Pattern), pattern);
+        let pattern = self.attn_dropout.forward(pattern);
+
+        let z = pattern.matmul(v).swap_dims(1, 2); // [batch, pos, head, d_head]
+        let z = hooks.at(HookPoint::Attn(layer, AttnHook::Z), z);
+
+        let result_point = HookPoint::Attn(layer, AttnHook::Result);
+        if hooks.wants_point(result_point) {
+            // Per-head writes into the residual stream, without b_O: [batch, pos, head, d_model].
+            let w_o = f32_val(&self.out.weight);
+            let d = w_o.dims()[1];
+            let per_head = z.clone().swap_dims(1, 2).matmul(w_o.reshape([1, h, dh, d]).expand([b, h, dh, d]));
+            let result = hooks.at(result_point, per_head.swap_dims(1, 2));
+            let summed: Tensor<3> = result.sum_dim(2).reshape([b, t, d]);
+            return match &self.out.bias {
+                Some(bias) => summed + bias.val().reshape([1, 1, d]),
+                None => summed,
+            };
+        }
+        self.project_out(z.reshape([b, t, hd]))
+    }
+
+    /// `z W_O (+ b_O)`: `[batch, pos, n_heads * d_head]` -> `[batch, pos, d_model]`.
+    fn project_out(&self, z: Tensor<3>) -> Tensor<3> {
+        linear(z, self.out.weight.val(), self.out.bias.as_ref().map(|b| b.val()))
+    }
+}
+
+
+
+/// What one layer gets from the model's forward pass besides the residual stream.
+pub struct LayerInput<'a> {
+    /// The angles of the new tokens' positions, for rotary models.
+    pub rotary: Option<&'a RotaryAngles>,
+    /// `[batch or 1, 1, query, key]`, true where a key is hidden.
+    pub mask: Tensor<4, Bool>,
+    /// The KV cache to extend and attend over (decoding), if any.
+    pub cache: Option<&'a mut KvCache>,
+    /// The layer's index: its hook names and its slot in the cache.
+    pub layer: usize,
+    /// Whether a fused attention may run (no padding); hooks still take the explicit path.
+    pub fused: bool,
+}
+
+impl<'a> LayerInput<'a> {
+    /// Layer `layer` under `mask`: no rotary, no cache, not fused.
+    pub fn new(mask: Tensor<4, Bool>, layer: usize) -> Self {
+        Self { rotary: None, mask, cache: None, layer, fused: false }
+    }
+}
+
+/// What an attention layer reads besides its weights (as burn-nn's `MhaInput`).
+pub struct AttentionInput<'a> {
+    /// `[batch, pos, d_model]`: the normalized residual stream; values always read it.
+    pub x: Tensor<3>,
+    /// What queries and keys read instead of `x`, if anything (shortformer models pass
+    /// `x + pos_embed`).
+    pub qk_input: Option<Tensor<3>>,
+    pub layer: LayerInput<'a>,
+}
