@@ -13,7 +13,7 @@
 
 use burn::tensor::activation::log_softmax;
 use burn::tensor::Tensor;
-use burnlens_model::{AttnHook, BlockHook, HookPoint, Hooks, NormHook, NormKind, NormPlacement, NormSite, Positional, Transformer};
+use burnlens_model::{AttnHook, BlockHook, HookPoint, Hooks, NormHook, NormKind, NormSite, Positional, Transformer};
 use serde::Serialize;
 
 use crate::cache::run_with_cache;
@@ -48,12 +48,7 @@ fn upto(model: &Transformer, layer: Option<usize>) -> usize {
 /// The norm a layer's attention output passes through before it joins the stream, and
 /// where it sits.
 fn attn_post_norm(model: &Transformer, l: usize) -> Option<(&burnlens_model::transformer::Norm, NormSite)> {
-    let block = &model.blocks[l];
-    match (&block.ln1_post, model.config.norm_placement) {
-        (Some(n), _) => Some((n, NormSite::Ln1Post(l))),
-        (None, NormPlacement::Post) => Some((&block.ln1, NormSite::Ln1(l))),
-        _ => None,
-    }
+    model.blocks[l].norm_after_attention(l)
 }
 
 /// Whether `p` is a hook the decompositions need beside the components: the scale of a

@@ -14,7 +14,7 @@
 //! position: attention is causal, so nothing later can reach them.
 
 use burn::tensor::Tensor;
-use burnlens_model::{Norm, NormKind, NormPlacement, NormSite};
+use burnlens_model::{Norm, NormKind, NormSite};
 
 use crate::replacement::{FrozenLayer, Replacement};
 use crate::transcoder::{InputHook, OutputHook, tensor};
@@ -87,9 +87,8 @@ impl Replacement<'_> {
     /// The gradient at layer `l`'s MLP output hook from the gradient `g` at its output.
     fn output_hook_grad(&self, l: usize, g: &Tensor<3>) -> Tensor<3> {
         let block = &self.model.blocks[l];
-        match (self.set.output, &block.ln2_post, block.placement) {
-            (OutputHook::MlpHookOut, Some(n), _) => norm_back(n, self.scale(NormSite::Ln2Post(l)), g.clone(), true),
-            (OutputHook::MlpHookOut, None, NormPlacement::Post) => norm_back(block.ln2.as_ref().expect("an MLP norm"), self.scale(NormSite::Ln2(l)), g.clone(), true),
+        match (self.set.output, block.norm_after_mlp(l)) {
+            (OutputHook::MlpHookOut, Some((n, site))) => norm_back(n, self.scale(site), g.clone(), true),
             _ => g.clone(),
         }
     }
@@ -100,7 +99,7 @@ impl Replacement<'_> {
         let ln2 = block.ln2.as_ref().expect("checked: the block has an MLP norm");
         match self.set.input {
             InputHook::ResidMid => g_in,
-            InputHook::MlpIn if block.placement == NormPlacement::Post => g_in,
+            InputHook::MlpIn if block.norm_before_mlp(l).is_none() => g_in,
             InputHook::MlpIn => norm_back(ln2, self.scale(NormSite::Ln2(l)), g_in, true),
             InputHook::Ln2Normalized => norm_back(ln2, self.scale(NormSite::Ln2(l)), g_in, ln2.kind == NormKind::LayerNorm),
         }
@@ -110,15 +109,16 @@ impl Replacement<'_> {
     /// through the frozen attention (and its norms).
     fn attention_block_back(&self, l: usize, g_mid: Tensor<3>) -> Tensor<3> {
         let block = &self.model.blocks[l];
-        let post = block.placement == NormPlacement::Post;
-        let g_o = match (&block.ln1_post, post) {
-            (Some(n), _) => norm_back(n, self.scale(NormSite::Ln1Post(l)), g_mid.clone(), true),
-            (None, true) => norm_back(&block.ln1, self.scale(NormSite::Ln1(l)), g_mid.clone(), true),
-            (None, false) => g_mid.clone(),
+        let g_o = match block.norm_after_attention(l) {
+            Some((n, site)) => norm_back(n, self.scale(site), g_mid.clone(), true),
+            None => g_mid.clone(),
         };
         let p = g_o.dims()[1];
         let g_x = attention_back(&self.layers[l], self.pattern(l, p), g_o);
-        let g_x = if post { g_x } else { norm_back(&block.ln1, self.scale(NormSite::Ln1(l)), g_x, true) };
+        let g_x = match block.norm_before_attention(l) {
+            Some((n, site)) => norm_back(n, self.scale(site), g_x, true),
+            None => g_x,
+        };
         g_mid + g_x
     }
 

@@ -11,7 +11,7 @@
 use std::cell::RefCell;
 
 use burn::tensor::{Int, Tensor, TensorData};
-use burnlens_model::{Activation, AttnHook, BlockHook, HookPoint, Hooks, LayerHook, NormPlacement, Transformer};
+use burnlens_model::{Activation, AttnHook, BlockHook, HookPoint, Hooks, LayerHook, Transformer};
 
 use crate::TraceError;
 use crate::replacement::input_source;
@@ -51,7 +51,7 @@ fn check(model: &Transformer, set: &TranscoderSet, ids: &[i64], interventions: &
             )));
         }
     }
-    let post_norm = model.blocks.iter().any(|b| b.ln2_post.is_some() || b.placement == NormPlacement::Post);
+    let post_norm = model.blocks.iter().enumerate().any(|(l, b)| b.norm_after_mlp(l).is_some());
     if set.output == OutputHook::MlpHookOut && post_norm {
         return Err(TraceError::Input("interventions at mlp.hook_out before a norm are not supported; use transcoders writing hook_mlp_out".into()));
     }

@@ -11,7 +11,7 @@
 use std::collections::BTreeMap;
 
 use burn::tensor::{Int, Tensor, TensorData};
-use burnlens_model::{Activation, AttnHook, Block, BlockHook, HookPoint, Hooks, LayerHook, NormHook, NormKind, NormPlacement, NormSite, Transformer, f32_val};
+use burnlens_model::{Activation, AttnHook, Block, BlockHook, HookPoint, Hooks, LayerHook, NormHook, NormKind, NormSite, Transformer, f32_val};
 
 use crate::TraceError;
 use crate::transcoder::{InputHook, OutputHook, TranscoderSet, tensor};
@@ -190,7 +190,7 @@ pub(crate) fn input_source(hook: InputHook, block: &Block, l: usize) -> (HookPoi
     let ln2_normalized = NormHook::Normalized.of(NormSite::Ln2(l));
     match hook {
         InputHook::ResidMid => (BlockHook::ResidMid.at(l), false),
-        InputHook::MlpIn if block.placement == NormPlacement::Post => (BlockHook::ResidMid.at(l), false),
+        InputHook::MlpIn if block.norm_before_mlp(l).is_none() => (BlockHook::ResidMid.at(l), false),
         InputHook::MlpIn => (ln2_normalized, true),
         InputHook::Ln2Normalized => (ln2_normalized, ln2_kind == Some(NormKind::LayerNorm)),
     }
@@ -210,12 +210,7 @@ fn input_value(hook: InputHook, block: &Block, l: usize, mine: &mut Captured) ->
 
 /// Block `l`'s MLP output at `set.output`, `[pos, d_model]`.
 fn output_value(hook: OutputHook, block: &Block, l: usize, mine: &mut Captured) -> Result<Tensor<2>, TraceError> {
-    let after_norm = match (&block.ln2_post, block.placement) {
-        (Some(n), _) => Some((NormSite::Ln2Post(l), n)),
-        (None, NormPlacement::Post) => block.ln2.as_ref().map(|n| (NormSite::Ln2(l), n)),
-        _ => None,
-    };
-    match (hook, after_norm) {
+    match (hook, block.norm_after_mlp(l).map(|(n, site)| (site, n))) {
         (OutputHook::MlpOut, _) | (OutputHook::MlpHookOut, None) => take_rows(mine, BlockHook::MlpOut.at(l)),
         (OutputHook::MlpHookOut, Some((site, norm))) => {
             if norm.kind != NormKind::RmsNorm {
@@ -303,7 +298,7 @@ fn freeze_layer(block: &Block, l: usize, mine: &mut Captured, errors: Tensor<2>,
         let a = take(mine, AttnHook::Pattern.at(l))?.rank4().ok_or_else(|| TraceError::Mismatch("attn.hook_pattern is not rank 4".into()))?;
         let [_, h, q, k] = a.dims();
         (Some(a.reshape([h, q, k])), None)
-    } else if block.placement == NormPlacement::Post {
+    } else if block.norm_before_attention(l).is_none() {
         (None, Some(take_rows(mine, BlockHook::ResidPre.at(l))?))
     } else {
         (None, Some(block.ln1.finish(take_rows(mine, NormHook::Normalized.of(NormSite::Ln1(l)))?)))
