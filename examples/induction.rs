@@ -48,14 +48,22 @@ fn run() -> Result<bool, Box<dyn std::error::Error>> {
     install_interrupt_handler();
     println!("1. training {} steps into {}", cfg.training.steps, cfg.output.dir.display());
     let summary = train(&cfg, &TrainOptions::default(), &mut Silent)?;
-    println!("   done in {:.0}s: train loss {:.3}, validation loss {:.3}", summary.seconds, summary.final_train_loss, summary.final_val_loss.unwrap_or(f64::NAN));
+    println!(
+        "   done in {:.0}s: train loss {:.3}, validation loss {:.3}",
+        summary.seconds,
+        summary.final_train_loss,
+        summary.final_val_loss.unwrap_or(f64::NAN)
+    );
 
     let run = load_run(&summary.run_dir, &Device::flex())?;
     let model = &run.model;
     let len = 20;
     let report = induction_report(&summary.run_dir.join("induction"), model, len, 16, 0, None)?;
     let gain = report.mean_logprob_second_half - report.mean_logprob_first_half;
-    println!("2. on 16 sequences r + r with |r| = {len}: mean log-probability of the first copy {:.3}, of the second {:.3} (+{gain:.2} nats)", report.mean_logprob_first_half, report.mean_logprob_second_half);
+    println!(
+        "2. on 16 sequences r + r with |r| = {len}: mean log-probability of the first copy {:.3}, of the second {:.3} (+{gain:.2} nats)",
+        report.mean_logprob_first_half, report.mean_logprob_second_half
+    );
 
     let c = induction_circuit(model, &report).ok_or("the model has one layer; induction needs two")?;
     let (pl, ph, ps) = c.previous_token;

@@ -80,8 +80,10 @@ pub fn reproduce(dir: &Path, layer: usize, ids: &[i64], device: &Device) -> Resu
     // (`[d_head]` gain) or over all heads at once (`[heads * d_head]` gain).
     let eps = cfg.layer_norm_eps;
     let rms = |v: Tensor<2>| (v.clone().square().mean_dim(1) + eps).sqrt(); // [pos, 1]
-    let all_q: Vec<Tensor<2>> = (0..attn.n_heads).map(|h| x.clone().matmul(w.w_q.clone().narrow(0, h, 1).squeeze_dim(0)) + w.b_q.clone().narrow(0, h, 1)).collect();
-    let all_k: Vec<Tensor<2>> = (0..attn.n_heads).map(|h| x.clone().matmul(w.w_k.clone().narrow(0, h, 1).squeeze_dim(0)) + w.b_k.clone().narrow(0, h, 1)).collect();
+    let all_q: Vec<Tensor<2>> =
+        (0..attn.n_heads).map(|h| x.clone().matmul(w.w_q.clone().narrow(0, h, 1).squeeze_dim(0)) + w.b_q.clone().narrow(0, h, 1)).collect();
+    let all_k: Vec<Tensor<2>> =
+        (0..attn.n_heads).map(|h| x.clone().matmul(w.w_k.clone().narrow(0, h, 1).squeeze_dim(0)) + w.b_k.clone().narrow(0, h, 1)).collect();
     // Whole-projection norms: the scale over every head (keys repeated per query head have
     // the same mean square as the key heads themselves).
     let whole_q = rms(Tensor::cat(all_q.clone(), 1));
@@ -184,15 +186,22 @@ fn main() {
         eprintln!("usage: reproduce_attention MODEL_DIR [LAYER] [IDS e.g. 1,2,3]");
         std::process::exit(2);
     };
-    let layer: usize = args.get(1).map_or(0, |s| s.parse().unwrap_or_else(|_| {
-        eprintln!("error: LAYER must be a number, found \"{s}\"");
-        std::process::exit(2)
-    }));
-    let ids: Vec<i64> = match args.get(2) {
-        Some(s) => s.split(',').map(|x| x.trim().parse().unwrap_or_else(|_| {
-            eprintln!("error: IDS must be comma-separated integers, found \"{x}\"");
+    let layer: usize = args.get(1).map_or(0, |s| {
+        s.parse().unwrap_or_else(|_| {
+            eprintln!("error: LAYER must be a number, found \"{s}\"");
             std::process::exit(2)
-        })).collect(),
+        })
+    });
+    let ids: Vec<i64> = match args.get(2) {
+        Some(s) => s
+            .split(',')
+            .map(|x| {
+                x.trim().parse().unwrap_or_else(|_| {
+                    eprintln!("error: IDS must be comma-separated integers, found \"{x}\"");
+                    std::process::exit(2)
+                })
+            })
+            .collect(),
         None => vec![5, 17, 3, 99, 42, 7, 8, 1, 64, 33, 12, 90, 2, 45, 11, 77],
     };
     let device = Device::default();

@@ -62,7 +62,19 @@ fn nudged(m: &Transformer, ids: &[i64], metric: &Metric, name: &str, u: &[f32], 
 #[test]
 fn gradients_at_hook_points_match_central_finite_differences() {
     let mut worst: f64 = 0.0;
-    for name in ["gpt2", "gpt_neo_local", "pythia_like", "llama_gqa", "qwen2_tied", "mistral_window", "qwen3_qknorm", "olmo2_postnorm", "gptj_interleaved", "gemma2_softcap", "gemma3_local_rope"] {
+    for name in [
+        "gpt2",
+        "gpt_neo_local",
+        "pythia_like",
+        "llama_gqa",
+        "qwen2_tied",
+        "mistral_window",
+        "qwen3_qknorm",
+        "olmo2_postnorm",
+        "gptj_interleaved",
+        "gemma2_softcap",
+        "gemma3_local_rope",
+    ] {
         let m = model(name);
         let ids = ids_for(&m, 0);
         let v = m.config.vocab_size as i64;
@@ -76,11 +88,7 @@ fn gradients_at_hook_points_match_central_finite_differences() {
             format!("blocks.{last}.attn.hook_v"),
             format!("blocks.{last}.hook_resid_post"),
         ];
-        let metrics = [
-            Metric::LogitDiff { pos: None, right: 3 % v, wrong: 11 % v },
-            Metric::LogProb { pos: Some(6), token: 7 % v },
-            Metric::Loss { from: 2 },
-        ];
+        let metrics = [Metric::LogitDiff { pos: None, right: 3 % v, wrong: 11 % v }, Metric::LogProb { pos: Some(6), token: 7 % v }, Metric::Loss { from: 2 }];
         for (mi, metric) in metrics.iter().enumerate() {
             let wanted = |n: &str| points.iter().any(|p| p == n);
             let g = hook_gradients(&m, &ids, &wanted, metric).unwrap();
@@ -153,7 +161,12 @@ fn attribution_patching_estimates_activation_patching() {
         // effect is the corrupted metric minus the clean one.
         let corrupted_metric = metric.value(&m, &corrupted, &mut Hooks::none());
         let at4 = ns.iter().position(|n| n.kind == NodeKind::ResidPre && n.layer == 0 && n.index == 4).unwrap();
-        assert!((exact[at4] - (corrupted_metric - base)).abs() < 1e-4 * (corrupted_metric - base).abs().max(1.0), "{name}: {} vs {}", exact[at4], corrupted_metric - base);
+        assert!(
+            (exact[at4] - (corrupted_metric - base)).abs() < 1e-4 * (corrupted_metric - base).abs().max(1.0),
+            "{name}: {} vs {}",
+            exact[at4],
+            corrupted_metric - base
+        );
         let r = compare_patching(&m, &clean, &corrupted, &metric, &NodeKind::ALL, true).unwrap();
         eprintln!("{name}: correlation {:?} by kind {:?}", r.correlation, r.correlation_by_kind);
         assert!(r.correlation.unwrap() > 0.5, "{name}: attribution vs activation patching correlation {:?}", r.correlation);

@@ -73,14 +73,20 @@ impl Driver {
 
     /// A real pointer move to viewport coordinates (x, y).
     fn hover(&self, x: f64, y: f64) {
-        self.cmd("/actions", json!({"actions": [{"type": "pointer", "id": "mouse", "parameters": {"pointerType": "mouse"},
-            "actions": [{"type": "pointerMove", "duration": 50, "origin": "viewport", "x": x.round() as i64, "y": y.round() as i64}]}]}));
+        self.cmd(
+            "/actions",
+            json!({"actions": [{"type": "pointer", "id": "mouse", "parameters": {"pointerType": "mouse"},
+            "actions": [{"type": "pointerMove", "duration": 50, "origin": "viewport", "x": x.round() as i64, "y": y.round() as i64}]}]}),
+        );
     }
 
     fn click(&self, x: f64, y: f64) {
-        self.cmd("/actions", json!({"actions": [{"type": "pointer", "id": "mouse", "parameters": {"pointerType": "mouse"},
+        self.cmd(
+            "/actions",
+            json!({"actions": [{"type": "pointer", "id": "mouse", "parameters": {"pointerType": "mouse"},
             "actions": [{"type": "pointerMove", "duration": 0, "origin": "viewport", "x": x.round() as i64, "y": y.round() as i64},
-                        {"type": "pointerDown", "button": 0}, {"type": "pointerUp", "button": 0}]}]}));
+                        {"type": "pointerDown", "button": 0}, {"type": "pointerUp", "button": 0}]}]}),
+        );
     }
 }
 
@@ -251,7 +257,8 @@ fn coloured_tokens_and_the_tool_reports_render() {
     // The corrupted token is the only red one in the corrupted sequence.
     let red = d.js("return [...document.querySelectorAll('.bl-tokens')][1].querySelectorAll('.bl-tok').length;");
     assert_eq!(red.as_u64().unwrap() as usize, ids.len());
-    let colours = d.js("return [...[...document.querySelectorAll('.bl-tokens')][1].querySelectorAll('.bl-tok')].map(s => getComputedStyle(s).backgroundColor);");
+    let colours =
+        d.js("return [...[...document.querySelectorAll('.bl-tokens')][1].querySelectorAll('.bl-tok')].map(s => getComputedStyle(s).backgroundColor);");
     let reds: Vec<usize> = colours.as_array().unwrap().iter().enumerate().filter(|(_, c)| parse_rgb(c.as_str().unwrap())[2] < 10.0).map(|(i, _)| i).collect();
     assert_eq!(reds, vec![3]);
 }
@@ -274,7 +281,8 @@ fn the_lens_attribution_and_sae_reports_render() {
     write_lens(&lens_dir, &LensReport { ids: ids.clone(), tokens: tokens.clone(), top_tokens, lens: lens.clone() }, "lens").unwrap();
     let dla = direct_logit_attribution(&model, &ids, 3, Some(9));
     let dla_dir = tmp.path().join("dla");
-    let report = AttributionReport { ids: ids.clone(), tokens: tokens.clone(), target: "logit[3] - logit[9]".into(), position: t - 1, n_layers: l, n_heads: h, dla };
+    let report =
+        AttributionReport { ids: ids.clone(), tokens: tokens.clone(), target: "logit[3] - logit[9]".into(), position: t - 1, n_layers: l, n_heads: h, dla };
     write_attribution(&dla_dir, &report, "dla").unwrap();
     let sae = Sae::load(&fixture("sae").join("jumprelu_llama_resid"), &device).unwrap();
     let run = run_sae(&model, &sae, &ids, 3).unwrap();
@@ -351,8 +359,10 @@ fn the_attribution_graph_view_renders_and_a_click_lists_a_nodes_edges() {
     // A real click on the node with the most incoming links lists them, strongest first.
     let target = nodes.iter().max_by_key(|n| links.iter().filter(|l| l["target"] == n["node_id"]).count()).unwrap()["node_id"].as_str().unwrap().to_string();
     let incoming: Vec<f64> = links.iter().filter(|l| l["target"] == target.as_str()).map(|l| l["weight"].as_f64().unwrap()).collect();
-    let at = d.js(&format!("const c = document.querySelector('circle.node[data-id=\"{target}\"]'); c.scrollIntoView({{block: 'center'}}); \
-        const r = c.getBoundingClientRect(); return [r.left + r.width / 2, r.top + r.height / 2];"));
+    let at = d.js(&format!(
+        "const c = document.querySelector('circle.node[data-id=\"{target}\"]'); c.scrollIntoView({{block: 'center'}}); \
+        const r = c.getBoundingClientRect(); return [r.left + r.width / 2, r.top + r.height / 2];"
+    ));
     d.click(at[0].as_f64().unwrap(), at[1].as_f64().unwrap());
     let panel = d.js("return [document.querySelector('#panel h4#inputs').textContent, \
         [...document.querySelector('#panel h4#inputs').nextElementSibling.querySelectorAll('tr')].map(r => +r.cells[1].textContent), \

@@ -84,8 +84,15 @@ fn cache_writes_the_matching_activations() {
     let out = dir.path().join("cache.safetensors");
     let (ids, text) = ids_of("gpt2");
     let o = burnlens(&[
-        "cache", "--model", fixture("gpt2").to_str().unwrap(), "--ids", &text,
-        "--names", r"re:blocks\.0\.attn\.hook_(q|pattern)|hook_embed|blocks\.2\.hook_resid_post", "--out", out.to_str().unwrap(),
+        "cache",
+        "--model",
+        fixture("gpt2").to_str().unwrap(),
+        "--ids",
+        &text,
+        "--names",
+        r"re:blocks\.0\.attn\.hook_(q|pattern)|hook_embed|blocks\.2\.hook_resid_post",
+        "--out",
+        out.to_str().unwrap(),
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
     let got = read_safetensors(&out);
@@ -106,9 +113,24 @@ fn cache_writes_the_matching_activations() {
     assert!(o.status.success(), "{}", stderr(&o));
     let got = read_safetensors(&all);
     for l in 0..3 {
-        for h in ["hook_resid_pre", "hook_resid_mid", "hook_resid_post", "attn.hook_q", "attn.hook_k", "attn.hook_v",
-                  "attn.hook_attn_scores", "attn.hook_pattern", "attn.hook_z", "attn.hook_result", "hook_attn_out",
-                  "mlp.hook_pre", "mlp.hook_post", "hook_mlp_out", "ln1.hook_scale", "ln2.hook_normalized"] {
+        for h in [
+            "hook_resid_pre",
+            "hook_resid_mid",
+            "hook_resid_post",
+            "attn.hook_q",
+            "attn.hook_k",
+            "attn.hook_v",
+            "attn.hook_attn_scores",
+            "attn.hook_pattern",
+            "attn.hook_z",
+            "attn.hook_result",
+            "hook_attn_out",
+            "mlp.hook_pre",
+            "mlp.hook_post",
+            "hook_mlp_out",
+            "ln1.hook_scale",
+            "ln2.hook_normalized",
+        ] {
             assert!(got.contains_key(&format!("blocks.{l}.{h}")), "missing blocks.{l}.{h}");
         }
     }
@@ -122,15 +144,24 @@ fn bad_command_line_inputs_are_one_line_errors() {
     assert_bad_input(&burnlens(&["logits", "--model", m, "--ids", "1,500,2"]), "token id 500 at position 1 is out of range: the vocabulary has 128 ids");
     assert_bad_input(&burnlens(&["logits", "--model", m, "--ids", "1,-3"]), "token id -3 at position 1 is out of range");
     let long: Vec<String> = (0..33).map(|i| (i % 100).to_string()).collect();
-    assert_bad_input(&burnlens(&["logits", "--model", m, "--ids", &long.join(",")]), "sequence of 33 tokens is longer than the model's context of 32 positions");
+    assert_bad_input(
+        &burnlens(&["logits", "--model", m, "--ids", &long.join(",")]),
+        "sequence of 33 tokens is longer than the model's context of 32 positions",
+    );
     assert_bad_input(&burnlens(&["logits", "--model", m, "--ids", "1,x"]), "--ids: \"x\" is not an integer token id");
     assert_bad_input(&burnlens(&["logits", "--model", m, "--ids", ""]), "the sequence is empty");
-    assert_bad_input(&burnlens(&["logits", "--model", m, "--ids", "1", "--backend", "metal9"]), "unknown backend \"metal9\"; expected one of flex, ndarray, wgpu, tch, cuda");
+    assert_bad_input(
+        &burnlens(&["logits", "--model", m, "--ids", "1", "--backend", "metal9"]),
+        "unknown backend \"metal9\"; expected one of flex, ndarray, wgpu, tch, cuda",
+    );
     assert_bad_input(&burnlens(&["logits", "--model", m, "--ids", "1", "--out", "x.txt"]), "expected a .json or .safetensors file name");
     assert_bad_input(&burnlens(&["logits", "--model", m, "--ids", "1", "--out", "/nonexistent-dir/x.json"]), "does not exist");
     assert_bad_input(&burnlens(&["logits", "--model", "/nonexistent-model", "--ids", "1"]), "/nonexistent-model");
     assert_bad_input(&burnlens(&["cache", "--model", m, "--ids", "1", "--names", "re:(", "--out", "x.safetensors"]), "--names: invalid regex");
-    assert_bad_input(&burnlens(&["cache", "--model", m, "--ids", "1", "--names", "nothing_here", "--out", "x.safetensors"]), "is not a hook point of this model");
+    assert_bad_input(
+        &burnlens(&["cache", "--model", m, "--ids", "1", "--names", "nothing_here", "--out", "x.safetensors"]),
+        "is not a hook point of this model",
+    );
     if !burnlens::model::backend::is_compiled("cuda") {
         assert_bad_input(&burnlens(&["info", "--model", m, "--backend", "cuda"]), "rebuild with: cargo build --release --features cuda");
     }

@@ -54,7 +54,10 @@ fn tokenize_and_text_input_agree_with_ids() {
     assert_eq!(a["logits"], b["logits"]);
     assert_eq!(a["tokens"][6], "C");
     // Text needs a tokenizer.
-    assert_bad_input(&burnlens(&["logits", "--model", fixture("gpt2").to_str().unwrap(), "--text", "hi"]), "has no tokenizer.json or char_vocab.json; pass token ids with --ids");
+    assert_bad_input(
+        &burnlens(&["logits", "--model", fixture("gpt2").to_str().unwrap(), "--text", "hi"]),
+        "has no tokenizer.json or char_vocab.json; pass token ids with --ids",
+    );
     assert_bad_input(&burnlens(&["tokenize", "--model", fixture("gpt2").to_str().unwrap(), "--text", "hi"]), "no tokenizer.json");
 }
 
@@ -88,12 +91,17 @@ fn process_weights_keeps_the_log_probabilities_of_logits_and_changes_the_cache()
         ok(&burnlens(&["logits", "--model", m, "--ids", "3,9,27,81,115", "--out", a.to_str().unwrap()]));
         ok(&burnlens(&["logits", "--model", m, "--ids", "3,9,27,81,115", "--out", b.to_str().unwrap(), "--process-weights"]));
         let logp = |d: &Value| -> Vec<f64> {
-            d["logits"].as_array().unwrap().iter().flat_map(|row| {
-                let r: Vec<f64> = row.as_array().unwrap().iter().map(f).collect();
-                let m = r.iter().cloned().fold(f64::MIN, f64::max);
-                let z = r.iter().map(|x| (x - m).exp()).sum::<f64>().ln() + m;
-                r.into_iter().map(move |x| x - z)
-            }).collect()
+            d["logits"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .flat_map(|row| {
+                    let r: Vec<f64> = row.as_array().unwrap().iter().map(f).collect();
+                    let m = r.iter().cloned().fold(f64::MIN, f64::max);
+                    let z = r.iter().map(|x| (x - m).exp()).sum::<f64>().ln() + m;
+                    r.into_iter().map(move |x| x - z)
+                })
+                .collect()
         };
         let (pa, pb) = (logp(&json(&a)), logp(&json(&b)));
         let d = pa.iter().zip(&pb).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max);
@@ -120,7 +128,19 @@ fn patch_reports_both_estimates_and_their_correlation() {
         ("mistral_window", "5,17,33,2,90,12,7,64", "5,17,33,2,90,13,7,64", "logprob:9@6"),
     ] {
         let dir = tmp.path().join(name);
-        let o = burnlens(&["patch", "--model", fixture(name).to_str().unwrap(), "--ids", clean, "--corrupted-ids", corrupted, "--metric", metric, "--out", dir.to_str().unwrap()]);
+        let o = burnlens(&[
+            "patch",
+            "--model",
+            fixture(name).to_str().unwrap(),
+            "--ids",
+            clean,
+            "--corrupted-ids",
+            corrupted,
+            "--metric",
+            metric,
+            "--out",
+            dir.to_str().unwrap(),
+        ]);
         let text = ok(&o);
         assert!(text.contains("correlation of the two over"), "{text}");
         let r = json(&dir.join("report.json"));
@@ -142,11 +162,27 @@ fn patch_reports_both_estimates_and_their_correlation() {
         let want = f(&r["corrupted_metric"]) - f(&r["clean_metric"]);
         assert!((f(&r["patched"][i]) - want).abs() < 1e-4 * want.abs().max(1.0), "{name}: {} vs {want}", r["patched"][i]);
         let html = std::fs::read_to_string(dir.join("index.html")).unwrap();
-        assert!(html.contains("<svg") && html.contains("bl-correlation") && !html.contains("src=\"http") && !html.contains("href=\"http"), "{name}: offline HTML (nothing fetched)");
+        assert!(
+            html.contains("<svg") && html.contains("bl-correlation") && !html.contains("src=\"http") && !html.contains("href=\"http"),
+            "{name}: offline HTML (nothing fetched)"
+        );
     }
     // Text on a model trained here, with attribution only.
     let dir = tmp.path().join("char");
-    let o = burnlens(&["patch", "--model", fixture(CHAR_MODEL).to_str().unwrap(), "--text", "the king", "--corrupted-text", "she king", "--metric", "loss", "--no-exact", "--out", dir.to_str().unwrap()]);
+    let o = burnlens(&[
+        "patch",
+        "--model",
+        fixture(CHAR_MODEL).to_str().unwrap(),
+        "--text",
+        "the king",
+        "--corrupted-text",
+        "she king",
+        "--metric",
+        "loss",
+        "--no-exact",
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
     ok(&o);
     let r = json(&dir.join("report.json"));
     assert!(r["patched"].is_null() && r["correlation"].is_null());
@@ -160,7 +196,10 @@ fn patch_reports_both_estimates_and_their_correlation() {
     let o = burnlens(&["patch", "--model", m, "--ids", "1,2,3", "--corrupted-ids", "1,2,300", "--out", d]);
     assert_bad_input(&o, "--corrupted-ids: token id 300 at position 2 is out of range");
     assert!(!err(&o).contains("--corrupted-ids: --corrupted-ids"), "the flag is named once: {}", err(&o));
-    assert_bad_input(&burnlens(&["patch", "--model", m, "--ids", "1,2,3", "--corrupted-ids", "1,2,4", "--metric", "logprob:5@9", "--out", d]), "metric position 9 is outside the sequence of 3 tokens");
+    assert_bad_input(
+        &burnlens(&["patch", "--model", m, "--ids", "1,2,3", "--corrupted-ids", "1,2,4", "--metric", "logprob:5@9", "--out", d]),
+        "metric position 9 is outside the sequence of 3 tokens",
+    );
     assert_bad_input(&burnlens(&["patch", "--model", m, "--ids", "1,2,3", "--corrupted-ids", "1,2,4", "--metric", "bleu", "--out", d]), "unknown metric");
     assert_bad_input(&burnlens(&["patch", "--model", m, "--ids", "1,2,3", "--corrupted-ids", "1,2,4", "--nodes", "neurons", "--out", d]), "unknown node kind");
 }
@@ -191,7 +230,10 @@ fn attribute_components_sum_to_the_logits_on_every_family() {
         assert!(html.contains("bl-tok") && html.contains("<svg"));
     }
     let m = fixture(CHAR_MODEL);
-    assert_bad_input(&burnlens(&["attribute", "--model", m.to_str().unwrap(), "--text", "ab", "--target", "xy", "--out", tmp.path().join("x").to_str().unwrap()]), "encodes to 2 tokens");
+    assert_bad_input(
+        &burnlens(&["attribute", "--model", m.to_str().unwrap(), "--text", "ab", "--target", "xy", "--out", tmp.path().join("x").to_str().unwrap()]),
+        "encodes to 2 tokens",
+    );
 }
 
 #[test]
@@ -230,15 +272,41 @@ fn sae_command_runs_a_saelens_directory_and_refuses_a_mismatched_one() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("sae");
     let sae = fixture("sae").join("jumprelu_llama_resid");
-    let text = ok(&burnlens(&["sae", "--model", fixture("llama_gqa").to_str().unwrap(), "--sae", sae.to_str().unwrap(), "--ids", "5,17,33,2,90,12", "--out", dir.to_str().unwrap()]));
+    let text = ok(&burnlens(&[
+        "sae",
+        "--model",
+        fixture("llama_gqa").to_str().unwrap(),
+        "--sae",
+        sae.to_str().unwrap(),
+        "--ids",
+        "5,17,33,2,90,12",
+        "--out",
+        dir.to_str().unwrap(),
+    ]));
     assert!(text.contains("mean L0") && text.contains("with the SAE spliced in"), "{text}");
     let r = json(&dir.join("report.json"));
     assert_eq!(r["l0"].as_array().unwrap().len(), 6);
     assert_eq!(r["hook_name"], "blocks.1.hook_resid_pre");
     assert!(f(&r["loss_with_sae"]).is_finite());
     assert!(std::fs::read_to_string(dir.join("index.html")).unwrap().contains("bl-tok"));
-    assert_bad_input(&burnlens(&["sae", "--model", fixture("gpt2").to_str().unwrap(), "--sae", sae.to_str().unwrap(), "--ids", "1,2", "--out", dir.to_str().unwrap()]), "the SAE's d_in is 64");
-    assert_bad_input(&burnlens(&["sae", "--model", fixture("gpt2").to_str().unwrap(), "--sae", tmp.path().to_str().unwrap(), "--ids", "1,2", "--out", dir.to_str().unwrap()]), "cfg.json");
+    assert_bad_input(
+        &burnlens(&["sae", "--model", fixture("gpt2").to_str().unwrap(), "--sae", sae.to_str().unwrap(), "--ids", "1,2", "--out", dir.to_str().unwrap()]),
+        "the SAE's d_in is 64",
+    );
+    assert_bad_input(
+        &burnlens(&[
+            "sae",
+            "--model",
+            fixture("gpt2").to_str().unwrap(),
+            "--sae",
+            tmp.path().to_str().unwrap(),
+            "--ids",
+            "1,2",
+            "--out",
+            dir.to_str().unwrap(),
+        ]),
+        "cfg.json",
+    );
 }
 
 #[test]
@@ -296,8 +364,17 @@ fn cache_saves_gradients_at_the_named_points() {
     let file = tmp.path().join("g.safetensors");
     let m = fixture("gpt2");
     let text = ok(&burnlens(&[
-        "cache", "--model", m.to_str().unwrap(), "--ids", "5,17,33,2,90,12", "--names", "hook_embed,hook_pos_embed,blocks.0.hook_resid_pre,blocks.1.attn.hook_z",
-        "--grad", "logprob:7@2", "--out", file.to_str().unwrap(),
+        "cache",
+        "--model",
+        m.to_str().unwrap(),
+        "--ids",
+        "5,17,33,2,90,12",
+        "--names",
+        "hook_embed,hook_pos_embed,blocks.0.hook_resid_pre,blocks.1.attn.hook_z",
+        "--grad",
+        "logprob:7@2",
+        "--out",
+        file.to_str().unwrap(),
     ]));
     assert!(text.contains("metric log p(token 7 at 2)"), "{text}");
     let st = read_safetensors(&file);

@@ -49,7 +49,11 @@ fn sizes_whose_product_overflows_are_an_error_not_an_overflow() {
 fn a_run_config_with_too_many_layers_is_an_error() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = dir.path().join("run.toml");
-    std::fs::write(&cfg, "[model]\nn_layers = 444522473353523\nn_heads = 2\nd_model = 8\n[data]\nkind = \"repeated_tokens\"\nvocab = 8\n[training]\nsteps = 1\n").unwrap();
+    std::fs::write(
+        &cfg,
+        "[model]\nn_layers = 444522473353523\nn_heads = 2\nd_model = 8\n[data]\nkind = \"repeated_tokens\"\nvocab = 8\n[training]\nsteps = 1\n",
+    )
+    .unwrap();
     let out = format!("output.dir={}", dir.path().join("run").display());
     let o = burnlens(&["train", "--config", cfg.to_str().unwrap(), "--set", &out]);
     assert_bad_input(&o, "model.n_layers");

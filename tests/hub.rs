@@ -94,8 +94,12 @@ fn a_revision_picks_its_commit_and_a_sharded_model_fetches_every_shard() {
     let repo = home.join("hub/models--org--m");
     assert_eq!(std::fs::read_to_string(repo.join("refs/v2")).unwrap(), COMMIT_B);
     let index = std::fs::read_to_string(fixture("gpt2_sharded_f64").join("model.safetensors.index.json")).unwrap();
-    let shards: std::collections::BTreeSet<String> =
-        serde_json::from_str::<serde_json::Value>(&index).unwrap()["weight_map"].as_object().unwrap().values().map(|v| v.as_str().unwrap().to_string()).collect();
+    let shards: std::collections::BTreeSet<String> = serde_json::from_str::<serde_json::Value>(&index).unwrap()["weight_map"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|v| v.as_str().unwrap().to_string())
+        .collect();
     assert!(shards.len() > 1);
     for s in &shards {
         assert!(repo.join("snapshots").join(COMMIT_B).join(s).is_file(), "shard {s} missing");
@@ -142,7 +146,8 @@ fn a_dropped_connection_is_resumed_and_a_bad_hash_leaves_nothing_behind() {
     let repo = home.join("hub/models--org--flaky");
     let o = cli(&server.url, &home, &[], &["info", "--model", "org/flaky"]);
     assert_exit(&o, 2, "run again to resume");
-    let partial: Vec<_> = std::fs::read_dir(repo.join("blobs")).unwrap().map(|e| e.unwrap().path()).filter(|p| p.to_string_lossy().ends_with(".incomplete")).collect();
+    let partial: Vec<_> =
+        std::fs::read_dir(repo.join("blobs")).unwrap().map(|e| e.unwrap().path()).filter(|p| p.to_string_lossy().ends_with(".incomplete")).collect();
     assert_eq!(partial.len(), 1, "the partial download is kept for resuming");
     assert_eq!(std::fs::metadata(&partial[0]).unwrap().len() as usize, size / 3);
     assert!(!repo.join("snapshots").join(COMMIT_A).join("model.safetensors").exists());
@@ -150,7 +155,10 @@ fn a_dropped_connection_is_resumed_and_a_bad_hash_leaves_nothing_behind() {
     let o = cli(&server.url, &home, &[], &["info", "--model", "org/flaky"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(server.log().iter().any(|l| l.contains(&format!("[bytes={}-]", size / 3))), "{:?}", server.log());
-    assert_eq!(std::fs::read(repo.join("snapshots").join(COMMIT_A).join("model.safetensors")).unwrap(), std::fs::read(fixture("qwen2_tied").join("model.safetensors")).unwrap());
+    assert_eq!(
+        std::fs::read(repo.join("snapshots").join(COMMIT_A).join("model.safetensors")).unwrap(),
+        std::fs::read(fixture("qwen2_tied").join("model.safetensors")).unwrap()
+    );
 
     // A corrupt file: refused, deleted, nothing in the snapshot.
     let server = HubServer::start();
@@ -267,7 +275,9 @@ fn transcoder_sets_load_by_hub_id_and_hf_uris() {
     server.publish("org/gpt2-transcoders", "v1", COMMIT_B, &trace("gpt2").join("transcoders"));
     let refs = tmp.path().join("refs");
     std::fs::create_dir_all(&refs).unwrap();
-    let mut yaml = "model_kind: transcoder_set\nscan: burnlens-fixture-gpt2\nfeature_input_hook: hook_resid_mid\nfeature_output_hook: hook_mlp_out\ntranscoders:\n".to_string();
+    let mut yaml =
+        "model_kind: transcoder_set\nscan: burnlens-fixture-gpt2\nfeature_input_hook: hook_resid_mid\nfeature_output_hook: hook_mlp_out\ntranscoders:\n"
+            .to_string();
     for i in 0..3 {
         yaml += &format!("  - \"hf://org/gpt2-transcoders/layer_{i}.safetensors?revision=v1\"\n");
     }
@@ -277,7 +287,24 @@ fn transcoder_sets_load_by_hub_id_and_hf_uris() {
     let graph = |case: &str, spec: &str, name: &str, env: &[(&str, &str)]| {
         let out = tmp.path().join(name);
         let model = trace(case).join("model");
-        let o = cli(&server.url, &home, env, &["graph", "--model", model.to_str().unwrap(), "--transcoders", spec, "--ids", "1,17,5,60,33,2", "--max-n-logits", "3", "--out", out.to_str().unwrap()]);
+        let o = cli(
+            &server.url,
+            &home,
+            env,
+            &[
+                "graph",
+                "--model",
+                model.to_str().unwrap(),
+                "--transcoders",
+                spec,
+                "--ids",
+                "1,17,5,60,33,2",
+                "--max-n-logits",
+                "3",
+                "--out",
+                out.to_str().unwrap(),
+            ],
+        );
         assert!(o.status.success(), "{spec}: {}", String::from_utf8_lossy(&o.stderr));
         let g = read_safetensors(&out.join("graph.safetensors"));
         let mut names: Vec<_> = g.keys().cloned().collect();
@@ -302,7 +329,22 @@ fn transcoder_sets_load_by_hub_id_and_hf_uris() {
     assert_eq!(graph("gpt2", "org/ref-set", "refs-offline", &[("HF_HUB_OFFLINE", "1")]), local);
     assert_eq!(server.log().len(), before);
     // A repository without transcoders is a one-line error naming what is missing.
-    let o = cli(&server.url, &home, &[], &["graph", "--model", trace("gpt2").join("model").to_str().unwrap(), "--transcoders", "org/clts", "--ids", "1,2", "--out", tmp.path().join("x").to_str().unwrap()]);
+    let o = cli(
+        &server.url,
+        &home,
+        &[],
+        &[
+            "graph",
+            "--model",
+            trace("gpt2").join("model").to_str().unwrap(),
+            "--transcoders",
+            "org/clts",
+            "--ids",
+            "1,2",
+            "--out",
+            tmp.path().join("x").to_str().unwrap(),
+        ],
+    );
     assert_exit(&o, 2, "has no file config.yaml");
 }
 

@@ -46,7 +46,10 @@ fn a_short_run_of_induction_2l_forms_an_induction_circuit() {
     let metric = Metric::Loss { from: len };
     let p = compare_patching(&model, r, &corrupted, &metric, &[NodeKind::Head, NodeKind::ResidPre], true).unwrap();
     let patched = p.patched.as_ref().unwrap();
-    eprintln!("induction toy: clean loss {:.3}, corrupted {:.3}, correlation {:?} by kind {:?}", p.clean_metric, p.corrupted_metric, p.correlation, p.correlation_by_kind);
+    eprintln!(
+        "induction toy: clean loss {:.3}, corrupted {:.3}, correlation {:?} by kind {:?}",
+        p.clean_metric, p.corrupted_metric, p.correlation, p.correlation_by_kind
+    );
     assert!(p.corrupted_metric > p.clean_metric + 1.0, "corrupting the first copy must hurt the second");
     let heads: Vec<(usize, f64)> = p.nodes.iter().zip(patched).enumerate().filter(|(_, (n, _))| n.kind == NodeKind::Head).map(|(i, (_, v))| (i, *v)).collect();
     let (top, _) = heads.iter().copied().max_by(|a, b| a.1.total_cmp(&b.1)).unwrap();

@@ -46,12 +46,14 @@ fn qk_and_ov_circuits_reproduce_scores_and_head_outputs() {
                 let scale = want.clone().abs().max().into_scalar::<f32>().max(1.0);
                 assert!((got - want).abs().max().into_scalar::<f32>() <= 1e-4 * scale, "{name} L{l}H{h} QK");
                 // The cached per-head result is pattern · (x OV + b_V W_O).
-                let result: Tensor<2> = cache.get(&format!("blocks.{l}.attn.hook_result")).unwrap().rank4().unwrap().narrow(2, h, 1).squeeze_dim::<3>(2).squeeze_dim(0);
+                let result: Tensor<2> =
+                    cache.get(&format!("blocks.{l}.attn.hook_result")).unwrap().rank4().unwrap().narrow(2, h, 1).squeeze_dim::<3>(2).squeeze_dim(0);
                 let ov_h = ov.ab_one(h);
                 let x_ov = x.clone().matmul(ov_h);
                 let bias = w.b_v.clone().narrow(0, h, 1).matmul(w.w_o.clone().narrow(0, h, 1).squeeze_dim(0));
                 let pat_cache = run_with_cache(&m, &ids, |n| n == format!("blocks.{l}.attn.hook_pattern"));
-                let pattern: Tensor<2> = pat_cache.get(&format!("blocks.{l}.attn.hook_pattern")).unwrap().rank4().unwrap().narrow(1, h, 1).squeeze_dim::<3>(1).squeeze_dim(0);
+                let pattern: Tensor<2> =
+                    pat_cache.get(&format!("blocks.{l}.attn.hook_pattern")).unwrap().rank4().unwrap().narrow(1, h, 1).squeeze_dim::<3>(1).squeeze_dim(0);
                 let rebuilt = pattern.matmul(x_ov) + bias;
                 let d = (rebuilt - result.clone()).abs().max().into_scalar::<f32>();
                 assert!(d <= 1e-5 * result.abs().max().into_scalar::<f32>().max(1.0), "{name} L{l}H{h} OV: {d}");
@@ -293,7 +295,12 @@ fn every_tool_runs_on_the_newer_families() {
         let metric = Metric::LogitDiff { pos: None, right: 3, wrong: 11 };
         let same = compare_patching(&m, &ids, &ids, &metric, &[NodeKind::Head, NodeKind::ResidPre, NodeKind::Mlp], true).unwrap();
         let (sp, sa) = (same.patched.clone().unwrap(), same.attribution.clone());
-        assert!(sp.iter().chain(&sa).all(|e| e.abs() < 1e-6), "{name}: patching a run with itself: patched max {:e}, attribution max {:e}", sp.iter().fold(0f64, |a, e| a.max(e.abs())), sa.iter().fold(0f64, |a, e| a.max(e.abs())));
+        assert!(
+            sp.iter().chain(&sa).all(|e| e.abs() < 1e-6),
+            "{name}: patching a run with itself: patched max {:e}, attribution max {:e}",
+            sp.iter().fold(0f64, |a, e| a.max(e.abs())),
+            sa.iter().fold(0f64, |a, e| a.max(e.abs()))
+        );
         let mut corrupted = ids.clone();
         corrupted[4] = 91;
         let r = compare_patching(&m, &ids, &corrupted, &metric, &[NodeKind::ResidPre], true).unwrap();
@@ -316,7 +323,12 @@ fn metrics_from_the_final_stream_equal_metrics_from_the_logits() {
     for name in ["gpt2", "gemma2_softcap", "llama_gqa"] {
         let m = model(name);
         let ids: Vec<i64> = vec![5, 17, 33, 2, 90, 12, 7, 64];
-        for metric in [Metric::LogitDiff { pos: None, right: 3, wrong: 11 }, Metric::LogitDiff { pos: Some(2), right: 1, wrong: 4 }, Metric::LogProb { pos: Some(5), token: 7 }, Metric::Loss { from: 2 }] {
+        for metric in [
+            Metric::LogitDiff { pos: None, right: 3, wrong: 11 },
+            Metric::LogitDiff { pos: Some(2), right: 1, wrong: 4 },
+            Metric::LogProb { pos: Some(5), token: 7 },
+            Metric::Loss { from: 2 },
+        ] {
             let full = metric.value(&m, &ids, &mut Hooks::none());
             let stream = m.final_stream(m.ids_tensor(&ids), &mut Hooks::none());
             let part = metric.eval_stream(&m, stream, &ids).into_scalar::<f32>() as f64;

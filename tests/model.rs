@@ -148,7 +148,18 @@ fn activations_match_their_hugging_face_formulas() {
         let n = 2000;
         let h = x / n as f64;
         let f = |t: f64| (-t * t).exp();
-        let s: f64 = (0..=n).map(|i| f(i as f64 * h) * if i == 0 || i == n { 1.0 } else if i % 2 == 1 { 4.0 } else { 2.0 }).sum();
+        let s: f64 = (0..=n)
+            .map(|i| {
+                f(i as f64 * h)
+                    * if i == 0 || i == n {
+                        1.0
+                    } else if i % 2 == 1 {
+                        4.0
+                    } else {
+                        2.0
+                    }
+            })
+            .sum();
         2.0 / std::f64::consts::PI.sqrt() * s * h / 3.0
     };
     let reference = |a: ActivationFn, x: f64| match a {
@@ -266,9 +277,7 @@ fn parameter_gradients_of_the_new_settings_match_finite_differences() {
         })
         .unwrap()
     };
-    let loss = |m: &burnlens::model::Transformer| -> f64 {
-        next_token_loss(m.forward(m.ids_tensor(&ids)), m.ids_tensor(&ids)).into_scalar::<f32>() as f64
-    };
+    let loss = |m: &burnlens::model::Transformer| -> f64 { next_token_loss(m.forward(m.ids_tensor(&ids)), m.ids_tensor(&ids)).into_scalar::<f32>() as f64 };
     let device = Device::flex();
     let ad = device.clone().autodiff();
     let mut worst = 0f64;
@@ -359,7 +368,10 @@ fn forward_with_builds_every_pass() {
     let early = model.forward_with(Forward::new(model.ids_tensor(&ids)).hooks(&mut seen).stop(Stop::AfterBlock(1)));
     assert_eq!(to_vec(early), to_vec(resid_post));
     let names: Vec<String> = seen.take_cache().into_keys().collect();
-    assert!(names.contains(&"blocks.1.hook_resid_post".to_string()) && !names.iter().any(|n| n.starts_with("blocks.2") || n.starts_with("ln_final")), "{names:?}");
+    assert!(
+        names.contains(&"blocks.1.hook_resid_post".to_string()) && !names.iter().any(|n| n.starts_with("blocks.2") || n.starts_with("ln_final")),
+        "{names:?}"
+    );
     let mut cache = KvCache::new();
     let _ = model.forward_with(Forward::new(model.ids_tensor(&ids[..4])).cache(&mut cache));
     let rest = to_vec(model.forward_with(Forward::new(model.ids_tensor(&ids[4..])).cache(&mut cache)));

@@ -140,13 +140,7 @@ fn parallel_forward_passes_agree() {
     let reference: Vec<f32> = model.forward(model.ids_tensor(&ids)).into_data().try_into_vec_as().unwrap();
     std::thread::scope(|s| {
         let handles: Vec<_> = (0..6)
-            .map(|_| {
-                s.spawn(|| {
-                    (0..5)
-                        .map(|_| model.forward(model.ids_tensor(&ids)).into_data().try_into_vec_as::<f32>().unwrap())
-                        .collect::<Vec<_>>()
-                })
-            })
+            .map(|_| s.spawn(|| (0..5).map(|_| model.forward(model.ids_tensor(&ids)).into_data().try_into_vec_as::<f32>().unwrap()).collect::<Vec<_>>()))
             .collect();
         for h in handles {
             for got in h.join().unwrap() {
@@ -280,7 +274,8 @@ fn a_full_disk_keeps_the_last_complete_checkpoint() {
     let tmp = tempfile::tempdir().unwrap();
     let mnt = tmp.path().join("small");
     std::fs::create_dir(&mnt).unwrap();
-    let mounted = Command::new("mount").args(["-t", "tmpfs", "-o", "size=8m", "tmpfs"]).arg(&mnt).stderr(std::process::Stdio::null()).status().is_ok_and(|s| s.success());
+    let mounted =
+        Command::new("mount").args(["-t", "tmpfs", "-o", "size=8m", "tmpfs"]).arg(&mnt).stderr(std::process::Stdio::null()).status().is_ok_and(|s| s.success());
     if !mounted {
         missing_prerequisite("cannot mount a small tmpfs here (not root)");
         return;

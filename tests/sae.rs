@@ -9,7 +9,17 @@ use burnlens::hf::load_model;
 use burnlens::lens::sae::{Architecture, Normalize, Sae, features, run_sae};
 use common::*;
 
-const SAE_FIXTURES: &[&str] = &["standard_gpt2_resid", "jumprelu_llama_resid", "topk_pythia_resid", "layernorm_gpt2_hook_z", "constnorm_qwen2_mlp_out", "legacy_topk_gpt_neo_resid", "burnlens_topk_trained_gpt2_char", "burnlens_batchtopk_trained_gpt2_char", GEMMA_SCOPE];
+const SAE_FIXTURES: &[&str] = &[
+    "standard_gpt2_resid",
+    "jumprelu_llama_resid",
+    "topk_pythia_resid",
+    "layernorm_gpt2_hook_z",
+    "constnorm_qwen2_mlp_out",
+    "legacy_topk_gpt_neo_resid",
+    "burnlens_topk_trained_gpt2_char",
+    "burnlens_batchtopk_trained_gpt2_char",
+    GEMMA_SCOPE,
+];
 /// A Gemma Scope SAE in its release layout (params.npz, no cfg.json; scripts/gen_gemma_scope_fixture.py).
 const GEMMA_SCOPE: &str = "gemma_scope/gemma-scope-2b-pt-res/layer_1/width_96/average_l0_5";
 
@@ -225,7 +235,8 @@ fn saes_trained_on_streamed_activations_reconstruct_them_and_save_in_saelens_lay
         let summary = train(&dir, &cfg, Source::Model { model: &model, windows, model_name: None }, &mut |r, _| {
             losses.push(r[0].loss);
             std::ops::ControlFlow::Continue(())
-        }).unwrap();
+        })
+        .unwrap();
         let (first, last) = (losses[..10].iter().sum::<f64>() / 10.0, losses[290..].iter().sum::<f64>() / 10.0);
         assert!(last < 0.7 * first, "{architecture:?}: the loss falls ({first} -> {last})");
         assert_eq!(summary.tokens, 300 * 8 * 24);

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 
 use burn::tensor::{Device, Tensor, TensorData};
-use burnlens::features::{Architecture, Batch, Shape, JumpReluSettings, LrSchedule, LrScheduler, SaeParams, SaeTrainer, TopKSettings, TrainerConfig};
+use burnlens::features::{Architecture, Batch, JumpReluSettings, LrSchedule, LrScheduler, SaeParams, SaeTrainer, Shape, TopKSettings, TrainerConfig};
 use common::{Stored, read_safetensors};
 use serde_json::Value;
 

@@ -89,7 +89,10 @@ fn graphs_equal_circuit_tracers() {
         assert!(rel(&pruned.cumulative_scores, &want["cumulative_scores"].f32) < 1e-5, "{name}: cumulative scores");
         let (replacement, completeness) = g.scores().unwrap();
         let scores = &want["scores"].f32;
-        assert!((replacement - scores[0]).abs() < 1e-5 && (completeness - scores[1]).abs() < 1e-5, "{name}: scores ({replacement}, {completeness}) against {scores:?}");
+        assert!(
+            (replacement - scores[0]).abs() < 1e-5 && (completeness - scores[1]).abs() < 1e-5,
+            "{name}: scores ({replacement}, {completeness}) against {scores:?}"
+        );
     }
 }
 
@@ -215,7 +218,8 @@ fn the_graph_command_writes_circuit_tracers_json() {
         let tmp = tempfile::tempdir().unwrap();
         let out = tmp.path().join(name);
         let ids: Vec<String> = case["ids"].as_array().unwrap().iter().map(|v| v.to_string()).collect();
-        let mut args: Vec<String> = ["graph", "--model", dir.join("model").to_str().unwrap(), "--transcoders", dir.join("transcoders").to_str().unwrap()].map(String::from).to_vec();
+        let mut args: Vec<String> =
+            ["graph", "--model", dir.join("model").to_str().unwrap(), "--transcoders", dir.join("transcoders").to_str().unwrap()].map(String::from).to_vec();
         args.extend(["--ids".into(), ids.join(",")]);
         args.extend(["--max-n-logits".into(), case["max_n_logits"].to_string(), "--desired-logit-prob".into(), case["desired_logit_prob"].to_string()]);
         args.extend(["--batch-size".into(), case["batch_size"].to_string(), "--out".into(), out.to_str().unwrap().into()]);

@@ -175,7 +175,11 @@ fn training_on_shakespeare_lowers_the_loss() {
     let Some(data) = shared_data() else { return };
     let tmp = tempfile::tempdir().unwrap();
     let text = data.join("tinyshakespeare.txt").display().to_string();
-    let cfg = config(&std::fs::read_to_string("configs/tiny-char.toml").unwrap(), &tmp.path().join("run"), &[&format!("data.path={text:?}"), "training.steps=60", "output.export=false"]);
+    let cfg = config(
+        &std::fs::read_to_string("configs/tiny-char.toml").unwrap(),
+        &tmp.path().join("run"),
+        &[&format!("data.path={text:?}"), "training.steps=60", "output.export=false"],
+    );
     let s = train(&cfg, &TrainOptions::default()).unwrap();
     let curve = losses(&s.run_dir);
     let first = curve[0].1;
@@ -199,7 +203,11 @@ fn a_finished_run_directory_is_not_overwritten() {
 fn nan_loss_stops_and_keeps_the_last_good_checkpoint() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("run");
-    let cfg = config(TINY, &dir, &["training.learning_rate=1e30", "training.warmup_steps=0", "training.checkpoint_interval=1", "training.dropout=0.0", "training.grad_clip=0.0"]);
+    let cfg = config(
+        TINY,
+        &dir,
+        &["training.learning_rate=1e30", "training.warmup_steps=0", "training.checkpoint_interval=1", "training.dropout=0.0", "training.grad_clip=0.0"],
+    );
     let e = train(&cfg, &TrainOptions::default()).unwrap_err();
     let msg = e.to_string();
     assert!(matches!(e, TrainError::NonFinite { .. }), "{msg}");
@@ -346,12 +354,21 @@ fn bad_training_inputs_are_one_line_errors_and_lose_nothing() {
     let l = latin1.display().to_string();
     assert_bad_input(&burnlens(&["train", "--config", c, "--set", "data.kind=char", "--set", "data.path=/no/such/file.txt"]), "/no/such/file.txt");
     assert_bad_input(&burnlens(&["train", "--config", c, "--set", "data.kind=char", "--set", &format!("data.path={e}")]), "the data file is empty");
-    assert_bad_input(&burnlens(&["train", "--config", c, "--set", "data.kind=char", "--set", &format!("data.path={l}")]), "not UTF-8 text (invalid byte at offset 3)");
-    assert_bad_input(&burnlens(&["train", "--config", c, "--set", "training.block_size=64"]), "training.block_size = 64 is larger than the model's context (model.context = 16)");
+    assert_bad_input(
+        &burnlens(&["train", "--config", c, "--set", "data.kind=char", "--set", &format!("data.path={l}")]),
+        "not UTF-8 text (invalid byte at offset 3)",
+    );
+    assert_bad_input(
+        &burnlens(&["train", "--config", c, "--set", "training.block_size=64"]),
+        "training.block_size = 64 is larger than the model's context (model.context = 16)",
+    );
     assert_bad_input(&burnlens(&["train", "--config", c, "--set", "training.stepz=1"]), "training.stepz: unknown field `stepz`");
     assert_bad_input(&burnlens(&["train", "--config", c, "--set", "training.steps=-1"]), "training.steps: invalid value");
     // The family is typed: an unknown one is refused while the config is read, naming the key and the choices.
-    assert_bad_input(&burnlens(&["train", "--config", c, "--set", "model.family=\"gpt5\""]), "model.family: unknown family \"gpt5\"; expected one of gpt2, gpt_neo, gpt_neox, llama, qwen2, mistral, qwen3, olmo2, gptj, gemma2, gemma3_text, phi3");
+    assert_bad_input(
+        &burnlens(&["train", "--config", c, "--set", "model.family=\"gpt5\""]),
+        "model.family: unknown family \"gpt5\"; expected one of gpt2, gpt_neo, gpt_neox, llama, qwen2, mistral, qwen3, olmo2, gptj, gemma2, gemma3_text, phi3",
+    );
     assert_bad_input(&burnlens(&["train", "--config", c, "--backend", "quantum"]), "unknown backend \"quantum\"");
     assert_bad_input(&burnlens(&["train", "--config", c, "--set", "backend.name=quantum"]), "unknown backend \"quantum\"");
     if let Some(data) = shared_data() {
@@ -382,7 +399,10 @@ fn bad_training_inputs_are_one_line_errors_and_lose_nothing() {
 #[test]
 fn ctrl_c_checkpoints_exits_130_and_resume_finishes_the_same_curve() {
     let tmp = tempfile::tempdir().unwrap();
-    let text = TINY.replace("steps = 16", "steps = 60").replace("lr_decay_steps = 16", "lr_decay_steps = 60").replace("checkpoint_interval = 8", "checkpoint_interval = 1000");
+    let text = TINY
+        .replace("steps = 16", "steps = 60")
+        .replace("lr_decay_steps = 16", "lr_decay_steps = 60")
+        .replace("checkpoint_interval = 8", "checkpoint_interval = 1000");
     let cfg = write_config(tmp.path(), &text);
     let run = tmp.path().join("run");
     let child = Command::new(env!("CARGO_BIN_EXE_burnlens"))
@@ -420,23 +440,39 @@ fn sample_cli_on_a_model_directory_and_a_run() {
     let model = load_model(&fixture("gpt2"), &Device::flex()).unwrap().model;
     let want = generate(&model, &[1, 2, 3], &Sampling { max_new_tokens: 5, ..Default::default() }).unwrap();
     assert_eq!(ids, want);
-    assert_bad_input(&burnlens(&["sample", "--model", fixture("gpt2").to_str().unwrap(), "--prompt", "hi"]), "has no tokenizer.json or char_vocab.json; pass token ids with --ids");
-    assert_bad_input(&burnlens(&["sample", "--model", fixture("gpt2").to_str().unwrap(), "--ids", "1", "--top-p", "1.5"]), "`top_p` must be in (0, 1], found 1.5");
+    assert_bad_input(
+        &burnlens(&["sample", "--model", fixture("gpt2").to_str().unwrap(), "--prompt", "hi"]),
+        "has no tokenizer.json or char_vocab.json; pass token ids with --ids",
+    );
+    assert_bad_input(
+        &burnlens(&["sample", "--model", fixture("gpt2").to_str().unwrap(), "--ids", "1", "--top-p", "1.5"]),
+        "`top_p` must be in (0, 1], found 1.5",
+    );
 
     let Some(data) = shared_data() else { return };
     let tmp = tempfile::tempdir().unwrap();
     let run = tmp.path().join("run");
     let o = burnlens(&[
-        "train", "--config", "configs/tiny-char.toml", "--quiet",
-        "--set", &format!("data.path={:?}", data.join("tinyshakespeare.txt").display().to_string()),
-        "--set", &format!("output.dir={:?}", run.display().to_string()), "--set", "training.steps=2",
+        "train",
+        "--config",
+        "configs/tiny-char.toml",
+        "--quiet",
+        "--set",
+        &format!("data.path={:?}", data.join("tinyshakespeare.txt").display().to_string()),
+        "--set",
+        &format!("output.dir={:?}", run.display().to_string()),
+        "--set",
+        "training.steps=2",
     ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let o = burnlens(&["sample", "--model", run.to_str().unwrap(), "--prompt", "ROMEO:", "--max-new-tokens", "10", "--seed", "1"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let text = String::from_utf8_lossy(&o.stdout);
     assert!(text.starts_with("ROMEO:") && text.trim_end().chars().count() >= 16, "{text}");
-    assert_bad_input(&burnlens(&["sample", "--model", run.to_str().unwrap(), "--prompt", "ROMEO€"]), "character '€' at position 5 is not in the vocabulary of 65 characters");
+    assert_bad_input(
+        &burnlens(&["sample", "--model", run.to_str().unwrap(), "--prompt", "ROMEO€"]),
+        "character '€' at position 5 is not in the vocabulary of 65 characters",
+    );
     assert_bad_input(&burnlens(&["sample", "--model", run.to_str().unwrap(), "--prompt", ""]), "encodes to no tokens");
     let out = tmp.path().join("exported");
     let o = burnlens(&["export", "--run", run.to_str().unwrap(), "--out", out.to_str().unwrap()]);

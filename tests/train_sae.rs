@@ -41,7 +41,23 @@ fn a_corpus_run_writes_an_sae_in_saelens_layout_and_metrics() {
     // SAELens's metrics of it over windows of the same corpus.
     let metrics = tmp.path().join("metrics.json");
     let eval = |batches: &str| {
-        burnlens(&["eval-sae", "--model", MODEL, "--sae", out.join("sae").to_str().unwrap(), "--data", corpus.to_str().unwrap(), "--seq-len", "16", "--batches", batches, "--batch-size", "4", "--out", metrics.to_str().unwrap()])
+        burnlens(&[
+            "eval-sae",
+            "--model",
+            MODEL,
+            "--sae",
+            out.join("sae").to_str().unwrap(),
+            "--data",
+            corpus.to_str().unwrap(),
+            "--seq-len",
+            "16",
+            "--batches",
+            batches,
+            "--batch-size",
+            "4",
+            "--out",
+            metrics.to_str().unwrap(),
+        ])
     };
     let o = eval("3");
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
@@ -115,18 +131,52 @@ fn transcoders_trained_by_train_sae_load_as_a_set_and_are_traced_by_graph() {
     let out = tmp.path().join("run");
     let model = fixture("trace").join("gpt2").join("model");
     let o = burnlens(&[
-        "train-sae", "--model", model.to_str().unwrap(), "--transcoders", "--skip", "--architecture", "jumprelu", "--l1", "0.001",
-        "--d-sae", "64", "--steps", "30", "--batch", "4", "--seq-len", "16", "--data", "random", "--out", out.to_str().unwrap(),
+        "train-sae",
+        "--model",
+        model.to_str().unwrap(),
+        "--transcoders",
+        "--skip",
+        "--architecture",
+        "jumprelu",
+        "--l1",
+        "0.001",
+        "--d-sae",
+        "64",
+        "--steps",
+        "30",
+        "--batch",
+        "4",
+        "--seq-len",
+        "16",
+        "--data",
+        "random",
+        "--out",
+        out.to_str().unwrap(),
     ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let dir = out.join("transcoders");
     let yaml = std::fs::read_to_string(dir.join("config.yaml")).unwrap();
-    assert!(yaml.contains("model_kind: transcoder_set") && yaml.contains("feature_input_hook: ln2.hook_normalized") && yaml.contains("feature_output_hook: hook_mlp_out"), "{yaml}");
+    assert!(
+        yaml.contains("model_kind: transcoder_set")
+            && yaml.contains("feature_input_hook: ln2.hook_normalized")
+            && yaml.contains("feature_output_hook: hook_mlp_out"),
+        "{yaml}"
+    );
     let set = TranscoderSet::load(&dir, &burn::tensor::Device::flex()).unwrap();
     assert_eq!(set.n_layers(), 3);
     assert!(set.layers.iter().all(|t| t.w_skip.is_some() && matches!(t.activation, FeatureActivation::JumpRelu { .. }) && t.n_features() == 64));
     let graph = tmp.path().join("graph");
-    let o = burnlens(&["graph", "--model", model.to_str().unwrap(), "--transcoders", dir.to_str().unwrap(), "--ids", "1,17,5,60,33,2,71,12,44", "--out", graph.to_str().unwrap()]);
+    let o = burnlens(&[
+        "graph",
+        "--model",
+        model.to_str().unwrap(),
+        "--transcoders",
+        dir.to_str().unwrap(),
+        "--ids",
+        "1,17,5,60,33,2,71,12,44",
+        "--out",
+        graph.to_str().unwrap(),
+    ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let g: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(graph.join("graph.json")).unwrap()).unwrap();
     let features = g["nodes"].as_array().unwrap().iter().filter(|n| n["feature_type"] == "cross layer transcoder").count();
@@ -154,13 +204,34 @@ fn a_cross_layer_transcoder_trained_by_train_sae_loads_as_a_clt_and_is_traced_by
         assert!(t.w_dec.iter().all(|w| w.clone().abs().sum().into_scalar::<f32>() > 0.0), "layer {i}");
     }
     let graph = tmp.path().join("graph");
-    let o = burnlens(&["graph", "--model", model.to_str().unwrap(), "--transcoders", dir.to_str().unwrap(), "--ids", "1,17,5,60,33,2,71,12,44", "--out", graph.to_str().unwrap()]);
+    let o = burnlens(&[
+        "graph",
+        "--model",
+        model.to_str().unwrap(),
+        "--transcoders",
+        dir.to_str().unwrap(),
+        "--ids",
+        "1,17,5,60,33,2,71,12,44",
+        "--out",
+        graph.to_str().unwrap(),
+    ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let g: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(graph.join("graph.json")).unwrap()).unwrap();
     assert!(g["nodes"].as_array().unwrap().iter().any(|n| n["feature_type"] == "cross layer transcoder"));
     // A CLT with a skip connection cannot be written in circuit-tracer's files: refused up front.
     let refused = tmp.path().join("refused");
-    let o = burnlens(&["train-sae", "--model", model.to_str().unwrap(), "--transcoders", "--cross-layer", "--skip", "--data", "random", "--out", refused.to_str().unwrap()]);
+    let o = burnlens(&[
+        "train-sae",
+        "--model",
+        model.to_str().unwrap(),
+        "--transcoders",
+        "--cross-layer",
+        "--skip",
+        "--data",
+        "random",
+        "--out",
+        refused.to_str().unwrap(),
+    ]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!((o.status.code(), err.trim().lines().count()), (Some(2), 1), "{err}");
     assert!(err.contains("cross_layer") && !refused.exists(), "{err}");
@@ -195,8 +266,25 @@ fn training_from_an_activation_cache_equals_training_from_the_model() {
     let tmp = tempfile::tempdir().unwrap();
     let cache = tmp.path().join("cache");
     let o = burnlens(&[
-        "cache-activations", "--model", MODEL, "--hook", "blocks.1.hook_resid_pre,blocks.0.hook_mlp_out", "--data", "random", "--seq-len", "16",
-        "--batch", "4", "--windows", "400", "--chunks-per-shard", "7", "--seed", "3", "--out", cache.to_str().unwrap(),
+        "cache-activations",
+        "--model",
+        MODEL,
+        "--hook",
+        "blocks.1.hook_resid_pre,blocks.0.hook_mlp_out",
+        "--data",
+        "random",
+        "--seq-len",
+        "16",
+        "--batch",
+        "4",
+        "--windows",
+        "400",
+        "--chunks-per-shard",
+        "7",
+        "--seed",
+        "3",
+        "--out",
+        cache.to_str().unwrap(),
     ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let index: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(cache.join("cache.json")).unwrap()).unwrap();
@@ -208,7 +296,19 @@ fn training_from_an_activation_cache_equals_training_from_the_model() {
     a.extend_from_slice(&train);
     assert!(burnlens(&a).status.success());
     let from_cache = tmp.path().join("from-cache");
-    let mut b = vec!["train-sae", "--from-cache", cache.to_str().unwrap(), "--hook", "blocks.1.hook_resid_pre", "--d-sae", "64", "--batch", "4", "--out", from_cache.to_str().unwrap()];
+    let mut b = vec![
+        "train-sae",
+        "--from-cache",
+        cache.to_str().unwrap(),
+        "--hook",
+        "blocks.1.hook_resid_pre",
+        "--d-sae",
+        "64",
+        "--batch",
+        "4",
+        "--out",
+        from_cache.to_str().unwrap(),
+    ];
     b.extend_from_slice(&train);
     let o = burnlens(&b);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));

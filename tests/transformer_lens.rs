@@ -12,8 +12,7 @@ use burnlens::hf::load_model;
 use burnlens::lens::patching::{NodeKind, nodes};
 use burnlens::lens::residual::apply_final_norm;
 use burnlens::lens::{
-    Metric, activation_patching, attribution_patching, decompose_resid, direct_logit_attribution,
-    hook_gradients, logit_lens, residual_components,
+    Metric, activation_patching, attribution_patching, decompose_resid, direct_logit_attribution, hook_gradients, logit_lens, residual_components,
 };
 use burnlens::model::Transformer;
 use common::*;
@@ -31,15 +30,9 @@ fn load(name: &str) -> (Tl, Transformer) {
     let dir = fixture("tl");
     let t = Tl {
         st: read_safetensors(&dir.join(format!("{name}.safetensors"))),
-        meta: serde_json::from_str(
-            &std::fs::read_to_string(dir.join(format!("{name}.json"))).unwrap(),
-        )
-        .unwrap(),
+        meta: serde_json::from_str(&std::fs::read_to_string(dir.join(format!("{name}.json"))).unwrap()).unwrap(),
     };
-    (
-        t,
-        load_model(&fixture(name), &Device::flex()).unwrap().model,
-    )
+    (t, load_model(&fixture(name), &Device::flex()).unwrap().model)
 }
 
 /// `max |a − b| / max(|b|, floor)`.
@@ -52,11 +45,7 @@ fn f32s(v: &[f64]) -> Vec<f32> {
 }
 
 fn metric(t: &Tl) -> Metric {
-    Metric::LogitDiff {
-        pos: None,
-        right: t.meta["right"].as_i64().unwrap(),
-        wrong: t.meta["wrong"].as_i64().unwrap(),
-    }
+    Metric::LogitDiff { pos: None, right: t.meta["right"].as_i64().unwrap(), wrong: t.meta["wrong"].as_i64().unwrap() }
 }
 
 #[test]
@@ -64,12 +53,7 @@ fn gradients_at_hook_points_match_transformer_lens_backward_hooks() {
     for name in MODELS {
         let (t, m) = load(name);
         let ids = &t.st["ids"].i64;
-        let names: Vec<String> = t.meta["grad_hooks"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|v| v.as_str().unwrap().to_string())
-            .collect();
+        let names: Vec<String> = t.meta["grad_hooks"].as_array().unwrap().iter().map(|v| v.as_str().unwrap().to_string()).collect();
         let g = hook_gradients(&m, ids, &|n| names.iter().any(|x| x == n), &metric(&t)).unwrap();
         assert!((g.metric as f32 - t.st["metric"].f32[0]).abs() < 1e-4);
         for n in &names {
@@ -88,22 +72,15 @@ fn attribution_and_activation_patching_match_transformer_lens() {
         let (t, m) = load(name);
         let (clean, corrupted) = (&t.st["ids"].i64, &t.st["corrupted_ids"].i64);
         let metric = metric(&t);
-        for (kind, attr_key, patch_key) in [
-            (NodeKind::Head, "attr_head", "patch_head"),
-            (NodeKind::ResidPre, "attr_resid", "patch_resid"),
-            (NodeKind::Mlp, "attr_mlp", "patch_mlp"),
-        ] {
+        for (kind, attr_key, patch_key) in
+            [(NodeKind::Head, "attr_head", "patch_head"), (NodeKind::ResidPre, "attr_resid", "patch_resid"), (NodeKind::Mlp, "attr_mlp", "patch_mlp")]
+        {
             let ns = nodes(&m, clean.len(), &[kind]);
             let (_, attr) = attribution_patching(&m, clean, corrupted, &metric, &ns).unwrap();
             let (_, patched) = activation_patching(&m, clean, corrupted, &metric, &ns).unwrap();
             // Nodes come layer by layer, heads or positions within: TransformerLens's [L, N] row-major.
-            let (ra, rp) = (
-                rel(&f32s(&attr), &t.st[attr_key].f32, 1e-3),
-                rel(&f32s(&patched), &t.st[patch_key].f32, 1e-3),
-            );
-            eprintln!(
-                "{name} {kind:?}: attribution rel {ra:.2e}, activation patching rel {rp:.2e}"
-            );
+            let (ra, rp) = (rel(&f32s(&attr), &t.st[attr_key].f32, 1e-3), rel(&f32s(&patched), &t.st[patch_key].f32, 1e-3));
+            eprintln!("{name} {kind:?}: attribution rel {ra:.2e}, activation patching rel {rp:.2e}");
             assert!(ra < 1e-4 && rp < 1e-4, "{name} {kind:?}: {ra} {rp}");
         }
     }
@@ -114,35 +91,19 @@ fn direct_logit_attribution_and_the_logit_lens_match_transformer_lens() {
     for name in MODELS {
         let (t, m) = load(name);
         let ids = &t.st["ids"].i64;
-        let (right, wrong) = (
-            t.meta["right"].as_i64().unwrap(),
-            t.meta["wrong"].as_i64().unwrap(),
-        );
+        let (right, wrong) = (t.meta["right"].as_i64().unwrap(), t.meta["wrong"].as_i64().unwrap());
         let last = ids.len() - 1;
         // Per head (stack_head_results, apply_ln=True).
         let dla = direct_logit_attribution(&m, ids, right, Some(wrong));
-        let heads: Vec<f32> = dla
-            .labels
-            .iter()
-            .zip(&dla.contributions)
-            .filter(|(l, _)| l.contains('H') && !l.contains('_'))
-            .map(|(_, c)| c[last] as f32)
-            .collect();
+        let heads: Vec<f32> =
+            dla.labels.iter().zip(&dla.contributions).filter(|(l, _)| l.contains('H') && !l.contains('_')).map(|(_, c)| c[last] as f32).collect();
         let r = rel(&heads, &t.st["dla_heads"].f32, 1e-3);
         eprintln!("{name} direct logit attribution per head: rel {r:.2e}");
         assert!(r < 1e-4, "{r}");
         // decompose_resid, apply_ln=True.
         let comps = decompose_resid(&m, ids, None);
-        let labels: Vec<String> = t.meta["decompose_labels"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|v| {
-                v.as_str()
-                    .unwrap()
-                    .replace(|c: char| c.is_ascii_digit(), "")
-            })
-            .collect();
+        let labels: Vec<String> =
+            t.meta["decompose_labels"].as_array().unwrap().iter().map(|v| v.as_str().unwrap().replace(|c: char| c.is_ascii_digit(), "")).collect();
         assert_eq!(comps.labels.len(), labels.len());
         let (_, scale) = residual_components(&m, ids);
         let normed = apply_final_norm(&m, comps.stack, scale);
@@ -150,12 +111,7 @@ fn direct_logit_attribution_and_the_logit_lens_match_transformer_lens() {
         let d = m.config.d_model;
         let dir = w_u.clone().narrow(1, right as usize, 1) - w_u.narrow(1, wrong as usize, 1);
         let [n, tt, _] = normed.dims();
-        let along: Vec<f32> = normed
-            .reshape([n * tt, d])
-            .matmul(dir)
-            .into_data()
-            .try_into_vec_as::<f32>()
-            .unwrap();
+        let along: Vec<f32> = normed.reshape([n * tt, d]).matmul(dir).into_data().try_into_vec_as::<f32>().unwrap();
         let at_last: Vec<f32> = (0..n).map(|i| along[i * tt + last]).collect();
         let r = rel(&at_last, &t.st["dla_decompose"].f32, 1e-3);
         eprintln!("{name} decompose_resid along the logit difference: rel {r:.2e}");
@@ -172,10 +128,7 @@ fn direct_logit_attribution_and_the_logit_lens_match_transformer_lens() {
                 let w = row[ids[p + 1] as usize] as f64;
                 worst = worst.max((lens.target_logprob[li][p].unwrap() - w).abs());
                 let arg = (0..v).max_by(|&a, &b| row[a].total_cmp(&row[b])).unwrap();
-                assert_eq!(
-                    lens.top[li][p][0].0, arg as i64,
-                    "layer {li} pos {p}: top token"
-                );
+                assert_eq!(lens.top[li][p][0].0, arg as i64, "layer {li} pos {p}: top token");
             }
         }
         eprintln!("{name} logit lens: max |Δ log p| {worst:.2e}");

@@ -164,14 +164,22 @@ fn serve(mut conn: TcpStream, state: &Arc<Mutex<State>>) -> std::io::Result<()> 
     let range = headers.get("range").cloned();
     state.lock().unwrap().log.push(format!("{method} {path}{}", range.as_ref().map(|r| format!(" [{r}]")).unwrap_or_default()));
     let head_only = method == "HEAD";
-    let not_found = |conn: &mut TcpStream| respond(conn, "404 Not Found", &[("X-Error-Code".into(), "RepoNotFound".into())], b"{\"error\":\"not found\"}", !head_only);
+    let not_found =
+        |conn: &mut TcpStream| respond(conn, "404 Not Found", &[("X-Error-Code".into(), "RepoNotFound".into())], b"{\"error\":\"not found\"}", !head_only);
 
     // CDN: /cdn/<sha256>, with Range.
     if let Some(sha) = path.strip_prefix("/cdn/") {
         let (bytes, name) = {
             let st = state.lock().unwrap();
             let Some(b) = st.cdn.get(sha).cloned() else { return not_found(&mut conn) };
-            let name = st.repos.values().flat_map(|r| r.commits.values()).flat_map(|c| c.iter()).find(|(_, f)| sha256_hex(&f.bytes) == sha).map(|(n, _)| n.clone()).unwrap_or_default();
+            let name = st
+                .repos
+                .values()
+                .flat_map(|r| r.commits.values())
+                .flat_map(|c| c.iter())
+                .find(|(_, f)| sha256_hex(&f.bytes) == sha)
+                .map(|(n, _)| n.clone())
+                .unwrap_or_default();
             (b, name)
         };
         let mut body = bytes;
@@ -179,7 +187,8 @@ fn serve(mut conn: TcpStream, state: &Arc<Mutex<State>>) -> std::io::Result<()> 
             let mid = body.len() / 2;
             body[mid] ^= 0x5a;
         }
-        let start = range.as_deref().and_then(|r| r.strip_prefix("bytes=")).and_then(|r| r.trim_end_matches('-').parse::<usize>().ok()).unwrap_or(0).min(body.len());
+        let start =
+            range.as_deref().and_then(|r| r.strip_prefix("bytes=")).and_then(|r| r.trim_end_matches('-').parse::<usize>().ok()).unwrap_or(0).min(body.len());
         let total = body.len();
         let part = &body[start..];
         let (status, mut h) = if start > 0 {

@@ -61,11 +61,7 @@ pub fn all_fixtures() -> Vec<&'static str> {
 pub fn backends() -> Vec<(String, Device)> {
     let names: Vec<String> = match std::env::var("BURNLENS_TEST_BACKENDS") {
         Ok(list) => list.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect(),
-        Err(_) => burnlens::model::backend::probe_all()
-            .into_iter()
-            .filter(|r| r.compiled && r.probe.is_ok())
-            .map(|r| r.name.to_string())
-            .collect(),
+        Err(_) => burnlens::model::backend::probe_all().into_iter().filter(|r| r.compiled && r.probe.is_ok()).map(|r| r.name.to_string()).collect(),
     };
     names
         .into_iter()
@@ -116,9 +112,7 @@ pub fn max_abs(a: &[f32]) -> f32 {
 /// `../shared/data` or `BURNLENS_DATA`; `None` (with a note on stderr) if it is absent, and
 /// a failure under CI (`CI` set), where a missing prerequisite must not pass as a skip.
 pub fn shared_data() -> Option<PathBuf> {
-    let dir = std::env::var("BURNLENS_DATA")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/data"));
+    let dir = std::env::var("BURNLENS_DATA").map(PathBuf::from).unwrap_or_else(|_| Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/data"));
     if dir.is_dir() {
         Some(dir)
     } else {

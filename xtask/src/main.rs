@@ -20,9 +20,10 @@
 //!   24,576 features, TopK, BatchTopK, standard and JumpReLU unless named
 //!   (`scripts/bench_sae.py`).
 //! - `venv`: only make the venv.
-//! - `test`: the README's test command: install what the tests need that a fresh machine
-//!   lacks (Debian's chromium and chromedriver for the browser tests, as root or through
-//!   passwordless sudo), then `cargo test` with any further arguments. `.ci/run` calls it.
+//! - `test`: the README's test command: check the formatting (`cargo fmt --all --check`,
+//!   `rustfmt.toml`), install what the tests need that a fresh machine lacks (Debian's
+//!   chromium and chromedriver for the browser tests, as root or through passwordless sudo),
+//!   then `cargo test` with any further arguments. `.ci/run` calls it.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -55,11 +56,7 @@ fn venv() -> Result<PathBuf> {
     if !python.exists() {
         run(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
     }
-    let missing = !Command::new(&python)
-        .args(["-c", "import torch, transformers, safetensors, numpy"])
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false);
+    let missing = !Command::new(&python).args(["-c", "import torch, transformers, safetensors, numpy"]).status().map(|s| s.success()).unwrap_or(false);
     if missing {
         run(Command::new(&python).args(["-m", "pip", "install", "--quiet"]).args(PY_PACKAGES))?;
     }
@@ -87,7 +84,9 @@ fn tch_env() -> Result<TchEnv> {
     let mut lines = text.lines();
     let (version, torch_dir, nvidia) = (lines.next().unwrap_or(""), PathBuf::from(lines.next().unwrap_or("")), PathBuf::from(lines.next().unwrap_or("")));
     if !version.starts_with("2.9.0") {
-        bail!("torch-sys 0.22 needs torch 2.9.0 but .venv has torch {version:?}; run: .venv/bin/pip install --no-deps torch==2.9.0 nvidia-cuda-runtime-cu12 nvidia-cuda-cupti-cu12");
+        bail!(
+            "torch-sys 0.22 needs torch 2.9.0 but .venv has torch {version:?}; run: .venv/bin/pip install --no-deps torch==2.9.0 nvidia-cuda-runtime-cu12 nvidia-cuda-cupti-cu12"
+        );
     }
     let dir = root().join("target/libtorch-cpu");
     let lib = dir.join("lib");
@@ -116,11 +115,7 @@ fn tch_env() -> Result<TchEnv> {
         .join(":");
     eprintln!("torch {version}: linking {} (CPU libraries only)", lib.display());
     Ok(TchEnv {
-        vars: vec![
-            ("LIBTORCH".into(), dir.display().to_string()),
-            ("LIBTORCH_CXX11_ABI".into(), "1".into()),
-            ("LD_LIBRARY_PATH".into(), ld),
-        ],
+        vars: vec![("LIBTORCH".into(), dir.display().to_string()), ("LIBTORCH_CXX11_ABI".into(), "1".into()), ("LD_LIBRARY_PATH".into(), ld)],
         target_dir: root().join("target/tch"),
     })
 }
@@ -210,7 +205,11 @@ fn bench_train() -> Result<()> {
          | PyTorch lean peer ({} threads, torch {}) | - | {:.1} | {peer_tps:.0} | {:.4} |\n\n\
          burnlens / PyTorch tokens/s: {:.2}x\n",
         cpu_line(),
-        peer["threads"], peer["torch"].as_str().unwrap_or("?"), peer["seconds"].as_f64().unwrap_or(f64::NAN), peer["val_loss"].as_f64().unwrap_or(f64::NAN), ours_tps / peer_tps
+        peer["threads"],
+        peer["torch"].as_str().unwrap_or("?"),
+        peer["seconds"].as_f64().unwrap_or(f64::NAN),
+        peer["val_loss"].as_f64().unwrap_or(f64::NAN),
+        ours_tps / peer_tps
     );
     print!("{report}");
     std::fs::write(out_dir.join("train.md"), &report)?;
@@ -306,11 +305,13 @@ fn bench(args: Vec<String>) -> Result<()> {
     std::fs::create_dir_all(&out_dir)?;
     let model = out_dir.join("gpt2-small");
     if !model.join("model.safetensors").is_file() {
-        run(Command::new(&py).args([
-            "-c",
-            "import sys, torch; from transformers import GPT2Config, GPT2LMHeadModel; torch.manual_seed(0); \
+        run(Command::new(&py)
+            .args([
+                "-c",
+                "import sys, torch; from transformers import GPT2Config, GPT2LMHeadModel; torch.manual_seed(0); \
              GPT2LMHeadModel(GPT2Config()).save_pretrained(sys.argv[1])",
-        ]).arg(&model))?;
+            ])
+            .arg(&model))?;
     }
     run(Command::new(env!("CARGO")).current_dir(root()).args(["build", "--quiet", "--bin", "burnlens"]))?;
     let bin = root().join("target/debug/burnlens");
@@ -374,7 +375,11 @@ fn bench(args: Vec<String>) -> Result<()> {
     let mut table = String::from(
         "| workload | burnlens | HF transformers | lean PyTorch | torch.compile | burnlens / HF | burnlens / lean | burnlens / compile | GFLOP/s burnlens / HF / lean |",
     );
-    table.push_str(if tch.is_some() { " burnlens on tch | tch / lean |\n|---|---|---|---|---|---|---|---|---|---|---|\n" } else { "\n|---|---|---|---|---|---|---|---|---|\n" });
+    table.push_str(if tch.is_some() {
+        " burnlens on tch | tch / lean |\n|---|---|---|---|---|---|---|---|---|---|---|\n"
+    } else {
+        "\n|---|---|---|---|---|---|---|---|---|\n"
+    });
     let mut notes = String::new();
     let mut burnlens_times: Vec<(String, f64)> = Vec::new();
     for wl in &workloads {
@@ -399,13 +404,12 @@ fn bench(args: Vec<String>) -> Result<()> {
                         let (env, tch_bin) = tch.as_ref().expect("tch built");
                         run_json(env.apply(Command::new(tch_bin).arg("bench").args(&wl.burnlens).args(["--backend", "tch"])))?
                     }
-                    peer => run_json(
-                        Command::new(&py)
-                            .current_dir(root())
-                            .arg("scripts/peer_nanogpt.py")
-                            .args(&wl.peer)
-                            .args(["--impl", peer.peer_name().expect("a PyTorch peer"), "--threads", &threads]),
-                    )?,
+                    peer => run_json(Command::new(&py).current_dir(root()).arg("scripts/peer_nanogpt.py").args(&wl.peer).args([
+                        "--impl",
+                        peer.peer_name().expect("a PyTorch peer"),
+                        "--threads",
+                        &threads,
+                    ]))?,
                 };
                 times.extend(floats(&v, "times")?);
                 *last = v;
@@ -453,7 +457,12 @@ fn bench(args: Vec<String>) -> Result<()> {
         if let Some(f) = first["flops"].as_f64()
             && !wl.contended
         {
-            notes.push_str(&format!("- {}: {:.1} GFLOP per run; burnlens at {:.0}% of the measured GEMM rate\n", wl.label, f / 1e9, 100.0 * f / tb / 1e9 / machine.gemm_gflops));
+            notes.push_str(&format!(
+                "- {}: {:.1} GFLOP per run; burnlens at {:.0}% of the measured GEMM rate\n",
+                wl.label,
+                f / 1e9,
+                100.0 * f / tb / 1e9 / machine.gemm_gflops
+            ));
         }
         if let Some(bytes) = first["weight_bytes_per_token"].as_f64() {
             let tokens = first["tokens"].as_f64().unwrap_or(f64::NAN);
@@ -466,7 +475,10 @@ fn bench(args: Vec<String>) -> Result<()> {
         if let Some(faults) = first["page_faults_per_step"].as_f64() {
             let last = first["page_faults_last_step"].as_f64().map_or(String::new(), |l| format!(", {l:.0} in the last"));
             let warm = first["page_faults_warm_up"].as_array().map_or(String::new(), |w| {
-                format!(" (in the untimed warm-up steps: {})", w.iter().map(|v| v.as_f64().map_or("?".into(), |f| format!("{f:.0}"))).collect::<Vec<_>>().join(", "))
+                format!(
+                    " (in the untimed warm-up steps: {})",
+                    w.iter().map(|v| v.as_f64().map_or("?".into(), |f| format!("{f:.0}"))).collect::<Vec<_>>().join(", ")
+                )
             });
             notes.push_str(&format!("- {}: burnlens {faults:.0} page faults per timed step{last}{warm}\n", wl.label));
         }
@@ -501,7 +513,9 @@ fn bench(args: Vec<String>) -> Result<()> {
     }
     // Half weights against f32 ones, burnlens alone: decoding reads half the bytes.
     let time_of = |label: &str| burnlens_times.iter().find(|(l, _)| l == label).map(|(_, t)| *t);
-    for (f32_row, bf16_row, target) in [("generate 16+64 (KV cache)", "generate 16+64 bf16 (KV cache)", "≥ 1.8x"), ("forward 1x128", "forward 1x128 bf16", "≥ 0.9x")] {
+    for (f32_row, bf16_row, target) in
+        [("generate 16+64 (KV cache)", "generate 16+64 bf16 (KV cache)", "≥ 1.8x"), ("forward 1x128", "forward 1x128 bf16", "≥ 0.9x")]
+    {
         if let (Some(a), Some(b)) = (time_of(f32_row), time_of(bf16_row)) {
             let paired = paired_half_ratio(&bin, workloads.iter().find(|w| w.label == bf16_row).expect("the row ran"))?;
             notes.push_str(&format!(
@@ -532,7 +546,18 @@ fn bench(args: Vec<String>) -> Result<()> {
                 let v = run_json(Command::new(&bin).args(["bench", "gemm", "--shape", shape, "--reps", "20"]))?;
                 ours.extend(floats(&v, "times")?);
                 repacking.extend(floats(&v, "times_repacking")?);
-                let v = run_json(Command::new(&py).current_dir(root()).args(["scripts/peer_nanogpt.py", "gemm", "--impl", "lean", "--shape", shape, "--reps", "20", "--threads", &threads]))?;
+                let v = run_json(Command::new(&py).current_dir(root()).args([
+                    "scripts/peer_nanogpt.py",
+                    "gemm",
+                    "--impl",
+                    "lean",
+                    "--shape",
+                    shape,
+                    "--reps",
+                    "20",
+                    "--threads",
+                    &threads,
+                ]))?;
                 theirs.extend(floats(&v, "times")?);
                 let v = run_json(
                     Command::new(&py)
@@ -549,9 +574,12 @@ fn bench(args: Vec<String>) -> Result<()> {
             println!("gemm {shape}: burnlens {a:.0} GFLOP/s (repacking {r:.0}) | torch.matmul {b:.0} GFLOP/s | {blas_name} {o:.0} GFLOP/s");
             gemm_table.push_str(&format!("| {shape} | {what} | {a:.0} | {r:.0} | {b:.0} | {o:.0} | {:.2}x | {:.2}x |\n", a / b, a / o));
         }
-        gemm_table.push_str(&format!("\nOpenBLAS: {blas_name}, the build numpy's wheel bundles, `OPENBLAS_NUM_THREADS={threads}`; every product after 0.3 s of warm-up.\n"));
+        gemm_table.push_str(&format!(
+            "\nOpenBLAS: {blas_name}, the build numpy's wheel bundles, `OPENBLAS_NUM_THREADS={threads}`; every product after 0.3 s of warm-up.\n"
+        ));
     }
-    let torch = Command::new(&py).args(["-c", "import torch, transformers; print(torch.__version__, transformers.__version__, torch.get_num_threads())"]).output()?;
+    let torch =
+        Command::new(&py).args(["-c", "import torch, transformers; print(torch.__version__, transformers.__version__, torch.get_num_threads())"]).output()?;
     let report = format!(
         "# burnlens benchmarks\n\nGPT-2 small shape, fp32, random weights (one checkpoint for all), {threads} threads; \
          medians; ratios are speed ratios (above 1: burnlens faster). torch, transformers, default threads: {}\n\n{}\n\n{table}\n{notes}{gemm_table}",
@@ -578,14 +606,28 @@ impl Lscpu {
     fn simd(&self) -> &'static str {
         let flags = self.field("Flags");
         let has = |f: &str| flags.split_whitespace().any(|x| x == f);
-        if has("avx512f") { "AVX-512" } else if has("avx2") { "AVX2" } else { "SSE" }
+        if has("avx512f") {
+            "AVX-512"
+        } else if has("avx2") {
+            "AVX2"
+        } else {
+            "SSE"
+        }
     }
 }
 
 /// `Machine: VENDOR MODEL (family, model; N CPUs; ISA)` from `lscpu`, for every report.
 fn cpu_line() -> String {
     let l = Lscpu::read();
-    format!("Machine: {} {} (family {}, model {}; {} CPUs; {})", l.field("Vendor ID"), l.field("Model name"), l.field("CPU family"), l.field("Model:"), l.field("CPU(s)"), l.simd())
+    format!(
+        "Machine: {} {} (family {}, model {}; {} CPUs; {})",
+        l.field("Vendor ID"),
+        l.field("Model name"),
+        l.field("CPU family"),
+        l.field("Model:"),
+        l.field("CPU(s)"),
+        l.simd()
+    )
 }
 
 /// The machine a bench ran on: `lscpu`, burnlens's GEMM rate on a large square product,
@@ -704,7 +746,8 @@ fn train_exports() -> Result<Exports> {
         ],
     )?;
     Ok(Exports {
-        char_models: [vec![("trained_gpt2_char", gpt2), ("trained_gpt_neo_char", neo), ("trained_llama_char", llama), ("trained_pythia_char", pythia)], newer].concat(),
+        char_models: [vec![("trained_gpt2_char", gpt2), ("trained_gpt_neo_char", neo), ("trained_llama_char", llama), ("trained_pythia_char", pythia)], newer]
+            .concat(),
         bpe_model: bpe,
     })
 }
@@ -740,7 +783,8 @@ fn ensure_browser() -> Result<()> {
 /// circuit-tracer and the versions it installs beside torch 2.9 (its TransformerLens and
 /// transformers are older than `.venv`'s, so it has a venv of its own, `target/venv-trace`);
 /// `datasets` and `pyarrow` held where they import with the numpy 1.x TransformerLens 2 wants.
-const TRACE_PACKAGES: &[&str] = &["torch==2.9.0", "circuit-tracer==0.5.0", "transformer-lens==2.18.0", "transformers==4.57.3", "nnsight==0.6.1", "datasets<4", "pyarrow<18"];
+const TRACE_PACKAGES: &[&str] =
+    &["torch==2.9.0", "circuit-tracer==0.5.0", "transformer-lens==2.18.0", "transformers==4.57.3", "nnsight==0.6.1", "datasets<4", "pyarrow<18"];
 
 /// `target/venv-trace/bin/python` with [`TRACE_PACKAGES`], made if missing.
 fn venv_trace() -> Result<PathBuf> {
@@ -791,45 +835,94 @@ fn bench_sae(args: Vec<String>) -> Result<()> {
     let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2).to_string();
     let (hook, d_sae, k) = ("blocks.6.hook_resid_pre", "24576", "32");
     let rss_file = root().join("target/bench/sae-rss.txt");
-    let peak = || -> f64 { std::fs::read_to_string(&rss_file).ok().and_then(|t| t.lines().last().and_then(|l| l.trim().parse::<f64>().ok())).unwrap_or(f64::NAN) * 1024.0 };
+    let peak = || -> f64 {
+        std::fs::read_to_string(&rss_file).ok().and_then(|t| t.lines().last().and_then(|l| l.trim().parse::<f64>().ok())).unwrap_or(f64::NAN) * 1024.0
+    };
     let mut results = Vec::new();
-    let mut table = String::from("| architecture | tool | s / step | model passes / step | rest / step | SAE products | activations / s | peak RSS | burnlens faster by |\n|---|---|---|---|---|---|---|---|---|\n");
+    let mut table = String::from(
+        "| architecture | tool | s / step | model passes / step | rest / step | SAE products | activations / s | peak RSS | burnlens faster by |\n|---|---|---|---|---|---|---|---|---|\n",
+    );
     for arch in archs {
         let out_dir = root().join("target/bench/sae-run");
         let _ = std::fs::remove_dir_all(&out_dir);
-        let ours = Command::new("/usr/bin/time").args(["-f", "%M", "-o"]).arg(&rss_file).arg(&bin)
-            .args(["train-sae", "--model"]).arg(&model)
-            .args(["--hook", hook, "--architecture", arch, "--k", k, "--l1", "1", "--d-sae", d_sae, "--steps", &steps.to_string(), "--batch", "32", "--seq-len", "128"])
-            .args(["--n-batches-in-buffer", "2", "--data", "random", "--checkpoint-every", "100000", "--out"]).arg(&out_dir)
-            .env("RAYON_NUM_THREADS", &threads).output()?;
+        let ours = Command::new("/usr/bin/time")
+            .args(["-f", "%M", "-o"])
+            .arg(&rss_file)
+            .arg(&bin)
+            .args(["train-sae", "--model"])
+            .arg(&model)
+            .args([
+                "--hook",
+                hook,
+                "--architecture",
+                arch,
+                "--k",
+                k,
+                "--l1",
+                "1",
+                "--d-sae",
+                d_sae,
+                "--steps",
+                &steps.to_string(),
+                "--batch",
+                "32",
+                "--seq-len",
+                "128",
+            ])
+            .args(["--n-batches-in-buffer", "2", "--data", "random", "--checkpoint-every", "100000", "--out"])
+            .arg(&out_dir)
+            .env("RAYON_NUM_THREADS", &threads)
+            .output()?;
         if !ours.status.success() {
             bail!("burnlens train-sae failed: {}", String::from_utf8_lossy(&ours.stderr));
         }
-        let lines: Vec<serde_json::Value> = std::fs::read_to_string(out_dir.join("metrics.jsonl"))?.lines().map(serde_json::from_str).collect::<Result<_, _>>()?;
+        let lines: Vec<serde_json::Value> =
+            std::fs::read_to_string(out_dir.join("metrics.jsonl"))?.lines().map(serde_json::from_str).collect::<Result<_, _>>()?;
         // Over the steady steps (from the third on): seconds per step, in all and in the store.
-        let steady = |key: &str| (lines[lines.len() - 1][key].as_f64().unwrap_or(f64::NAN) - lines[1][key].as_f64().unwrap_or(f64::NAN)) / (lines.len() - 2) as f64;
+        let steady =
+            |key: &str| (lines[lines.len() - 1][key].as_f64().unwrap_or(f64::NAN) - lines[1][key].as_f64().unwrap_or(f64::NAN)) / (lines.len() - 2) as f64;
         let per_step = steady("elapsed_s");
         // The SAE step's products: the encoder's alone for the sparse (TopK) passes, five
         // of that size for the dense ones.
         let products = 2.0 * 4096.0 * 768.0 * 24576.0 * if arch.contains("topk") { 1.0 } else { 5.0 };
         let b = serde_json::json!({"impl": "burnlens", "arch": arch, "seconds_per_step": per_step, "model_s_per_step": steady("store_s"), "sae_gflop": products / 1e9, "activations_per_s": 4096.0 / per_step, "peak_rss": peak()});
-        let peer = Command::new("/usr/bin/time").args(["-f", "%M", "-o"]).arg(&rss_file).arg(&py).current_dir(root())
-            .args(["scripts/bench_sae.py"]).arg(&model).args([arch, &steps.to_string(), d_sae, k, hook, &threads]).output()?;
+        let peer = Command::new("/usr/bin/time")
+            .args(["-f", "%M", "-o"])
+            .arg(&rss_file)
+            .arg(&py)
+            .current_dir(root())
+            .args(["scripts/bench_sae.py"])
+            .arg(&model)
+            .args([arch, &steps.to_string(), d_sae, k, hook, &threads])
+            .output()?;
         let mut p: serde_json::Value = serde_json::from_str(String::from_utf8_lossy(&peer.stdout).lines().last().unwrap_or("{}"))?;
         p["peak_rss"] = peak().into();
         let ratio = p["seconds_per_step"].as_f64().unwrap_or(f64::NAN) / per_step;
         for (v, r) in [(&b, format!("{ratio:.2}x")), (&p, String::new())] {
             let f = |k: &str| v[k].as_f64().unwrap_or(f64::NAN);
             let (step, model) = (f("seconds_per_step"), f("model_s_per_step"));
-            let rate = if v["sae_gflop"].is_null() { String::from("–") } else { format!("{:.0} GFLOP, {:.0} GFLOP/s", f("sae_gflop"), f("sae_gflop") / (step - model)) };
-            table.push_str(&format!("| {arch} | {} | {step:.2} | {model:.2} | {:.2} | {rate} | {:.0} | {:.2} GB | {r} |\n", v["impl"].as_str().unwrap_or("?"), step - model, f("activations_per_s"), f("peak_rss") / 1e9));
+            let rate = if v["sae_gflop"].is_null() {
+                String::from("–")
+            } else {
+                format!("{:.0} GFLOP, {:.0} GFLOP/s", f("sae_gflop"), f("sae_gflop") / (step - model))
+            };
+            table.push_str(&format!(
+                "| {arch} | {} | {step:.2} | {model:.2} | {:.2} | {rate} | {:.0} | {:.2} GB | {r} |\n",
+                v["impl"].as_str().unwrap_or("?"),
+                step - model,
+                f("activations_per_s"),
+                f("peak_rss") / 1e9
+            ));
         }
         println!("{b}\n{p}");
         results.push(b);
         results.push(p);
     }
     println!("\n{table}");
-    std::fs::write(root().join("target/bench/sae.json"), serde_json::to_string_pretty(&serde_json::json!({"machine": machine.text, "results": results, "table": table}))?)?;
+    std::fs::write(
+        root().join("target/bench/sae.json"),
+        serde_json::to_string_pretty(&serde_json::json!({"machine": machine.text, "results": results, "table": table}))?,
+    )?;
     Ok(())
 }
 
@@ -851,16 +944,23 @@ fn bench_trace(args: Vec<String>) -> Result<()> {
     let lengths: Vec<usize> = if args.is_empty() { vec![64, 256, 1024] } else { args.iter().map(|a| a.parse()).collect::<Result<_, _>>()? };
     let max_features = "512";
     let mut results = Vec::new();
-    let mut table = String::from("| tokens | tool | batch size | attribution | peak RSS | active features | burnlens faster by |\n|---|---|---|---|---|---|---|\n");
+    let mut table =
+        String::from("| tokens | tool | batch size | attribution | peak RSS | active features | burnlens faster by |\n|---|---|---|---|---|---|---|\n");
     for n in lengths {
-        let ids = String::from_utf8(Command::new(&py).current_dir(root()).args(["scripts/bench_trace.py", "prompt", &n.to_string()]).output()?.stdout)?.trim().to_string();
+        let ids = String::from_utf8(Command::new(&py).current_dir(root()).args(["scripts/bench_trace.py", "prompt", &n.to_string()]).output()?.stdout)?
+            .trim()
+            .to_string();
         let mut best: Vec<(String, serde_json::Value)> = Vec::new();
         // circuit-tracer keeps every layer's attention pattern for each batch element: smaller
         // batches at long prompts, or it runs out of memory.
         let peer_batches: &[usize] = if n >= 1024 { &[8] } else { &[16, 64] };
         for &b in peer_batches {
-            let v = run_json(Command::new(&py).current_dir(root()).args(["scripts/bench_trace.py", "run"]).arg(&dir).args([n.to_string(), b.to_string(), max_features.into()]))
-                .unwrap_or_else(|e| serde_json::json!({"tool": "circuit-tracer", "batch": b, "failed": format!("{e:#}").lines().last().unwrap_or("").to_string()}));
+            let v = run_json(Command::new(&py).current_dir(root()).args(["scripts/bench_trace.py", "run"]).arg(&dir).args([
+                n.to_string(),
+                b.to_string(),
+                max_features.into(),
+            ]))
+            .unwrap_or_else(|e| serde_json::json!({"tool": "circuit-tracer", "batch": b, "failed": format!("{e:#}").lines().last().unwrap_or("").to_string()}));
             println!("{n} tokens circuit-tracer: {v}");
             results.push(v.clone());
             best.push(("circuit-tracer".into(), v));
@@ -884,15 +984,22 @@ fn bench_trace(args: Vec<String>) -> Result<()> {
             let active = text.split(" active features").next().and_then(|t| t.rsplit(' ').next()).and_then(|t| t.parse::<u64>().ok());
             let rss_kb: f64 = std::fs::read_to_string(&rss_file).ok().and_then(|t| t.lines().last().and_then(|l| l.trim().parse().ok())).unwrap_or(f64::NAN);
             let v = match (out.status.success(), seconds) {
-                (true, Some(s)) => serde_json::json!({"tool": "burnlens", "tokens": n, "batch": b, "seconds": s, "peak_rss": rss_kb * 1024.0, "active_features": active}),
-                _ => serde_json::json!({"tool": "burnlens", "tokens": n, "batch": b, "failed": String::from_utf8_lossy(&out.stderr).lines().last().unwrap_or("").to_string()}),
+                (true, Some(s)) => {
+                    serde_json::json!({"tool": "burnlens", "tokens": n, "batch": b, "seconds": s, "peak_rss": rss_kb * 1024.0, "active_features": active})
+                }
+                _ => {
+                    serde_json::json!({"tool": "burnlens", "tokens": n, "batch": b, "failed": String::from_utf8_lossy(&out.stderr).lines().last().unwrap_or("").to_string()})
+                }
             };
             println!("{n} tokens burnlens: {v}");
             results.push(v.clone());
             best.push(("burnlens".into(), v));
         }
         let fastest = |tool: &str| {
-            best.iter().filter(|(t, v)| t == tool && v["seconds"].is_number()).map(|(_, v)| v.clone()).min_by(|a, b| a["seconds"].as_f64().unwrap().total_cmp(&b["seconds"].as_f64().unwrap()))
+            best.iter()
+                .filter(|(t, v)| t == tool && v["seconds"].is_number())
+                .map(|(_, v)| v.clone())
+                .min_by(|a, b| a["seconds"].as_f64().unwrap().total_cmp(&b["seconds"].as_f64().unwrap()))
         };
         let (ours, theirs) = (fastest("burnlens"), fastest("circuit-tracer"));
         for (name, v) in [("burnlens", &ours), ("circuit-tracer", &theirs)] {
@@ -902,7 +1009,13 @@ fn bench_trace(args: Vec<String>) -> Result<()> {
                         ("burnlens", Some(o), Some(t)) => format!("{:.1}x", t["seconds"].as_f64().unwrap() / o["seconds"].as_f64().unwrap()),
                         _ => String::new(),
                     };
-                    table.push_str(&format!("| {n} | {name} | {} | {:.1} s | {:.2} GB | {} | {ratio} |\n", v["batch"], v["seconds"].as_f64().unwrap(), v["peak_rss"].as_f64().unwrap_or(f64::NAN) / 1e9, v["active_features"]));
+                    table.push_str(&format!(
+                        "| {n} | {name} | {} | {:.1} s | {:.2} GB | {} | {ratio} |\n",
+                        v["batch"],
+                        v["seconds"].as_f64().unwrap(),
+                        v["peak_rss"].as_f64().unwrap_or(f64::NAN) / 1e9,
+                        v["active_features"]
+                    ));
                 }
                 None => table.push_str(&format!("| {n} | {name} | | failed | | | |\n")),
             }
@@ -944,7 +1057,14 @@ fn bench_scale(args: Vec<String>) -> Result<()> {
         println!("{m} burnlens: {ours}");
         let size = ours["checkpoint_bytes"].as_f64().unwrap_or(f64::NAN);
         let (flops, bytes) = (ours["flops"].as_f64().unwrap_or(f64::NAN), ours["weight_bytes_per_token"].as_f64().unwrap_or(f64::NAN));
-        let theirs = run_json(Command::new(&py).current_dir(root()).args(["scripts/peer_scale.py", "--model"]).arg(&path).args(["--seq", "128", "--new", "32", "--threads", &threads]));
+        let theirs = run_json(Command::new(&py).current_dir(root()).args(["scripts/peer_scale.py", "--model"]).arg(&path).args([
+            "--seq",
+            "128",
+            "--new",
+            "32",
+            "--threads",
+            &threads,
+        ]));
         let theirs = match theirs {
             Ok(v) => v,
             Err(e) => {
@@ -1053,7 +1173,20 @@ fn ensure_python_tests() -> Result<PathBuf> {
 
 /// The README's test command: chromium for the browser tests, a Python with numpy and
 /// pytest for the Python API's tests, then `cargo test` (which runs the pytest suite too).
+/// The formatting check: `cargo fmt --check` with the repository's `rustfmt.toml`, rustfmt
+/// installed through rustup first where it is missing.
+fn check_format() -> Result<()> {
+    let has_fmt = || Command::new(env!("CARGO")).args(["fmt", "--version"]).output().map(|o| o.status.success()).unwrap_or(false);
+    if !has_fmt() {
+        run(Command::new("rustup").args(["component", "add", "rustfmt"]))?;
+    }
+    run(Command::new(env!("CARGO")).current_dir(root()).args(["fmt", "--all", "--check"])).context("the code is not formatted: run `cargo fmt --all`")
+}
+
 fn test(args: Vec<String>) -> Result<()> {
+    if args.is_empty() {
+        check_format()?;
+    }
     ensure_browser()?;
     let python = ensure_python_tests()?;
     run(Command::new(env!("CARGO")).current_dir(root()).arg("test").args(&args).env("BURNLENS_PYTHON", python))?;
@@ -1096,7 +1229,34 @@ fn main() -> Result<()> {
             for arch in ["topk", "batchtopk"] {
                 let trained = root().join(format!("target/sae-export/{arch}_trained_gpt2_char"));
                 let _ = std::fs::remove_dir_all(&trained);
-                run(Command::new("cargo").current_dir(root()).args(["run", "--quiet", "--", "train-sae", "--model", "tests/fixtures/trained_gpt2_char", "--hook", "blocks.1.hook_resid_pre", "--architecture", arch, "--k", "8", "--d-sae", "96", "--steps", "400", "--batch", "8", "--seq-len", "24", "--seed", "3", "--out"]).arg(&trained))?;
+                run(Command::new("cargo")
+                    .current_dir(root())
+                    .args([
+                        "run",
+                        "--quiet",
+                        "--",
+                        "train-sae",
+                        "--model",
+                        "tests/fixtures/trained_gpt2_char",
+                        "--hook",
+                        "blocks.1.hook_resid_pre",
+                        "--architecture",
+                        arch,
+                        "--k",
+                        "8",
+                        "--d-sae",
+                        "96",
+                        "--steps",
+                        "400",
+                        "--batch",
+                        "8",
+                        "--seq-len",
+                        "24",
+                        "--seed",
+                        "3",
+                        "--out",
+                    ])
+                    .arg(&trained))?;
                 specs.push(format!("burnlens_{arch}_trained_gpt2_char={}@trained_gpt2_char", trained.join("sae").display()));
             }
             run(Command::new(&py).current_dir(root()).arg("scripts/gen_sae_fixtures.py").args(&specs))?;
@@ -1128,17 +1288,27 @@ fn main() -> Result<()> {
             // Transcoders trained by burnlens on the gpt2 case's model, for the gpt2_trained case.
             let trained = root().join("target/trained-transcoders");
             let _ = std::fs::remove_dir_all(&trained);
-            run(Command::new("cargo").current_dir(root()).args(["run", "--quiet", "--", "train-sae", "--model", "tests/fixtures/trace/gpt2/model", "--transcoders", "--skip"])
+            run(Command::new("cargo")
+                .current_dir(root())
+                .args(["run", "--quiet", "--", "train-sae", "--model", "tests/fixtures/trace/gpt2/model", "--transcoders", "--skip"])
                 .args(["--transcoder-input", "hook_resid_mid", "--transcoder-output", "hook_mlp_out", "--architecture", "jumprelu", "--l1", "0"])
-                .args(["--d-sae", "40", "--steps", "200", "--batch", "4", "--seq-len", "16", "--seed", "4", "--out"]).arg(&trained))?;
+                .args(["--d-sae", "40", "--steps", "200", "--batch", "4", "--seq-len", "16", "--seed", "4", "--out"])
+                .arg(&trained))?;
             // And a cross-layer transcoder, for the gpt2_clt_trained case.
             let clt = root().join("target/trained-clt");
             let _ = std::fs::remove_dir_all(&clt);
-            run(Command::new("cargo").current_dir(root()).args(["run", "--quiet", "--", "train-sae", "--model", "tests/fixtures/trace/gpt2/model", "--transcoders", "--cross-layer"])
+            run(Command::new("cargo")
+                .current_dir(root())
+                .args(["run", "--quiet", "--", "train-sae", "--model", "tests/fixtures/trace/gpt2/model", "--transcoders", "--cross-layer"])
                 .args(["--transcoder-input", "hook_resid_mid", "--transcoder-output", "hook_mlp_out", "--architecture", "jumprelu", "--l1", "0"])
-                .args(["--d-sae", "24", "--steps", "200", "--batch", "4", "--seq-len", "16", "--seed", "5", "--out"]).arg(&clt))?;
-            run(Command::new(py).current_dir(root()).args(["scripts/gen_trace_fixtures.py"]).args(std::env::args().skip(2))
-                .env("BURNLENS_TRAINED_TRANSCODERS", trained.join("transcoders")).env("BURNLENS_TRAINED_CLT", clt.join("transcoders")))?;
+                .args(["--d-sae", "24", "--steps", "200", "--batch", "4", "--seq-len", "16", "--seed", "5", "--out"])
+                .arg(&clt))?;
+            run(Command::new(py)
+                .current_dir(root())
+                .args(["scripts/gen_trace_fixtures.py"])
+                .args(std::env::args().skip(2))
+                .env("BURNLENS_TRAINED_TRANSCODERS", trained.join("transcoders"))
+                .env("BURNLENS_TRAINED_CLT", clt.join("transcoders")))?;
         }
         "test" => test(std::env::args().skip(2).collect())?,
         "bench-train" => bench_train()?,
@@ -1148,7 +1318,9 @@ fn main() -> Result<()> {
         "bench-trace" => bench_trace(std::env::args().skip(2).collect())?,
         "bench-sae" => bench_sae(std::env::args().skip(2).collect())?,
         "parity-tch" => parity_tch(std::env::args().skip(2).collect())?,
-        _ => bail!("usage: cargo xtask <test [CARGO TEST ARGS]|fixtures|half-fixtures|sae-fixtures|features-fixtures|trace-fixtures [CASE...]|venv|bench [WORKLOAD...]|bench-train|bench-scale [MODEL...]|bench-trace [TOKENS...]|bench-sae [STEPS] [ARCH...]|parity-tch>"),
+        _ => bail!(
+            "usage: cargo xtask <test [CARGO TEST ARGS]|fixtures|half-fixtures|sae-fixtures|features-fixtures|trace-fixtures [CASE...]|venv|bench [WORKLOAD...]|bench-train|bench-scale [MODEL...]|bench-trace [TOKENS...]|bench-sae [STEPS] [ARCH...]|parity-tch>"
+        ),
     }
     Ok(())
 }

@@ -6,7 +6,9 @@ use std::time::Instant;
 use anyhow::Result;
 use burn::tensor::{Device, Distribution, Int, Tensor, TensorData};
 use burnlens_hf::{LoadOptions, load_model_with};
-use burnlens_model::{AttentionInput, BlockHook, Hooks, KvCache, LayerHook, LayerInput, Rng, Sampling, Transformer, TransformerConfig, cross_entropy, generate};
+use burnlens_model::{
+    AttentionInput, BlockHook, Hooks, KvCache, LayerHook, LayerInput, Rng, Sampling, Transformer, TransformerConfig, cross_entropy, generate,
+};
 use burnlens_train::config::TrainingSection;
 use burnlens_train::optim::{clip_global_norm, optimizer};
 use serde_json::json;
@@ -119,7 +121,8 @@ fn timed(reps: usize, mut f: impl FnMut()) -> Vec<f64> {
 /// Floating-point operations of one forward pass over `batch × seq` tokens (matrix products
 /// and the attention core; the element-wise work is not counted).
 pub fn forward_flops(c: &TransformerConfig, batch: usize, seq: usize) -> f64 {
-    let (d, hd, kv, layers, vocab) = (c.d_model as f64, (c.n_heads * c.d_head) as f64, (c.kv_heads() * c.d_head) as f64, c.n_layers() as f64, c.vocab_size as f64);
+    let (d, hd, kv, layers, vocab) =
+        (c.d_model as f64, (c.n_heads * c.d_head) as f64, (c.kv_heads() * c.d_head) as f64, c.n_layers() as f64, c.vocab_size as f64);
     let mlp = c.d_mlp.unwrap_or(0) as f64 * if c.mlp == burnlens_model::MlpKind::Gated { 3.0 } else { 2.0 };
     let per_token = layers * (d * (hd + 2.0 * kv) + hd * d + d * mlp) + d * vocab;
     let tokens = (batch * seq) as f64;
@@ -132,7 +135,8 @@ pub fn forward_flops(c: &TransformerConfig, batch: usize, seq: usize) -> f64 {
 /// weight dtype.
 pub fn weight_bytes_per_token(m: &Transformer) -> f64 {
     let c = &m.config;
-    let (d, hd, kv, layers, vocab) = (c.d_model as f64, (c.n_heads * c.d_head) as f64, (c.kv_heads() * c.d_head) as f64, c.n_layers() as f64, c.vocab_size as f64);
+    let (d, hd, kv, layers, vocab) =
+        (c.d_model as f64, (c.n_heads * c.d_head) as f64, (c.kv_heads() * c.d_head) as f64, c.n_layers() as f64, c.vocab_size as f64);
     let mlp = c.d_mlp.unwrap_or(0) as f64 * if c.mlp == burnlens_model::MlpKind::Gated { 3.0 } else { 2.0 };
     m.weight_dtype().size() as f64 * (layers * (d * (hd + 2.0 * kv) + hd * d + d * mlp) + d * vocab)
 }
@@ -148,7 +152,11 @@ fn rss() -> Option<u64> {
 /// Bytes of the weight files in `dir` (safetensors shards or a `.bin`).
 fn checkpoint_bytes(dir: &std::path::Path) -> Result<u64> {
     let weights = |n: &str| n.ends_with(".safetensors") || n.ends_with(".bin");
-    Ok(std::fs::read_dir(dir)?.filter_map(|e| e.ok()).filter(|e| weights(&e.file_name().to_string_lossy())).map(|e| e.metadata().map(|m| m.len()).unwrap_or(0)).sum())
+    Ok(std::fs::read_dir(dir)?
+        .filter_map(|e| e.ok())
+        .filter(|e| weights(&e.file_name().to_string_lossy()))
+        .map(|e| e.metadata().map(|m| m.len()).unwrap_or(0))
+        .sum())
 }
 
 /// A large model end to end in one process: load, a `seq`-token forward (twice: the first
@@ -247,7 +255,9 @@ pub fn run(a: &BenchArgs, device: Device, options: &LoadOptions) -> Result<()> {
         "attention" => bench_attention(a, &device)?,
         "gemm" => bench_gemm(a, options.dtype)?,
         "machine" => machine(),
-        other => return Err(UserError(format!("unknown workload \"{other}\"; expected forward, generate, train, load, scale, attention, gemm or machine")).into()),
+        other => {
+            return Err(UserError(format!("unknown workload \"{other}\"; expected forward, generate, train, load, scale, attention, gemm or machine")).into());
+        }
     };
     let mut out = out;
     out["workload"] = json!(a.workload);
@@ -442,9 +452,11 @@ fn machine() -> serde_json::Value {
     }));
     // Read bandwidth: what decoding does with the weights, from where they live (packed and
     // converted weights on huge pages, `kernels::pages`), and from the ordinary heap.
-    let read_from = |v: &[f32]| median(timed(5, || {
-        std::hint::black_box(burnlens_model::kernels::simd::parallel_sum(v));
-    }));
+    let read_from = |v: &[f32]| {
+        median(timed(5, || {
+            std::hint::black_box(burnlens_model::kernels::simd::parallel_sum(v));
+        }))
+    };
     let read_heap = read_from(&src);
     let read = read_from(&burnlens_model::kernels::pages::PageBuf::copy_of(&src));
     json!({

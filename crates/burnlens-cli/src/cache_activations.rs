@@ -58,7 +58,14 @@ pub fn run(a: &CacheActivationsArgs) -> Result<()> {
         return Err(UserError(format!("--hook: the model has no hook point `{}`", h.name())).into());
     }
     let windows = a.corpus.windows(m.corpus_model(), a.seed, &burnlens_hf::Hub::from_env())?;
-    let job = CacheJob { model: &m.model, hooks, context_size: a.corpus.seq_len, windows_per_chunk: a.batch, chunks_per_shard: a.chunks_per_shard, max_windows: a.windows };
+    let job = CacheJob {
+        model: &m.model,
+        hooks,
+        context_size: a.corpus.seq_len,
+        windows_per_chunk: a.batch,
+        chunks_per_shard: a.chunks_per_shard,
+        max_windows: a.windows,
+    };
     let start = std::time::Instant::now();
     let index = write_cache(&a.out, &job, windows, &mut |n| {
         eprintln!("{n} windows cached ({:.0} tokens/s)", (n as usize * a.corpus.seq_len) as f64 / start.elapsed().as_secs_f64().max(1e-9));

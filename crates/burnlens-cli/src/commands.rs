@@ -345,7 +345,17 @@ fn parse_metric(m: &AnyModel, spec: &str, len: usize) -> Result<burnlens_lens::M
 }
 
 #[allow(clippy::too_many_arguments)]
-pub fn patch(args: &ModelArgs, clean: &Input, corrupted: &Input, metric: &str, nodes: &str, exact: bool, denoise: bool, out: &Path, common: &Common) -> Result<()> {
+pub fn patch(
+    args: &ModelArgs,
+    clean: &Input,
+    corrupted: &Input,
+    metric: &str,
+    nodes: &str,
+    exact: bool,
+    denoise: bool,
+    out: &Path,
+    common: &Common,
+) -> Result<()> {
     let m = load_model_args(args, common)?;
     let (clean_ids, clean_tokens) = ids_and_labels(&m, clean, "")?;
     let (corrupted_ids, corrupted_tokens) = ids_and_labels(&m, corrupted, "corrupted-")?;
@@ -371,7 +381,16 @@ pub fn patch(args: &ModelArgs, clean: &Input, corrupted: &Input, metric: &str, n
     let result = burnlens_lens::compare_patching(&m.model, base, source, &metric, &kinds, exact)?;
     let c = &m.model.config;
     let direction = if denoise { "denoising" } else { "noising" }.to_string();
-    let report = burnlens_lens::tool_reports::PatchingReport { clean_ids, clean_tokens, corrupted_ids, corrupted_tokens, direction, n_layers: c.n_layers(), n_heads: c.n_heads, result };
+    let report = burnlens_lens::tool_reports::PatchingReport {
+        clean_ids,
+        clean_tokens,
+        corrupted_ids,
+        corrupted_tokens,
+        direction,
+        n_layers: c.n_layers(),
+        n_heads: c.n_heads,
+        result,
+    };
     burnlens_lens::tool_reports::write_patching(out, &report, &format!("burnlens patching on {}", m.dir.display())).map_err(report_err(out))?;
     let r = &report.result;
     let (c_m, x_m) = if denoise { (r.corrupted_metric, r.clean_metric) } else { (r.clean_metric, r.corrupted_metric) };
@@ -410,8 +429,10 @@ pub fn attribute(args: &ModelArgs, input: &Input, target: &str, wrong: Option<&s
         Some(w) => format!("logit[{}] - logit[{}]", name(right), name(w)),
     };
     let c = &m.model.config;
-    let report = burnlens_lens::tool_reports::AttributionReport { ids, tokens, target: target_label.clone(), position, n_layers: c.n_layers(), n_heads: c.n_heads, dla };
-    burnlens_lens::tool_reports::write_attribution(out, &report, &format!("burnlens direct logit attribution on {}", m.dir.display())).map_err(report_err(out))?;
+    let report =
+        burnlens_lens::tool_reports::AttributionReport { ids, tokens, target: target_label.clone(), position, n_layers: c.n_layers(), n_heads: c.n_heads, dla };
+    burnlens_lens::tool_reports::write_attribution(out, &report, &format!("burnlens direct logit attribution on {}", m.dir.display()))
+        .map_err(report_err(out))?;
     let d = &report.dla;
     let mut order: Vec<usize> = (0..d.labels.len()).collect();
     order.sort_by(|&a, &b| d.contributions[b][position].abs().total_cmp(&d.contributions[a][position].abs()));
@@ -438,7 +459,14 @@ pub fn graph(args: &ModelArgs, input: &Input, g: &crate::GraphArgs, out: &Path, 
         None => LogitTargets::Salient { max_n_logits: g.max_n_logits, desired_prob: g.desired_logit_prob },
     };
     let (pattern_budget, row_budget) = ((g.pattern_memory_gb.max(0.0) * 1e9) as u64, (g.rows_memory_gb.max(0.0) * 1e9) as u64);
-    let opts = AttributeOptions { targets, batch_size: g.batch_size, max_feature_nodes: g.max_feature_nodes, pattern_budget, row_budget, ..AttributeOptions::default() };
+    let opts = AttributeOptions {
+        targets,
+        batch_size: g.batch_size,
+        max_feature_nodes: g.max_feature_nodes,
+        pattern_budget,
+        row_budget,
+        ..AttributeOptions::default()
+    };
     let t0 = std::time::Instant::now();
     let graph = burnlens_trace::attribute(&m.model, &set, &ids, &opts)?;
     let seconds = t0.elapsed().as_secs_f64();
@@ -458,7 +486,10 @@ pub fn graph(args: &ModelArgs, input: &Input, g: &crate::GraphArgs, out: &Path, 
         graph.logit_probabilities.iter().sum::<f32>(),
         graph.n_nodes()
     );
-    println!("pruned to {} nodes and {} edges; replacement score {:.4}, completeness {:.4}", files.kept_nodes, files.kept_edges, files.replacement_score, files.completeness_score);
+    println!(
+        "pruned to {} nodes and {} edges; replacement score {:.4}, completeness {:.4}",
+        files.kept_nodes, files.kept_edges, files.replacement_score, files.completeness_score
+    );
     println!("wrote {}, {} and {}", files.safetensors.display(), files.json.display(), files.html.display());
     Ok(())
 }
@@ -468,7 +499,8 @@ pub fn lens(args: &ModelArgs, input: &Input, target: Option<&str>, top: usize, o
     let (ids, tokens) = ids_and_labels(&m, input, "")?;
     let target = target.map(|t| parse_token(&m, "--target", t)).transpose()?;
     let l = burnlens_lens::logit_lens(&m.model, &ids, top.max(1), target);
-    let top_tokens: Vec<Vec<Vec<String>>> = l.top.iter().map(|layer| layer.iter().map(|pos| pos.iter().map(|(id, _)| m.labels(&[*id])[0].clone()).collect()).collect()).collect();
+    let top_tokens: Vec<Vec<Vec<String>>> =
+        l.top.iter().map(|layer| layer.iter().map(|pos| pos.iter().map(|(id, _)| m.labels(&[*id])[0].clone()).collect()).collect()).collect();
     let report = burnlens_lens::tool_reports::LensReport { ids, tokens, top_tokens, lens: l };
     burnlens_lens::tool_reports::write_lens(out, &report, &format!("burnlens logit lens on {}", m.dir.display())).map_err(report_err(out))?;
     let p = report.ids.len() - 1;
@@ -499,9 +531,15 @@ pub fn sae(args: &ModelArgs, sae_dir: &Path, input: &Input, top: usize, out: &Pa
     let report = burnlens_lens::tool_reports::SaeReport { ids, tokens, sae: sae.cfg.clone(), run };
     burnlens_lens::tool_reports::write_sae(out, &report, &format!("burnlens SAE {} on {}", sae_dir.display(), m.dir.display())).map_err(report_err(out))?;
     let r = &report.run;
-    println!("SAE on {} ({:?}, d_sae {}): mean L0 {:.2}, MSE {:.5}, explained variance {:.4}", r.hook_name, sae.cfg.architecture, d_sae, r.mean_l0, r.mse, r.explained_variance);
+    println!(
+        "SAE on {} ({:?}, d_sae {}): mean L0 {:.2}, MSE {:.5}, explained variance {:.4}",
+        r.hook_name, sae.cfg.architecture, d_sae, r.mean_l0, r.mse, r.explained_variance
+    );
     if let (Some(c), Some(w), Some(z)) = (r.loss_clean, r.loss_with_sae, r.loss_zero_ablated) {
-        println!("loss {c:.4}, with the SAE spliced in {w:.4}, hook zero-ablated {z:.4} (recovered {})", r.loss_recovered.map_or("n/a".into(), |v| format!("{v:.3}")));
+        println!(
+            "loss {c:.4}, with the SAE spliced in {w:.4}, hook zero-ablated {z:.4} (recovered {})",
+            r.loss_recovered.map_or("n/a".into(), |v| format!("{v:.3}"))
+        );
     }
     println!("wrote {}", out.join("index.html").display());
     Ok(())
@@ -515,7 +553,11 @@ pub fn induction(dir: &Path, len: usize, batch: usize, seed: u64, bos: Option<i6
         return Err(UserError(format!("--len must be at least 2, found {len}")).into());
     }
     if needed > m.model.config.n_ctx {
-        return Err(UserError(format!("--len {len}: the sequence [BOS] + r + r has {needed} tokens, more than the model's context of {}", m.model.config.n_ctx)).into());
+        return Err(UserError(format!(
+            "--len {len}: the sequence [BOS] + r + r has {needed} tokens, more than the model's context of {}",
+            m.model.config.n_ctx
+        ))
+        .into());
     }
     if batch == 0 {
         return Err(UserError("--batch must be at least 1".into()).into());
@@ -526,7 +568,8 @@ pub fn induction(dir: &Path, len: usize, batch: usize, seed: u64, bos: Option<i6
     let r = burnlens_lens::report::induction_report(out, &m.model, len, batch, seed, bos)
         .map_err(|e| UserError(format!("{}: cannot write the report: {e}", out.display())))?;
     println!("mean log-probability: first half {:.3}, second half {:.3}", r.mean_logprob_first_half, r.mean_logprob_second_half);
-    let mut best: Vec<(f64, usize, usize)> = r.induction_scores.iter().enumerate().flat_map(|(l, row)| row.iter().enumerate().map(move |(h, &v)| (v, l, h))).collect();
+    let mut best: Vec<(f64, usize, usize)> =
+        r.induction_scores.iter().enumerate().flat_map(|(l, row)| row.iter().enumerate().map(move |(h, &v)| (v, l, h))).collect();
     best.sort_by(|a, b| b.0.total_cmp(&a.0));
     let shown: Vec<String> = best.iter().take(5).map(|(v, l, h)| format!("L{l}H{h} {v:.3}")).collect();
     println!("top induction heads: {}", shown.join(", "));
@@ -547,4 +590,3 @@ pub fn backends() -> Result<()> {
     println!("default: {} (set with --backend, [backend] in a run config, or BURNLENS_BACKEND)", backend::DEFAULT_BACKEND);
     Ok(())
 }
-

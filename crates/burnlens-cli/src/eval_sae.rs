@@ -51,10 +51,18 @@ pub fn run(a: &EvalSaeArgs) -> Result<()> {
     let out = json!({ "metrics": metrics, "feature_metrics": features });
     write_atomic(&a.out, serde_json::to_string_pretty(&out)?.as_bytes())?;
     let (p, r, s) = (&metrics.model_performance_preservation, &metrics.reconstruction_quality, &metrics.sparsity);
-    println!("ce_loss_score {:.4} (clean {:.4}, with SAE {:.4}, ablated {:.4})", p.ce_loss_score, p.ce_loss_without_sae, p.ce_loss_with_sae, p.ce_loss_with_ablation);
+    println!(
+        "ce_loss_score {:.4} (clean {:.4}, with SAE {:.4}, ablated {:.4})",
+        p.ce_loss_score, p.ce_loss_without_sae, p.ce_loss_with_sae, p.ce_loss_with_ablation
+    );
     println!("kl_div_score {:.4}", metrics.model_behavior_preservation.kl_div_score);
     println!("explained variance {:.4}, MSE {:.5}, cosine {:.4}, L0 {:.2}, L1 {:.3}", r.explained_variance, r.mse, r.cossim, s.l0, s.l1);
     let dead = features.feature_density.iter().filter(|&&d| d == 0.0).count();
-    println!("{dead} of {} features never fired on {} tokens; wrote {}", features.feature_density.len(), metrics.token_stats.total_tokens_eval_sparsity_variance, a.out.display());
+    println!(
+        "{dead} of {} features never fired on {} tokens; wrote {}",
+        features.feature_density.len(),
+        metrics.token_stats.total_tokens_eval_sparsity_variance,
+        a.out.display()
+    );
     Ok(())
 }

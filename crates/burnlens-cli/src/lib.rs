@@ -2,11 +2,11 @@
 //! device and calls the libraries; anything a library user could want lives there, not here.
 
 mod bench;
+mod cache_activations;
 mod commands;
+mod eval_sae;
 mod output;
 mod progress;
-mod cache_activations;
-mod eval_sae;
 mod train_sae;
 
 use std::process::ExitCode;
@@ -440,7 +440,9 @@ pub fn run() -> ExitCode {
             let corrupted = Input { text: corrupted_text, ids: corrupted_ids };
             commands::patch(&model, &input, &corrupted, &metric, &nodes, !no_exact, denoise, &out, &common)
         }
-        Command::Attribute { model, input, target, wrong, pos, out, common } => commands::attribute(&model, &input, &target, wrong.as_deref(), pos, &out, &common),
+        Command::Attribute { model, input, target, wrong, pos, out, common } => {
+            commands::attribute(&model, &input, &target, wrong.as_deref(), pos, &out, &common)
+        }
         Command::Graph { model, input, graph, out, common } => commands::graph(&model, &input, &graph, &out, &common),
         Command::Lens { model, input, target, top, out, common } => commands::lens(&model, &input, target.as_deref(), top, &out, &common),
         Command::TrainSae(args) => train_sae::run(&args),

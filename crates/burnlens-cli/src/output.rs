@@ -36,10 +36,8 @@ pub fn write_safetensors(path: &Path, tensors: &[Saved]) -> Result<()> {
             Saved::I64(n, s, v) => (n.clone(), Dtype::I64, s.clone(), v.iter().flat_map(|x| x.to_le_bytes()).collect()),
         })
         .collect();
-    let views = bytes
-        .iter()
-        .map(|(n, dt, s, b)| Ok((n.as_str(), TensorView::new(*dt, s.clone(), b).context("building tensor view")?)))
-        .collect::<Result<Vec<_>>>()?;
+    let views =
+        bytes.iter().map(|(n, dt, s, b)| Ok((n.as_str(), TensorView::new(*dt, s.clone(), b).context("building tensor view")?))).collect::<Result<Vec<_>>>()?;
     let data = safetensors::serialize(views, None).context("serialising safetensors")?;
     write_atomic(path, &data)
 }

@@ -113,6 +113,11 @@ fn train(a: &TrainSaeArgs, options: &RunOptions, cfg: &SaeRunConfig, source: Sou
     };
     println!("trained {n} {} {what} ({} features per layer or SAE) over {} activations", cfg.architecture.name(), cfg.d_sae, s.tokens);
     let outs: Vec<String> = s.outputs.iter().map(|p| p.display().to_string()).collect();
-    println!("wrote {} ({}), metrics.jsonl and checkpoint.safetensors in {}", outs.join(", "), if options.transcoders { "circuit-tracer's layout" } else { "SAELens's layout" }, a.out.display());
+    println!(
+        "wrote {} ({}), metrics.jsonl and checkpoint.safetensors in {}",
+        outs.join(", "),
+        if options.transcoders { "circuit-tracer's layout" } else { "SAELens's layout" },
+        a.out.display()
+    );
     Ok(())
 }

@@ -113,9 +113,11 @@ fn pick_column(path: &Path, column: &Column, has: impl Fn(&str) -> bool, listing
     match &column.0 {
         Some(c) if has(c) => Ok(c.clone()),
         Some(c) => Err(DataError::column(path, c, format!("not there (the file has: {listing})"))),
-        None => AUTO_COLUMNS.iter().find(|c| has(c)).map(|c| c.to_string()).ok_or_else(|| {
-            DataError::file(path, format!("has none of the columns {} (it has: {listing}); name one with --column", AUTO_COLUMNS.join(", ")))
-        }),
+        None => {
+            AUTO_COLUMNS.iter().find(|c| has(c)).map(|c| c.to_string()).ok_or_else(|| {
+                DataError::file(path, format!("has none of the columns {} (it has: {listing}); name one with --column", AUTO_COLUMNS.join(", ")))
+            })
+        }
     }
 }
 

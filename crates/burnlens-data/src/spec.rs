@@ -30,10 +30,7 @@ impl DatasetSpec {
         };
         match HubId::parse(id) {
             Some(id) if id.repo.contains('/') => Ok(DatasetSpec::Hub { id: id.dataset(), split }),
-            _ => Err(DataError::Spec {
-                spec: s.into(),
-                msg: "no such file or folder, and not a Hub dataset id (expected org/name[@revision][:split])".into(),
-            }),
+            _ => Err(DataError::Spec { spec: s.into(), msg: "no such file or folder, and not a Hub dataset id (expected org/name[@revision][:split])".into() }),
         }
     }
 

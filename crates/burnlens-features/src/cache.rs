@@ -96,7 +96,15 @@ pub fn write_cache(dir: &Path, job: &CacheJob, mut windows: WindowSource, progre
     let probe = pass(job.model, &job.hooks, &[vec![0; 2]])?;
     let widths: Vec<usize> = probe.iter().map(|t| t.dims()[1]).collect();
     std::fs::create_dir_all(dir).map_err(|e| file_err(dir, e))?;
-    let fresh = CacheIndex { format: FORMAT.into(), hooks: names.clone(), widths: widths.clone(), context_size: job.context_size, windows_per_chunk: job.windows_per_chunk, complete: false, shards: Vec::new() };
+    let fresh = CacheIndex {
+        format: FORMAT.into(),
+        hooks: names.clone(),
+        widths: widths.clone(),
+        context_size: job.context_size,
+        windows_per_chunk: job.windows_per_chunk,
+        complete: false,
+        shards: Vec::new(),
+    };
     let mut index = match CacheIndex::read(dir) {
         Ok(old) if CacheIndex { complete: false, shards: Vec::new(), ..old.clone() } == fresh => old,
         Ok(_) => return Err(file_err(&dir.join(INDEX), "this folder holds a cache of other hooks or windows; use a new folder")),
@@ -171,7 +179,13 @@ impl CacheReader {
         let index = CacheIndex::read(dir)?;
         let columns = hooks
             .iter()
-            .map(|h| index.hooks.iter().position(|c| c == h).ok_or_else(|| file_err(&dir.join(INDEX), format!("holds no activations of `{h}` (it has {})", index.hooks.join(", ")))))
+            .map(|h| {
+                index
+                    .hooks
+                    .iter()
+                    .position(|c| c == h)
+                    .ok_or_else(|| file_err(&dir.join(INDEX), format!("holds no activations of `{h}` (it has {})", index.hooks.join(", "))))
+            })
             .collect::<Result<Vec<_>, _>>()?;
         Ok(CacheReader { dir: dir.to_path_buf(), index, columns, shard: 0, pending: Default::default(), chunks_read: 0 })
     }

@@ -69,11 +69,8 @@ impl Codes {
     /// Per entry: `w[feature] · g[r]`, the gradient of the entry's coefficient when `g`
     /// (`[n, d]`) is the gradient of what [`decode_into`](Self::decode_into) wrote.
     pub fn coefficient_grads(&self, w: &[f32], g: &[f32], d: usize) -> Vec<f32> {
-        let per_row: Vec<Vec<f32>> = g
-            .par_chunks(d)
-            .enumerate()
-            .map(|(r, g)| self.row(r).map(|e| dot(&w[self.features[e] as usize * d..][..d], g)).collect())
-            .collect();
+        let per_row: Vec<Vec<f32>> =
+            g.par_chunks(d).enumerate().map(|(r, g)| self.row(r).map(|e| dot(&w[self.features[e] as usize * d..][..d], g)).collect()).collect();
         per_row.concat()
     }
 

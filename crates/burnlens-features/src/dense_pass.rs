@@ -158,8 +158,5 @@ fn backward_elementwise(g: &mut [f32], pre: &mut [f32], m: usize, theta: Option<
     }
 }
 
-
-
-
 #[cfg(test)]
 mod tests;

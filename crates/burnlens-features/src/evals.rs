@@ -150,15 +150,29 @@ pub fn evaluate(input: &EvalInput) -> Result<(EvalMetrics, FeatureMetrics), SaeE
     let (ce_clean, ce_sae, ce_zero) = (mean(&l.ce_clean), mean(&l.ce_sae), mean(&l.ce_zero));
     let per_batch = batches.iter().map(|b| b.len() * b[0].len()).sum::<usize>();
     let metrics = EvalMetrics {
-        model_behavior_preservation: BehaviorPreservation { kl_div_score: (kl_zero - kl_sae) / kl_zero, kl_div_with_ablation: kl_zero, kl_div_with_sae: kl_sae },
+        model_behavior_preservation: BehaviorPreservation {
+            kl_div_score: (kl_zero - kl_sae) / kl_zero,
+            kl_div_with_ablation: kl_zero,
+            kl_div_with_sae: kl_sae,
+        },
         model_performance_preservation: PerformancePreservation {
             ce_loss_score: (ce_zero - ce_sae) / (ce_zero - ce_clean),
             ce_loss_with_ablation: ce_zero,
             ce_loss_with_sae: ce_sae,
             ce_loss_without_sae: ce_clean,
         },
-        reconstruction_quality: ReconstructionQuality { explained_variance: ev.value(), explained_variance_legacy: mean(&l.ev_legacy), mse: mean(&l.mse), cossim: mean(&l.cossim) },
-        shrinkage: Shrinkage { l2_norm_in: mean(&l.l2_in), l2_norm_out: mean(&l.l2_out), l2_ratio: mean(&l.l2_ratio), relative_reconstruction_bias: mean(&l.bias) },
+        reconstruction_quality: ReconstructionQuality {
+            explained_variance: ev.value(),
+            explained_variance_legacy: mean(&l.ev_legacy),
+            mse: mean(&l.mse),
+            cossim: mean(&l.cossim),
+        },
+        shrinkage: Shrinkage {
+            l2_norm_in: mean(&l.l2_in),
+            l2_norm_out: mean(&l.l2_out),
+            l2_ratio: mean(&l.l2_ratio),
+            relative_reconstruction_bias: mean(&l.bias),
+        },
         sparsity: Sparsity { l0: mean(&l.l0), l1: mean(&l.l1) },
         token_stats: TokenStats { total_tokens_eval_reconstruction: per_batch, total_tokens_eval_sparsity_variance: per_batch },
     };
@@ -201,10 +215,13 @@ fn reconstruction_pass(model: &Transformer, sae: &Sae, batch: &[Vec<u32>], keep:
     );
     let with_sae = model.forward_hooked(ids.clone(), &mut spliced);
     drop(spliced);
-    let mut zero = Hooks::none().with_edit(|n| n == hook, |_, act| match act {
-        Activation::Rank3(a) => Activation::Rank3(a.zeros_like()),
-        Activation::Rank4(a) => Activation::Rank4(a.zeros_like()),
-    });
+    let mut zero = Hooks::none().with_edit(
+        |n| n == hook,
+        |_, act| match act {
+            Activation::Rank3(a) => Activation::Rank3(a.zeros_like()),
+            Activation::Rank4(a) => Activation::Rank4(a.zeros_like()),
+        },
+    );
     let zeroed = model.forward_hooked(ids.clone(), &mut zero);
     // Each pass's log-probabilities once, shared by its KL and its next-token loss.
     let (log_clean, log_sae, log_zero) = (log_softmax(clean, 2), log_softmax(with_sae, 2), log_softmax(zeroed, 2));

@@ -28,10 +28,13 @@ pub fn column_sums(v: &[f32], m: usize, f: impl Fn(f32) -> f32 + Sync) -> Vec<f3
             block.chunks(m).for_each(|row| s.iter_mut().zip(row).for_each(|(s, &x)| *s += f(x)));
             s
         })
-        .reduce(|| vec![0.0f32; m], |mut a, b| {
-            a.iter_mut().zip(b).for_each(|(a, b)| *a += b);
-            a
-        })
+        .reduce(
+            || vec![0.0f32; m],
+            |mut a, b| {
+                a.iter_mut().zip(b).for_each(|(a, b)| *a += b);
+                a
+            },
+        )
 }
 
 /// `out[i, j] += t[j, i]` (`t`: `[m, d]`, `out`: `[d, m]`), in blocks, rows of `out` in

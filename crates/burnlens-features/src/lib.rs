@@ -14,13 +14,13 @@
 //! [`mixing`] and [`store`] turn a corpus's windows into shuffled activation batches.
 
 pub mod adam;
+pub mod architecture;
 pub mod cache;
 pub mod codes;
+pub mod config;
 pub mod cross_layer;
 pub mod dense_pass;
 pub mod evals;
-pub mod architecture;
-pub mod config;
 pub mod forward;
 pub mod host;
 pub mod inference;
@@ -28,9 +28,9 @@ pub mod mixing;
 pub mod options;
 pub mod outputs;
 pub mod params;
+pub mod pass;
 #[cfg(test)]
 mod pass_check;
-pub mod pass;
 pub mod run;
 pub mod schedule;
 pub mod sparse_pass;
@@ -38,16 +38,16 @@ pub mod store;
 pub mod trainer;
 
 pub use architecture::{Architecture, JumpReluSettings, LossTerm, TopKSettings};
-pub use params::{SaeParams, Shape};
+pub use cache::{CacheIndex, CacheJob, CacheReader, write_cache};
+pub use config::{RunError, SaeRunConfig, Site};
 pub use evals::{EvalInput, EvalMetrics, FeatureMetrics, evaluate};
+pub use forward::TrainPassValues;
 pub use inference::{SaeSite, inference_sae};
 pub use mixing::MixingBuffer;
 pub use options::RunOptions;
-pub use config::{RunError, SaeRunConfig, Site};
-pub use cache::{CacheIndex, CacheJob, CacheReader, write_cache};
-pub use run::{OnStep, Progress, RunSummary, Source, train};
+pub use params::{SaeParams, Shape};
 pub use pass::{StoreError, WindowSource};
-pub use store::{ActivationStore, Producer, StoreConfig};
+pub use run::{OnStep, Progress, RunSummary, Source, train};
 pub use schedule::{CoefficientSchedule, LrSchedule, LrScheduler};
-pub use forward::TrainPassValues;
+pub use store::{ActivationStore, Producer, StoreConfig};
 pub use trainer::{Batch, SaeTrainer, StepReport, TrainerConfig};

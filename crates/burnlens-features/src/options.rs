@@ -115,7 +115,11 @@ impl RunOptions {
             "standard" => Architecture::Standard { l1_coefficient: self.l1, l1_warm_up_steps: self.coefficient_warm_up_steps },
             "topk" => Architecture::TopK(topk),
             "batchtopk" => Architecture::BatchTopK { topk, threshold_lr: 0.01 },
-            "jumprelu" => Architecture::JumpRelu(JumpReluSettings { l0_coefficient: self.l1, l0_warm_up_steps: self.coefficient_warm_up_steps, ..JumpReluSettings::default() }),
+            "jumprelu" => Architecture::JumpRelu(JumpReluSettings {
+                l0_coefficient: self.l1,
+                l0_warm_up_steps: self.coefficient_warm_up_steps,
+                ..JumpReluSettings::default()
+            }),
             other => return Err(bad(format!("architecture: \"{other}\" is not one of standard, topk, batchtopk, jumprelu"))),
         })
     }
@@ -143,7 +147,10 @@ impl RunOptions {
             return Err(bad("cross_layer: a cross-layer transcoder is trained from transcoders = true".into()));
         }
         if self.cross_layer && (self.skip || self.architecture == "topk") {
-            return Err(bad(format!("cross_layer: circuit-tracer's CLT files hold no skip connection and no TopK ({}); train standard, jumprelu or batchtopk without skip", if self.skip { "skip asked for" } else { "topk asked for" })));
+            return Err(bad(format!(
+                "cross_layer: circuit-tracer's CLT files hold no skip connection and no TopK ({}); train standard, jumprelu or batchtopk without skip",
+                if self.skip { "skip asked for" } else { "topk asked for" }
+            )));
         }
         if self.steps == 0 || self.batch == 0 || d_sae == 0 {
             return Err(bad("steps, batch and d_sae must be positive".into()));

@@ -14,8 +14,8 @@ use burn::tensor::Tensor;
 use safetensors::Dtype;
 
 use crate::architecture::Architecture;
-use crate::inference::{SaeSite, inference_sae};
 use crate::config::{RunError, SaeRunConfig, file_err};
+use crate::inference::{SaeSite, inference_sae};
 use crate::trainer::SaeTrainer;
 
 /// Write the run's SAEs or transcoder set under `dir`; the folders written.
@@ -29,7 +29,12 @@ pub fn write_outputs(dir: &Path, cfg: &SaeRunConfig, trainers: &[SaeTrainer], mo
     let mut out = Vec::new();
     for (site, t) in cfg.sites.iter().zip(trainers) {
         let sae_dir = if cfg.sites.len() == 1 { dir.join("sae") } else { dir.join("sae").join(&site.input) };
-        let sae = inference_sae(&cfg.architecture, &t.params, t.topk_threshold, SaeSite { hook_name: &site.input, model_name: model_name.clone(), transcoder: false });
+        let sae = inference_sae(
+            &cfg.architecture,
+            &t.params,
+            t.topk_threshold,
+            SaeSite { hook_name: &site.input, model_name: model_name.clone(), transcoder: false },
+        );
         sae.save(&sae_dir).map_err(|e| file_err(&sae_dir, e))?;
         out.push(sae_dir);
     }
@@ -46,7 +51,11 @@ fn per_layer(hook: &str) -> Option<(usize, &str)> {
 /// The per-layer hook names of a set of transcoder sites: one per layer from 0, each from
 /// `blocks.{l}.<input>` to `blocks.{l}.<output>` with the same names.
 fn set_hooks(cfg: &SaeRunConfig) -> Result<(&str, &str), RunError> {
-    let not_a_set = || RunError::Config("transcoders are written as a set: one per layer from 0, each from blocks.{l}.<input> to blocks.{l}.<output> with the same hook names".into());
+    let not_a_set = || {
+        RunError::Config(
+            "transcoders are written as a set: one per layer from 0, each from blocks.{l}.<input> to blocks.{l}.<output> with the same hook names".into(),
+        )
+    };
     let mut names = None;
     for (l, site) in cfg.sites.iter().enumerate() {
         let (li, input) = per_layer(&site.input).ok_or_else(not_a_set)?;
@@ -116,7 +125,9 @@ fn write_clt(out: &Path, cfg: &SaeRunConfig, t: &SaeTrainer) -> Result<PathBuf, 
         write_f32s(&out.join(format!("W_dec_{l}.safetensors")), vec![(format!("W_dec_{l}"), vec![f, k, b.d_out], dec)])?;
     }
     let activation = if folded.threshold.is_some() { "jump_relu" } else { "relu" };
-    let yaml = format!("model_kind: cross_layer_transcoder\nscan: burnlens-trained\nfeature_input_hook: {input}\nfeature_output_hook: {output}\nactivation_function: {activation}\n");
+    let yaml = format!(
+        "model_kind: cross_layer_transcoder\nscan: burnlens-trained\nfeature_input_hook: {input}\nfeature_output_hook: {output}\nactivation_function: {activation}\n"
+    );
     let cfg_path = out.join("config.yaml");
     burnlens_model::files::write_atomic(&cfg_path, yaml.as_bytes()).map_err(|e| file_err(&cfg_path, e))?;
     Ok(out.to_path_buf())

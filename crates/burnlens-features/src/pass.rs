@@ -48,7 +48,10 @@ pub fn pass(model: &Transformer, hooks: &[HookPoint], windows: &[Vec<u32>]) -> R
                 let [b, t, h, d] = a.dims();
                 Ok(a.reshape([b * t, h * d]))
             }
-            Some(a) => Err(StoreError::Hook { hook: name.clone(), msg: format!("activation of shape {:?}: only [batch, pos, d] points and hook_z can be trained on", a.dims()) }),
+            Some(a) => Err(StoreError::Hook {
+                hook: name.clone(),
+                msg: format!("activation of shape {:?}: only [batch, pos, d] points and hook_z can be trained on", a.dims()),
+            }),
             None => Err(StoreError::Hook { hook: name.clone(), msg: "not produced by the forward pass".into() }),
         })
         .collect()

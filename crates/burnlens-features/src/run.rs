@@ -18,11 +18,11 @@ use burnlens_model::{HookPoint, Rng, Transformer};
 use safetensors::Dtype;
 use serde::Serialize;
 
+use crate::cache::CacheReader;
 use crate::config::{RunError, SaeRunConfig, file_err};
+use crate::cross_layer::Blocks;
 use crate::outputs::write_outputs;
 use crate::params::{DECODER_INIT_NORM, SaeParams, Shape};
-use crate::cache::CacheReader;
-use crate::cross_layer::Blocks;
 use crate::pass::WindowSource;
 use crate::store::ActivationStore;
 use crate::trainer::{Batch, SaeTrainer, StepReport};
@@ -143,28 +143,10 @@ pub fn train(dir: &Path, cfg: &SaeRunConfig, source: Source, on_step: &mut OnSte
     if cfg.d_sae == 0 || cfg.steps == 0 {
         return Err(RunError::Config("d_sae and steps must be positive".into()));
     }
-    std::fs::create_dir_all(dir).map_err(|e| file_err(dir, e))?;
-    let cfg_path = dir.join(CONFIG);
-    let cfg_text = serde_json::to_string_pretty(cfg).expect("config serialises");
-    match std::fs::read_to_string(&cfg_path) {
-        Ok(old) if old != cfg_text => return Err(file_err(&cfg_path, "this run directory holds a run with another configuration; use a new directory (or delete it)")),
-        Ok(_) => {}
-        Err(_) => burnlens_model::files::write_atomic(&cfg_path, cfg_text.as_bytes()).map_err(|e| file_err(&cfg_path, e))?,
-    }
-    let device = store.device.clone();
-    let units = units(cfg, &h, &store.widths, &device);
+    write_config(dir, cfg)?;
+    let units = units(cfg, &h, &store.widths, &store.device.clone());
     let ckpt = dir.join(CHECKPOINT);
-    let (mut trainers, resumed_from) = if ckpt.is_file() {
-        let t = load_checkpoint(&ckpt, cfg, &units, &mut store, &device)?;
-        let at = t[0].step;
-        (t, Some(at))
-    } else {
-        let fresh = |(i, u): (usize, &Unit)| {
-            let params = SaeParams::init(&cfg.architecture, u.shape, Some(DECODER_INIT_NORM), &mut Rng::new(cfg.seed.wrapping_add(i as u64)), &device);
-            u.trainer(cfg, params)
-        };
-        (units.iter().enumerate().map(fresh).collect::<Vec<_>>(), None)
-    };
+    let (mut trainers, resumed_from) = start_trainers(&ckpt, cfg, &units, &mut store)?;
     let metrics_path = dir.join(METRICS);
     let (start, mut store_s) = (Instant::now(), 0.0);
     let first = trainers[0].step;
@@ -182,7 +164,12 @@ pub fn train(dir: &Path, cfg: &SaeRunConfig, source: Source, on_step: &mut OnSte
         let step = trainers[0].step;
         let done = (step - first) as f64;
         let elapsed = start.elapsed().as_secs_f64().max(1e-9);
-        let progress = Progress { step, steps: cfg.steps, tokens_per_s: done * cfg.store.train_batch_size_tokens as f64 / elapsed, seconds_left: elapsed / done * (cfg.steps - step) as f64 };
+        let progress = Progress {
+            step,
+            steps: cfg.steps,
+            tokens_per_s: done * cfg.store.train_batch_size_tokens as f64 / elapsed,
+            seconds_left: elapsed / done * (cfg.steps - step) as f64,
+        };
         stopped = on_step(&reports, &progress).is_break();
         if step % cfg.log_every.max(1) == 0 || step == cfg.steps {
             append_metrics(&metrics_path, cfg, &reports, Clock { elapsed_s: elapsed, store_s })?;
@@ -208,6 +195,34 @@ pub fn train(dir: &Path, cfg: &SaeRunConfig, source: Source, on_step: &mut OnSte
         stopped,
         outputs,
     })
+}
+
+/// The run directory with its `config.json`: written if new, refused if it holds another
+/// configuration.
+fn write_config(dir: &Path, cfg: &SaeRunConfig) -> Result<(), RunError> {
+    std::fs::create_dir_all(dir).map_err(|e| file_err(dir, e))?;
+    let cfg_path = dir.join(CONFIG);
+    let cfg_text = serde_json::to_string_pretty(cfg).expect("config serialises");
+    match std::fs::read_to_string(&cfg_path) {
+        Ok(old) if old != cfg_text => Err(file_err(&cfg_path, "this run directory holds a run with another configuration; use a new directory (or delete it)")),
+        Ok(_) => Ok(()),
+        Err(_) => burnlens_model::files::write_atomic(&cfg_path, cfg_text.as_bytes()).map_err(|e| file_err(&cfg_path, e)),
+    }
+}
+
+/// The trainers from the checkpoint `ckpt` (and the step it was at), or fresh ones.
+fn start_trainers(ckpt: &Path, cfg: &SaeRunConfig, units: &[Unit], store: &mut ActivationStore) -> Result<(Vec<SaeTrainer>, Option<usize>), RunError> {
+    let device = store.device.clone();
+    if ckpt.is_file() {
+        let t = load_checkpoint(ckpt, cfg, units, store, &device)?;
+        let at = t[0].step;
+        return Ok((t, Some(at)));
+    }
+    let fresh = |(i, u): (usize, &Unit)| {
+        let params = SaeParams::init(&cfg.architecture, u.shape, Some(DECODER_INIT_NORM), &mut Rng::new(cfg.seed.wrapping_add(i as u64)), &device);
+        u.trainer(cfg, params)
+    };
+    Ok((units.iter().enumerate().map(fresh).collect(), None))
 }
 
 /// What a run calls after every step: `Break` stops it (checkpoint written, to resume).
@@ -326,7 +341,9 @@ impl Saved<'_> {
     fn params(&self, prefix: &str, like: &SaeParams, device: &Device) -> Result<SaeParams, RunError> {
         let mut err = None;
         let p = like.map(|name, like| match self.f32s(&format!("{prefix}.{name}")) {
-            Ok((shape, v)) if shape.iter().product::<usize>() == like.dims().iter().product::<usize>() => Tensor::from_data(TensorData::new(v, like.dims()), device),
+            Ok((shape, v)) if shape.iter().product::<usize>() == like.dims().iter().product::<usize>() => {
+                Tensor::from_data(TensorData::new(v, like.dims()), device)
+            }
             Ok((shape, _)) => {
                 err.get_or_insert(self.bad(format!("tensor `{prefix}.{name}` has shape {shape:?}, the configuration gives {:?}", like.dims())));
                 like
@@ -344,7 +361,12 @@ fn load_checkpoint(path: &Path, cfg: &SaeRunConfig, units: &[Unit], store: &mut 
     let bytes = std::fs::read(path).map_err(|e| file_err(path, e))?;
     let unreadable = |e: safetensors::SafeTensorError| file_err(path, format!("not a readable checkpoint: {e}"));
     let (_, header) = safetensors::SafeTensors::read_metadata(&bytes).map_err(unreadable)?;
-    let state = header.metadata().as_ref().and_then(|m| m.get("state")).and_then(|s| serde_json::from_str(s).ok()).ok_or_else(|| file_err(path, "has no training state"))?;
+    let state = header
+        .metadata()
+        .as_ref()
+        .and_then(|m| m.get("state"))
+        .and_then(|s| serde_json::from_str(s).ok())
+        .ok_or_else(|| file_err(path, "has no training state"))?;
     let saved = Saved { path, st: safetensors::SafeTensors::deserialize(&bytes).map_err(unreadable)?, state };
     let step = saved.num("step", None)?.as_u64().unwrap_or(0) as usize;
     let mut trainers = Vec::with_capacity(units.len());

@@ -13,9 +13,9 @@
 use burn::tensor::{Tensor, TensorData};
 
 use crate::architecture::{Architecture, LossTerm, TopKSettings};
+use crate::codes::{Codes, Scores, kth_largest_per_row};
 use crate::forward::TrainPassValues;
 use crate::host::{Scratch, affine_into, host, tensor};
-use crate::codes::{Codes, Scores, kth_largest_per_row};
 use crate::params::SaeParams;
 
 /// The inputs of a sparse pass besides the parameters.
@@ -112,9 +112,7 @@ pub fn gradients(p: &SaeParams, arch: &Architecture, input: SparseInput) -> (Sae
 fn active(arch: &Architecture, t: &TopKSettings, scores: Scores) -> Codes {
     let n = scores.pre.len() / scores.m;
     match arch {
-        Architecture::TopK(_) => {
-            scores.top_k_per_row(t.k as usize)
-        }
+        Architecture::TopK(_) => scores.top_k_per_row(t.k as usize),
         _ => {
             let kk = ((t.k * n as f64) as usize).clamp(1, n * scores.m);
             let kth = scores.kth_largest_of_all(kk).unwrap_or(0.0).max(0.0);
@@ -158,8 +156,6 @@ fn auxiliary(t: &TopKSettings, pre: &[f32], w_dec: &[f32], diff: &[f32], dead: &
 fn sum_squares(v: &[f32]) -> f64 {
     v.iter().map(|&x| (x as f64) * (x as f64)).sum()
 }
-
-
 
 #[cfg(test)]
 mod tests;

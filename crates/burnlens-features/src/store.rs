@@ -81,7 +81,8 @@ impl<'a> ActivationStore<'a> {
         }
         let probe = pass(model, &hooks, &[vec![0; 2]])?;
         let widths: Vec<usize> = probe.iter().map(|t| t.dims()[1]).collect();
-        let buffer = MixingBuffer::new(cfg.buffer_rows(), cfg.train_batch_size_tokens, cfg.mix_fraction, widths.iter().sum(), seed).map_err(StoreError::Config)?;
+        let buffer =
+            MixingBuffer::new(cfg.buffer_rows(), cfg.train_batch_size_tokens, cfg.mix_fraction, widths.iter().sum(), seed).map_err(StoreError::Config)?;
         Ok(ActivationStore { device: model.device(), producer: Producer::Model { model, hooks, windows }, widths, buffer, cfg, position: 0, exhausted: false })
     }
 
@@ -96,7 +97,8 @@ impl<'a> ActivationStore<'a> {
             )));
         }
         let widths = reader.widths();
-        let buffer = MixingBuffer::new(cfg.buffer_rows(), cfg.train_batch_size_tokens, cfg.mix_fraction, widths.iter().sum(), seed).map_err(StoreError::Config)?;
+        let buffer =
+            MixingBuffer::new(cfg.buffer_rows(), cfg.train_batch_size_tokens, cfg.mix_fraction, widths.iter().sum(), seed).map_err(StoreError::Config)?;
         Ok(ActivationStore { device, producer: Producer::Cache(reader), widths, buffer, cfg, position: 0, exhausted: false })
     }
 
@@ -175,4 +177,3 @@ fn joined(acts: Vec<Tensor<2>>) -> Vec<f32> {
     let joined = if acts.len() == 1 { acts.into_iter().next().expect("one") } else { Tensor::cat(acts, 1) };
     joined.into_data().try_into_vec_as::<f32>().expect("f32 activations")
 }
-

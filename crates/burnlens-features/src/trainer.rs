@@ -8,14 +8,14 @@ use burn::tensor::{Bool, Device, Tensor, TensorData};
 use serde::{Deserialize, Serialize};
 
 use crate::adam::Adam;
-use crate::cross_layer::Blocks;
-use crate::host::Scratch;
 use crate::architecture::{Architecture, LossTerm};
-use crate::forward::{PassInput, TrainPassValues, training_pass};
-use crate::params::SaeParams;
+use crate::cross_layer::Blocks;
 use crate::dense_pass::{self, DenseInput};
-use crate::sparse_pass::{self, SparseInput};
+use crate::forward::{PassInput, TrainPassValues, training_pass};
+use crate::host::Scratch;
+use crate::params::SaeParams;
 use crate::schedule::{CoefficientSchedule, LrSchedule};
+use crate::sparse_pass::{self, SparseInput};
 
 /// SAELens's trainer settings (`SAETrainerConfig`'s optimisation fields).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -67,7 +67,18 @@ impl SaeTrainer {
     pub fn new(arch: Architecture, cfg: TrainerConfig, params: SaeParams) -> Self {
         let (_, d_sae) = params.dims();
         let adam = Adam::new(&params, cfg.adam_beta1, cfg.adam_beta2);
-        SaeTrainer { arch, cfg, params, adam, step: 0, since_fired: vec![0; d_sae], fired_tokens: vec![0; d_sae], topk_threshold: 0.0, blocks: None, scratch: Scratch::default() }
+        SaeTrainer {
+            arch,
+            cfg,
+            params,
+            adam,
+            step: 0,
+            since_fired: vec![0; d_sae],
+            fired_tokens: vec![0; d_sae],
+            topk_threshold: 0.0,
+            blocks: None,
+            scratch: Scratch::default(),
+        }
     }
 
     fn coefficient(&self) -> f64 {
@@ -118,7 +129,8 @@ impl SaeTrainer {
         let device: Device = x.device();
         let mask = Tensor::<1, Bool>::from_data(TensorData::new(dead, [self.since_fired.len()]), &device);
         let leaves = params.leaves();
-        let input = PassInput { x: x.autodiff(), target: target.autodiff(), subtract_b_dec, coefficient: self.coefficient(), dead: Some((&mask.autodiff(), n_dead)) };
+        let input =
+            PassInput { x: x.autodiff(), target: target.autodiff(), subtract_b_dec, coefficient: self.coefficient(), dead: Some((&mask.autodiff(), n_dead)) };
         let pass = training_pass(&leaves, &self.arch, input);
         let acts = pass.feature_acts.clone().inner();
         let fired = acts.clone().not_equal_elem(0.0);

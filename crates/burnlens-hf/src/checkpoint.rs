@@ -124,11 +124,8 @@ impl Checkpoint {
             ("pytorch_model.bin", WeightFormat::PytorchBin),
             ("pytorch_model.bin.index.json", WeightFormat::ShardedPytorchBin),
         ];
-        let (file, format) = candidates
-            .iter()
-            .map(|(f, fmt)| (dir.join(f), *fmt))
-            .find(|(p, _)| p.is_file())
-            .ok_or_else(|| HfError::NoWeights { dir: dir.to_path_buf() })?;
+        let (file, format) =
+            candidates.iter().map(|(f, fmt)| (dir.join(f), *fmt)).find(|(p, _)| p.is_file()).ok_or_else(|| HfError::NoWeights { dir: dir.to_path_buf() })?;
         let files = match format {
             WeightFormat::Safetensors | WeightFormat::PytorchBin => vec![file],
             WeightFormat::ShardedSafetensors | WeightFormat::ShardedPytorchBin => shard_files(&file)?,
@@ -313,8 +310,7 @@ pub fn dtype_name(dtype: DType) -> &'static str {
 /// The distinct shard files named by an index, in first-mention order.
 fn shard_files(index: &Path) -> Result<Vec<PathBuf>> {
     let text = std::fs::read_to_string(index).map_err(|e| HfError::io(index, e))?;
-    let value: serde_json::Value =
-        serde_json::from_str(&text).map_err(|e| HfError::Json { path: index.into(), msg: e.to_string() })?;
+    let value: serde_json::Value = serde_json::from_str(&text).map_err(|e| HfError::Json { path: index.into(), msg: e.to_string() })?;
     let map = value.get("weight_map").and_then(|m| m.as_object()).ok_or_else(|| HfError::Field {
         path: index.into(),
         field: "weight_map".into(),
@@ -345,9 +341,7 @@ fn shard_files(index: &Path) -> Result<Vec<PathBuf>> {
 
 fn read_safetensors(path: &Path) -> Result<Vec<PackTensor>> {
     let mut store = SafetensorsStore::from_file(path);
-    let tensors = store
-        .get_all_tensors()
-        .map_err(|e| HfError::checkpoint(path, format!("not a readable safetensors file (truncated or corrupt?): {e}")))?;
+    let tensors = store.get_all_tensors().map_err(|e| HfError::checkpoint(path, format!("not a readable safetensors file (truncated or corrupt?): {e}")))?;
     Ok(tensors.values().cloned().collect())
 }
 
@@ -385,8 +379,6 @@ fn safetensors_ranges(path: &Path) -> Result<std::collections::HashMap<String, (
 
 fn read_pytorch(path: &Path) -> Result<Vec<PackTensor>> {
     let mut store = PytorchStore::from_file(path);
-    let tensors = store
-        .get_all_tensors()
-        .map_err(|e| HfError::checkpoint(path, format!("not a readable PyTorch checkpoint (truncated or corrupt?): {e}")))?;
+    let tensors = store.get_all_tensors().map_err(|e| HfError::checkpoint(path, format!("not a readable PyTorch checkpoint (truncated or corrupt?): {e}")))?;
     Ok(tensors.values().cloned().collect())
 }

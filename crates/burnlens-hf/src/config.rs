@@ -95,8 +95,10 @@ mod tests {
 
     #[test]
     fn gpt2_legacy_n_ctx_and_inverse_layer_scale() {
-        let c = parse(r#"{"model_type": "gpt2", "n_ctx": 64, "n_embd": 32, "n_head": 4, "n_layer": 2,
-                          "scale_attn_by_inverse_layer_idx": true, "n_inner": 80}"#)
+        let c = parse(
+            r#"{"model_type": "gpt2", "n_ctx": 64, "n_embd": 32, "n_head": 4, "n_layer": 2,
+                          "scale_attn_by_inverse_layer_idx": true, "n_inner": 80}"#,
+        )
         .unwrap();
         assert_eq!(c.model.n_ctx, 64);
         assert_eq!(c.model.d_mlp, Some(80));
@@ -105,8 +107,10 @@ mod tests {
 
     #[test]
     fn gpt_neo_attention_types_expand() {
-        let c = parse(r#"{"model_type": "gpt_neo", "hidden_size": 64, "num_heads": 4, "num_layers": 3,
-                          "attention_types": [[["global", "local"], 1], [["local"], 1]], "window_size": 5}"#)
+        let c = parse(
+            r#"{"model_type": "gpt_neo", "hidden_size": 64, "num_heads": 4, "num_layers": 3,
+                          "attention_types": [[["global", "local"], 1], [["local"], 1]], "window_size": 5}"#,
+        )
         .unwrap();
         assert_eq!(c.model.spans, vec![AttentionSpan::Global, AttentionSpan::Local(5), AttentionSpan::Local(5)]);
         assert_eq!(c.model.score_scale, ScoreScale::None);
@@ -116,8 +120,10 @@ mod tests {
 
     #[test]
     fn gpt_neo_125m_defaults() {
-        let c = parse(r#"{"model_type": "gpt_neo", "hidden_size": 768, "num_heads": 12, "num_layers": 12,
-                          "attention_types": [[["global", "local"], 6]]}"#)
+        let c = parse(
+            r#"{"model_type": "gpt_neo", "hidden_size": 768, "num_heads": 12, "num_layers": 12,
+                          "attention_types": [[["global", "local"], 6]]}"#,
+        )
         .unwrap();
         assert_eq!(c.model.spans[1], AttentionSpan::Local(256));
         assert_eq!(c.model.n_ctx, 2048);
@@ -133,16 +139,24 @@ mod tests {
         assert!(msg(r#"{"model_type": "gpt2", "n_layer": -2}"#).contains("`n_layer` must be a non-negative integer, found -2"));
         assert!(msg(r#"{"model_type": "gpt2", "n_layer": 0}"#).contains("`n_layers` must be at least 1"));
         assert!(msg(r#"{"model_type": "gpt2", "activation_function": "tanh"}"#).contains("\"tanh\" is not supported"));
-        assert!(msg(r#"{"model_type": "gpt_neo", "num_layers": 2, "attention_types": [[["global", "local"], 2]]}"#)
-            .contains("describes 4 layers but num_layers is 2"));
-        assert!(msg(r#"{"model_type": "gpt_neo", "num_layers": 2, "window_size": 0, "attention_types": [[["global", "local"], 1]]}"#)
-            .contains("`window_size` is 0"));
+        assert!(
+            msg(r#"{"model_type": "gpt_neo", "num_layers": 2, "attention_types": [[["global", "local"], 2]]}"#)
+                .contains("describes 4 layers but num_layers is 2")
+        );
+        assert!(
+            msg(r#"{"model_type": "gpt_neo", "num_layers": 2, "window_size": 0, "attention_types": [[["global", "local"], 1]]}"#)
+                .contains("`window_size` is 0")
+        );
         assert!(msg("{not json").contains("config.json: not valid JSON"));
         // Phi-3-mini-128k's long-context rope is named, not silently run as plain rope.
-        assert!(msg(r#"{"model_type": "phi3", "rope_scaling": {"type": "longrope", "short_factor": [1.0], "long_factor": [1.0]}}"#)
-            .contains("has rope_type \"longrope\"; burnlens implements default, linear and llama3"));
-        assert!(msg(r#"{"model_type": "gptj", "n_embd": 64, "n_head": 4, "rotary_dim": 20}"#).contains("`rotary_dim` = 20 must be even and at most the head size 16"));
+        assert!(
+            msg(r#"{"model_type": "phi3", "rope_scaling": {"type": "longrope", "short_factor": [1.0], "long_factor": [1.0]}}"#)
+                .contains("has rope_type \"longrope\"; burnlens implements default, linear and llama3")
+        );
+        assert!(
+            msg(r#"{"model_type": "gptj", "n_embd": 64, "n_head": 4, "rotary_dim": 20}"#)
+                .contains("`rotary_dim` = 20 must be even and at most the head size 16")
+        );
         assert!(msg(r#"{"model_type": "gemma2", "use_bidirectional_attention": true}"#).contains("causal decoders only"));
     }
 }
-

@@ -18,7 +18,11 @@ pub fn describe(m: &LoadedModel) -> Vec<(&'static str, String)> {
 
 /// The architecture's rows.
 pub fn architecture(c: &TransformerConfig) -> Vec<(&'static str, String)> {
-    let kv = if c.kv_heads() == c.n_heads { String::new() } else { format!(", {} key/value head{} (grouped-query)", c.kv_heads(), if c.kv_heads() == 1 { "" } else { "s" }) };
+    let kv = if c.kv_heads() == c.n_heads {
+        String::new()
+    } else {
+        format!(", {} key/value head{} (grouped-query)", c.kv_heads(), if c.kv_heads() == 1 { "" } else { "s" })
+    };
     let norm = match c.norm {
         NormKind::LayerNorm => format!("LayerNorm, eps {}", c.layer_norm_eps),
         NormKind::RmsNorm => format!("RMSNorm, eps {}", c.layer_norm_eps),
@@ -34,7 +38,15 @@ pub fn architecture(c: &TransformerConfig) -> Vec<(&'static str, String)> {
         ("norm", norm),
         ("positions", positions(c)),
         ("residual", if c.parallel_residual { "parallel (attention and MLP read the block input)" } else { "sequential" }.into()),
-        ("norms", format!("{:?}{}{}", c.norm_placement, c.qk_norm.map_or(String::new(), |q| format!(", QK-norm {q:?}")), if c.scale_embed { ", embedding x sqrt(d_model)" } else { "" })),
+        (
+            "norms",
+            format!(
+                "{:?}{}{}",
+                c.norm_placement,
+                c.qk_norm.map_or(String::new(), |q| format!(", QK-norm {q:?}")),
+                if c.scale_embed { ", embedding x sqrt(d_model)" } else { "" }
+            ),
+        ),
     ];
     if c.attn_softcap.is_some() || c.final_softcap.is_some() {
         rows.push(("soft caps", format!("attention {:?}, logits {:?}", c.attn_softcap, c.final_softcap)));

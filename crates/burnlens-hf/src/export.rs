@@ -10,9 +10,9 @@ use burnlens_model::{Positional, Transformer, TransformerConfig};
 use safetensors::{Dtype, tensor::TensorView};
 use serde_json::{Value, json};
 
-use crate::family::Family;
 use crate::dtype::WeightDtype;
 use crate::error::{HfError, Result};
+use crate::family::Family;
 use crate::layout::{Placement, extract};
 use crate::tokenizer::Tokenizer;
 
@@ -37,7 +37,8 @@ fn reads_back_as(cfg: &TransformerConfig, family: Family, json: &Value) -> Resul
         }
     };
     let (want, got) = (fields(cfg), fields(&back));
-    let differ: Vec<String> = want.iter().filter(|(k, v)| got.get(*k) != Some(v)).map(|(k, v)| format!("{k} = {v} reads back as {}", got.get(k).unwrap_or(&Value::Null))).collect();
+    let differ: Vec<String> =
+        want.iter().filter(|(k, v)| got.get(*k) != Some(v)).map(|(k, v)| format!("{k} = {v} reads back as {}", got.get(k).unwrap_or(&Value::Null))).collect();
     if !differ.is_empty() {
         return Err(HfError::Export(format!("cannot export as {family}: its config.json would describe another model ({})", differ.join("; "))));
     }
@@ -143,10 +144,8 @@ pub fn export_hf(model: &Transformer, family: Family, dir: &Path, options: &Expo
         }
     };
     let out: Vec<(String, Vec<usize>, Vec<u8>)> = out.into_iter().map(|(n, s, v)| (n, s, bytes_of(&v))).collect();
-    let views: Vec<(&str, TensorView)> = out
-        .iter()
-        .map(|(n, s, b)| (n.as_str(), TensorView::new(st_dtype, s.clone(), b).expect("shape matches data")))
-        .collect();
+    let views: Vec<(&str, TensorView)> =
+        out.iter().map(|(n, s, b)| (n.as_str(), TensorView::new(st_dtype, s.clone(), b).expect("shape matches data"))).collect();
     let metadata = HashMap::from([("format".to_string(), "pt".to_string())]);
     let bytes = safetensors::serialize(views, Some(metadata)).map_err(|e| HfError::Export(format!("serialising safetensors: {e}")))?;
     write_atomic(&dir.join("model.safetensors"), &bytes)?;

@@ -24,7 +24,9 @@ impl RopeFields {
         // HF rounds down: int(head_dim * partial_rotary_factor).
         let dims = (d_head as f64 * self.fraction) as usize;
         if dims < 2 || dims % 2 != 0 {
-            return Err(f.err("partial_rotary_factor", format!("gives {dims} rotary dimensions of a {d_head}-wide head; expected an even number of at least 2")));
+            return Err(
+                f.err("partial_rotary_factor", format!("gives {dims} rotary dimensions of a {d_head}-wide head; expected an even number of at least 2"))
+            );
         }
         if !(self.base.is_finite() && self.base > 1.0) {
             return Err(f.err("rope_theta", format!("must be a number above 1, found {}", self.base)));
@@ -46,8 +48,7 @@ pub(crate) fn activation(f: &Fields) -> Result<ActivationFn> {
 
 pub(crate) fn activation_named(f: &Fields, field: &str, default: &str) -> Result<ActivationFn> {
     let name = f.string(field, Some(default))?;
-    ActivationFn::from_hf_name(&name)
-        .ok_or_else(|| f.err(field, format!("\"{name}\" is not supported; expected one of {}", ActivationFn::HF_NAMES.join(", "))))
+    ActivationFn::from_hf_name(&name).ok_or_else(|| f.err(field, format!("\"{name}\" is not supported; expected one of {}", ActivationFn::HF_NAMES.join(", "))))
 }
 
 /// Typed access to the fields of a JSON object, with errors naming the file and field.
@@ -200,7 +201,9 @@ impl<'a> Fields<'a> {
             Some(o) => {
                 let kind = o.get("rope_type").or_else(|| o.get("type")).and_then(Value::as_str).unwrap_or("default");
                 let get = |n: &str| -> Result<f64> {
-                    o.get(n).and_then(Value::as_f64).ok_or_else(|| self.err(field, format!("`{n}` is missing or not a number (needed by rope_type \"{kind}\")")))
+                    o.get(n)
+                        .and_then(Value::as_f64)
+                        .ok_or_else(|| self.err(field, format!("`{n}` is missing or not a number (needed by rope_type \"{kind}\")")))
                 };
                 match kind {
                     "default" => None,
@@ -228,4 +231,3 @@ impl<'a> Fields<'a> {
         }
     }
 }
-

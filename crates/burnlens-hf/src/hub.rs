@@ -64,7 +64,8 @@ impl HubId {
             Some(_) => return None,
             None => (s, "main"),
         };
-        let ok_part = |p: &str| !p.is_empty() && p.len() <= 96 && !p.starts_with(['.', '-']) && p.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
+        let ok_part =
+            |p: &str| !p.is_empty() && p.len() <= 96 && !p.starts_with(['.', '-']) && p.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
         let parts: Vec<&str> = repo.split('/').collect();
         if parts.len() > 2 || !parts.iter().all(|p| ok_part(p)) || repo.contains("..") {
             return None;
@@ -149,7 +150,12 @@ impl Hub {
             home.join("hub")
         });
         let offline = var("HF_HUB_OFFLINE").is_some_and(|v| matches!(v.to_ascii_lowercase().as_str(), "1" | "true" | "yes" | "on"));
-        Hub { endpoint: var("HF_ENDPOINT").unwrap_or_else(|| "https://huggingface.co".into()).trim_end_matches('/').to_string(), cache, token: var("HF_TOKEN"), offline }
+        Hub {
+            endpoint: var("HF_ENDPOINT").unwrap_or_else(|| "https://huggingface.co".into()).trim_end_matches('/').to_string(),
+            cache,
+            token: var("HF_TOKEN"),
+            offline,
+        }
     }
 
     /// The snapshot directory of `id` holding everything a model needs, downloading what is
@@ -165,7 +171,9 @@ impl Hub {
             Ok(info) => info,
             Err(HubFailure::Unreachable(why)) => {
                 // As huggingface_hub does: no network, but a complete snapshot is cached.
-                let snap = self.cached_snapshot(id, &repo_dir).map_err(|_| self.err(id, format!("cannot reach {}: {why}; the model is not in the cache {} either", self.endpoint, self.cache.display())))?;
+                let snap = self.cached_snapshot(id, &repo_dir).map_err(|_| {
+                    self.err(id, format!("cannot reach {}: {why}; the model is not in the cache {} either", self.endpoint, self.cache.display()))
+                })?;
                 progress(Progress::Cached { reason: format!("{} unreachable ({why})", self.endpoint) });
                 return Ok(snap);
             }
@@ -183,7 +191,10 @@ impl Hub {
         files.extend(OPTIONAL_FILES.iter().filter(|f| has(f)).map(|f| f.to_string()));
         let index = ["model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json"].into_iter().find(|f| has(f));
         let Some(weights) = index else {
-            return Err(self.err(id, "has no weights: expected model.safetensors, model.safetensors.index.json, pytorch_model.bin or pytorch_model.bin.index.json".into()));
+            return Err(self.err(
+                id,
+                "has no weights: expected model.safetensors, model.safetensors.index.json, pytorch_model.bin or pytorch_model.bin.index.json".into(),
+            ));
         };
         files.push(weights.to_string());
         for f in &files {
@@ -221,7 +232,9 @@ impl Hub {
         let info = match self.repo_info(id) {
             Ok(info) => info,
             Err(HubFailure::Unreachable(why)) => {
-                let snap = cached().map_err(|_| self.err(id, format!("cannot reach {}: {why}; the files are not in the cache {} either", self.endpoint, self.cache.display())))?;
+                let snap = cached().map_err(|_| {
+                    self.err(id, format!("cannot reach {}: {why}; the files are not in the cache {} either", self.endpoint, self.cache.display()))
+                })?;
                 progress(Progress::Cached { reason: format!("{} unreachable ({why})", self.endpoint) });
                 return Ok(snap);
             }
@@ -255,7 +268,9 @@ impl Hub {
         }
         match self.repo_info(id) {
             Ok(info) => Ok(info.siblings.into_iter().map(|s| s.rfilename).collect()),
-            Err(HubFailure::Unreachable(why)) => cached().map_err(|_| self.err(id, format!("cannot reach {}: {why}; the repository is not in the cache {} either", self.endpoint, self.cache.display()))),
+            Err(HubFailure::Unreachable(why)) => cached().map_err(|_| {
+                self.err(id, format!("cannot reach {}: {why}; the repository is not in the cache {} either", self.endpoint, self.cache.display()))
+            }),
             Err(HubFailure::Error(e)) => Err(e),
         }
     }
@@ -278,7 +293,10 @@ impl Hub {
             return Ok(id.revision.clone());
         }
         let r = repo_dir.join("refs").join(&id.revision);
-        Ok(std::fs::read_to_string(&r).map_err(|_| self.err(id, format!("is not in the cache {} (no {}); run without HF_HUB_OFFLINE to download it", self.cache.display(), r.display())))?.trim().to_string())
+        Ok(std::fs::read_to_string(&r)
+            .map_err(|_| self.err(id, format!("is not in the cache {} (no {}); run without HF_HUB_OFFLINE to download it", self.cache.display(), r.display())))?
+            .trim()
+            .to_string())
     }
 
     fn err(&self, id: &HubId, msg: String) -> HfError {
@@ -327,7 +345,9 @@ impl Hub {
     /// Explain a failed response by its status.
     fn status_error(&self, id: &HubId, what: &str, status: u16) -> HfError {
         let msg = match status {
-            401 | 403 if self.token.is_none() => format!("{what}: HTTP {status}: the repository is gated or private; accept its terms on the Hub and set HF_TOKEN"),
+            401 | 403 if self.token.is_none() => {
+                format!("{what}: HTTP {status}: the repository is gated or private; accept its terms on the Hub and set HF_TOKEN")
+            }
             401 | 403 => format!("{what}: HTTP {status}: HF_TOKEN is not allowed to read this repository (gated: accept its terms on the Hub)"),
             404 => format!("{what}: HTTP 404: no such repository, revision or file (check the id and the @revision)"),
             s => format!("{what}: HTTP {s}"),
@@ -420,7 +440,8 @@ impl Hub {
             200 => false, // the server ignored the range: start over
             s => return Err(self.status_error(id, &format!("GET {url}"), s)),
         };
-        let mut out = std::fs::OpenOptions::new().create(true).write(true).append(append).truncate(!append).open(&partial).map_err(|e| HfError::io(&partial, e))?;
+        let mut out =
+            std::fs::OpenOptions::new().create(true).write(true).append(append).truncate(!append).open(&partial).map_err(|e| HfError::io(&partial, e))?;
         let mut done = if append { have } else { 0 };
         let mut reader = resp.into_body().into_with_config().limit(size.saturating_sub(done).saturating_add(1)).reader();
         let mut buf = vec![0u8; 1 << 16];
@@ -518,7 +539,11 @@ fn list_tree(dir: &Path, prefix: &str, out: &mut Vec<String>) {
 fn shard_names(index: &Path) -> Result<Vec<String>> {
     let text = std::fs::read_to_string(index).map_err(|e| HfError::io(index, e))?;
     let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| HfError::Json { path: index.into(), msg: e.to_string() })?;
-    let map = v.get("weight_map").and_then(|m| m.as_object()).ok_or_else(|| HfError::Field { path: index.into(), field: "weight_map".into(), msg: "is missing; expected an object of tensor name -> shard file".into() })?;
+    let map = v.get("weight_map").and_then(|m| m.as_object()).ok_or_else(|| HfError::Field {
+        path: index.into(),
+        field: "weight_map".into(),
+        msg: "is missing; expected an object of tensor name -> shard file".into(),
+    })?;
     let mut out: Vec<String> = Vec::new();
     for f in map.values().filter_map(|v| v.as_str()) {
         if f.contains("..") || f.starts_with('/') {
@@ -540,7 +565,10 @@ pub fn resolve_model(spec: &str, progress: &mut dyn FnMut(Progress)) -> Result<P
     }
     match HubId::parse(spec) {
         Some(id) if !spec.starts_with('.') && !spec.starts_with('/') && !spec.contains('\\') => Hub::from_env().fetch(&id, progress),
-        _ => Err(HfError::io(path, std::io::Error::new(std::io::ErrorKind::NotFound, "no such model directory (and not a Hugging Face Hub id like org/name@revision)"))),
+        _ => Err(HfError::io(
+            path,
+            std::io::Error::new(std::io::ErrorKind::NotFound, "no such model directory (and not a Hugging Face Hub id like org/name@revision)"),
+        )),
     }
 }
 
@@ -557,7 +585,10 @@ pub fn resolve_folder(spec: &str, files: &[&str], progress: &mut dyn FnMut(Progr
             let names: Vec<String> = files.iter().map(|f| if folder.is_empty() { f.to_string() } else { format!("{folder}/{f}") }).collect();
             Ok(Hub::from_env().fetch_files(&id, &names, progress)?.join(folder))
         }
-        None => Err(HfError::io(path, std::io::Error::new(std::io::ErrorKind::NotFound, "no such directory (and not a Hugging Face Hub id like org/name@revision:folder)"))),
+        None => Err(HfError::io(
+            path,
+            std::io::Error::new(std::io::ErrorKind::NotFound, "no such directory (and not a Hugging Face Hub id like org/name@revision:folder)"),
+        )),
     }
 }
 

@@ -8,8 +8,8 @@ use burnlens_model::kernels::pages::{PageBuf, Plain};
 use burnlens_model::{ParamInit, Transformer};
 
 use crate::checkpoint::{Checkpoint, Elem, WeightFormat, dtype_name};
-use crate::dtype::{LoadOptions, WeightDtype};
 use crate::config::{HfConfig, read_config};
+use crate::dtype::{LoadOptions, WeightDtype};
 use crate::error::{HfError, Result};
 use crate::family::is_legacy_buffer;
 use crate::layout::{Entry, Placement, place};
@@ -171,7 +171,13 @@ fn inventory(hf: &HfConfig, ckpt: &Checkpoint, table: &[Entry], resolve_name: &d
 /// else is read, converted and placed. Values are scanned for NaN and infinities except
 /// in a mapped half matrix (scanning would read the whole file at load; its values are
 /// exactly the checkpoint's).
-fn param<T: Elem + Plain>(ckpt: &Checkpoint, parts: &[&Entry], resolve: &dyn Fn(&Entry) -> String, shape: &[usize], warnings: &mut Vec<String>) -> Result<ParamInit> {
+fn param<T: Elem + Plain>(
+    ckpt: &Checkpoint,
+    parts: &[&Entry],
+    resolve: &dyn Fn(&Entry) -> String,
+    shape: &[usize],
+    warnings: &mut Vec<String>,
+) -> Result<ParamInit> {
     if let [e] = parts
         && matches!(e.placement, Placement::Same | Placement::Transposed)
         && (T::DTYPE != DType::F32 || e.placement == Placement::Same)

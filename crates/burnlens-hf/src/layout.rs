@@ -260,8 +260,8 @@ pub fn transpose<T: Copy + Default>(data: &[T], rows: usize, cols: usize) -> Vec
 
 #[cfg(test)]
 mod tests {
-    use crate::family::{Family, is_legacy_buffer};
     use super::*;
+    use crate::family::{Family, is_legacy_buffer};
 
     #[test]
     fn legacy_buffers_are_recognised_and_weights_are_not() {
@@ -276,7 +276,14 @@ mod tests {
         ] {
             assert!(is_legacy_buffer(b), "{b}");
         }
-        for w in ["h.0.attn.c_attn.bias", "h.0.attn.attention.out_proj.bias", "wte.weight", "h.0.mlp.c_fc.bias", "gpt_neox.layers.0.attention.dense.bias", "model.layers.0.self_attn.q_proj.bias"] {
+        for w in [
+            "h.0.attn.c_attn.bias",
+            "h.0.attn.attention.out_proj.bias",
+            "wte.weight",
+            "h.0.mlp.c_fc.bias",
+            "gpt_neox.layers.0.attention.dense.bias",
+            "model.layers.0.self_attn.q_proj.bias",
+        ] {
             assert!(!is_legacy_buffer(w), "{w}");
         }
     }
@@ -303,7 +310,8 @@ mod tests {
             }
             let table = family.entries(&cfg);
             let mut canon: std::collections::BTreeMap<String, (Vec<usize>, Option<Vec<f32>>)> = Default::default();
-            let hf: Vec<Vec<f32>> = table.iter().enumerate().map(|(k, e)| (0..e.hf_shape.iter().product::<usize>()).map(|i| (k * 1000 + i) as f32).collect()).collect();
+            let hf: Vec<Vec<f32>> =
+                table.iter().enumerate().map(|(k, e)| (0..e.hf_shape.iter().product::<usize>()).map(|i| (k * 1000 + i) as f32).collect()).collect();
             for (e, v) in table.iter().zip(&hf) {
                 let shape = canonical_shape(e);
                 let slot = canon.entry(e.canonical.clone()).or_insert((shape, None));
@@ -325,7 +333,13 @@ mod tests {
             Placement::Same | Placement::PlusOne => e.hf_shape.clone(),
             Placement::Rows { rows, .. } => vec![e.hf_shape[1], rows],
             Placement::Transposed => vec![e.hf_shape[1], e.hf_shape[0]],
-            Placement::NeoxQkv { .. } => if e.hf_shape.len() == 1 { e.hf_shape.clone() } else { vec![e.hf_shape[1], e.hf_shape[0]] },
+            Placement::NeoxQkv { .. } => {
+                if e.hf_shape.len() == 1 {
+                    e.hf_shape.clone()
+                } else {
+                    vec![e.hf_shape[1], e.hf_shape[0]]
+                }
+            }
             // The fused qkv of the test configs: 12 wide (q) + 2 * 6 (k, v) for Llama, 3 * 12 for GPT-Neo.
             Placement::Block { .. } => {
                 let width = if e.hf.contains("self_attn") { 24 } else { 36 };

@@ -60,34 +60,31 @@ pub enum Ablation {
 pub fn ablate_heads<'a>(hooks: Hooks<'a>, heads: &[(usize, usize)], how: Ablation) -> Hooks<'a> {
     let heads = heads.to_vec();
     let layers: Vec<usize> = heads.iter().map(|&(l, _)| l).collect();
-    hooks.with_edit(
-        HookPoint::filter(move |p| matches!(p, HookPoint::Attn(l, AttnHook::Z) if layers.contains(&l))),
-        move |name, act| {
-            let z = act.rank4().expect("hook_z is rank 4"); // [batch, pos, head, d_head]
-            let [b, t, h, dh] = z.dims();
-            let device = z.device();
-            let layer = HookPoint::parse(name).and_then(HookPoint::layer).expect("a hook_z of a block");
-            let mut keep = vec![1.0f32; h];
-            for &(l, head) in &heads {
-                if l == layer {
-                    keep[head] = 0.0;
-                }
+    hooks.with_edit(HookPoint::filter(move |p| matches!(p, HookPoint::Attn(l, AttnHook::Z) if layers.contains(&l))), move |name, act| {
+        let z = act.rank4().expect("hook_z is rank 4"); // [batch, pos, head, d_head]
+        let [b, t, h, dh] = z.dims();
+        let device = z.device();
+        let layer = HookPoint::parse(name).and_then(HookPoint::layer).expect("a hook_z of a block");
+        let mut keep = vec![1.0f32; h];
+        for &(l, head) in &heads {
+            if l == layer {
+                keep[head] = 0.0;
             }
-            let keep_t = Tensor::<4>::from_data(TensorData::new(keep.clone(), [1, 1, h, 1]), &device);
-            let kept = z * keep_t.clone();
-            let replaced = match &how {
-                Ablation::Zero => kept,
-                Ablation::Mean(reference) => {
-                    let r = reference.get(name).and_then(|a| a.rank4()).unwrap_or_else(|| panic!("mean ablation needs `{name}` in the reference cache"));
-                    let [rb, rt, _, _] = r.dims();
-                    let mean = r.sum_dim(0).sum_dim(1) / (rb * rt) as f64; // [1, 1, h, dh]
-                    let drop = keep_t.neg() + 1.0;
-                    kept + (mean * drop).expand([b, t, h, dh])
-                }
-            };
-            burnlens_model::Activation::Rank4(replaced)
-        },
-    )
+        }
+        let keep_t = Tensor::<4>::from_data(TensorData::new(keep.clone(), [1, 1, h, 1]), &device);
+        let kept = z * keep_t.clone();
+        let replaced = match &how {
+            Ablation::Zero => kept,
+            Ablation::Mean(reference) => {
+                let r = reference.get(name).and_then(|a| a.rank4()).unwrap_or_else(|| panic!("mean ablation needs `{name}` in the reference cache"));
+                let [rb, rt, _, _] = r.dims();
+                let mean = r.sum_dim(0).sum_dim(1) / (rb * rt) as f64; // [1, 1, h, dh]
+                let drop = keep_t.neg() + 1.0;
+                kept + (mean * drop).expand([b, t, h, dh])
+            }
+        };
+        burnlens_model::Activation::Rank4(replaced)
+    })
 }
 
 /// Add a patch to `hooks`: the activation `name` is replaced by `source` (same shape), e.g.

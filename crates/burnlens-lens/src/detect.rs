@@ -128,15 +128,7 @@ pub fn induction_experiment(model: &Transformer, seq_len: usize, batch: usize, s
     let first: Vec<f64> = (0..logprobs.len()).filter(|&i| i + 1 >= off.max(1) && i + 1 < off + seq_len).map(|i| logprobs[i]).collect();
     let second: Vec<f64> = (0..logprobs.len()).filter(|&i| i + 1 >= off + seq_len).map(|i| logprobs[i]).collect();
     let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
-    InductionReport {
-        seq_len,
-        bos,
-        mean_logprob_first_half: mean(&first),
-        mean_logprob_second_half: mean(&second),
-        logprobs,
-        induction_scores: scores,
-        tokens,
-    }
+    InductionReport { seq_len, bos, mean_logprob_first_half: mean(&first), mean_logprob_second_half: mean(&second), logprobs, induction_scores: scores, tokens }
 }
 
 /// `log p(seq[i + 1])` at every position `i` of one sequence.
@@ -192,10 +184,7 @@ pub fn induction_circuit(model: &Transformer, report: &InductionReport) -> Optio
         return None;
     }
     let best = |rows: &[Vec<f64>], layers: std::ops::Range<usize>| {
-        layers
-            .flat_map(|l| rows[l].iter().enumerate().map(move |(h, &s)| (l, h, s)))
-            .max_by(|a, b| a.2.total_cmp(&b.2))
-            .expect("at least one head")
+        layers.flat_map(|l| rows[l].iter().enumerate().map(move |(h, &s)| (l, h, s))).max_by(|a, b| a.2.total_cmp(&b.2)).expect("at least one head")
     };
     let induction = best(&report.induction_scores, 1..n_layers);
     let previous_token = best(&prev, 0..induction.0);

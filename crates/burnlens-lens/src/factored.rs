@@ -146,11 +146,7 @@ impl FactoredMatrix {
         let u_small = small.u.expect("u");
         let v_small = small.v_t.expect("v").transpose();
         let pick = |mat: &DMatrix<f64>| DMatrix::from_fn(mat.nrows(), m, |r, c| mat[(r, order[c])]);
-        Svd {
-            u: qa.q() * pick(&u_small),
-            s: order.iter().map(|&k| small.singular_values[k]).collect(),
-            v: qb.q() * pick(&v_small),
-        }
+        Svd { u: qa.q() * pick(&u_small), s: order.iter().map(|&k| small.singular_values[k]).collect(), v: qb.q() * pick(&v_small) }
     }
 
     /// Eigenvalues of batch element `i` (square `AB` only), computed from `BA [m, m]`:

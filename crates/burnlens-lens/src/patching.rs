@@ -230,7 +230,14 @@ pub fn activation_patching(model: &Transformer, clean: &[i64], corrupted: &[i64]
 
 /// Attribution patching, and real activation patching of the same nodes when `exact`, with
 /// their correlation.
-pub fn compare_patching(model: &Transformer, clean: &[i64], corrupted: &[i64], metric: &Metric, kinds: &[NodeKind], exact: bool) -> Result<PatchingResult, MetricError> {
+pub fn compare_patching(
+    model: &Transformer,
+    clean: &[i64],
+    corrupted: &[i64],
+    metric: &Metric,
+    kinds: &[NodeKind],
+    exact: bool,
+) -> Result<PatchingResult, MetricError> {
     check_lengths(clean, corrupted)?;
     let nodes = nodes(model, clean.len(), kinds);
     let (clean_metric, attribution) = attribution_patching(model, clean, corrupted, metric, &nodes)?;
@@ -242,7 +249,8 @@ pub fn compare_patching(model: &Transformer, clean: &[i64], corrupted: &[i64], m
             let by_kind = kinds
                 .iter()
                 .filter_map(|k| {
-                    let (a, b): (Vec<f64>, Vec<f64>) = nodes.iter().zip(attribution.iter().zip(p)).filter(|(n, _)| n.kind == *k).map(|(_, (a, b))| (*a, *b)).unzip();
+                    let (a, b): (Vec<f64>, Vec<f64>) =
+                        nodes.iter().zip(attribution.iter().zip(p)).filter(|(n, _)| n.kind == *k).map(|(_, (a, b))| (*a, *b)).unzip();
                     pearson(&a, &b).map(|r| (format!("{k:?}").to_lowercase(), r))
                 })
                 .collect();

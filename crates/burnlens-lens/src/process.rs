@@ -19,9 +19,9 @@
 
 use std::collections::HashMap;
 
+use burn::tensor::TensorData;
 use burn_store::{ModuleSnapshot, bridge};
 use burnlens_model::{ModelError, ParamInit, Transformer, TransformerConfig};
-use burn::tensor::TensorData;
 
 /// Which processing steps to apply; all off by default.
 #[derive(Debug, Clone, Copy, Default)]
@@ -66,13 +66,16 @@ impl ProcessOptions {
             // scaling the position term, so folding would change the model.
             return Err(ModelError::Config {
                 field: "positional",
-                msg: "is query_key_only (shortformer): LayerNorm cannot be folded into W_Q/W_K without changing the position term; process without fold_ln".into(),
+                msg: "is query_key_only (shortformer): LayerNorm cannot be folded into W_Q/W_K without changing the position term; process without fold_ln"
+                    .into(),
             });
         }
         if self.fold_ln && cfg.norm_placement == burnlens_model::NormPlacement::Post {
             return Err(ModelError::Config {
                 field: "norm_placement",
-                msg: "is post (OLMo 2): the block norms follow attention and the MLP, so no weights read their output to fold them into; process without fold_ln".into(),
+                msg:
+                    "is post (OLMo 2): the block norms follow attention and the MLP, so no weights read their output to fold them into; process without fold_ln"
+                        .into(),
             });
         }
         if self.center_unembed && cfg.final_softcap.is_some() {

@@ -11,8 +11,8 @@
 //! Logit soft-capping (Gemma 2) is not linear: attribution sums to the logits **before** the
 //! final cap, which [`LogitAttribution::logits`] holds.
 
-use burn::tensor::activation::log_softmax;
 use burn::tensor::Tensor;
+use burn::tensor::activation::log_softmax;
 use burnlens_model::{AttnHook, BlockHook, HookPoint, Hooks, NormHook, NormKind, NormSite, Positional, Transformer};
 use serde::Serialize;
 
@@ -148,7 +148,9 @@ pub fn residual_components(model: &Transformer, ids: &[i64]) -> (Components, Ten
         model,
         ids,
         HookPoint::filter(|p| {
-            matches!(p, HookPoint::Embed | HookPoint::PosEmbed | HookPoint::Attn(_, AttnHook::Result) | HookPoint::Block(_, BlockHook::MlpOut)) || p == final_scale || post_norm_scale(p)
+            matches!(p, HookPoint::Embed | HookPoint::PosEmbed | HookPoint::Attn(_, AttnHook::Result) | HookPoint::Block(_, BlockHook::MlpOut))
+                || p == final_scale
+                || post_norm_scale(p)
         }),
     );
     let (mut labels, mut parts) = (Vec::new(), Vec::new());

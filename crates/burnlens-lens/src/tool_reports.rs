@@ -75,11 +75,20 @@ pub fn write_patching(dir: &Path, r: &PatchingReport, title: &str) -> std::io::R
         "<p>Metric: <b>{}</b>. Clean {clean:.4}, corrupted {corrupted:.4}. {} \
          Attribution patching estimates the same change as (source − base) · ∂metric/∂activation from one backward pass on the base run.</p>",
         esc(&res.metric.describe()),
-        if denoise { "Denoising: each node is patched from the clean run into the corrupted run (the base)." } else { "Noising: each node is patched from the corrupted run into the clean run (the base)." }
+        if denoise {
+            "Denoising: each node is patched from the clean run into the corrupted run (the base)."
+        } else {
+            "Noising: each node is patched from the corrupted run into the clean run (the base)."
+        }
     );
     if let Some(c) = res.correlation {
         let by: Vec<String> = res.correlation_by_kind.iter().map(|(k, v)| format!("{k} {v:.3}")).collect();
-        let _ = write!(body, "<p class=\"bl-correlation\">Correlation of attribution with activation patching: <b>{c:.3}</b> over {} nodes ({}).</p>", res.nodes.len(), by.join(", "));
+        let _ = write!(
+            body,
+            "<p class=\"bl-correlation\">Correlation of attribution with activation patching: <b>{c:.3}</b> over {} nodes ({}).</p>",
+            res.nodes.len(),
+            by.join(", ")
+        );
     }
     // Each clean token coloured by what patching its position of the residual stream
     // entering layer 0 does (the real effect when it was measured, else the estimate).
@@ -88,7 +97,12 @@ pub fn write_patching(dir: &Path, r: &PatchingReport, title: &str) -> std::io::R
     match grid.first() {
         Some(row) => {
             let v: Vec<Option<f64>> = row.iter().map(|&x| Some(x)).collect();
-            body.push_str(&coloured_tokens(&format!("clean sequence: effect on the metric of patching each position entering layer 0 ({})", per_position.0), &r.clean_tokens, &v, true));
+            body.push_str(&coloured_tokens(
+                &format!("clean sequence: effect on the metric of patching each position entering layer 0 ({})", per_position.0),
+                &r.clean_tokens,
+                &v,
+                true,
+            ));
         }
         None => body.push_str(&coloured_tokens("clean sequence", &r.clean_tokens, &vec![None; r.clean_tokens.len()], false)),
     }
@@ -121,7 +135,13 @@ pub fn write_patching(dir: &Path, r: &PatchingReport, title: &str) -> std::io::R
     }
     if let Some(p) = &res.patched {
         let pts: Vec<(f64, f64)> = p.iter().zip(&res.attribution).map(|(a, b)| (*a, *b)).collect();
-        body.push_str(&scatter_svg("attribution patching vs activation patching", "activation patching (exact change)", "attribution patching (estimate)", &pts, &res.labels));
+        body.push_str(&scatter_svg(
+            "attribution patching vs activation patching",
+            "activation patching (exact change)",
+            "attribution patching (estimate)",
+            &pts,
+            &res.labels,
+        ));
     }
     finish(dir, title, &body, r)
 }
@@ -171,17 +191,37 @@ pub fn write_attribution(dir: &Path, r: &AttributionReport, title: &str) -> std:
     // Heads at the chosen position.
     let mut heads = vec![0f32; r.n_layers * r.n_heads];
     for (label, c) in d.labels.iter().zip(&d.contributions) {
-        if let Some((l, h)) = label.strip_prefix('L').and_then(|s| s.split_once('H')).and_then(|(l, h)| Some((l.parse::<usize>().ok()?, h.parse::<usize>().ok()?))) {
+        if let Some((l, h)) =
+            label.strip_prefix('L').and_then(|s| s.split_once('H')).and_then(|(l, h)| Some((l.parse::<usize>().ok()?, h.parse::<usize>().ok()?)))
+        {
             heads[l * r.n_heads + h] = c[p] as f32;
         }
     }
     let m = max_abs(&heads);
-    body.push_str(&heatmap_svg(&format!("direct contribution of each head at position {p}"), &heads, r.n_layers, r.n_heads, &layer_labels(r.n_layers), &(0..r.n_heads).map(|h| format!("head {h}")).collect::<Vec<_>>(), -m, m));
+    body.push_str(&heatmap_svg(
+        &format!("direct contribution of each head at position {p}"),
+        &heads,
+        r.n_layers,
+        r.n_heads,
+        &layer_labels(r.n_layers),
+        &(0..r.n_heads).map(|h| format!("head {h}")).collect::<Vec<_>>(),
+        -m,
+        m,
+    ));
     // Every component at every position.
     let flat: Vec<f32> = d.contributions.iter().flatten().map(|&x| x as f32).collect();
     let m = max_abs(&flat);
     let cols: Vec<String> = r.tokens.iter().enumerate().map(|(i, t)| format!("{i} {t:?}")).collect();
-    body.push_str(&heatmap_svg("direct contribution of every component (rows) at every position (columns)", &flat, d.labels.len(), cols.len(), &d.labels, &cols, -m, m));
+    body.push_str(&heatmap_svg(
+        "direct contribution of every component (rows) at every position (columns)",
+        &flat,
+        d.labels.len(),
+        cols.len(),
+        &d.labels,
+        &cols,
+        -m,
+        m,
+    ));
     let mut order: Vec<usize> = (0..d.labels.len()).collect();
     order.sort_by(|&a, &b| d.contributions[b][p].abs().total_cmp(&d.contributions[a][p].abs()));
     body.push_str("<h3>Components at the position, largest first</h3><table><tr><th>component</th><th>contribution</th></tr>");
@@ -212,7 +252,16 @@ pub fn write_lens(dir: &Path, r: &LensReport, title: &str) -> std::io::Result<()
     let flat: Vec<f32> = l.target_logprob.iter().flatten().map(|v| v.map_or(f32::NAN, |x| x as f32)).collect();
     let lo = flat.iter().copied().filter(|v| v.is_finite()).fold(0.0f32, f32::min);
     let cols: Vec<String> = r.tokens.iter().enumerate().map(|(i, tok)| format!("{i} {tok:?}")).collect();
-    body.push_str(&heatmap_svg("log-probability of the target", &flat.iter().map(|v| if v.is_finite() { *v } else { lo }).collect::<Vec<_>>(), n, t, &l.layers, &cols, lo, 0.0));
+    body.push_str(&heatmap_svg(
+        "log-probability of the target",
+        &flat.iter().map(|v| if v.is_finite() { *v } else { lo }).collect::<Vec<_>>(),
+        n,
+        t,
+        &l.layers,
+        &cols,
+        lo,
+        0.0,
+    ));
     body.push_str("<h3>Most probable token per layer and position</h3><table class=\"bl-lens\"><tr><th>layer \\ position</th>");
     for (i, tok) in r.tokens.iter().enumerate() {
         let _ = write!(body, "<th>{i}<br>{}</th>", esc(&format!("{tok:?}")));
@@ -264,7 +313,12 @@ pub fn write_sae(dir: &Path, r: &SaeReport, title: &str) -> std::io::Result<()> 
         s.loss_zero_ablated.map_or("n/a".into(), |v| format!("{v:.4}")),
         s.loss_recovered.map_or("n/a".into(), |v| format!("{v:.3}")),
     );
-    body.push_str(&coloured_tokens("loss increase at each position with the SAE spliced in (red: the reconstruction costs loss here)", &r.tokens, &s.loss_increase, true));
+    body.push_str(&coloured_tokens(
+        "loss increase at each position with the SAE spliced in (red: the reconstruction costs loss here)",
+        &r.tokens,
+        &s.loss_increase,
+        true,
+    ));
     let l0: Vec<Option<f64>> = s.l0.iter().map(|&x| Some(x as f64)).collect();
     body.push_str(&coloured_tokens("active features (L0) at each position", &r.tokens, &l0, false));
     if let Some((f, acts)) = &s.strongest_feature {
@@ -274,7 +328,13 @@ pub fn write_sae(dir: &Path, r: &SaeReport, title: &str) -> std::io::Result<()> 
     body.push_str("<h3>Strongest features per position</h3><table><tr><th>position</th><th>token</th><th>L0</th><th>features (activation)</th></tr>");
     for (p, top) in s.top_features.iter().enumerate() {
         let f: Vec<String> = top.iter().map(|(i, a)| format!("{i} ({a:.3})")).collect();
-        let _ = write!(body, "<tr><td>{p}</td><td>{}</td><td>{}</td><td style=\"text-align:left\">{}</td></tr>", esc(&format!("{:?}", r.tokens[p])), s.l0[p], f.join(", "));
+        let _ = write!(
+            body,
+            "<tr><td>{p}</td><td>{}</td><td>{}</td><td style=\"text-align:left\">{}</td></tr>",
+            esc(&format!("{:?}", r.tokens[p])),
+            s.l0[p],
+            f.join(", ")
+        );
     }
     body.push_str("</table>");
     finish(dir, title, &body, r)

@@ -161,7 +161,8 @@ pub fn heatmap_svg(title: &str, values: &[f32], rows: usize, cols: usize, row_la
     let cell = (560.0 / cols.max(rows) as f32).clamp(4.0, 28.0);
     let (left, top) = (70.0, 80.0);
     // Wide enough for the title, tall enough for the legend (11 steps of 14 px).
-    let (w, h) = ((left + cols as f32 * cell + 90.0).max(left + 7.0 * title.chars().count() as f32), (top + rows as f32 * cell + 20.0).max(top + 11.0 * 14.0 + 10.0));
+    let (w, h) =
+        ((left + cols as f32 * cell + 90.0).max(left + 7.0 * title.chars().count() as f32), (top + rows as f32 * cell + 20.0).max(top + 11.0 * 14.0 + 10.0));
     let mut s = String::new();
     let _ = write!(s, r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="10">"#);
     let _ = write!(s, r#"<text x="{left}" y="16" font-size="13">{}</text>"#, esc(title));
@@ -169,7 +170,13 @@ pub fn heatmap_svg(title: &str, values: &[f32], rows: usize, cols: usize, row_la
     let colour = |v: f32| {
         let t = ((v - vmin) / (vmax - vmin).max(1e-12)).clamp(0.0, 1.0);
         if diverging {
-            let (r, g, b) = if t < 0.5 { let u = t * 2.0; (u, u, 1.0) } else { let u = (1.0 - t) * 2.0; (1.0, u, u) };
+            let (r, g, b) = if t < 0.5 {
+                let u = t * 2.0;
+                (u, u, 1.0)
+            } else {
+                let u = (1.0 - t) * 2.0;
+                (1.0, u, u)
+            };
             format!("rgb({},{},{})", (r * 255.0) as u8, (g * 255.0) as u8, (b * 255.0) as u8)
         } else {
             let c = (255.0 * (1.0 - t)) as u8;
@@ -193,7 +200,13 @@ pub fn heatmap_svg(title: &str, values: &[f32], rows: usize, cols: usize, row_la
     // Label every row and column while they fit (about 24 per side), every n-th beyond.
     let step = |n: usize| ((n as f32 / 24.0).ceil() as usize).max(1);
     for (i, label) in row_labels.iter().enumerate().step_by(step(rows)) {
-        let _ = write!(s, r#"<text x="{}" y="{:.1}" text-anchor="end" dominant-baseline="middle">{}</text>"#, left - 3.0, top + (i as f32 + 0.5) * cell, esc(label));
+        let _ = write!(
+            s,
+            r#"<text x="{}" y="{:.1}" text-anchor="end" dominant-baseline="middle">{}</text>"#,
+            left - 3.0,
+            top + (i as f32 + 0.5) * cell,
+            esc(label)
+        );
     }
     for (i, label) in col_labels.iter().enumerate().step_by(step(cols)) {
         let x = left + (i as f32 + 0.5) * cell;
@@ -229,7 +242,13 @@ pub fn line_plot_svg(title: &str, x_label: &str, y_label: &str, series: &[(&str,
     let _ = write!(s, r##"<rect x="{left}" y="{top}" width="{}" height="{}" fill="none" stroke="#444"/>"##, w - left - right, h - top - bottom);
     for i in 0..=4 {
         let v = lo + (hi - lo) * i as f64 / 4.0;
-        let _ = write!(s, r##"<line x1="{left}" x2="{}" y1="{y:.1}" y2="{y:.1}" stroke="#eee"/><text x="{}" y="{y:.1}" text-anchor="end" dominant-baseline="middle">{v:.2}</text>"##, w - right, left - 4.0, y = py(v));
+        let _ = write!(
+            s,
+            r##"<line x1="{left}" x2="{}" y1="{y:.1}" y2="{y:.1}" stroke="#eee"/><text x="{}" y="{y:.1}" text-anchor="end" dominant-baseline="middle">{v:.2}</text>"##,
+            w - right,
+            left - 4.0,
+            y = py(v)
+        );
     }
     for &x in vlines {
         let _ = write!(s, r##"<line x1="{x:.1}" x2="{x:.1}" y1="{top}" y2="{}" stroke="#999" stroke-dasharray="4 3"/>"##, h - bottom, x = px(x));
@@ -266,7 +285,11 @@ pub fn coloured_tokens(title: &str, tokens: &[String], values: &[Option<f64>], d
         (true, false) => (lo - 1.0, hi + 1.0),
     };
     let mut s = String::new();
-    let _ = write!(s, r#"<div class="bl-tokens"><div class="bl-tokens-title">{}</div><div class="bl-tokens-text" style="font-family:monospace;font-size:14px;line-height:1.9;white-space:pre-wrap">"#, esc(title));
+    let _ = write!(
+        s,
+        r#"<div class="bl-tokens"><div class="bl-tokens-title">{}</div><div class="bl-tokens-text" style="font-family:monospace;font-size:14px;line-height:1.9;white-space:pre-wrap">"#,
+        esc(title)
+    );
     for (i, tok) in tokens.iter().enumerate() {
         let v = values.get(i).copied().flatten();
         let (bg, tip) = match v {
@@ -321,7 +344,12 @@ pub fn scatter_svg(title: &str, x_label: &str, y_label: &str, points: &[(f64, f6
     for (i, &(x, y)) in points.iter().enumerate() {
         if x.is_finite() && y.is_finite() {
             let label = labels.get(i).map_or(String::new(), |l| esc(l));
-            let _ = write!(s, r##"<circle class="bl-point" cx="{:.1}" cy="{:.1}" r="3.5" fill="#1f77b4" fill-opacity="0.7"><title>{label}: {x:.4}, {y:.4}</title></circle>"##, px(x), py(y));
+            let _ = write!(
+                s,
+                r##"<circle class="bl-point" cx="{:.1}" cy="{:.1}" r="3.5" fill="#1f77b4" fill-opacity="0.7"><title>{label}: {x:.4}, {y:.4}</title></circle>"##,
+                px(x),
+                py(y)
+            );
         }
     }
     let _ = write!(s, r#"<text x="{}" y="{}" text-anchor="middle">{}</text>"#, w / 2.0, h - 12.0, esc(x_label));

@@ -9,15 +9,14 @@ use crate::config::{AttentionSpan, QkNorm};
 use crate::hook_point::{AttnHook, HookPoint, NormSite};
 use crate::hooks::Hooks;
 use crate::kernels::{self, AttentionMask, linear};
-use crate::weights::f32_val;
+use crate::kv_cache::KvCache;
 use crate::norm::Norm;
 use crate::rotary::{RotaryAngles, apply_rotary};
-use crate::kv_cache::KvCache;
+use crate::weights::f32_val;
 
 /// Fill value for masked attention scores. Finite (as in Hugging Face) so that a row with
 /// every key masked, such as a left-padding query, gives a uniform row instead of NaN.
 pub const MASKED_SCORE: f32 = f32::MIN;
-
 
 /// Masked multi-head self-attention, with grouped keys and values when `n_kv_heads <
 /// n_heads`.
@@ -49,7 +48,6 @@ pub struct Attention {
     #[module(skip)]
     pub span: AttentionSpan,
 }
-
 
 /// The ways [`Attention::forward`] computes attention ([`Attention::path`] chooses).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -133,7 +131,9 @@ impl Attention {
         let qkv = self.project_qkv(x, qk_input);
         // No cache, nothing between the projection and the kernel: the kernel reads the
         // heads of the projection itself (in training, one gradient for it, written once).
-        if cache.is_none() && rotary.is_none() && self.qk_norm.is_none()
+        if cache.is_none()
+            && rotary.is_none()
+            && self.qk_norm.is_none()
             && let AttentionPath::Kernel { window } = self.path(fused, hooks, &qkv.device(), t, t)
         {
             let heads = qkv.reshape([b, t, self.n_heads + 2 * self.n_kv_heads, self.d_head]);
@@ -312,8 +312,6 @@ impl Attention {
         linear(z, self.out.weight.val(), self.out.bias.as_ref().map(|b| b.val()))
     }
 }
-
-
 
 /// What one layer gets from the model's forward pass besides the residual stream.
 pub struct LayerInput<'a> {

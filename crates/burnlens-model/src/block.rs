@@ -4,12 +4,12 @@ use burn::module::Module;
 use burn::nn::Dropout;
 use burn::tensor::Tensor;
 
+use crate::attention::{Attention, AttentionInput, LayerInput};
 use crate::config::NormPlacement;
 use crate::hook_point::{BlockHook, HookPoint, NormSite};
 use crate::hooks::Hooks;
-use crate::norm::Norm;
-use crate::attention::{Attention, AttentionInput, LayerInput};
 use crate::mlp::Mlp;
+use crate::norm::Norm;
 
 /// Pre-norm block: `x + attn(ln1(x))`, then `+ mlp(ln2(.))` (no MLP in attention-only
 /// models); with a parallel residual `x + attn(ln1(x)) + mlp(ln2(x))` (GPT-J: `mlp(ln1(x))`).

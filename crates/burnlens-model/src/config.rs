@@ -62,16 +62,7 @@ pub enum ActivationFn {
 
 impl ActivationFn {
     /// Every name accepted by [`ActivationFn::from_hf_name`].
-    pub const HF_NAMES: &'static [&'static str] = &[
-        "gelu_new",
-        "gelu_pytorch_tanh",
-        "gelu",
-        "gelu_fast",
-        "relu",
-        "quick_gelu",
-        "silu",
-        "swish",
-    ];
+    pub const HF_NAMES: &'static [&'static str] = &["gelu_new", "gelu_pytorch_tanh", "gelu", "gelu_fast", "relu", "quick_gelu", "silu", "swish"];
 
     /// Parse Hugging Face's `activation_function` string.
     pub fn from_hf_name(name: &str) -> Option<Self> {
@@ -436,13 +427,9 @@ impl TransformerConfig {
     /// Check that the numbers describe a model that can be built.
     pub fn validate(&self) -> Result<(), ModelError> {
         let bad = |field: &'static str, msg: String| Err(ModelError::Config { field, msg });
-        for (field, v) in [
-            ("vocab_size", self.vocab_size),
-            ("n_ctx", self.n_ctx),
-            ("d_model", self.d_model),
-            ("n_heads", self.n_heads),
-            ("d_head", self.d_head),
-        ] {
+        for (field, v) in
+            [("vocab_size", self.vocab_size), ("n_ctx", self.n_ctx), ("d_model", self.d_model), ("n_heads", self.n_heads), ("d_head", self.d_head)]
+        {
             if v == 0 {
                 return bad(field, "must be at least 1, found 0".into());
             }

@@ -18,9 +18,7 @@ pub fn write_atomic_with(path: &Path, write: impl FnOnce(&Path) -> std::io::Resu
     let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let name = path.file_name().ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a file path"))?;
     let tmp = dir.join(format!(".{}.tmp-{}", name.to_string_lossy(), std::process::id()));
-    let result = write(&tmp)
-        .and_then(|_| std::fs::File::open(&tmp)?.sync_all())
-        .and_then(|_| std::fs::rename(&tmp, path));
+    let result = write(&tmp).and_then(|_| std::fs::File::open(&tmp)?.sync_all()).and_then(|_| std::fs::rename(&tmp, path));
     if let Err(e) = result {
         let _ = std::fs::remove_file(&tmp);
         return Err(e);

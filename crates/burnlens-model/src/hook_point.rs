@@ -271,7 +271,8 @@ impl HookPoint {
         if let Some(what) = NormHook::from_short(short) {
             let site = match (layer, norm) {
                 (None, _) => NormSite::Final,
-                (Some(l), Some(n)) => NormSite::parse(&format!("blocks.{l}.{n}")).ok_or_else(|| format!("\"{n}\" is not a norm of a block (ln1, ln1_post, ln2, ln2_post, attn.q_norm, attn.k_norm)"))?,
+                (Some(l), Some(n)) => NormSite::parse(&format!("blocks.{l}.{n}"))
+                    .ok_or_else(|| format!("\"{n}\" is not a norm of a block (ln1, ln1_post, ln2, ln2_post, attn.q_norm, attn.k_norm)"))?,
                 (Some(l), None) => return Err(format!("\"{short}\" at layer {l} needs the norm: (\"{short}\", {l}, \"ln1\" or \"ln2\")")),
             };
             return Ok(HookPoint::Norm(site, what));
@@ -424,7 +425,15 @@ mod tests {
         assert_eq!(HookPoint::Norm(NormSite::QNorm(0), NormHook::Normalized).name(), "blocks.0.attn.q_norm.hook_normalized");
         assert_eq!(HookPoint::Norm(NormSite::Final, NormHook::Normalized).name(), "ln_final.hook_normalized");
         assert_eq!(HookPoint::Block(12, BlockHook::ResidPost).name(), "blocks.12.hook_resid_post");
-        for bad in ["blocks.x.hook_resid_pre", "blocks.0.hook_pattern", "blocks.0.attn.hook_resid_pre", "hook_resid_pre", "blocks.0.ln3.hook_scale", "blocks..hook_z", "embed"] {
+        for bad in [
+            "blocks.x.hook_resid_pre",
+            "blocks.0.hook_pattern",
+            "blocks.0.attn.hook_resid_pre",
+            "hook_resid_pre",
+            "blocks.0.ln3.hook_scale",
+            "blocks..hook_z",
+            "embed",
+        ] {
             assert_eq!(HookPoint::parse(bad), None, "{bad}");
         }
     }

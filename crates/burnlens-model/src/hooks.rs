@@ -119,11 +119,7 @@ impl<'a> Hooks<'a> {
     /// Also replace the activation at every point whose name satisfies `filter` by what
     /// `edit` returns (it must keep the shape). Edits run in the order they were added, and
     /// the cache holds the edited value, the one the rest of the model sees.
-    pub fn with_edit(
-        mut self,
-        filter: impl Fn(&str) -> bool + 'a,
-        edit: impl FnMut(&str, Activation) -> Activation + 'a,
-    ) -> Self {
+    pub fn with_edit(mut self, filter: impl Fn(&str) -> bool + 'a, edit: impl FnMut(&str, Activation) -> Activation + 'a) -> Self {
         self.edits.push((Box::new(filter), Box::new(edit)));
         self
     }
@@ -168,8 +164,7 @@ impl<'a> Hooks<'a> {
                 let dims = before.dims();
                 let after = edit(name, before);
                 assert_eq!(after.dims(), dims, "an intervention at `{name}` changed the activation's shape");
-                tensor = T::from_activation(after)
-                    .unwrap_or_else(|| panic!("an intervention at `{name}` changed the activation's rank"));
+                tensor = T::from_activation(after).unwrap_or_else(|| panic!("an intervention at `{name}` changed the activation's rank"));
             }
         }
         if self.capture.as_ref().is_some_and(|f| f(name)) {

@@ -2,7 +2,6 @@
 
 use burn::tensor::Tensor;
 
-
 /// The keys (after rotary embeddings) and values of earlier positions, one entry per layer,
 /// `[batch, kv_head, pos, d_head]`.
 #[derive(Debug, Clone, Default)]
@@ -83,7 +82,6 @@ impl KvCache {
         views
     }
 }
-
 
 #[cfg(test)]
 mod tests {

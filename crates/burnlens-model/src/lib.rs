@@ -9,6 +9,7 @@ pub mod block;
 pub mod config;
 pub mod error;
 pub mod files;
+pub mod generate;
 pub mod hook_point;
 pub mod hooks;
 pub mod kernels;
@@ -18,17 +19,18 @@ pub mod mlp;
 pub mod norm;
 pub mod rng;
 pub mod rotary;
-pub mod generate;
 pub mod transformer;
 pub mod weights;
 
-pub use config::{ActivationFn, AttentionSpan, MAX_LAYERS, MlpKind, NormKind, NormPlacement, Positional, QkNorm, RopeScaling, Rotary, ScoreScale, TransformerConfig};
+pub use config::{
+    ActivationFn, AttentionSpan, MAX_LAYERS, MlpKind, NormKind, NormPlacement, Positional, QkNorm, RopeScaling, Rotary, ScoreScale, TransformerConfig,
+};
 pub use error::ModelError;
-pub use rng::Rng;
 pub use generate::{Sampling, generate};
 pub use hook_point::{AttnHook, BlockHook, HookPoint, LayerHook, MlpHook, NormHook, NormSite, act_name, hook_names, hook_points};
 pub use hooks::{Activation, Hookable, Hooks};
-pub use transformer::{AttentionInput, Forward, LayerInput, Stop, 
-    ParamInit,
-    Attention, Block, HeadWeights, KvCache, LayerNorm, MASKED_SCORE, Mlp, Norm, RotaryAngles, Transformer, Unembed, activate, apply_rotary, cross_entropy, f32_val, next_token_loss, next_token_loss_of_real,
+pub use rng::Rng;
+pub use transformer::{
+    Attention, AttentionInput, Block, Forward, HeadWeights, KvCache, LayerInput, LayerNorm, MASKED_SCORE, Mlp, Norm, ParamInit, RotaryAngles, Stop,
+    Transformer, Unembed, activate, apply_rotary, cross_entropy, f32_val, next_token_loss, next_token_loss_of_real,
 };

@@ -2,8 +2,8 @@
 
 use burn::module::Module;
 use burn::nn::Linear;
-use burn::tensor::activation::{relu, sigmoid};
 use burn::tensor::Tensor;
+use burn::tensor::activation::{relu, sigmoid};
 
 use crate::config::ActivationFn;
 use crate::hook_point::{HookPoint, MlpHook};

@@ -15,8 +15,8 @@ use burn::nn::{Dropout, DropoutConfig, Embedding, Initializer, Linear};
 use burn::tensor::{Bool, DType, Device, Int, Tensor, TensorCreationOptions, TensorData};
 
 use crate::config::{AttentionSpan, MlpKind, NormKind, NormPlacement, Positional, TransformerConfig};
-use crate::hook_point::{AttnHook, HookPoint, NormSite};
 use crate::error::ModelError;
+use crate::hook_point::{AttnHook, HookPoint, NormSite};
 use crate::hooks::Hooks;
 use crate::kernels::{self, linear};
 
@@ -435,7 +435,15 @@ impl Transformer {
     }
 
     /// The forward pass up to the final norm's output.
-    fn run_stream(&self, ids: Tensor<2, Int>, pos: Positions, mut cache: Option<&mut KvCache>, hooks: &mut Hooks, start: Option<(usize, Tensor<3>)>, stop: Stop) -> Tensor<3> {
+    fn run_stream(
+        &self,
+        ids: Tensor<2, Int>,
+        pos: Positions,
+        mut cache: Option<&mut KvCache>,
+        hooks: &mut Hooks,
+        start: Option<(usize, Tensor<3>)>,
+        stop: Stop,
+    ) -> Tensor<3> {
         let device = self.device();
         let [b, t] = ids.dims();
         let n_keys = cache.as_ref().map_or(0, |c| c.len()) + t;

@@ -39,12 +39,7 @@ fn assert_close_floor(what: &str, got: &[f32], want: &[f32], tol: f64, floor: f6
 }
 
 /// Values and gradients of `f` (kernel) and `g` (reference) on the same inputs.
-fn compare<const N: usize, const D: usize>(
-    what: &str,
-    inputs: [Tensor<D>; N],
-    f: impl Fn(&[Tensor<D>]) -> Tensor<D>,
-    g: impl Fn(&[Tensor<D>]) -> Tensor<D>,
-) {
+fn compare<const N: usize, const D: usize>(what: &str, inputs: [Tensor<D>; N], f: impl Fn(&[Tensor<D>]) -> Tensor<D>, g: impl Fn(&[Tensor<D>]) -> Tensor<D>) {
     // Inference (plain flex).
     let y_k = f(&inputs);
     let y_r = g(&inputs);
@@ -304,7 +299,9 @@ fn attention_reads_per_head_views_of_a_fused_projection_in_place() {
 fn attention_over_a_fused_projection_matches_the_explicit_pattern_and_its_gradient() {
     let d = flex();
     // (batch, heads, kv heads, positions, d_head, window)
-    for (b, h, hk, t, dh, window) in [(2usize, 3usize, 3usize, 5usize, 8usize, None), (1, 4, 2, 70, 16, None), (2, 2, 1, 130, 8, Some(6)), (1, 6, 2, 600, 8, None)] {
+    for (b, h, hk, t, dh, window) in
+        [(2usize, 3usize, 3usize, 5usize, 8usize, None), (1, 4, 2, 70, 16, None), (2, 2, 1, 130, 8, Some(6)), (1, 6, 2, 600, 8, None)]
+    {
         let mask = AttentionMask { q_offset: 0, window };
         let scale = 1.0 / (dh as f64).sqrt();
         let heads = |qkv: &Tensor<4>, start: usize, n: usize| qkv.clone().narrow(2, start, n).swap_dims(1, 2);
@@ -426,7 +423,12 @@ fn a_half_weight_is_copied_into_decoding_panels_once_and_again_when_it_changes()
         let wide = rand([40, 300], 0.5, &d).cast(dtype);
         let x = rand([1, 1, 40], 1.0, &d);
         for part in [wide.clone().narrow(1, 0, 150), wide.clone().narrow(1, 150, 150)] {
-            assert_close(&format!("{dtype:?}: a view"), &vec(&kernels::linear(x.clone(), part.clone(), None)), &vec(&kernels::linear_reference(x.clone(), part, None)), 1e-5);
+            assert_close(
+                &format!("{dtype:?}: a view"),
+                &vec(&kernels::linear(x.clone(), part.clone(), None)),
+                &vec(&kernels::linear_reference(x.clone(), part, None)),
+                1e-5,
+            );
         }
     }
 }

@@ -24,7 +24,8 @@ fn options<T: serde::de::DeserializeOwned>(json: &str, what: &str) -> PyResult<T
 pub fn train_sae(py: Python<'_>, model: &NativeModel, out: &str, run_json: &str, corpus_json: &str, on_step: Option<Py<PyAny>>) -> PyResult<String> {
     let run: RunOptions = options(run_json, "train_sae options")?;
     let corpus: CorpusOptions = options(corpus_json, "train_sae corpus options")?;
-    let cfg = run.config(model.any.model.config.d_model, model.any.model.config.n_layers(), corpus.seq_len).map_err(|e| PyValueError::new_err(e.to_string()))?;
+    let cfg =
+        run.config(model.any.model.config.d_model, model.any.model.config.n_layers(), corpus.seq_len).map_err(|e| PyValueError::new_err(e.to_string()))?;
     let mut error: Option<PyErr> = None;
     let result = py.detach(|| -> Result<burnlens_features::RunSummary, String> {
         // Made here: a corpus reader stays on the thread that reads it.
@@ -60,6 +61,7 @@ pub fn evaluate_sae(py: Python<'_>, model: &NativeModel, sae: &NativeSae, corpus
     let mut windows = corpus.windows(model.any.corpus_model(), seed, &burnlens_hf::Hub::from_env()).map_err(|e| err(&e))?;
     let batches = corpus.batches(&mut windows, batches, batch_size).map_err(|e| err(&e))?;
     let ignore: Vec<u32> = model.any.bos.map(|b| b as u32).into_iter().collect();
-    let (metrics, features) = py.detach(|| evaluate(&EvalInput { model: &model.any.model, sae: &sae.sae, batches: &batches, ignore_tokens: &ignore })).map_err(|e| err(&e))?;
+    let (metrics, features) =
+        py.detach(|| evaluate(&EvalInput { model: &model.any.model, sae: &sae.sae, batches: &batches, ignore_tokens: &ignore })).map_err(|e| err(&e))?;
     Ok(serde_json::json!({ "metrics": metrics, "feature_metrics": features }).to_string())
 }

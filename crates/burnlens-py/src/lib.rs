@@ -210,7 +210,12 @@ impl NativeModel {
     /// to the longest, with the `[batch, pos]` mask of real tokens when any row is padded
     /// (`burnlens_train::AnyModel::encode_batch`, the CLI's encoder).
     #[allow(clippy::type_complexity)]
-    fn encode_batch<'py>(&self, py: Python<'py>, texts: Vec<String>, prepend_bos: bool) -> PyResult<(Bound<'py, PyArray2<i64>>, Option<Bound<'py, PyArray2<bool>>>)> {
+    fn encode_batch<'py>(
+        &self,
+        py: Python<'py>,
+        texts: Vec<String>,
+        prepend_bos: bool,
+    ) -> PyResult<(Bound<'py, PyArray2<i64>>, Option<Bound<'py, PyArray2<bool>>>)> {
         let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
         let e = self.any.encode_batch(&texts, prepend_bos).map_err(|e| match e {
             burnlens_train::TokenError::NoTokenizer { .. } => Fail::Value(format!("{e}; pass token ids")),
@@ -224,8 +229,13 @@ impl NativeModel {
 
     /// The text of `ids`.
     fn decode(&self, ids: Vec<i64>) -> PyResult<String> {
-        let tok = self.any.tokenizer.as_ref().ok_or_else(|| Fail::Value(format!("{}: the model has no tokenizer; cannot turn ids into text", self.any.dir.display())))?;
-        let ids: Vec<u32> = ids.into_iter().map(|i| u32::try_from(i).map_err(|_| Fail::Value(format!("token id {i} is negative")))).collect::<Result<_, _>>()?;
+        let tok = self
+            .any
+            .tokenizer
+            .as_ref()
+            .ok_or_else(|| Fail::Value(format!("{}: the model has no tokenizer; cannot turn ids into text", self.any.dir.display())))?;
+        let ids: Vec<u32> =
+            ids.into_iter().map(|i| u32::try_from(i).map_err(|_| Fail::Value(format!("token id {i} is negative")))).collect::<Result<_, _>>()?;
         Ok(tok.decode(&ids))
     }
 
@@ -304,7 +314,13 @@ impl NativeModel {
     /// Logits `[batch, pos, vocab]` of `tokens` with SAEs spliced in at their hook points
     /// (each SAE's reconstruction replaces the activation it reads).
     #[pyo3(signature = (tokens, saes, loss=false))]
-    fn run_with_saes<'py>(&self, py: Python<'py>, tokens: PyReadonlyArray2<'py, i64>, saes: Vec<PyRef<'py, NativeSae>>, loss: bool) -> PyResult<(Bound<'py, PyArrayDyn<f32>>, Option<f64>)> {
+    fn run_with_saes<'py>(
+        &self,
+        py: Python<'py>,
+        tokens: PyReadonlyArray2<'py, i64>,
+        saes: Vec<PyRef<'py, NativeSae>>,
+        loss: bool,
+    ) -> PyResult<(Bound<'py, PyArrayDyn<f32>>, Option<f64>)> {
         let (flat, b, t) = tokens_of(&tokens)?;
         check_loss_length(loss, t)?;
         for s in &saes {
@@ -357,14 +373,30 @@ impl NativeModel {
     /// tokens only.
     #[pyo3(signature = (prompt, max_new_tokens=32, temperature=0.0, top_k=None, top_p=None, seed=0, stop_token=None))]
     #[allow(clippy::too_many_arguments)]
-    fn generate(&self, py: Python<'_>, prompt: Vec<i64>, max_new_tokens: usize, temperature: f64, top_k: Option<usize>, top_p: Option<f64>, seed: u64, stop_token: Option<i64>) -> PyResult<Vec<i64>> {
+    fn generate(
+        &self,
+        py: Python<'_>,
+        prompt: Vec<i64>,
+        max_new_tokens: usize,
+        temperature: f64,
+        top_k: Option<usize>,
+        top_p: Option<f64>,
+        seed: u64,
+        stop_token: Option<i64>,
+    ) -> PyResult<Vec<i64>> {
         let s = Sampling { max_new_tokens, temperature, top_k, top_p, seed, stop_token, use_cache: true };
         Ok(py.detach(|| generate(&self.any.model, &prompt, &s)).map_err(value)?)
     }
 
     /// The metric's value on `tokens` (one sequence) and its gradient at each hook point of
     /// `names`. `metric`: `loss[:FROM]`, `logprob:TOKEN[@POS]`, `logit-diff:RIGHT,WRONG[@POS]`.
-    fn hook_gradients<'py>(&self, py: Python<'py>, tokens: Vec<i64>, names: Vec<String>, metric: &str) -> PyResult<(f64, Bound<'py, PyDict>, Bound<'py, PyDict>)> {
+    fn hook_gradients<'py>(
+        &self,
+        py: Python<'py>,
+        tokens: Vec<i64>,
+        names: Vec<String>,
+        metric: &str,
+    ) -> PyResult<(f64, Bound<'py, PyDict>, Bound<'py, PyDict>)> {
         self.check_names(&names)?;
         let metric = self.metric(metric)?;
         self.any.model.check_ids(&tokens).map_err(value)?;
@@ -398,7 +430,15 @@ impl NativeModel {
     /// `kinds` (`head`, `resid_pre`, `mlp`, or their aliases) from `corrupted` into `clean`:
     /// the clean metric, the kinds by their names, and per node `(kind, layer, index, effect)`.
     #[pyo3(signature = (clean, corrupted, metric, kinds, attribution=false))]
-    fn patching(&self, py: Python<'_>, clean: Vec<i64>, corrupted: Vec<i64>, metric: &str, kinds: Vec<String>, attribution: bool) -> PyResult<(f64, Vec<String>, Vec<(String, usize, usize, f64)>)> {
+    fn patching(
+        &self,
+        py: Python<'_>,
+        clean: Vec<i64>,
+        corrupted: Vec<i64>,
+        metric: &str,
+        kinds: Vec<String>,
+        attribution: bool,
+    ) -> PyResult<(f64, Vec<String>, Vec<(String, usize, usize, f64)>)> {
         use burnlens_lens::NodeKind;
         let metric = self.metric(metric)?;
         self.any.model.check_ids(&clean).map_err(value)?;
@@ -470,8 +510,7 @@ impl NativeModel {
 
 impl NativeModel {
     fn metric(&self, spec: &str) -> Result<Metric, Fail> {
-        Metric::parse(spec, |t: &str| self.any.single_token(t).map_err(|e| e.to_string()))
-        .map_err(|e| match e {
+        Metric::parse(spec, |t: &str| self.any.single_token(t).map_err(|e| e.to_string())).map_err(|e| match e {
             burnlens_lens::MetricParseError::Syntax(why) => Fail::Value(format!("metric \"{spec}\": {why}; expected {}", Metric::GRAMMAR)),
             burnlens_lens::MetricParseError::Token(why) => Fail::Value(format!("metric \"{spec}\": {why}")),
         })
@@ -488,9 +527,18 @@ fn call_hook(py: Python<'_>, f: &Py<PyAny>, name: &str, act: &Activation) -> PyR
         return Ok(None);
     }
     let out = out.bind(py);
-    let arr: PyReadonlyArrayDyn<f32> = out.extract().map_err(|_| PyValueError::new_err(format!("hook at {name}: expected a float32 numpy array (or None), got {}", out.get_type().name().map(|n| n.to_string()).unwrap_or_default())))?;
+    let arr: PyReadonlyArrayDyn<f32> = out.extract().map_err(|_| {
+        PyValueError::new_err(format!(
+            "hook at {name}: expected a float32 numpy array (or None), got {}",
+            out.get_type().name().map(|n| n.to_string()).unwrap_or_default()
+        ))
+    })?;
     if arr.shape() != dims.as_slice() {
-        return Err(PyValueError::new_err(format!("hook at {name}: returned shape {:?}, expected {:?} (a hook must keep the activation's shape)", arr.shape(), dims)));
+        return Err(PyValueError::new_err(format!(
+            "hook at {name}: returned shape {:?}, expected {:?} (a hook must keep the activation's shape)",
+            arr.shape(),
+            dims
+        )));
     }
     let values: Vec<f32> = arr.as_array().iter().copied().collect();
     let device = match act {
@@ -520,7 +568,8 @@ impl NativeSae {
         let backend = backend.map(str::to_string);
         Ok(py.detach(move || -> Result<Self, Fail> {
             let device = device_for(backend.as_deref())?;
-            let dir = burnlens_hf::resolve_folder(&spec, burnlens_lens::sae::folder_files(&spec), &mut |_| {}).map_err(|e| load_fail(format!("{spec}: {e}"), e.missing()))?;
+            let dir = burnlens_hf::resolve_folder(&spec, burnlens_lens::sae::folder_files(&spec), &mut |_| {})
+                .map_err(|e| load_fail(format!("{spec}: {e}"), e.missing()))?;
             let sae = Sae::load(&dir, &device).map_err(|e| load_fail(e.to_string(), !Path::new(&dir).exists()))?;
             Ok(Self { sae })
         })?)
@@ -604,11 +653,22 @@ impl NativeGraph {
     /// `(input_tokens, active_features [n, 3], activation_values, selected_features,
     /// logit_token_ids, logit_probabilities, n_layers)`.
     #[allow(clippy::type_complexity)]
-    fn parts<'py>(&self, py: Python<'py>) -> PyResult<(Vec<i64>, Bound<'py, PyArrayDyn<i64>>, Bound<'py, PyArrayDyn<f32>>, Vec<i64>, Vec<i64>, Vec<f32>, usize)> {
+    fn parts<'py>(
+        &self,
+        py: Python<'py>,
+    ) -> PyResult<(Vec<i64>, Bound<'py, PyArrayDyn<i64>>, Bound<'py, PyArrayDyn<f32>>, Vec<i64>, Vec<i64>, Vec<f32>, usize)> {
         let g = &self.graph;
         let feats: Vec<i64> = g.active_features.iter().flatten().copied().collect();
         let feats = feats.into_pyarray(py).reshape(vec![g.active_features.len(), 3])?;
-        Ok((g.input_tokens.clone(), feats, array(py, g.activation_values.clone(), &[g.activation_values.len()])?, g.selected_features.clone(), g.logit_token_ids.clone(), g.logit_probabilities.clone(), g.n_layers))
+        Ok((
+            g.input_tokens.clone(),
+            feats,
+            array(py, g.activation_values.clone(), &[g.activation_values.len()])?,
+            g.selected_features.clone(),
+            g.logit_token_ids.clone(),
+            g.logit_probabilities.clone(),
+            g.n_layers,
+        ))
     }
 
     /// The stored rows of the adjacency (feature rows, then logit rows) `[k, n_nodes]`.
@@ -622,7 +682,10 @@ impl NativeGraph {
         let n = self.graph.n_nodes();
         let bytes = (n as u64) * (n as u64) * 4;
         if bytes > burnlens_trace::output::DENSE_LIMIT {
-            return Err(PyValueError::new_err(format!("the square adjacency of {n} nodes takes {:.1} GB; use graph.rows (its nonzero rows)", bytes as f64 / 1e9)));
+            return Err(PyValueError::new_err(format!(
+                "the square adjacency of {n} nodes takes {:.1} GB; use graph.rows (its nonzero rows)",
+                bytes as f64 / 1e9
+            )));
         }
         array(py, self.graph.dense_adjacency(), &[n, n])
     }
@@ -643,7 +706,17 @@ impl NativeGraph {
     /// Write graph.safetensors, graph.json and graph.html into `dir`; returns their paths.
     #[pyo3(signature = (dir, slug, prompt, prompt_tokens, logit_tokens, node_threshold, edge_threshold))]
     #[allow(clippy::too_many_arguments)]
-    fn save(&self, py: Python<'_>, dir: &str, slug: String, prompt: String, prompt_tokens: Vec<String>, logit_tokens: Vec<String>, node_threshold: f32, edge_threshold: f32) -> PyResult<Vec<String>> {
+    fn save(
+        &self,
+        py: Python<'_>,
+        dir: &str,
+        slug: String,
+        prompt: String,
+        prompt_tokens: Vec<String>,
+        logit_tokens: Vec<String>,
+        node_threshold: f32,
+        edge_threshold: f32,
+    ) -> PyResult<Vec<String>> {
         let text = burnlens_trace::GraphText { slug, prompt, prompt_tokens, logit_tokens };
         let files = py.detach(|| burnlens_trace::write_graph(Path::new(dir), &self.graph, &text, node_threshold, edge_threshold)).map_err(value)?;
         Ok([files.safetensors, files.json, files.html].iter().map(|p| p.display().to_string()).collect())
@@ -694,8 +767,11 @@ fn feature_intervention<'py>(
     freeze_attention: bool,
     zero_positions: usize,
 ) -> PyResult<(Bound<'py, PyArrayDyn<f32>>, Bound<'py, PyArrayDyn<f32>>)> {
-    let ivs: Vec<burnlens_trace::Intervention> = interventions.iter().map(|&(layer, pos, feature, value)| burnlens_trace::Intervention { layer, pos, feature, value }).collect();
-    let out = py.detach(|| burnlens_trace::feature_intervention(&model.any.model, &transcoders.set, &tokens, &ivs, freeze_attention, zero_positions)).map_err(value)?;
+    let ivs: Vec<burnlens_trace::Intervention> =
+        interventions.iter().map(|&(layer, pos, feature, value)| burnlens_trace::Intervention { layer, pos, feature, value }).collect();
+    let out = py
+        .detach(|| burnlens_trace::feature_intervention(&model.any.model, &transcoders.set, &tokens, &ivs, freeze_attention, zero_positions))
+        .map_err(value)?;
     let (p, l) = (tokens.len(), out.activations.len());
     let vocab = out.logits.len() / p.max(1);
     let f = out.activations.first().map_or(0, |a| a.len() / p.max(1));

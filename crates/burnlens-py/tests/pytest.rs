@@ -33,11 +33,7 @@ fn python() -> PathBuf {
 fn python_api_pytest_suite() {
     let py = python();
     let usable = Command::new(&py).args(["-c", "import numpy, pytest"]).status().map(|s| s.success()).unwrap_or(false);
-    assert!(
-        usable,
-        "{} with numpy and pytest is needed for the Python tests: run `cargo xtask test` (it makes .venv), or set BURNLENS_PYTHON",
-        py.display()
-    );
+    assert!(usable, "{} with numpy and pytest is needed for the Python tests: run `cargo xtask test` (it makes .venv), or set BURNLENS_PYTHON", py.display());
     let tmp = tempfile_dir();
     let pkg = tmp.join("burnlens");
     std::fs::create_dir_all(&pkg).unwrap();

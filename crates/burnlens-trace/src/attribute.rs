@@ -53,7 +53,15 @@ pub struct AttributeOptions {
 
 impl Default for AttributeOptions {
     fn default() -> Self {
-        Self { targets: LogitTargets::default(), batch_size: 512, max_feature_nodes: None, update_interval: 4, zero_positions: 1, pattern_budget: 4 << 30, row_budget: 8 << 30 }
+        Self {
+            targets: LogitTargets::default(),
+            batch_size: 512,
+            max_feature_nodes: None,
+            update_interval: 4,
+            zero_positions: 1,
+            pattern_budget: 4 << 30,
+            row_budget: 8 << 30,
+        }
     }
 }
 
@@ -192,7 +200,11 @@ pub fn attribute(model: &Transformer, set: &TranscoderSet, ids: &[i64], opts: &A
     let logit_offset = n_active + (n_layers + 1) * n_pos;
     let n_nodes = logit_offset + n_logits;
     let max_features = opts.max_feature_nodes.unwrap_or(n_active).min(n_active);
-    let mut rows = Rows { store: Floats::zeros((max_features + n_logits) * n_nodes, opts.row_budget)?, stride: n_nodes, nodes: Vec::with_capacity(max_features + n_logits) };
+    let mut rows = Rows {
+        store: Floats::zeros((max_features + n_logits) * n_nodes, opts.row_budget)?,
+        stride: n_nodes,
+        nodes: Vec::with_capacity(max_features + n_logits),
+    };
 
     let directions = logit_directions(model, &logit_ids);
     for start in (0..n_logits).step_by(opts.batch_size) {

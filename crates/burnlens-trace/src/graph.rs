@@ -68,7 +68,14 @@ fn normalize_into(row: &[f32], sum: f32, out: &mut [f32]) {
 /// `k` nonzero rows: `A[row_node[r]] = factor · values`, where `row(r, values)` writes row
 /// `r`'s (nonnegative) values and returns its factor, so no normalised copy of the rows is
 /// ever held. Repeated products until a term is zero.
-pub(crate) fn influence(k: usize, row_node: &[usize], n: usize, weights: &[f32], max_iter: usize, row: impl Fn(usize, &mut [f32]) -> f32) -> Result<Vec<f32>, TraceError> {
+pub(crate) fn influence(
+    k: usize,
+    row_node: &[usize],
+    n: usize,
+    weights: &[f32],
+    max_iter: usize,
+    row: impl Fn(usize, &mut [f32]) -> f32,
+) -> Result<Vec<f32>, TraceError> {
     let mut values = vec![0f32; n];
     let mut step = |v: &[f32]| {
         let mut out = vec![0f32; n];

@@ -63,7 +63,10 @@ impl TranscoderSet {
                     .map(String::from)
                     .collect();
                 if names.is_empty() {
-                    return Err(TraceError::Input(format!("{spec}: config.yaml lists no transcoders and the repository has no {}{{i}}.safetensors files", prefixes[0])));
+                    return Err(TraceError::Input(format!(
+                        "{spec}: config.yaml lists no transcoders and the repository has no {}{{i}}.safetensors files",
+                        prefixes[0]
+                    )));
                 }
                 names
             }
@@ -81,7 +84,10 @@ mod tests {
     #[test]
     fn hub_uris_parse_as_circuit_tracer_writes_them() {
         let (id, file) = parse_uri("hf://google/gemma-scope-2b-pt-transcoders/layer_0/width_16k/average_l0_76/params.npz").unwrap();
-        assert_eq!((id.repo.as_str(), id.revision.as_str(), file.as_str()), ("google/gemma-scope-2b-pt-transcoders", "main", "layer_0/width_16k/average_l0_76/params.npz"));
+        assert_eq!(
+            (id.repo.as_str(), id.revision.as_str(), file.as_str()),
+            ("google/gemma-scope-2b-pt-transcoders", "main", "layer_0/width_16k/average_l0_76/params.npz")
+        );
         let (id, file) = parse_uri("hf://org/tc/layer_3.safetensors?revision=v2").unwrap();
         assert_eq!((id.revision.as_str(), file.as_str()), ("v2", "layer_3.safetensors"));
         for bad in ["org/tc/layer_0.safetensors", "hf://org/tc", "hf://org/tc/", "hf://org/tc/../x", "hf://o rg/tc/f"] {

@@ -106,7 +106,14 @@ impl Graph {
         if i < n_features {
             let f = self.selected_features[i] as usize;
             let [layer, pos, feat] = self.active_features[f];
-            let mut n = node(format!("{layer}_{feat}_{pos}"), cantor(layer, feat), layer.to_string(), pos as usize, "cross layer transcoder", format!("{layer}_{feat}-0"));
+            let mut n = node(
+                format!("{layer}_{feat}_{pos}"),
+                cantor(layer, feat),
+                layer.to_string(),
+                pos as usize,
+                "cross layer transcoder",
+                format!("{layer}_{feat}-0"),
+            );
             n.influence = Some(influence);
             n.activation = Some(self.activation_values[f]);
             n

@@ -13,8 +13,8 @@ use std::path::{Path, PathBuf};
 use burn::tensor::Device;
 use burnlens_model::TransformerConfig;
 
-use crate::transcoder::{FeatureActivation, InputHook, OutputHook, Transcoder, TranscoderSet, tensor};
 use crate::TraceError;
+use crate::transcoder::{FeatureActivation, InputHook, OutputHook, Transcoder, TranscoderSet, tensor};
 
 /// The config file of a transcoder folder.
 pub const CONFIG_FILE: &str = "config.yaml";
@@ -159,7 +159,8 @@ pub fn read_npz_layer(path: &Path, device: &Device) -> Result<Transcoder, TraceE
 /// A transcoder folder's `config.yaml`: its path and fields.
 pub fn read_config(dir: &Path) -> Result<(PathBuf, FlatYaml), TraceError> {
     let config_path = dir.join(CONFIG_FILE);
-    let text = std::fs::read_to_string(&config_path).map_err(|e| TraceError::file(&config_path, format!("{e} (a transcoder folder holds config.yaml and layer_{{i}}.safetensors)")))?;
+    let text = std::fs::read_to_string(&config_path)
+        .map_err(|e| TraceError::file(&config_path, format!("{e} (a transcoder folder holds config.yaml and layer_{{i}}.safetensors)")))?;
     let cfg = FlatYaml::parse(&text, &config_path)?;
     Ok((config_path, cfg))
 }
@@ -203,10 +204,26 @@ impl TranscoderSet {
         let first = self.layers.first().ok_or_else(|| TraceError::file(dir, "no transcoder layers"))?;
         for (i, t) in self.layers.iter().enumerate() {
             if t.d_model() != first.d_model() || t.n_features() != first.n_features() {
-                return Err(TraceError::file(dir, format!("layer {i} is [{}, {}], layer 0 is [{}, {}]; every layer must have the same width", t.n_features(), t.d_model(), first.n_features(), first.d_model())));
+                return Err(TraceError::file(
+                    dir,
+                    format!(
+                        "layer {i} is [{}, {}], layer 0 is [{}, {}]; every layer must have the same width",
+                        t.n_features(),
+                        t.d_model(),
+                        first.n_features(),
+                        first.d_model()
+                    ),
+                ));
             }
             if t.w_skip.is_some() != first.w_skip.is_some() {
-                return Err(TraceError::file(dir, format!("layer {i} {} W_skip and layer 0 {}", if t.w_skip.is_some() { "has" } else { "lacks" }, if first.w_skip.is_some() { "has" } else { "lacks" })));
+                return Err(TraceError::file(
+                    dir,
+                    format!(
+                        "layer {i} {} W_skip and layer 0 {}",
+                        if t.w_skip.is_some() { "has" } else { "lacks" },
+                        if first.w_skip.is_some() { "has" } else { "lacks" }
+                    ),
+                ));
             }
         }
         Ok(())
@@ -220,7 +237,11 @@ impl TranscoderSet {
             return Err(TraceError::Mismatch(format!("{} transcoder layers, the model has {n} layers", self.n_layers())));
         }
         if let Some((i, t)) = self.layers.iter().enumerate().find(|(i, t)| t.w_dec.len() != if self.cross_layer { n - i } else { 1 }) {
-            return Err(TraceError::Mismatch(format!("layer {i}'s transcoder has {} decoders, expected {}", t.w_dec.len(), if self.cross_layer { n - i } else { 1 })));
+            return Err(TraceError::Mismatch(format!(
+                "layer {i}'s transcoder has {} decoders, expected {}",
+                t.w_dec.len(),
+                if self.cross_layer { n - i } else { 1 }
+            )));
         }
         if self.layers[0].d_model() != d {
             return Err(TraceError::Mismatch(format!("transcoders read d_model {}, the model's is {d}", self.layers[0].d_model())));
@@ -232,7 +253,9 @@ impl TranscoderSet {
             return Err(TraceError::Mismatch("the model has no MLPs to replace".into()));
         }
         if self.input == InputHook::Ln2Normalized && cfg.norm_placement == burnlens_model::NormPlacement::Post {
-            return Err(TraceError::Mismatch("feature_input_hook ln2.hook_normalized: this model normalises after its MLP, not before; use hook_resid_mid or mlp.hook_in".into()));
+            return Err(TraceError::Mismatch(
+                "feature_input_hook ln2.hook_normalized: this model normalises after its MLP, not before; use hook_resid_mid or mlp.hook_in".into(),
+            ));
         }
         Ok(())
     }
@@ -257,7 +280,8 @@ fn with_activation(mut layers: Vec<Transcoder>, cfg: &FlatYaml, config_path: &Pa
         "jumprelu" => true,
         "topk" => {
             let k = cfg.get("top_k", config_path)?;
-            let k: usize = k.parse().ok().filter(|&k| k > 0).ok_or_else(|| TraceError::file(config_path, format!("top_k `{k}`, expected a positive integer")))?;
+            let k: usize =
+                k.parse().ok().filter(|&k| k > 0).ok_or_else(|| TraceError::file(config_path, format!("top_k `{k}`, expected a positive integer")))?;
             if let Some(i) = layers.iter().position(jump) {
                 return Err(TraceError::file(config_path, format!("activation_function topk, but layer {i} has a JumpReLU threshold")));
             }
@@ -267,7 +291,10 @@ fn with_activation(mut layers: Vec<Transcoder>, cfg: &FlatYaml, config_path: &Pa
         _ => return Err(TraceError::file(config_path, format!("activation_function `{name}`, expected relu, jump_relu (jumprelu) or topk"))),
     };
     match layers.iter().position(|t| jump(t) != wants_threshold) {
-        Some(i) => Err(TraceError::file(config_path, format!("activation_function {name}, but layer {i} {} a threshold", if wants_threshold { "lacks" } else { "has" }))),
+        Some(i) => Err(TraceError::file(
+            config_path,
+            format!("activation_function {name}, but layer {i} {} a threshold", if wants_threshold { "lacks" } else { "has" }),
+        )),
         None => Ok(layers),
     }
 }
@@ -339,7 +366,10 @@ fn numbered_files(dir: &Path, prefix: &str) -> Result<Vec<PathBuf>, TraceError> 
     }
     for (want, &i) in found.iter().enumerate() {
         if i != want {
-            return Err(TraceError::file(dir.join(format!("{prefix}{want}.safetensors")), format!("missing (files 0..={} are expected, {prefix}{i} exists)", found.last().expect("nonempty"))));
+            return Err(TraceError::file(
+                dir.join(format!("{prefix}{want}.safetensors")),
+                format!("missing (files 0..={} are expected, {prefix}{i} exists)", found.last().expect("nonempty")),
+            ));
         }
     }
     Ok(found.iter().map(|i| dir.join(format!("{prefix}{i}.safetensors"))).collect())

@@ -218,7 +218,10 @@ fn output_value(hook: OutputHook, block: &Block, l: usize, mine: &mut Captured) 
             }
             let n = take_rows(mine, NormHook::Normalized.of(site))?;
             // The scale stays in `mine` for the backward pass's frozen scales.
-            let s = mine.get(&NormHook::Scale.of(site)).and_then(Activation::rank3).ok_or_else(|| TraceError::Mismatch(format!("the model has no hook point `{}`", NormHook::Scale.of(site))))?;
+            let s = mine
+                .get(&NormHook::Scale.of(site))
+                .and_then(Activation::rank3)
+                .ok_or_else(|| TraceError::Mismatch(format!("the model has no hook point `{}`", NormHook::Scale.of(site))))?;
             let [_, p, _] = s.dims();
             Ok(n * s.reshape([p, 1]))
         }
@@ -286,7 +289,15 @@ fn encode_layer(
 }
 
 /// What layer `l`'s backward pass holds constant, from its captured activations.
-fn freeze_layer(block: &Block, l: usize, mine: &mut Captured, errors: Tensor<2>, writers: Vec<Writer>, zero_positions: usize, keep_pattern: bool) -> Result<FrozenLayer, TraceError> {
+fn freeze_layer(
+    block: &Block,
+    l: usize,
+    mine: &mut Captured,
+    errors: Tensor<2>,
+    writers: Vec<Writer>,
+    zero_positions: usize,
+    keep_pattern: bool,
+) -> Result<FrozenLayer, TraceError> {
     let [n_pos, d] = errors.dims();
     let mut errors = errors;
     if zero_positions > 0 {

@@ -27,7 +27,9 @@ impl Floats {
             return Ok(Floats { len, backing: Backing::Heap(vec![0f32; len]) });
         }
         let dir = std::env::temp_dir();
-        let fail = |e: std::io::Error| TraceError::file(&dir, format!("cannot hold {:.1} GB of attribution rows past the memory budget in a temporary file: {e}", bytes as f64 / 1e9));
+        let fail = |e: std::io::Error| {
+            TraceError::file(&dir, format!("cannot hold {:.1} GB of attribution rows past the memory budget in a temporary file: {e}", bytes as f64 / 1e9))
+        };
         // Unlinked at once: the space returns to the disk when the mapping goes, crash or not.
         let file = tempfile::tempfile().map_err(fail)?;
         file.set_len(bytes).map_err(fail)?;

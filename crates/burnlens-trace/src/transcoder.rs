@@ -81,9 +81,13 @@ impl OutputHook {
 pub enum FeatureActivation {
     Relu,
     /// `x · [x > θ]`, one threshold per feature.
-    JumpRelu { threshold: Vec<f32> },
+    JumpRelu {
+        threshold: Vec<f32>,
+    },
     /// The `k` largest pre-activations of each position kept, the rest zero.
-    TopK { k: usize },
+    TopK {
+        k: usize,
+    },
 }
 
 impl FeatureActivation {

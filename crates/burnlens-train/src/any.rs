@@ -8,8 +8,8 @@ use burn::tensor::Device;
 use burnlens_hf::{LoadOptions, Tokenizer, load_model_with};
 use burnlens_model::Transformer;
 
-use crate::error::TrainError;
 use crate::checkpoint::load_run;
+use crate::error::TrainError;
 
 /// A loaded model with what a front end needs beside it.
 #[derive(Clone)]
@@ -48,6 +48,13 @@ pub fn load_any(dir: &Path, device: &Device, options: &LoadOptions) -> Result<An
     } else {
         let loaded = load_model_with(dir, device, options)?;
         let tokenizer = Tokenizer::find_in_dir(dir).transpose()?;
-        Ok(AnyModel { model: loaded.model, tokenizer, bos: loaded.hf.bos_token_id, warnings: loaded.info.warnings, family: Some(loaded.hf.family), dir: dir.to_path_buf() })
+        Ok(AnyModel {
+            model: loaded.model,
+            tokenizer,
+            bos: loaded.hf.bos_token_id,
+            warnings: loaded.info.warnings,
+            family: Some(loaded.hf.family),
+            dir: dir.to_path_buf(),
+        })
     }
 }

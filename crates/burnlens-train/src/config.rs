@@ -264,7 +264,12 @@ impl RunConfig {
     /// Checks that need more than one key.
     fn validate(&self) -> std::result::Result<(), String> {
         let t = &self.training;
-        for (key, v) in [("training.batch_size", t.batch_size), ("training.block_size", t.block_size), ("training.grad_accum", t.grad_accum), ("training.eval_batches", t.eval_batches)] {
+        for (key, v) in [
+            ("training.batch_size", t.batch_size),
+            ("training.block_size", t.block_size),
+            ("training.grad_accum", t.grad_accum),
+            ("training.eval_batches", t.eval_batches),
+        ] {
             if v == 0 {
                 return Err(format!("{key} must be at least 1, found 0"));
             }
@@ -280,15 +285,20 @@ impl RunConfig {
         }
         if let Some(ctx) = self.model.context {
             if t.block_size > ctx {
-                return Err(format!(
-                    "training.block_size = {} is larger than the model's context (model.context = {ctx})",
-                    t.block_size
-                ));
+                return Err(format!("training.block_size = {} is larger than the model's context (model.context = {ctx})", t.block_size));
             }
         }
         let m = &self.model;
         if m.from.is_some() {
-            let fresh = [m.family.is_some(), m.n_layers.is_some(), m.n_heads.is_some(), m.d_model.is_some(), m.d_mlp.is_some(), m.context.is_some(), m.attention.is_some()];
+            let fresh = [
+                m.family.is_some(),
+                m.n_layers.is_some(),
+                m.n_heads.is_some(),
+                m.d_model.is_some(),
+                m.d_mlp.is_some(),
+                m.context.is_some(),
+                m.attention.is_some(),
+            ];
             if fresh.iter().any(|x| *x) {
                 return Err("model.from fine-tunes an existing model; remove the architecture keys (family, n_layers, ...)".into());
             }

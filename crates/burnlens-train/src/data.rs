@@ -17,11 +17,18 @@ pub enum Split {
 }
 
 enum Source {
-    Tokens { train: Vec<u32>, val: Vec<u32> },
+    Tokens {
+        train: Vec<u32>,
+        val: Vec<u32>,
+    },
     /// Random tokens `r` (length drawn from `min_len..=max_len`) repeated until the sequence
     /// is full: predicting the repeats pays only for a model that learned to look back at
     /// what followed the previous occurrence of the current token (induction).
-    Repeated { vocab: usize, min_len: usize, max_len: usize },
+    Repeated {
+        vocab: usize,
+        min_len: usize,
+        max_len: usize,
+    },
 }
 
 /// Everything the training loop draws batches from.

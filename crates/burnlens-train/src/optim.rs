@@ -144,7 +144,15 @@ mod tests {
     #[test]
     fn no_decay_group_matches_biases_norms_and_embeddings_only() {
         let re = regex_lite(NO_DECAY);
-        for n in ["embed.weight", "pos_embed.weight", "blocks.0.ln1.weight", "blocks.3.ln2.bias", "ln_final.weight", "blocks.1.attn.qkv.bias", "blocks.0.mlp.fc_out.bias"] {
+        for n in [
+            "embed.weight",
+            "pos_embed.weight",
+            "blocks.0.ln1.weight",
+            "blocks.3.ln2.bias",
+            "ln_final.weight",
+            "blocks.1.attn.qkv.bias",
+            "blocks.0.mlp.fc_out.bias",
+        ] {
             assert!(re(n), "{n} should not be decayed");
         }
         for n in ["blocks.0.attn.qkv.weight", "blocks.0.attn.out.weight", "blocks.2.mlp.fc_in.weight"] {

@@ -8,12 +8,7 @@ use serde_json::Value;
 /// Plot training loss per step and validation loss per evaluation from `metrics.jsonl` lines.
 pub fn write_loss_svg(path: &Path, history: &[Value]) -> std::io::Result<()> {
     let series = |kind: &str, key: &str| -> Vec<(f64, f64)> {
-        history
-            .iter()
-            .filter(|v| v["kind"] == kind)
-            .filter_map(|v| Some((v["step"].as_f64()?, v[key].as_f64()?)))
-            .filter(|(_, y)| y.is_finite())
-            .collect()
+        history.iter().filter(|v| v["kind"] == kind).filter_map(|v| Some((v["step"].as_f64()?, v[key].as_f64()?))).filter(|(_, y)| y.is_finite()).collect()
     };
     let train = series("train", "loss");
     let val = series("eval", "val_loss");
@@ -34,7 +29,14 @@ fn render(train: &[(f64, f64)], val: &[(f64, f64)]) -> String {
     let _ = write!(s, r#"<rect width="{w}" height="{h}" fill="white"/><text x="{}" y="18" text-anchor="middle" font-size="14">loss</text>"#, w / 2.0);
     for i in 0..=5 {
         let y = y_min + (y_max - y_min) * i as f64 / 5.0;
-        let _ = write!(s, r##"<line x1="{left}" x2="{}" y1="{py:.1}" y2="{py:.1}" stroke="#ddd"/><text x="{}" y="{:.1}" text-anchor="end">{y:.3}</text>"##, w - right, left - 6.0, py(y) + 4.0, py = py(y));
+        let _ = write!(
+            s,
+            r##"<line x1="{left}" x2="{}" y1="{py:.1}" y2="{py:.1}" stroke="#ddd"/><text x="{}" y="{:.1}" text-anchor="end">{y:.3}</text>"##,
+            w - right,
+            left - 6.0,
+            py(y) + 4.0,
+            py = py(y)
+        );
         let x = x_max * i as f64 / 5.0;
         let _ = write!(s, r#"<text x="{:.1}" y="{}" text-anchor="middle">{x:.0}</text>"#, px(x), h - bottom + 16.0);
     }

@@ -134,12 +134,17 @@ impl TrainSession {
         let ad = backend::device(&name, cfg.backend.device)?.autodiff();
         let existing = latest_checkpoint(&cfg.output.dir)?;
         if existing.is_some() && !opts.resume {
-            return Err(TrainError::Config { path: cfg.output.dir.clone(), msg: "already holds a training run; continue it with --resume or choose another output.dir".into() });
+            return Err(TrainError::Config {
+                path: cfg.output.dir.clone(),
+                msg: "already holds a training run; continue it with --resume or choose another output.dir".into(),
+            });
         }
         let data = Dataset::load(&cfg.data, cfg.training.block_size)?;
         let (spec, model, optim, state) = match existing.as_ref().filter(|_| opts.resume) {
             Some(_) => resumed(cfg, &ad)?,
-            None if opts.resume => return Err(TrainError::Checkpoint { path: cfg.output.dir.clone(), msg: "nothing to resume: no checkpoint in this run directory".into() }),
+            None if opts.resume => {
+                return Err(TrainError::Checkpoint { path: cfg.output.dir.clone(), msg: "nothing to resume: no checkpoint in this run directory".into() });
+            }
             None => fresh(cfg, &data, &ad, observer)?,
         };
         prepare_run_dir(cfg, opts.resume, &spec, &data)?;

@@ -50,7 +50,12 @@ pub fn model_spec(cfg: &RunConfig, vocab: usize) -> Result<ModelSpec> {
         }
     };
     if !rotary_family {
-        for (key, set) in [("n_kv_heads", m.n_kv_heads.is_some()), ("rotary_pct", m.rotary_pct.is_some()), ("rope_theta", m.rope_theta.is_some()), ("parallel_residual", m.parallel_residual.is_some())] {
+        for (key, set) in [
+            ("n_kv_heads", m.n_kv_heads.is_some()),
+            ("rotary_pct", m.rotary_pct.is_some()),
+            ("rope_theta", m.rope_theta.is_some()),
+            ("parallel_residual", m.parallel_residual.is_some()),
+        ] {
             if set {
                 return Err(bad(format!("model.{key} applies to the rotary families, not to model.family = \"{family}\"")));
             }

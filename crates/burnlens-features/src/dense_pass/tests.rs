@@ -2,8 +2,8 @@
 
 use super::{DenseInput, gradients};
 use crate::architecture::{Architecture, JumpReluSettings};
-use crate::pass_check::{Case, Pass, check, dead_every};
 use crate::params::Shape;
+use crate::pass_check::{Case, Pass, check, dead_every};
 
 const DENSE: Pass = &|p, arch, (x, target, subtract_b_dec, coefficient, dead)| gradients(p, arch, DenseInput { x, target, subtract_b_dec, coefficient, dead });
 

@@ -1,12 +1,13 @@
 //! The sparse pass against the dense autodiff pass it replaces.
 
 use super::{SparseInput, gradients};
-use crate::host::Scratch;
 use crate::architecture::{Architecture, TopKSettings};
-use crate::pass_check::{Case, Pass, check, dead_every};
+use crate::host::Scratch;
 use crate::params::Shape;
+use crate::pass_check::{Case, Pass, check, dead_every};
 
-const SPARSE: Pass = &|p, arch, (x, target, subtract_b_dec, _, dead)| gradients(p, arch, SparseInput { x, target, subtract_b_dec, dead, scratch: &Scratch::default() });
+const SPARSE: Pass =
+    &|p, arch, (x, target, subtract_b_dec, _, dead)| gradients(p, arch, SparseInput { x, target, subtract_b_dec, dead, scratch: &Scratch::default() });
 
 #[test]
 fn topk_gradients_equal_the_dense_pass() {

@@ -11,8 +11,8 @@ use serde_json::{Map, Value, json};
 
 use super::llama::{Defaults, fresh_common, json_common, layer_types, parse_common, tensors_common};
 use super::spec::{FamilySpec, FreshShape, Names};
-use crate::fields::{Fields, activation_named};
 use crate::error::Result;
+use crate::fields::{Fields, activation_named};
 use crate::layout::{Placement, Tensors};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -5,8 +5,8 @@ use burnlens_model::{AttentionSpan, MlpKind, NormKind, Positional, ScoreScale, T
 use serde_json::{Value, json};
 
 use super::spec::{FamilySpec, FreshShape, Names};
-use crate::fields::{Fields, activation, head_dim};
 use crate::error::Result;
+use crate::fields::{Fields, activation, head_dim};
 use crate::layout::{Placement, Tensors};
 
 pub struct Gpt2;
@@ -101,7 +101,12 @@ pub(super) fn classic_rules(cfg: &TransformerConfig, name: &str) -> std::result:
     if cfg.untied_unembed {
         return Err(format!("the unembedding is untied (its own W_U); Hugging Face {name} ties it to the embedding"));
     }
-    if cfg.positional != Positional::Residual || cfg.norm != NormKind::LayerNorm || cfg.mlp != MlpKind::Standard || cfg.parallel_residual || cfg.kv_heads() != cfg.n_heads {
+    if cfg.positional != Positional::Residual
+        || cfg.norm != NormKind::LayerNorm
+        || cfg.mlp != MlpKind::Standard
+        || cfg.parallel_residual
+        || cfg.kv_heads() != cfg.n_heads
+    {
         return Err(format!("{name} has learned positions, LayerNorm, a plain MLP, sequential residuals and one key/value head per query head"));
     }
     if !cfg.attn_out_bias || !cfg.mlp_bias {

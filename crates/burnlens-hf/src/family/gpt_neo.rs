@@ -5,8 +5,8 @@ use burnlens_model::{AttentionSpan, ScoreScale, TransformerConfig};
 use serde_json::{Value, json};
 
 use super::spec::{FamilySpec, FreshShape, Names};
-use crate::fields::{Fields, activation, head_dim};
 use crate::error::Result;
+use crate::fields::{Fields, activation, head_dim};
 use crate::layout::Tensors;
 
 pub struct GptNeo;

@@ -6,8 +6,8 @@ use burnlens_model::{AttentionSpan, MlpKind, NormKind, Positional, Rotary, Score
 use serde_json::{Value, json};
 
 use super::spec::{FamilySpec, FreshShape, Names};
-use crate::fields::{Fields, activation_named, head_dim};
 use crate::error::Result;
+use crate::fields::{Fields, activation_named, head_dim};
 use crate::layout::{Placement, Tensors};
 
 pub struct GptNeoX;
@@ -68,7 +68,11 @@ impl FamilySpec for GptNeoX {
 
     fn config_json(&self, cfg: &TransformerConfig) -> std::result::Result<Value, String> {
         let r = cfg.rotary.filter(|_| cfg.positional == Positional::Rotary).ok_or("GPT-NeoX uses rotary positions")?;
-        if cfg.norm != NormKind::LayerNorm || cfg.mlp != MlpKind::Standard || cfg.kv_heads() != cfg.n_heads || cfg.spans.iter().any(|s| *s != AttentionSpan::Global) {
+        if cfg.norm != NormKind::LayerNorm
+            || cfg.mlp != MlpKind::Standard
+            || cfg.kv_heads() != cfg.n_heads
+            || cfg.spans.iter().any(|s| *s != AttentionSpan::Global)
+        {
             return Err("GPT-NeoX has LayerNorm, a plain MLP, global attention and one key/value head per query head".into());
         }
         if cfg.qkv_bias != cfg.attn_out_bias || !cfg.mlp_bias {

@@ -7,8 +7,8 @@ use burnlens_model::{AttentionSpan, MlpKind, NormKind, Positional, Rotary, Score
 use serde_json::{Value, json};
 
 use super::spec::{FamilySpec, FreshShape, Names};
-use crate::fields::{Fields, activation, head_dim};
 use crate::error::Result;
+use crate::fields::{Fields, activation, head_dim};
 use crate::layout::{Placement, Tensors};
 
 pub struct GptJ;

@@ -7,8 +7,8 @@ use burnlens_model::{AttentionSpan, MlpKind, NormKind, Positional, ScoreScale, T
 use serde_json::{Value, json};
 
 use super::spec::{FamilySpec, FreshShape, Names};
-use crate::fields::{Fields, activation_named, head_dim};
 use crate::error::Result;
+use crate::fields::{Fields, activation_named, head_dim};
 use crate::layout::{Placement, Tensors};
 
 /// Which member of the family.
@@ -178,13 +178,17 @@ pub(super) fn parse_common(f: &Fields, d: Defaults) -> Result<TransformerConfig>
 
 /// `layer_types` (transformers 5): `full_attention` or `sliding_attention` per layer.
 pub(super) fn layer_types(f: &Fields, n_layers: usize, window: Option<usize>) -> Result<Vec<AttentionSpan>> {
-    let list = f.get("layer_types").and_then(Value::as_array).filter(|a| a.len() == n_layers).ok_or_else(|| {
-        f.err("layer_types", format!("must list \"full_attention\" or \"sliding_attention\" for each of the {n_layers} layers"))
-    })?;
+    let list = f
+        .get("layer_types")
+        .and_then(Value::as_array)
+        .filter(|a| a.len() == n_layers)
+        .ok_or_else(|| f.err("layer_types", format!("must list \"full_attention\" or \"sliding_attention\" for each of the {n_layers} layers")))?;
     list.iter()
         .map(|t| match t.as_str() {
             Some("full_attention") => Ok(AttentionSpan::Global),
-            Some("sliding_attention") => window.map(AttentionSpan::Local).ok_or_else(|| f.err("sliding_window", "is missing but a layer uses sliding attention")),
+            Some("sliding_attention") => {
+                window.map(AttentionSpan::Local).ok_or_else(|| f.err("sliding_window", "is missing but a layer uses sliding attention"))
+            }
             _ => Err(f.err("layer_types", format!("has {t}; expected \"full_attention\" or \"sliding_attention\""))),
         })
         .collect()
@@ -234,8 +238,5 @@ pub(super) fn json_common(cfg: &TransformerConfig, family: &str) -> std::result:
 /// A fresh Llama-like model: RMSNorm, rotary over whole heads, gated SiLU MLP, no biases,
 /// untied unembedding without bias.
 pub(super) fn fresh_common(s: &FreshShape) -> TransformerConfig {
-    TransformerConfig {
-        d_mlp: Some(4 * s.d_model),
-        ..TransformerConfig::llama_like(s.vocab, s.n_ctx, s.d_model, s.n_layers, s.n_heads, s.n_heads)
-    }
+    TransformerConfig { d_mlp: Some(4 * s.d_model), ..TransformerConfig::llama_like(s.vocab, s.n_ctx, s.d_model, s.n_layers, s.n_heads, s.n_heads) }
 }

@@ -13,7 +13,6 @@ use crate::layout::{Entry, Tensors};
 pub use spec::{FamilySpec, FreshShape, Names};
 
 mod gemma;
-pub mod spec;
 mod gpt2;
 mod gpt_neo;
 mod gpt_neox;
@@ -22,6 +21,7 @@ mod llama;
 mod olmo2;
 mod phi3;
 mod qwen3;
+pub mod spec;
 
 /// Declares [`Family`] from `Variant => spec` lines: the enum, [`Family::ALL`] and
 /// [`Family::spec`].
@@ -95,7 +95,6 @@ impl Family {
         self.spec().tensors(cfg, &mut t);
         t.into_entries()
     }
-
 
     /// The HF name of the token embedding (without the prefix).
     pub fn embed_name(self) -> &'static str {

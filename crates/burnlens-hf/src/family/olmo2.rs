@@ -8,8 +8,8 @@ use serde_json::{Value, json};
 
 use super::llama::{Defaults, fresh_common, json_common, parse_common, tensors_common};
 use super::spec::{FamilySpec, FreshShape, Names};
-use crate::fields::Fields;
 use crate::error::Result;
+use crate::fields::Fields;
 use crate::layout::{Placement, Tensors};
 
 pub struct Olmo2;

@@ -9,8 +9,8 @@ use serde_json::{Value, json};
 
 use super::llama::{Defaults, fresh_common, json_common, parse_common};
 use super::spec::{FamilySpec, FreshShape, Names};
-use crate::fields::Fields;
 use crate::error::Result;
+use crate::fields::Fields;
 use crate::layout::{Placement, Tensors};
 
 pub struct Phi3;
@@ -68,7 +68,11 @@ impl FamilySpec for Phi3 {
             return Err("Phi-3 has no biases".into());
         }
         if cfg.n_heads * cfg.d_head != cfg.d_model {
-            return Err(format!("Phi-3's heads are d_model / n_heads wide; n_heads * d_head = {} differs from d_model = {}", cfg.n_heads * cfg.d_head, cfg.d_model));
+            return Err(format!(
+                "Phi-3's heads are d_model / n_heads wide; n_heads * d_head = {} differs from d_model = {}",
+                cfg.n_heads * cfg.d_head,
+                cfg.d_model
+            ));
         }
         let window = super::spec::one_window(cfg)?;
         if window.is_some() && cfg.spans.iter().any(|s| *s == AttentionSpan::Global) {

@@ -8,8 +8,8 @@ use serde_json::{Value, json};
 
 use super::llama::{Defaults, fresh_common, json_common, layer_types, parse_common, tensors_common};
 use super::spec::{FamilySpec, FreshShape, Names};
-use crate::fields::Fields;
 use crate::error::Result;
+use crate::fields::Fields;
 use crate::layout::{Placement, Tensors};
 
 pub struct Qwen3;
@@ -43,10 +43,12 @@ impl FamilySpec for Qwen3 {
             Some(_) => layer_types(f, cfg.n_layers(), window)?,
             None => {
                 let from = f.count(&["max_window_layers"], 28)?;
-                (0..cfg.n_layers()).map(|l| match window {
-                    Some(w) if l >= from => AttentionSpan::Local(w),
-                    _ => AttentionSpan::Global,
-                }).collect()
+                (0..cfg.n_layers())
+                    .map(|l| match window {
+                        Some(w) if l >= from => AttentionSpan::Local(w),
+                        _ => AttentionSpan::Global,
+                    })
+                    .collect()
             }
         };
         Ok(cfg)

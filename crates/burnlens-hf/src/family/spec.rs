@@ -87,7 +87,8 @@ pub(crate) fn one_window(cfg: &TransformerConfig) -> std::result::Result<Option<
 
 /// `layer_types` of transformers 5: `full_attention` / `sliding_attention` per layer.
 pub(crate) fn layer_types(cfg: &TransformerConfig) -> Value {
-    let types: Vec<&str> = cfg.spans.iter().map(|s| if matches!(s, burnlens_model::AttentionSpan::Local(_)) { "sliding_attention" } else { "full_attention" }).collect();
+    let types: Vec<&str> =
+        cfg.spans.iter().map(|s| if matches!(s, burnlens_model::AttentionSpan::Local(_)) { "sliding_attention" } else { "full_attention" }).collect();
     serde_json::json!(types)
 }
 
@@ -95,4 +96,3 @@ pub(crate) fn layer_types(cfg: &TransformerConfig) -> Value {
 pub(crate) fn hidden_act(a: burnlens_model::ActivationFn) -> &'static str {
     if a == burnlens_model::ActivationFn::Silu { "silu" } else { a.hf_name() }
 }
-

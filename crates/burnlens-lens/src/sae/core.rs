@@ -8,8 +8,8 @@
 
 use std::path::{Path, PathBuf};
 
-use burn::tensor::activation::relu;
 use burn::tensor::Tensor;
+use burn::tensor::activation::relu;
 use burnlens_model::{Activation, AttnHook, HookPoint, Hooks, Transformer, next_token_loss};
 use serde::Serialize;
 use serde_json::Value;
@@ -44,7 +44,10 @@ pub enum Architecture {
     /// Keep the `k` largest pre-activations (after ReLU). With `rescale_acts_by_decoder_norm`
     /// the pre-activations are multiplied by the decoder rows' norms before the choice and
     /// divided by them before decoding.
-    TopK { k: usize, rescale_acts_by_decoder_norm: bool },
+    TopK {
+        k: usize,
+        rescale_acts_by_decoder_norm: bool,
+    },
 }
 
 impl Architecture {
@@ -134,11 +137,17 @@ impl SaeConfig {
             Activation::Rank3(t) => (dims[0] * dims[1], dims[2], Activation::Rank3(t.clone())),
             Activation::Rank4(t) if self.reshape_hook_z => (dims[0] * dims[1], dims[2] * dims[3], Activation::Rank4(t.clone())),
             Activation::Rank4(_) => {
-                return Err(SaeError::Hook { hook: self.hook_name.clone(), msg: format!("activation of shape {dims:?} is not [batch, pos, d]; only hook_z SAEs read per-head activations") });
+                return Err(SaeError::Hook {
+                    hook: self.hook_name.clone(),
+                    msg: format!("activation of shape {dims:?} is not [batch, pos, d]; only hook_z SAEs read per-head activations"),
+                });
             }
         };
         if width != d_in {
-            return Err(SaeError::Hook { hook: self.hook_name.clone(), msg: format!("the model's activation has width {width} (shape {dims:?}), the SAE's d_in is {d_in}") });
+            return Err(SaeError::Hook {
+                hook: self.hook_name.clone(),
+                msg: format!("the model's activation has width {width} (shape {dims:?}), the SAE's d_in is {d_in}"),
+            });
         }
         Ok(match t {
             Activation::Rank3(t) => t.reshape([rows, width]),
@@ -155,7 +164,12 @@ impl SaeConfig {
         // `hook_name` or `hook_point`.
         let lookup = |k: &str| obj.get(k).filter(|v| !v.is_null()).or_else(|| meta.and_then(|m| m.get(k)).filter(|v| !v.is_null()));
         let usize_field = |k: &str| -> Result<usize, SaeError> {
-            lookup(k).ok_or_else(|| field_err(path, k, "missing (expected a positive integer)"))?.as_u64().filter(|&n| n > 0).map(|n| n as usize).ok_or_else(|| field_err(path, k, "expected a positive integer"))
+            lookup(k)
+                .ok_or_else(|| field_err(path, k, "missing (expected a positive integer)"))?
+                .as_u64()
+                .filter(|&n| n > 0)
+                .map(|n| n as usize)
+                .ok_or_else(|| field_err(path, k, "expected a positive integer"))
         };
         let d_in = usize_field("d_in")?;
         let d_sae = usize_field("d_sae")?;
@@ -182,7 +196,11 @@ impl SaeConfig {
                 "constant_norm_rescale" => Normalize::ConstantNormRescale,
                 "layer_norm" => Normalize::LayerNorm,
                 other => {
-                    return Err(field_err(path, "normalize_activations", format!("\"{other}\" is not supported (expected none, expected_average_only_in, constant_norm_rescale or layer_norm)")));
+                    return Err(field_err(
+                        path,
+                        "normalize_activations",
+                        format!("\"{other}\" is not supported (expected none, expected_average_only_in, constant_norm_rescale or layer_norm)"),
+                    ));
                 }
             },
             Some(other) => return Err(field_err(path, "normalize_activations", format!("expected a string, found {other}"))),
@@ -477,4 +495,3 @@ pub fn run_sae(model: &Transformer, sae: &Sae, ids: &[i64], k: usize) -> Result<
         strongest_feature,
     })
 }
-

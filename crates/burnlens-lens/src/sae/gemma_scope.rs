@@ -50,7 +50,12 @@ fn parse_npy(bytes: &[u8]) -> Result<Npy, String> {
         return Err("Fortran-ordered arrays are not supported".into());
     }
     let shape_text = field("shape").and_then(|s| s.strip_prefix('(')).and_then(|s| s.split(')').next()).ok_or("the .npy header has no shape")?;
-    let shape: Vec<usize> = shape_text.split(',').map(str::trim).filter(|s| !s.is_empty()).map(|s| s.parse::<usize>().map_err(|_| format!("bad shape ({shape_text})"))).collect::<Result<_, _>>()?;
+    let shape: Vec<usize> = shape_text
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| s.parse::<usize>().map_err(|_| format!("bad shape ({shape_text})")))
+        .collect::<Result<_, _>>()?;
     let data = &bytes[start + header_len..];
     let n: usize = shape.iter().product();
     let width = match descr {
@@ -102,7 +107,9 @@ pub fn hook_from_path(dir: &Path) -> Result<(String, bool), SaeError> {
         (Some("res"), Some(l), false) => BlockHook::ResidPost.at(l),
         (Some("mlp"), Some(l), _) => BlockHook::MlpOut.at(l),
         (Some("att"), Some(l), _) => AttnHook::Z.at(l),
-        (None, _, _) => return Err(file_err(dir, format!("cannot tell the hook point: no release name with -res, -mlp or -att in the path; expected {expected}"))),
+        (None, _, _) => {
+            return Err(file_err(dir, format!("cannot tell the hook point: no release name with -res, -mlp or -att in the path; expected {expected}")));
+        }
         _ => return Err(file_err(dir, format!("cannot tell the layer: no layer_N folder in the path; expected {expected}"))),
     };
     Ok((hook.name(), embedding))
@@ -116,7 +123,11 @@ pub fn load(dir: &Path, device: &Device) -> Result<Sae, SaeError> {
     let mut take = |name: &str| -> Result<Npy, SaeError> {
         // SAELens also accepts a lower-case `w_` prefix.
         let alt = name.replace("W_", "w_");
-        let i = arrays.iter().position(|(n, _)| n == name || *n == alt).ok_or_else(|| SaeError::Tensor { path: path.clone(), name: name.into(), msg: "missing".into() })?;
+        let i = arrays.iter().position(|(n, _)| n == name || *n == alt).ok_or_else(|| SaeError::Tensor {
+            path: path.clone(),
+            name: name.into(),
+            msg: "missing".into(),
+        })?;
         Ok(arrays.swap_remove(i).1)
     };
     let w_enc = take("W_enc")?;
@@ -124,15 +135,25 @@ pub fn load(dir: &Path, device: &Device) -> Result<Sae, SaeError> {
         return Err(SaeError::Tensor { path: path.clone(), name: "W_enc".into(), msg: format!("shape {:?}, expected [d_in, d_sae]", w_enc.shape) });
     };
     let (w_dec, b_enc, b_dec, threshold) = (take("W_dec")?, take("b_enc")?, take("b_dec")?, take("threshold")?);
-    for (name, a, want) in [("W_dec", &w_dec, vec![d_sae, d_in]), ("b_enc", &b_enc, vec![d_sae]), ("b_dec", &b_dec, vec![d_in]), ("threshold", &threshold, vec![d_sae])] {
+    for (name, a, want) in
+        [("W_dec", &w_dec, vec![d_sae, d_in]), ("b_enc", &b_enc, vec![d_sae]), ("b_dec", &b_dec, vec![d_in]), ("threshold", &threshold, vec![d_sae])]
+    {
         if a.shape != want {
-            return Err(SaeError::Tensor { path: path.clone(), name: name.into(), msg: format!("shape {:?}, expected {want:?} from W_enc's [d_in = {d_in}, d_sae = {d_sae}]", a.shape) });
+            return Err(SaeError::Tensor {
+                path: path.clone(),
+                name: name.into(),
+                msg: format!("shape {:?}, expected {want:?} from W_enc's [d_in = {d_in}, d_sae = {d_sae}]", a.shape),
+            });
         }
     }
     if let Ok(s) = take("scaling_factor")
         && s.values.iter().any(|&v| v != 1.0)
     {
-        return Err(SaeError::Tensor { path: path.clone(), name: "scaling_factor".into(), msg: "a fine-tuning scaling factor other than 1 is not supported".into() });
+        return Err(SaeError::Tensor {
+            path: path.clone(),
+            name: "scaling_factor".into(),
+            msg: "a fine-tuning scaling factor other than 1 is not supported".into(),
+        });
     }
     let (mut enc, mut dec) = (w_enc.values, w_dec.values);
     if embedding {

@@ -48,7 +48,8 @@ fn read_weights(path: &Path, cfg: &SaeConfig, device: &Device) -> Result<BTreeMa
 /// Load an SAE directory written by SAELens (`SAE.save_model`) or by burnlens.
 pub fn load(dir: &Path, device: &Device) -> Result<Sae, SaeError> {
     let cfg_path = dir.join(CFG_FILE);
-    let text = std::fs::read_to_string(&cfg_path).map_err(|e| SaeError::File { path: cfg_path.clone(), msg: format!("{e} (an SAE directory holds {CFG_FILE} and {WEIGHTS_FILE})") })?;
+    let text = std::fs::read_to_string(&cfg_path)
+        .map_err(|e| SaeError::File { path: cfg_path.clone(), msg: format!("{e} (an SAE directory holds {CFG_FILE} and {WEIGHTS_FILE})") })?;
     let cfg = SaeConfig::parse(&text, &cfg_path)?;
     let mut w = read_weights(&dir.join(WEIGHTS_FILE), &cfg, device)?;
     let mut take = |n: &str| w.remove(n);

@@ -16,9 +16,9 @@ use burn::backend::{Autodiff, Backend, Dispatch, Flex, backend_extension};
 use burn::tensor::Tensor;
 use burn::tensor::activation::sigmoid;
 
-use super::simd::{self, dispatch};
-use super::pool::{self, GRAIN};
 use super::flex::{contiguous, flex_vec, use_kernels};
+use super::pool::{self, GRAIN};
+use super::simd::{self, dispatch};
 use crate::config::ActivationFn;
 
 #[backend_extension(Flex, Autodiff)]

@@ -14,8 +14,8 @@
 //! only in rounding where Burn rounds an intermediate). Not differentiable (optimizer steps
 //! run on the inner backend).
 
-use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::AutodiffBackend;
+use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::flex::{FlexTensor, Layout};
 use burn::backend::tensor::FloatTensor;
 use burn::backend::{Autodiff, Backend, Dispatch, Flex, backend_extension};
@@ -28,7 +28,13 @@ use super::simd::dispatch;
 
 #[backend_extension(Flex, Autodiff)]
 pub trait AdamWKernel: Backend {
-    fn bl_adamw_step(p: FloatTensor<Self>, m: FloatTensor<Self>, v: FloatTensor<Self>, g: FloatTensor<Self>, step: AdamWStep) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>);
+    fn bl_adamw_step(
+        p: FloatTensor<Self>,
+        m: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        g: FloatTensor<Self>,
+        step: AdamWStep,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>);
     fn bl_adamw_first_step(p: FloatTensor<Self>, g: FloatTensor<Self>, step: AdamWStep) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>);
 }
 
@@ -125,7 +131,13 @@ impl AdamWKernel for Flex {
 
 /// On the autodiff backend (a step run on tracked tensors): the same, untracked.
 impl<C: CheckpointStrategy> AdamWKernel for Autodiff<Flex, C> {
-    fn bl_adamw_step(p: FloatTensor<Self>, m: FloatTensor<Self>, v: FloatTensor<Self>, g: FloatTensor<Self>, step: AdamWStep) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>) {
+    fn bl_adamw_step(
+        p: FloatTensor<Self>,
+        m: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        g: FloatTensor<Self>,
+        step: AdamWStep,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>) {
         let (p, m, v) = Flex::bl_adamw_step(Self::inner(p), Self::inner(m), Self::inner(v), Self::inner(g), step);
         (Self::from_inner(p), Self::from_inner(m), Self::from_inner(v))
     }

@@ -31,11 +31,11 @@ use burn::backend::{Autodiff, Backend, Dispatch, Flex, backend_extension};
 use burn::tensor::activation::softmax;
 use burn::tensor::{Bool, Shape, Tensor, TensorData};
 
+use super::flex::{flex_strided, flex_vec, use_kernels};
 use super::gemm::{MatRef, matmul_single};
 use super::packed::{Packed, matmul_packed_part};
 use super::pool::{self, SendPtr};
 use super::simd::{self, dispatch};
-use super::flex::{flex_strided, flex_vec, use_kernels};
 
 /// Queries per block.
 pub const BLOCK: usize = 64;

@@ -16,9 +16,9 @@ use burn::backend::{Autodiff, Backend, Dispatch, Flex, backend_extension};
 use burn::tensor::activation::log_softmax;
 use burn::tensor::{DType, Int, Shape, Tensor};
 
-use super::simd::{self, dispatch};
-use super::pool;
 use super::flex::{contiguous, flex_vec, indices, use_kernels};
+use super::pool;
+use super::simd::{self, dispatch};
 
 #[backend_extension(Flex, Autodiff)]
 pub trait CrossEntropyKernel: Backend {
@@ -49,14 +49,14 @@ pub fn logsumexp_rows(logits: &[f32], vocab: usize, lse: &mut [f32]) {
     let rows_per_task = pool::rows_per_task(vocab);
     pool::for_chunks(lse, rows_per_task, |i, lse| {
         for (r, l) in lse.iter_mut().enumerate() {
-        let row = &logits[(i * rows_per_task + r) * vocab..(i * rows_per_task + r + 1) * vocab];
-        *l = dispatch!(|row: &[f32]| -> f32 {
-            let m = simd::max_by(row, |x| x);
-            if m == f32::NEG_INFINITY {
-                return m;
-            }
-            m + simd::sum_by(row, |x| simd::exp(x - m)).ln()
-        });
+            let row = &logits[(i * rows_per_task + r) * vocab..(i * rows_per_task + r + 1) * vocab];
+            *l = dispatch!(|row: &[f32]| -> f32 {
+                let m = simd::max_by(row, |x| x);
+                if m == f32::NEG_INFINITY {
+                    return m;
+                }
+                m + simd::sum_by(row, |x| simd::exp(x - m)).ln()
+            });
         }
     });
 }
@@ -66,16 +66,16 @@ pub fn backward(logits: &[f32], vocab: usize, lse: &[f32], targets: &[usize], sc
     let rows_per_task = pool::rows_per_task(vocab);
     pool::for_chunks(dlogits, rows_per_task * vocab, |i, block| {
         for (r, d) in block.chunks_exact_mut(vocab).enumerate() {
-        let row_index = i * rows_per_task + r;
-        let (row, l, t) = (&logits[row_index * vocab..(row_index + 1) * vocab], lse[row_index], targets[row_index]);
-        dispatch!(|d: &mut [f32], row: &[f32], l: f32, scale: f32| -> () {
-            for (d, &x) in d.iter_mut().zip(row) {
-                *d = scale * simd::exp(x - l);
+            let row_index = i * rows_per_task + r;
+            let (row, l, t) = (&logits[row_index * vocab..(row_index + 1) * vocab], lse[row_index], targets[row_index]);
+            dispatch!(|d: &mut [f32], row: &[f32], l: f32, scale: f32| -> () {
+                for (d, &x) in d.iter_mut().zip(row) {
+                    *d = scale * simd::exp(x - l);
+                }
+            });
+            if t < d.len() {
+                d[t] -= scale;
             }
-        });
-        if t < d.len() {
-            d[t] -= scale;
-        }
         }
     });
 }

@@ -8,7 +8,6 @@ use burn::backend::DispatchDevice;
 use burn::backend::flex::{FlexTensor, Layout};
 use burn::tensor::{Bytes, DType, Device, Shape};
 
-
 /// The kernels, for call counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Op {

@@ -93,7 +93,13 @@ pub fn f16_to_f32(h: u16) -> f32 {
     // 2^-14: a subnormal's value once the implicit one is added and subtracted again.
     let magic = f32::from_bits(113 << 23);
     let subnormal = (f32::from_bits(o + (1 << 23)) - magic).to_bits();
-    let o = if exp == SHIFTED_EXP { inf_nan } else if exp == 0 { subnormal } else { o };
+    let o = if exp == SHIFTED_EXP {
+        inf_nan
+    } else if exp == 0 {
+        subnormal
+    } else {
+        o
+    };
     f32::from_bits(o | ((h & 0x8000) << 16))
 }
 
@@ -283,8 +289,12 @@ fn store(dst: &mut [f32], src: &[f32], accumulate: bool) {
 /// `out[r, c] = rows[r] · w[:, c0 + c]` for columns contiguous in `w` (`rs == 1`).
 fn columns_dot(rows: &[Vec<f32>], w: HalfRef, c0: usize, out: &mut [f32], cols: usize) {
     match w.kind {
-        Half::Bf16 => dispatch!(|rows: &[Vec<f32>], w: HalfRef, c0: usize, out: &mut [f32], cols: usize| -> () { columns_dot_body::<true>(rows, w, c0, out, cols) }),
-        Half::F16 => dispatch!(|rows: &[Vec<f32>], w: HalfRef, c0: usize, out: &mut [f32], cols: usize| -> () { columns_dot_body::<false>(rows, w, c0, out, cols) }),
+        Half::Bf16 => {
+            dispatch!(|rows: &[Vec<f32>], w: HalfRef, c0: usize, out: &mut [f32], cols: usize| -> () { columns_dot_body::<true>(rows, w, c0, out, cols) })
+        }
+        Half::F16 => {
+            dispatch!(|rows: &[Vec<f32>], w: HalfRef, c0: usize, out: &mut [f32], cols: usize| -> () { columns_dot_body::<false>(rows, w, c0, out, cols) })
+        }
     }
 }
 
@@ -386,8 +396,12 @@ fn deep_columns_dot<const BF16: bool>(rows: &[Vec<f32>], w: HalfRef, c0: usize, 
 /// `w` (`cs == 1`); `out` holds `rows.len()` rows of `cols` values, zeroed by the caller.
 fn rows_axpy(rows: &[Vec<f32>], w: HalfRef, c0: usize, depth: std::ops::Range<usize>, out: &mut [f32], cols: usize) {
     match w.kind {
-        Half::Bf16 => dispatch!(|rows: &[Vec<f32>], w: HalfRef, c0: usize, depth: std::ops::Range<usize>, out: &mut [f32], cols: usize| -> () { rows_axpy_body::<true>(rows, w, c0, depth, out, cols) }),
-        Half::F16 => dispatch!(|rows: &[Vec<f32>], w: HalfRef, c0: usize, depth: std::ops::Range<usize>, out: &mut [f32], cols: usize| -> () { rows_axpy_body::<false>(rows, w, c0, depth, out, cols) }),
+        Half::Bf16 => dispatch!(|rows: &[Vec<f32>], w: HalfRef, c0: usize, depth: std::ops::Range<usize>, out: &mut [f32], cols: usize| -> () {
+            rows_axpy_body::<true>(rows, w, c0, depth, out, cols)
+        }),
+        Half::F16 => dispatch!(|rows: &[Vec<f32>], w: HalfRef, c0: usize, depth: std::ops::Range<usize>, out: &mut [f32], cols: usize| -> () {
+            rows_axpy_body::<false>(rows, w, c0, depth, out, cols)
+        }),
     }
 }
 
@@ -699,7 +713,18 @@ pub(crate) mod tests {
         // m ≤ STREAM_ROWS streams, larger m goes through widened panels; partial panels,
         // several depth blocks, both layouts of `w`, a strided `a`, both half kinds; columns
         // deep enough to be read DEEP_GROUP at a time, with a partial group and a tail.
-        for &(m, k, n) in &[(1, 5, 3), (1, 700, 300), (3, 257, 1100), (4, 64, 17), (5, 300, 70), (13, 600, 130), (130, 64, 1100), (0, 3, 4), (4, 0, 5), (2, DEEP_COLUMNS + 8, 21)] {
+        for &(m, k, n) in &[
+            (1, 5, 3),
+            (1, 700, 300),
+            (3, 257, 1100),
+            (4, 64, 17),
+            (5, 300, 70),
+            (13, 600, 130),
+            (130, 64, 1100),
+            (0, 3, 4),
+            (4, 0, 5),
+            (2, DEEP_COLUMNS + 8, 21),
+        ] {
             let a_data = vals(m * (k + 2) + 1, 1);
             let a = MatRef { data: &a_data, offset: 1, rows: m, cols: k, rs: (k + 2) as isize, cs: 1 };
             for kind in [Half::Bf16, Half::F16] {

@@ -17,9 +17,9 @@ use burn::backend::tensor::FloatTensor;
 use burn::backend::{Autodiff, Backend, Dispatch, Flex, backend_extension};
 use burn::tensor::{Shape, Tensor};
 
+use super::flex::{contiguous, flex_vec, use_kernels};
 use super::pool;
 use super::simd::{self, dispatch};
-use super::flex::{contiguous, flex_vec, use_kernels};
 
 #[backend_extension(Flex, Autodiff)]
 pub trait NormKernel: Backend {

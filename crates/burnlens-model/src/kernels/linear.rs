@@ -18,12 +18,12 @@ use burn::backend::tensor::FloatTensor;
 use burn::backend::{Autodiff, Backend, Dispatch, Flex, backend_extension};
 use burn::tensor::{DType, Shape, Tensor, bf16, f16};
 
+use super::flex::{contiguous, flex_strided, flex_vec, use_kernels};
 use super::gemm::{MatRef, matmul};
 use super::half::{Half, HalfRef, STREAM_ROWS, matmul_half};
 use super::half_panels::{half_panels, matmul_half_panels};
 use super::packed::{matmul_packed, packed_weight};
 use super::pool;
-use super::flex::{contiguous, flex_strided, flex_vec, use_kernels};
 
 #[backend_extension(Flex, Autodiff)]
 pub trait LinearKernel: Backend {

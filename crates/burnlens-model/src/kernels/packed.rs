@@ -230,9 +230,24 @@ struct Window {
 /// # Safety
 /// `dst` must be valid for `a.rows` rows of `cols.len()` values at stride `dst_rs`, and
 /// nothing else may access them during the call.
-pub unsafe fn matmul_packed_part(dst: *mut f32, dst_rs: usize, a: MatRef, b: &Packed, depth: std::ops::Range<usize>, cols: std::ops::Range<usize>, accumulate: bool) {
+pub unsafe fn matmul_packed_part(
+    dst: *mut f32,
+    dst_rs: usize,
+    a: MatRef,
+    b: &Packed,
+    depth: std::ops::Range<usize>,
+    cols: std::ops::Range<usize>,
+    accumulate: bool,
+) {
     let p = b.isa.panel();
-    assert!(cols.start.is_multiple_of(p) && cols.end <= b.n && depth.end <= b.k && a.cols == depth.len(), "matmul_packed_part: {cols:?} × {depth:?} of a {}×{} packed matrix, a {}×{}", b.k, b.n, a.rows, a.cols);
+    assert!(
+        cols.start.is_multiple_of(p) && cols.end <= b.n && depth.end <= b.k && a.cols == depth.len(),
+        "matmul_packed_part: {cols:?} × {depth:?} of a {}×{} packed matrix, a {}×{}",
+        b.k,
+        b.n,
+        a.rows,
+        a.cols
+    );
     if a.rows == 0 || cols.is_empty() {
         return;
     }
@@ -255,7 +270,16 @@ pub unsafe fn matmul_packed_part(dst: *mut f32, dst_rs: usize, a: MatRef, b: &Pa
 /// `dst` must be valid for the written block and not accessed by others meanwhile; `a`'s
 /// view must be in bounds.
 #[allow(clippy::too_many_arguments)]
-unsafe fn block(dst: *mut f32, dst_rs: usize, a: MatRef, b: &Packed, panels: std::ops::Range<usize>, rows: std::ops::Range<usize>, win: &Window, accumulate: bool) {
+unsafe fn block(
+    dst: *mut f32,
+    dst_rs: usize,
+    a: MatRef,
+    b: &Packed,
+    panels: std::ops::Range<usize>,
+    rows: std::ops::Range<usize>,
+    win: &Window,
+    accumulate: bool,
+) {
     let p = b.isa.panel();
     let group_max = (GROUP_COLS / p).max(1);
     let mut g0 = panels.start;
@@ -272,7 +296,16 @@ unsafe fn block(dst: *mut f32, dst_rs: usize, a: MatRef, b: &Packed, panels: std
 /// # Safety
 /// As for [`block`].
 #[allow(clippy::too_many_arguments)]
-unsafe fn group(dst: *mut f32, dst_rs: usize, a: MatRef, b: &Packed, panels: std::ops::Range<usize>, rows: std::ops::Range<usize>, win: &Window, accumulate: bool) {
+unsafe fn group(
+    dst: *mut f32,
+    dst_rs: usize,
+    a: MatRef,
+    b: &Packed,
+    panels: std::ops::Range<usize>,
+    rows: std::ops::Range<usize>,
+    win: &Window,
+    accumulate: bool,
+) {
     let (k, p) = (b.k, b.isa.panel());
     let mut p0 = win.depth.start;
     while p0 < win.depth.end {
@@ -301,7 +334,15 @@ pub(crate) struct Out {
 /// # Safety
 /// `out` must be valid for the written block and not accessed by others meanwhile; `a`'s
 /// view must be in bounds and every `lhs(j)` valid for `kc × P` reads.
-pub(crate) unsafe fn depth_block(isa: Isa, out: &Out, a: MatRef, panels: std::ops::Range<usize>, rows: std::ops::Range<usize>, add: bool, lhs: impl Fn(usize) -> *const f32) {
+pub(crate) unsafe fn depth_block(
+    isa: Isa,
+    out: &Out,
+    a: MatRef,
+    panels: std::ops::Range<usize>,
+    rows: std::ops::Range<usize>,
+    add: bool,
+    lhs: impl Fn(usize) -> *const f32,
+) {
     let p = isa.panel();
     let a_ptr = unsafe { a.data.as_ptr().add(a.offset) };
     let mut r0 = rows.start;
@@ -383,7 +424,8 @@ mod tests {
             let b_data = vals(k * n, 2);
             let bt: Vec<f32> = (0..n * k).map(|i| b_data[(i % k) * n + i / k]).collect();
             // `a` at an offset and with a wider row stride than its width.
-            let a_wide: Vec<f32> = (0..m * (k + 2) + 1).map(|i| if i == 0 || (i - 1) % (k + 2) >= k { 9.0 } else { a_data[(i - 1) / (k + 2) * k + (i - 1) % (k + 2)] }).collect();
+            let a_wide: Vec<f32> =
+                (0..m * (k + 2) + 1).map(|i| if i == 0 || (i - 1) % (k + 2) >= k { 9.0 } else { a_data[(i - 1) / (k + 2) * k + (i - 1) % (k + 2)] }).collect();
             let a_views = [MatRef::row_major(&a_data, m, k), MatRef { data: &a_wide, offset: 1, rows: m, cols: k, rs: (k + 2) as isize, cs: 1 }];
             for b in [MatRef::row_major(&b_data, k, n), MatRef::row_major(&bt, n, k).t()] {
                 let packed = Packed::new(b).expect("this CPU packs");

@@ -112,14 +112,7 @@ fn start_pool() -> &'static Pool {
         revoked: AtomicU64::new(0),
     }));
     let handles: Vec<Thread> = (0..n_helpers)
-        .map(|k| {
-            thread::Builder::new()
-                .name(format!("burnlens-kernel-{k}"))
-                .spawn(move || helper(pool, k))
-                .expect("starting a kernel thread")
-                .thread()
-                .clone()
-        })
+        .map(|k| thread::Builder::new().name(format!("burnlens-kernel-{k}")).spawn(move || helper(pool, k)).expect("starting a kernel thread").thread().clone())
         .collect();
     // SAFETY: no helper reads `helpers`; it is set once, before any job is submitted.
     let p = pool as *const Pool as *mut Pool;
@@ -356,9 +349,7 @@ pub fn for_chunks2(a: &mut [f32], ca: usize, b: &mut [f32], cb: usize, f: impl F
         let (pa, pb) = (pa, pb);
         let (sa, sb) = (i * ca, (i * cb).min(lb));
         // SAFETY: as in `for_chunks`, for each buffer.
-        let (x, y) = unsafe {
-            (std::slice::from_raw_parts_mut(pa.0.add(sa), ca.min(la - sa)), std::slice::from_raw_parts_mut(pb.0.add(sb), cb.min(lb - sb)))
-        };
+        let (x, y) = unsafe { (std::slice::from_raw_parts_mut(pa.0.add(sa), ca.min(la - sa)), std::slice::from_raw_parts_mut(pb.0.add(sb), cb.min(lb - sb))) };
         f(i, x, y)
     });
 }

@@ -69,8 +69,7 @@ pub fn has_avx512() -> bool {
 #[cfg(target_arch = "x86_64")]
 #[inline]
 pub fn has_avx2_fma() -> bool {
-    !baseline()
-        && std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") && std::arch::is_x86_feature_detected!("bmi2")
+    !baseline() && std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") && std::arch::is_x86_feature_detected!("bmi2")
 }
 
 /// The instruction set the kernels run with on this CPU, for reports.

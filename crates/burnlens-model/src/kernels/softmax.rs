@@ -28,11 +28,7 @@ pub trait SoftmaxKernel: Backend {
 
 /// Softmax of `x` over its last dimension: the kernel on flex, composed ops elsewhere.
 pub fn softmax<const D: usize>(x: Tensor<D>) -> Tensor<D> {
-    if use_kernels(&[&x.device()], &[x.dtype()]) {
-        Tensor::from_dispatch(Dispatch::bl_softmax(x.into_dispatch()))
-    } else {
-        softmax_reference(x)
-    }
+    if use_kernels(&[&x.device()], &[x.dtype()]) { Tensor::from_dispatch(Dispatch::bl_softmax(x.into_dispatch())) } else { softmax_reference(x) }
 }
 
 /// Burn's composed softmax: what the kernel is tested against.

@@ -10,8 +10,8 @@
 //! ops; the scaling is exact (`x · (c as f32)`, as Burn's). Not differentiable (they run on
 //! gradients).
 
-use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::AutodiffBackend;
+use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::flex::FlexTensor;
 use burn::backend::tensor::FloatTensor;
 use burn::backend::{Autodiff, Backend, Dispatch, Flex, backend_extension};
@@ -29,11 +29,7 @@ pub trait SumSquaresKernel: Backend {
 
 /// `Σ x²` as a one-element tensor: one pass on flex, composed ops elsewhere.
 pub fn sum_squares<const D: usize>(x: Tensor<D>) -> Tensor<1> {
-    if use_kernels(&[&x.device()], &[x.dtype()]) {
-        Tensor::from_dispatch(Dispatch::bl_sum_squares(x.into_dispatch()))
-    } else {
-        sum_squares_reference(x)
-    }
+    if use_kernels(&[&x.device()], &[x.dtype()]) { Tensor::from_dispatch(Dispatch::bl_sum_squares(x.into_dispatch())) } else { sum_squares_reference(x) }
 }
 
 /// The composed reference.
@@ -44,11 +40,7 @@ pub fn sum_squares_reference<const D: usize>(x: Tensor<D>) -> Tensor<1> {
 /// `x · factor`: in place on flex when `x` owns its buffer (a copy first otherwise), composed
 /// ops elsewhere.
 pub fn scale<const D: usize>(x: Tensor<D>, factor: f64) -> Tensor<D> {
-    if use_kernels(&[&x.device()], &[x.dtype()]) {
-        Tensor::from_dispatch(Dispatch::bl_scale(x.into_dispatch(), factor as f32))
-    } else {
-        x * factor
-    }
+    if use_kernels(&[&x.device()], &[x.dtype()]) { Tensor::from_dispatch(Dispatch::bl_scale(x.into_dispatch(), factor as f32)) } else { x * factor }
 }
 
 /// `Σ x²` over contiguous values, chunks in parallel.
