@@ -24,7 +24,7 @@ use std::path::Path;
 use burn::tensor::activation::softmax;
 use burn::tensor::{Bool, Device, Tensor, TensorData};
 use burnlens::hf::load_model;
-use burnlens::model::{Hooks, MASKED_SCORE, NormPlacement, QkNorm};
+use burnlens::model::{AttnHook, BlockHook, Hooks, LayerHook, MASKED_SCORE, NormHook, NormPlacement, NormSite, QkNorm};
 
 /// Largest differences between the hand-built and the model's own results.
 #[derive(Debug)]
@@ -44,13 +44,8 @@ pub fn reproduce(dir: &Path, layer: usize, ids: &[i64], device: &Device) -> Resu
     }
 
     // What the model itself computes: the attention's input (ln1 output), pattern and output.
-    let names = [
-        format!("blocks.{layer}.ln1.hook_normalized"),
-        format!("blocks.{layer}.attn.hook_pattern"),
-        format!("blocks.{layer}.hook_attn_out"),
-        format!("blocks.{layer}.hook_resid_pre"),
-    ];
-    let mut hooks = Hooks::capture(|n| names.iter().any(|m| m == n));
+    let names = [NormHook::Normalized.of(NormSite::Ln1(layer)), AttnHook::Pattern.at(layer), BlockHook::AttnOut.at(layer), BlockHook::ResidPre.at(layer)];
+    let mut hooks = Hooks::capture_points(&names);
     model.forward_hooked(model.ids_tensor(ids), &mut hooks);
     let cfg = &model.config;
     let post_norms = cfg.norm_placement == NormPlacement::Post;

@@ -11,6 +11,7 @@ use burnlens::lens::{
     Metric, activation_patching, attribution_patching, compare_patching, decompose_resid, direct_logit_attribution, hook_gradients, logit_lens, run_with_cache,
     stack_head_results,
 };
+use burnlens::model::HookPoint;
 use burnlens::model::{Activation, Hooks, Transformer};
 use common::*;
 
@@ -90,15 +91,15 @@ fn gradients_at_hook_points_match_central_finite_differences() {
         ];
         let metrics = [Metric::LogitDiff { pos: None, right: 3 % v, wrong: 11 % v }, Metric::LogProb { pos: Some(6), token: 7 % v }, Metric::Loss { from: 2 }];
         for (mi, metric) in metrics.iter().enumerate() {
-            let wanted = |n: &str| points.iter().any(|p| p == n);
+            let wanted = |n: HookPoint| points.iter().any(|p| n == *p);
             let g = hook_gradients(&m, &ids, &wanted, metric).unwrap();
             assert_eq!(g.gradients.len(), points.len(), "{name}: a gradient for every chosen point");
             let plain = metric.value(&m, &ids, &mut Hooks::none());
             assert!((g.metric - plain).abs() <= 1e-4 * plain.abs().max(1.0), "{name}: the delta leaves the forward pass unchanged");
             for (pi, point) in points.iter().enumerate() {
-                let grad = vec_of(&g.gradients[point]);
-                assert_eq!(g.gradients[point].dims(), g.activations[point].dims());
-                let u = direction(&g.gradients[point].dims(), (mi * 100 + pi) as u64 + 1);
+                let grad = vec_of(&g.gradients[&HookPoint::parse(point).unwrap()]);
+                assert_eq!(g.gradients[&HookPoint::parse(point).unwrap()].dims(), g.activations[&HookPoint::parse(point).unwrap()].dims());
+                let u = direction(&g.gradients[&HookPoint::parse(point).unwrap()].dims(), (mi * 100 + pi) as u64 + 1);
                 let analytic: f64 = grad.iter().zip(&u).map(|(a, b)| *a as f64 * *b as f64).sum();
                 let eps = 2e-3;
                 let fd = (nudged(&m, &ids, metric, point, &u, eps) - nudged(&m, &ids, metric, point, &u, -eps)) / (2.0 * eps as f64);
@@ -126,13 +127,13 @@ fn gradients_taken_together_equal_gradients_taken_one_point_at_a_time() {
     let both = hook_gradients(&m, &ids, &|n| n == "blocks.0.hook_resid_pre" || n == "blocks.1.hook_resid_pre", &metric).unwrap();
     for point in ["blocks.0.hook_resid_pre", "blocks.1.hook_resid_pre"] {
         let alone = hook_gradients(&m, &ids, &|n| n == point, &metric).unwrap();
-        let d = max_abs_diff(&vec_of(&both.gradients[point]), &vec_of(&alone.gradients[point]));
-        assert!(d <= 1e-5 * max_abs(&vec_of(&alone.gradients[point])).max(1e-3), "{point}: {d}");
+        let d = max_abs_diff(&vec_of(&both.gradients[&HookPoint::parse(point).unwrap()]), &vec_of(&alone.gradients[&HookPoint::parse(point).unwrap()]));
+        assert!(d <= 1e-5 * max_abs(&vec_of(&alone.gradients[&HookPoint::parse(point).unwrap()])).max(1e-3), "{point}: {d}");
     }
     // Later positions cannot reach the metric at an earlier position.
     let early = Metric::LogProb { pos: Some(3), token: 1 };
     let g = hook_gradients(&m, &ids, &|n| n == "blocks.1.hook_resid_pre", &early).unwrap();
-    let grad = vec_of(&g.gradients["blocks.1.hook_resid_pre"]);
+    let grad = vec_of(&g.gradients[&HookPoint::parse("blocks.1.hook_resid_pre").unwrap()]);
     let d = m.config.d_model;
     assert!(grad[4 * d..].iter().all(|&x| x == 0.0), "causality: no gradient after the metric's position");
     assert!(grad[..4 * d].iter().any(|&x| x != 0.0));
@@ -179,7 +180,8 @@ fn residual_components_sum_to_the_stream_and_logit_attribution_sums_to_the_logit
         let m = model(name);
         let ids = ids_for(&m, 1);
         let n = m.config.n_layers();
-        let cache = run_with_cache(&m, &ids, |s| s.ends_with("hook_resid_pre") || s.ends_with("hook_resid_post") || s.ends_with("hook_attn_out"));
+        let cache =
+            run_with_cache(&m, &ids, |s| s.name().ends_with("hook_resid_pre") || s.name().ends_with("hook_resid_post") || s.name().ends_with("hook_attn_out"));
         let first = |s: &str| -> Vec<f32> {
             let a = cache.get(s).unwrap().to_vec();
             a[..ids.len() * m.config.d_model].to_vec()
@@ -253,7 +255,7 @@ fn gradients_and_attribution_agree_on_every_backend() {
         let m = load_model(&fixture("llama_gqa"), &device).unwrap().model;
         let ids = ids_for(&m, 0);
         let g = hook_gradients(&m, &ids, &|n| n == "blocks.1.hook_resid_pre", &metric).unwrap();
-        let grad = vec_of(&g.gradients["blocks.1.hook_resid_pre"]);
+        let grad = vec_of(&g.gradients[&HookPoint::parse("blocks.1.hook_resid_pre").unwrap()]);
         let dla = direct_logit_attribution(&m, &ids, 3, Some(11));
         assert!(dla.max_error <= 1e-4, "{backend}: {}", dla.max_error);
         match &reference {

@@ -34,7 +34,7 @@ fn load(dir: &std::path::Path, dtype: WeightDtype, device: &Device) -> LoadedMod
 fn capture_all(model: &Transformer, ids: &[i64]) -> BTreeMap<String, Vec<f32>> {
     let mut hooks = Hooks::capture(|_| true);
     let logits = model.forward_hooked(model.ids_tensor(ids), &mut hooks);
-    let mut out: BTreeMap<String, Vec<f32>> = hooks.cache.iter().map(|(k, v)| (k.clone(), v.to_vec())).collect();
+    let mut out: BTreeMap<String, Vec<f32>> = hooks.cache.iter().map(|(k, v)| (k.name(), v.to_vec())).collect();
     out.insert("logits".into(), logits.into_data().try_into_vec_as::<f32>().unwrap());
     out
 }

@@ -6,6 +6,7 @@ use burn::tensor::{Device, Tensor};
 use burnlens::hf::load_model;
 use burnlens::lens::circuits::{all_head_weights, full_ov, ov, qk};
 use burnlens::lens::{Ablation, Detector, ProcessOptions, ablate_heads, composition_scores, head_scores, patch, process_weights, run_with_cache};
+use burnlens::model::HookPoint;
 use burnlens::model::{Hooks, Transformer};
 use common::*;
 
@@ -27,7 +28,9 @@ fn qk_and_ov_circuits_reproduce_scores_and_head_outputs() {
     for name in all_fixtures() {
         let m = model(name);
         let ids = ids_for(&m);
-        let cache = run_with_cache(&m, &ids, |n| n.ends_with("ln1.hook_normalized") || n.ends_with("hook_resid_pre") || n.ends_with("attn.hook_result"));
+        let cache = run_with_cache(&m, &ids, |n| {
+            n.name().ends_with("ln1.hook_normalized") || n.name().ends_with("hook_resid_pre") || n.name().ends_with("attn.hook_result")
+        });
         for (l, w) in all_head_weights(&m).iter().enumerate() {
             // What attention reads: ln1's output, or the stream itself when the norms come after (OLMo 2).
             let x: Tensor<2> = if m.config.norm_placement == burnlens::model::NormPlacement::Post {
@@ -156,7 +159,7 @@ fn ablation_and_patching_change_exactly_what_they_should() {
     let heads: Vec<(usize, usize)> = (0..4).map(|h| (1, h)).collect();
     let mut hooks = ablate_heads(Hooks::capture(|n| n == "blocks.1.hook_attn_out"), &heads, Ablation::Zero);
     let ablated = m.forward_hooked(m.ids_tensor(&ids), &mut hooks);
-    let out: Vec<f32> = hooks.cache["blocks.1.hook_attn_out"].to_vec();
+    let out: Vec<f32> = hooks.cache[&HookPoint::parse("blocks.1.hook_attn_out").unwrap()].to_vec();
     let b_o: Vec<f32> = m.blocks[1].attn.out.bias.as_ref().unwrap().val().into_data().try_into_vec_as().unwrap();
     for row in out.chunks(32) {
         assert!(max_abs_diff(row, &b_o) < 1e-6);
@@ -168,7 +171,7 @@ fn ablation_and_patching_change_exactly_what_they_should() {
     let mean_z: Vec<f32> = reference.get("blocks.0.attn.hook_z").unwrap().rank4().unwrap().narrow(2, 2, 1).mean_dim(1).into_data().try_into_vec_as().unwrap();
     let mut hooks = ablate_heads(Hooks::capture(|n| n == "blocks.0.attn.hook_z"), &[(0, 2)], Ablation::Mean(reference.activations.clone()));
     m.forward_hooked(m.ids_tensor(&ids), &mut hooks);
-    let z = hooks.cache["blocks.0.attn.hook_z"].rank4().unwrap();
+    let z = hooks.cache[&HookPoint::parse("blocks.0.attn.hook_z").unwrap()].rank4().unwrap();
     let head2: Vec<f32> = z.clone().narrow(2, 2, 1).into_data().try_into_vec_as().unwrap();
     for row in head2.chunks(8) {
         assert!(max_abs_diff(row, &mean_z) < 1e-6);
@@ -180,7 +183,7 @@ fn ablation_and_patching_change_exactly_what_they_should() {
     // Patching the whole residual stream from another prompt reproduces that prompt's logits.
     let other: Vec<i64> = ids.iter().map(|i| (i + 1) % 128).collect();
     let donor = run_with_cache(&m, &other, |n| n == "blocks.1.hook_resid_pre");
-    let mut hooks = patch(Hooks::none(), "blocks.1.hook_resid_pre", donor.get("blocks.1.hook_resid_pre").unwrap().clone());
+    let mut hooks = patch(Hooks::none(), HookPoint::parse("blocks.1.hook_resid_pre").unwrap(), donor.get("blocks.1.hook_resid_pre").unwrap().clone());
     let patched = m.forward_hooked(m.ids_tensor(&ids), &mut hooks);
     assert!((patched - donor.logits).abs().max().into_scalar::<f32>() < 1e-4);
 }
@@ -219,9 +222,9 @@ fn shortformer_queries_read_ln1_of_the_residual_plus_positions() {
     let (t, d, dh) = (ids.len(), 16, 8);
     let mut hooks = Hooks::capture(|n| n == "blocks.1.hook_resid_pre" || n == "hook_pos_embed" || n == "blocks.1.attn.hook_q");
     m.forward_hooked(m.ids_tensor(&ids), &mut hooks);
-    let resid = hooks.cache["blocks.1.hook_resid_pre"].to_vec();
-    let pos = hooks.cache["hook_pos_embed"].to_vec();
-    let q = hooks.cache["blocks.1.attn.hook_q"].to_vec(); // [1, t, head, d_head]
+    let resid = hooks.cache[&HookPoint::parse("blocks.1.hook_resid_pre").unwrap()].to_vec();
+    let pos = hooks.cache[&HookPoint::parse("hook_pos_embed").unwrap()].to_vec();
+    let q = hooks.cache[&HookPoint::parse("blocks.1.attn.hook_q").unwrap()].to_vec(); // [1, t, head, d_head]
     let ln = &m.blocks[1].ln1;
     let g: Vec<f32> = ln.weight.val().into_data().try_to_vec::<f32>().unwrap();
     let b: Vec<f32> = ln.bias.as_ref().expect("LayerNorm bias").val().into_data().try_to_vec::<f32>().unwrap();

@@ -6,6 +6,7 @@ mod common;
 use burn::module::Module;
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use burnlens::hf::load_model;
+use burnlens::model::HookPoint;
 use burnlens::model::{AttentionSpan, Hooks, KvCache, TransformerConfig};
 use common::*;
 
@@ -96,10 +97,10 @@ fn local_window_hides_exactly_the_keys_outside_it() {
     cfg.spans = vec![AttentionSpan::Local(3), AttentionSpan::Global];
     let model = cfg.init(&Device::flex()).unwrap();
     let ids: Vec<i64> = (0..10).collect();
-    let mut hooks = Hooks::capture(|n| n.ends_with("hook_pattern"));
+    let mut hooks = Hooks::capture(|n| n.name().ends_with("hook_pattern"));
     model.forward_hooked(model.ids_tensor(&ids), &mut hooks);
-    let local = hooks.cache["blocks.0.attn.hook_pattern"].to_vec();
-    let global = hooks.cache["blocks.1.attn.hook_pattern"].to_vec();
+    let local = hooks.cache[&HookPoint::parse("blocks.0.attn.hook_pattern").unwrap()].to_vec();
+    let global = hooks.cache[&HookPoint::parse("blocks.1.attn.hook_pattern").unwrap()].to_vec();
     let t = ids.len();
     for h in 0..2 {
         for q in 0..t {
@@ -338,10 +339,10 @@ fn a_pass_started_at_a_block_gives_the_full_pass_logits() {
     for name in ["gpt2", "llama_gqa", "gemma2_softcap", "gptj_interleaved"] {
         let model = load_model(&fixture(name), &Device::flex()).unwrap().model;
         let ids = [5i64, 17, 33, 2, 90, 12, 7];
-        let mut hooks = Hooks::capture(|n| n.ends_with("hook_resid_pre"));
+        let mut hooks = Hooks::capture(|n| n.name().ends_with("hook_resid_pre"));
         let full = to_vec(model.forward_hooked(model.ids_tensor(&ids), &mut hooks));
         for l in 0..model.config.n_layers() {
-            let start = hooks.cache[&format!("blocks.{l}.hook_resid_pre")].rank3().unwrap();
+            let start = hooks.cache[&HookPoint::parse(&format!("blocks.{l}.hook_resid_pre")).unwrap()].rank3().unwrap();
             let got = to_vec(model.forward_from(model.ids_tensor(&ids), l, start, &mut Hooks::capture(|_| false)));
             assert_eq!(got, full, "{name}: from block {l}");
         }
@@ -363,11 +364,11 @@ fn forward_with_builds_every_pass() {
     // Stopping after a block gives the stream leaving it, and visits no later hook point.
     let mut all = Hooks::capture(|_| true);
     let _ = model.forward_hooked(model.ids_tensor(&ids), &mut all);
-    let resid_post = all.take_cache().remove("blocks.1.hook_resid_post").unwrap().rank3().unwrap();
+    let resid_post = all.take_cache().remove(&HookPoint::parse("blocks.1.hook_resid_post").unwrap()).unwrap().rank3().unwrap();
     let mut seen = Hooks::capture(|_| true);
     let early = model.forward_with(Forward::new(model.ids_tensor(&ids)).hooks(&mut seen).stop(Stop::AfterBlock(1)));
     assert_eq!(to_vec(early), to_vec(resid_post));
-    let names: Vec<String> = seen.take_cache().into_keys().collect();
+    let names: Vec<String> = seen.take_cache().into_keys().map(|p| p.name()).collect();
     assert!(
         names.contains(&"blocks.1.hook_resid_post".to_string()) && !names.iter().any(|n| n.starts_with("blocks.2") || n.starts_with("ln_final")),
         "{names:?}"

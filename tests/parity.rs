@@ -5,6 +5,7 @@
 mod common;
 
 use burnlens::hf::load_model;
+use burnlens::model::HookPoint;
 use burnlens::model::{Hooks, Sampling, generate, next_token_loss};
 use common::*;
 
@@ -19,7 +20,7 @@ fn check(name: &str) {
         let loaded = load_model(&dir, &device).unwrap_or_else(|e| panic!("{name} on {backend}: {e}"));
         let model = &loaded.model;
         let n_layers = model.config.n_layers();
-        let mut hooks = Hooks::capture(|n| n.ends_with("hook_pattern") || n.ends_with("hook_resid_pre") || n == "ln_final.hook_normalized");
+        let mut hooks = Hooks::capture(|n| n.name().ends_with("hook_pattern") || n.name().ends_with("hook_resid_pre") || n == "ln_final.hook_normalized");
         let input = model.ids_tensor(ids);
         let logits = model.forward_hooked(input.clone(), &mut hooks);
         let loss = next_token_loss(logits.clone(), input).into_scalar::<f32>() as f64 as f32;
@@ -34,14 +35,19 @@ fn check(name: &str) {
         let mut d_pattern = 0f32;
         let mut d_resid = 0f32;
         for l in 0..n_layers {
-            let p = hooks.cache[&format!("blocks.{l}.attn.hook_pattern")].to_vec();
+            let p = hooks.cache[&HookPoint::parse(&format!("blocks.{l}.attn.hook_pattern")).unwrap()].to_vec();
             d_pattern = d_pattern.max(max_abs_diff(&p, &expected[&format!("pattern.{l}")].f32));
-            let r = hooks.cache[&format!("blocks.{l}.hook_resid_pre")].to_vec();
+            let r = hooks.cache[&HookPoint::parse(&format!("blocks.{l}.hook_resid_pre")).unwrap()].to_vec();
             let e = &expected[&format!("resid_pre.{l}")].f32;
             d_resid = d_resid.max(max_abs_diff(&r, e) / max_abs(e).max(1.0));
         }
         // HF's last hidden state is the final norm's output (after an RMSNorm's gain).
-        let f = model.ln_final.finish(hooks.cache["ln_final.hook_normalized"].rank3().unwrap()).into_data().try_into_vec_as::<f32>().unwrap();
+        let f = model
+            .ln_final
+            .finish(hooks.cache[&HookPoint::parse("ln_final.hook_normalized").unwrap()].rank3().unwrap())
+            .into_data()
+            .try_into_vec_as::<f32>()
+            .unwrap();
         d_resid = d_resid.max(max_abs_diff(&f, &expected["final"].f32) / max_abs(&expected["final"].f32).max(1.0));
         println!(
             "parity {name:<20} {backend:<8} max|dlogit| {d_logit:.2e} (fused {d_fast:.2e})  max|dpattern| {d_pattern:.2e}  max rel|dresid| {d_resid:.2e}  |dloss| {d_loss:.2e}"

@@ -8,7 +8,7 @@ use std::process::Command;
 
 use burn::tensor::Device;
 use burnlens::hf::load_model;
-use burnlens::model::{AttentionSpan, Hooks, Transformer, TransformerConfig};
+use burnlens::model::{AttentionSpan, AttnHook, HookPoint, Hooks, LayerHook, Transformer, TransformerConfig};
 use common::*;
 
 /// Replace the safetensors header of `file` by `header` (the data stays).
@@ -92,14 +92,14 @@ fn inconsistent_configs_are_refused_with_exit_2() {
 fn check_full_context(model: &Transformer, layers: &[usize]) {
     let t = model.config.n_ctx;
     let ids: Vec<i64> = (0..t).map(|i| ((i * 7919) % model.config.vocab_size) as i64).collect();
-    let names: Vec<String> = layers.iter().map(|l| format!("blocks.{l}.attn.hook_pattern")).collect();
-    let mut hooks = Hooks::capture(|n| names.iter().any(|m| m == n));
+    let points: Vec<HookPoint> = layers.iter().map(|&l| AttnHook::Pattern.at(l)).collect();
+    let mut hooks = Hooks::capture(|p| points.contains(&p));
     let logits = model.forward_hooked(model.ids_tensor(&ids), &mut hooks);
     let logits: Vec<f32> = logits.into_data().try_into_vec_as().unwrap();
     assert!(logits.iter().all(|x| x.is_finite()), "non-finite logits at {t} tokens");
     for &l in layers {
         let span = model.config.spans[l];
-        let p = hooks.cache[&format!("blocks.{l}.attn.hook_pattern")].to_vec();
+        let p = hooks.cache[&AttnHook::Pattern.at(l)].to_vec();
         for (row_index, row) in p.chunks(t).enumerate() {
             let q = row_index % t;
             let sum: f64 = row.iter().map(|&x| x as f64).sum();

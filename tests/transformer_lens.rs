@@ -14,7 +14,7 @@ use burnlens::lens::residual::apply_final_norm;
 use burnlens::lens::{
     Metric, activation_patching, attribution_patching, decompose_resid, direct_logit_attribution, hook_gradients, logit_lens, residual_components,
 };
-use burnlens::model::Transformer;
+use burnlens::model::{HookPoint, Transformer};
 use common::*;
 
 struct Tl {
@@ -54,12 +54,12 @@ fn gradients_at_hook_points_match_transformer_lens_backward_hooks() {
         let (t, m) = load(name);
         let ids = &t.st["ids"].i64;
         let names: Vec<String> = t.meta["grad_hooks"].as_array().unwrap().iter().map(|v| v.as_str().unwrap().to_string()).collect();
-        let g = hook_gradients(&m, ids, &|n| names.iter().any(|x| x == n), &metric(&t)).unwrap();
+        let g = hook_gradients(&m, ids, &|n| names.iter().any(|x| n == *x), &metric(&t)).unwrap();
         assert!((g.metric as f32 - t.st["metric"].f32[0]).abs() < 1e-4);
         for n in &names {
             let want = &t.st[&format!("grad.{n}")];
-            assert_eq!(g.gradients[n].dims(), want.shape, "{n}");
-            let r = rel(&g.gradients[n].to_vec(), &want.f32, 1e-6);
+            assert_eq!(g.gradients[&HookPoint::parse(n).unwrap()].dims(), want.shape, "{n}");
+            let r = rel(&g.gradients[&HookPoint::parse(n).unwrap()].to_vec(), &want.f32, 1e-6);
             eprintln!("{name} grad {n}: rel {r:.2e}");
             assert!(r < 1e-4, "{name} {n}: {r}");
         }
@@ -149,7 +149,7 @@ fn norm_hooks_match_transformer_lens() {
             .map(|v| v.as_str().unwrap().to_string())
             .collect();
         assert!(hooks.iter().any(|h| h == "ln_final.hook_normalized"), "{name}: {hooks:?}");
-        let cache = burnlens::lens::run_with_cache(&m, &t.st["ids"].i64, |n| hooks.iter().any(|h| h == n));
+        let cache = burnlens::lens::run_with_cache(&m, &t.st["ids"].i64, |n| hooks.iter().any(|h| n == *h));
         for h in &hooks {
             let want = &t.st[&format!("cache.{h}")];
             let got = cache.get(h).unwrap_or_else(|| panic!("{name}: burnlens has no hook point {h}"));

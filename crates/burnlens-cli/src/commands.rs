@@ -7,7 +7,7 @@ use anyhow::{Context, Result};
 use burn::tensor::Device;
 use burnlens_hf::{LoadOptions, LoadedModel, Tokenizer, load_model_with};
 use burnlens_model::backend;
-use burnlens_model::{Hooks, Sampling, Transformer, generate, next_token_loss};
+use burnlens_model::{HookPoint, Hooks, Sampling, Transformer, generate, next_token_loss};
 use burnlens_train::{AnyModel, RunConfig, TokenError, TrainOptions};
 use serde_json::json;
 
@@ -103,10 +103,10 @@ fn token_suffix(m: &AnyModel, id: i64) -> String {
     m.tokenizer.as_ref().map_or(String::new(), |t| format!(" {:?}", t.decode(&[id as u32])))
 }
 
-/// Hook names from `--names` ([`burnlens_lens::HookSelection`]'s grammar).
-fn hook_filter(spec: &str, all: &[String]) -> Result<Box<dyn Fn(&str) -> bool>> {
+/// The hook points `--names` selects ([`burnlens_lens::HookSelection`]'s grammar over names).
+fn hook_filter(spec: &str, all: &[String]) -> Result<Box<dyn Fn(HookPoint) -> bool>> {
     let selection = burnlens_lens::HookSelection::parse(spec, all).map_err(|why| UserError(format!("--names: {why}")))?;
-    Ok(Box::new(move |n| selection.matches(n)))
+    Ok(Box::new(HookPoint::by_name(move |n| selection.matches(n))))
 }
 
 pub fn cache(args: &ModelArgs, input: &Input, names: &str, grad: Option<&str>, out: &Path, common: &Common) -> Result<()> {
@@ -122,12 +122,12 @@ pub fn cache(args: &ModelArgs, input: &Input, names: &str, grad: Option<&str>, o
         None => {
             let mut hooks = Hooks::capture(filter);
             model.forward_hooked(model.ids_tensor(&ids), &mut hooks);
-            (hooks.take_cache(), Default::default(), None)
+            (burnlens_model::named(hooks.take_cache()), Default::default(), None)
         }
         Some(spec) => {
             let metric = parse_metric(&m, spec, ids.len())?;
             let g = burnlens_lens::hook_gradients(model, &ids, &filter, &metric)?;
-            (g.activations, g.gradients, Some((metric, g.metric)))
+            (burnlens_model::named(g.activations), burnlens_model::named(g.gradients), Some((metric, g.metric)))
         }
     };
     let mut tensors: Vec<Saved> = cache.iter().map(|(name, act)| Saved::F32(name.clone(), act.dims(), act.to_vec())).collect();

@@ -184,10 +184,10 @@ pub fn evaluate(input: &EvalInput) -> Result<(EvalMetrics, FeatureMetrics), SaeE
 
 /// The activation at the SAE's hook for `batch`, flattened to `[tokens, d_in]`.
 fn sae_input(model: &Transformer, sae: &Sae, batch: &[Vec<u32>]) -> Result<Tensor<2>, SaeError> {
-    let hook = sae.cfg.hook_name.clone();
-    let mut hooks = Hooks::capture(|n| n == hook);
+    let hook = sae.hook_point();
+    let mut hooks = Hooks::capture(|p| p == hook);
     model.forward_hooked(ids(model, batch), &mut hooks);
-    let act = hooks.take_cache().remove(&sae.cfg.hook_name).expect("the hook was checked");
+    let act = hooks.take_cache().remove(&hook).expect("the hook was checked");
     sae.flatten(&act)
 }
 
@@ -202,10 +202,10 @@ fn reconstruction_pass(model: &Transformer, sae: &Sae, batch: &[Vec<u32>], keep:
     let device = model.device();
     let ids = ids(model, batch);
     let clean = model.forward(ids.clone());
-    let hook = sae.cfg.hook_name.clone();
+    let hook = sae.hook_point();
     let keep_rows = Tensor::<2, Bool>::from_data(TensorData::new(keep.to_vec(), [b * t, 1]), &device);
     let mut spliced = Hooks::none().with_edit(
-        |n| n == hook,
+        |p| p == hook,
         |_, act| {
             let x = sae.flatten(&act).expect("checked before the run");
             let (_, r) = sae.forward(x.clone());
@@ -216,7 +216,7 @@ fn reconstruction_pass(model: &Transformer, sae: &Sae, batch: &[Vec<u32>], keep:
     let with_sae = model.forward_hooked(ids.clone(), &mut spliced);
     drop(spliced);
     let mut zero = Hooks::none().with_edit(
-        |n| n == hook,
+        |p| p == hook,
         |_, act| match act {
             Activation::Rank3(a) => Activation::Rank3(a.zeros_like()),
             Activation::Rank4(a) => Activation::Rank4(a.zeros_like()),

@@ -3,7 +3,7 @@
 //! `stop_at_layer`); and what can go wrong producing them.
 
 use burn::tensor::{Int, Tensor, TensorData};
-use burnlens_model::{Activation, Forward, HookPoint, Hooks, Stop, Transformer};
+use burnlens_model::{Activation, AttnHook, Forward, HookPoint, Hooks, Stop, Transformer};
 
 /// A problem producing activations.
 #[derive(Debug, thiserror::Error)]
@@ -27,8 +27,7 @@ pub fn pass(model: &Transformer, hooks: &[HookPoint], windows: &[Vec<u32>]) -> R
         return Err(StoreError::Config(format!("token id {bad} is outside the model's vocabulary of {}", model.config.vocab_size)));
     }
     let ids = Tensor::<2, Int>::from_data(TensorData::new(flat, [b, t]), &model.device());
-    let names: Vec<String> = hooks.iter().map(|h| h.name()).collect();
-    let mut h = Hooks::capture(|n| names.iter().any(|m| m == n));
+    let mut h = Hooks::capture(|p| hooks.contains(&p));
     // As SAELens's store (`stop_at_layer`): nothing after the last block read runs.
     let layers: Option<Vec<usize>> = hooks.iter().map(|p| p.layer()).collect();
     let stop = match layers.and_then(|l| l.into_iter().max()) {
@@ -37,22 +36,22 @@ pub fn pass(model: &Transformer, hooks: &[HookPoint], windows: &[Vec<u32>]) -> R
     };
     model.forward_with(Forward::new(ids).hooks(&mut h).stop(stop));
     let mut cache = h.take_cache();
-    names
+    hooks
         .iter()
-        .map(|name| match cache.remove(name) {
+        .map(|point| match cache.remove(point) {
             Some(Activation::Rank3(a)) => {
                 let [b, t, d] = a.dims();
                 Ok(a.reshape([b * t, d]))
             }
-            Some(Activation::Rank4(a)) if name.ends_with("hook_z") => {
+            Some(Activation::Rank4(a)) if matches!(point, HookPoint::Attn(_, AttnHook::Z)) => {
                 let [b, t, h, d] = a.dims();
                 Ok(a.reshape([b * t, h * d]))
             }
             Some(a) => Err(StoreError::Hook {
-                hook: name.clone(),
+                hook: point.name(),
                 msg: format!("activation of shape {:?}: only [batch, pos, d] points and hook_z can be trained on", a.dims()),
             }),
-            None => Err(StoreError::Hook { hook: name.clone(), msg: "not produced by the forward pass".into() }),
+            None => Err(StoreError::Hook { hook: point.name(), msg: "not produced by the forward pass".into() }),
         })
         .collect()
 }

@@ -115,7 +115,7 @@ pub fn induction_experiment(model: &Transformer, seq_len: usize, batch: usize, s
         let lp = token_logprobs(logits, seq);
         logprobs.iter_mut().zip(lp).for_each(|(a, b)| *a += b / batch as f64);
         for (layer, row) in scores.iter_mut().enumerate() {
-            let pattern = hooks.cache[&AttnHook::Pattern.at(layer).name()].to_vec();
+            let pattern = hooks.cache[&AttnHook::Pattern.at(layer)].to_vec();
             for (head, acc) in row.iter_mut().enumerate() {
                 let p = &pattern[head * t * t..(head + 1) * t * t];
                 let shift = seq_len - 1;

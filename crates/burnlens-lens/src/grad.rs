@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 
 use burn::tensor::activation::log_softmax;
 use burn::tensor::{Int, Tensor, TensorData};
-use burnlens_model::{Activation, Hooks, Transformer};
+use burnlens_model::{Activation, HookPoint, Hooks, Transformer};
 
 /// A scalar read from the logits of one sequence: what a gradient or a patch is measured by.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -164,30 +164,30 @@ impl Metric {
 /// The metric, the activations and the metric's gradients at the chosen hook points.
 pub struct HookGradients {
     pub metric: f64,
-    /// Activation values by hook name (no autodiff), batch dimension kept.
-    pub activations: BTreeMap<String, Activation>,
-    /// `∂metric/∂activation` by hook name, each the shape of its activation.
-    pub gradients: BTreeMap<String, Activation>,
+    /// Activation values by hook point (no autodiff), batch dimension kept.
+    pub activations: BTreeMap<HookPoint, Activation>,
+    /// `∂metric/∂activation` by hook point, each the shape of its activation.
+    pub gradients: BTreeMap<HookPoint, Activation>,
 }
 
-/// `∂metric/∂activation` at every hook point whose name satisfies `names`, from one forward
+/// `∂metric/∂activation` at every hook point `points` accepts, from one forward
 /// and one backward pass over `ids` (one sequence). The model may live on any device: the
 /// activations become autodiff tensors at the chosen points, and the parameters enter the
 /// graph as constants (no parameter gradients are computed).
-pub fn hook_gradients(model: &Transformer, ids: &[i64], names: &dyn Fn(&str) -> bool, metric: &Metric) -> Result<HookGradients, MetricError> {
+pub fn hook_gradients(model: &Transformer, ids: &[i64], points: &dyn Fn(HookPoint) -> bool, metric: &Metric) -> Result<HookGradients, MetricError> {
     metric.check(ids.len(), model.config.vocab_size)?;
     let device = model.device();
-    let deltas: RefCell<Vec<(String, Activation)>> = RefCell::new(Vec::new());
-    let mut hooks = Hooks::capture(names).with_edit(names, |name, act| {
+    let deltas: RefCell<Vec<(HookPoint, Activation)>> = RefCell::new(Vec::new());
+    let mut hooks = Hooks::capture(points).with_edit(points, |point, act| {
         let out = match act {
             Activation::Rank3(x) => {
                 let d = Tensor::<3>::zeros(x.dims(), &device).autodiff().require_grad();
-                deltas.borrow_mut().push((name.to_string(), Activation::Rank3(d.clone())));
+                deltas.borrow_mut().push((point, Activation::Rank3(d.clone())));
                 Activation::Rank3(x.autodiff() + d)
             }
             Activation::Rank4(x) => {
                 let d = Tensor::<4>::zeros(x.dims(), &device).autodiff().require_grad();
-                deltas.borrow_mut().push((name.to_string(), Activation::Rank4(d.clone())));
+                deltas.borrow_mut().push((point, Activation::Rank4(d.clone())));
                 Activation::Rank4(x.autodiff() + d)
             }
         };

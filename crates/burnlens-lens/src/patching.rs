@@ -145,9 +145,9 @@ fn check_lengths(clean: &[i64], corrupted: &[i64]) -> Result<(), MetricError> {
     Ok(())
 }
 
-fn hook_filter(nodes: &[Node]) -> impl Fn(&str) -> bool + use<> {
-    let names: Vec<String> = nodes.iter().map(|n| n.kind.hook(n.layer).name()).collect();
-    move |n: &str| names.iter().any(|m| m == n)
+fn hook_filter(nodes: &[Node]) -> impl Fn(HookPoint) -> bool + use<> {
+    let points: Vec<HookPoint> = nodes.iter().map(|n| n.kind.hook(n.layer)).collect();
+    move |p| points.contains(&p)
 }
 
 /// Attribution patching: the first-order estimate of each node's patching effect, from one
@@ -164,19 +164,19 @@ pub fn attribution_patching(model: &Transformer, clean: &[i64], corrupted: &[i64
     let clean_acts = if clean == corrupted { corr.clone() } else { run_with_cache(model, clean, &filter).activations };
     let device = model.device();
     // Per hook: (corrupted − clean) · gradient, elementwise, computed once.
-    let mut products: BTreeMap<String, Activation> = BTreeMap::new();
+    let mut products: BTreeMap<HookPoint, Activation> = BTreeMap::new();
     for name in g.gradients.keys() {
         let p = match (&g.gradients[name], &clean_acts[name], &corr[name]) {
             (Activation::Rank3(gr), Activation::Rank3(a), Activation::Rank3(c)) => Activation::Rank3((c.clone() - a.clone()) * gr.clone()),
             (Activation::Rank4(gr), Activation::Rank4(a), Activation::Rank4(c)) => Activation::Rank4((c.clone() - a.clone()) * gr.clone()),
             _ => unreachable!("one hook, one rank"),
         };
-        products.insert(name.clone(), p);
+        products.insert(*name, p);
     }
     let scores = nodes
         .iter()
         .map(|n| {
-            let p = &products[&n.kind.hook(n.layer).name()];
+            let p = &products[&n.kind.hook(n.layer)];
             let s = match (p, n.mask(&p.dims(), &device)) {
                 (Activation::Rank3(p), Activation::Rank3(m)) => (p.clone() * m).sum(),
                 (Activation::Rank4(p), Activation::Rank4(m)) => (p.clone() * m).sum(),
@@ -202,25 +202,25 @@ pub fn activation_patching(model: &Transformer, clean: &[i64], corrupted: &[i64]
     // same values the full pass computes there), so the blocks before it are not recomputed,
     // and unembeds only the positions the metric reads; the baseline is computed the same way.
     let clean_ids = model.ids_tensor(clean);
-    let mut capture = Hooks::capture(HookPoint::filter(|p| matches!(p, HookPoint::Block(_, BlockHook::ResidPre))));
+    let mut capture = Hooks::capture(|p| matches!(p, HookPoint::Block(_, BlockHook::ResidPre)));
     let stream = model.final_stream(clean_ids.clone(), &mut capture);
     let base = metric.eval_stream(model, stream, clean).into_scalar::<f32>() as f64;
     let resid_pre = capture.take_cache();
     let effects = nodes
         .iter()
         .map(|node| {
-            let name = node.kind.hook(node.layer).name();
-            let source = corr[&name].clone();
+            let point = node.kind.hook(node.layer);
+            let source = corr[&point].clone();
             let mask = node.mask(&source.dims(), &device);
             let mut hooks = Hooks::none().with_edit(
-                |n| n == name,
+                |p| p == point,
                 |_, act| match (act, &source, &mask) {
                     (Activation::Rank3(x), Activation::Rank3(s), Activation::Rank3(m)) => Activation::Rank3(x.clone() + (s.clone() - x) * m.clone()),
                     (Activation::Rank4(x), Activation::Rank4(s), Activation::Rank4(m)) => Activation::Rank4(x.clone() + (s.clone() - x) * m.clone()),
                     _ => unreachable!("one hook, one rank"),
                 },
             );
-            let start = resid_pre[&HookPoint::Block(node.layer, BlockHook::ResidPre).name()].rank3().expect("resid_pre is rank 3");
+            let start = resid_pre[&HookPoint::Block(node.layer, BlockHook::ResidPre)].rank3().expect("resid_pre is rank 3");
             let stream = model.final_stream_from(clean_ids.clone(), node.layer, start, &mut hooks);
             metric.eval_stream(model, stream, clean).into_scalar::<f32>() as f64 - base
         })

@@ -104,15 +104,11 @@ fn stack(labels: Vec<String>, parts: Vec<Tensor<2>>) -> Components {
 pub fn decompose_resid(model: &Transformer, ids: &[i64], layer: Option<usize>) -> Components {
     let upto = upto(model, layer);
     let parts_of_block = [BlockHook::AttnOut, BlockHook::MlpOut];
-    let cache = run_with_cache(
-        model,
-        ids,
-        HookPoint::filter(|p| match p {
-            HookPoint::Embed | HookPoint::PosEmbed => true,
-            HookPoint::Block(_, h) => parts_of_block.contains(&h),
-            _ => false,
-        }),
-    );
+    let cache = run_with_cache(model, ids, |p| match p {
+        HookPoint::Embed | HookPoint::PosEmbed => true,
+        HookPoint::Block(_, h) => parts_of_block.contains(&h),
+        _ => false,
+    });
     let (mut labels, mut parts) = (Vec::new(), Vec::new());
     embeddings(model, &cache, &mut labels, &mut parts);
     for l in 0..upto {
@@ -131,7 +127,7 @@ pub fn decompose_resid(model: &Transformer, ids: &[i64], layer: Option<usize>) -
 /// that norm with its scale frozen, so that heads and bias sum to `hook_attn_out`.
 pub fn stack_head_results(model: &Transformer, ids: &[i64], layer: Option<usize>) -> Components {
     let upto = upto(model, layer);
-    let cache = run_with_cache(model, ids, HookPoint::filter(|p| matches!(p, HookPoint::Attn(_, AttnHook::Result)) || post_norm_scale(p)));
+    let cache = run_with_cache(model, ids, |p| matches!(p, HookPoint::Attn(_, AttnHook::Result)) || post_norm_scale(p));
     let (mut labels, mut parts) = (Vec::new(), Vec::new());
     for l in 0..upto {
         push_heads(model, &cache, l, &mut labels, &mut parts);
@@ -144,15 +140,11 @@ pub fn stack_head_results(model: &Transformer, ids: &[i64], layer: Option<usize>
 /// norm's scale `[pos]` on this sequence.
 pub fn residual_components(model: &Transformer, ids: &[i64]) -> (Components, Tensor<1>) {
     let final_scale = HookPoint::Norm(NormSite::Final, NormHook::Scale);
-    let cache = run_with_cache(
-        model,
-        ids,
-        HookPoint::filter(|p| {
-            matches!(p, HookPoint::Embed | HookPoint::PosEmbed | HookPoint::Attn(_, AttnHook::Result) | HookPoint::Block(_, BlockHook::MlpOut))
-                || p == final_scale
-                || post_norm_scale(p)
-        }),
-    );
+    let cache = run_with_cache(model, ids, |p| {
+        matches!(p, HookPoint::Embed | HookPoint::PosEmbed | HookPoint::Attn(_, AttnHook::Result) | HookPoint::Block(_, BlockHook::MlpOut))
+            || p == final_scale
+            || post_norm_scale(p)
+    });
     let (mut labels, mut parts) = (Vec::new(), Vec::new());
     embeddings(model, &cache, &mut labels, &mut parts);
     let t = ids.len();
@@ -232,7 +224,7 @@ pub fn direct_logit_attribution(model: &Transformer, ids: &[i64], right: i64, wr
     let contributions: Vec<Vec<f64>> = values.chunks(t).map(|r| r.iter().map(|&x| x as f64).collect()).collect();
     // The logits before any final soft-cap: the unembedding of the final norm's output.
     let point = HookPoint::Norm(NormSite::Final, NormHook::Normalized);
-    let cache = run_with_cache(model, ids, HookPoint::filter(|p| p == point));
+    let cache = run_with_cache(model, ids, |p| p == point);
     let normalized = cache.at(point).and_then(|a| a.rank3()).expect("ln_final.hook_normalized cached");
     let logits_t = model.unembed(model.ln_final.finish(normalized.narrow(0, 0, 1)));
     let v = model.config.vocab_size;
@@ -270,7 +262,7 @@ pub struct LogitLens {
 pub fn logit_lens(model: &Transformer, ids: &[i64], k: usize, target: Option<i64>) -> LogitLens {
     let n = model.config.n_layers();
     let last = HookPoint::Block(n - 1, BlockHook::ResidPost);
-    let cache = run_with_cache(model, ids, HookPoint::filter(|p| matches!(p, HookPoint::Block(_, BlockHook::ResidPre)) || p == last));
+    let cache = run_with_cache(model, ids, |p| matches!(p, HookPoint::Block(_, BlockHook::ResidPre)) || p == last);
     let mut layers = Vec::new();
     let mut streams = Vec::new();
     for l in 0..n {

@@ -292,7 +292,7 @@ impl Attention {
         let z = hooks.at(HookPoint::Attn(layer, AttnHook::Z), z);
 
         let result_point = HookPoint::Attn(layer, AttnHook::Result);
-        if hooks.wants_point(result_point) {
+        if hooks.wants(result_point) {
             // Per-head writes into the residual stream, without b_O: [batch, pos, head, d_model].
             let w_o = f32_val(&self.out.weight);
             let d = w_o.dims()[1];

@@ -128,9 +128,9 @@ pub trait LayerHook: Copy + 'static {
     /// This point in block `layer`.
     fn at(self, layer: usize) -> HookPoint;
 
-    /// A name filter: this point in every block.
-    fn every_layer(self) -> impl Fn(&str) -> bool {
-        HookPoint::filter(move |p| p.layer().is_some_and(|l| p == self.at(l)))
+    /// A point filter: this point in every block.
+    fn every_layer(self) -> impl Fn(HookPoint) -> bool {
+        move |p| p.layer().is_some_and(|l| p == self.at(l))
     }
 }
 
@@ -301,10 +301,30 @@ impl HookPoint {
         self.to_string()
     }
 
-    /// A filter on names from a filter on points: the names of the points `keep` accepts
-    /// (for [`Hooks::capture`](crate::Hooks::capture) and the tools that take name filters).
-    pub fn filter(keep: impl Fn(HookPoint) -> bool) -> impl Fn(&str) -> bool {
-        move |name| HookPoint::parse(name).is_some_and(&keep)
+    /// A filter on points from a filter on names (for the edges where a user gives names or
+    /// patterns).
+    pub fn by_name(keep: impl Fn(&str) -> bool) -> impl Fn(HookPoint) -> bool {
+        move |p| keep(&p.name())
+    }
+}
+
+/// A point equals the name TransformerLens gives it: for the edges that hold names (tests,
+/// user input), so `|p| p == "blocks.0.hook_resid_pre"` reads as it did with names.
+impl PartialEq<str> for HookPoint {
+    fn eq(&self, name: &str) -> bool {
+        HookPoint::parse(name) == Some(*self)
+    }
+}
+
+impl PartialEq<&str> for HookPoint {
+    fn eq(&self, name: &&str) -> bool {
+        *self == **name
+    }
+}
+
+impl PartialEq<String> for HookPoint {
+    fn eq(&self, name: &String) -> bool {
+        *self == **name
     }
 }
 

@@ -1,8 +1,7 @@
 //! Hook points: named places in the forward pass where an activation can be read
 //! (cached) or replaced (intervention), under TransformerLens's names.
 //!
-//! A forward pass takes a `&mut Hooks`. [`Hooks::none`] does nothing and costs nothing: the
-//! name of a hook point is only formatted when something might want it.
+//! A forward pass takes a `&mut Hooks`. [`Hooks::none`] does nothing and costs nothing.
 
 use std::collections::BTreeMap;
 
@@ -87,17 +86,18 @@ impl Hookable for Tensor<4> {
     }
 }
 
-type NameFilter<'a> = Box<dyn Fn(&str) -> bool + 'a>;
-type Edit<'a> = Box<dyn FnMut(&str, Activation) -> Activation + 'a>;
+type PointFilter<'a> = Box<dyn Fn(HookPoint) -> bool + 'a>;
+type Edit<'a> = Box<dyn FnMut(HookPoint, Activation) -> Activation + 'a>;
 
 /// What a forward pass does at its hook points: which activations to keep, and which to
-/// replace.
+/// replace. Points are typed throughout; names appear only where a user spells them (see
+/// [`HookPoint::parse`] and [`named`]).
 #[derive(Default)]
 pub struct Hooks<'a> {
-    capture: Option<NameFilter<'a>>,
-    edits: Vec<(NameFilter<'a>, Edit<'a>)>,
-    /// Captured activations by hook name.
-    pub cache: BTreeMap<String, Activation>,
+    capture: Option<PointFilter<'a>>,
+    edits: Vec<(PointFilter<'a>, Edit<'a>)>,
+    /// Captured activations by hook point.
+    pub cache: BTreeMap<HookPoint, Activation>,
 }
 
 impl<'a> Hooks<'a> {
@@ -106,20 +106,20 @@ impl<'a> Hooks<'a> {
         Self::default()
     }
 
-    /// Keep every activation whose name satisfies `filter`.
-    pub fn capture(filter: impl Fn(&str) -> bool + 'a) -> Self {
+    /// Keep every activation at a point `filter` accepts.
+    pub fn capture(filter: impl Fn(HookPoint) -> bool + 'a) -> Self {
         Self { capture: Some(Box::new(filter)), ..Self::default() }
     }
 
-    /// Keep exactly the activations named in `names`.
-    pub fn capture_names(names: &'a [&'a str]) -> Self {
-        Self::capture(move |n| names.contains(&n))
+    /// Keep exactly the activations at `points`.
+    pub fn capture_points(points: &'a [HookPoint]) -> Self {
+        Self::capture(move |p| points.contains(&p))
     }
 
-    /// Also replace the activation at every point whose name satisfies `filter` by what
-    /// `edit` returns (it must keep the shape). Edits run in the order they were added, and
-    /// the cache holds the edited value, the one the rest of the model sees.
-    pub fn with_edit(mut self, filter: impl Fn(&str) -> bool + 'a, edit: impl FnMut(&str, Activation) -> Activation + 'a) -> Self {
+    /// Also replace the activation at every point `filter` accepts by what `edit` returns
+    /// (it must keep the shape). Edits run in the order they were added, and the cache holds
+    /// the edited value, the one the rest of the model sees.
+    pub fn with_edit(mut self, filter: impl Fn(HookPoint) -> bool + 'a, edit: impl FnMut(HookPoint, Activation) -> Activation + 'a) -> Self {
         self.edits.push((Box::new(filter), Box::new(edit)));
         self
     }
@@ -130,51 +130,42 @@ impl<'a> Hooks<'a> {
         self.capture.is_some() || !self.edits.is_empty()
     }
 
-    /// Whether the activation `name` would be captured; lets the model skip computing
-    /// optional activations (such as per-head results) nobody asked for.
-    pub fn wants(&self, name: &str) -> bool {
-        self.capture.as_ref().is_some_and(|f| f(name)) || self.edits.iter().any(|(f, _)| f(name))
+    /// Whether the activation at `point` would be captured or edited; lets the model skip
+    /// computing optional activations (such as per-head results) nobody asked for.
+    pub fn wants(&self, point: HookPoint) -> bool {
+        self.capture.as_ref().is_some_and(|f| f(point)) || self.edits.iter().any(|(f, _)| f(point))
     }
 
-    /// Pass `tensor` through hook point `point` (named only when something might want it).
+    /// Pass `tensor` through hook point `point`.
     #[inline]
     pub fn at<T: Hookable + Clone>(&mut self, point: HookPoint, tensor: T) -> T {
-        self.point(|| point.name(), tensor)
-    }
-
-    /// Whether hook point `point` would be captured or edited ([`wants`](Self::wants)).
-    pub fn wants_point(&self, point: HookPoint) -> bool {
-        self.is_active() && self.wants(&point.name())
-    }
-
-    /// Pass `tensor` through the hook point called `name()`.
-    #[inline]
-    pub fn point<T: Hookable + Clone>(&mut self, name: impl FnOnce() -> String, tensor: T) -> T {
         if !self.is_active() {
             return tensor;
         }
-        self.point_named(&name(), tensor)
-    }
-
-    fn point_named<T: Hookable + Clone>(&mut self, name: &str, tensor: T) -> T {
         let mut tensor = tensor;
         for (filter, edit) in self.edits.iter_mut() {
-            if filter(name) {
+            if filter(point) {
                 let before = tensor.into_activation();
                 let dims = before.dims();
-                let after = edit(name, before);
-                assert_eq!(after.dims(), dims, "an intervention at `{name}` changed the activation's shape");
-                tensor = T::from_activation(after).unwrap_or_else(|| panic!("an intervention at `{name}` changed the activation's rank"));
+                let after = edit(point, before);
+                assert_eq!(after.dims(), dims, "an intervention at `{point}` changed the activation's shape");
+                tensor = T::from_activation(after).unwrap_or_else(|| panic!("an intervention at `{point}` changed the activation's rank"));
             }
         }
-        if self.capture.as_ref().is_some_and(|f| f(name)) {
-            self.cache.insert(name.to_string(), tensor.clone().into_activation());
+        if self.capture.as_ref().is_some_and(|f| f(point)) {
+            self.cache.insert(point, tensor.clone().into_activation());
         }
         tensor
     }
 
     /// Remove and return the captured activations.
-    pub fn take_cache(&mut self) -> BTreeMap<String, Activation> {
+    pub fn take_cache(&mut self) -> BTreeMap<HookPoint, Activation> {
         std::mem::take(&mut self.cache)
     }
+}
+
+/// A cache keyed by TransformerLens's names, for the edges that speak names (Python, files,
+/// the CLI's output).
+pub fn named<V>(cache: BTreeMap<HookPoint, V>) -> BTreeMap<String, V> {
+    cache.into_iter().map(|(p, v)| (p.name(), v)).collect()
 }

@@ -28,7 +28,7 @@ pub use config::{
 pub use error::ModelError;
 pub use generate::{Sampling, generate};
 pub use hook_point::{AttnHook, BlockHook, HookPoint, LayerHook, MlpHook, NormHook, NormSite, act_name, hook_names, hook_points};
-pub use hooks::{Activation, Hookable, Hooks};
+pub use hooks::{Activation, Hookable, Hooks, named};
 pub use rng::Rng;
 pub use transformer::{
     Attention, AttentionInput, Block, Forward, HeadWeights, KvCache, LayerInput, LayerNorm, MASKED_SCORE, Mlp, Norm, ParamInit, RotaryAngles, Stop,

@@ -421,11 +421,11 @@ impl Transformer {
             }
             _ => None,
         };
-        let name = HookPoint::Attn(layer, AttnHook::Pattern).name();
-        let mut hooks = Hooks::capture(|n: &str| n == name);
+        let point = HookPoint::Attn(layer, AttnHook::Pattern);
+        let mut hooks = Hooks::capture(|p| p == point);
         let input = LayerInput { rotary, mask, cache: None, layer, fused: false };
         block.attn.forward(AttentionInput { x, qk_input, layer: input }, &mut hooks);
-        hooks.take_cache().remove(&name).and_then(|a| a.rank4()).expect("the attention hooks its pattern")
+        hooks.take_cache().remove(&point).and_then(|a| a.rank4()).expect("the attention hooks its pattern")
     }
 
     /// Logits for `ids` continuing the sequence held in `cache`; the new keys and values are

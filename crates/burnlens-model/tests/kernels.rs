@@ -4,6 +4,7 @@
 //! grouped heads, on the flex backend with and without autodiff.
 
 use burn::tensor::{Device, Distribution, Int, Tensor, TensorData};
+use burnlens_model::HookPoint;
 use burnlens_model::kernels::{self, AttentionMask};
 
 fn flex() -> Device {
@@ -325,7 +326,7 @@ fn a_model_on_flex_runs_its_hot_paths_through_the_kernels_forward_and_backward()
     let loss = cross_entropy(model.forward(ids.clone().narrow(1, 0, 11)), ids.clone().narrow(1, 1, 11));
     let _ = loss.backward();
     // A hook on the pattern takes the explicit attention path, through the softmax kernel.
-    let mut hooks = burnlens_model::Hooks::capture(|n: &str| n.ends_with("hook_pattern"));
+    let mut hooks = burnlens_model::Hooks::capture(|n: HookPoint| n.name().ends_with("hook_pattern"));
     let loss = cross_entropy(model.forward_hooked(ids.clone().narrow(1, 0, 11), &mut hooks), ids.narrow(1, 1, 11));
     let _ = loss.backward();
     for (op, (f0, b0)) in Op::ALL.iter().zip(before) {

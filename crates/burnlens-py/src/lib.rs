@@ -13,7 +13,7 @@ use std::sync::Mutex;
 
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use burnlens_lens::{Metric, Sae};
-use burnlens_model::{Activation, Hooks, NormSite, Sampling, generate, hook_names};
+use burnlens_model::{Activation, HookPoint, Hooks, NormSite, Sampling, generate, hook_names};
 use numpy::{IntoPyArray, PyArray2, PyArrayDyn, PyArrayMethods, PyReadonlyArray2, PyReadonlyArrayDyn, PyUntypedArrayMethods};
 use pyo3::exceptions::{PyFileNotFoundError, PyKeyError, PyValueError};
 use pyo3::prelude::*;
@@ -273,15 +273,15 @@ impl NativeModel {
         let ids = self.ids(&flat, b, t)?;
         let hook_error: Mutex<Option<PyErr>> = Mutex::new(None);
         let (logits, cache, loss) = py.detach(|| {
-            let capture_set = capture.clone();
-            let mut h = Hooks::capture(move |n| capture_set.iter().any(|c| c == n));
+            let capture_set = points(&capture);
+            let mut h = Hooks::capture(move |p| capture_set.contains(&p));
             for (name, f) in &hooks {
-                let name = name.clone();
+                let point = points(std::slice::from_ref(name))[0];
                 let hook_error = &hook_error;
                 h = h.with_edit(
-                    move |n| n == name,
-                    move |n, act| {
-                        Python::attach(|py| match call_hook(py, f, n, &act) {
+                    move |p| p == point,
+                    move |p, act| {
+                        Python::attach(|py| match call_hook(py, f, &p.name(), &act) {
                             Ok(Some(new)) => new,
                             Ok(None) => act,
                             Err(e) => {
@@ -296,7 +296,7 @@ impl NativeModel {
                 None => self.any.model.forward_hooked(ids.clone(), &mut h),
                 Some(m) => self.any.model.forward_padded(ids.clone(), m, &mut h),
             };
-            let cache: BTreeMap<String, (Vec<f32>, Vec<usize>)> = h.take_cache().into_iter().map(|(k, v)| (k, activation_into_host(v))).collect();
+            let cache: BTreeMap<String, (Vec<f32>, Vec<usize>)> = h.take_cache().into_iter().map(|(k, v)| (k.name(), activation_into_host(v))).collect();
             drop(h);
             let loss = loss.then(|| next_token_loss_value(logits.clone(), ids, mask.as_deref()));
             (host(logits), cache, loss)
@@ -402,9 +402,10 @@ impl NativeModel {
         self.any.model.check_ids(&tokens).map_err(value)?;
         let (value_, grads, acts) = py
             .detach(|| {
-                let g = burnlens_lens::hook_gradients(&self.any.model, &tokens, &|n| names.iter().any(|x| x == n), &metric)?;
-                let grads: BTreeMap<String, (Vec<f32>, Vec<usize>)> = g.gradients.iter().map(|(k, v)| (k.clone(), activation_host(v))).collect();
-                let acts: BTreeMap<String, (Vec<f32>, Vec<usize>)> = g.activations.iter().map(|(k, v)| (k.clone(), activation_host(v))).collect();
+                let wanted = points(&names);
+                let g = burnlens_lens::hook_gradients(&self.any.model, &tokens, &|p| wanted.contains(&p), &metric)?;
+                let grads: BTreeMap<String, (Vec<f32>, Vec<usize>)> = g.gradients.iter().map(|(k, v)| (k.name(), activation_host(v))).collect();
+                let acts: BTreeMap<String, (Vec<f32>, Vec<usize>)> = g.activations.iter().map(|(k, v)| (k.name(), activation_host(v))).collect();
                 Ok::<_, burnlens_lens::MetricError>((g.metric, grads, acts))
             })
             .map_err(value)?;
@@ -519,6 +520,11 @@ impl NativeModel {
 
 /// Call a Python hook `f(activation, name)`; its result replaces the activation unless it is
 /// `None`.
+/// The hook points of names already checked against the model (`check_names`).
+fn points(names: &[String]) -> Vec<HookPoint> {
+    names.iter().map(|n| HookPoint::parse(n).unwrap_or_else(|| panic!("`{n}` was checked as a hook name"))).collect()
+}
+
 fn call_hook(py: Python<'_>, f: &Py<PyAny>, name: &str, act: &Activation) -> PyResult<Option<Activation>> {
     let (v, dims) = activation_host(act);
     let arr = array(py, v, &dims)?;

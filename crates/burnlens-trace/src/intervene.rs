@@ -66,14 +66,15 @@ struct Run<'a> {
     interventions: &'a [Intervention],
     zero_positions: usize,
     /// Where each layer's transcoder input is read, and whether to apply the norm's affine map.
-    points: Vec<(String, bool)>,
+    points: Vec<(HookPoint, bool)>,
     activations: RefCell<Vec<Vec<f32>>>,
 }
 
 impl Run<'_> {
-    /// Record layer `name`'s transcoder activations from its input `a`.
-    fn observe(&self, name: &str, a: Activation) -> Activation {
-        let l = self.points.iter().position(|(p, _)| p == name).expect("filtered");
+    /// Record the transcoder activations of the layer whose input is read at `point`, from
+    /// its input `a`.
+    fn observe(&self, point: HookPoint, a: Activation) -> Activation {
+        let l = self.points.iter().position(|(p, _)| *p == point).expect("filtered");
         let t = a.clone().rank3().expect("rank 3");
         let [_, p, d] = t.dims();
         let mut x = t.reshape([p, d]);
@@ -124,7 +125,7 @@ pub fn feature_intervention(
     let n_pos = ids.len();
     let device = model.device();
     let ids_t = || Tensor::<2, Int>::from_data(TensorData::new(ids.to_vec(), [1, n_pos]), &device);
-    let frozen: Vec<(String, Activation)> = if freeze_attention && !interventions.is_empty() {
+    let frozen: Vec<(HookPoint, Activation)> = if freeze_attention && !interventions.is_empty() {
         let mut hooks = Hooks::capture(AttnHook::Pattern.every_layer());
         model.forward_hooked(ids_t(), &mut hooks);
         hooks.take_cache().into_iter().collect()
@@ -134,15 +135,14 @@ pub fn feature_intervention(
     let points = (0..model.config.n_layers())
         .map(|l| {
             let (point, finish) = input_source(set.input, &model.blocks[l], l);
-            (point.name(), finish)
+            (point, finish)
         })
         .collect();
     let run = Run { model, set, interventions, zero_positions, points, activations: RefCell::new(vec![Vec::new(); model.config.n_layers()]) };
-    let layer_of = |name: &str| -> usize { HookPoint::parse(name).and_then(HookPoint::layer).expect("blocks.{l}.hook_mlp_out") };
     let mut hooks = Hooks::none()
-        .with_edit(AttnHook::Pattern.every_layer(), |name: &str, a: Activation| frozen.iter().find(|(k, _)| k == name).map_or(a, |(_, v)| v.clone()))
-        .with_edit(|n: &str| run.points.iter().any(|(p, _)| p == n), |name: &str, a: Activation| run.observe(name, a))
-        .with_edit(BlockHook::MlpOut.every_layer(), |name: &str, a: Activation| run.add_deltas(layer_of(name), a));
+        .with_edit(AttnHook::Pattern.every_layer(), |point, a| frozen.iter().find(|(k, _)| *k == point).map_or(a, |(_, v)| v.clone()))
+        .with_edit(|p| run.points.iter().any(|(q, _)| *q == p), |point, a| run.observe(point, a))
+        .with_edit(BlockHook::MlpOut.every_layer(), |point, a| run.add_deltas(point.layer().expect("blocks.{l}.hook_mlp_out"), a));
     let logits = model.forward_hooked(ids_t(), &mut hooks);
     drop(hooks);
     let vocab = logits.dims()[2];

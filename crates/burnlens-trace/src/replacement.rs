@@ -138,9 +138,9 @@ impl<'m> Replacement<'m> {
             HookPoint::Block(_, BlockHook::ResidMid | BlockHook::MlpOut) => true,
             _ => false,
         };
-        let mut hooks = Hooks::capture(HookPoint::filter(wanted));
+        let mut hooks = Hooks::capture(wanted);
         let logits = model.forward_hooked(ids_t, &mut hooks);
-        let mut cache: Captured = hooks.take_cache().into_iter().map(|(name, a)| (HookPoint::parse(&name).expect("the model names its points"), a)).collect();
+        let mut cache: Captured = hooks.take_cache();
         let vocab = logits.dims()[2];
         let logits: Vec<f32> = logits.narrow(1, n_pos - 1, 1).reshape([vocab]).into_data().try_into_vec_as::<f32>().expect("f32");
 

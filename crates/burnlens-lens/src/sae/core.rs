@@ -367,6 +367,12 @@ impl Sae {
         }
         Ok(())
     }
+
+    /// The hook point the SAE reads (its `hook_name`, which [`check_model`](Self::check_model)
+    /// has checked against the model's points).
+    pub fn hook_point(&self) -> HookPoint {
+        HookPoint::parse(&self.cfg.hook_name).unwrap_or_else(|| panic!("`{}` is not a hook point (check_model first)", self.cfg.hook_name))
+    }
 }
 
 /// The SAE on one sequence: reconstruction quality, sparsity, the strongest features, and
@@ -401,18 +407,18 @@ pub struct SaeRun {
 /// The SAE's features `[pos, d_sae]` on one sequence, read at its hook point.
 pub fn features(model: &Transformer, sae: &Sae, ids: &[i64]) -> Result<Tensor<2>, SaeError> {
     sae.check_model(model)?;
-    let hook = sae.cfg.hook_name.clone();
-    let mut hooks = Hooks::capture(|n| n == hook);
+    let hook = sae.hook_point();
+    let mut hooks = Hooks::capture(|p| p == hook);
     model.forward_hooked(model.ids_tensor(ids), &mut hooks);
-    let act = hooks.take_cache().remove(&sae.cfg.hook_name).expect("hook captured");
+    let act = hooks.take_cache().remove(&hook).expect("hook captured");
     Ok(sae.encode(sae.flatten(&act)?))
 }
 
 /// Replace the activation at the SAE's hook by its reconstruction.
 pub fn splice<'a>(hooks: Hooks<'a>, sae: &'a Sae) -> Hooks<'a> {
-    let hook = sae.cfg.hook_name.clone();
+    let hook = sae.hook_point();
     hooks.with_edit(
-        move |n| n == hook,
+        move |p| p == hook,
         move |_, act| {
             let x = sae.flatten(&act).expect("checked before the run");
             let (_, r) = sae.forward(x);
@@ -428,11 +434,11 @@ pub fn splice<'a>(hooks: Hooks<'a>, sae: &'a Sae) -> Hooks<'a> {
 /// the loss with the reconstruction spliced in.
 pub fn run_sae(model: &Transformer, sae: &Sae, ids: &[i64], k: usize) -> Result<SaeRun, SaeError> {
     sae.check_model(model)?;
-    let hook = sae.cfg.hook_name.clone();
-    let mut hooks = Hooks::capture(|n| n == hook);
+    let hook = sae.hook_point();
+    let mut hooks = Hooks::capture(|p| p == hook);
     let input = model.ids_tensor(ids);
     let logits = model.forward_hooked(input.clone(), &mut hooks);
-    let act = hooks.take_cache().remove(&sae.cfg.hook_name).expect("hook captured");
+    let act = hooks.take_cache().remove(&hook).expect("hook captured");
     drop(hooks);
     let x = sae.flatten(&act)?;
     let [n, _] = x.dims();
@@ -463,9 +469,9 @@ pub fn run_sae(model: &Transformer, sae: &Sae, ids: &[i64], k: usize) -> Result<
         let loss = |l: Tensor<3>| next_token_loss(l, input.clone()).into_scalar::<f32>() as f64;
         let clean = loss(logits);
         let with = loss(with_logits);
-        let hook = sae.cfg.hook_name.clone();
+        let hook = sae.hook_point();
         let mut zero = Hooks::none().with_edit(
-            move |nm| nm == hook,
+            move |p| p == hook,
             |_, a| match a {
                 Activation::Rank3(t) => Activation::Rank3(t.zeros_like()),
                 Activation::Rank4(t) => Activation::Rank4(t.zeros_like()),
