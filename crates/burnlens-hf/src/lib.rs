@@ -14,6 +14,7 @@ pub mod family;
 pub mod fields;
 pub use burnlens_model::files;
 pub mod hub;
+pub mod hub_id;
 pub mod import;
 pub mod layout;
 pub mod tokenizer;
