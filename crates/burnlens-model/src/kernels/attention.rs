@@ -21,17 +21,13 @@
 //! accumulates `dk`, `dv` per key/value head. Tolerance against the composed ops: 1e-5
 //! relative (values), 1e-4 (gradients).
 
-use burn::backend::autodiff::checkpoint::base::Checkpointer;
-use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
-use burn::backend::autodiff::grads::Gradients;
-use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::backend::flex::FlexTensor;
 use burn::backend::tensor::FloatTensor;
-use burn::backend::{Autodiff, Backend, Dispatch, Flex, backend_extension};
+use burn::backend::{Backend, Dispatch, Flex, backend_extension};
 use burn::tensor::activation::softmax;
 use burn::tensor::{Bool, Shape, Tensor, TensorData};
 
-use super::flex::{flex_strided, flex_vec, use_kernels};
+use super::flex::{flex_strided, use_kernels};
 use super::gemm::{MatRef, matmul_single};
 use super::packed::{Packed, matmul_packed_part};
 use super::pool::{self, SendPtr};
@@ -131,15 +127,15 @@ pub fn repeat_heads(x: Tensor<4>, g: usize) -> Tensor<4> {
 
 /// A rank-4 `[batch, heads, pos, d_head]` view with unit stride along `d_head`.
 #[derive(Clone, Copy)]
-struct Heads<'a> {
+pub(super) struct Heads<'a> {
     data: &'a [f32],
     offset: usize,
-    dims: [usize; 4],
+    pub(super) dims: [usize; 4],
     strides: [isize; 3],
 }
 
 impl<'a> Heads<'a> {
-    fn of(t: &'a FlexTensor) -> Self {
+    pub(super) fn of(t: &'a FlexTensor) -> Self {
         let l = t.layout();
         let st = l.strides();
         let d = l.shape();
@@ -160,7 +156,7 @@ impl<'a> Heads<'a> {
 
 /// The query, key and value heads of a fused projection `[b, pos, h + 2 hk, dh]` (unit
 /// stride along `dh`), as `[b, heads, pos, dh]` views.
-fn qkv_heads(t: &FlexTensor, [h, hk]: [usize; 2]) -> [Heads<'_>; 3] {
+pub(super) fn qkv_heads(t: &FlexTensor, [h, hk]: [usize; 2]) -> [Heads<'_>; 3] {
     let l = t.layout();
     let (st, d) = (l.strides(), l.shape());
     assert!(d[2] == h + 2 * hk && st[3] == 1, "attention kernel: a fused projection of {:?} for {h} + 2 × {hk} heads", d.as_slice());
@@ -174,7 +170,7 @@ fn qkv_heads(t: &FlexTensor, [h, hk]: [usize; 2]) -> [Heads<'_>; 3] {
 }
 
 /// Unit stride along the last dimension and no negative strides, copying only if needed.
-fn headwise(t: &FlexTensor) -> FlexTensor {
+pub(super) fn headwise(t: &FlexTensor) -> FlexTensor {
     assert_eq!(t.dtype(), burn::tensor::DType::F32, "attention kernel takes f32");
     assert_eq!(t.layout().num_dims(), 4, "attention kernel takes rank-4 tensors");
     let st = t.layout().strides();
@@ -397,10 +393,10 @@ fn forward(q: &Heads, k: &Heads, v: &Heads, scale: f32, mask: AttentionMask, out
 /// `bi` starts at `(bi · positions + i) · row + first + hi · d_head` (separate tensors, or
 /// the three parts of one fused projection's gradient).
 #[derive(Clone, Copy)]
-struct GradOut {
-    ptr: SendPtr,
-    row: usize,
-    first: usize,
+pub(super) struct GradOut {
+    pub(super) ptr: SendPtr,
+    pub(super) row: usize,
+    pub(super) first: usize,
 }
 
 /// Backward: `dq` (`[b, t, h, dh]` positions and heads), `dk`, `dv` (`[b, s, hk, dh]`),
@@ -410,7 +406,17 @@ struct GradOut {
 /// Each `GradOut` must be valid for every position and head it addresses, and the three
 /// must not overlap.
 #[allow(clippy::too_many_arguments)]
-unsafe fn backward(q: &Heads, k: &Heads, v: &Heads, o: &Heads, d_o: &Heads, lse: &[f32], scale: f32, mask: AttentionMask, [dq, dk, dv]: [GradOut; 3]) {
+pub(super) unsafe fn backward(
+    q: &Heads,
+    k: &Heads,
+    v: &Heads,
+    o: &Heads,
+    d_o: &Heads,
+    lse: &[f32],
+    scale: f32,
+    mask: AttentionMask,
+    [dq, dk, dv]: [GradOut; 3],
+) {
     let [b, h, t, dh] = q.dims;
     let [_, hk, s, _] = k.dims;
     let group = h / hk;
@@ -479,22 +485,22 @@ unsafe fn backward(q: &Heads, k: &Heads, v: &Heads, o: &Heads, d_o: &Heads, lse:
 }
 
 /// `[b, h, t, dh]` shape with `[b, t, h, dh]` memory order.
-fn heads_layout(b: usize, h: usize, t: usize, dh: usize) -> (Shape, Vec<isize>) {
+pub(super) fn heads_layout(b: usize, h: usize, t: usize, dh: usize) -> (Shape, Vec<isize>) {
     (Shape::from(vec![b, h, t, dh]), vec![(t * h * dh) as isize, dh as isize, (h * dh) as isize, 1])
 }
 
-fn mask_of(q_offset: usize, window: usize) -> AttentionMask {
+pub(super) fn mask_of(q_offset: usize, window: usize) -> AttentionMask {
     AttentionMask { q_offset, window: (window > 0).then_some(window) }
 }
 
 /// Forward on flex tensors: output, and the log-sum-exp per query when `keep_lse`.
-fn flex_forward(q: &FlexTensor, k: &FlexTensor, v: &FlexTensor, scale: f64, mask: AttentionMask, keep_lse: bool) -> (FlexTensor, Vec<f32>) {
+pub(super) fn flex_forward(q: &FlexTensor, k: &FlexTensor, v: &FlexTensor, scale: f64, mask: AttentionMask, keep_lse: bool) -> (FlexTensor, Vec<f32>) {
     let (q, k, v) = (headwise(q), headwise(k), headwise(v));
     forward_heads([Heads::of(&q), Heads::of(&k), Heads::of(&v)], scale, mask, keep_lse)
 }
 
 /// Forward on the heads of one fused projection (see [`attention_qkv`]).
-fn flex_forward_qkv(qkv: &FlexTensor, heads: [usize; 2], scale: f64, mask: AttentionMask, keep_lse: bool) -> (FlexTensor, Vec<f32>) {
+pub(super) fn flex_forward_qkv(qkv: &FlexTensor, heads: [usize; 2], scale: f64, mask: AttentionMask, keep_lse: bool) -> (FlexTensor, Vec<f32>) {
     let qkv = headwise(qkv);
     forward_heads(qkv_heads(&qkv, heads), scale, mask, keep_lse)
 }
@@ -519,124 +525,5 @@ impl AttentionKernel for Flex {
 
     fn bl_attention_qkv(qkv: FlexTensor, heads: [usize; 2], scale: f64, q_offset: usize, window: usize) -> FlexTensor {
         flex_forward_qkv(&qkv, heads, scale, mask_of(q_offset, window), false).0
-    }
-}
-
-#[derive(Debug)]
-struct AttentionBackward;
-
-/// What both backward steps keep from the forward besides their inputs.
-#[derive(Debug, Clone)]
-struct Saved {
-    out: FlexTensor,
-    lse: Vec<f32>,
-    scale: f64,
-    mask: AttentionMask,
-}
-
-impl Saved {
-    /// The gradients of the heads `[q, k, v]` from `d_out`, written where `outs` say.
-    ///
-    /// # Safety
-    /// As for [`backward`].
-    unsafe fn backward(&self, [qh, kh, vh]: [Heads; 3], d_out: &FlexTensor, outs: [GradOut; 3]) {
-        let (o, d_out) = (headwise(&self.out), headwise(d_out));
-        unsafe { backward(&qh, &kh, &vh, &Heads::of(&o), &Heads::of(&d_out), &self.lse, self.scale as f32, self.mask, outs) };
-    }
-}
-
-#[derive(Debug, Clone)]
-struct AttentionState {
-    q: FlexTensor,
-    k: FlexTensor,
-    v: FlexTensor,
-    saved: Saved,
-}
-
-impl Backward<Flex, 3> for AttentionBackward {
-    type State = AttentionState;
-
-    fn backward(self, ops: Ops<Self::State, 3>, grads: &mut Gradients, _: &mut Checkpointer) {
-        super::flex::record(super::flex::Op::Attention, true);
-        let [node_q, node_k, node_v] = ops.parents;
-        let d_out = grads.consume::<Flex>(&ops.node);
-        let st = ops.state;
-        let (q, k, v) = (headwise(&st.q), headwise(&st.k), headwise(&st.v));
-        let (qh, kh) = (Heads::of(&q), Heads::of(&k));
-        let [b, h, t, dh] = qh.dims;
-        let [_, hk, s, _] = kh.dims;
-        let mut dq = vec![0.0f32; b * t * h * dh];
-        let mut dk = vec![0.0f32; b * s * hk * dh];
-        let mut dv = vec![0.0f32; b * s * hk * dh];
-        let out = |g: &mut Vec<f32>, heads: usize| GradOut { ptr: SendPtr(g.as_mut_ptr()), row: heads * dh, first: 0 };
-        let outs = [out(&mut dq, h), out(&mut dk, hk), out(&mut dv, hk)];
-        // SAFETY: three separate buffers of exactly `[b, positions, heads, dh]`.
-        unsafe { st.saved.backward([qh, kh, Heads::of(&v)], &d_out, outs) };
-        for (node, g, heads, len) in [(node_q, dq, h, t), (node_k, dk, hk, s), (node_v, dv, hk, s)] {
-            if let Some(node) = node {
-                let (shape, strides) = heads_layout(b, heads, len, dh);
-                grads.register::<Flex>(node.id, flex_strided(g, shape, strides));
-            }
-        }
-    }
-}
-
-#[derive(Debug)]
-struct AttentionQkvBackward;
-
-#[derive(Debug, Clone)]
-struct AttentionQkvState {
-    qkv: FlexTensor,
-    heads: [usize; 2],
-    saved: Saved,
-}
-
-impl Backward<Flex, 1> for AttentionQkvBackward {
-    type State = AttentionQkvState;
-
-    fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
-        super::flex::record(super::flex::Op::Attention, true);
-        let [node] = ops.parents;
-        let d_out = grads.consume::<Flex>(&ops.node);
-        let Some(node) = node else { return };
-        let st = ops.state;
-        let qkv = headwise(&st.qkv);
-        let shape = qkv.layout().shape().clone();
-        let ([h, hk], dh) = (st.heads, shape[3]);
-        let row = (h + 2 * hk) * dh;
-        let mut g = vec![0.0f32; shape.num_elements()];
-        let ptr = SendPtr(g.as_mut_ptr());
-        let outs = [0, h, h + hk].map(|first| GradOut { ptr, row, first: first * dh });
-        // SAFETY: the three parts of one `[b, pos, h + 2 hk, dh]` buffer, disjoint heads.
-        unsafe { st.saved.backward(qkv_heads(&qkv, st.heads), &d_out, outs) };
-        grads.register::<Flex>(node.id, flex_vec(g, shape));
-    }
-}
-
-impl<C: CheckpointStrategy> AttentionKernel for Autodiff<Flex, C> {
-    fn bl_attention_qkv(qkv: FloatTensor<Self>, heads: [usize; 2], scale: f64, q_offset: usize, window: usize) -> FloatTensor<Self> {
-        let mask = mask_of(q_offset, window);
-        let (qkv, g) = qkv.into_parts();
-        match AttentionQkvBackward.prepare::<C>([g]).compute_bound().stateful() {
-            OpsKind::Tracked(prep) => {
-                let (out, lse) = flex_forward_qkv(&qkv, heads, scale, mask, true);
-                prep.finish(AttentionQkvState { qkv, heads, saved: Saved { out: out.clone(), lse, scale, mask } }, out)
-            }
-            OpsKind::UnTracked(prep) => prep.finish(flex_forward_qkv(&qkv, heads, scale, mask, false).0),
-        }
-    }
-
-    fn bl_attention(q: FloatTensor<Self>, k: FloatTensor<Self>, v: FloatTensor<Self>, scale: f64, q_offset: usize, window: usize) -> FloatTensor<Self> {
-        let mask = mask_of(q_offset, window);
-        let (q, gq) = q.into_parts();
-        let (k, gk) = k.into_parts();
-        let (v, gv) = v.into_parts();
-        match AttentionBackward.prepare::<C>([gq, gk, gv]).compute_bound().stateful() {
-            OpsKind::Tracked(prep) => {
-                let (out, lse) = flex_forward(&q, &k, &v, scale, mask, true);
-                prep.finish(AttentionState { q, k, v, saved: Saved { out: out.clone(), lse, scale, mask } }, out)
-            }
-            OpsKind::UnTracked(prep) => prep.finish(flex_forward(&q, &k, &v, scale, mask, false).0),
-        }
     }
 }

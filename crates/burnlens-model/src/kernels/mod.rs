@@ -30,6 +30,7 @@
 pub mod activation;
 pub mod adamw;
 pub mod attention;
+mod attention_backward;
 pub mod cross_entropy;
 pub mod embedding;
 pub mod flex;
