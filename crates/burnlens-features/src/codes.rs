@@ -218,9 +218,69 @@ impl Scores<'_> {
         Codes::from_rows(rows)
     }
 
+    /// The `kk` largest positive scores of the whole batch (all of those tied with the
+    /// `kk`-th), BatchTopK's choice, with their `pre` as the value. Nothing of size `[n, m]` is
+    /// copied: the maxima of every row's 64-wide blocks come first (the `kk`-th largest of
+    /// them bounds the `kk`-th score from below), then only the blocks reaching that bound
+    /// are read for candidates, and only those reaching the final threshold for entries.
+    pub fn batch_top_k(&self, kk: usize) -> Codes {
+        const BLOCK: usize = 64;
+        let m = self.m;
+        let n = self.rows();
+        let nb = m.div_ceil(BLOCK);
+        let per_row = |f: &(dyn Fn(usize, &[f32], &mut Vec<f32>) + Sync)| -> Vec<Vec<f32>> {
+            (0..n)
+                .into_par_iter()
+                .map_init(
+                    || vec![0.0f32; m],
+                    |s, r| {
+                        self.row_into(r, s);
+                        let mut out = Vec::new();
+                        f(r, s, &mut out);
+                        out
+                    },
+                )
+                .collect()
+        };
+        let maxima: Vec<f32> = per_row(&|_, s, out| out.extend(s.chunks(BLOCK).map(block_max))).concat();
+        let kk = kk.clamp(1, n * m);
+        let lower = if maxima.len() >= kk { kth_largest(&mut maxima.clone(), kk) } else { f32::NEG_INFINITY };
+        let maxima = &maxima;
+        let blocks_at_least = move |r: usize, t: f32| (0..nb).filter(move |&b| maxima[r * nb + b] >= t);
+        let mut candidates: Vec<f32> = per_row(&|r, s, out| {
+            for b in blocks_at_least(r, lower) {
+                out.extend(s[b * BLOCK..((b + 1) * BLOCK).min(m)].iter().copied().filter(|&v| v >= lower));
+            }
+        })
+        .concat();
+        let kth = if candidates.len() >= kk { kth_largest(&mut candidates, kk) } else { f32::NEG_INFINITY };
+        let threshold = kth.max(0.0);
+        let rows: Vec<Vec<(u32, f32)>> = (0..n)
+            .into_par_iter()
+            .map_init(
+                || vec![0.0f32; m],
+                |s, r| {
+                    self.row_into(r, s);
+                    let pre = &self.pre[r * m..(r + 1) * m];
+                    let mut out = Vec::new();
+                    for b in blocks_at_least(r, threshold) {
+                        let lo = b * BLOCK;
+                        for (j, &v) in s[lo..(lo + BLOCK).min(m)].iter().enumerate() {
+                            if v > 0.0 && v >= threshold {
+                                out.push(((lo + j) as u32, pre[lo + j]));
+                            }
+                        }
+                    }
+                    out
+                },
+            )
+            .collect();
+        Codes::from_rows(rows)
+    }
+
     /// The `k`-th largest score of all rows (`k ≥ 1`), by selection in blocks of rows taken in
-    /// parallel: each block's `k` largest are candidates, and the answer is the `k`-th largest
-    /// candidate. `None` when there are fewer than `k` scores.
+    /// parallel: each block's `k` largest (with ties) are candidates, and the answer is the
+    /// `k`-th largest candidate. `None` when there are fewer than `k` scores.
     pub fn kth_largest_of_all(&self, k: usize) -> Option<f32> {
         let n = self.rows();
         if k == 0 || k > n * self.m {
@@ -234,8 +294,10 @@ impl Scores<'_> {
                 let mut c = vec![0.0f32; rows.len() * self.m];
                 rows.clone().zip(c.chunks_mut(self.m)).for_each(|(r, out)| self.row_into(r, out));
                 if c.len() > k {
-                    c.select_nth_unstable_by(k - 1, |a, b| b.total_cmp(a));
-                    c.truncate(k);
+                    // The block's k largest (and any tied with the k-th), found through
+                    // its blocks' maxima.
+                    let t = kth_largest(&mut c, k);
+                    c.retain(|&x| x >= t);
                 }
                 c
             })
@@ -319,6 +381,13 @@ mod tests {
         let halved = [0.5f32; 10];
         assert_eq!(Scores { scale: Some(&halved), ..all }.kth_largest_of_all(37), Some(481.5));
         let top2 = all.select_above(|_, s| kth_largest(s, 2));
+        // BatchTopK's choice against the plain k-th largest of everything.
+        for kk in [1, 37, 250] {
+            let kth = all.kth_largest_of_all(kk).unwrap().max(0.0);
+            let want = all.select_above(|_, _| kth);
+            let got = all.batch_top_k(kk);
+            assert_eq!((got.features.clone(), got.offsets.clone(), got.values.clone()), (want.features, want.offsets, want.values), "kk {kk}");
+        }
         let top2_fast = all.top_k_per_row(2);
         assert_eq!((top2_fast.features.clone(), top2_fast.offsets.clone()), (top2.features.clone(), top2.offsets.clone()));
         // Long rows with ties at the k-th value and negative values: the same as a sort.

@@ -113,11 +113,7 @@ fn active(arch: &Architecture, t: &TopKSettings, scores: Scores) -> Codes {
     let n = scores.pre.len() / scores.m;
     match arch {
         Architecture::TopK(_) => scores.top_k_per_row(t.k as usize),
-        _ => {
-            let kk = ((t.k * n as f64) as usize).clamp(1, n * scores.m);
-            let kth = scores.kth_largest_of_all(kk).unwrap_or(0.0).max(0.0);
-            scores.select_above(|_, _| kth)
-        }
+        _ => scores.batch_top_k(((t.k * n as f64) as usize).clamp(1, n * scores.m)),
     }
 }
 
