@@ -124,6 +124,14 @@ fn bad_input_is_one_line_naming_what_is_wrong() {
     assert_eq!(std::fs::read(Path::new(out).join("config.json")).unwrap(), before);
 }
 
+/// `burnlens graph` on the fixture prompt with the transcoders in `dir`: its graph.json.
+fn graph_json(model: &std::path::Path, dir: &std::path::Path, out: &std::path::Path) -> serde_json::Value {
+    let (model, dir, out) = (model.to_str().unwrap(), dir.to_str().unwrap(), out.to_str().unwrap());
+    let o = burnlens(&["graph", "--model", model, "--transcoders", dir, "--ids", "1,17,5,60,33,2,71,12,44", "--out", out]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    serde_json::from_str(&std::fs::read_to_string(std::path::Path::new(out).join("graph.json")).unwrap()).unwrap()
+}
+
 #[test]
 fn transcoders_trained_by_train_sae_load_as_a_set_and_are_traced_by_graph() {
     use burnlens::trace::{FeatureActivation, TranscoderSet};
@@ -165,22 +173,9 @@ fn transcoders_trained_by_train_sae_load_as_a_set_and_are_traced_by_graph() {
     let set = TranscoderSet::load(&dir, &burn::tensor::Device::flex()).unwrap();
     assert_eq!(set.n_layers(), 3);
     assert!(set.layers.iter().all(|t| t.w_skip.is_some() && matches!(t.activation, FeatureActivation::JumpRelu { .. }) && t.n_features() == 64));
-    let graph = tmp.path().join("graph");
-    let o = burnlens(&[
-        "graph",
-        "--model",
-        model.to_str().unwrap(),
-        "--transcoders",
-        dir.to_str().unwrap(),
-        "--ids",
-        "1,17,5,60,33,2,71,12,44",
-        "--out",
-        graph.to_str().unwrap(),
-    ]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let g: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(graph.join("graph.json")).unwrap()).unwrap();
+    let g = graph_json(&model, &dir, &tmp.path().join("graph"));
     let features = g["nodes"].as_array().unwrap().iter().filter(|n| n["feature_type"] == "cross layer transcoder").count();
-    assert!(features > 0, "the pruned graph keeps some of the trained features: {}", String::from_utf8_lossy(&o.stdout));
+    assert!(features > 0, "the pruned graph keeps some of the trained features");
 }
 
 #[test]
@@ -203,20 +198,7 @@ fn a_cross_layer_transcoder_trained_by_train_sae_loads_as_a_clt_and_is_traced_by
         // Every decoder block was trained (none left at its masked zero).
         assert!(t.w_dec.iter().all(|w| w.clone().abs().sum().into_scalar::<f32>() > 0.0), "layer {i}");
     }
-    let graph = tmp.path().join("graph");
-    let o = burnlens(&[
-        "graph",
-        "--model",
-        model.to_str().unwrap(),
-        "--transcoders",
-        dir.to_str().unwrap(),
-        "--ids",
-        "1,17,5,60,33,2,71,12,44",
-        "--out",
-        graph.to_str().unwrap(),
-    ]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let g: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(graph.join("graph.json")).unwrap()).unwrap();
+    let g = graph_json(&model, &dir, &tmp.path().join("graph"));
     assert!(g["nodes"].as_array().unwrap().iter().any(|n| n["feature_type"] == "cross layer transcoder"));
     // A CLT with a skip connection cannot be written in circuit-tracer's files: refused up front.
     let refused = tmp.path().join("refused");
