@@ -162,27 +162,6 @@ impl Scores<'_> {
         }
     }
 
-    /// Per row, the entries whose score is positive and at least `threshold(r, scores)`
-    /// (`scores` a scratch copy of the row's scores that it may reorder), with their `pre`
-    /// as the value.
-    pub fn select_above(&self, threshold: impl Fn(usize, &mut [f32]) -> f32 + Sync) -> Codes {
-        let m = self.m;
-        let rows: Vec<Vec<(u32, f32)>> = (0..self.rows())
-            .into_par_iter()
-            .map_init(
-                || (vec![0.0f32; m], vec![0.0f32; m]),
-                |(s, scratch), r| {
-                    self.row_into(r, s);
-                    scratch.copy_from_slice(s);
-                    let t = threshold(r, scratch);
-                    let pre = &self.pre[r * m..(r + 1) * m];
-                    s.iter().enumerate().filter(|&(_, &v)| v > 0.0 && v >= t).map(|(j, _)| (j as u32, pre[j])).collect()
-                },
-            )
-            .collect();
-        Codes::from_rows(rows)
-    }
-
     /// Per row, the `k` largest scores where positive (all of those tied with the `k`-th),
     /// with their `pre` as the value. A row is read three times, each vectorised: its
     /// scores, the maxima of its 64-wide blocks (the `k`-th largest of those bounds the
@@ -277,33 +256,6 @@ impl Scores<'_> {
             .collect();
         Codes::from_rows(rows)
     }
-
-    /// The `k`-th largest score of all rows (`k ≥ 1`), by selection in blocks of rows taken in
-    /// parallel: each block's `k` largest (with ties) are candidates, and the answer is the
-    /// `k`-th largest candidate. `None` when there are fewer than `k` scores.
-    pub fn kth_largest_of_all(&self, k: usize) -> Option<f32> {
-        let n = self.rows();
-        if k == 0 || k > n * self.m {
-            return None;
-        }
-        let block = n.div_ceil(rayon::current_num_threads().max(1));
-        let mut candidates: Vec<f32> = (0..n.div_ceil(block))
-            .into_par_iter()
-            .flat_map_iter(|b| {
-                let rows = b * block..((b + 1) * block).min(n);
-                let mut c = vec![0.0f32; rows.len() * self.m];
-                rows.clone().zip(c.chunks_mut(self.m)).for_each(|(r, out)| self.row_into(r, out));
-                if c.len() > k {
-                    // The block's k largest (and any tied with the k-th), found through
-                    // its blocks' maxima.
-                    let t = kth_largest(&mut c, k);
-                    c.retain(|&x| x >= t);
-                }
-                c
-            })
-            .collect();
-        Some(kth_largest(&mut candidates, k))
-    }
 }
 
 /// The largest of `v` (NEG_INFINITY if empty; NaNs ignored), sixteen lanes at a time.
@@ -371,41 +323,57 @@ mod tests {
         assert_eq!(ge, vec![3.0, 1.0, 6.0, 4.0, 2.0, 8.0]);
     }
 
+    /// The plain references: every score of `all`, and the entries positive and at least
+    /// `t(row)`, by a full pass.
+    fn scores_of(all: &Scores) -> Vec<f32> {
+        all.pre.iter().enumerate().map(|(i, &v)| all.scale.map_or(v, |s| v * s[i % all.m])).collect()
+    }
+
+    fn at_least(all: &Scores, t: impl Fn(usize) -> f32 + Sync) -> Codes {
+        Codes::select(all.pre, all.m, |r, j, v| {
+            let s = all.scale.map_or(v, |sc| v * sc[j]);
+            s > 0.0 && s >= t(r)
+        })
+    }
+
+    fn sorted_desc(mut v: Vec<f32>) -> Vec<f32> {
+        v.sort_by(|a, b| b.total_cmp(a));
+        v
+    }
+
     #[test]
-    fn the_kth_largest_is_found_across_blocks_and_rows() {
-        let v: Vec<f32> = (0..1000).map(|i| ((i * 7919) % 1000) as f32).collect();
-        let all = Scores { pre: &v, m: 10, scale: None };
-        assert_eq!(all.kth_largest_of_all(1), Some(999.0));
-        assert_eq!(all.kth_largest_of_all(37), Some(963.0));
-        assert_eq!(all.kth_largest_of_all(1001), None);
+    fn the_fast_selections_equal_full_passes() {
+        let v: Vec<f32> = (0..1000).map(|i| ((i * 7919) % 1000) as f32 - 100.0).collect();
         let halved = [0.5f32; 10];
-        assert_eq!(Scores { scale: Some(&halved), ..all }.kth_largest_of_all(37), Some(481.5));
-        let top2 = all.select_above(|_, s| kth_largest(s, 2));
-        // BatchTopK's choice against the plain k-th largest of everything.
-        for kk in [1, 37, 250] {
-            let kth = all.kth_largest_of_all(kk).unwrap().max(0.0);
-            let want = all.select_above(|_, _| kth);
-            let got = all.batch_top_k(kk);
-            assert_eq!((got.features.clone(), got.offsets.clone(), got.values.clone()), (want.features, want.offsets, want.values), "kk {kk}");
+        for all in [Scores { pre: &v, m: 10, scale: None }, Scores { pre: &v, m: 10, scale: Some(&halved) }] {
+            let all_sorted = sorted_desc(scores_of(&all));
+            // BatchTopK: the kk largest of everything, where positive.
+            for kk in [1, 37, 250, 1000] {
+                let want = at_least(&all, |_| all_sorted[kk - 1].max(0.0));
+                let got = all.batch_top_k(kk);
+                assert_eq!((got.features, got.offsets, got.values), (want.features, want.offsets, want.values), "kk {kk}");
+            }
+            // TopK: each row's k largest, where positive.
+            let rows: Vec<Vec<f32>> = scores_of(&all).chunks(10).map(|r| sorted_desc(r.to_vec())).collect();
+            for k in [1, 2, 7] {
+                let want = at_least(&all, |r| rows[r][k - 1]);
+                let got = all.top_k_per_row(k);
+                assert_eq!((got.features, got.offsets), (want.features, want.offsets), "k {k}");
+            }
         }
-        let top2_fast = all.top_k_per_row(2);
-        assert_eq!((top2_fast.features.clone(), top2_fast.offsets.clone()), (top2.features.clone(), top2.offsets.clone()));
         // Long rows with ties at the k-th value and negative values: the same as a sort.
         let row: Vec<f32> = (0..4096).map(|i| ((i * 7919) % 301) as f32 - 290.0).collect();
         let fast = Scores { pre: &row, m: 4096, scale: None }.top_k_per_row(40);
-        let mut sorted = row.clone();
-        sorted.sort_by(|a, b| b.total_cmp(a));
+        let sorted = sorted_desc(row.clone());
         let want = row.iter().filter(|&&v| v > 0.0 && v >= sorted[39]).count();
         assert_eq!(fast.nnz(), want);
         assert!(fast.values.iter().all(|&v| v > 0.0 && v >= sorted[39]));
         // The narrowed selection agrees with a sort on long rows, ties and signs included.
         let long: Vec<f32> = (0..20000).map(|i| (((i * 7919) % 2003) as f32 - 1000.0) / 7.0).collect();
-        let mut sorted = long.clone();
-        sorted.sort_by(|a, b| b.total_cmp(a));
+        let sorted = sorted_desc(long.clone());
         for k in [1, 5, 32, 77] {
             assert_eq!(kth_largest(&mut long.clone(), k), sorted[k - 1]);
         }
-        assert_eq!((top2.nnz(), top2.rows()), (200, 100));
         let kth = kth_largest_per_row(2, 3, 2, |r, j| (r == 0 || j == 2).then_some((r * 3 + j) as f32));
         assert_eq!(kth, vec![1.0, f32::NEG_INFINITY]);
     }
