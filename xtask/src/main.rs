@@ -1285,24 +1285,22 @@ fn main() -> Result<()> {
         "trace-fixtures" => {
             // circuit-tracer's attribution graphs on tiny models with random transcoders.
             let py = venv_trace()?;
-            // Transcoders trained by burnlens on the gpt2 case's model, for the gpt2_trained case.
-            let trained = root().join("target/trained-transcoders");
-            let _ = std::fs::remove_dir_all(&trained);
-            run(Command::new("cargo")
-                .current_dir(root())
-                .args(["run", "--quiet", "--", "train-sae", "--model", "tests/fixtures/trace/gpt2/model", "--transcoders", "--skip"])
-                .args(["--transcoder-input", "hook_resid_mid", "--transcoder-output", "hook_mlp_out", "--architecture", "jumprelu", "--l1", "0"])
-                .args(["--d-sae", "40", "--steps", "200", "--batch", "4", "--seq-len", "16", "--seed", "4", "--out"])
-                .arg(&trained))?;
-            // And a cross-layer transcoder, for the gpt2_clt_trained case.
-            let clt = root().join("target/trained-clt");
-            let _ = std::fs::remove_dir_all(&clt);
-            run(Command::new("cargo")
-                .current_dir(root())
-                .args(["run", "--quiet", "--", "train-sae", "--model", "tests/fixtures/trace/gpt2/model", "--transcoders", "--cross-layer"])
-                .args(["--transcoder-input", "hook_resid_mid", "--transcoder-output", "hook_mlp_out", "--architecture", "jumprelu", "--l1", "0"])
-                .args(["--d-sae", "24", "--steps", "200", "--batch", "4", "--seq-len", "16", "--seed", "5", "--out"])
-                .arg(&clt))?;
+            // Transcoders trained by burnlens on the gpt2 case's model (JumpReLU, resid_mid ->
+            // mlp_out): a per-layer set with W_skip for the gpt2_trained case, a cross-layer
+            // transcoder for gpt2_clt_trained.
+            let train = |dir: &str, kind: &str, d_sae: &str, seed: &str| -> Result<PathBuf> {
+                let out = root().join(dir);
+                let _ = std::fs::remove_dir_all(&out);
+                run(Command::new("cargo")
+                    .current_dir(root())
+                    .args(["run", "--quiet", "--", "train-sae", "--model", "tests/fixtures/trace/gpt2/model", "--transcoders", kind])
+                    .args(["--transcoder-input", "hook_resid_mid", "--transcoder-output", "hook_mlp_out", "--architecture", "jumprelu", "--l1", "0"])
+                    .args(["--d-sae", d_sae, "--steps", "200", "--batch", "4", "--seq-len", "16", "--seed", seed, "--out"])
+                    .arg(&out))?;
+                Ok(out)
+            };
+            let trained = train("target/trained-transcoders", "--skip", "40", "4")?;
+            let clt = train("target/trained-clt", "--cross-layer", "24", "5")?;
             run(Command::new(py)
                 .current_dir(root())
                 .args(["scripts/gen_trace_fixtures.py"])

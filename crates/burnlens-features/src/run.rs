@@ -144,7 +144,7 @@ pub fn train(dir: &Path, cfg: &SaeRunConfig, source: Source, on_step: &mut OnSte
         return Err(RunError::Config("d_sae and steps must be positive".into()));
     }
     write_config(dir, cfg)?;
-    let units = units(cfg, &h, &store.widths, &store.device.clone());
+    let units = units(cfg, &h, &store.widths, &store.device);
     let ckpt = dir.join(CHECKPOINT);
     let (mut trainers, resumed_from) = start_trainers(&ckpt, cfg, &units, &mut store)?;
     let metrics_path = dir.join(METRICS);
