@@ -1,0 +1,21 @@
+//! What can go wrong making dashboards, each a one-line message naming what was wrong.
+
+#[derive(Debug, thiserror::Error)]
+pub enum DashboardError {
+    #[error("{0}")]
+    Input(String),
+    #[error(transparent)]
+    Store(#[from] burnlens_features::StoreError),
+    #[error(transparent)]
+    Sae(#[from] burnlens_lens::sae::SaeError),
+    #[error(transparent)]
+    Data(#[from] burnlens_data::DataError),
+    #[error("{path}: {msg}")]
+    Io { path: std::path::PathBuf, msg: String },
+}
+
+impl DashboardError {
+    pub fn io(path: &std::path::Path, e: impl std::fmt::Display) -> Self {
+        DashboardError::Io { path: path.to_path_buf(), msg: e.to_string() }
+    }
+}

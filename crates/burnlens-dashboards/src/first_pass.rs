@@ -1,0 +1,56 @@
+//! The first pass over the corpus, per block of features: each feature's largest activation,
+//! its smallest nonzero one, how often it is nonzero, and its top group. The second pass
+//! needs the extremes (they place the histogram's bins and the quantile groups).
+
+use crate::batch::ActBatch;
+use crate::config::DashboardConfig;
+use crate::top::TopGroups;
+
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct FirstPass {
+    /// The block's first feature column and its width.
+    pub f0: usize,
+    pub n: usize,
+    pub max: Vec<f32>,
+    /// The smallest activation above zero (+∞ while there is none).
+    pub min_nonzero: Vec<f32>,
+    pub nonzero: Vec<u64>,
+    pub top: TopGroups,
+    bar: Vec<f32>,
+}
+
+impl FirstPass {
+    pub fn new(f0: usize, n: usize, cfg: &DashboardConfig, width: usize) -> Self {
+        FirstPass {
+            f0,
+            n,
+            max: vec![f32::NEG_INFINITY; n],
+            min_nonzero: vec![f32::INFINITY; n],
+            nonzero: vec![0; n],
+            top: TopGroups::new(n, cfg.top_k, width),
+            bar: vec![f32::NEG_INFINITY; n],
+        }
+    }
+
+    pub fn scan(&mut self, b: &ActBatch, cfg: &DashboardConfig) {
+        let centre = cfg.centre_range(b.seq_len);
+        for r in 0..b.rows() {
+            let row = &b.row(r)[self.f0..self.f0 + self.n];
+            for (((&a, max), min), nz) in row.iter().zip(&mut self.max).zip(&mut self.min_nonzero).zip(&mut self.nonzero) {
+                *max = max.max(a);
+                let pos = a > 0.0;
+                *nz += pos as u64;
+                *min = if pos { min.min(a) } else { *min };
+            }
+            if !centre.contains(&(r % b.seq_len)) {
+                continue;
+            }
+            for j in 0..self.n {
+                if row[j] > self.bar[j] {
+                    self.top.offer(j, b, r, self.f0 + j, cfg);
+                    self.bar[j] = self.top.bar(j);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,35 @@
+//! Feature dashboards: for every feature of an SAE, what SAEDashboard (the maintained fork of
+//! sae_vis) computes for Neuronpedia — the contexts where it fires most, samples across its
+//! range, its activation histogram and density, the tokens it promotes and suppresses —
+//! streamed over a corpus in two passes whose memory does not grow with the corpus.
+//!
+//! ```text
+//! windows ─▶ FeatureSource (model ▸ hook ▸ SAE encoder) ─▶ ActBatch ─▶ Scan::first  (extremes, top groups)
+//!                                                                   ─▶ Scan::second (histograms, quantile samples)
+//! decoder rows ▸ resid direction ▸ W_U ─▶ LogitEffects ─────────────▶ FeatureDashboard
+//! ```
+//! One module per concept: [`config`], [`batch`] (activations and the example slots),
+//! [`top`], [`reservoir`], [`histogram`], [`first_pass`], [`second_pass`], [`scan`],
+//! [`logits`], [`dashboard`], [`source`], [`run`].
+
+pub mod batch;
+pub mod config;
+pub mod dashboard;
+pub mod error;
+pub mod first_pass;
+pub mod histogram;
+pub mod logits;
+pub mod reservoir;
+pub mod run;
+pub mod scan;
+pub mod second_pass;
+pub mod source;
+pub mod top;
+
+pub use config::{Context, DashboardConfig};
+pub use dashboard::{Example, FeatureDashboard, QuantileGroup};
+pub use error::DashboardError;
+pub use histogram::Histogram;
+pub use logits::LogitEffects;
+pub use run::{Outcome, Progress, RunSpec, run};
+pub use source::FeatureSource;

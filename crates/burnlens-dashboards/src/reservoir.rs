@@ -1,0 +1,97 @@
+//! The quantile groups' samples: `k` positions drawn uniformly without replacement from
+//! those whose activation lies in the group's interval (SAEDashboard draws them with Python's
+//! `random.sample` over all such positions at once; streamed, the same distribution comes
+//! from a reservoir). Li's Algorithm L: after the first `k`, it draws only when it replaces,
+//! about `k·(1 + ln(n/k))` times in all, so the zero activations that fill the lowest group
+//! cost a counter each.
+
+/// One reservoir's state (its slots live in a [`crate::batch::Slots`]).
+#[derive(Debug, Clone, Copy, serde::Serialize, serde::Deserialize)]
+pub struct Reservoir {
+    /// Items offered so far.
+    pub seen: u64,
+    /// The 0-based index of the next item to take (after the first `k`).
+    pub next: u64,
+    w: f64,
+    rng: u64,
+}
+
+/// What to do with an offered item.
+pub enum Take {
+    Skip,
+    Into(usize),
+}
+
+impl Reservoir {
+    pub fn new(seed: u64) -> Self {
+        Reservoir { seen: 0, next: 0, w: 1.0, rng: seed ^ 0x9E37_79B9_7F4A_7C15 }
+    }
+
+    fn uniform(&mut self) -> f64 {
+        // splitmix64, mapped to (0, 1].
+        self.rng = self.rng.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.rng;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^= z >> 31;
+        ((z >> 11) + 1) as f64 / (1u64 << 53) as f64
+    }
+
+    fn advance(&mut self, k: usize) {
+        self.w *= (self.uniform().ln() / k as f64).exp();
+        let gap = (self.uniform().ln() / (1.0 - self.w).ln()).floor();
+        self.next += if gap.is_finite() { gap as u64 + 1 } else { u64::MAX / 2 };
+    }
+
+    /// Offers the next item to a reservoir of `k`.
+    #[inline]
+    pub fn offer(&mut self, k: usize) -> Take {
+        let i = self.seen;
+        self.seen += 1;
+        if (i as usize) < k {
+            if i as usize == k - 1 {
+                self.next = i;
+                self.advance(k);
+            }
+            return Take::Into(i as usize);
+        }
+        if i != self.next {
+            return Take::Skip;
+        }
+        let slot = (self.uniform() * k as f64) as usize;
+        self.advance(k);
+        Take::Into(slot.min(k - 1))
+    }
+
+    /// Slots filled.
+    pub fn len(&self, k: usize) -> usize {
+        (self.seen as usize).min(k)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each of 20 items ends in a reservoir of 5 a quarter of the time.
+    #[test]
+    fn samples_uniformly() {
+        let (n, k, runs) = (20, 5, 40_000);
+        let mut hits = vec![0u32; n];
+        for seed in 0..runs {
+            let mut r = Reservoir::new(seed);
+            let mut slots = vec![usize::MAX; k];
+            for item in 0..n {
+                if let Take::Into(s) = r.offer(k) {
+                    slots[s] = item;
+                }
+            }
+            assert_eq!(r.len(k), k);
+            slots.iter().for_each(|&i| hits[i] += 1);
+        }
+        for (item, &h) in hits.iter().enumerate() {
+            let p = h as f64 / runs as f64;
+            assert!((p - 0.25).abs() < 0.012, "item {item} kept {p}");
+        }
+    }
+}

@@ -1,0 +1,76 @@
+//! The two passes over the corpus for a set of features, their blocks scanned in parallel:
+//! first the extremes, density and top groups, then the histograms and quantile groups.
+//! Memory: per feature, the top group and the quantile samples (`top_k + n_quantiles ×
+//! quantile_size` examples of `width` tokens and activations), the histogram's bins and a
+//! few counters; nothing grows with the corpus.
+
+use rayon::prelude::*;
+
+use crate::batch::ActBatch;
+use crate::config::DashboardConfig;
+use crate::dashboard::{FeatureDashboard, assemble};
+use crate::first_pass::FirstPass;
+use crate::logits::LogitEffects;
+use crate::second_pass::SecondPass;
+
+/// Features per block: a block's state is walked for every row, so it should stay in cache.
+const BLOCK: usize = 128;
+
+pub struct Scan {
+    pub cfg: DashboardConfig,
+    /// The feature ids, in the batches' column order.
+    pub features: Vec<usize>,
+    pub seq_len: usize,
+    pub first: Vec<FirstPass>,
+    pub second: Vec<SecondPass>,
+    /// Positions (tokens) read by each pass.
+    pub positions: [u64; 2],
+}
+
+impl Scan {
+    pub fn new(cfg: DashboardConfig, features: Vec<usize>, seq_len: usize) -> Self {
+        let width = cfg.width(seq_len);
+        let n = features.len();
+        let first = (0..n).step_by(BLOCK).map(|f0| FirstPass::new(f0, BLOCK.min(n - f0), &cfg, width)).collect();
+        Scan { cfg, features, seq_len, first, second: Vec::new(), positions: [0, 0] }
+    }
+
+    /// Bytes the per-feature state holds (the bound on this pass's memory besides one batch).
+    pub fn state_bytes(&self) -> usize {
+        let w = self.cfg.width(self.seq_len);
+        let per_example = 16 + 8 * w;
+        let examples = self.cfg.top_k + self.cfg.n_quantiles * self.cfg.quantile_size;
+        let per_feature = examples * per_example + self.cfg.n_bins * 8 * 2 + (self.cfg.n_quantiles + 1) * 4 + self.cfg.n_quantiles * (8 + 32) + 32;
+        per_feature * self.features.len()
+    }
+
+    pub fn first(&mut self, b: &ActBatch) {
+        self.check(b);
+        let cfg = &self.cfg;
+        self.first.par_iter_mut().for_each(|p| p.scan(b, cfg));
+        self.positions[0] += b.rows() as u64;
+    }
+
+    /// Ends the first pass: the second's intervals and bins are placed.
+    pub fn start_second(&mut self) {
+        let width = self.cfg.width(self.seq_len);
+        self.second = self.first.iter().map(|f| SecondPass::new(f, &self.cfg, width, &self.features)).collect();
+    }
+
+    pub fn second(&mut self, b: &ActBatch) {
+        self.check(b);
+        let cfg = &self.cfg;
+        self.second.par_iter_mut().for_each(|p| p.scan(b, cfg));
+        self.positions[1] += b.rows() as u64;
+    }
+
+    fn check(&self, b: &ActBatch) {
+        assert_eq!((b.n_features, b.seq_len), (self.features.len(), self.seq_len), "a batch of another shape than the scan's");
+    }
+
+    /// The dashboards, in feature order; `logits(feature)` gives each one's logit effects.
+    pub fn finish(&self, logits: &mut dyn FnMut(usize) -> LogitEffects) -> Vec<FeatureDashboard> {
+        assert_eq!(self.positions[0], self.positions[1], "the two passes read different corpora");
+        self.first.iter().zip(&self.second).flat_map(|(f, s)| assemble(f, s, &self.features, self.positions[0], logits)).collect()
+    }
+}

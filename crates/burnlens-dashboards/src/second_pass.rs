@@ -1,0 +1,133 @@
+//! The second pass, per block of features, once the first has found each feature's extremes:
+//! the activation histogram (`torch.histc` of the nonzero activations over their own range)
+//! and the quantile groups (intervals `linspace(0, max, n + 1)`, inclusive at both ends, the
+//! lowest holding the zeros): how many of all positions each holds and a uniform sample of
+//! the positions examples may be centred on.
+
+use crate::batch::{ActBatch, Slots};
+use crate::config::DashboardConfig;
+use crate::first_pass::FirstPass;
+use crate::histogram::{Binning, Histogram, linspace};
+use crate::reservoir::{Reservoir, Take};
+
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct SecondPass {
+    pub f0: usize,
+    pub n: usize,
+    pub histograms: Vec<Histogram>,
+    #[serde(skip)]
+    binnings: Vec<Option<Binning>>,
+    /// Each feature's `n_quantiles + 1` boundaries.
+    pub bounds: Vec<f32>,
+    /// Positions in each interval, `[feature, interval]`, lowest interval first.
+    pub contains: Vec<u64>,
+    pub reservoirs: Vec<Reservoir>,
+    pub samples: Slots,
+}
+
+impl SecondPass {
+    pub fn new(first: &FirstPass, cfg: &DashboardConfig, width: usize, features: &[usize]) -> Self {
+        let (n, nq) = (first.n, cfg.n_quantiles);
+        let mut bounds = Vec::with_capacity(n * (nq + 1));
+        let mut histograms = Vec::with_capacity(n);
+        let mut binnings = Vec::with_capacity(n);
+        for j in 0..n {
+            bounds.extend(linspace(0.0, first.max[j].max(0.0), nq + 1));
+            if first.nonzero[j] > 0 {
+                let (h, b) = Histogram::over(first.min_nonzero[j], first.max[j], cfg.n_bins);
+                histograms.push(h);
+                binnings.push(Some(b));
+            } else {
+                histograms.push(Histogram::default());
+                binnings.push(None);
+            }
+        }
+        let reservoirs = (0..n * nq).map(|o| Reservoir::new(cfg.seed.wrapping_mul(0x1000_0000_01B3) ^ ((features[first.f0 + o / nq] as u64) << 8 | (o % nq) as u64))).collect();
+        SecondPass {
+            f0: first.f0,
+            n,
+            histograms,
+            binnings,
+            bounds,
+            contains: vec![0; n * nq],
+            reservoirs,
+            samples: Slots::new(n * nq, cfg.quantile_size, width),
+        }
+    }
+
+    pub fn scan(&mut self, b: &ActBatch, cfg: &DashboardConfig) {
+        let (nq, k) = (cfg.n_quantiles, cfg.quantile_size);
+        let centre = cfg.centre_range(b.seq_len);
+        for r in 0..b.rows() {
+            let row = &b.row(r)[self.f0..self.f0 + self.n];
+            let in_centre = centre.contains(&(r % b.seq_len));
+            for (j, &a) in row.iter().enumerate() {
+                if a > 0.0
+                    && let Some(bin) = self.binnings[j].and_then(|bins| bins.bin(a))
+                {
+                    self.histograms[j].heights[bin] += 1;
+                }
+                let q = &self.bounds[j * (nq + 1)..(j + 1) * (nq + 1)];
+                let Some((lo, hi)) = intervals(q, a) else { continue };
+                for i in lo..=hi {
+                    let o = j * nq + i;
+                    self.contains[o] += 1;
+                    if in_centre && let Take::Into(slot) = self.reservoirs[o].offer(k) {
+                        self.samples.set(o, slot, b, r, self.f0 + j, cfg);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The intervals `[q[i], q[i+1]]` holding `a`, lowest and highest (none for values outside).
+#[inline]
+pub fn intervals(q: &[f32], a: f32) -> Option<(usize, usize)> {
+    let n = q.len() - 1;
+    let top = q[n];
+    if a == 0.0 && q[1] > 0.0 {
+        return Some((0, 0));
+    }
+    if !(a >= 0.0 && a <= top) {
+        return None;
+    }
+    let mut g = if top > 0.0 { ((a / top * n as f32) as usize).min(n - 1) } else { 0 };
+    while g > 0 && q[g] > a {
+        g -= 1;
+    }
+    while g < n - 1 && q[g + 1] < a {
+        g += 1;
+    }
+    let (mut lo, mut hi) = (g, g);
+    while lo > 0 && q[lo] == a {
+        lo -= 1;
+    }
+    while hi < n - 1 && q[hi + 1] == a {
+        hi += 1;
+    }
+    Some((lo, hi))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn intervals_are_inclusive_at_both_ends() {
+        let q = linspace(0.0, 2.0, 5); // 0, .5, 1, 1.5, 2
+        assert_eq!(intervals(&q, 0.0), Some((0, 0)));
+        assert_eq!(intervals(&q, 0.25), Some((0, 0)));
+        assert_eq!(intervals(&q, 0.5), Some((0, 1)));
+        assert_eq!(intervals(&q, 2.0), Some((3, 3)));
+        assert_eq!(intervals(&q, 2.5), None);
+        assert_eq!(intervals(&[0.0, 0.0, 0.0], 0.0), Some((0, 1)));
+        // Against the definition, on a grid through every boundary.
+        for i in 0..=400 {
+            let a = i as f32 * 0.005;
+            let want: Vec<usize> = (0..4).filter(|&j| q[j] <= a && a <= q[j + 1]).collect();
+            let got = intervals(&q, a).map(|(lo, hi)| (lo..=hi).collect::<Vec<_>>()).unwrap_or_default();
+            assert_eq!(got, want, "a = {a}");
+        }
+    }
+}
