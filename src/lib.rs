@@ -9,8 +9,10 @@
 //! - [`lens`]: caches, interventions, circuits, composition, detectors, SAEs, reports;
 //! - [`data`]: corpora (text, jsonl, parquet, Hub datasets) streamed into context windows;
 //! - [`features`]: SAE trainers with SAELens's definitions;
+//! - [`dashboards`]: feature dashboards (SAEDashboard's statistics) over a corpus;
 //! - [`trace`]: transcoders and attribution graphs (circuit-tracer's method).
 
+pub use burnlens_dashboards as dashboards;
 pub use burnlens_data as data;
 pub use burnlens_features as features;
 pub use burnlens_hf as hf;

@@ -14,6 +14,11 @@
 //! - `trace-fixtures`: make `target/venv-trace` with circuit-tracer (pinned below) and
 //!   regenerate the attribution-graph fixtures in `tests/fixtures/trace` with
 //!   `scripts/gen_trace_fixtures.py`.
+//! - `dashboard-fixtures`: make `target/venv-dash` with sae-dashboard (pinned below) and
+//!   regenerate the feature-dashboard fixtures in `tests/fixtures/dashboards` with
+//!   `scripts/gen_dashboard_fixtures.py`.
+//! - `bench-dashboards [TOKENS] [FEATURES]`: feature dashboards against SAEDashboard on
+//!   GPT-2 small's shape with a random 24,576-feature SAE (`scripts/bench_dashboards.py`).
 //! - `bench-trace [TOKENS...]`: attribution graphs against circuit-tracer on GPT-2 small's
 //!   shape with random 24k-feature transcoders (`scripts/bench_trace.py`).
 //! - `bench-sae [STEPS] [ARCH...]`: SAE training against sae-lens on GPT-2 small's shape,
@@ -800,6 +805,24 @@ fn venv_trace() -> Result<PathBuf> {
     Ok(python)
 }
 
+/// SAEDashboard and what it runs on: its own venv, as its transformers must be older than
+/// 4.57 (and its TransformerLens wants numpy 1.x, so pyarrow is held below 18).
+const DASH_PACKAGES: &[&str] = &["torch==2.9.0", "sae-dashboard==0.8.0", "sae-lens==6.54.12", "transformers<4.57", "pyarrow<18"];
+
+/// `target/venv-dash/bin/python` with [`DASH_PACKAGES`], made if missing.
+fn venv_dash() -> Result<PathBuf> {
+    let venv = root().join("target/venv-dash");
+    let python = venv.join("bin/python");
+    if !python.exists() {
+        run(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
+    }
+    let has = Command::new(&python).args(["-c", "import sae_dashboard, sae_lens"]).status().map(|s| s.success()).unwrap_or(false);
+    if !has {
+        run(Command::new(&python).args(["-m", "pip", "install", "--quiet"]).args(DASH_PACKAGES))?;
+    }
+    Ok(python)
+}
+
 /// `.venv` with sae-lens (and so TransformerLens), torch and transformers held at the
 /// versions above.
 fn venv_with_sae_lens() -> Result<PathBuf> {
@@ -1308,6 +1331,11 @@ fn main() -> Result<()> {
                 .env("BURNLENS_TRAINED_TRANSCODERS", trained.join("transcoders"))
                 .env("BURNLENS_TRAINED_CLT", clt.join("transcoders")))?;
         }
+        "dashboard-fixtures" => {
+            // SAEDashboard's feature data on the gpt2 fixture with random SAEs.
+            let py = venv_dash()?;
+            run(Command::new(py).current_dir(root()).arg("scripts/gen_dashboard_fixtures.py"))?;
+        }
         "test" => test(std::env::args().skip(2).collect())?,
         "bench-train" => bench_train()?,
         "bench" => bench(std::env::args().skip(2).collect())?,
@@ -1317,7 +1345,7 @@ fn main() -> Result<()> {
         "bench-sae" => bench_sae(std::env::args().skip(2).collect())?,
         "parity-tch" => parity_tch(std::env::args().skip(2).collect())?,
         _ => bail!(
-            "usage: cargo xtask <test [CARGO TEST ARGS]|fixtures|half-fixtures|sae-fixtures|features-fixtures|trace-fixtures [CASE...]|venv|bench [WORKLOAD...]|bench-train|bench-scale [MODEL...]|bench-trace [TOKENS...]|bench-sae [STEPS] [ARCH...]|parity-tch>"
+            "usage: cargo xtask <test [CARGO TEST ARGS]|fixtures|half-fixtures|sae-fixtures|features-fixtures|trace-fixtures [CASE...]|dashboard-fixtures|venv|bench [WORKLOAD...]|bench-train|bench-scale [MODEL...]|bench-trace [TOKENS...]|bench-sae [STEPS] [ARCH...]|parity-tch>"
         ),
     }
     Ok(())

@@ -95,6 +95,12 @@ impl Slots {
         let s = owner * self.per + slot;
         let k = self.keys[s];
         let range = s * self.width..(s + 1) * self.width;
-        crate::dashboard::Example { window: k.window, position: k.pos as usize, value: k.value, tokens: self.tokens[range.clone()].to_vec(), acts: self.acts[range].to_vec() }
+        crate::dashboard::Example {
+            window: k.window,
+            position: k.pos as usize,
+            value: k.value,
+            tokens: self.tokens[range.clone()].to_vec(),
+            acts: self.acts[range].to_vec(),
+        }
     }
 }

@@ -46,7 +46,13 @@ pub struct FeatureDashboard {
 }
 
 /// The dashboards of one block of features, from its two passes over `positions` positions.
-pub fn assemble(first: &FirstPass, second: &SecondPass, features: &[usize], positions: u64, logits: &mut dyn FnMut(usize) -> LogitEffects) -> Vec<FeatureDashboard> {
+pub fn assemble(
+    first: &FirstPass,
+    second: &SecondPass,
+    features: &[usize],
+    positions: u64,
+    logits: &mut dyn FnMut(usize) -> LogitEffects,
+) -> Vec<FeatureDashboard> {
     let nq = second.contains.len() / first.n.max(1);
     (0..first.n)
         .map(|j| {

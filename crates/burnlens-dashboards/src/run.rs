@@ -110,7 +110,8 @@ pub fn run(
     let model = source.model;
     let idx: Vec<i64> = source.features.iter().map(|&f| f as i64).collect();
     let n = idx.len();
-    let w_dec = source.sae.w_dec.clone().select(0, burn::tensor::Tensor::<1, burn::tensor::Int>::from_data(burn::tensor::TensorData::new(idx, [n]), &model.device()));
+    let w_dec =
+        source.sae.w_dec.clone().select(0, burn::tensor::Tensor::<1, burn::tensor::Int>::from_data(burn::tensor::TensorData::new(idx, [n]), &model.device()));
     let dirs = resid_directions(model, source.sae.hook_point(), w_dec).map_err(DashboardError::Input)?;
     let effects = logit_effects(dirs, model.w_u().0, spec.cfg.logit_rows, spec.cfg.n_bins, 256);
     let position: std::collections::HashMap<usize, usize> = source.features.iter().enumerate().map(|(i, &f)| (f, i)).collect();

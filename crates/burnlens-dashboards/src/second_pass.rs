@@ -42,7 +42,9 @@ impl SecondPass {
                 binnings.push(None);
             }
         }
-        let reservoirs = (0..n * nq).map(|o| Reservoir::new(cfg.seed.wrapping_mul(0x1000_0000_01B3) ^ ((features[first.f0 + o / nq] as u64) << 8 | (o % nq) as u64))).collect();
+        let reservoirs = (0..n * nq)
+            .map(|o| Reservoir::new(cfg.seed.wrapping_mul(0x1000_0000_01B3) ^ ((features[first.f0 + o / nq] as u64) << 8 | (o % nq) as u64)))
+            .collect();
         SecondPass {
             f0: first.f0,
             n,
