@@ -377,3 +377,52 @@ fn the_attribution_graph_view_renders_and_a_click_lists_a_nodes_edges() {
         assert!((s - w).abs() <= 5e-3 * w.abs().max(1e-9), "{s} against {w} (shown to 3 digits)");
     }
 }
+
+#[test]
+fn the_feature_dashboard_browser_lists_features_and_opens_one_with_its_examples_highlighted() {
+    use burnlens::dashboards::{DashboardConfig, FeatureSource, RunInfo, RunSpec, run, write_all};
+    use burnlens::lens::sae::Sae;
+    let tmp = tempfile::tempdir().unwrap();
+    let device = Device::flex();
+    let dir = fixture("dashboards").join("standard_resid");
+    let tokens: Vec<Vec<u32>> = serde_json::from_str(&std::fs::read_to_string(dir.join("tokens.json")).unwrap()).unwrap();
+    let model = load_model(&fixture("gpt2"), &device).unwrap().model;
+    let sae = Sae::load(&dir.join("sae"), &device).unwrap();
+    let source = FeatureSource::new(&model, &sae, None).unwrap();
+    let cfg = DashboardConfig { ignore_tokens: vec![0], ..DashboardConfig::default() };
+    let spec = RunSpec { cfg: cfg.clone(), tokens: 48 * 32, batch_windows: 16 };
+    let out = run(&source, &spec, &mut || Ok(Box::new(tokens.clone().into_iter().map(Ok))), &mut |_| {}).unwrap();
+    let info = RunInfo { model_id: "gpt2", layer: 1, sae_set: "standard_resid", dataset: "fixed", tokens: out.tokens, seq_len: 32, extra: json!({}) };
+    // Tokens with markup in them, shown as text.
+    let tok = |t: u32| format!("<t{t}>");
+    let index = write_all(&tmp.path().join("dash"), &out.dashboards, &cfg, &info, &tok).unwrap();
+
+    let Some(d) = Driver::start(&tmp.path().join("profile")) else { return };
+    d.cmd("/url", json!({"url": format!("file://{}", index.display())}));
+    assert_eq!(d.js("return document.querySelectorAll('#features tbody tr').length;").as_u64().unwrap(), 48);
+    // Open the feature with the largest maximum through the search box.
+    let f = out.dashboards.iter().max_by(|a, b| a.max.total_cmp(&b.max)).unwrap();
+    d.js(&format!("const s = document.getElementById('search'); s.value = '{}'; document.getElementById('go').click();", f.feature));
+    let t0 = Instant::now();
+    while d.js("return !!document.getElementById('stats');") != json!(true) {
+        assert!(t0.elapsed() < Duration::from_secs(10), "the feature page did not load");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let page = d.js("return [document.querySelector('#feature h2').textContent, document.querySelectorAll('#groups .ex').length, \
+        document.querySelectorAll('#feature svg .bar').length, document.querySelectorAll('#logits tr').length - 1];");
+    let shown: usize = f.top.len() + f.quantiles.iter().map(|q| q.examples.len()).sum::<usize>();
+    assert_eq!(page, json!([format!("Feature {}", f.feature), shown, f.acts_histogram.heights.len(), 10]));
+    // The top example's own token is the highlighted one, coloured at full strength, with
+    // its activation as the tooltip; the tokens are text, not markup.
+    let top = &f.top[0];
+    let centre = d.js("const c = document.querySelector('#groups .ex .tok.centre'); \
+        return [c.textContent, getComputedStyle(c).backgroundColor, c.title, c.parentElement.dataset.window, c.parentElement.dataset.position];");
+    assert_eq!(centre[0].as_str().unwrap(), format!("<t{}>", top.tokens[5]));
+    assert_eq!(parse_rgb(centre[1].as_str().unwrap())[3], 1.0, "{centre}");
+    assert_eq!(centre[2].as_str().unwrap(), format!("{:.4}", top.value));
+    assert_eq!((centre[3].as_str().unwrap(), centre[4].as_str().unwrap()), (top.window.to_string().as_str(), top.position.to_string().as_str()));
+    // An unknown id says so.
+    d.js("location.hash = 'f=4800';");
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(d.js("return document.getElementById('missing').textContent;"), json!("no feature 4800 in these dashboards"));
+}

@@ -4,6 +4,7 @@
 mod bench;
 mod cache_activations;
 mod commands;
+mod dashboards;
 mod eval_sae;
 mod output;
 mod progress;
@@ -307,6 +308,11 @@ enum Command {
     /// SAELens's evaluation metrics of an SAE (CE loss and KL scores with the SAE spliced in,
     /// explained variance, L0, shrinkage, feature density) over windows of a corpus.
     EvalSae(Box<eval_sae::EvalSaeArgs>),
+    /// Feature dashboards as SAEDashboard makes them (top and quantile groups of examples,
+    /// activation and logit histograms, logit tables) for an SAE's features over a corpus,
+    /// streamed; written as an offline HTML browser, Neuronpedia JSON and circuit-tracer's
+    /// feature files.
+    Dashboards(Box<dashboards::DashboardsArgs>),
     /// Keep a model's activations at hook points over a corpus on disk, for training SAEs
     /// without the model (`train-sae --from-cache`).
     CacheActivations(Box<cache_activations::CacheActivationsArgs>),
@@ -447,6 +453,7 @@ pub fn run() -> ExitCode {
         Command::Lens { model, input, target, top, out, common } => commands::lens(&model, &input, target.as_deref(), top, &out, &common),
         Command::TrainSae(args) => train_sae::run(&args),
         Command::EvalSae(args) => eval_sae::run(&args),
+        Command::Dashboards(args) => dashboards::run(&args),
         Command::CacheActivations(args) => cache_activations::run(&args),
         Command::Sae { model, sae, input, top, out, common } => commands::sae(&model, &sae, &input, top, &out, &common),
         Command::Download { id } => commands::download(&id),
@@ -494,6 +501,7 @@ fn exit_code(err: &anyhow::Error) -> u8 {
             || c.is::<burnlens_data::DataError>()
             || c.is::<burnlens_features::RunError>()
             || c.is::<burnlens_features::StoreError>()
+            || c.downcast_ref::<burnlens_dashboards::DashboardError>().is_some_and(|e| e.is_user_error())
         {
             return 2;
         }

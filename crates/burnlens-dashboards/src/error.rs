@@ -15,6 +15,11 @@ pub enum DashboardError {
 }
 
 impl DashboardError {
+    /// Whether the input was at fault (rather than the machine, writing files).
+    pub fn is_user_error(&self) -> bool {
+        !matches!(self, DashboardError::Io { .. })
+    }
+
     pub fn io(path: &std::path::Path, e: impl std::fmt::Display) -> Self {
         DashboardError::Io { path: path.to_path_buf(), msg: e.to_string() }
     }

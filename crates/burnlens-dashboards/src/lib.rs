@@ -10,21 +10,26 @@
 //! ```
 //! One module per concept: [`config`], [`batch`] (activations and the example slots),
 //! [`top`], [`reservoir`], [`histogram`], [`first_pass`], [`second_pass`], [`scan`],
-//! [`logits`], [`dashboard`], [`source`], [`run`].
+//! [`logits`], [`dashboard`], [`source`], [`run`]; the outputs [`neuronpedia`],
+//! [`circuit_tracer`], [`html`] and [`write`].
 
 pub mod batch;
+pub mod circuit_tracer;
 pub mod config;
 pub mod dashboard;
 pub mod error;
 pub mod first_pass;
 pub mod histogram;
+pub mod html;
 pub mod logits;
+pub mod neuronpedia;
 pub mod reservoir;
 pub mod run;
 pub mod scan;
 pub mod second_pass;
 pub mod source;
 pub mod top;
+pub mod write;
 
 pub use config::{Context, DashboardConfig};
 pub use dashboard::{Example, FeatureDashboard, QuantileGroup};
@@ -33,3 +38,4 @@ pub use histogram::Histogram;
 pub use logits::LogitEffects;
 pub use run::{Outcome, Progress, RunSpec, run};
 pub use source::FeatureSource;
+pub use write::{RunInfo, read_feature, write_all};

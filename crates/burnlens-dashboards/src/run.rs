@@ -46,10 +46,10 @@ pub struct Outcome {
 }
 
 /// Runs both passes; `windows()` must give the same windows each time it is called.
-pub fn run(
+pub fn run<'w>(
     source: &FeatureSource,
     spec: &RunSpec,
-    windows: &mut dyn FnMut() -> Result<WindowIter<'static>, DashboardError>,
+    windows: &mut dyn FnMut() -> Result<WindowIter<'w>, DashboardError>,
     on_progress: &mut dyn FnMut(&Progress),
 ) -> Result<Outcome, DashboardError> {
     let mut it = windows()?;

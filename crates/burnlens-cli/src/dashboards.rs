@@ -1,0 +1,148 @@
+//! `burnlens dashboards`: SAEDashboard's feature dashboards for an SAE's features over a
+//! corpus, in two streamed passes, written as an offline HTML browser, Neuronpedia's batch
+//! JSON, circuit-tracer's feature files and burnlens's own JSON per feature.
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+
+use anyhow::Result;
+use burnlens_dashboards::{Context, DashboardConfig, FeatureSource, RunInfo, RunSpec};
+use burnlens_data::CorpusOptions;
+use serde_json::json;
+
+use crate::{Common, ModelArgs, UserError};
+
+/// `burnlens dashboards` options.
+#[derive(clap::Args)]
+pub struct DashboardsArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// An SAE in SAELens's layout (a folder with cfg.json), Gemma Scope's params.npz folder,
+    /// or a Hub release org/name[@revision]:folder.
+    #[arg(long)]
+    pub sae: String,
+    #[command(flatten)]
+    pub corpus: CorpusOptions,
+    /// Tokens read (whole windows; each pass reads them).
+    #[arg(long, default_value_t = 100_000)]
+    pub tokens: u64,
+    /// Features: all, or ids and ranges such as 0-99,512.
+    #[arg(long)]
+    pub features: Option<String>,
+    /// Examples in the top group.
+    #[arg(long, default_value_t = 20)]
+    pub top_k: usize,
+    /// Quantile groups, and examples sampled in each.
+    #[arg(long, default_value_t = 10)]
+    pub quantiles: usize,
+    #[arg(long, default_value_t = 5)]
+    pub quantile_size: usize,
+    /// Tokens shown before and after an example's token.
+    #[arg(long, default_value_t = 5)]
+    pub before: usize,
+    #[arg(long, default_value_t = 5)]
+    pub after: usize,
+    /// Show each example's whole window (SAEDashboard's Neuronpedia runner) instead.
+    #[arg(long)]
+    pub whole_window: bool,
+    /// Count activations on BOS too (by default they read zero, as SAEDashboard's Neuronpedia
+    /// runner ignores BOS, EOS and padding).
+    #[arg(long)]
+    pub keep_bos: bool,
+    /// Windows per model pass.
+    #[arg(long, default_value_t = 16)]
+    pub batch: usize,
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Output folder.
+    #[arg(long)]
+    pub out: PathBuf,
+    #[command(flatten)]
+    pub common: Common,
+}
+
+/// `0-99,512` as ids.
+pub fn parse_features(s: &str) -> Result<Vec<usize>, UserError> {
+    let bad = |p: &str| UserError(format!("--features: `{p}` is not a feature id or a range such as 0-99"));
+    let mut out = Vec::new();
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        match part.split_once('-') {
+            Some((a, b)) => {
+                let (a, b): (usize, usize) = (a.trim().parse().map_err(|_| bad(part))?, b.trim().parse().map_err(|_| bad(part))?);
+                if b < a {
+                    return Err(bad(part));
+                }
+                out.extend(a..=b);
+            }
+            None => out.push(part.parse().map_err(|_| bad(part))?),
+        }
+    }
+    Ok(out)
+}
+
+pub fn run(a: &DashboardsArgs) -> Result<()> {
+    let features = a.features.as_deref().map(parse_features).transpose()?;
+    if a.batch == 0 || a.top_k == 0 || a.tokens == 0 {
+        return Err(UserError("--batch, --top-k and --tokens must be positive".into()).into());
+    }
+    let m = crate::commands::load_model_args(&a.model, &a.common)?;
+    let (name, sae) = crate::commands::load_sae(&a.sae, &m.model.device())?;
+    let source = FeatureSource::new(&m.model, &sae, features)?;
+    let context = if a.whole_window { Context::Window } else { Context::Around { before: a.before, after: a.after } };
+    if let Context::Around { before, after } = context
+        && before + after + 2 > a.corpus.seq_len
+    {
+        return Err(UserError(format!("--before {before} and --after {after} leave no room in windows of {} tokens (--seq-len)", a.corpus.seq_len)).into());
+    }
+    let cfg = DashboardConfig {
+        top_k: a.top_k,
+        n_quantiles: a.quantiles,
+        quantile_size: a.quantile_size,
+        context,
+        ignore_tokens: if a.keep_bos { Vec::new() } else { m.bos.map(|b| b as u32).into_iter().collect() },
+        seed: a.seed,
+        ..DashboardConfig::default()
+    };
+    let spec = RunSpec { cfg: cfg.clone(), tokens: a.tokens, batch_windows: a.batch };
+    let hub = burnlens_hf::Hub::from_env();
+    let tty = std::io::stderr().is_terminal();
+    let mut progress = |p: &burnlens_dashboards::Progress| {
+        if tty {
+            eprint!("\rpass {}/2  {}/{} tokens  {:.0} tokens/s  {:.0} s left   ", p.pass, p.tokens.min(p.of), p.of, p.tokens_per_s, p.seconds_left);
+        }
+    };
+    let out = burnlens_dashboards::run(&source, &spec, &mut || Ok(a.corpus.windows(m.corpus_model(), a.seed, &hub)?), &mut progress)?;
+    if tty {
+        eprintln!();
+    }
+    let tok = |t: u32| match &m.tokenizer {
+        Some(k) => k.decode(&[t]),
+        None => format!("#{t}"),
+    };
+    let model_id = m.dir.display().to_string();
+    let sae_name = name.display().to_string();
+    let extra = json!({ "seconds": { "first_pass": out.seconds[0], "second_pass": out.seconds[1], "logits": out.seconds[2] }, "state_bytes": out.state_bytes, "ran_out": out.ran_out });
+    let info = RunInfo {
+        model_id: &model_id,
+        layer: sae.hook_point().layer().unwrap_or(0),
+        sae_set: &sae_name,
+        dataset: &a.corpus.data,
+        tokens: out.tokens,
+        seq_len: a.corpus.seq_len,
+        extra,
+    };
+    let index = burnlens_dashboards::write_all(&a.out, &out.dashboards, &cfg, &info, &tok)?;
+    if out.ran_out {
+        println!("the dataset ran out after {} tokens of the {} asked for; the dashboards are over what was read", out.tokens, a.tokens);
+    }
+    let secs = out.seconds.iter().sum::<f64>();
+    println!(
+        "{} features over {} tokens in {secs:.1} s ({:.0} tokens/s per pass); wrote {} (open {}), neuronpedia/, circuit-tracer/ and features/",
+        out.dashboards.len(),
+        out.tokens,
+        out.tokens as f64 * 2.0 / (out.seconds[0] + out.seconds[1]).max(1e-9),
+        a.out.display(),
+        index.display()
+    );
+    Ok(())
+}
