@@ -111,3 +111,115 @@ fn standard_sae_on_the_residual_stream_equals_saedashboard() {
 fn jumprelu_sae_on_mlp_neurons_equals_saedashboard() {
     check_case("jumprelu_mlp_post");
 }
+
+/// The fields of SAEDashboard 0.8.0's `NeuronpediaDashboardFeature.to_dict` and
+/// `NeuronpediaDashboardActivation.to_dict` (without DFA), and of circuit-tracer 0.5.0's
+/// frontend `feature_models.Model`.
+const NEURONPEDIA_FEATURE: &[&str] = &[
+    "feature_index",
+    "neuron_alignment_indices",
+    "neuron_alignment_values",
+    "neuron_alignment_l1",
+    "correlated_neurons_indices",
+    "correlated_neurons_l1",
+    "correlated_neurons_pearson",
+    "correlated_features_indices",
+    "correlated_features_l1",
+    "correlated_features_pearson",
+    "neg_str",
+    "neg_values",
+    "pos_str",
+    "pos_values",
+    "frac_nonzero",
+    "freq_hist_data_bar_values",
+    "freq_hist_data_bar_heights",
+    "logits_hist_data_bar_heights",
+    "logits_hist_data_bar_values",
+    "n_prompts_total",
+    "n_tokens_in_prompt",
+    "dataset",
+    "decoder_weights_dist",
+    "activations",
+    "vector",
+];
+const NEURONPEDIA_ACTIVATION: &[&str] = &["bin_min", "bin_max", "bin_contains", "tokens", "values", "qualifying_token_index"];
+const CIRCUIT_TRACER_FEATURE: &[&str] = &[
+    "transcoder_id",
+    "index",
+    "examples_quantiles",
+    "top_logits",
+    "bottom_logits",
+    "act_min",
+    "act_max",
+    "quantile_values",
+    "histogram",
+    "activation_frequency",
+];
+
+fn keys(v: &Value) -> Vec<String> {
+    let mut k: Vec<String> = v.as_object().unwrap().keys().cloned().collect();
+    k.sort();
+    k
+}
+
+fn sorted(names: &[&str]) -> Vec<String> {
+    let mut k: Vec<String> = names.iter().map(|s| s.to_string()).collect();
+    k.sort();
+    k
+}
+
+#[test]
+fn the_command_writes_every_format_and_says_when_the_corpus_runs_out() {
+    use common::{assert_bad_input, burnlens};
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("dash");
+    let corpus = fixture("data").join("corpus.parquet");
+    let sae = fixture("sae").join("burnlens_topk_trained_gpt2_char");
+    let (model, corpus, sae, out_s) = ("tests/fixtures/trained_gpt2_char", corpus.to_str().unwrap(), sae.to_str().unwrap(), out.to_str().unwrap());
+    let base = ["dashboards", "--model", model, "--sae", sae, "--data", corpus, "--seq-len", "16", "--out", out_s];
+    let o = burnlens(&[&base[..], &["--tokens", "1000", "--features", "0-9,40"]].concat());
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let run: Value = serde_json::from_str(&std::fs::read_to_string(out.join("run.json")).unwrap()).unwrap();
+    assert_eq!((run["tokens"].as_u64(), run["features"].as_u64()), (Some(1008), Some(11)), "1000 tokens are 63 windows of 16");
+    let batch: Value = serde_json::from_str(&std::fs::read_to_string(out.join("neuronpedia/batch-0.json")).unwrap()).unwrap();
+    assert_eq!(keys(&batch), sorted(&["model_id", "layer", "sae_set", "sae_id_suffix", "features"]));
+    let features = batch["features"].as_array().unwrap();
+    assert_eq!(features.iter().map(|f| f["feature_index"].as_u64().unwrap()).collect::<Vec<_>>(), [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 40]);
+    for f in features {
+        assert_eq!(keys(f), sorted(NEURONPEDIA_FEATURE));
+        let acts = f["activations"].as_array().unwrap();
+        assert!(!acts.is_empty());
+        for a in acts {
+            assert_eq!(keys(a), sorted(NEURONPEDIA_ACTIVATION));
+            assert_eq!(a["tokens"].as_array().unwrap().len(), 11);
+            assert_eq!(a["qualifying_token_index"], 5);
+        }
+        // The tokens are the char model's characters.
+        assert!(f["pos_str"].as_array().unwrap().iter().all(|s| s.as_str().unwrap().chars().count() == 1));
+    }
+    for id in [0, 40] {
+        let ct: Value = serde_json::from_str(&std::fs::read_to_string(out.join(format!("circuit-tracer/{id}.json"))).unwrap()).unwrap();
+        assert_eq!(keys(&ct), sorted(CIRCUIT_TRACER_FEATURE));
+        assert_eq!(ct["index"], id);
+        let own = burnlens::dashboards::read_feature(&out, id).unwrap().unwrap();
+        assert_eq!(ct["examples_quantiles"][0]["examples"].as_array().unwrap().len(), own.top.len());
+        assert!(out.join(format!("html/features/{id}.js")).is_file());
+    }
+    assert!(burnlens::dashboards::read_feature(&out, 11).unwrap().is_none());
+    let index = std::fs::read_to_string(out.join("html/index.html")).unwrap();
+    assert!(index.contains("burnlensFeature") && !index.contains("/*INDEX*/"));
+
+    // More tokens than the corpus holds: the run says so and writes what it read.
+    let o = burnlens(&[&base[..], &["--tokens", "100000000", "--features", "0-3"]].concat());
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let said = String::from_utf8_lossy(&o.stdout);
+    assert!(said.contains("the dataset ran out after"), "{said}");
+    let run: Value = serde_json::from_str(&std::fs::read_to_string(out.join("run.json")).unwrap()).unwrap();
+    assert_eq!(run["run"]["ran_out"], true);
+    assert!(run["tokens"].as_u64().unwrap() > 1008);
+
+    // Bad input: one line, exit 2.
+    assert_bad_input(&burnlens(&[&base[..], &["--features", "96"]].concat()), "feature 96 does not exist: the SAE has 96 features");
+    assert_bad_input(&burnlens(&[&base[..], &["--features", "7-x"]].concat()), "--features: `7-x`");
+    assert_bad_input(&burnlens(&[&base[..], &["--before", "9", "--after", "9"]].concat()), "--before 9 and --after 9");
+}
