@@ -131,17 +131,22 @@ pub fn run(a: &DashboardsArgs) -> Result<()> {
         seq_len: a.corpus.seq_len,
         extra,
     };
+    let writing = std::time::Instant::now();
     let index = burnlens_dashboards::write_all(&a.out, &out.dashboards, &cfg, &info, &tok)?;
     if out.ran_out {
         println!("the dataset ran out after {} tokens of the {} asked for; the dashboards are over what was read", out.tokens, a.tokens);
     }
     let secs = out.seconds.iter().sum::<f64>();
     println!(
-        "{} features over {} tokens in {secs:.1} s ({:.0} tokens/s per pass); wrote {} (open {}), neuronpedia/, circuit-tracer/ and features/",
+        "{} features over {} tokens in {secs:.1} s (passes {:.1} + {:.1} s, {:.0} tokens/s each; logit effects {:.1} s); wrote {} in {:.1} s (open {}), neuronpedia/, circuit-tracer/ and features/",
         out.dashboards.len(),
         out.tokens,
+        out.seconds[0],
+        out.seconds[1],
         out.tokens as f64 * 2.0 / (out.seconds[0] + out.seconds[1]).max(1e-9),
+        out.seconds[2],
         a.out.display(),
+        writing.elapsed().as_secs_f64(),
         index.display()
     );
     Ok(())

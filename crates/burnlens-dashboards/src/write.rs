@@ -2,7 +2,8 @@
 //! `burnlens graph --features` and Python read), `neuronpedia/batch-<n>.json` (Neuronpedia's
 //! import), `circuit-tracer/<id>.json` (its graph viewer's local feature files), `html/`
 //! (the offline browser) and `run.json` (what was read, how long it took). Every file is
-//! written whole or not at all.
+//! written whole or not at all; `run.json`, written last and flushed to disk, says the
+//! folder is complete (the many per-feature files are renamed into place unflushed).
 
 use std::path::{Path, PathBuf};
 
@@ -34,7 +35,7 @@ fn write(path: &Path, bytes: &[u8]) -> Result<(), DashboardError> {
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).map_err(|e| DashboardError::io(dir, e))?;
     }
-    burnlens_model::files::write_atomic(path, bytes).map_err(|e| DashboardError::io(path, e))
+    burnlens_model::files::write_replacing(path, bytes).map_err(|e| DashboardError::io(path, e))
 }
 
 /// Writes every output; returns the browser's `index.html`.
@@ -69,7 +70,8 @@ pub fn write_all(
     let index = out.join("html/index.html");
     write(&index, index_page(dashboards, tok, &summary, ctx, info.tokens).as_bytes())?;
     let run = json!({ "config": cfg, "model": info.model_id, "sae": info.sae_set, "dataset": info.dataset, "tokens": info.tokens, "seq_len": info.seq_len, "features": dashboards.len(), "run": info.extra });
-    write(&out.join("run.json"), serde_json::to_string_pretty(&run).expect("json").as_bytes())?;
+    let path = out.join("run.json");
+    burnlens_model::files::write_atomic(&path, serde_json::to_string_pretty(&run).expect("json").as_bytes()).map_err(|e| DashboardError::io(&path, e))?;
     Ok(index)
 }
 
