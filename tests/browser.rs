@@ -426,3 +426,56 @@ fn the_feature_dashboard_browser_lists_features_and_opens_one_with_its_examples_
     std::thread::sleep(Duration::from_millis(200));
     assert_eq!(d.js("return document.getElementById('missing').textContent;"), json!("no feature 4800 in these dashboards"));
 }
+
+#[test]
+fn a_click_on_a_feature_node_shows_its_dashboard_examples() {
+    use burnlens::dashboards::{DashboardConfig, FeatureSource, RunSpec, node_fields, run};
+    use burnlens::trace::{AttributeOptions, GraphText, TranscoderSet, attribute, write_graph_with};
+    let tmp = tempfile::tempdir().unwrap();
+    let device = Device::flex();
+    let case = fixture("trace").join("gpt2");
+    let model = load_model(&case.join("model"), &device).unwrap().model;
+    let set = TranscoderSet::load(&case.join("transcoders"), &device).unwrap();
+    let ids: Vec<i64> = vec![1, 17, 5, 60, 33, 2, 71, 12, 44];
+    let graph = attribute(&model, &set, &ids, &AttributeOptions::default()).unwrap();
+    // Dashboards over random windows of the model's vocabulary.
+    let windows: Vec<Vec<u32>> = (0..64u32).map(|w| (0..16u32).map(|p| (w * 31 + p * 17 + w * p) % 96).collect()).collect();
+    let source = FeatureSource::transcoders(&model, set.clone(), None).unwrap();
+    let cfg = DashboardConfig::default();
+    let out =
+        run(&source, &RunSpec { cfg: cfg.clone(), tokens: 1024, batch_windows: 8 }, &mut || Ok(Box::new(windows.clone().into_iter().map(Ok))), &mut |_| {})
+            .unwrap();
+    let tok = |t: u32| format!("t{t}");
+    let text = GraphText {
+        slug: "g".into(),
+        prompt: String::new(),
+        prompt_tokens: ids.iter().map(|&i| tok(i as u32)).collect(),
+        logit_tokens: graph.logit_token_ids.iter().map(|&i| tok(i as u32)).collect(),
+    };
+    let mut annotate = |n: &mut burnlens::trace::Node| {
+        if let Some((layer, index)) = n.transcoder_feature() {
+            let d = out.dashboards.iter().find(|d| d.layer == Some(layer) && d.feature == index).unwrap();
+            let (label, dash) = node_fields(d, &cfg, &tok);
+            (n.clerp, n.dashboard) = (label, Some(dash));
+        }
+    };
+    let files = write_graph_with(&tmp.path().join("graph"), &graph, &text, 0.8, 0.98, &mut annotate).unwrap();
+    let json: Value = serde_json::from_str(&std::fs::read_to_string(&files.json).unwrap()).unwrap();
+    let node = json["nodes"].as_array().unwrap().iter().find(|n| n["dashboard"].is_object()).unwrap();
+    let id = node["node_id"].as_str().unwrap();
+
+    let Some(d) = Driver::start(&tmp.path().join("profile")) else { return };
+    d.cmd("/url", json!({"url": format!("file://{}", files.html.display())}));
+    let at = d.js(&format!(
+        "const c = document.querySelector('circle.node[data-id=\"{id}\"]'); c.scrollIntoView({{block: 'center'}}); \
+        const r = c.getBoundingClientRect(); return [r.left + r.width / 2, r.top + r.height / 2];"
+    ));
+    d.click(at[0].as_f64().unwrap(), at[1].as_f64().unwrap());
+    let shown = d.js("const b = document.getElementById('dashboard'); return [b.querySelectorAll('.ex').length, \
+        b.querySelector('.ex .tok.centre').textContent, getComputedStyle(b.querySelector('.ex .tok.centre')).backgroundColor, b.querySelector('p.promotes').textContent];");
+    let examples = node["dashboard"]["examples"].as_array().unwrap();
+    assert_eq!(shown[0].as_u64().unwrap() as usize, examples.len());
+    assert_eq!(shown[1], examples[0]["tokens"][5]);
+    assert_eq!(parse_rgb(shown[2].as_str().unwrap())[3], 1.0, "the top example's own token at full colour");
+    assert!(shown[3].as_str().unwrap().starts_with("promotes: "));
+}

@@ -201,11 +201,11 @@ fn the_command_writes_every_format_and_says_when_the_corpus_runs_out() {
         let ct: Value = serde_json::from_str(&std::fs::read_to_string(out.join(format!("circuit-tracer/{id}.json"))).unwrap()).unwrap();
         assert_eq!(keys(&ct), sorted(CIRCUIT_TRACER_FEATURE));
         assert_eq!(ct["index"], id);
-        let own = burnlens::dashboards::read_feature(&out, id).unwrap().unwrap();
+        let own = burnlens::dashboards::read_feature(&out, burnlens::dashboards::FeatureKey { layer: None, index: id }).unwrap().unwrap();
         assert_eq!(ct["examples_quantiles"][0]["examples"].as_array().unwrap().len(), own.top.len());
         assert!(out.join(format!("html/features/{id}.js")).is_file());
     }
-    assert!(burnlens::dashboards::read_feature(&out, 11).unwrap().is_none());
+    assert!(burnlens::dashboards::read_feature(&out, burnlens::dashboards::FeatureKey { layer: None, index: 11 }).unwrap().is_none());
     let index = std::fs::read_to_string(out.join("html/index.html")).unwrap();
     assert!(index.contains("burnlensFeature") && !index.contains("/*INDEX*/"));
 
@@ -222,4 +222,71 @@ fn the_command_writes_every_format_and_says_when_the_corpus_runs_out() {
     assert_bad_input(&burnlens(&[&base[..], &["--features", "96"]].concat()), "feature 96 does not exist: the SAE has 96 features");
     assert_bad_input(&burnlens(&[&base[..], &["--features", "7-x"]].concat()), "--features: `7-x`");
     assert_bad_input(&burnlens(&[&base[..], &["--before", "9", "--after", "9"]].concat()), "--before 9 and --after 9");
+}
+
+/// A transcoder set's feature activations, as the dashboards read them over a corpus, are the
+/// attribution graph's (which equal circuit-tracer's): every active feature of a prompt's
+/// graph has the same activation at the same position, and no other feature is active.
+#[test]
+fn transcoder_activations_equal_the_attribution_graphs() {
+    use burnlens::trace::{AttributeOptions, TranscoderSet, attribute};
+    let device = Device::flex();
+    for case in ["gpt2", "gpt2_clt"] {
+        let dir = fixture("trace").join(case);
+        let model = load_model(&dir.join("model"), &device).unwrap().model;
+        let set = TranscoderSet::load(&dir.join("transcoders"), &device).unwrap();
+        let ids: Vec<i64> = vec![1, 17, 5, 60, 33, 2, 71, 12, 44];
+        let graph = attribute(&model, &set, &ids, &AttributeOptions { zero_positions: 0, ..AttributeOptions::default() }).unwrap();
+        let d = set.layers[0].n_features();
+        let source = FeatureSource::transcoders(&model, set, None).unwrap();
+        let b = source.batch(&[ids.iter().map(|&i| i as u32).collect()], 0).unwrap();
+        let mut active = 0;
+        for (f, &[layer, pos, feat]) in graph.active_features.iter().enumerate() {
+            let got = b.acts[pos as usize * b.n_features + layer as usize * d + feat as usize];
+            let want = graph.activation_values[f];
+            assert!((got - want).abs() <= 1e-5 * want.abs().max(1.0), "{case}: L{layer} #{feat} @{pos}: {got} vs the graph's {want}");
+            active += 1;
+        }
+        assert_eq!(b.acts.iter().filter(|&&a| a != 0.0).count(), active, "{case}: the same features are active");
+        assert!(active > 10);
+    }
+}
+
+#[test]
+fn graph_features_puts_each_feature_nodes_dashboard_into_the_graph() {
+    use common::{assert_bad_input, burnlens};
+    let tmp = tempfile::tempdir().unwrap();
+    let (dash, graph) = (tmp.path().join("dash"), tmp.path().join("graph"));
+    let case = fixture("trace").join("gpt2");
+    let (model, tcs) = (case.join("model"), case.join("transcoders"));
+    let (model, tcs, dash_s, graph_s) = (model.to_str().unwrap(), tcs.to_str().unwrap(), dash.to_str().unwrap(), graph.to_str().unwrap());
+    let o = burnlens(&["dashboards", "--model", model, "--transcoders", tcs, "--data", "random", "--seq-len", "16", "--tokens", "4000", "--out", dash_s]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // Per layer: Neuronpedia batches, and circuit-tracer's files named as its viewer asks.
+    let run: Value = serde_json::from_str(&std::fs::read_to_string(dash.join("run.json")).unwrap()).unwrap();
+    assert_eq!(run["features"], 120);
+    let b: Value = serde_json::from_str(&std::fs::read_to_string(dash.join("neuronpedia/layer-2/batch-0.json")).unwrap()).unwrap();
+    assert_eq!((b["layer"].as_u64(), b["features"].as_array().unwrap().len()), (Some(2), 40));
+    let ct: Value = serde_json::from_str(&std::fs::read_to_string(dash.join("circuit-tracer/12.json")).unwrap()).unwrap();
+    assert_eq!(ct["index"], 12, "(layer 2, feature 2) pairs to 12");
+
+    let base = ["graph", "--model", model, "--transcoders", tcs, "--ids", "1,17,5,60,33,2,71,12,44", "--out", graph_s];
+    let o = burnlens(&[&base[..], &["--features", dash_s]].concat());
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let g: Value = serde_json::from_str(&std::fs::read_to_string(graph.join("graph.json")).unwrap()).unwrap();
+    let features: Vec<&Value> = g["nodes"].as_array().unwrap().iter().filter(|n| n["feature_type"] == "cross layer transcoder").collect();
+    assert!(!features.is_empty());
+    for n in &features {
+        let id = n["node_id"].as_str().unwrap();
+        let (layer, index) = id.split_once('_').map(|(l, r)| (l.parse().unwrap(), r.split('_').next().unwrap().parse().unwrap())).unwrap();
+        let d = burnlens::dashboards::read_feature(&dash, burnlens::dashboards::FeatureKey { layer: Some(layer), index }).unwrap().unwrap();
+        let shown = &n["dashboard"];
+        assert_eq!(shown["examples"].as_array().unwrap().len(), d.top.len().min(5), "{id}");
+        assert_eq!(shown["examples"][0]["acts"][5].as_f64().unwrap() as f32, d.top[0].value, "{id}: the top example's own activation");
+        assert_eq!(shown["promotes"].as_array().unwrap().len(), 10);
+        assert!(n["clerp"].as_str().unwrap().starts_with('→'), "{id}");
+    }
+    assert!(String::from_utf8_lossy(&o.stdout).contains(&format!("{0} of {0} feature nodes have dashboards", features.len())));
+    assert!(std::fs::read_to_string(graph.join("graph.html")).unwrap().contains("\"dashboard\""));
+    assert_bad_input(&burnlens(&[&base[..], &["--features", graph_s]].concat()), "not a folder written by `burnlens dashboards`");
 }

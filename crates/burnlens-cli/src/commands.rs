@@ -476,7 +476,30 @@ pub fn graph(args: &ModelArgs, input: &Input, g: &crate::GraphArgs, out: &Path, 
     };
     let slug = out.file_name().map_or("graph".into(), |n| n.to_string_lossy().into_owned());
     let text = GraphText { slug, prompt, prompt_tokens: m.labels(&ids), logit_tokens: m.labels(&graph.logit_token_ids) };
-    let files = burnlens_trace::write_graph(out, &graph, &text, g.node_threshold, g.edge_threshold)?;
+    let dashboards = g.features.as_deref().map(|dir| burnlens_dashboards::read_config(dir).map(|cfg| (dir, cfg))).transpose()?;
+    let (mut with, mut feature_nodes) = (0usize, 0usize);
+    let mut failed = None;
+    let tok = |t: u32| m.labels(&[t as i64]).remove(0);
+    let mut annotate = |n: &mut burnlens_trace::Node| {
+        let (Some((dir, cfg)), Some((layer, index))) = (&dashboards, n.transcoder_feature()) else { return };
+        feature_nodes += 1;
+        match burnlens_dashboards::read_feature(dir, burnlens_dashboards::FeatureKey { layer: Some(layer), index }) {
+            Ok(Some(d)) => {
+                let (label, dashboard) = burnlens_dashboards::node_fields(&d, cfg, &tok);
+                (n.clerp, n.dashboard) = (label, Some(dashboard));
+                with += 1;
+            }
+            Ok(None) => {}
+            Err(e) => failed = Some(e),
+        }
+    };
+    let files = burnlens_trace::write_graph_with(out, &graph, &text, g.node_threshold, g.edge_threshold, &mut annotate)?;
+    if let Some(e) = failed {
+        return Err(e.into());
+    }
+    if let Some((dir, _)) = &dashboards {
+        println!("{with} of {feature_nodes} feature nodes have dashboards in {}", dir.display());
+    }
     println!(
         "{} tokens, {} active features ({} with rows), {} logit targets (p = {:.3}), {} nodes; attributed in {seconds:.2} s",
         ids.len(),

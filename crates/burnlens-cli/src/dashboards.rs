@@ -19,8 +19,13 @@ pub struct DashboardsArgs {
     pub model: ModelArgs,
     /// An SAE in SAELens's layout (a folder with cfg.json), Gemma Scope's params.npz folder,
     /// or a Hub release org/name[@revision]:folder.
-    #[arg(long)]
-    pub sae: String,
+    #[arg(long, required_unless_present = "transcoders")]
+    pub sae: Option<String>,
+    /// Transcoders instead (every layer's features): a folder with circuit-tracer's
+    /// config.yaml and layer files, a cross-layer transcoder, or a Hub repository
+    /// org/name[@revision][:folder]. `--features` then picks indices within each layer.
+    #[arg(long, conflicts_with = "sae")]
+    pub transcoders: Option<String>,
     #[command(flatten)]
     pub corpus: CorpusOptions,
     /// Tokens read (whole windows; each pass reads them).
@@ -86,8 +91,18 @@ pub fn run(a: &DashboardsArgs) -> Result<()> {
         return Err(UserError("--batch, --top-k and --tokens must be positive".into()).into());
     }
     let m = crate::commands::load_model_args(&a.model, &a.common)?;
-    let (name, sae) = crate::commands::load_sae(&a.sae, &m.model.device())?;
-    let source = FeatureSource::new(&m.model, &sae, features)?;
+    let (source, sae_name, layer) = match (&a.sae, &a.transcoders) {
+        (Some(spec), _) => {
+            let (dir, sae) = crate::commands::load_sae(spec, &m.model.device())?;
+            (FeatureSource::new(&m.model, &sae, features)?, dir.display().to_string(), sae.hook_point().layer().unwrap_or(0))
+        }
+        (None, Some(spec)) => {
+            let set = crate::progress::transcoders(spec, &m.model.device())?;
+            let name = set.scan.clone().unwrap_or_else(|| spec.clone());
+            (FeatureSource::transcoders(&m.model, set, features)?, name, 0)
+        }
+        (None, None) => return Err(UserError("give --sae or --transcoders".into()).into()),
+    };
     let context = if a.whole_window { Context::Window } else { Context::Around { before: a.before, after: a.after } };
     if let Context::Around { before, after } = context
         && before + after + 2 > a.corpus.seq_len
@@ -120,17 +135,8 @@ pub fn run(a: &DashboardsArgs) -> Result<()> {
         None => format!("#{t}"),
     };
     let model_id = m.dir.display().to_string();
-    let sae_name = name.display().to_string();
     let extra = json!({ "seconds": { "first_pass": out.seconds[0], "second_pass": out.seconds[1], "logits": out.seconds[2] }, "state_bytes": out.state_bytes, "ran_out": out.ran_out });
-    let info = RunInfo {
-        model_id: &model_id,
-        layer: sae.hook_point().layer().unwrap_or(0),
-        sae_set: &sae_name,
-        dataset: &a.corpus.data,
-        tokens: out.tokens,
-        seq_len: a.corpus.seq_len,
-        extra,
-    };
+    let info = RunInfo { model_id: &model_id, layer, sae_set: &sae_name, dataset: &a.corpus.data, tokens: out.tokens, seq_len: a.corpus.seq_len, extra };
     let writing = std::time::Instant::now();
     let index = burnlens_dashboards::write_all(&a.out, &out.dashboards, &cfg, &info, &tok)?;
     if out.ran_out {

@@ -105,6 +105,11 @@ pub struct GraphArgs {
     /// a mapped temporary file under TMPDIR (bounded by the disk, not by RAM).
     #[arg(long, default_value_t = 8.0)]
     pub rows_memory_gb: f64,
+    /// Feature dashboards of these transcoders (`burnlens dashboards --transcoders --out
+    /// DIR`): each feature node carries its top examples and logit effects in graph.json and
+    /// graph.html.
+    #[arg(long)]
+    pub features: Option<std::path::PathBuf>,
 }
 
 #[derive(Subcommand)]

@@ -16,6 +16,15 @@ fn example(e: &Example, centre: usize, tok: &dyn Fn(u32) -> String) -> Value {
     })
 }
 
+/// The index circuit-tracer's viewer asks for: a graph node's `feature`, Cantor's pairing
+/// of (layer, feature) for a transcoder's feature; the feature's own index for an SAE's.
+pub fn viewer_index(d: &FeatureDashboard) -> usize {
+    match d.layer {
+        Some(l) => (l + d.feature) * (l + d.feature + 1) / 2 + d.feature,
+        None => d.feature,
+    }
+}
+
 /// One feature's file; `transcoder_id` names the set, `centre_index` maps a position to
 /// the index of the shown token it is.
 pub fn feature(d: &FeatureDashboard, transcoder_id: &str, tok: &dyn Fn(u32) -> String, centre_index: &dyn Fn(usize) -> usize) -> Value {
@@ -34,7 +43,7 @@ pub fn feature(d: &FeatureDashboard, transcoder_id: &str, tok: &dyn Fn(u32) -> S
     bounds.reverse();
     json!({
         "transcoder_id": transcoder_id,
-        "index": d.feature,
+        "index": viewer_index(d),
         "examples_quantiles": groups,
         "top_logits": d.logits.top.iter().map(|r| tok(r.0)).collect::<Vec<_>>(),
         "bottom_logits": d.logits.bottom.iter().map(|r| tok(r.0)).collect::<Vec<_>>(),

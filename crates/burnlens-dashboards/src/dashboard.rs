@@ -32,7 +32,11 @@ pub struct QuantileGroup {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FeatureDashboard {
+    /// The feature's index (within its layer for a transcoder set).
     pub feature: usize,
+    /// Its layer, for a transcoder set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub layer: Option<usize>,
     /// The largest activation (over every position, ignored ones reading zero).
     pub max: f32,
     /// Fraction of all positions where it is above zero.
@@ -70,6 +74,7 @@ pub fn assemble(
                 .collect();
             FeatureDashboard {
                 feature,
+                layer: None,
                 max: first.max[j],
                 density: first.nonzero[j] as f64 / positions.max(1) as f64,
                 acts_histogram: second.histograms[j].clone(),
@@ -79,4 +84,10 @@ pub fn assemble(
             }
         })
         .collect()
+}
+
+impl FeatureDashboard {
+    pub fn key(&self) -> crate::source::FeatureKey {
+        crate::source::FeatureKey { layer: self.layer, index: self.feature }
+    }
 }

@@ -42,7 +42,7 @@ pub fn index_page(dashboards: &[FeatureDashboard], tok: &dyn Fn(u32) -> String, 
         .iter()
         .map(|d| {
             let tops: Vec<String> = d.top.iter().take(3).map(|e| tok(e.tokens[centre(context, e.position)])).collect();
-            json!([d.feature, d.density, d.max, tops.join(" | ")])
+            json!([d.key().stem(), d.density, d.max, tops.join(" | ")])
         })
         .collect();
     let (ctx, before) = match context {

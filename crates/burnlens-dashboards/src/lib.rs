@@ -11,7 +11,7 @@
 //! One module per concept: [`config`], [`batch`] (activations and the example slots),
 //! [`top`], [`reservoir`], [`histogram`], [`first_pass`], [`second_pass`], [`scan`],
 //! [`logits`], [`dashboard`], [`source`], [`run`]; the outputs [`neuronpedia`],
-//! [`circuit_tracer`], [`html`] and [`write`].
+//! [`circuit_tracer`], [`html`], [`write`], and what a graph's node shows ([`graph_node`]).
 
 pub mod batch;
 pub mod circuit_tracer;
@@ -19,6 +19,7 @@ pub mod config;
 pub mod dashboard;
 pub mod error;
 pub mod first_pass;
+pub mod graph_node;
 pub mod histogram;
 pub mod html;
 pub mod logits;
@@ -34,8 +35,9 @@ pub mod write;
 pub use config::{Context, DashboardConfig};
 pub use dashboard::{Example, FeatureDashboard, QuantileGroup};
 pub use error::DashboardError;
+pub use graph_node::{node_fields, read_config};
 pub use histogram::Histogram;
 pub use logits::LogitEffects;
 pub use run::{Outcome, Progress, RunSpec, run};
-pub use source::FeatureSource;
+pub use source::{Encoder, FeatureKey, FeatureSource};
 pub use write::{RunInfo, read_feature, write_all};

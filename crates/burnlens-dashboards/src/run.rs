@@ -9,7 +9,7 @@ use burnlens_data::WindowIter;
 use crate::config::DashboardConfig;
 use crate::dashboard::FeatureDashboard;
 use crate::error::DashboardError;
-use crate::logits::{logit_effects, resid_directions};
+use crate::logits::logit_effects;
 use crate::scan::Scan;
 use crate::source::FeatureSource;
 
@@ -107,15 +107,14 @@ pub fn run<'w>(
     }
     let pass2 = second_started.elapsed().as_secs_f64();
     let logits_started = Instant::now();
-    let model = source.model;
-    let idx: Vec<i64> = source.features.iter().map(|&f| f as i64).collect();
-    let n = idx.len();
-    let w_dec =
-        source.sae.w_dec.clone().select(0, burn::tensor::Tensor::<1, burn::tensor::Int>::from_data(burn::tensor::TensorData::new(idx, [n]), &model.device()));
-    let dirs = resid_directions(model, source.sae.hook_point(), w_dec).map_err(DashboardError::Input)?;
-    let effects = logit_effects(dirs, model.w_u().0, spec.cfg.logit_rows, spec.cfg.n_bins, 256);
+    let dirs = source.resid_directions()?;
+    let effects = logit_effects(dirs, source.model.w_u().0, spec.cfg.logit_rows, spec.cfg.n_bins, 256);
     let position: std::collections::HashMap<usize, usize> = source.features.iter().enumerate().map(|(i, &f)| (f, i)).collect();
-    let dashboards = scan.finish(&mut |f| effects[position[&f]].clone());
+    let mut dashboards = scan.finish(&mut |f| effects[position[&f]].clone());
+    for d in &mut dashboards {
+        let key = source.encoder.key(d.feature);
+        (d.layer, d.feature) = (key.layer, key.index);
+    }
     Ok(Outcome {
         dashboards,
         tokens: total * seq_len as u64,

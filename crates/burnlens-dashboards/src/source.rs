@@ -1,54 +1,171 @@
-//! Where feature activations come from: the model run over windows (stopping after the
-//! SAE's layer) and the SAE's encoder on its hook's activations, read back to the host for
-//! the features asked for.
+//! Where feature activations come from: the model run over windows (stopping after the last
+//! layer read), then an SAE's encoder at its hook, or every layer's transcoder (a per-layer
+//! set or a cross-layer transcoder, circuit-tracer's) at its input; read back to the host for
+//! the features asked for, one column each.
 
 use burn::tensor::{Int, Tensor, TensorData};
 use burnlens_lens::sae::Sae;
 use burnlens_model::Transformer;
+use burnlens_trace::TranscoderSet;
+use serde::{Deserialize, Serialize};
 
 use crate::batch::ActBatch;
 use crate::error::DashboardError;
 
+/// What turns the model's activations into features.
+pub enum Encoder {
+    /// An SAE, its decoder norms folded into the encoder as SAEDashboard folds them
+    /// ([`fold_decoder_norms`]).
+    Sae(Sae),
+    /// Transcoders, one encoder per layer; their activations are circuit-tracer's (nothing
+    /// folded), so they read as the attribution graph's nodes do.
+    Transcoders(TranscoderSet),
+}
+
+/// A feature's name: its index, and its layer for a transcoder set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct FeatureKey {
+    pub layer: Option<usize>,
+    pub index: usize,
+}
+
+impl FeatureKey {
+    /// The name of its files: `12`, or `3_12` for feature 12 of layer 3.
+    pub fn stem(&self) -> String {
+        match self.layer {
+            Some(l) => format!("{l}_{}", self.index),
+            None => self.index.to_string(),
+        }
+    }
+}
+
+impl Encoder {
+    /// Features per layer (all of them for an SAE).
+    pub fn per_layer(&self) -> usize {
+        match self {
+            Encoder::Sae(s) => s.cfg.d_sae,
+            Encoder::Transcoders(t) => t.layers[0].n_features(),
+        }
+    }
+
+    pub fn n_layers(&self) -> usize {
+        match self {
+            Encoder::Sae(_) => 1,
+            Encoder::Transcoders(t) => t.n_layers(),
+        }
+    }
+
+    /// The key of column id `flat` (`layer · per_layer + index`).
+    pub fn key(&self, flat: usize) -> FeatureKey {
+        match self {
+            Encoder::Sae(_) => FeatureKey { layer: None, index: flat },
+            Encoder::Transcoders(_) => FeatureKey { layer: Some(flat / self.per_layer()), index: flat % self.per_layer() },
+        }
+    }
+}
+
 pub struct FeatureSource<'a> {
     pub model: &'a Transformer,
-    /// The SAE with its decoder norms folded into the encoder ([`fold_decoder_norms`]).
-    pub sae: Sae,
-    /// The features' ids, in the order their columns are kept.
+    pub encoder: Encoder,
+    /// Column ids (`layer · per_layer + index`), in the order their columns are kept.
     pub features: Vec<usize>,
 }
 
 impl<'a> FeatureSource<'a> {
-    /// A source of `features` (every feature when `None`); an id past the SAE's width is an
-    /// error naming it.
+    /// A source of an SAE's `features` (every feature when `None`); an id past the SAE's
+    /// width is an error naming it.
     pub fn new(model: &'a Transformer, sae: &Sae, features: Option<Vec<usize>>) -> Result<Self, DashboardError> {
         sae.check_model(model)?;
-        let d_sae = sae.cfg.d_sae;
-        let features = features.unwrap_or_else(|| (0..d_sae).collect());
-        if let Some(bad) = features.iter().find(|&&f| f >= d_sae) {
-            return Err(DashboardError::Input(format!("feature {bad} does not exist: the SAE has {d_sae} features (0-{})", d_sae - 1)));
-        }
-        if features.is_empty() {
-            return Err(DashboardError::Input("no features were asked for".into()));
-        }
-        Ok(FeatureSource { model, sae: fold_decoder_norms(sae), features })
+        Self::with(model, Encoder::Sae(fold_decoder_norms(sae)), features)
     }
 
-    fn all(&self) -> bool {
-        self.features.len() == self.sae.cfg.d_sae && self.features.iter().enumerate().all(|(i, &f)| i == f)
+    /// A source of a transcoder set's features: `features` are indices within each layer
+    /// (every feature of every layer when `None`).
+    pub fn transcoders(model: &'a Transformer, set: TranscoderSet, features: Option<Vec<usize>>) -> Result<Self, DashboardError> {
+        set.check(&model.config).map_err(|e| DashboardError::Input(e.to_string()))?;
+        Self::with(model, Encoder::Transcoders(set), features)
+    }
+
+    fn with(model: &'a Transformer, encoder: Encoder, features: Option<Vec<usize>>) -> Result<Self, DashboardError> {
+        let d = encoder.per_layer();
+        let ids = features.unwrap_or_else(|| (0..d).collect());
+        if let Some(bad) = ids.iter().find(|&&f| f >= d) {
+            let what = if matches!(encoder, Encoder::Sae(_)) { "the SAE" } else { "each layer's transcoder" };
+            return Err(DashboardError::Input(format!("feature {bad} does not exist: {what} has {d} features (0-{})", d - 1)));
+        }
+        if ids.is_empty() {
+            return Err(DashboardError::Input("no features were asked for".into()));
+        }
+        let features = (0..encoder.n_layers()).flat_map(|l| ids.iter().map(move |&i| l * d + i)).collect();
+        Ok(FeatureSource { model, encoder, features })
     }
 
     /// The activations of `windows` (corpus index of the first: `first_window`).
     pub fn batch(&self, windows: &[Vec<u32>], first_window: u64) -> Result<ActBatch, DashboardError> {
-        let hook = self.sae.hook_point();
-        let x = burnlens_features::pass::pass(self.model, &[hook], windows)?.remove(0);
-        let mut f = self.sae.encode(x);
-        if !self.all() {
-            let idx: Vec<i64> = self.features.iter().map(|&i| i as i64).collect();
-            let n = idx.len();
-            f = f.select(1, Tensor::<1, Int>::from_data(TensorData::new(idx, [n]), &self.model.device()));
+        let (rows, nf) = (windows.len() * windows[0].len(), self.features.len());
+        let acts = match &self.encoder {
+            Encoder::Sae(sae) => {
+                let x = burnlens_features::pass::pass(self.model, &[sae.hook_point()], windows)?.remove(0);
+                let mut f = sae.encode(x);
+                if nf != sae.cfg.d_sae || self.features.iter().enumerate().any(|(i, &f)| i != f) {
+                    f = f.select(1, self.index_tensor(self.features.iter().copied()));
+                }
+                f.into_data().try_to_vec::<f32>().map_err(|e| DashboardError::Input(format!("feature activations: {e:?}")))?
+            }
+            Encoder::Transcoders(set) => {
+                let flat: Vec<i64> = windows.iter().flatten().map(|&t| t as i64).collect();
+                for w in flat.chunks(windows[0].len()) {
+                    self.model.check_ids(w).map_err(|e| DashboardError::Input(e.to_string()))?;
+                }
+                let ids = Tensor::<2, Int>::from_data(TensorData::new(flat, [windows.len(), windows[0].len()]), &self.model.device());
+                let inputs = burnlens_trace::layer_inputs(self.model, set, ids).map_err(|e| DashboardError::Input(e.to_string()))?;
+                let d = self.encoder.per_layer();
+                let mut acts = vec![0f32; rows * nf];
+                for (l, x) in inputs.into_iter().enumerate() {
+                    let cols: Vec<(usize, usize)> = self.features.iter().enumerate().filter(|(_, f)| **f / d == l).map(|(j, f)| (j, f % d)).collect();
+                    if cols.is_empty() {
+                        continue;
+                    }
+                    let a = set.layers[l].activations(x);
+                    for r in 0..rows {
+                        cols.iter().for_each(|&(j, i)| acts[r * nf + j] = a[r * d + i]);
+                    }
+                }
+                acts
+            }
+        };
+        Ok(ActBatch { acts, n_features: nf, tokens: windows.concat(), seq_len: windows[0].len(), first_window })
+    }
+
+    fn index_tensor(&self, ids: impl Iterator<Item = usize>) -> Tensor<1, Int> {
+        let v: Vec<i64> = ids.map(|i| i as i64).collect();
+        let n = v.len();
+        Tensor::from_data(TensorData::new(v, [n]), &self.model.device())
+    }
+
+    /// Each feature's direction in the residual stream `[features, d_model]`: an SAE's
+    /// decoder row carried there from its hook; a transcoder's decoders summed over the
+    /// layers they write (its whole direct write to the stream).
+    pub fn resid_directions(&self) -> Result<Tensor<2>, DashboardError> {
+        match &self.encoder {
+            Encoder::Sae(sae) => {
+                let w_dec = sae.w_dec.clone().select(0, self.index_tensor(self.features.iter().copied()));
+                crate::logits::resid_directions(self.model, sae.hook_point(), w_dec).map_err(DashboardError::Input)
+            }
+            Encoder::Transcoders(set) => {
+                let d = self.encoder.per_layer();
+                let rows: Vec<Tensor<2>> = (0..set.n_layers())
+                    .filter_map(|l| {
+                        let mine: Vec<usize> = self.features.iter().filter(|f| **f / d == l).map(|f| f % d).collect();
+                        (!mine.is_empty()).then(|| {
+                            let idx = self.index_tensor(mine.into_iter());
+                            set.layers[l].w_dec.iter().map(|w| w.clone().select(0, idx.clone())).reduce(|a, b| a + b).expect("a decoder")
+                        })
+                    })
+                    .collect();
+                Ok(Tensor::cat(rows, 0))
+            }
         }
-        let acts = f.into_data().try_to_vec::<f32>().map_err(|e| DashboardError::Input(format!("feature activations: {e:?}")))?;
-        Ok(ActBatch { acts, n_features: self.features.len(), tokens: windows.concat(), seq_len: windows[0].len(), first_window })
     }
 }
 

@@ -15,6 +15,7 @@ use crate::dashboard::FeatureDashboard;
 use crate::error::DashboardError;
 use crate::html::{centre, feature_script, index_page};
 use crate::neuronpedia::{BatchInfo, batch};
+use crate::source::FeatureKey;
 
 /// Features per Neuronpedia batch file.
 pub const NEURONPEDIA_BATCH: usize = 128;
@@ -49,12 +50,13 @@ pub fn write_all(
     let ctx = cfg.context;
     let centre_of = move |p: usize| centre(ctx, p);
     dashboards.par_iter().try_for_each(|d| -> Result<(), DashboardError> {
-        write(&out.join(format!("features/{}.json", d.feature)), serde_json::to_string(d).expect("json").as_bytes())?;
+        let stem = d.key().stem();
+        write(&out.join(format!("features/{stem}.json")), serde_json::to_string(d).expect("json").as_bytes())?;
         let ct = crate::circuit_tracer::feature(d, info.sae_set, tok, &centre_of);
-        write(&out.join(format!("circuit-tracer/{}.json", d.feature)), ct.to_string().as_bytes())?;
-        write(&out.join(format!("html/features/{}.js", d.feature)), feature_script(d, tok).as_bytes())
+        write(&out.join(format!("circuit-tracer/{}.json", ct["index"])), ct.to_string().as_bytes())?;
+        write(&out.join(format!("html/features/{stem}.js")), feature_script(d, tok).as_bytes())
     })?;
-    let np = BatchInfo {
+    let mut np = BatchInfo {
         model_id: info.model_id,
         layer: info.layer,
         sae_set: info.sae_set,
@@ -63,8 +65,19 @@ pub fn write_all(
         n_tokens_in_prompt: info.seq_len,
         centre_index: &centre_of,
     };
-    for (i, chunk) in dashboards.chunks(NEURONPEDIA_BATCH).enumerate() {
-        write(&out.join(format!("neuronpedia/batch-{i}.json")), batch(chunk, tok, &np).to_string().as_bytes())?;
+    // One series of batches per layer (a transcoder set's layers are separate SAEs to
+    // Neuronpedia).
+    for group in dashboards.chunk_by(|a, b| a.layer == b.layer) {
+        let folder = match group[0].layer {
+            Some(l) => {
+                np.layer = l;
+                out.join(format!("neuronpedia/layer-{l}"))
+            }
+            None => out.join("neuronpedia"),
+        };
+        for (i, chunk) in group.chunks(NEURONPEDIA_BATCH).enumerate() {
+            write(&folder.join(format!("batch-{i}.json")), batch(chunk, tok, &np).to_string().as_bytes())?;
+        }
     }
     let summary = format!("{} features of {} ({}) over {} tokens of {}", dashboards.len(), info.sae_set, info.model_id, info.tokens, info.dataset);
     let index = out.join("html/index.html");
@@ -77,8 +90,8 @@ pub fn write_all(
 
 /// A dashboard written by [`write_all`], read back (`None` when the folder has no such
 /// feature).
-pub fn read_feature(dir: &Path, feature: usize) -> Result<Option<FeatureDashboard>, DashboardError> {
-    let path = dir.join(format!("features/{feature}.json"));
+pub fn read_feature(dir: &Path, key: FeatureKey) -> Result<Option<FeatureDashboard>, DashboardError> {
+    let path = dir.join(format!("features/{}.json", key.stem()));
     if !path.is_file() {
         return Ok(None);
     }

@@ -8,6 +8,7 @@ use crate::json::GraphJson;
 
 const STYLE: &str = "body{font-family:system-ui,sans-serif;margin:1em;color:#222}\
 #wrap{display:flex;gap:1em;align-items:flex-start}#panel{min-width:22em;max-width:30em;font-size:13px}\
+.ex{font-family:monospace;white-space:pre;margin:2px 0}.tok.centre{font-weight:bold;outline:1px solid #b45309}\
 svg{border:1px solid #ddd;background:#fff}.node{cursor:pointer;stroke:#333;stroke-width:.6}\
 .node.sel{stroke:#000;stroke-width:2.5}.edge{fill:none}.lab{font-size:10px;fill:#555}\
 table{border-collapse:collapse}td{padding:1px 6px;border-bottom:1px solid #eee}";
@@ -69,6 +70,21 @@ function select(id) {
     (n.influence != null ? '<p>cumulative influence ' + n.influence.toPrecision(4) + '</p>' : '') +
     '<h4 id="inputs">strongest inputs (' + inputs.length + ')</h4>' + rows(inputs, 'source') +
     '<h4 id="outputs">strongest outputs (' + outputs.length + ')</h4>' + rows(outputs, 'target');
+  if (n.dashboard) showDashboard(n.dashboard);
+}
+function showDashboard(d) {
+  const box = document.createElement('div'); box.id = 'dashboard';
+  const h = document.createElement('h4'); h.textContent = 'top activations (max ' + d.max.toPrecision(4) + ', density ' + (100 * d.density).toPrecision(3) + '%)'; box.appendChild(h);
+  d.examples.forEach(e => {
+    const div = document.createElement('div'); div.className = 'ex';
+    e.tokens.forEach((t, i) => { const s = document.createElement('span'); s.textContent = t; s.className = 'tok' + (i === e.centre ? ' centre' : '');
+      if (e.acts[i] > 0) s.style.background = 'rgba(245,158,11,' + Math.min(1, e.acts[i] / (d.max || 1)).toFixed(3) + ')'; s.title = e.acts[i].toFixed(4); div.appendChild(s); });
+    box.appendChild(div);
+  });
+  for (const [k, label] of [['promotes', 'promotes'], ['suppresses', 'suppresses']]) {
+    const p = document.createElement('p'); p.className = k; p.textContent = label + ': ' + d[k].join(' · '); box.appendChild(p);
+  }
+  document.getElementById('panel').appendChild(box);
 }
 "#;
 

@@ -55,6 +55,21 @@ pub struct Node {
     pub clerp: String,
     pub influence: Option<f32>,
     pub activation: Option<f32>,
+    /// A feature's dashboard, where one was given (`burnlens graph --features`): its top
+    /// examples (`tokens`, `acts`, `centre`), the tokens it promotes and suppresses.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dashboard: Option<serde_json::Value>,
+}
+
+impl Node {
+    /// (layer, feature) of a transcoder feature's node.
+    pub fn transcoder_feature(&self) -> Option<(usize, usize)> {
+        if self.feature_type != "cross layer transcoder" {
+            return None;
+        }
+        let mut parts = self.node_id.split('_');
+        Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
+    }
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -93,6 +108,7 @@ fn node(id: String, feature: i64, layer: String, ctx_idx: usize, kind: &str, js:
         clerp: String::new(),
         influence: None,
         activation: None,
+        dashboard: None,
     }
 }
 

@@ -34,9 +34,9 @@ pub use attribute::{AttributeOptions, LogitTargets, attribute, select_logits};
 pub use error::TraceError;
 pub use graph::{Graph, Pruned, check_thresholds};
 pub use intervene::{Intervened, Intervention, feature_intervention};
-pub use json::{GraphJson, GraphText};
-pub use output::{GraphFiles, write_graph};
-pub use replacement::{ActiveFeature, Replacement};
+pub use json::{GraphJson, GraphText, Node};
+pub use output::{GraphFiles, write_graph, write_graph_with};
+pub use replacement::{ActiveFeature, Replacement, layer_inputs};
 pub use transcoder::{FeatureActivation, InputHook, OutputHook, Transcoder, TranscoderSet};
 
 /// [`burnlens_model::files::write_atomic`] with the error naming the file.

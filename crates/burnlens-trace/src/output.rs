@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use crate::TraceError;
 use crate::graph::Graph;
-use crate::json::GraphText;
+use crate::json::{GraphText, Node};
 
 /// The largest square `adjacency_matrix` written beside the stored rows (1 GiB).
 pub const DENSE_LIMIT: u64 = 1 << 30;
@@ -26,6 +26,19 @@ pub struct GraphFiles {
 /// Prune `graph` at the thresholds and write its three files into `dir` (made if missing);
 /// each file is written atomically.
 pub fn write_graph(dir: &Path, graph: &Graph, text: &GraphText, node_threshold: f32, edge_threshold: f32) -> Result<GraphFiles, TraceError> {
+    write_graph_with(dir, graph, text, node_threshold, edge_threshold, &mut |_| {})
+}
+
+/// [`write_graph`], each kept node passed through `annotate` before the JSON and the page
+/// are written (to give feature nodes their dashboards and labels).
+pub fn write_graph_with(
+    dir: &Path,
+    graph: &Graph,
+    text: &GraphText,
+    node_threshold: f32,
+    edge_threshold: f32,
+    annotate: &mut dyn FnMut(&mut Node),
+) -> Result<GraphFiles, TraceError> {
     let pruned = graph.prune(node_threshold, edge_threshold)?;
     let (replacement_score, completeness_score) = graph.scores()?;
     std::fs::create_dir_all(dir).map_err(|e| TraceError::file(dir, format!("cannot make the output folder: {e}")))?;
@@ -39,7 +52,8 @@ pub fn write_graph(dir: &Path, graph: &Graph, text: &GraphText, node_threshold: 
         completeness_score,
     };
     graph.save_safetensors(&files.safetensors, DENSE_LIMIT)?;
-    let json = graph.to_json(&pruned, text, node_threshold);
+    let mut json = graph.to_json(&pruned, text, node_threshold);
+    json.nodes.iter_mut().for_each(annotate);
     crate::write_atomic(&files.json, serde_json::to_string_pretty(&json).expect("json").as_bytes())?;
     crate::write_atomic(&files.html, crate::html::graph_html(&json).as_bytes())?;
     Ok(GraphFiles { kept_nodes: json.nodes.len(), kept_edges: json.links.len(), ..files })

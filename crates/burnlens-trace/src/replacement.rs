@@ -208,6 +208,29 @@ fn input_value(hook: InputHook, block: &Block, l: usize, mine: &mut Captured) ->
     Ok(ln2.finish(x))
 }
 
+/// Every layer's transcoder input `[batch·pos, d_model]` for windows `ids [batch, pos]`, from
+/// one model pass that stops after the last block (for feature statistics over a corpus).
+pub fn layer_inputs(model: &Transformer, set: &TranscoderSet, ids: Tensor<2, Int>) -> Result<Vec<Tensor<2>>, TraceError> {
+    set.check(&model.config)?;
+    let points: Vec<(HookPoint, bool)> = model.blocks.iter().enumerate().map(|(l, b)| input_source(set.input, b, l)).collect();
+    let wanted: Vec<HookPoint> = points.iter().map(|(p, _)| *p).collect();
+    let mut hooks = Hooks::capture(move |p| wanted.contains(&p));
+    let last = model.blocks.len().saturating_sub(1);
+    model.forward_with(burnlens_model::Forward::new(ids).hooks(&mut hooks).stop(burnlens_model::Stop::AfterBlock(last)));
+    let mut cache: Captured = hooks.take_cache();
+    let mut out = Vec::with_capacity(points.len());
+    for (l, (point, finish)) in points.into_iter().enumerate() {
+        let t = take(&mut cache, point)?.rank3().ok_or_else(|| TraceError::Mismatch(format!("`{point}` is not [batch, pos, d]")))?;
+        let [b, p, d] = t.dims();
+        let x = t.reshape([b * p, d]);
+        out.push(match (finish, model.blocks[l].ln2.as_ref()) {
+            (true, Some(ln2)) => ln2.finish(x),
+            _ => x,
+        });
+    }
+    Ok(out)
+}
+
 /// Block `l`'s MLP output at `set.output`, `[pos, d_model]`.
 fn output_value(hook: OutputHook, block: &Block, l: usize, mine: &mut Captured) -> Result<Tensor<2>, TraceError> {
     match (hook, block.norm_after_mlp(l).map(|(n, site)| (site, n))) {
