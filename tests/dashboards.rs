@@ -36,7 +36,7 @@ fn dashboards(case: &str) -> (Vec<FeatureDashboard>, Value, Vec<Vec<u32>>) {
     let cfg = DashboardConfig { ignore_tokens: vec![0], ..DashboardConfig::default() };
     let spec = RunSpec { cfg, tokens: (tokens.len() * tokens[0].len()) as u64, batch_windows: 7 };
     let windows = tokens.clone();
-    let out = run(&source, &spec, &mut || Ok(Box::new(windows.clone().into_iter().map(Ok))), &mut |_| {}).unwrap();
+    let out = run(&source, &spec, None, &mut || Ok(Box::new(windows.clone().into_iter().map(Ok))), &mut |_| std::ops::ControlFlow::Continue(())).unwrap();
     assert!(!out.ran_out);
     (out.dashboards, want, tokens)
 }
@@ -289,4 +289,65 @@ fn graph_features_puts_each_feature_nodes_dashboard_into_the_graph() {
     assert!(String::from_utf8_lossy(&o.stdout).contains(&format!("{0} of {0} feature nodes have dashboards", features.len())));
     assert!(std::fs::read_to_string(graph.join("graph.html")).unwrap().contains("\"dashboard\""));
     assert_bad_input(&burnlens(&[&base[..], &["--features", graph_s]].concat()), "not a folder written by `burnlens dashboards`");
+}
+
+/// A run killed with SIGKILL resumes from its last checkpoint and writes the same dashboards
+/// (every feature's file byte for byte) as a run never interrupted; SIGINT saves and exits
+/// 130; a checkpoint of another run is refused.
+#[test]
+fn a_killed_run_resumes_to_the_same_dashboards() {
+    use common::{assert_bad_input, burnlens};
+    use std::process::Command;
+    use std::time::{Duration, Instant};
+    let tmp = tempfile::tempdir().unwrap();
+    let case = fixture("trace").join("gpt2");
+    let (model, tcs) = (case.join("model"), case.join("transcoders"));
+    let args = |out: &std::path::Path, tokens: &str| -> Vec<String> {
+        ["dashboards", "--model", model.to_str().unwrap(), "--transcoders", tcs.to_str().unwrap(), "--data", "random", "--seq-len", "16"]
+            .iter()
+            .map(|s| s.to_string())
+            .chain(["--tokens".into(), tokens.into(), "--checkpoint-every".into(), "0.1".into(), "--out".into(), out.display().to_string()])
+            .collect()
+    };
+    let (whole, killed) = (tmp.path().join("whole"), tmp.path().join("killed"));
+    let tokens = "400000";
+    let a: Vec<String> = args(&whole, tokens);
+    let o = burnlens(&a.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+
+    let spawn = |sig: Option<&str>| {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_burnlens")).args(args(&killed, tokens)).env_remove("BURNLENS_BACKEND").spawn().unwrap();
+        let t0 = Instant::now();
+        while !killed.join("checkpoint.cbor").is_file() {
+            assert!(t0.elapsed() < Duration::from_secs(30), "no checkpoint was written");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        match sig {
+            None => child.kill().unwrap(),
+            Some(s) => assert!(Command::new("kill").args([s, &child.id().to_string()]).status().unwrap().success()),
+        }
+        child.wait().unwrap()
+    };
+    let status = spawn(None);
+    assert!(!status.success());
+    assert!(killed.join("checkpoint.cbor").is_file(), "the run ended before it was killed");
+    let status = spawn(Some("-INT"));
+    assert_eq!(status.code(), Some(130), "Ctrl-C saves and exits 130");
+    // Another run's settings meet this checkpoint: refused.
+    let other: Vec<String> = args(&killed, "300000");
+    assert_bad_input(&burnlens(&other.iter().map(String::as_str).collect::<Vec<_>>()), "a checkpoint of another run");
+    let b: Vec<String> = args(&killed, tokens);
+    let o = burnlens(&b.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("resumed in pass"), "{}", String::from_utf8_lossy(&o.stdout));
+    assert!(!killed.join("checkpoint.cbor").exists(), "a finished run removes its checkpoint");
+    let mut n = 0;
+    for e in std::fs::read_dir(whole.join("features")).unwrap() {
+        let name = e.unwrap().file_name();
+        let (x, y) = (std::fs::read(whole.join("features").join(&name)).unwrap(), std::fs::read(killed.join("features").join(&name)).unwrap());
+        assert!(x == y, "{name:?} differs after the resume");
+        n += 1;
+    }
+    assert_eq!(n, 120);
 }

@@ -6,7 +6,9 @@ use std::io::IsTerminal;
 use std::path::PathBuf;
 
 use anyhow::Result;
-use burnlens_dashboards::{Context, DashboardConfig, FeatureSource, RunInfo, RunSpec};
+use std::ops::ControlFlow;
+
+use burnlens_dashboards::{Context, DashboardConfig, FeatureSource, Resume, RunInfo, RunSpec};
 use burnlens_data::CorpusOptions;
 use serde_json::json;
 
@@ -57,6 +59,9 @@ pub struct DashboardsArgs {
     /// Windows per model pass.
     #[arg(long, default_value_t = 16)]
     pub batch: usize,
+    /// Seconds between checkpoints (OUT/checkpoint.cbor; the same command resumes from it).
+    #[arg(long, default_value_t = 60.0)]
+    pub checkpoint_every: f64,
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
     /// Output folder.
@@ -125,10 +130,36 @@ pub fn run(a: &DashboardsArgs) -> Result<()> {
         if tty {
             eprint!("\rpass {}/2  {}/{} tokens  {:.0} tokens/s  {:.0} s left   ", p.pass, p.tokens.min(p.of), p.of, p.tokens_per_s, p.seconds_left);
         }
+        if burnlens_train::stop_requested() { ControlFlow::Break(()) } else { ControlFlow::Continue(()) }
     };
-    let out = burnlens_dashboards::run(&source, &spec, &mut || Ok(a.corpus.windows(m.corpus_model(), a.seed, &hub)?), &mut progress)?;
+    // Ctrl-C / SIGTERM: checkpoint, stop, exit 130; the same command resumes.
+    burnlens_train::install_interrupt_handler();
+    let checkpoint = a.out.join("checkpoint.cbor");
+    let fingerprint = format!(
+        "model {} · {} · data {} (column {:?}, seq_len {}, bos {}) · seed {} · tokens {} · features {:?} · batch {} · {:?}",
+        m.dir.display(),
+        sae_name,
+        a.corpus.data,
+        a.corpus.column,
+        a.corpus.seq_len,
+        !a.corpus.no_prepend_bos,
+        a.seed,
+        a.tokens,
+        a.features,
+        a.batch,
+        cfg
+    );
+    let resume = Resume { path: checkpoint.clone(), fingerprint, every: std::time::Duration::from_secs_f64(a.checkpoint_every.max(0.0)) };
+    std::fs::create_dir_all(&a.out).map_err(|e| UserError(format!("{}: {e}", a.out.display())))?;
+    let out = burnlens_dashboards::run(&source, &spec, Some(&resume), &mut || Ok(a.corpus.windows(m.corpus_model(), a.seed, &hub)?), &mut progress)?;
     if tty {
         eprintln!();
+    }
+    if let Some((pass, windows)) = out.resumed {
+        println!("resumed in pass {pass} after {windows} windows from {}", checkpoint.display());
+    }
+    if out.stopped {
+        return Err(burnlens_dashboards::DashboardError::Interrupted(checkpoint).into());
     }
     let tok = |t: u32| match &m.tokenizer {
         Some(k) => k.decode(&[t]),

@@ -489,6 +489,9 @@ pub fn run() -> ExitCode {
 /// 130 after Ctrl-C (checkpoint written), 2 for bad input, 1 for everything else.
 fn exit_code(err: &anyhow::Error) -> u8 {
     for c in err.chain() {
+        if let Some(burnlens_dashboards::DashboardError::Interrupted(_)) = c.downcast_ref() {
+            return 130;
+        }
         if let Some(t) = c.downcast_ref::<TrainError>() {
             return match t {
                 TrainError::Interrupted { .. } => 130,

@@ -12,12 +12,14 @@ pub enum DashboardError {
     Data(#[from] burnlens_data::DataError),
     #[error("{path}: {msg}")]
     Io { path: std::path::PathBuf, msg: String },
+    #[error("interrupted; the state is in {0} and the same command resumes")]
+    Interrupted(std::path::PathBuf),
 }
 
 impl DashboardError {
     /// Whether the input was at fault (rather than the machine, writing files).
     pub fn is_user_error(&self) -> bool {
-        !matches!(self, DashboardError::Io { .. })
+        !matches!(self, DashboardError::Io { .. } | DashboardError::Interrupted(_))
     }
 
     pub fn io(path: &std::path::Path, e: impl std::fmt::Display) -> Self {

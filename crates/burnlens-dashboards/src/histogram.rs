@@ -18,7 +18,7 @@ pub fn linspace(start: f32, end: f32, steps: usize) -> Vec<f32> {
 /// Which of `n` equal bins over `[lo, hi]` a value falls in, as `torch.histc` decides:
 /// `⌊(x − lo)·n / (hi − lo)⌋` in f32, `hi` itself in the last bin, values outside in none.
 /// A range of one value is widened by one each side, as `histc` widens it.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Binning {
     pub lo: f32,
     pub hi: f32,

@@ -10,10 +10,11 @@
 //! ```
 //! One module per concept: [`config`], [`batch`] (activations and the example slots),
 //! [`top`], [`reservoir`], [`histogram`], [`first_pass`], [`second_pass`], [`scan`],
-//! [`logits`], [`dashboard`], [`source`], [`run`]; the outputs [`neuronpedia`],
+//! [`logits`], [`dashboard`], [`source`], [`run`] with its [`checkpoint`]; the outputs [`neuronpedia`],
 //! [`circuit_tracer`], [`html`], [`write`], and what a graph's node shows ([`graph_node`]).
 
 pub mod batch;
+pub mod checkpoint;
 pub mod circuit_tracer;
 pub mod config;
 pub mod dashboard;
@@ -38,6 +39,6 @@ pub use error::DashboardError;
 pub use graph_node::{node_fields, read_config};
 pub use histogram::Histogram;
 pub use logits::LogitEffects;
-pub use run::{Outcome, Progress, RunSpec, run};
+pub use run::{Outcome, Progress, Resume, RunSpec, run};
 pub use source::{Encoder, FeatureKey, FeatureSource};
 pub use write::{RunInfo, read_feature, write_all};

@@ -1,11 +1,17 @@
 //! A dashboard run: the corpus read twice (the same windows each time), `batch_windows` at a
 //! time, with progress; then the logit effects; then the dashboards. A corpus that runs out
-//! before the tokens asked for ends the first pass there, and the run says so.
+//! before the tokens asked for ends the first pass there, and the run says so. With a
+//! checkpoint path, the state is saved every `checkpoint_every` seconds and when the caller
+//! asks to stop, and a run started again with the same inputs resumes from it (the windows
+//! already read are skipped without the model).
 
-use std::time::Instant;
+use std::ops::ControlFlow;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
 use burnlens_data::WindowIter;
 
+use crate::checkpoint::Checkpoint;
 use crate::config::DashboardConfig;
 use crate::dashboard::FeatureDashboard;
 use crate::error::DashboardError;
@@ -20,6 +26,14 @@ pub struct RunSpec {
     pub tokens: u64,
     /// Windows per model pass.
     pub batch_windows: usize,
+}
+
+/// Where a resumable run keeps its state.
+pub struct Resume {
+    pub path: PathBuf,
+    /// Names what was asked for; a checkpoint with another is refused.
+    pub fingerprint: String,
+    pub every: Duration,
 }
 
 /// Where a run stands.
@@ -43,89 +57,133 @@ pub struct Outcome {
     pub seconds: [f64; 3],
     /// Bytes of per-feature state ([`Scan::state_bytes`]).
     pub state_bytes: usize,
+    /// Where a resumed run started: (pass, windows read in it).
+    pub resumed: Option<(usize, u64)>,
+    /// The caller asked to stop: the state is saved and `dashboards` is empty.
+    pub stopped: bool,
 }
 
 /// Runs both passes; `windows()` must give the same windows each time it is called.
+/// `control` hears each batch's progress and may stop the run (saving its checkpoint).
 pub fn run<'w>(
     source: &FeatureSource,
     spec: &RunSpec,
+    resume: Option<&Resume>,
     windows: &mut dyn FnMut() -> Result<WindowIter<'w>, DashboardError>,
-    on_progress: &mut dyn FnMut(&Progress),
+    control: &mut dyn FnMut(&Progress) -> ControlFlow<()>,
 ) -> Result<Outcome, DashboardError> {
     let mut it = windows()?;
     let Some(first) = it.next().transpose()? else { return Err(DashboardError::Input("the corpus has no windows".into())) };
     let seq_len = first.len();
-    let want_windows = spec.tokens.div_ceil(seq_len as u64).max(1);
-    let mut scan = Scan::new(spec.cfg.clone(), source.features.clone(), seq_len);
-    let started = Instant::now();
+    let want = spec.tokens.div_ceil(seq_len as u64).max(1);
+    let saved = match resume {
+        Some(r) => Checkpoint::load(&r.path, &r.fingerprint)?,
+        None => None,
+    };
+    let resumed = saved.as_ref().map(|c| (c.pass, c.done));
+    let mut st = saved.unwrap_or_else(|| Checkpoint {
+        fingerprint: resume.map(|r| r.fingerprint.clone()).unwrap_or_default(),
+        pass: 1,
+        done: 0,
+        total: 0,
+        ran_out: false,
+        seq_len,
+        seconds: [0.0; 2],
+        scan: Scan::new(spec.cfg.clone(), source.features.clone(), seq_len),
+    });
     let mut pending = Some(first);
-    let mut read = 0u64;
-    let mut ran_out = false;
-    // Pass 1.
-    while read < want_windows {
-        let take = (spec.batch_windows as u64).min(want_windows - read) as usize;
-        let mut batch: Vec<Vec<u32>> = pending.take().into_iter().collect();
-        while batch.len() < take {
-            match it.next().transpose()? {
-                Some(w) => batch.push(w),
-                None => break,
+    let mut last_save = Instant::now();
+    while st.pass <= 2 {
+        if st.pass == 2 && pending.is_none() && st.done == 0 {
+            it = windows()?;
+        }
+        let target = if st.pass == 1 { want } else { st.total };
+        // Windows a resumed pass read already are skipped, without the model.
+        if st.done > 0 {
+            let left = st.done - u64::from(pending.take().is_some());
+            for w in it.by_ref().take(left as usize) {
+                w?;
             }
         }
-        if batch.is_empty() {
-            ran_out = true;
-            break;
+        let started = Instant::now();
+        let before = st.seconds[st.pass - 1];
+        while st.done < target {
+            let take = (spec.batch_windows as u64).min(target - st.done) as usize;
+            let mut batch: Vec<Vec<u32>> = pending.take().into_iter().collect();
+            while batch.len() < take {
+                match it.next().transpose()? {
+                    Some(w) => batch.push(w),
+                    None => break,
+                }
+            }
+            let n = batch.len() as u64;
+            if n > 0 {
+                let mut b = source.batch(&batch, st.done)?;
+                b.mask(&spec.cfg);
+                if st.pass == 1 {
+                    st.scan.first(&b)
+                } else {
+                    st.scan.second(&b)
+                }
+                st.done += n;
+            }
+            if (n as usize) < take {
+                if st.pass == 2 {
+                    return Err(DashboardError::Input(format!("the corpus gave {} windows on the second pass, {} on the first", st.done, st.total)));
+                }
+                st.ran_out = true;
+                break;
+            }
+            st.seconds[st.pass - 1] = before + started.elapsed().as_secs_f64();
+            let p = progress(&st, want, seq_len);
+            let stop = control(&p).is_break();
+            if let Some(r) = resume
+                && (stop || last_save.elapsed() >= r.every)
+            {
+                st.save(&r.path)?;
+                last_save = Instant::now();
+            }
+            if stop {
+                return Ok(Outcome { dashboards: Vec::new(), tokens: 0, ran_out: false, seconds: [0.0; 3], state_bytes: 0, resumed, stopped: true });
+            }
         }
-        let n = batch.len() as u64;
-        let mut b = source.batch(&batch, read)?;
-        b.mask(&spec.cfg);
-        scan.first(&b);
-        read += n;
-        report(on_progress, 1, read * seq_len as u64, want_windows * seq_len as u64, started);
-        if (n as usize) < take {
-            ran_out = true;
-            break;
+        st.seconds[st.pass - 1] = before + started.elapsed().as_secs_f64();
+        if st.pass == 1 {
+            st.total = st.done;
+            st.scan.start_second();
         }
+        st.pass += 1;
+        st.done = 0;
     }
-    let pass1 = started.elapsed().as_secs_f64();
-    // Pass 2: the same windows again.
-    scan.start_second();
-    let total = read;
-    let mut it = windows()?;
-    let mut done = 0u64;
-    let second_started = Instant::now();
-    while done < total {
-        let take = (spec.batch_windows as u64).min(total - done) as usize;
-        let batch: Vec<Vec<u32>> = it.by_ref().take(take).collect::<Result<_, _>>()?;
-        if batch.len() < take {
-            return Err(DashboardError::Input(format!("the corpus gave {} windows on the second pass, {total} on the first", done + batch.len() as u64)));
-        }
-        let mut b = source.batch(&batch, done)?;
-        b.mask(&spec.cfg);
-        scan.second(&b);
-        done += take as u64;
-        report(on_progress, 2, (total + done) * seq_len as u64, 2 * total * seq_len as u64, started);
-    }
-    let pass2 = second_started.elapsed().as_secs_f64();
     let logits_started = Instant::now();
     let dirs = source.resid_directions()?;
     let effects = logit_effects(dirs, source.model.w_u().0, spec.cfg.logit_rows, spec.cfg.n_bins, 256);
     let position: std::collections::HashMap<usize, usize> = source.features.iter().enumerate().map(|(i, &f)| (f, i)).collect();
-    let mut dashboards = scan.finish(&mut |f| effects[position[&f]].clone());
+    let mut dashboards = st.scan.finish(&mut |f| effects[position[&f]].clone());
     for d in &mut dashboards {
         let key = source.encoder.key(d.feature);
         (d.layer, d.feature) = (key.layer, key.index);
     }
+    if let Some(r) = resume {
+        let _ = std::fs::remove_file(&r.path);
+    }
     Ok(Outcome {
         dashboards,
-        tokens: total * seq_len as u64,
-        ran_out,
-        seconds: [pass1, pass2, logits_started.elapsed().as_secs_f64()],
-        state_bytes: scan.state_bytes(),
+        tokens: st.total * seq_len as u64,
+        ran_out: st.ran_out,
+        seconds: [st.seconds[0], st.seconds[1], logits_started.elapsed().as_secs_f64()],
+        state_bytes: st.scan.state_bytes(),
+        resumed,
+        stopped: false,
     })
 }
 
-fn report(on_progress: &mut dyn FnMut(&Progress), pass: usize, tokens: u64, of: u64, started: Instant) {
-    let s = started.elapsed().as_secs_f64().max(1e-9);
-    let rate = tokens as f64 / s;
-    on_progress(&Progress { pass, tokens, of, tokens_per_s: rate, seconds_left: (of - tokens.min(of)) as f64 / rate });
+/// Progress over both passes (the second's length is the first's).
+fn progress(st: &Checkpoint, want: u64, seq_len: usize) -> Progress {
+    let per_pass = if st.pass == 1 { want } else { st.total };
+    let done = if st.pass == 1 { st.done } else { st.total + st.done };
+    let secs = (st.seconds[0] + st.seconds[1]).max(1e-9);
+    let (tokens, of) = (done * seq_len as u64, 2 * per_pass * seq_len as u64);
+    let rate = tokens as f64 / secs;
+    Progress { pass: st.pass, tokens, of, tokens_per_s: rate, seconds_left: of.saturating_sub(tokens) as f64 / rate }
 }

@@ -16,6 +16,7 @@ use crate::second_pass::SecondPass;
 /// Features per block: a block's state is walked for every row, so it should stay in cache.
 const BLOCK: usize = 128;
 
+#[derive(serde::Serialize, serde::Deserialize)]
 pub struct Scan {
     pub cfg: DashboardConfig,
     /// The feature ids, in the batches' column order.

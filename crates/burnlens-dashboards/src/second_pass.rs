@@ -15,7 +15,6 @@ pub struct SecondPass {
     pub f0: usize,
     pub n: usize,
     pub histograms: Vec<Histogram>,
-    #[serde(skip)]
     binnings: Vec<Option<Binning>>,
     /// Each feature's `n_quantiles + 1` boundaries.
     pub bounds: Vec<f32>,
