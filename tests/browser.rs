@@ -447,7 +447,7 @@ fn a_click_on_a_feature_node_shows_its_dashboard_examples() {
         &RunSpec { cfg: cfg.clone(), tokens: 1024, batch_windows: 8 },
         None,
         &mut || Ok(Box::new(windows.clone().into_iter().map(Ok))),
-        &mut |_| {},
+        &mut |_| std::ops::ControlFlow::Continue(()),
     )
     .unwrap();
     let tok = |t: u32| format!("t{t}");
