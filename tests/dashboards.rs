@@ -220,8 +220,8 @@ fn the_command_writes_every_format_and_says_when_the_corpus_runs_out() {
 
     // Bad input: one line, exit 2.
     assert_bad_input(&burnlens(&[&base[..], &["--features", "96"]].concat()), "feature 96 does not exist: the SAE has 96 features");
-    assert_bad_input(&burnlens(&[&base[..], &["--features", "7-x"]].concat()), "--features: `7-x`");
-    assert_bad_input(&burnlens(&[&base[..], &["--before", "9", "--after", "9"]].concat()), "--before 9 and --after 9");
+    assert_bad_input(&burnlens(&[&base[..], &["--features", "7-x"]].concat()), "features: `7-x`");
+    assert_bad_input(&burnlens(&[&base[..], &["--before", "9", "--after", "9"]].concat()), "before 9 and after 9");
 }
 
 /// A transcoder set's feature activations, as the dashboards read them over a corpus, are the

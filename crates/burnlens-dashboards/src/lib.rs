@@ -10,7 +10,8 @@
 //! ```
 //! One module per concept: [`config`], [`batch`] (activations and the example slots),
 //! [`top`], [`reservoir`], [`histogram`], [`first_pass`], [`second_pass`], [`scan`],
-//! [`logits`], [`dashboard`], [`source`], [`run`] with its [`checkpoint`]; the outputs [`neuronpedia`],
+//! [`logits`], [`dashboard`], [`source`], [`run`] with its [`checkpoint`], the user's
+//! [`options`] and a whole [`job`]; the outputs [`neuronpedia`],
 //! [`circuit_tracer`], [`html`], [`write`], and what a graph's node shows ([`graph_node`]).
 
 pub mod batch;
@@ -23,8 +24,10 @@ pub mod first_pass;
 pub mod graph_node;
 pub mod histogram;
 pub mod html;
+pub mod job;
 pub mod logits;
 pub mod neuronpedia;
+pub mod options;
 pub mod reservoir;
 pub mod run;
 pub mod scan;
@@ -38,7 +41,9 @@ pub use dashboard::{Example, FeatureDashboard, QuantileGroup};
 pub use error::DashboardError;
 pub use graph_node::{node_fields, read_config};
 pub use histogram::Histogram;
+pub use job::{Job, Summary, make};
 pub use logits::LogitEffects;
+pub use options::DashboardOptions;
 pub use run::{Outcome, Progress, Resume, RunSpec, run};
 pub use source::{Encoder, FeatureKey, FeatureSource};
 pub use write::{RunInfo, read_feature, write_all};

@@ -1,6 +1,7 @@
-//! Training and evaluating SAEs and transcoders from Python (`burnlens.train_sae`,
-//! `burnlens.evaluate_sae`): the options arrive as JSON objects with the library's own field
-//! names (`features::RunOptions`, `data::CorpusOptions`), so nothing is spelled twice.
+//! Training and evaluating SAEs and transcoders, and their dashboards, from Python
+//! (`burnlens.train_sae`, `burnlens.evaluate_sae`, `burnlens.dashboards`): the options arrive
+//! as JSON objects with the library's own field names (`features::RunOptions`,
+//! `data::CorpusOptions`, `dashboards::DashboardOptions`), so nothing is spelled twice.
 
 use std::ops::ControlFlow;
 use std::path::Path;
@@ -10,7 +11,7 @@ use burnlens_features::{EvalInput, RunOptions, evaluate};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
-use crate::{NativeModel, NativeSae};
+use crate::{NativeModel, NativeSae, NativeTranscoders};
 
 fn options<T: serde::de::DeserializeOwned>(json: &str, what: &str) -> PyResult<T> {
     serde_json::from_str(json).map_err(|e| PyValueError::new_err(format!("{what}: {e}")))
@@ -64,4 +65,70 @@ pub fn evaluate_sae(py: Python<'_>, model: &NativeModel, sae: &NativeSae, corpus
     let (metrics, features) =
         py.detach(|| evaluate(&EvalInput { model: &model.any.model, sae: &sae.sae, batches: &batches, ignore_tokens: &ignore })).map_err(|e| err(&e))?;
     Ok(serde_json::json!({ "metrics": metrics, "feature_metrics": features }).to_string())
+}
+
+/// Feature dashboards of `sae` or `transcoders` over the corpus, written into `out`
+/// (resumed from its checkpoint if there is one); `on_progress(pass, tokens, of,
+/// tokens_per_s, seconds_left)` after every batch, where an exception stops the job after a
+/// checkpoint and is raised again. Returns the summary as JSON.
+#[pyfunction]
+#[pyo3(signature = (model, out, options_json, corpus_json, sae=None, transcoders=None, on_progress=None))]
+#[allow(clippy::too_many_arguments)]
+pub fn dashboards(
+    py: Python<'_>,
+    model: &NativeModel,
+    out: &str,
+    options_json: &str,
+    corpus_json: &str,
+    sae: Option<&NativeSae>,
+    transcoders: Option<&NativeTranscoders>,
+    on_progress: Option<Py<PyAny>>,
+) -> PyResult<String> {
+    use burnlens_dashboards::{FeatureSource, Job};
+    let options: burnlens_dashboards::DashboardOptions = options(options_json, "dashboards options")?;
+    let corpus: CorpusOptions = options_of(corpus_json)?;
+    let err = |e: &dyn std::fmt::Display| PyValueError::new_err(e.to_string());
+    let features = options.feature_ids().map_err(|e| err(&e))?;
+    let m = &model.any;
+    let (source, encoder_id, layer) = match (sae, transcoders) {
+        (Some(s), None) => {
+            (FeatureSource::new(&m.model, &s.sae, features).map_err(|e| err(&e))?, s.sae.cfg.hook_name.clone(), s.sae.hook_point().layer().unwrap_or(0))
+        }
+        (None, Some(t)) => (FeatureSource::transcoders(&m.model, t.set.clone(), features).map_err(|e| err(&e))?, t.set.scan.clone().unwrap_or_default(), 0),
+        _ => return Err(PyValueError::new_err("dashboards: give one of sae= and transcoders=")),
+    };
+    let job = Job {
+        source,
+        model_id: m.dir.display().to_string(),
+        encoder_id,
+        layer,
+        tokenizer: m.tokenizer.as_ref(),
+        bos: m.bos.map(|b| b as u32),
+        corpus,
+        options,
+        out: out.into(),
+    };
+    let mut error: Option<PyErr> = None;
+    let summary = py.detach(|| {
+        let mut control = |p: &burnlens_dashboards::Progress| {
+            let Some(f) = &on_progress else { return ControlFlow::Continue(()) };
+            match Python::attach(|py| f.call1(py, (p.pass, p.tokens, p.of, p.tokens_per_s, p.seconds_left))) {
+                Ok(_) => ControlFlow::Continue(()),
+                Err(e) => {
+                    error = Some(e);
+                    ControlFlow::Break(())
+                }
+            }
+        };
+        burnlens_dashboards::make(&job, &mut control)
+    });
+    if let Some(e) = error {
+        return Err(e);
+    }
+    let summary = summary.map_err(|e| err(&e))?;
+    Ok(serde_json::to_string(&summary).expect("summary serialises"))
+}
+
+fn options_of(json: &str) -> PyResult<CorpusOptions> {
+    options(json, "dashboards corpus options")
 }

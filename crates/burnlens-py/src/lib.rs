@@ -123,6 +123,7 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(train::train, m)?)?;
     m.add_function(wrap_pyfunction!(features::train_sae, m)?)?;
     m.add_function(wrap_pyfunction!(features::evaluate_sae, m)?)?;
+    m.add_function(wrap_pyfunction!(features::dashboards, m)?)?;
     m.add_function(wrap_pyfunction!(backends, m)?)?;
     m.add_function(wrap_pyfunction!(get_act_name, m)?)?;
     Ok(())

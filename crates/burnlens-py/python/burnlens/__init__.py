@@ -671,3 +671,24 @@ def evaluate_sae(model: "HookedModel", sae: "SAE", *, data: Any = "random", colu
     `data` (as `train_sae` reads it), BOS left out: `{"metrics": {...}, "feature_metrics": {...}}`
     with SAELens's names and nesting."""
     return json.loads(_native.evaluate_sae(model._native, sae._native, _corpus(data, column, seq_len, prepend_bos), int(batches), int(batch_size), int(seed)))
+
+
+def dashboards(model: "HookedModel", out: str, *, sae: Optional["SAE"] = None, transcoders: Optional[Transcoders] = None, data: Any = "random",
+               column: Optional[str] = None, seq_len: int = 32, prepend_bos: bool = True,
+               on_progress: Optional[Callable[[Dict[str, Any]], None]] = None, **options: Any) -> Dict[str, Any]:
+    """Feature dashboards as SAEDashboard makes them, for every feature of `sae` or of
+    `transcoders` (each layer's) over `data` (as `train_sae` reads it), written into `out`:
+    `html/index.html` (an offline browser), `neuronpedia/` (Neuronpedia's batch JSON),
+    `circuit-tracer/` (its local feature files) and `features/` (burnlens's JSON per feature).
+    `options` are the `dashboards` command's flags with underscores: `tokens`, `features`
+    ("0-99,512"), `top_k`, `quantiles`, `quantile_size`, `before`, `after`, `whole_window`,
+    `keep_bos`, `batch`, `checkpoint_every`, `seed`. Running again resumes an interrupted job;
+    `on_progress(p)` gets `pass`, `tokens`, `of`, `tokens_per_s` and `seconds_left`, and an
+    exception it raises stops the job after a checkpoint and is raised again. Returns the
+    summary (`features`, `tokens`, `ran_out`, `seconds`, `index`)."""
+    def cb(pass_, tokens, of, rate, left):
+        on_progress({"pass": pass_, "tokens": tokens, "of": of, "tokens_per_s": rate, "seconds_left": left})
+    return json.loads(_native.dashboards(model._native, str(out), json.dumps(options), _corpus(data, column, seq_len, prepend_bos),
+                                         sae._native if sae is not None else None, transcoders._native if transcoders is not None else None,
+                                         cb if on_progress is not None else None))
+

@@ -564,6 +564,38 @@ def test_train_sae_trains_a_cross_layer_transcoder_that_graph_reads(tmp_path):
     assert (tc.n_layers, tc.d_transcoder, tc.feature_input_hook) == (3, 24, "ln2.hook_normalized")
 
 
+def test_dashboards_of_an_sae_and_of_transcoders_stop_resume_and_refuse_bad_input(tmp_path):
+    import json as _json
+    model = burnlens.HookedModel.from_pretrained(fixture("trained_gpt2_char"))
+    sae = burnlens.SAE.load(fixture("sae/burnlens_topk_trained_gpt2_char"))
+    seen = []
+    s = burnlens.dashboards(model, tmp_path / "d", sae=sae, data=fixture("data/corpus.parquet"), seq_len=16, tokens=800, features="0-4",
+                            on_progress=seen.append)
+    assert (s["features"], s["tokens"], s["ran_out"]) == (5, 800, False)
+    assert seen[-1]["pass"] == 2 and seen[-1]["tokens"] == seen[-1]["of"] == 1600
+    f = _json.load(open(tmp_path / "d" / "features" / "3.json"))
+    assert f["feature"] == 3 and len(f["top"]) == 20 and len(f["quantiles"]) == 10
+    assert (tmp_path / "d" / "html" / "index.html").exists() and (tmp_path / "d" / "neuronpedia" / "batch-0.json").exists()
+
+    tc = burnlens.Transcoders.load(fixture("trace/gpt2/transcoders"))
+    tmodel = burnlens.HookedModel.from_pretrained(fixture("trace/gpt2/model"))
+
+    def stop(p):
+        if p["pass"] == 2:
+            raise RuntimeError("enough")
+
+    opts = dict(transcoders=tc, data="random", seq_len=16, tokens=640, batch=4, checkpoint_every=0.0)
+    with pytest.raises(RuntimeError, match="enough"):
+        burnlens.dashboards(tmodel, tmp_path / "t", on_progress=stop, **opts)
+    assert (tmp_path / "t" / "checkpoint.cbor").exists()
+    s = burnlens.dashboards(tmodel, tmp_path / "t", **opts)
+    assert s["resumed"][0] == 2 and s["features"] == 120
+    with pytest.raises(ValueError, match="feature 96 does not exist"):
+        burnlens.dashboards(model, tmp_path / "e", sae=sae, features="96")
+    with pytest.raises(ValueError, match="unknown field `colour`"):
+        burnlens.dashboards(model, tmp_path / "e", sae=sae, colour="red")
+
+
 def test_train_sae_refuses_unknown_options_and_hooks(tmp_path):
     model = burnlens.HookedModel.from_pretrained(fixture("trained_gpt2_char"))
     with pytest.raises(ValueError, match="bogus"):

@@ -1,0 +1,97 @@
+//! A whole dashboard job, as the CLI and Python run it: the run (resumable, its checkpoint in
+//! the output folder, keyed by a fingerprint of everything asked for), then every output
+//! written, and a summary.
+
+use std::ops::ControlFlow;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use burnlens_data::CorpusOptions;
+use burnlens_hf::Tokenizer;
+use serde::Serialize;
+
+use crate::error::DashboardError;
+use crate::options::DashboardOptions;
+use crate::run::{Progress, Resume, RunSpec, run};
+use crate::source::FeatureSource;
+use crate::write::{RunInfo, write_all};
+
+/// Everything a job reads.
+pub struct Job<'a> {
+    pub source: FeatureSource<'a>,
+    /// Where the model and the encoder came from (for the files and the fingerprint).
+    pub model_id: String,
+    pub encoder_id: String,
+    /// The layer Neuronpedia files an SAE under.
+    pub layer: usize,
+    pub tokenizer: Option<&'a Tokenizer>,
+    pub bos: Option<u32>,
+    pub corpus: CorpusOptions,
+    pub options: DashboardOptions,
+    pub out: PathBuf,
+}
+
+/// What a job did.
+#[derive(Debug, Clone, Serialize)]
+pub struct Summary {
+    pub features: usize,
+    pub tokens: u64,
+    pub ran_out: bool,
+    pub seconds: Seconds,
+    pub state_bytes: usize,
+    /// (pass, windows read in it) where a resumed job started.
+    pub resumed: Option<(usize, u64)>,
+    pub index: PathBuf,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Seconds {
+    pub first_pass: f64,
+    pub second_pass: f64,
+    pub logits: f64,
+    pub writing: f64,
+}
+
+/// The checkpoint of a job writing into `out`.
+pub fn checkpoint_path(out: &Path) -> PathBuf {
+    out.join("checkpoint.cbor")
+}
+
+/// Runs `job`; `control` hears the progress and may stop it (its state saved:
+/// [`DashboardError::Interrupted`]).
+pub fn make(job: &Job, control: &mut dyn FnMut(&Progress) -> ControlFlow<()>) -> Result<Summary, DashboardError> {
+    let (o, c) = (&job.options, &job.corpus);
+    let cfg = o.config(c.seq_len, job.bos)?;
+    let spec = RunSpec { cfg: cfg.clone(), tokens: o.tokens, batch_windows: o.batch };
+    let fingerprint = format!(
+        "model {} · {} · data {} (column {:?}, seq_len {}, bos {}) · seed {} · tokens {} · features {:?} · batch {} · {:?}",
+        job.model_id, job.encoder_id, c.data, c.column, c.seq_len, !c.no_prepend_bos, o.seed, o.tokens, o.features, o.batch, cfg
+    );
+    let resume = Resume { path: checkpoint_path(&job.out), fingerprint, every: Duration::from_secs_f64(o.checkpoint_every.max(0.0)) };
+    std::fs::create_dir_all(&job.out).map_err(|e| DashboardError::io(&job.out, e))?;
+    let hub = burnlens_hf::Hub::from_env();
+    let model = burnlens_data::ForModel { tokenizer: job.tokenizer, bos: job.bos, vocab: job.source.model.config.vocab_size };
+    let mut windows = || Ok(c.windows(burnlens_data::ForModel { ..model }, o.seed, &hub)?);
+    let out = run(&job.source, &spec, Some(&resume), &mut windows, control)?;
+    if out.stopped {
+        return Err(DashboardError::Interrupted(resume.path));
+    }
+    let tok = |t: u32| match job.tokenizer {
+        Some(k) => k.decode(&[t]),
+        None => format!("#{t}"),
+    };
+    let seconds = Seconds { first_pass: out.seconds[0], second_pass: out.seconds[1], logits: out.seconds[2], writing: 0.0 };
+    let extra = serde_json::json!({ "seconds": seconds, "state_bytes": out.state_bytes, "ran_out": out.ran_out });
+    let info = RunInfo { model_id: &job.model_id, layer: job.layer, sae_set: &job.encoder_id, dataset: &c.data, tokens: out.tokens, seq_len: c.seq_len, extra };
+    let writing = Instant::now();
+    let index = write_all(&job.out, &out.dashboards, &cfg, &info, &tok)?;
+    Ok(Summary {
+        features: out.dashboards.len(),
+        tokens: out.tokens,
+        ran_out: out.ran_out,
+        seconds: Seconds { writing: writing.elapsed().as_secs_f64(), ..seconds },
+        state_bytes: out.state_bytes,
+        resumed: out.resumed,
+        index,
+    })
+}
