@@ -63,6 +63,11 @@ impl Histogram {
             return Histogram::default();
         }
         let (min, max) = data.iter().fold((f32::INFINITY, f32::NEG_INFINITY), |(lo, hi), &x| (lo.min(x), hi.max(x)));
+        Histogram::of_range(data, min, max, n)
+    }
+
+    /// [`Self::of`] for data whose extremes are known.
+    pub fn of_range(data: &[f32], min: f32, max: f32, n: usize) -> Histogram {
         let (mut h, bins) = Histogram::over(min, max, n);
         for &x in data {
             if let Some(b) = bins.bin(x) {

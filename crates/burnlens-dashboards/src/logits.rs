@@ -21,20 +21,28 @@ pub struct LogitEffects {
 }
 
 impl LogitEffects {
-    /// The effects of one feature's logit vector.
+    /// The effects of one feature's logit vector: one pass for the extremes and both tables
+    /// (equal values keep the lower token id first), one for the histogram.
     pub fn of(logits: &[f32], rows: usize, n_bins: usize) -> Self {
-        let mut order: Vec<u32> = (0..logits.len() as u32).collect();
         let rows = rows.min(logits.len());
-        let by = |a: &u32, b: &u32| logits[*b as usize].total_cmp(&logits[*a as usize]).then(a.cmp(b));
-        order.select_nth_unstable_by(rows.saturating_sub(1), by);
-        let mut top: Vec<u32> = order[..rows].to_vec();
-        top.sort_by(by);
-        let by_low = |a: &u32, b: &u32| logits[*a as usize].total_cmp(&logits[*b as usize]).then(a.cmp(b));
-        order.select_nth_unstable_by(rows.saturating_sub(1), by_low);
-        let mut bottom: Vec<u32> = order[..rows].to_vec();
-        bottom.sort_by(by_low);
-        let pair = |t: u32| (t, logits[t as usize]);
-        LogitEffects { top: top.into_iter().map(pair).collect(), bottom: bottom.into_iter().map(pair).collect(), histogram: Histogram::of(logits, n_bins) }
+        let mut top: Vec<(u32, f32)> = Vec::with_capacity(rows + 1);
+        let mut bottom: Vec<(u32, f32)> = Vec::with_capacity(rows + 1);
+        let (mut lo, mut hi) = (f32::INFINITY, f32::NEG_INFINITY);
+        for (i, &x) in logits.iter().enumerate() {
+            (lo, hi) = (lo.min(x), hi.max(x));
+            if top.len() < rows || x > top[rows - 1].1 {
+                let at = top.iter().position(|t| t.1 < x).unwrap_or(top.len());
+                top.insert(at, (i as u32, x));
+                top.truncate(rows);
+            }
+            if bottom.len() < rows || x < bottom[rows - 1].1 {
+                let at = bottom.iter().position(|t| t.1 > x).unwrap_or(bottom.len());
+                bottom.insert(at, (i as u32, x));
+                bottom.truncate(rows);
+            }
+        }
+        let histogram = if logits.is_empty() { Histogram::default() } else { Histogram::of_range(logits, lo, hi, n_bins) };
+        LogitEffects { top, bottom, histogram }
     }
 }
 
@@ -71,4 +79,22 @@ pub fn logit_effects(dirs: Tensor<2>, w_u: Tensor<2>, rows: usize, n_bins: usize
         out.par_extend(host.par_chunks(vocab).map(|l| LogitEffects::of(l, rows, n_bins)).collect::<Vec<_>>());
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The tables against a full sort (value, then token id), ties included.
+    #[test]
+    fn tables_equal_a_sort() {
+        let logits: Vec<f32> = (0..5000u32).map(|i| ((i.wrapping_mul(2654435761) >> 7) % 997) as f32 / 7.0 - 60.0).collect();
+        let e = LogitEffects::of(&logits, 10, 50);
+        let mut order: Vec<u32> = (0..logits.len() as u32).collect();
+        order.sort_by(|a, b| logits[*b as usize].total_cmp(&logits[*a as usize]).then(a.cmp(b)));
+        assert_eq!(e.top, order[..10].iter().map(|&i| (i, logits[i as usize])).collect::<Vec<_>>());
+        order.sort_by(|a, b| logits[*a as usize].total_cmp(&logits[*b as usize]).then(a.cmp(b)));
+        assert_eq!(e.bottom, order[..10].iter().map(|&i| (i, logits[i as usize])).collect::<Vec<_>>());
+        assert_eq!(e.histogram.heights.iter().sum::<u64>(), 5000);
+    }
 }
