@@ -15,6 +15,8 @@ pub struct FirstPass {
     /// The smallest activation above zero (+∞ while there is none).
     pub min_nonzero: Vec<f32>,
     pub nonzero: Vec<u64>,
+    /// Positions where it reads exactly zero.
+    pub zeros: Vec<u64>,
     pub top: TopGroups,
     bar: Vec<f32>,
 }
@@ -27,6 +29,7 @@ impl FirstPass {
             max: vec![f32::NEG_INFINITY; n],
             min_nonzero: vec![f32::INFINITY; n],
             nonzero: vec![0; n],
+            zeros: vec![0; n],
             top: TopGroups::new(n, cfg.top_k, width),
             bar: vec![f32::NEG_INFINITY; n],
         }
@@ -36,19 +39,27 @@ impl FirstPass {
         let centre = cfg.centre_range(b.seq_len);
         for r in 0..b.rows() {
             let row = &b.row(r)[self.f0..self.f0 + self.n];
-            for (((&a, max), min), nz) in row.iter().zip(&mut self.max).zip(&mut self.min_nonzero).zip(&mut self.nonzero) {
+            for ((((&a, max), min), nz), z) in row.iter().zip(&mut self.max).zip(&mut self.min_nonzero).zip(&mut self.nonzero).zip(&mut self.zeros) {
                 *max = max.max(a);
                 let pos = a > 0.0;
                 *nz += pos as u64;
+                *z += (a == 0.0) as u64;
                 *min = if pos { min.min(a) } else { *min };
             }
             if !centre.contains(&(r % b.seq_len)) {
                 continue;
             }
-            for j in 0..self.n {
-                if row[j] > self.bar[j] {
-                    self.top.offer(j, b, r, self.f0 + j, cfg);
-                    self.bar[j] = self.top.bar(j);
+            // Sixteen at a time: most blocks have nothing that enters a top group.
+            for c0 in (0..self.n).step_by(16) {
+                let c1 = (c0 + 16).min(self.n);
+                if !row[c0..c1].iter().zip(&self.bar[c0..c1]).fold(false, |hit, (a, bar)| hit | (a > bar)) {
+                    continue;
+                }
+                for j in c0..c1 {
+                    if row[j] > self.bar[j] {
+                        self.top.offer(j, b, r, self.f0 + j, cfg);
+                        self.bar[j] = self.top.bar(j);
+                    }
                 }
             }
         }

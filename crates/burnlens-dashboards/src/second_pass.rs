@@ -44,39 +44,55 @@ impl SecondPass {
         let reservoirs = (0..n * nq)
             .map(|o| Reservoir::new(cfg.seed.wrapping_mul(0x1000_0000_01B3) ^ ((features[first.f0 + o / nq] as u64) << 8 | (o % nq) as u64)))
             .collect();
-        SecondPass {
-            f0: first.f0,
-            n,
-            histograms,
-            binnings,
-            bounds,
-            contains: vec![0; n * nq],
-            reservoirs,
-            samples: Slots::new(n * nq, cfg.quantile_size, width),
+        // The zeros (every ignored position among them) are in the intervals holding 0: the
+        // lowest, or all of them when the feature never fires.
+        let mut contains = vec![0; n * nq];
+        for j in 0..n {
+            let hi = if bounds[j * (nq + 1) + 1] > 0.0 { 0 } else { nq - 1 };
+            contains[j * nq..=j * nq + hi].iter_mut().for_each(|c| *c = first.zeros[j]);
         }
+        SecondPass { f0: first.f0, n, histograms, binnings, bounds, contains, reservoirs, samples: Slots::new(n * nq, cfg.quantile_size, width) }
     }
 
     pub fn scan(&mut self, b: &ActBatch, cfg: &DashboardConfig) {
-        let (nq, k) = (cfg.n_quantiles, cfg.quantile_size);
         let centre = cfg.centre_range(b.seq_len);
         for r in 0..b.rows() {
-            let row = &b.row(r)[self.f0..self.f0 + self.n];
             let in_centre = centre.contains(&(r % b.seq_len));
-            for (j, &a) in row.iter().enumerate() {
-                if a > 0.0
-                    && let Some(bin) = self.binnings[j].and_then(|bins| bins.bin(a))
-                {
-                    self.histograms[j].heights[bin] += 1;
+            for j in 0..self.n {
+                let a = b.acts[r * b.n_features + self.f0 + j];
+                if a > 0.0 {
+                    self.positive(j, a, r, b, cfg, in_centre);
+                } else if a == 0.0 && in_centre {
+                    // Zeros were counted by the first pass; here they are only offered to the
+                    // sample of the intervals holding 0.
+                    self.offer_zero(j, r, b, cfg);
                 }
-                let q = &self.bounds[j * (nq + 1)..(j + 1) * (nq + 1)];
-                let Some((lo, hi)) = intervals(q, a) else { continue };
-                for i in lo..=hi {
-                    let o = j * nq + i;
-                    self.contains[o] += 1;
-                    if in_centre && let Take::Into(slot) = self.reservoirs[o].offer(k) {
-                        self.samples.set(o, slot, b, r, self.f0 + j, cfg);
-                    }
-                }
+            }
+        }
+    }
+
+    fn positive(&mut self, j: usize, a: f32, r: usize, b: &ActBatch, cfg: &DashboardConfig, in_centre: bool) {
+        let (nq, k) = (cfg.n_quantiles, cfg.quantile_size);
+        if let Some(bin) = self.binnings[j].and_then(|bins| bins.bin(a)) {
+            self.histograms[j].heights[bin] += 1;
+        }
+        let q = &self.bounds[j * (nq + 1)..(j + 1) * (nq + 1)];
+        let Some((lo, hi)) = intervals(q, a) else { return };
+        for i in lo..=hi {
+            let o = j * nq + i;
+            self.contains[o] += 1;
+            if in_centre && let Take::Into(slot) = self.reservoirs[o].offer(k) {
+                self.samples.set(o, slot, b, r, self.f0 + j, cfg);
+            }
+        }
+    }
+
+    fn offer_zero(&mut self, j: usize, r: usize, b: &ActBatch, cfg: &DashboardConfig) {
+        let (nq, k) = (cfg.n_quantiles, cfg.quantile_size);
+        let hi = if self.bounds[j * (nq + 1) + 1] > 0.0 { 0 } else { nq - 1 };
+        for o in j * nq..=j * nq + hi {
+            if let Take::Into(slot) = self.reservoirs[o].offer(k) {
+                self.samples.set(o, slot, b, r, self.f0 + j, cfg);
             }
         }
     }
