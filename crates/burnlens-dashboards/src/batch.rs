@@ -91,16 +91,21 @@ impl Slots {
     }
 
     /// The example in a slot.
-    pub fn example(&self, owner: usize, slot: usize) -> crate::dashboard::Example {
+    pub fn example(&self, owner: usize, slot: usize) -> Example {
         let s = owner * self.per + slot;
         let k = self.keys[s];
         let range = s * self.width..(s + 1) * self.width;
-        crate::dashboard::Example {
-            window: k.window,
-            position: k.pos as usize,
-            value: k.value,
-            tokens: self.tokens[range.clone()].to_vec(),
-            acts: self.acts[range].to_vec(),
-        }
+        Example { window: k.window, position: k.pos as usize, value: k.value, tokens: self.tokens[range.clone()].to_vec(), acts: self.acts[range].to_vec() }
     }
+}
+
+/// One example: the window and position it is centred on, its activation there, and the
+/// tokens and activations shown around it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Example {
+    pub window: u64,
+    pub position: usize,
+    pub value: f32,
+    pub tokens: Vec<u32>,
+    pub acts: Vec<f32>,
 }

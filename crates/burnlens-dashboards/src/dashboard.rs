@@ -4,21 +4,11 @@
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::batch::Example;
 use crate::first_pass::FirstPass;
 use crate::histogram::Histogram;
 use crate::logits::LogitEffects;
 use crate::second_pass::SecondPass;
-
-/// One example: the window and position it is centred on, its activation there, and the
-/// tokens and activations shown around it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Example {
-    pub window: u64,
-    pub position: usize,
-    pub value: f32,
-    pub tokens: Vec<u32>,
-    pub acts: Vec<f32>,
-}
 
 /// A quantile group: activations in `[lower, upper]`, `contains` the fraction of all
 /// positions there, and its sample.
@@ -87,7 +77,24 @@ pub fn assemble(
 }
 
 impl FeatureDashboard {
-    pub fn key(&self) -> crate::source::FeatureKey {
-        crate::source::FeatureKey { layer: self.layer, index: self.feature }
+    pub fn key(&self) -> FeatureKey {
+        FeatureKey { layer: self.layer, index: self.feature }
+    }
+}
+
+/// A feature's name: its index, and its layer for a transcoder set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct FeatureKey {
+    pub layer: Option<usize>,
+    pub index: usize,
+}
+
+impl FeatureKey {
+    /// The name of its files: `12`, or `3_12` for feature 12 of layer 3.
+    pub fn stem(&self) -> String {
+        match self.layer {
+            Some(l) => format!("{l}_{}", self.index),
+            None => self.index.to_string(),
+        }
     }
 }

@@ -37,7 +37,7 @@ pub mod top;
 pub mod write;
 
 pub use config::{Context, DashboardConfig};
-pub use dashboard::{Example, FeatureDashboard, QuantileGroup};
+pub use dashboard::{Example, FeatureDashboard, FeatureKey, QuantileGroup};
 pub use error::DashboardError;
 pub use graph_node::{node_fields, read_config};
 pub use histogram::Histogram;
@@ -45,5 +45,5 @@ pub use job::{Job, Summary, make};
 pub use logits::LogitEffects;
 pub use options::DashboardOptions;
 pub use run::{Outcome, Progress, Resume, RunSpec, run};
-pub use source::{Encoder, FeatureKey, FeatureSource};
+pub use source::{Encoder, FeatureSource};
 pub use write::{RunInfo, read_feature, write_all};

@@ -92,12 +92,11 @@ pub fn run<'w>(
         scan: Scan::new(spec.cfg.clone(), source.features.clone(), seq_len),
     });
     let mut pending = Some(first);
-    let mut last_save = Instant::now();
+    let mut saver = Saver { resume, last: Instant::now() };
     while st.pass <= 2 {
         if st.pass == 2 && pending.is_none() && st.done == 0 {
             it = windows()?;
         }
-        let target = if st.pass == 1 { want } else { st.total };
         // Windows a resumed pass read already are skipped, without the model.
         if st.done > 0 {
             let left = st.done - u64::from(pending.take().is_some());
@@ -105,49 +104,10 @@ pub fn run<'w>(
                 w?;
             }
         }
-        let started = Instant::now();
-        let before = st.seconds[st.pass - 1];
-        while st.done < target {
-            let take = (spec.batch_windows as u64).min(target - st.done) as usize;
-            let mut batch: Vec<Vec<u32>> = pending.take().into_iter().collect();
-            while batch.len() < take {
-                match it.next().transpose()? {
-                    Some(w) => batch.push(w),
-                    None => break,
-                }
-            }
-            let n = batch.len() as u64;
-            if n > 0 {
-                let mut b = source.batch(&batch, st.done)?;
-                b.mask(&spec.cfg);
-                if st.pass == 1 {
-                    st.scan.first(&b)
-                } else {
-                    st.scan.second(&b)
-                }
-                st.done += n;
-            }
-            if (n as usize) < take {
-                if st.pass == 2 {
-                    return Err(DashboardError::Input(format!("the corpus gave {} windows on the second pass, {} on the first", st.done, st.total)));
-                }
-                st.ran_out = true;
-                break;
-            }
-            st.seconds[st.pass - 1] = before + started.elapsed().as_secs_f64();
-            let p = progress(&st, want, seq_len);
-            let stop = control(&p).is_break();
-            if let Some(r) = resume
-                && (stop || last_save.elapsed() >= r.every)
-            {
-                st.save(&r.path)?;
-                last_save = Instant::now();
-            }
-            if stop {
-                return Ok(Outcome { dashboards: Vec::new(), tokens: 0, ran_out: false, seconds: [0.0; 3], state_bytes: 0, resumed, stopped: true });
-            }
+        let target = if st.pass == 1 { want } else { st.total };
+        if read_pass(source, spec, &mut st, target, &mut pending, &mut it, &mut saver, control)?.is_break() {
+            return Ok(Outcome { dashboards: Vec::new(), tokens: 0, ran_out: false, seconds: [0.0; 3], state_bytes: 0, resumed, stopped: true });
         }
-        st.seconds[st.pass - 1] = before + started.elapsed().as_secs_f64();
         if st.pass == 1 {
             st.total = st.done;
             st.scan.start_second();
@@ -156,14 +116,7 @@ pub fn run<'w>(
         st.done = 0;
     }
     let logits_started = Instant::now();
-    let dirs = source.resid_directions()?;
-    let effects = logit_effects(dirs, source.model.w_u().0, spec.cfg.logit_rows, spec.cfg.n_bins, 256);
-    let position: std::collections::HashMap<usize, usize> = source.features.iter().enumerate().map(|(i, &f)| (f, i)).collect();
-    let mut dashboards = st.scan.finish(&mut |f| effects[position[&f]].clone());
-    for d in &mut dashboards {
-        let key = source.encoder.key(d.feature);
-        (d.layer, d.feature) = (key.layer, key.index);
-    }
+    let dashboards = finish(source, spec, &st)?;
     if let Some(r) = resume {
         let _ = std::fs::remove_file(&r.path);
     }
@@ -176,6 +129,90 @@ pub fn run<'w>(
         resumed,
         stopped: false,
     })
+}
+
+/// Saves the checkpoint every so often, and when the run stops.
+struct Saver<'r> {
+    resume: Option<&'r Resume>,
+    last: Instant,
+}
+
+impl Saver<'_> {
+    fn tick(&mut self, st: &Checkpoint, stop: bool) -> Result<(), DashboardError> {
+        if let Some(r) = self.resume
+            && (stop || self.last.elapsed() >= r.every)
+        {
+            st.save(&r.path)?;
+            self.last = Instant::now();
+        }
+        Ok(())
+    }
+}
+
+/// The current pass, from window `st.done` to `target` (or the corpus's end in pass 1).
+#[allow(clippy::too_many_arguments)]
+fn read_pass(
+    source: &FeatureSource,
+    spec: &RunSpec,
+    st: &mut Checkpoint,
+    target: u64,
+    pending: &mut Option<Vec<u32>>,
+    it: &mut WindowIter,
+    saver: &mut Saver,
+    control: &mut dyn FnMut(&Progress) -> ControlFlow<()>,
+) -> Result<ControlFlow<()>, DashboardError> {
+    let started = Instant::now();
+    let before = st.seconds[st.pass - 1];
+    let want = if st.pass == 1 { target } else { st.total };
+    while st.done < target {
+        let take = (spec.batch_windows as u64).min(target - st.done) as usize;
+        let mut batch: Vec<Vec<u32>> = pending.take().into_iter().collect();
+        while batch.len() < take {
+            match it.next().transpose()? {
+                Some(w) => batch.push(w),
+                None => break,
+            }
+        }
+        let n = batch.len() as u64;
+        if n > 0 {
+            let mut b = source.batch(&batch, st.done)?;
+            b.mask(&spec.cfg);
+            if st.pass == 1 {
+                st.scan.first(&b)
+            } else {
+                st.scan.second(&b)
+            }
+            st.done += n;
+        }
+        if (n as usize) < take {
+            if st.pass == 2 {
+                return Err(DashboardError::Input(format!("the corpus gave {} windows on the second pass, {} on the first", st.done, st.total)));
+            }
+            st.ran_out = true;
+            break;
+        }
+        st.seconds[st.pass - 1] = before + started.elapsed().as_secs_f64();
+        let stop = control(&progress(st, want, st.seq_len)).is_break();
+        saver.tick(st, stop)?;
+        if stop {
+            return Ok(ControlFlow::Break(()));
+        }
+    }
+    st.seconds[st.pass - 1] = before + started.elapsed().as_secs_f64();
+    Ok(ControlFlow::Continue(()))
+}
+
+/// The logit effects, then every feature's dashboard.
+fn finish(source: &FeatureSource, spec: &RunSpec, st: &Checkpoint) -> Result<Vec<FeatureDashboard>, DashboardError> {
+    let dirs = source.resid_directions()?;
+    let effects = logit_effects(dirs, source.model.w_u().0, spec.cfg.logit_rows, spec.cfg.n_bins, 256);
+    let position: std::collections::HashMap<usize, usize> = source.features.iter().enumerate().map(|(i, &f)| (f, i)).collect();
+    let mut dashboards = st.scan.finish(&mut |f| effects[position[&f]].clone());
+    for d in &mut dashboards {
+        let key = source.encoder.key(d.feature);
+        (d.layer, d.feature) = (key.layer, key.index);
+    }
+    Ok(dashboards)
 }
 
 /// Progress over both passes (the second's length is the first's).

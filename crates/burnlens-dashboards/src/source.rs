@@ -7,9 +7,9 @@ use burn::tensor::{Int, Tensor, TensorData};
 use burnlens_lens::sae::Sae;
 use burnlens_model::Transformer;
 use burnlens_trace::TranscoderSet;
-use serde::{Deserialize, Serialize};
 
 use crate::batch::ActBatch;
+use crate::dashboard::FeatureKey;
 use crate::error::DashboardError;
 
 /// What turns the model's activations into features.
@@ -20,23 +20,6 @@ pub enum Encoder {
     /// Transcoders, one encoder per layer; their activations are circuit-tracer's (nothing
     /// folded), so they read as the attribution graph's nodes do.
     Transcoders(TranscoderSet),
-}
-
-/// A feature's name: its index, and its layer for a transcoder set.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub struct FeatureKey {
-    pub layer: Option<usize>,
-    pub index: usize,
-}
-
-impl FeatureKey {
-    /// The name of its files: `12`, or `3_12` for feature 12 of layer 3.
-    pub fn stem(&self) -> String {
-        match self.layer {
-            Some(l) => format!("{l}_{}", self.index),
-            None => self.index.to_string(),
-        }
-    }
 }
 
 impl Encoder {

@@ -12,10 +12,10 @@ use serde_json::json;
 
 use crate::config::DashboardConfig;
 use crate::dashboard::FeatureDashboard;
+use crate::dashboard::FeatureKey;
 use crate::error::DashboardError;
 use crate::html::{centre, feature_script, index_page};
 use crate::neuronpedia::{BatchInfo, batch};
-use crate::source::FeatureKey;
 
 /// Features per Neuronpedia batch file.
 pub const NEURONPEDIA_BATCH: usize = 128;
