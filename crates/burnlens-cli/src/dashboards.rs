@@ -7,7 +7,7 @@ use std::ops::ControlFlow;
 use std::path::PathBuf;
 
 use anyhow::Result;
-use burnlens_dashboards::{DashboardOptions, FeatureSource, Job};
+use burnlens_dashboards::{DashboardOptions, Explained, Job};
 use burnlens_data::CorpusOptions;
 
 use crate::{Common, ModelArgs, UserError};
@@ -38,31 +38,22 @@ pub struct DashboardsArgs {
 }
 
 pub fn run(a: &DashboardsArgs) -> Result<()> {
-    let features = a.options.feature_ids()?;
     let m = crate::commands::load_model_args(&a.model, &a.common)?;
-    let (source, encoder_id, layer) = match (&a.sae, &a.transcoders) {
+    let sae;
+    let explained = match (&a.sae, &a.transcoders) {
         (Some(spec), _) => {
-            let (dir, sae) = crate::commands::load_sae(spec, &m.model.device())?;
-            (FeatureSource::new(&m.model, &sae, features)?, dir.display().to_string(), sae.hook_point().layer().unwrap_or(0))
+            let (dir, loaded) = crate::commands::load_sae(spec, &m.model.device())?;
+            sae = loaded;
+            Explained::Sae { sae: &sae, id: dir.display().to_string() }
         }
         (None, Some(spec)) => {
             let set = crate::progress::transcoders(spec, &m.model.device())?;
-            let name = set.scan.clone().unwrap_or_else(|| spec.clone());
-            (FeatureSource::transcoders(&m.model, set, features)?, name, 0)
+            let id = set.scan.clone().unwrap_or_else(|| spec.clone());
+            Explained::Transcoders { set, id }
         }
         (None, None) => return Err(UserError("give --sae or --transcoders".into()).into()),
     };
-    let job = Job {
-        source,
-        model_id: m.dir.display().to_string(),
-        encoder_id,
-        layer,
-        tokenizer: m.tokenizer.as_ref(),
-        bos: m.bos.map(|b| b as u32),
-        corpus: a.corpus.clone(),
-        options: a.options.clone(),
-        out: a.out.clone(),
-    };
+    let job = Job::new(&m, explained, a.corpus.clone(), a.options.clone(), a.out.clone())?;
     let tty = std::io::stderr().is_terminal();
     // Ctrl-C / SIGTERM: checkpoint, stop, exit 130; the same command resumes.
     burnlens_train::install_interrupt_handler();

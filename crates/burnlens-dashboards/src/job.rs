@@ -52,6 +52,41 @@ pub struct Seconds {
     pub writing: f64,
 }
 
+/// The features a job explains: an SAE's, or every layer's of a transcoder set; `id` names
+/// it in the files (its folder, or the set's scan).
+pub enum Explained<'s> {
+    Sae { sae: &'s burnlens_lens::sae::Sae, id: String },
+    Transcoders { set: burnlens_trace::TranscoderSet, id: String },
+}
+
+impl<'a> Job<'a> {
+    /// A job on a loaded model (`options.features` picks the features).
+    pub fn new(
+        m: &'a burnlens_train::AnyModel,
+        explained: Explained,
+        corpus: CorpusOptions,
+        options: DashboardOptions,
+        out: PathBuf,
+    ) -> Result<Self, DashboardError> {
+        let features = options.feature_ids()?;
+        let (source, encoder_id, layer) = match explained {
+            Explained::Sae { sae, id } => (FeatureSource::new(&m.model, sae, features)?, id, sae.hook_point().layer().unwrap_or(0)),
+            Explained::Transcoders { set, id } => (FeatureSource::transcoders(&m.model, set, features)?, id, 0),
+        };
+        Ok(Job {
+            source,
+            model_id: m.dir.display().to_string(),
+            encoder_id,
+            layer,
+            tokenizer: m.tokenizer.as_ref(),
+            bos: m.bos.map(|b| b as u32),
+            corpus,
+            options,
+            out,
+        })
+    }
+}
+
 /// The checkpoint of a job writing into `out`.
 pub fn checkpoint_path(out: &Path) -> PathBuf {
     out.join("checkpoint.cbor")

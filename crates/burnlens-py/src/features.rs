@@ -84,30 +84,16 @@ pub fn dashboards(
     transcoders: Option<&NativeTranscoders>,
     on_progress: Option<Py<PyAny>>,
 ) -> PyResult<String> {
-    use burnlens_dashboards::{FeatureSource, Job};
+    use burnlens_dashboards::{Explained, Job};
     let options: burnlens_dashboards::DashboardOptions = options(options_json, "dashboards options")?;
-    let corpus: CorpusOptions = options_of(corpus_json)?;
+    let corpus: CorpusOptions = options(corpus_json, "dashboards corpus options")?;
     let err = |e: &dyn std::fmt::Display| PyValueError::new_err(e.to_string());
-    let features = options.feature_ids().map_err(|e| err(&e))?;
-    let m = &model.any;
-    let (source, encoder_id, layer) = match (sae, transcoders) {
-        (Some(s), None) => {
-            (FeatureSource::new(&m.model, &s.sae, features).map_err(|e| err(&e))?, s.sae.cfg.hook_name.clone(), s.sae.hook_point().layer().unwrap_or(0))
-        }
-        (None, Some(t)) => (FeatureSource::transcoders(&m.model, t.set.clone(), features).map_err(|e| err(&e))?, t.set.scan.clone().unwrap_or_default(), 0),
+    let explained = match (sae, transcoders) {
+        (Some(s), None) => Explained::Sae { sae: &s.sae, id: s.sae.cfg.hook_name.clone() },
+        (None, Some(t)) => Explained::Transcoders { set: t.set.clone(), id: t.set.scan.clone().unwrap_or_default() },
         _ => return Err(PyValueError::new_err("dashboards: give one of sae= and transcoders=")),
     };
-    let job = Job {
-        source,
-        model_id: m.dir.display().to_string(),
-        encoder_id,
-        layer,
-        tokenizer: m.tokenizer.as_ref(),
-        bos: m.bos.map(|b| b as u32),
-        corpus,
-        options,
-        out: out.into(),
-    };
+    let job = Job::new(&model.any, explained, corpus, options, out.into()).map_err(|e| err(&e))?;
     let mut error: Option<PyErr> = None;
     let summary = py.detach(|| {
         let mut control = |p: &burnlens_dashboards::Progress| {
@@ -127,8 +113,4 @@ pub fn dashboards(
     }
     let summary = summary.map_err(|e| err(&e))?;
     Ok(serde_json::to_string(&summary).expect("summary serialises"))
-}
-
-fn options_of(json: &str) -> PyResult<CorpusOptions> {
-    options(json, "dashboards corpus options")
 }
