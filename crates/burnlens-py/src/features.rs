@@ -85,7 +85,7 @@ pub fn dashboards(
     on_progress: Option<Py<PyAny>>,
 ) -> PyResult<String> {
     use burnlens_dashboards::{Explained, Job};
-    let options: burnlens_dashboards::DashboardOptions = options(options_json, "dashboards options")?;
+    let opts: burnlens_dashboards::DashboardOptions = options(options_json, "dashboards options")?;
     let corpus: CorpusOptions = options(corpus_json, "dashboards corpus options")?;
     let err = |e: &dyn std::fmt::Display| PyValueError::new_err(e.to_string());
     let explained = match (sae, transcoders) {
@@ -93,7 +93,7 @@ pub fn dashboards(
         (None, Some(t)) => Explained::Transcoders { set: t.set.clone(), id: t.set.scan.clone().unwrap_or_default() },
         _ => return Err(PyValueError::new_err("dashboards: give one of sae= and transcoders=")),
     };
-    let job = Job::new(&model.any, explained, corpus, options, out.into()).map_err(|e| err(&e))?;
+    let job = Job::new(&model.any, explained, corpus, opts, out.into()).map_err(|e| err(&e))?;
     let mut error: Option<PyErr> = None;
     let summary = py.detach(|| {
         let mut control = |p: &burnlens_dashboards::Progress| {
