@@ -351,3 +351,42 @@ fn a_killed_run_resumes_to_the_same_dashboards() {
     }
     assert_eq!(n, 120);
 }
+
+/// A few features of an SAE (encoded alone) get the dashboards a run over all of them gives.
+#[test]
+fn a_feature_subset_equals_the_full_runs_dashboards() {
+    let device = Device::flex();
+    for case in ["standard_resid", "jumprelu_mlp_post"] {
+        let dir = fixture("dashboards").join(case);
+        let tokens: Vec<Vec<u32>> = serde_json::from_str(&std::fs::read_to_string(dir.join("tokens.json")).unwrap()).unwrap();
+        let model = load_model(&fixture("gpt2"), &device).unwrap().model;
+        let sae = Sae::load(&dir.join("sae"), &device).unwrap();
+        let cfg = DashboardConfig { ignore_tokens: vec![0], ..DashboardConfig::default() };
+        let spec = RunSpec { cfg, tokens: (tokens.len() * tokens[0].len()) as u64, batch_windows: 5 };
+        let dash = |features: Option<Vec<usize>>| {
+            let source = FeatureSource::new(&model, &sae, features).unwrap();
+            run(&source, &spec, None, &mut || Ok(Box::new(tokens.clone().into_iter().map(Ok))), &mut |_| std::ops::ControlFlow::Continue(()))
+                .unwrap()
+                .dashboards
+        };
+        let all = dash(None);
+        let some = dash(Some(vec![30, 3, 17]));
+        assert_eq!(some.iter().map(|d| d.feature).collect::<Vec<_>>(), [30, 3, 17]);
+        for d in &some {
+            let w = &all[d.feature];
+            assert_eq!(
+                d.top.iter().map(|e| (e.window, e.position)).collect::<Vec<_>>(),
+                w.top.iter().map(|e| (e.window, e.position)).collect::<Vec<_>>(),
+                "{case} {}",
+                d.feature
+            );
+            assert!(d.top.iter().zip(&w.top).all(|(a, b)| (a.value - b.value).abs() <= 1e-5 * b.value.abs().max(1.0)));
+            assert_eq!((d.acts_histogram.heights.clone(), d.density), (w.acts_histogram.heights.clone(), w.density), "{case} {}", d.feature);
+            assert_eq!(d.logits.top.iter().map(|r| r.0).collect::<Vec<_>>(), w.logits.top.iter().map(|r| r.0).collect::<Vec<_>>());
+            let samples = |x: &burnlens::dashboards::FeatureDashboard| {
+                x.quantiles.iter().map(|q| q.examples.iter().map(|e| (e.window, e.position)).collect::<Vec<_>>()).collect::<Vec<_>>()
+            };
+            assert_eq!(samples(d), samples(w), "{case} {}: the same samples (seeded per feature)", d.feature);
+        }
+    }
+}

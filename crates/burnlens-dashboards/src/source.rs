@@ -52,6 +52,9 @@ pub struct FeatureSource<'a> {
     pub encoder: Encoder,
     /// Column ids (`layer · per_layer + index`), in the order their columns are kept.
     pub features: Vec<usize>,
+    /// Each feature's column in the encoder's output (an SAE cut down to the features asked
+    /// for has them in order).
+    columns: Vec<usize>,
 }
 
 impl<'a> FeatureSource<'a> {
@@ -59,7 +62,19 @@ impl<'a> FeatureSource<'a> {
     /// width is an error naming it.
     pub fn new(model: &'a Transformer, sae: &Sae, features: Option<Vec<usize>>) -> Result<Self, DashboardError> {
         sae.check_model(model)?;
-        Self::with(model, Encoder::Sae(fold_decoder_norms(sae)), features)
+        let mut source = Self::with(model, Encoder::Sae(fold_decoder_norms(sae)), features)?;
+        // A few features of a wide SAE: encode only those (a TopK SAE needs every feature to
+        // choose its k).
+        let idx = source.index_tensor(source.features.iter().copied());
+        let n = source.features.len();
+        if let Encoder::Sae(s) = &mut source.encoder
+            && !matches!(s.cfg.architecture, burnlens_lens::sae::Architecture::TopK { .. })
+            && n < s.cfg.d_sae
+        {
+            *s = restrict(s, idx);
+            source.columns = (0..n).collect();
+        }
+        Ok(source)
     }
 
     /// A source of a transcoder set's features: `features` are indices within each layer
@@ -79,8 +94,8 @@ impl<'a> FeatureSource<'a> {
         if ids.is_empty() {
             return Err(DashboardError::Input("no features were asked for".into()));
         }
-        let features = (0..encoder.n_layers()).flat_map(|l| ids.iter().map(move |&i| l * d + i)).collect();
-        Ok(FeatureSource { model, encoder, features })
+        let features: Vec<usize> = (0..encoder.n_layers()).flat_map(|l| ids.iter().map(move |&i| l * d + i)).collect();
+        Ok(FeatureSource { model, encoder, columns: features.clone(), features })
     }
 
     /// The activations of `windows` (corpus index of the first: `first_window`).
@@ -90,8 +105,8 @@ impl<'a> FeatureSource<'a> {
             Encoder::Sae(sae) => {
                 let x = burnlens_features::pass::pass(self.model, &[sae.hook_point()], windows)?.remove(0);
                 let mut f = sae.encode(x);
-                if nf != sae.cfg.d_sae || self.features.iter().enumerate().any(|(i, &f)| i != f) {
-                    f = f.select(1, self.index_tensor(self.features.iter().copied()));
+                if nf != sae.cfg.d_sae || self.columns.iter().enumerate().any(|(i, &c)| i != c) {
+                    f = f.select(1, self.index_tensor(self.columns.iter().copied()));
                 }
                 f.into_data().try_to_vec::<f32>().map_err(|e| DashboardError::Input(format!("feature activations: {e:?}")))?
             }
@@ -132,7 +147,7 @@ impl<'a> FeatureSource<'a> {
     pub fn resid_directions(&self) -> Result<Tensor<2>, DashboardError> {
         match &self.encoder {
             Encoder::Sae(sae) => {
-                let w_dec = sae.w_dec.clone().select(0, self.index_tensor(self.features.iter().copied()));
+                let w_dec = sae.w_dec.clone().select(0, self.index_tensor(self.columns.iter().copied()));
                 crate::logits::resid_directions(self.model, sae.hook_point(), w_dec).map_err(DashboardError::Input)
             }
             Encoder::Transcoders(set) => {
@@ -150,6 +165,17 @@ impl<'a> FeatureSource<'a> {
             }
         }
     }
+}
+
+/// `sae` with only the features `idx` (in that order).
+fn restrict(sae: &Sae, idx: Tensor<1, Int>) -> Sae {
+    let mut s = sae.clone();
+    s.cfg.d_sae = idx.dims()[0];
+    s.w_enc = s.w_enc.select(1, idx.clone());
+    s.b_enc = s.b_enc.select(0, idx.clone());
+    s.w_dec = s.w_dec.select(0, idx.clone());
+    s.threshold = s.threshold.map(|t| t.select(0, idx));
+    s
 }
 
 /// The SAE SAEDashboard reads (`fold_W_dec_norm` before anything else): each decoder row
