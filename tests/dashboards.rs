@@ -209,6 +209,16 @@ fn the_command_writes_every_format_and_says_when_the_corpus_runs_out() {
     let index = std::fs::read_to_string(out.join("html/index.html")).unwrap();
     assert!(index.contains("burnlensFeature") && !index.contains("/*INDEX*/"));
 
+    // Whole windows: every example shows the window but its first token, centred where it is.
+    let o = burnlens(&[&base[..], &["--tokens", "1000", "--features", "0-3", "--whole-window"]].concat());
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let batch: Value = serde_json::from_str(&std::fs::read_to_string(out.join("neuronpedia/batch-0.json")).unwrap()).unwrap();
+    let own = burnlens::dashboards::read_feature(&out, burnlens::dashboards::FeatureKey { layer: None, index: 2 }).unwrap().unwrap();
+    let first = &batch["features"][2]["activations"][0];
+    assert_eq!(first["tokens"].as_array().unwrap().len(), 15);
+    assert_eq!(first["qualifying_token_index"].as_u64().unwrap() as usize, own.top[0].position - 1);
+    assert_eq!(own.top[0].acts[own.top[0].position - 1], own.top[0].value);
+
     // More tokens than the corpus holds: the run says so and writes what it read.
     let o = burnlens(&[&base[..], &["--tokens", "100000000", "--features", "0-3"]].concat());
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
@@ -222,6 +232,7 @@ fn the_command_writes_every_format_and_says_when_the_corpus_runs_out() {
     assert_bad_input(&burnlens(&[&base[..], &["--features", "96"]].concat()), "feature 96 does not exist: the SAE has 96 features");
     assert_bad_input(&burnlens(&[&base[..], &["--features", "7-x"]].concat()), "features: `7-x`");
     assert_bad_input(&burnlens(&[&base[..], &["--before", "9", "--after", "9"]].concat()), "before 9 and after 9");
+    assert_bad_input(&burnlens(&[&base[..], &["--quantile-size", "0"]].concat()), "quantile_size and tokens must be positive");
 }
 
 /// A transcoder set's feature activations, as the dashboards read them over a corpus, are the

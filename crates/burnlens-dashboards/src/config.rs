@@ -10,7 +10,8 @@ pub enum Context {
     /// chosen only where the whole context fits, one token more on the left.
     Around { before: usize, after: usize },
     /// The whole window but its first token (SAEDashboard's `buffer=None`, as its Neuronpedia
-    /// runner uses).
+    /// runner uses). Examples are centred on the shown positions only (SAEDashboard may centre
+    /// one on the unshown first position, which Neuronpedia then reads at index -1).
     Window,
 }
 
@@ -58,7 +59,7 @@ impl DashboardConfig {
     pub fn centre_range(&self, seq_len: usize) -> std::ops::Range<usize> {
         match self.context {
             Context::Around { before, after } => (before + 1).min(seq_len)..seq_len.saturating_sub(after),
-            Context::Window => 0..seq_len,
+            Context::Window => 1..seq_len,
         }
     }
 

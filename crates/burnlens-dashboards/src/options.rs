@@ -69,8 +69,8 @@ impl Default for DashboardOptions {
 impl DashboardOptions {
     /// The configuration for windows of `seq_len` tokens of a model whose BOS is `bos`.
     pub fn config(&self, seq_len: usize, bos: Option<u32>) -> Result<DashboardConfig, DashboardError> {
-        if self.batch == 0 || self.top_k == 0 || self.tokens == 0 {
-            return Err(DashboardError::Input("batch, top_k and tokens must be positive".into()));
+        if self.batch == 0 || self.top_k == 0 || self.tokens == 0 || self.quantiles == 0 || self.quantile_size == 0 {
+            return Err(DashboardError::Input("batch, top_k, quantiles, quantile_size and tokens must be positive".into()));
         }
         let context = if self.whole_window { Context::Window } else { Context::Around { before: self.before, after: self.after } };
         if let Context::Around { before, after } = context
