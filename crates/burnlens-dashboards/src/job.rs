@@ -97,7 +97,8 @@ pub fn checkpoint_path(out: &Path) -> PathBuf {
 pub fn make(job: &Job, control: &mut dyn FnMut(&Progress) -> ControlFlow<()>) -> Result<Summary, DashboardError> {
     let (o, c) = (&job.options, &job.corpus);
     let cfg = o.config(c.seq_len, job.bos)?;
-    let spec = RunSpec { cfg: cfg.clone(), tokens: o.tokens, batch_windows: o.batch };
+    let spill = (o.spill_gb > 0.0).then(|| (job.out.join("inputs.spill"), (o.spill_gb * 1e9) as u64));
+    let spec = RunSpec { cfg: cfg.clone(), tokens: o.tokens, batch_windows: o.batch, spill };
     let fingerprint = format!(
         "model {} · {} · data {} (column {:?}, seq_len {}, bos {}) · seed {} · tokens {} · features {:?} · batch {} · {:?}",
         job.model_id, job.encoder_id, c.data, c.column, c.seq_len, !c.no_prepend_bos, o.seed, o.tokens, o.features, o.batch, cfg

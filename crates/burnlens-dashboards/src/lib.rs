@@ -11,7 +11,7 @@
 //! One module per concept: [`config`], [`batch`] (activations and the example slots),
 //! [`top`], [`reservoir`], [`histogram`], [`first_pass`], [`second_pass`], [`scan`],
 //! [`logits`], [`dashboard`], [`source`], [`run`] with its [`checkpoint`], the user's
-//! [`options`] and a whole [`job`]; the outputs [`neuronpedia`],
+//! [`options`] and a whole [`job`]; [`spill`] keeps pass 1's inputs for pass 2; the outputs [`neuronpedia`],
 //! [`circuit_tracer`], [`html`], [`write`], and what a graph's node shows ([`graph_node`]).
 
 pub mod batch;
@@ -33,6 +33,7 @@ pub mod run;
 pub mod scan;
 pub mod second_pass;
 pub mod source;
+pub mod spill;
 pub mod top;
 pub mod write;
 

@@ -44,6 +44,10 @@ pub struct DashboardOptions {
     pub checkpoint_every: f64,
     #[cfg_attr(feature = "clap", arg(long, default_value_t = 0))]
     pub seed: u64,
+    /// Keep the first pass's encoder inputs on disk (OUT/inputs.spill) for the second pass
+    /// instead of running the model again, when they take at most this many GB (0: never).
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = DashboardOptions::default().spill_gb))]
+    pub spill_gb: f64,
 }
 
 impl Default for DashboardOptions {
@@ -62,6 +66,7 @@ impl Default for DashboardOptions {
             batch: 16,
             checkpoint_every: 60.0,
             seed: 0,
+            spill_gb: 16.0,
         }
     }
 }

@@ -18,6 +18,7 @@ use crate::error::DashboardError;
 use crate::logits::logit_effects;
 use crate::scan::Scan;
 use crate::source::FeatureSource;
+use crate::spill::Spill;
 
 /// How much to read and how.
 pub struct RunSpec {
@@ -26,6 +27,9 @@ pub struct RunSpec {
     pub tokens: u64,
     /// Windows per model pass.
     pub batch_windows: usize,
+    /// Where the first pass may keep the encoders' inputs for the second, and the most bytes
+    /// it may write there ([`crate::spill`]).
+    pub spill: Option<(PathBuf, u64)>,
 }
 
 /// Where a resumable run keeps its state.
@@ -93,6 +97,16 @@ pub fn run<'w>(
     });
     let mut pending = Some(first);
     let mut saver = Saver { resume, last: Instant::now() };
+    let widths = source.input_widths();
+    let bytes = want * seq_len as u64 * widths.iter().sum::<usize>() as u64 * 4;
+    let mut spill = match &spec.spill {
+        Some((path, budget)) if resumed.is_none() && bytes <= *budget => Some(Spill::create(path)?),
+        Some((path, _)) => {
+            let _ = std::fs::remove_file(path);
+            None
+        }
+        None => None,
+    };
     while st.pass <= 2 {
         if st.pass == 2 && pending.is_none() && st.done == 0 {
             it = windows()?;
@@ -105,12 +119,16 @@ pub fn run<'w>(
             }
         }
         let target = if st.pass == 1 { want } else { st.total };
-        if read_pass(source, spec, &mut st, target, &mut pending, &mut it, &mut saver, control)?.is_break() {
+        let mut io = Io { pending: &mut pending, it: &mut it, spill: spill.as_mut(), widths: &widths };
+        if read_pass(source, spec, &mut st, target, &mut io, &mut saver, control)?.is_break() {
             return Ok(Outcome { dashboards: Vec::new(), tokens: 0, ran_out: false, seconds: [0.0; 3], state_bytes: 0, resumed, stopped: true });
         }
         if st.pass == 1 {
             st.total = st.done;
             st.scan.start_second();
+            if let Some(s) = spill.as_mut() {
+                s.rewind()?;
+            }
         }
         st.pass += 1;
         st.done = 0;
@@ -149,15 +167,23 @@ impl Saver<'_> {
     }
 }
 
+/// Where a pass's windows and encoder inputs come from.
+struct Io<'a, 'w> {
+    /// A window read ahead (the first, read to learn the window length).
+    pending: &'a mut Option<Vec<u32>>,
+    it: &'a mut WindowIter<'w>,
+    /// Pass 1 writes the inputs here, pass 2 reads them back.
+    spill: Option<&'a mut Spill>,
+    widths: &'a [usize],
+}
+
 /// The current pass, from window `st.done` to `target` (or the corpus's end in pass 1).
-#[allow(clippy::too_many_arguments)]
 fn read_pass(
     source: &FeatureSource,
     spec: &RunSpec,
     st: &mut Checkpoint,
     target: u64,
-    pending: &mut Option<Vec<u32>>,
-    it: &mut WindowIter,
+    io: &mut Io,
     saver: &mut Saver,
     control: &mut dyn FnMut(&Progress) -> ControlFlow<()>,
 ) -> Result<ControlFlow<()>, DashboardError> {
@@ -166,16 +192,26 @@ fn read_pass(
     let want = if st.pass == 1 { target } else { st.total };
     while st.done < target {
         let take = (spec.batch_windows as u64).min(target - st.done) as usize;
-        let mut batch: Vec<Vec<u32>> = pending.take().into_iter().collect();
+        let mut batch: Vec<Vec<u32>> = io.pending.take().into_iter().collect();
         while batch.len() < take {
-            match it.next().transpose()? {
+            match io.it.next().transpose()? {
                 Some(w) => batch.push(w),
                 None => break,
             }
         }
         let n = batch.len() as u64;
         if n > 0 {
-            let mut b = source.batch(&batch, st.done)?;
+            let inputs = match (st.pass, io.spill.as_deref_mut()) {
+                (2, Some(s)) => s.read(batch.len() * st.seq_len, io.widths, &source.model.device())?,
+                (_, spill) => {
+                    let inputs = source.inputs(&batch)?;
+                    if let Some(s) = spill {
+                        s.write(&inputs)?;
+                    }
+                    inputs
+                }
+            };
+            let mut b = source.encode(inputs, &batch, st.done)?;
             b.mask(&spec.cfg);
             if st.pass == 1 {
                 st.scan.first(&b)

@@ -100,10 +100,40 @@ impl<'a> FeatureSource<'a> {
 
     /// The activations of `windows` (corpus index of the first: `first_window`).
     pub fn batch(&self, windows: &[Vec<u32>], first_window: u64) -> Result<ActBatch, DashboardError> {
+        let inputs = self.inputs(windows)?;
+        self.encode(inputs, windows, first_window)
+    }
+
+    /// What the encoders read for `windows`, each `[tokens, width]` (one model pass): the
+    /// SAE's hook, or every layer's transcoder input.
+    pub fn inputs(&self, windows: &[Vec<u32>]) -> Result<Vec<Tensor<2>>, DashboardError> {
+        match &self.encoder {
+            Encoder::Sae(sae) => Ok(burnlens_features::pass::pass(self.model, &[sae.hook_point()], windows)?),
+            Encoder::Transcoders(set) => {
+                let flat: Vec<i64> = windows.iter().flatten().map(|&t| t as i64).collect();
+                for w in flat.chunks(windows[0].len()) {
+                    self.model.check_ids(w).map_err(|e| DashboardError::Input(e.to_string()))?;
+                }
+                let ids = Tensor::<2, Int>::from_data(TensorData::new(flat, [windows.len(), windows[0].len()]), &self.model.device());
+                burnlens_trace::layer_inputs(self.model, set, ids).map_err(|e| DashboardError::Input(e.to_string()))
+            }
+        }
+    }
+
+    /// The width of each of [`Self::inputs`].
+    pub fn input_widths(&self) -> Vec<usize> {
+        match &self.encoder {
+            Encoder::Sae(sae) => vec![sae.cfg.d_in],
+            Encoder::Transcoders(set) => vec![set.layers[0].d_model(); set.n_layers()],
+        }
+    }
+
+    /// The features' activations from the encoders' inputs.
+    pub fn encode(&self, inputs: Vec<Tensor<2>>, windows: &[Vec<u32>], first_window: u64) -> Result<ActBatch, DashboardError> {
         let (rows, nf) = (windows.len() * windows[0].len(), self.features.len());
         let acts = match &self.encoder {
             Encoder::Sae(sae) => {
-                let x = burnlens_features::pass::pass(self.model, &[sae.hook_point()], windows)?.remove(0);
+                let x = inputs.into_iter().next().expect("the SAE's input");
                 let mut f = sae.encode(x);
                 if nf != sae.cfg.d_sae || self.columns.iter().enumerate().any(|(i, &c)| i != c) {
                     f = f.select(1, self.index_tensor(self.columns.iter().copied()));
@@ -111,12 +141,6 @@ impl<'a> FeatureSource<'a> {
                 f.into_data().try_to_vec::<f32>().map_err(|e| DashboardError::Input(format!("feature activations: {e:?}")))?
             }
             Encoder::Transcoders(set) => {
-                let flat: Vec<i64> = windows.iter().flatten().map(|&t| t as i64).collect();
-                for w in flat.chunks(windows[0].len()) {
-                    self.model.check_ids(w).map_err(|e| DashboardError::Input(e.to_string()))?;
-                }
-                let ids = Tensor::<2, Int>::from_data(TensorData::new(flat, [windows.len(), windows[0].len()]), &self.model.device());
-                let inputs = burnlens_trace::layer_inputs(self.model, set, ids).map_err(|e| DashboardError::Input(e.to_string()))?;
                 let d = self.encoder.per_layer();
                 let mut acts = vec![0f32; rows * nf];
                 for (l, x) in inputs.into_iter().enumerate() {
