@@ -20,10 +20,6 @@ impl ActBatch {
         self.tokens.len()
     }
 
-    pub fn windows(&self) -> usize {
-        self.rows() / self.seq_len
-    }
-
     /// Row `r`'s activations.
     pub fn row(&self, r: usize) -> &[f32] {
         &self.acts[r * self.n_features..(r + 1) * self.n_features]
