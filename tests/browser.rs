@@ -324,16 +324,32 @@ fn the_lens_attribution_and_sae_reports_render() {
     assert_eq!(rows.as_u64().unwrap() as usize, t + 1);
 }
 
-#[test]
-fn the_attribution_graph_view_renders_and_a_click_lists_a_nodes_edges() {
-    use burnlens::trace::{AttributeOptions, GraphText, TranscoderSet, attribute, write_graph};
-    let tmp = tempfile::tempdir().unwrap();
+/// The gpt2 trace fixture's model and transcoders, and their graph of one prompt.
+fn gpt2_graph() -> (burnlens::Transformer, burnlens::trace::TranscoderSet, Vec<i64>, burnlens::trace::Graph) {
+    use burnlens::trace::{AttributeOptions, TranscoderSet, attribute};
     let device = Device::flex();
     let case = fixture("trace").join("gpt2");
     let model = load_model(&case.join("model"), &device).unwrap().model;
     let set = TranscoderSet::load(&case.join("transcoders"), &device).unwrap();
     let ids: Vec<i64> = vec![1, 17, 5, 60, 33, 2, 71, 12, 44];
     let graph = attribute(&model, &set, &ids, &AttributeOptions::default()).unwrap();
+    (model, set, ids, graph)
+}
+
+/// A real click on the graph view's node `id`.
+fn click_node(d: &Driver, id: &str) {
+    let at = d.js(&format!(
+        "const c = document.querySelector('circle.node[data-id=\"{id}\"]'); c.scrollIntoView({{block: 'center'}}); \
+        const r = c.getBoundingClientRect(); return [r.left + r.width / 2, r.top + r.height / 2];"
+    ));
+    d.click(at[0].as_f64().unwrap(), at[1].as_f64().unwrap());
+}
+
+#[test]
+fn the_attribution_graph_view_renders_and_a_click_lists_a_nodes_edges() {
+    use burnlens::trace::{GraphText, write_graph};
+    let tmp = tempfile::tempdir().unwrap();
+    let (_, _, ids, graph) = gpt2_graph();
     let tokens: Vec<String> = ids.iter().map(|i| format!("t{i}")).collect();
     let logit_tokens = graph.logit_token_ids.iter().map(|i| format!("t{i}")).collect();
     let text = GraphText { slug: "g".into(), prompt: tokens.join(" "), prompt_tokens: tokens, logit_tokens };
@@ -359,11 +375,7 @@ fn the_attribution_graph_view_renders_and_a_click_lists_a_nodes_edges() {
     // A real click on the node with the most incoming links lists them, strongest first.
     let target = nodes.iter().max_by_key(|n| links.iter().filter(|l| l["target"] == n["node_id"]).count()).unwrap()["node_id"].as_str().unwrap().to_string();
     let incoming: Vec<f64> = links.iter().filter(|l| l["target"] == target.as_str()).map(|l| l["weight"].as_f64().unwrap()).collect();
-    let at = d.js(&format!(
-        "const c = document.querySelector('circle.node[data-id=\"{target}\"]'); c.scrollIntoView({{block: 'center'}}); \
-        const r = c.getBoundingClientRect(); return [r.left + r.width / 2, r.top + r.height / 2];"
-    ));
-    d.click(at[0].as_f64().unwrap(), at[1].as_f64().unwrap());
+    click_node(&d, &target);
     let panel = d.js("return [document.querySelector('#panel h4#inputs').textContent, \
         [...document.querySelector('#panel h4#inputs').nextElementSibling.querySelectorAll('tr')].map(r => +r.cells[1].textContent), \
         document.querySelector('circle.node.sel').dataset.id];");
@@ -430,14 +442,9 @@ fn the_feature_dashboard_browser_lists_features_and_opens_one_with_its_examples_
 #[test]
 fn a_click_on_a_feature_node_shows_its_dashboard_examples() {
     use burnlens::dashboards::{DashboardConfig, FeatureSource, RunSpec, node_fields, run};
-    use burnlens::trace::{AttributeOptions, GraphText, TranscoderSet, attribute, write_graph_with};
+    use burnlens::trace::{GraphText, write_graph_with};
     let tmp = tempfile::tempdir().unwrap();
-    let device = Device::flex();
-    let case = fixture("trace").join("gpt2");
-    let model = load_model(&case.join("model"), &device).unwrap().model;
-    let set = TranscoderSet::load(&case.join("transcoders"), &device).unwrap();
-    let ids: Vec<i64> = vec![1, 17, 5, 60, 33, 2, 71, 12, 44];
-    let graph = attribute(&model, &set, &ids, &AttributeOptions::default()).unwrap();
+    let (model, set, ids, graph) = gpt2_graph();
     // Dashboards over random windows of the model's vocabulary.
     let windows: Vec<Vec<u32>> = (0..64u32).map(|w| (0..16u32).map(|p| (w * 31 + p * 17 + w * p) % 96).collect()).collect();
     let source = FeatureSource::transcoders(&model, set.clone(), None).unwrap();
@@ -471,11 +478,7 @@ fn a_click_on_a_feature_node_shows_its_dashboard_examples() {
 
     let Some(d) = Driver::start(&tmp.path().join("profile")) else { return };
     d.cmd("/url", json!({"url": format!("file://{}", files.html.display())}));
-    let at = d.js(&format!(
-        "const c = document.querySelector('circle.node[data-id=\"{id}\"]'); c.scrollIntoView({{block: 'center'}}); \
-        const r = c.getBoundingClientRect(); return [r.left + r.width / 2, r.top + r.height / 2];"
-    ));
-    d.click(at[0].as_f64().unwrap(), at[1].as_f64().unwrap());
+    click_node(&d, id);
     let shown = d.js("const b = document.getElementById('dashboard'); return [b.querySelectorAll('.ex').length, \
         b.querySelector('.ex .tok.centre').textContent, getComputedStyle(b.querySelector('.ex .tok.centre')).backgroundColor, b.querySelector('p.promotes').textContent];");
     let examples = node["dashboard"]["examples"].as_array().unwrap();
