@@ -5,10 +5,11 @@ use std::path::Path;
 
 use anyhow::{Context, Result};
 use burn::tensor::Device;
+use burnlens_dist::DistError;
 use burnlens_hf::{LoadOptions, LoadedModel, Tokenizer, load_model_with};
 use burnlens_model::backend;
 use burnlens_model::{HookPoint, Hooks, Sampling, Transformer, generate, next_token_loss};
-use burnlens_train::{AnyModel, RunConfig, TokenError, TrainOptions};
+use burnlens_train::{AnyModel, RunConfig, TokenError, TrainError, TrainOptions};
 use serde_json::json;
 
 use crate::output::{Saved, write_atomic, write_safetensors};
@@ -163,8 +164,21 @@ pub fn train(config: Option<&Path>, sets: &[String], resume: Option<&Path>, quie
         (None, None) => return Err(UserError("train: give --config FILE (or --resume RUN_DIR)".into()).into()),
     };
     burnlens_train::install_interrupt_handler();
-    let opts = TrainOptions { backend_flag: common.backend.clone(), resume: resume.is_some() };
-    let s = burnlens_train::train(&cfg, &opts, &mut crate::progress::TrainProgress::new(quiet))?;
+    // One of several ranks when an MPI launcher started this process (`mpirun -n N`).
+    let ranks = burnlens_dist::Ranks::from_launcher()?;
+    let opts = TrainOptions { backend_flag: common.backend.clone(), resume: resume.is_some(), ranks: ranks.clone() };
+    let s = match burnlens_train::train(&cfg, &opts, &mut crate::progress::TrainProgress::new(quiet || !ranks.is_writer())) {
+        Ok(s) => s,
+        // A rank that is lost or diverged: say so here, then end every rank of the job.
+        Err(e @ TrainError::Rank { error: DistError::Unanswered { .. } | DistError::Diverged { .. }, .. }) => {
+            eprintln!("error: {e}");
+            ranks.abort(1)
+        }
+        Err(e) => return Err(e.into()),
+    };
+    if !ranks.is_writer() {
+        return Ok(());
+    }
     println!(
         "trained {} steps in {:.1}s ({:.0} tokens/s): final train loss {:.4}, validation loss {}",
         s.steps,

@@ -499,6 +499,9 @@ fn exit_code(err: &anyhow::Error) -> u8 {
                 _ => 1,
             };
         }
+        if let Some(d) = c.downcast_ref::<burnlens_dist::DistError>() {
+            return if matches!(d, burnlens_dist::DistError::NoMpi { .. } | burnlens_dist::DistError::Peer { .. }) { 2 } else { 1 };
+        }
         if c.is::<HfError>()
             || c.is::<ModelError>()
             || c.is::<BackendError>()

@@ -30,7 +30,7 @@ impl burnlens_train::Observer for OnStep {
 pub(crate) fn train(py: Python<'_>, config_path: &str, overrides: Vec<String>, on_step: Option<Py<PyAny>>, resume: bool) -> PyResult<String> {
     let path = PathBuf::from(config_path);
     let cfg = burnlens_train::RunConfig::load(&path, &overrides).map_err(|e| load_fail(e.to_string(), e.missing()))?;
-    let opts = burnlens_train::TrainOptions { backend_flag: None, resume };
+    let opts = burnlens_train::TrainOptions { backend_flag: None, resume, ..Default::default() };
     let mut observer = OnStep { f: on_step, error: None };
     let result = py.detach(|| burnlens_train::train(&cfg, &opts, &mut observer));
     if let Some(e) = observer.error {

@@ -88,10 +88,16 @@ pub fn export_run(run_dir: &Path, out: &Path, dtype: WeightDtype) -> Result<()> 
     Ok(())
 }
 
+/// Where the checkpoint of `step` is (or will be) written.
+pub fn checkpoint_dir(run_dir: &Path, step: usize) -> PathBuf {
+    run_dir.join("checkpoints").join(format!("step-{step:06}"))
+}
+
 /// Write a complete checkpoint of `state.step` and point `LATEST` at it.
 pub fn save_checkpoint(run_dir: &Path, model: &Transformer, optim: &ModuleOptimizer, state: &TrainState) -> Result<PathBuf> {
     let root = run_dir.join("checkpoints");
     let name = format!("step-{:06}", state.step);
+    debug_assert_eq!(root.join(&name), checkpoint_dir(run_dir, state.step));
     let tmp = root.join(format!(".tmp-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&tmp);
     std::fs::create_dir_all(&tmp).map_err(|e| TrainError::io(&tmp, e))?;

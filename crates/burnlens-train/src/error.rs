@@ -1,5 +1,6 @@
 use std::path::PathBuf;
 
+use burnlens_dist::DistError;
 use burnlens_hf::HfError;
 use burnlens_model::ModelError;
 use burnlens_model::backend::BackendError;
@@ -21,6 +22,9 @@ pub enum TrainError {
     NonFinite { step: usize, loss: f64, checkpoint: Option<PathBuf> },
     #[error("interrupted at step {step}; checkpoint written to {}", checkpoint.display())]
     Interrupted { step: usize, checkpoint: PathBuf },
+    /// Between ranks of a data-parallel run; `checkpoint` is the last complete one.
+    #[error("{error}{}", checkpoint.as_ref().map_or(String::new(), |p| format!("; the last checkpoint is {} (continue with --resume)", p.display())))]
+    Rank { error: DistError, checkpoint: Option<PathBuf> },
     #[error(transparent)]
     Hf(#[from] HfError),
     #[error(transparent)]
@@ -36,7 +40,17 @@ impl TrainError {
 
     /// Whether the error is about what the user gave (exit code 2) rather than a failure.
     pub fn is_user_error(&self) -> bool {
-        !matches!(self, TrainError::Interrupted { .. } | TrainError::NonFinite { .. })
+        match self {
+            TrainError::Interrupted { .. } | TrainError::NonFinite { .. } => false,
+            TrainError::Rank { error, .. } => matches!(error, DistError::Peer { .. } | DistError::NoMpi { .. }),
+            _ => true,
+        }
+    }
+}
+
+impl From<DistError> for TrainError {
+    fn from(error: DistError) -> Self {
+        TrainError::Rank { error, checkpoint: None }
     }
 }
 

@@ -6,6 +6,7 @@ pub mod checkpoint;
 pub mod config;
 pub mod corpus;
 pub mod data;
+mod data_parallel;
 pub mod error;
 mod metrics;
 pub mod observer;

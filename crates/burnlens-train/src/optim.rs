@@ -81,18 +81,10 @@ pub fn learning_rate(t: &TrainingSection, step: usize) -> f64 {
 /// `clip_grad_norm_`: multiply by `max_norm / (norm + 1e-6)` when that is below one).
 /// Returns the norm before clipping. `max_norm <= 0` only measures.
 pub fn clip_global_norm<M: Module>(model: &M, grads: &mut GradientsParams, max_norm: f64) -> f64 {
-    struct Ids(Vec<(ParamId, usize)>);
-    impl ModuleVisitor for Ids {
-        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
-            self.0.push((param.id, D));
-        }
-    }
-    let mut ids = Ids(Vec::new());
-    model.visit(&mut ids);
-
+    let ids = float_params(model);
     // Sum of squares on the device (one read of each gradient), one read back.
     let mut total: Option<Tensor<1>> = None;
-    for &(id, rank) in &ids.0 {
+    for &(id, rank) in &ids {
         let sq = match rank {
             1 => grads.get::<1>(id).map(sum_squares),
             2 => grads.get::<2>(id).map(sum_squares),
@@ -110,7 +102,7 @@ pub fn clip_global_norm<M: Module>(model: &M, grads: &mut GradientsParams, max_n
     if max_norm > 0.0 && norm.is_finite() {
         let coef = max_norm / (norm + 1e-6);
         if coef < 1.0 {
-            for &(id, rank) in &ids.0 {
+            for &(id, rank) in &ids {
                 match rank {
                     1 => scale::<1>(grads, id, coef),
                     _ => scale::<2>(grads, id, coef),
@@ -119,6 +111,19 @@ pub fn clip_global_norm<M: Module>(model: &M, grads: &mut GradientsParams, max_n
         }
     }
     norm
+}
+
+/// Every float parameter's id and rank (1 or 2), in the module's order.
+pub(crate) fn float_params<M: Module>(model: &M) -> Vec<(ParamId, usize)> {
+    struct Ids(Vec<(ParamId, usize)>);
+    impl ModuleVisitor for Ids {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+            self.0.push((param.id, D));
+        }
+    }
+    let mut ids = Ids(Vec::new());
+    model.visit(&mut ids);
+    ids.0
 }
 
 fn scale<const D: usize>(grads: &mut GradientsParams, id: ParamId, coef: f64) {

@@ -4,6 +4,14 @@
 //! [`train`] is the loop over them that the CLI and Python run; what happens is reported
 //! to an [`Observer`], so the library prints nothing.
 //!
+//! Data parallel over the [`Ranks`] of an MPI job (`mpirun -n N burnlens train`): every rank
+//! draws the same global batches from the same generator and takes its rows of each
+//! ([`Ranks::rows`]), weights its loss by its share of the batch, and the gradients are
+//! summed over ranks before the same clipping and optimizer step everywhere. So N ranks
+//! follow the one-process run of the same config (up to the order of the sums), and a
+//! checkpoint resumes with any N. Rank 0 alone writes the run directory; at each checkpoint
+//! every rank compares a digest of its parameters with rank 0's.
+//!
 //! ```text
 //! RUN_DIR/config.toml          the effective config (after --set)
 //! RUN_DIR/model.json           the architecture and HF family
@@ -20,6 +28,7 @@
 //! [`checkpoint`]: TrainSession::checkpoint
 //! [`finish`]: TrainSession::finish
 
+use std::ops::Range;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
@@ -27,14 +36,16 @@ use std::time::Instant;
 use burn::module::Module;
 use burn::optim::{GradientsAccumulator, GradientsParams, ModuleOptimizer};
 use burn::tensor::{Device, Int, Tensor, TensorData};
+use burnlens_dist::Ranks;
 use burnlens_hf::{ExportOptions, LoadOptions, WeightDtype, export_hf, load_model_with};
 use burnlens_model::backend;
 use burnlens_model::{Rng, Transformer, cross_entropy};
 use serde_json::json;
 
-use crate::checkpoint::{TrainState, latest_checkpoint, load_run, save_checkpoint, write_atomic};
+use crate::checkpoint::{TrainState, checkpoint_dir, latest_checkpoint, load_run, save_checkpoint, write_atomic};
 use crate::config::{RunConfig, TrainingSection};
 use crate::data::{Dataset, Split};
+use crate::data_parallel::{all_reduce_grads, broadcast_params, params_digest};
 use crate::error::{Result, TrainError};
 use crate::metrics::Metrics;
 use crate::observer::{Observer, StepMetrics};
@@ -66,6 +77,8 @@ pub struct TrainOptions {
     pub backend_flag: Option<String>,
     /// Continue the run in the config's `output.dir` from its latest checkpoint.
     pub resume: bool,
+    /// The processes training together (this one alone by default).
+    pub ranks: Ranks,
 }
 
 /// How a run ended.
@@ -86,12 +99,14 @@ pub fn train(cfg: &RunConfig, opts: &TrainOptions, observer: &mut dyn Observer) 
     let mut session = TrainSession::open(cfg, opts, observer)?;
     let t = &cfg.training;
     observer.started(session.steps_done(), t.steps, t.log_interval.max(1));
+    let mut observer_broke = false;
     while !session.is_done() {
-        if stop_requested() {
+        // Every rank stops at the same step, whichever was asked.
+        if session.ranks.any(stop_requested() || observer_broke, "agreeing whether to stop")? {
             return Err(session.interrupt()?);
         }
         let m = session.step()?;
-        let flow = observer.step(&m);
+        observer_broke = observer.step(&m).is_break();
         if session.evaluation_due() {
             let val = session.evaluate()?;
             observer.evaluated(m.step, val);
@@ -100,9 +115,9 @@ pub fn train(cfg: &RunConfig, opts: &TrainOptions, observer: &mut dyn Observer) 
             let dir = session.checkpoint()?;
             observer.checkpointed(m.step, &dir);
         }
-        if flow.is_break() {
-            return Err(session.interrupt()?);
-        }
+    }
+    if observer_broke {
+        return Err(session.interrupt()?);
     }
     observer.finished();
     session.finish(observer)
@@ -118,7 +133,9 @@ pub struct TrainSession {
     data: Dataset,
     ad: Device,
     state: TrainState,
-    metrics: Metrics,
+    /// `metrics.jsonl`, on the rank that writes (rank 0).
+    metrics: Option<Metrics>,
+    ranks: Ranks,
     first_step: usize,
     started: Instant,
     last_loss: f64,
@@ -128,8 +145,27 @@ pub struct TrainSession {
 
 impl TrainSession {
     /// Open the run `cfg` describes: its run directory laid out (or, with `opts.resume`, its
-    /// latest checkpoint loaded), the data loaded and checked against the model.
+    /// latest checkpoint loaded), the data loaded and checked against the model. With
+    /// several ranks, each opens its own and they agree before any training: a rank that
+    /// failed reports its error, the others name it.
     pub fn open(cfg: &RunConfig, opts: &TrainOptions, observer: &mut dyn Observer) -> Result<Self> {
+        let opened = Self::open_here(cfg, opts, observer);
+        let shared = opts.ranks.agree(opened.as_ref().map(|_| ()).map_err(|e| e.to_string()));
+        let mut session = opened?;
+        shared?;
+        let model = session.model.take().expect("opened with its model");
+        session.model = Some(broadcast_params(&session.ranks, model)?);
+        Ok(session)
+    }
+
+    fn open_here(cfg: &RunConfig, opts: &TrainOptions, observer: &mut dyn Observer) -> Result<Self> {
+        let ranks = opts.ranks.clone();
+        if cfg.training.batch_size < ranks.size() {
+            return Err(TrainError::Config {
+                path: PathBuf::from("[training]"),
+                msg: format!("training.batch_size = {} cannot be shared by {} ranks: each needs at least one row", cfg.training.batch_size, ranks.size()),
+            });
+        }
         let name = backend::resolve_name(&[cfg.backend.name.as_deref(), opts.backend_flag.as_deref()]);
         let ad = backend::device(&name, cfg.backend.device)?.autodiff();
         let existing = latest_checkpoint(&cfg.output.dir)?;
@@ -147,8 +183,13 @@ impl TrainSession {
             }
             None => fresh(cfg, &data, &ad, observer)?,
         };
-        prepare_run_dir(cfg, opts.resume, &spec, &data)?;
-        let metrics = Metrics::open(&cfg.output.dir, state.step)?;
+        check_fits(cfg, &spec, &data)?;
+        let metrics = if ranks.is_writer() {
+            prepare_run_dir(cfg, opts.resume, &spec, &data)?;
+            Some(Metrics::open(&cfg.output.dir, state.step)?)
+        } else {
+            None
+        };
         let last_checkpoint = existing.map(|dir| (state.step, dir));
         Ok(TrainSession {
             cfg: cfg.clone(),
@@ -160,6 +201,7 @@ impl TrainSession {
             first_step: state.step,
             state,
             metrics,
+            ranks,
             started: Instant::now(),
             last_loss: f64::NAN,
             last_checkpoint,
@@ -191,11 +233,19 @@ impl TrainSession {
     pub fn step(&mut self) -> Result<StepMetrics> {
         let t = &self.cfg.training;
         let step = self.state.step;
-        // Dropout masks depend only on the seed and the step, so a resumed run draws the same.
-        self.ad.seed(t.seed.wrapping_mul(1_000_003).wrapping_add(step as u64));
+        // Dropout masks depend only on the seed, the step and the rank, so a resumed run draws
+        // the same.
+        let rank_seed = (self.ranks.rank() as u64) << 32;
+        self.ad.seed(t.seed.wrapping_mul(1_000_003).wrapping_add(step as u64).wrapping_add(rank_seed));
         let lr = learning_rate(t, step);
         let model = self.model.take().expect("the model is back after every step");
-        let (mut grads, loss) = accumulate(&model, &self.data, &mut self.state.rng, t, &self.ad);
+        let rows = self.ranks.rows(t.batch_size);
+        let (mut grads, mut loss) = accumulate(&model, &self.data, &mut self.state.rng, t, &self.ad, rows);
+        let reduced = self.all_reduce(&model, &mut grads, &mut loss, step);
+        if let Err(e) = reduced {
+            self.model = Some(model);
+            return Err(e);
+        }
         if !loss.is_finite() {
             self.model = Some(model);
             return Err(TrainError::NonFinite { step, loss, checkpoint: self.last_checkpoint.as_ref().map(|(_, dir)| dir.clone()) });
@@ -209,8 +259,34 @@ impl TrainSession {
         let elapsed_s = self.started.elapsed().as_secs_f64();
         let tokens_per_s = (self.state.step - self.first_step) as f64 * tokens_per_step as f64 / elapsed_s.max(1e-9);
         let m = StepMetrics { step: self.state.step, total: t.steps, loss, lr, grad_norm, tokens_per_s, elapsed_s };
-        self.metrics.record(m.to_json())?;
+        self.record(m.to_json())?;
         Ok(m)
+    }
+
+    /// Sum the step's gradients and loss over the ranks (nothing with one).
+    fn all_reduce(&self, model: &Transformer, grads: &mut GradientsParams, loss: &mut f64, step: usize) -> Result<()> {
+        if self.ranks.size() == 1 {
+            return Ok(());
+        }
+        let at = |error| TrainError::Rank { error, checkpoint: self.last_checkpoint.as_ref().map(|(_, d)| d.clone()) };
+        all_reduce_grads(&self.ranks, model, grads, step).map_err(at)?;
+        let mut l = [*loss];
+        self.ranks.sum_f64(&mut l, &format!("the loss all-reduce of step {}", step + 1)).map_err(at)?;
+        *loss = l[0];
+        Ok(())
+    }
+
+    /// A line of `metrics.jsonl` (on the writing rank).
+    fn record(&mut self, line: serde_json::Value) -> Result<()> {
+        match &mut self.metrics {
+            Some(m) => m.record(line),
+            None => Ok(()),
+        }
+    }
+
+    /// The processes this run trains on.
+    pub fn ranks(&self) -> &Ranks {
+        &self.ranks
     }
 
     /// Whether the step just done is one `training.eval_interval` asks to evaluate after
@@ -231,17 +307,38 @@ impl TrainSession {
     /// at every evaluation), recorded in `metrics.jsonl`.
     pub fn evaluate(&mut self) -> Result<f64> {
         let t = &self.cfg.training;
-        let val = evaluate(&self.model().valid(), &self.data, t.seed, t.eval_batches, t.batch_size, t.block_size);
+        let rows = self.ranks.rows(t.batch_size);
+        let batches = ValBatches { seed: t.seed, n: t.eval_batches, batch: t.batch_size, block: t.block_size };
+        let mut sum = [evaluate_rows(&self.model().valid(), &self.data, &batches, rows)];
+        self.ranks.sum_f64(&mut sum, &format!("the validation loss after step {}", self.state.step))?;
+        let val = sum[0] / t.eval_batches as f64;
         self.state.last_val_loss = Some(val);
-        self.metrics.record(json!({"kind": "eval", "step": self.state.step, "val_loss": val, "train_loss": self.last_loss}))?;
+        self.record(json!({"kind": "eval", "step": self.state.step, "val_loss": val, "train_loss": self.last_loss}))?;
         Ok(val)
     }
 
-    /// A complete checkpoint of the steps done so far; the loss plot is redrawn.
+    /// A complete checkpoint of the steps done so far (written by rank 0, once every rank's
+    /// parameters are seen to equal rank 0's); the loss plot is redrawn.
     pub fn checkpoint(&mut self) -> Result<PathBuf> {
-        let dir = save_checkpoint(&self.cfg.output.dir, self.model(), &self.optim, &self.state)?;
-        self.metrics.plot().ok();
-        self.last_checkpoint = Some((self.state.step, dir.clone()));
+        let step = self.state.step;
+        if self.ranks.size() > 1 {
+            let digest = params_digest(self.model());
+            let what = format!("the parameters after step {step}");
+            self.ranks
+                .check_equal(&digest, &what)
+                .map_err(|error| TrainError::Rank { error, checkpoint: self.last_checkpoint.as_ref().map(|(_, d)| d.clone()) })?;
+            let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+            self.record(json!({"kind": "ranks", "step": step, "ranks": self.ranks.size(), "params_sha256": hex}))?;
+        }
+        let dir = match &self.metrics {
+            Some(metrics) => {
+                let dir = save_checkpoint(&self.cfg.output.dir, self.model(), &self.optim, &self.state)?;
+                metrics.plot().ok();
+                dir
+            }
+            None => checkpoint_dir(&self.cfg.output.dir, step),
+        };
+        self.last_checkpoint = Some((step, dir.clone()));
         Ok(dir)
     }
 
@@ -260,7 +357,9 @@ impl TrainSession {
     /// (a note to `observer`, not an error, when the architecture has no HF form).
     pub fn finish(self, observer: &mut dyn Observer) -> Result<RunSummary> {
         let run_dir = self.cfg.output.dir.clone();
-        self.metrics.plot().map_err(|e| TrainError::io(run_dir.join("loss.svg"), e))?;
+        if let Some(metrics) = &self.metrics {
+            metrics.plot().map_err(|e| TrainError::io(run_dir.join("loss.svg"), e))?;
+        }
         let seconds = self.started.elapsed().as_secs_f64();
         let t = &self.cfg.training;
         let steps_run = self.state.step.saturating_sub(self.first_step);
@@ -300,7 +399,11 @@ fn fresh(cfg: &RunConfig, data: &Dataset, ad: &Device, observer: &mut dyn Observ
         None => {
             let spec = model_spec(cfg, data.vocab_size)?;
             ad.seed(t.seed);
+            // Burn draws a parameter's initial values when it is first read: read them all
+            // now, from this seed, not at the first step after its dropout seed (so rank 0's
+            // values, sent to the other ranks, are the one-process run's).
             let model = spec.config.init(ad)?;
+            let _ = params_digest(&model);
             (spec, model)
         }
     };
@@ -308,10 +411,9 @@ fn fresh(cfg: &RunConfig, data: &Dataset, ad: &Device, observer: &mut dyn Observ
     Ok((spec, model, optimizer(t), state))
 }
 
-/// Check that the data fits the model, then lay out a new run directory (a resumed one
-/// already has all of it; settings given at resume, more steps say, become the run's).
-fn prepare_run_dir(cfg: &RunConfig, resume: bool, spec: &ModelSpec, data: &Dataset) -> Result<()> {
-    let (run_dir, t) = (&cfg.output.dir, &cfg.training);
+/// Check that the data fits the model.
+fn check_fits(cfg: &RunConfig, spec: &ModelSpec, data: &Dataset) -> Result<()> {
+    let t = &cfg.training;
     if data.vocab_size > spec.config.vocab_size {
         return Err(TrainError::Config {
             path: cfg.data.tokenizer.clone().or(cfg.data.path.clone()).unwrap_or_default(),
@@ -324,6 +426,13 @@ fn prepare_run_dir(cfg: &RunConfig, resume: bool, spec: &ModelSpec, data: &Datas
             msg: format!("training.block_size = {} is larger than the model's context of {} positions", t.block_size, spec.config.n_ctx),
         });
     }
+    Ok(())
+}
+
+/// Lay out a new run directory (a resumed one already has all of it; settings given at
+/// resume, more steps say, become the run's).
+fn prepare_run_dir(cfg: &RunConfig, resume: bool, spec: &ModelSpec, data: &Dataset) -> Result<()> {
+    let run_dir = &cfg.output.dir;
     std::fs::create_dir_all(run_dir.join("checkpoints")).map_err(|e| TrainError::io(run_dir, e))?;
     write_atomic(&run_dir.join("config.toml"), cfg.to_toml().as_bytes())?;
     if !resume {
@@ -336,14 +445,16 @@ fn prepare_run_dir(cfg: &RunConfig, resume: bool, spec: &ModelSpec, data: &Datas
     Ok(())
 }
 
-/// `grad_accum` micro-batches' gradients, summed, and their mean loss.
-fn accumulate(model: &Transformer, data: &Dataset, rng: &mut Rng, t: &TrainingSection, ad: &Device) -> (GradientsParams, f64) {
+/// `grad_accum` micro-batches' gradients, summed, and their mean loss, over this rank's
+/// `rows` of each batch, weighted by their share of it (all rows: weight one).
+fn accumulate(model: &Transformer, data: &Dataset, rng: &mut Rng, t: &TrainingSection, ad: &Device, rows: Range<usize>) -> (GradientsParams, f64) {
     let mut accum = GradientsAccumulator::<Transformer>::new();
     let mut loss_sum = 0.0;
+    let share = rows.len() as f64 / t.batch_size as f64;
     for _ in 0..t.grad_accum {
         let seqs = data.batch(Split::Train, rng, t.batch_size, t.block_size);
-        let (x, y) = inputs_targets(seqs, t.batch_size, t.block_size, ad);
-        let loss = cross_entropy(model.forward(x), y) / t.grad_accum as f64;
+        let (x, y) = inputs_targets(take_rows(seqs, &rows, t.block_size), rows.len(), t.block_size, ad);
+        let loss = cross_entropy(model.forward(x), y) * share / t.grad_accum as f64;
         loss_sum += loss.clone().into_scalar::<f32>() as f64;
         let grads = GradientsParams::from_grads(loss.backward(), model);
         accum.accumulate(model, grads);
@@ -353,7 +464,7 @@ fn accumulate(model: &Transformer, data: &Dataset, rng: &mut Rng, t: &TrainingSe
 
 /// With `output.export`, the trained model as an HF directory `hf/`.
 fn export_trained(s: &TrainSession, observer: &mut dyn Observer) -> Result<Option<PathBuf>> {
-    if !s.cfg.output.export {
+    if !s.cfg.output.export || !s.ranks.is_writer() {
         return Ok(None);
     }
     let family = s.spec.family;
@@ -378,12 +489,37 @@ fn inputs_targets(seqs: Vec<i64>, batch: usize, block: usize, device: &Device) -
 
 /// Mean validation loss over `n` batches, the same batches at every evaluation.
 pub fn evaluate(model: &Transformer, data: &Dataset, seed: u64, n: usize, batch: usize, block: usize) -> f64 {
+    evaluate_rows(model, data, &ValBatches { seed, n, batch, block }, 0..batch) / n as f64
+}
+
+/// The validation batches an evaluation draws: `n` of `batch` rows of `block` tokens.
+#[derive(Clone, Copy)]
+struct ValBatches {
+    seed: u64,
+    n: usize,
+    batch: usize,
+    block: usize,
+}
+
+/// The validation batches' losses over `rows` of each, weighted by their share, summed.
+fn evaluate_rows(model: &Transformer, data: &Dataset, b: &ValBatches, rows: Range<usize>) -> f64 {
+    let ValBatches { seed, n, batch, block } = *b;
     let mut rng = Rng::new(seed ^ 0x5EED_0F_E7A1);
     let device = model.device();
+    let share = rows.len() as f64 / batch as f64;
     let mut total = 0.0;
     for _ in 0..n {
-        let (x, y) = inputs_targets(data.batch(Split::Val, &mut rng, batch, block), batch, block, &device);
-        total += cross_entropy(model.forward(x), y).into_scalar::<f32>() as f64;
+        let seqs = take_rows(data.batch(Split::Val, &mut rng, batch, block), &rows, block);
+        let (x, y) = inputs_targets(seqs, rows.len(), block, &device);
+        total += (cross_entropy(model.forward(x), y) * share).into_scalar::<f32>() as f64;
     }
-    total / n as f64
+    total
+}
+
+/// Rows `rows` of a batch of `block + 1`-token rows.
+fn take_rows(mut seqs: Vec<i64>, rows: &Range<usize>, block: usize) -> Vec<i64> {
+    let width = block + 1;
+    seqs.truncate(rows.end * width);
+    seqs.drain(..rows.start * width);
+    seqs
 }

@@ -1,0 +1,184 @@
+//! The MPI side of [`crate::Ranks`]: the world communicator and non-blocking collectives
+//! polled against a deadline. MPI's blocking collectives wait forever for a rank that
+//! died or hangs; here every collective is started with its `MPI_I*` form and tested until
+//! it completes or the deadline passes. Then each rank probes every other with a small
+//! point-to-point message, and the ranks that do not answer within a few seconds are named.
+
+use std::ffi::{c_int, c_void};
+use std::mem::MaybeUninit;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use mpi::environment::Universe;
+use mpi::ffi;
+use mpi::raw::AsRaw;
+use mpi::topology::SimpleCommunicator;
+use mpi::traits::*;
+
+use crate::error::DistError;
+use crate::launcher::Launch;
+
+/// The tag of the liveness probe, the only point-to-point message burnlens sends.
+const PROBE_TAG: c_int = 0x6275;
+/// How long a rank waits for the others to answer the probe.
+const PROBE_WAIT: Duration = Duration::from_secs(3);
+
+pub(crate) struct MpiGroup {
+    _universe: Universe,
+    world: SimpleCommunicator,
+    /// One collective at a time, whichever thread asks.
+    lock: Mutex<()>,
+    pub(crate) rank: usize,
+    pub(crate) size: usize,
+}
+
+// MPI is initialised with `MPI_THREAD_SERIALIZED` (or better) and every call below holds
+// `lock`: any thread may use the group, one at a time.
+unsafe impl Send for MpiGroup {}
+unsafe impl Sync for MpiGroup {}
+
+/// Element types the collectives carry.
+pub(crate) trait Element: Copy + Default + Equivalence {}
+impl Element for f32 {}
+impl Element for f64 {}
+impl Element for u8 {}
+
+impl MpiGroup {
+    pub(crate) fn init(launch: Launch) -> Result<Self, DistError> {
+        let (universe, _threading) =
+            mpi::initialize_with_threading(mpi::Threading::Serialized).ok_or(DistError::Init { rank: launch.rank, size: launch.size })?;
+        let world = universe.world();
+        let (rank, size) = (world.rank() as usize, world.size() as usize);
+        Ok(MpiGroup { _universe: universe, world, lock: Mutex::new(()), rank, size })
+    }
+
+    /// Element-wise sum over ranks, in place: `MPI_Iallreduce` from a copy.
+    pub(crate) fn sum<T: Element>(&self, buf: &mut [T], what: &str, timeout: Duration) -> Result<(), DistError> {
+        let _held = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        let send = buf.to_vec();
+        let ty = T::equivalent_datatype();
+        let op = mpi::collective::SystemOperation::sum();
+        let done = self.wait(what, timeout, |req| unsafe {
+            ffi::MPI_Iallreduce(
+                send.as_ptr() as *const c_void,
+                buf.as_mut_ptr() as *mut c_void,
+                buf.len() as c_int,
+                ty.as_raw(),
+                op.as_raw(),
+                self.world.as_raw(),
+                req,
+            )
+        });
+        if done.is_err() {
+            // MPI may still read it until the job is aborted.
+            std::mem::forget(send);
+        }
+        done
+    }
+
+    /// Rank 0's `buf` on every rank (`MPI_Ibcast`).
+    pub(crate) fn broadcast<T: Element>(&self, buf: &mut [T], what: &str, timeout: Duration) -> Result<(), DistError> {
+        let _held = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        let ty = T::equivalent_datatype();
+        self.wait(what, timeout, |req| unsafe {
+            ffi::MPI_Ibcast(buf.as_mut_ptr() as *mut c_void, buf.len() as c_int, ty.as_raw(), 0, self.world.as_raw(), req)
+        })
+    }
+
+    /// Every rank's `mine`, in rank order (all the same length).
+    pub(crate) fn gather<T: Element>(&self, mine: &[T], what: &str, timeout: Duration) -> Result<Vec<T>, DistError> {
+        let _held = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        let mut all = vec![T::default(); mine.len() * self.size];
+        let ty = T::equivalent_datatype();
+        let done = self.wait(what, timeout, |req| unsafe {
+            ffi::MPI_Iallgather(
+                mine.as_ptr() as *const c_void,
+                mine.len() as c_int,
+                ty.as_raw(),
+                all.as_mut_ptr() as *mut c_void,
+                mine.len() as c_int,
+                ty.as_raw(),
+                self.world.as_raw(),
+                req,
+            )
+        });
+        match done {
+            Ok(()) => Ok(all),
+            Err(e) => {
+                std::mem::forget(all);
+                Err(e)
+            }
+        }
+    }
+
+    /// End every rank of the job now (`MPI_Abort`).
+    pub(crate) fn abort(&self, code: i32) -> ! {
+        self.world.abort(code)
+    }
+
+    /// Start a non-blocking operation with `start` and test it until it completes or
+    /// `timeout` passes; then probe the other ranks and name those that are silent.
+    fn wait(&self, what: &str, timeout: Duration, start: impl FnOnce(*mut ffi::MPI_Request) -> c_int) -> Result<(), DistError> {
+        let mut req = MaybeUninit::<ffi::MPI_Request>::uninit();
+        start(req.as_mut_ptr());
+        let mut req = unsafe { req.assume_init() };
+        if poll(&mut req, Instant::now() + timeout) {
+            return Ok(());
+        }
+        let silent = self.silent_ranks();
+        // The operation never completes; its request is left to `MPI_Abort`, which the
+        // caller runs after reporting.
+        Err(DistError::Unanswered { rank: self.rank, size: self.size, what: what.to_string(), seconds: timeout.as_secs(), silent })
+    }
+
+    /// The ranks that do not answer a probe within [`PROBE_WAIT`]: each rank sends its
+    /// number to every other and waits for theirs.
+    fn silent_ranks(&self) -> Vec<usize> {
+        let me: &'static [i32; 1] = Box::leak(Box::new([self.rank as i32]));
+        let mut answers = vec![-1i32; self.size];
+        let int = i32::equivalent_datatype().as_raw();
+        let mut recvs = Vec::new();
+        for peer in (0..self.size).filter(|&p| p != self.rank) {
+            unsafe {
+                let mut s = MaybeUninit::<ffi::MPI_Request>::uninit();
+                ffi::MPI_Isend(me.as_ptr() as *const c_void, 1, int, peer as c_int, PROBE_TAG, self.world.as_raw(), s.as_mut_ptr());
+                let mut r = MaybeUninit::<ffi::MPI_Request>::uninit();
+                let slot = answers.as_mut_ptr().add(peer);
+                ffi::MPI_Irecv(slot as *mut c_void, 1, int, peer as c_int, PROBE_TAG, self.world.as_raw(), r.as_mut_ptr());
+                recvs.push((peer, r.assume_init()));
+            }
+        }
+        let deadline = Instant::now() + PROBE_WAIT;
+        let mut silent = Vec::new();
+        for (peer, mut r) in recvs {
+            if !poll(&mut r, deadline) {
+                silent.push(peer);
+            }
+        }
+        // `answers` (and `me`) must outlive sends and receives that never complete.
+        std::mem::forget(answers);
+        silent
+    }
+}
+
+/// Test `req` until it completes (true) or `deadline` passes (false).
+fn poll(req: &mut ffi::MPI_Request, deadline: Instant) -> bool {
+    let mut tries = 0u32;
+    loop {
+        let mut done: c_int = 0;
+        unsafe { ffi::MPI_Test(req, &mut done, ffi::RSMPI_STATUS_IGNORE) };
+        if done != 0 {
+            return true;
+        }
+        tries = tries.wrapping_add(1);
+        if tries % 1024 == 0 {
+            if Instant::now() >= deadline {
+                return false;
+            }
+            // Past the first few milliseconds a waiting rank gives its core back.
+            if tries > 1 << 16 {
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        }
+    }
+}

@@ -1,0 +1,92 @@
+//! What data-parallel training adds to a step: the gradients summed over ranks (one flat
+//! buffer per parameter order, sent in buckets), and a digest of the parameters that every
+//! rank compares at each checkpoint, so ranks that drifted apart stop the run.
+
+use burn::module::{Module, ModuleMapper, ModuleVisitor, Param};
+use burn::optim::GradientsParams;
+use burn::tensor::{Tensor, TensorData};
+use burnlens_dist::{DistError, Ranks};
+use sha2::{Digest, Sha256};
+
+use crate::optim::float_params;
+
+/// Sum every gradient over the ranks, in place. Each rank's loss was already weighted by
+/// its share of the global batch, so the sum is the global batch's gradient.
+pub(crate) fn all_reduce_grads<M: Module>(ranks: &Ranks, model: &M, grads: &mut GradientsParams, step: usize) -> Result<(), DistError> {
+    if ranks.size() == 1 {
+        return Ok(());
+    }
+    let params = float_params(model);
+    let mut flat = Vec::new();
+    let mut layout = Vec::with_capacity(params.len());
+    for &(id, rank) in &params {
+        let taken = match rank {
+            1 => grads.remove::<1>(id).map(|g| (g.device(), g.to_data())),
+            _ => grads.remove::<2>(id).map(|g| (g.device(), g.to_data())),
+        };
+        if let Some((device, data)) = taken {
+            let shape: Vec<usize> = data.shape().to_vec();
+            flat.extend(data.iter::<f32>());
+            layout.push((id, rank, shape, device));
+        }
+    }
+    ranks.sum_f32(&mut flat, &format!("the gradient all-reduce of step {}", step + 1))?;
+    let mut at = 0;
+    for (id, rank, shape, device) in layout {
+        let n: usize = shape.iter().product();
+        let data = TensorData::new(flat[at..at + n].to_vec(), shape);
+        at += n;
+        match rank {
+            1 => grads.register(id, Tensor::<1>::from_data(data, &device)),
+            _ => grads.register(id, Tensor::<2>::from_data(data, &device)),
+        }
+    }
+    Ok(())
+}
+
+/// Rank 0's parameters on every rank: a fresh model's initialisation draws from each
+/// process's own generator, so ranks start apart unless rank 0's values are sent.
+pub(crate) fn broadcast_params<M: Module>(ranks: &Ranks, model: M) -> Result<M, DistError> {
+    if ranks.size() == 1 {
+        return Ok(model);
+    }
+    struct Flatten(Vec<f32>);
+    impl ModuleVisitor for Flatten {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+            self.0.extend(param.val().to_data().iter::<f32>());
+        }
+    }
+    let mut flat = Flatten(Vec::new());
+    model.visit(&mut flat);
+    let mut flat = flat.0;
+    ranks.broadcast_f32(&mut flat, "sending rank 0's parameters")?;
+    struct Unflatten(Vec<f32>, usize);
+    impl ModuleMapper for Unflatten {
+        fn map_float<const D: usize>(&mut self, param: Param<Tensor<D>>) -> Param<Tensor<D>> {
+            param.map(|t| {
+                let (shape, device, grad) = (t.dims(), t.device(), t.is_require_grad());
+                let n: usize = shape.iter().product();
+                let data = TensorData::new(self.0[self.1..self.1 + n].to_vec(), shape);
+                self.1 += n;
+                Tensor::from_data(data, &device).set_require_grad(grad)
+            })
+        }
+    }
+    Ok(model.map(&mut Unflatten(flat, 0)))
+}
+
+/// SHA-256 over every parameter's f32 values, in the module's order.
+pub(crate) fn params_digest<M: Module>(model: &M) -> [u8; 32] {
+    struct Hasher(Sha256);
+    impl ModuleVisitor for Hasher {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+            let data = param.val().to_data();
+            for v in data.iter::<f32>() {
+                self.0.update(v.to_le_bytes());
+            }
+        }
+    }
+    let mut h = Hasher(Sha256::new());
+    model.visit(&mut h);
+    h.0.finalize().into()
+}
