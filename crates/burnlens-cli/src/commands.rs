@@ -172,6 +172,8 @@ pub fn train(config: Option<&Path>, sets: &[String], resume: Option<&Path>, quie
         // A rank that is lost or diverged: say so here, then end every rank of the job.
         Err(e @ TrainError::Rank { error: DistError::Unanswered { .. } | DistError::Diverged { .. }, .. }) => {
             eprintln!("error: {e}");
+            // The other surviving ranks report too before the job ends.
+            std::thread::sleep(std::time::Duration::from_secs(1));
             ranks.abort(1)
         }
         Err(e) => return Err(e.into()),

@@ -13,7 +13,7 @@ pub enum DistError {
     Init { rank: usize, size: usize },
     /// A collective got no answer in time; `silent` are the ranks that did not answer a
     /// direct probe afterwards (dead, killed or hung).
-    #[error("rank {rank} of {size}: {what} got no answer within {seconds} s; {}; ending the job", silent_ranks(silent))]
+    #[error("rank {rank} of {size}: {what} did not complete within {seconds} s; {}; ending the job", silent_ranks(silent))]
     Unanswered { rank: usize, size: usize, what: String, seconds: u64, silent: Vec<usize> },
     /// Another rank failed before the collective work began, with this message.
     #[error("rank {peer} of {size}: {msg}")]

@@ -48,6 +48,9 @@ impl MpiGroup {
         let (universe, _threading) =
             mpi::initialize_with_threading(mpi::Threading::Serialized).ok_or(DistError::Init { rank: launch.rank, size: launch.size })?;
         let world = universe.world();
+        // Failures come back as codes (to be reported with the ranks that went silent)
+        // instead of MPI's default of aborting with its own message.
+        unsafe { ffi::MPI_Comm_set_errhandler(world.as_raw(), ffi::RSMPI_ERRORS_RETURN) };
         let (rank, size) = (world.rank() as usize, world.size() as usize);
         Ok(MpiGroup { _universe: universe, world, lock: Mutex::new(()), rank, size })
     }
@@ -120,9 +123,8 @@ impl MpiGroup {
     /// `timeout` passes; then probe the other ranks and name those that are silent.
     fn wait(&self, what: &str, timeout: Duration, start: impl FnOnce(*mut ffi::MPI_Request) -> c_int) -> Result<(), DistError> {
         let mut req = MaybeUninit::<ffi::MPI_Request>::uninit();
-        start(req.as_mut_ptr());
-        let mut req = unsafe { req.assume_init() };
-        if poll(&mut req, Instant::now() + timeout) {
+        let started = start(req.as_mut_ptr());
+        if started == ffi::MPI_SUCCESS as c_int && poll(&mut unsafe { req.assume_init() }, Instant::now() + timeout) == Poll::Done {
             return Ok(());
         }
         let silent = self.silent_ranks();
@@ -151,7 +153,7 @@ impl MpiGroup {
         let deadline = Instant::now() + PROBE_WAIT;
         let mut silent = Vec::new();
         for (peer, mut r) in recvs {
-            if !poll(&mut r, deadline) {
+            if poll(&mut r, deadline) != Poll::Done {
                 silent.push(peer);
             }
         }
@@ -161,19 +163,28 @@ impl MpiGroup {
     }
 }
 
-/// Test `req` until it completes (true) or `deadline` passes (false).
-fn poll(req: &mut ffi::MPI_Request, deadline: Instant) -> bool {
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Poll {
+    Done,
+    Failed,
+    TimedOut,
+}
+
+/// Test `req` until it completes, fails or `deadline` passes.
+fn poll(req: &mut ffi::MPI_Request, deadline: Instant) -> Poll {
     let mut tries = 0u32;
     loop {
         let mut done: c_int = 0;
-        unsafe { ffi::MPI_Test(req, &mut done, ffi::RSMPI_STATUS_IGNORE) };
+        if unsafe { ffi::MPI_Test(req, &mut done, ffi::RSMPI_STATUS_IGNORE) } != ffi::MPI_SUCCESS as c_int {
+            return Poll::Failed;
+        }
         if done != 0 {
-            return true;
+            return Poll::Done;
         }
         tries = tries.wrapping_add(1);
         if tries % 1024 == 0 {
             if Instant::now() >= deadline {
-                return false;
+                return Poll::TimedOut;
             }
             // Past the first few milliseconds a waiting rank gives its core back.
             if tries > 1 << 16 {

@@ -102,7 +102,7 @@ pub fn train(cfg: &RunConfig, opts: &TrainOptions, observer: &mut dyn Observer) 
     let mut observer_broke = false;
     while !session.is_done() {
         // Every rank stops at the same step, whichever was asked.
-        if session.ranks.any(stop_requested() || observer_broke, "agreeing whether to stop")? {
+        if session.stop_agreed(stop_requested() || observer_broke)? {
             return Err(session.interrupt()?);
         }
         let m = session.step()?;
@@ -268,12 +268,21 @@ impl TrainSession {
         if self.ranks.size() == 1 {
             return Ok(());
         }
-        let at = |error| TrainError::Rank { error, checkpoint: self.last_checkpoint.as_ref().map(|(_, d)| d.clone()) };
-        all_reduce_grads(&self.ranks, model, grads, step).map_err(at)?;
+        all_reduce_grads(&self.ranks, model, grads, step).map_err(|e| self.rank_error(e))?;
         let mut l = [*loss];
-        self.ranks.sum_f64(&mut l, &format!("the loss all-reduce of step {}", step + 1)).map_err(at)?;
+        self.ranks.sum_f64(&mut l, &format!("the loss all-reduce of step {}", step + 1)).map_err(|e| self.rank_error(e))?;
         *loss = l[0];
         Ok(())
+    }
+
+    /// Whether any rank asks to stop before the next step (`stop` is this rank's answer).
+    pub fn stop_agreed(&self, stop: bool) -> Result<bool> {
+        self.ranks.any(stop, &format!("agreeing whether to stop after step {}", self.state.step)).map_err(|e| self.rank_error(e))
+    }
+
+    /// A failure between ranks, with the last checkpoint to resume from.
+    fn rank_error(&self, error: burnlens_dist::DistError) -> TrainError {
+        TrainError::Rank { error, checkpoint: self.last_checkpoint.as_ref().map(|(_, d)| d.clone()) }
     }
 
     /// A line of `metrics.jsonl` (on the writing rank).
@@ -310,7 +319,7 @@ impl TrainSession {
         let rows = self.ranks.rows(t.batch_size);
         let batches = ValBatches { seed: t.seed, n: t.eval_batches, batch: t.batch_size, block: t.block_size };
         let mut sum = [evaluate_rows(&self.model().valid(), &self.data, &batches, rows)];
-        self.ranks.sum_f64(&mut sum, &format!("the validation loss after step {}", self.state.step))?;
+        self.ranks.sum_f64(&mut sum, &format!("the validation loss after step {}", self.state.step)).map_err(|e| self.rank_error(e))?;
         let val = sum[0] / t.eval_batches as f64;
         self.state.last_val_loss = Some(val);
         self.record(json!({"kind": "eval", "step": self.state.step, "val_loss": val, "train_loss": self.last_loss}))?;
@@ -324,9 +333,7 @@ impl TrainSession {
         if self.ranks.size() > 1 {
             let digest = params_digest(self.model());
             let what = format!("the parameters after step {step}");
-            self.ranks
-                .check_equal(&digest, &what)
-                .map_err(|error| TrainError::Rank { error, checkpoint: self.last_checkpoint.as_ref().map(|(_, d)| d.clone()) })?;
+            self.ranks.check_equal(&digest, &what).map_err(|e| self.rank_error(e))?;
             let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
             self.record(json!({"kind": "ranks", "step": step, "ranks": self.ranks.size(), "params_sha256": hex}))?;
         }

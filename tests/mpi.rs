@@ -1,0 +1,278 @@
+//! Data-parallel training over MPI ranks on loopback (`mpiexec -n N burnlens train`): N = 2
+//! and 3 follow the one-process run, every rank's parameters stay bit-identical, a rank
+//! that cannot read its data is named before training, a killed rank ends the job and the
+//! run resumes with another N, and a rank that hangs is named by every other rank.
+//!
+//! Needs the binary built with `--features mpi` and MPICH's `mpiexec` (what `cargo xtask
+//! test` installs and builds); without them these tests fail under CI and skip elsewhere.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{missing_prerequisite, read_safetensors};
+
+/// A model small enough for a debug build; no dropout, so ranks and one process draw the
+/// same computation; two micro-batches per step; batch 6 splits 3+3 and 2+2+2.
+const CONFIG: &str = r#"
+[model]
+n_layers = 2
+n_heads = 2
+d_model = 32
+context = 16
+[data]
+kind = "repeated_tokens"
+vocab = 20
+[training]
+batch_size = 6
+grad_accum = 2
+block_size = 16
+steps = 16
+lr_decay_steps = 16
+warmup_steps = 2
+learning_rate = 3e-3
+eval_interval = 8
+eval_batches = 2
+checkpoint_interval = 8
+dropout = 0.0
+[output]
+dir = "unused"
+"#;
+
+/// MPICH's launcher, the one the `mpi` build links against; `None` (a failure under CI)
+/// when it or the feature is missing.
+fn mpiexec() -> Option<PathBuf> {
+    if !cfg!(feature = "mpi") {
+        missing_prerequisite("burnlens built without the `mpi` feature (cargo xtask test builds it)");
+        return None;
+    }
+    for name in ["mpiexec.mpich", "mpiexec"] {
+        if let Ok(out) = Command::new(name).arg("--version").output() {
+            if out.status.success() {
+                return Some(PathBuf::from(name));
+            }
+        }
+    }
+    missing_prerequisite("MPICH's mpiexec (Debian: mpich; cargo xtask test installs it)");
+    None
+}
+
+fn write_config(dir: &Path, steps: usize) -> PathBuf {
+    let path = dir.join("run.toml");
+    let text = CONFIG.replace("steps = 16\nlr_decay_steps = 16", &format!("steps = {steps}\nlr_decay_steps = {steps}"));
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn train_args(config: &Path, run: &Path) -> Vec<String> {
+    vec![
+        "train".into(),
+        "--config".into(),
+        config.display().to_string(),
+        "--set".into(),
+        format!("output.dir={:?}", run.display().to_string()),
+        "--quiet".into(),
+    ]
+}
+
+/// `burnlens ARGS` on `ranks` ranks (one plain process for 1).
+fn launch(mpiexec: &Path, ranks: usize, args: &[String]) -> Command {
+    let bin = env!("CARGO_BIN_EXE_burnlens");
+    let mut cmd = if ranks == 1 {
+        Command::new(bin)
+    } else {
+        let mut c = Command::new(mpiexec);
+        c.args(["-n", &ranks.to_string(), bin]);
+        c
+    };
+    cmd.args(args).env_remove("BURNLENS_BACKEND").env("RAYON_NUM_THREADS", "1");
+    cmd
+}
+
+fn run(cmd: &mut Command) -> Output {
+    let out = cmd.output().expect("start the job");
+    assert!(out.status.success(), "{cmd:?} failed: {}\n{}", String::from_utf8_lossy(&out.stderr), String::from_utf8_lossy(&out.stdout));
+    out
+}
+
+fn metrics(run: &Path, kind: &str) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(run.join("metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|v| v["kind"] == kind)
+        .collect()
+}
+
+/// Per-step training losses and the final evaluation equal within `tol` relative, and each
+/// exported weight tensor within `tol` relative in L2 norm. Except the keys' bias (the middle
+/// third of GPT-2's `c_attn.bias`): softmax does not change when a query's scores all shift
+/// by the same amount, so its gradient is zero up to rounding, and Adam turns that rounding
+/// noise, which the order of any sum changes, into full-sized steps.
+fn assert_same_run(a: &Path, b: &Path, tol: f64) {
+    let (la, lb) = (metrics(a, "train"), metrics(b, "train"));
+    assert_eq!(la.len(), lb.len());
+    for (x, y) in la.iter().zip(&lb) {
+        let (x, y) = (x["loss"].as_f64().unwrap(), y["loss"].as_f64().unwrap());
+        assert!((x - y).abs() <= tol * x.abs(), "{}: training loss {x} vs {}: {y}", a.display(), b.display());
+    }
+    let (ea, eb) = (metrics(a, "eval"), metrics(b, "eval"));
+    let (x, y) = (ea.last().unwrap()["val_loss"].as_f64().unwrap(), eb.last().unwrap()["val_loss"].as_f64().unwrap());
+    assert!((x - y).abs() <= tol * x.abs(), "validation loss {x} vs {y}");
+    let (wa, wb) = (read_safetensors(&a.join("hf/model.safetensors")), read_safetensors(&b.join("hf/model.safetensors")));
+    assert_eq!(wa.len(), wb.len());
+    for (name, t) in &wa {
+        let (mut x, mut y) = (t.f32.clone(), wb[name].f32.clone());
+        if name.ends_with("attn.c_attn.bias") {
+            let d = x.len() / 3;
+            x.drain(d..2 * d);
+            y.drain(d..2 * d);
+        }
+        let norm = |v: &mut dyn Iterator<Item = f64>| v.map(|x| x * x).sum::<f64>().sqrt();
+        let diff = norm(&mut x.iter().zip(&y).map(|(x, y)| (x - y) as f64));
+        let size = norm(&mut x.iter().map(|&x| x as f64));
+        eprintln!("{name}: {:.2e}", diff / size);
+        assert!(diff <= tol * size, "{name}: weights differ by {diff} (norm {size})");
+    }
+}
+
+#[test]
+fn two_and_three_ranks_follow_the_one_process_run() {
+    let Some(mpiexec) = mpiexec() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), 16);
+    let one = dir.path().join("one");
+    run(&mut launch(&mpiexec, 1, &train_args(&config, &one)));
+    for ranks in [2, 3] {
+        let many = dir.path().join(format!("ranks-{ranks}"));
+        run(&mut launch(&mpiexec, ranks, &train_args(&config, &many)));
+        assert_same_run(&one, &many, 1e-6);
+        // At every checkpoint (steps 8 and 16) every rank's parameter digest equalled rank 0's
+        // (the run stops otherwise), and rank 0 recorded it.
+        let checks = metrics(&many, "ranks");
+        assert_eq!(checks.iter().map(|c| c["step"].as_u64().unwrap()).collect::<Vec<_>>(), [8, 16]);
+        assert!(checks.iter().all(|c| c["ranks"] == ranks && c["params_sha256"].as_str().is_some_and(|h| h.len() == 64)));
+        // Only rank 0 wrote: one line per step.
+        assert_eq!(metrics(&many, "train").len(), 16);
+    }
+}
+
+#[test]
+fn a_rank_that_cannot_read_its_data_is_named_before_training() {
+    let Some(mpiexec) = mpiexec() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), 16);
+    let run_dir = dir.path().join("run");
+    let bin = env!("CARGO_BIN_EXE_burnlens");
+    let good = train_args(&config, &run_dir);
+    let mut bad = good.clone();
+    bad.extend(["--set".into(), "data.kind=\"char\"".into(), "--set".into(), "data.path=\"/nonexistent/corpus.txt\"".into()]);
+    // MPMD: rank 0 with readable data, rank 1 without.
+    let out =
+        Command::new(&mpiexec).args(["-n", "1", bin]).args(&good).args([":", "-n", "1", bin]).args(&bad).env("BURNLENS_RANK_TIMEOUT", "20").output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("error: /nonexistent/corpus.txt: no such file"), "rank 1 reports its own error: {stderr}");
+    assert!(stderr.contains("error: rank 1 of 2: /nonexistent/corpus.txt: no such file"), "rank 0 names rank 1: {stderr}");
+    let metrics = std::fs::read_to_string(run_dir.join("metrics.jsonl")).unwrap_or_default();
+    assert!(!run_dir.join("checkpoints/LATEST").exists() && metrics.trim().is_empty(), "no step was taken");
+}
+
+/// The job's rank processes, indexed by rank (the launcher's `PMI_RANK`).
+fn rank_pids(run_dir: &Path) -> Vec<u32> {
+    let needle = format!("output.dir={:?}", run_dir.display().to_string());
+    let mut ranked: Vec<(usize, u32)> = std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter_map(|pid| {
+            let read = |what: &str| String::from_utf8_lossy(&std::fs::read(format!("/proc/{pid}/{what}")).unwrap_or_default()).into_owned();
+            let cmdline = read("cmdline").replace('\0', " ");
+            if !(cmdline.starts_with(env!("CARGO_BIN_EXE_burnlens")) && cmdline.contains(&needle)) {
+                return None;
+            }
+            let rank = read("environ").split('\0').find_map(|v| v.strip_prefix("PMI_RANK=")?.parse().ok())?;
+            Some((rank, pid))
+        })
+        .collect();
+    ranked.sort();
+    ranked.into_iter().map(|(_, pid)| pid).collect()
+}
+
+/// Start a long job on `ranks` ranks and wait until its first checkpoint is written.
+fn start_long_job(mpiexec: &Path, ranks: usize, config: &Path, run_dir: &Path, timeout_s: &str) -> (Child, Vec<u32>) {
+    let mut child = launch(mpiexec, ranks, &train_args(config, run_dir))
+        .env("BURNLENS_RANK_TIMEOUT", timeout_s)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while !run_dir.join("checkpoints/LATEST").exists() {
+        assert!(start.elapsed() < Duration::from_secs(120), "no checkpoint after 120 s");
+        assert!(child.try_wait().unwrap().is_none(), "the job ended early");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let pids = rank_pids(run_dir);
+    assert_eq!(pids.len(), ranks, "rank processes: {pids:?}");
+    (child, pids)
+}
+
+/// Wait for the job to end, at most `limit`; its exit status and stderr.
+fn wait_ended(child: Child, limit: Duration) -> (std::process::ExitStatus, String) {
+    let start = Instant::now();
+    let pid = child.id();
+    let waiter = std::thread::spawn(move || child.wait_with_output().unwrap());
+    while !waiter.is_finished() {
+        if start.elapsed() > limit {
+            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+            panic!("the job did not end within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = waiter.join().unwrap();
+    (out.status, String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+#[test]
+fn a_killed_rank_ends_the_job_and_the_run_resumes_with_other_ranks() {
+    let Some(mpiexec) = mpiexec() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), 120);
+    let run_dir = dir.path().join("run");
+    let (child, pids) = start_long_job(&mpiexec, 3, &config, &run_dir, "10");
+    Command::new("kill").args(["-9", &pids[1].to_string()]).status().unwrap();
+    let (status, stderr) = wait_ended(child, Duration::from_secs(20));
+    assert!(!status.success(), "{stderr}");
+    assert!(rank_pids(&run_dir).is_empty(), "every rank ended");
+    // The last checkpoint is complete: resume it on 2 ranks to the end, and the run equals
+    // one process's from the start.
+    let latest = std::fs::read_to_string(run_dir.join("checkpoints/LATEST")).unwrap();
+    assert!(latest.trim() < "step-000120", "killed before the end: {latest}");
+    let resume = vec!["train".into(), "--resume".into(), run_dir.display().to_string(), "--quiet".into()];
+    run(&mut launch(&mpiexec, 2, &resume));
+    let one = dir.path().join("one");
+    run(&mut launch(&mpiexec, 1, &train_args(&config, &one)));
+    assert_same_run(&one, &run_dir, 1e-4);
+}
+
+#[test]
+fn a_hung_rank_is_named_by_every_other_rank_within_the_timeout() {
+    let Some(mpiexec) = mpiexec() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), 100_000);
+    let run_dir = dir.path().join("run");
+    let (child, pids) = start_long_job(&mpiexec, 3, &config, &run_dir, "2");
+    Command::new("kill").args(["-STOP", &pids[1].to_string()]).status().unwrap();
+    // 2 s of timeout, 3 s of probing, 1 s for every rank to report.
+    let (status, stderr) = wait_ended(child, Duration::from_secs(30));
+    assert!(!status.success());
+    for rank in [0, 2] {
+        let line =
+            stderr.lines().find(|l| l.starts_with(&format!("error: rank {rank} of 3: "))).unwrap_or_else(|| panic!("no error from rank {rank}: {stderr}"));
+        assert!(line.contains("did not complete within 2 s; rank 1 does not answer"), "{line}");
+        assert!(line.contains("the last checkpoint is") && line.contains("checkpoints/step-"), "{line}");
+    }
+    assert!(rank_pids(&run_dir).is_empty(), "every rank ended, the stopped one too");
+}
