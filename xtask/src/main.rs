@@ -27,8 +27,10 @@
 //! - `venv`: only make the venv.
 //! - `test`: the README's test command: check the formatting (`cargo fmt --all --check`,
 //!   `rustfmt.toml`), install what the tests need that a fresh machine lacks (Debian's
-//!   chromium and chromedriver for the browser tests, as root or through passwordless sudo),
-//!   then `cargo test` with any further arguments. `.ci/run` calls it.
+//!   chromium and chromedriver for the browser tests; MPICH, its headers, libclang and
+//!   pkg-config for the `mpi` feature and its multi-process tests; as root or through
+//!   passwordless sudo), then `cargo test --features mpi` with any further arguments.
+//!   `.ci/run` calls it.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -765,6 +767,45 @@ fn ensure_browser() -> Result<()> {
         return Ok(());
     }
     eprintln!("installing chromium and chromium-driver (Debian packages) for the browser tests");
+    if !(apt_install(&["chromium", "chromium-driver"]) && present()) {
+        eprintln!(
+            "warning: could not install chromium and chromium-driver (needs root or passwordless sudo); \
+             the browser tests will fail: install them, or set BURNLENS_SKIP_BROWSER=1 to skip those tests"
+        );
+    }
+    Ok(())
+}
+
+/// Debian's packages for the `mpi` feature and its multi-process tests: MPICH (its
+/// `mpiexec` runs as root and puts more ranks than cores on loopback without the flags Open
+/// MPI needs for both), its headers for the `mpi` crate's C shim, and libclang and
+/// pkg-config for its bindgen build script. Whether the `mpi` feature can be built.
+fn ensure_mpi() -> bool {
+    let present = || {
+        let ok = |cmd: &mut Command| cmd.output().map(|o| o.status.success()).unwrap_or(false);
+        let libclang = std::fs::read_dir("/usr/lib")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|e| e.file_name().to_string_lossy().starts_with("llvm-") && e.path().join("lib/libclang.so").exists());
+        ok(Command::new("pkg-config").args(["--exists", "mpich"])) && ok(Command::new("mpiexec.mpich").arg("--version")) && libclang
+    };
+    if present() {
+        return true;
+    }
+    eprintln!("installing mpich, libmpich-dev, libclang-dev and pkg-config (Debian packages) for the MPI tests");
+    if apt_install(&["mpich", "libmpich-dev", "libclang-dev", "pkg-config"]) && present() {
+        return true;
+    }
+    eprintln!(
+        "warning: could not install MPICH, its headers and libclang (needs root or passwordless sudo); \
+         testing without the `mpi` feature: the MPI tests will fail"
+    );
+    false
+}
+
+/// `apt-get install` as root or through passwordless sudo; whether it succeeded.
+fn apt_install(packages: &[&str]) -> bool {
     let is_root = Command::new("id").arg("-u").output().map(|o| o.stdout.trim_ascii() == b"0").unwrap_or(false);
     let apt = |args: &[&str]| -> bool {
         let mut cmd = if is_root {
@@ -776,13 +817,7 @@ fn ensure_browser() -> Result<()> {
         };
         cmd.args(args).env("DEBIAN_FRONTEND", "noninteractive").status().map(|s| s.success()).unwrap_or(false)
     };
-    if !(apt(&["update", "-qq"]) && apt(&["install", "-y", "-qq", "chromium", "chromium-driver"]) && present()) {
-        eprintln!(
-            "warning: could not install chromium and chromium-driver (needs root or passwordless sudo); \
-             the browser tests will fail: install them, or set BURNLENS_SKIP_BROWSER=1 to skip those tests"
-        );
-    }
-    Ok(())
+    apt(&["update", "-qq"]) && apt(&["install", "-y", "-qq"].iter().chain(packages).copied().collect::<Vec<_>>())
 }
 
 /// circuit-tracer and the versions it installs beside torch 2.9 (its TransformerLens and
@@ -1295,8 +1330,11 @@ fn test(args: Vec<String>) -> Result<()> {
         check_format()?;
     }
     ensure_browser()?;
+    // One build, with the `mpi` feature, for every test and rerun below: a second feature
+    // set would rebuild every crate above burnlens-train.
+    let features: &[&str] = if ensure_mpi() { &["--features", "mpi"] } else { &[] };
     let python = ensure_python_tests()?;
-    run(Command::new(env!("CARGO")).current_dir(root()).arg("test").args(&args).env("BURNLENS_PYTHON", python))?;
+    run(Command::new(env!("CARGO")).current_dir(root()).arg("test").args(features).args(&args).env("BURNLENS_PYTHON", python))?;
     if args.is_empty() {
         // Once more on the portable path a Mac or any non-x86 machine runs: no AVX2 /
         // AVX-512 bodies, no packed weights (the same test binaries, nothing rebuilt).
@@ -1304,8 +1342,10 @@ fn test(args: Vec<String>) -> Result<()> {
         // Selected by target, not by `-p burnlens-model`: `-p` changes feature unification and
         // so rebuilt Burn on a fresh machine (15 minutes of cold CI); the same packages as the
         // run above reuse its build. `--lib` runs every crate's unit tests on that path.
-        run(Command::new(env!("CARGO")).current_dir(root()).args(["test", "--test", "kernels", "--lib"]).env("BURNLENS_ISA", "baseline"))?;
-        run(Command::new(env!("CARGO")).current_dir(root()).args(["test", "--test", "parity", "--test", "half"]).env("BURNLENS_ISA", "baseline"))?;
+        let rerun =
+            |tests: &[&str]| run(Command::new(env!("CARGO")).current_dir(root()).arg("test").args(features).args(tests).env("BURNLENS_ISA", "baseline"));
+        rerun(&["--test", "kernels", "--lib"])?;
+        rerun(&["--test", "parity", "--test", "half"])?;
     }
     Ok(())
 }
