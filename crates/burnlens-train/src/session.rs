@@ -153,8 +153,16 @@ impl TrainSession {
         let shared = opts.ranks.agree(opened.as_ref().map(|_| ()).map_err(|e| e.to_string()));
         let mut session = opened?;
         shared?;
-        let model = session.model.take().expect("opened with its model");
-        session.model = Some(broadcast_params(&session.ranks, model)?);
+        if session.ranks.size() > 1 {
+            // Burn draws a fresh model's parameters when they are first read, from the
+            // generator the first step seeds: draw them now from rank 0's seed of that step,
+            // as the one-process run's first forward pass does (the same values when no
+            // dropout draws in between), and send rank 0's to every rank.
+            session.ad.seed(step_seed(cfg.training.seed, session.state.step, 0));
+            let model = session.model.take().expect("opened with its model");
+            let _ = params_digest(&model);
+            session.model = Some(broadcast_params(&session.ranks, model)?);
+        }
         Ok(session)
     }
 
@@ -233,15 +241,14 @@ impl TrainSession {
     pub fn step(&mut self) -> Result<StepMetrics> {
         let t = &self.cfg.training;
         let step = self.state.step;
-        // Dropout masks depend only on the seed, the step and the rank, so a resumed run draws
-        // the same.
-        let rank_seed = (self.ranks.rank() as u64) << 32;
-        self.ad.seed(t.seed.wrapping_mul(1_000_003).wrapping_add(step as u64).wrapping_add(rank_seed));
+        self.ad.seed(step_seed(t.seed, step, self.ranks.rank()));
         let lr = learning_rate(t, step);
         let model = self.model.take().expect("the model is back after every step");
         let rows = self.ranks.rows(t.batch_size);
         let (mut grads, mut loss) = accumulate(&model, &self.data, &mut self.state.rng, t, &self.ad, rows);
+        let reduce_started = Instant::now();
         let reduced = self.all_reduce(&model, &mut grads, &mut loss, step);
+        let reduce_s = reduce_started.elapsed().as_secs_f64();
         if let Err(e) = reduced {
             self.model = Some(model);
             return Err(e);
@@ -259,7 +266,12 @@ impl TrainSession {
         let elapsed_s = self.started.elapsed().as_secs_f64();
         let tokens_per_s = (self.state.step - self.first_step) as f64 * tokens_per_step as f64 / elapsed_s.max(1e-9);
         let m = StepMetrics { step: self.state.step, total: t.steps, loss, lr, grad_norm, tokens_per_s, elapsed_s };
-        self.record(m.to_json())?;
+        let mut line = m.to_json();
+        if self.ranks.size() > 1 {
+            // The all-reduce's time, waiting for the slowest rank included.
+            line["allreduce_s"] = json!(reduce_s);
+        }
+        self.record(line)?;
         Ok(m)
     }
 
@@ -384,6 +396,12 @@ impl TrainSession {
     }
 }
 
+/// The generator's seed for `step` on `rank`: dropout masks depend only on the run's seed,
+/// the step and the rank, so a resumed run draws the same.
+fn step_seed(seed: u64, step: usize, rank: usize) -> u64 {
+    seed.wrapping_mul(1_000_003).wrapping_add(step as u64).wrapping_add((rank as u64) << 32)
+}
+
 /// The model, optimizer and loop state of the run directory's latest checkpoint.
 fn resumed(cfg: &RunConfig, ad: &Device) -> Result<(ModelSpec, Transformer, ModuleOptimizer, TrainState)> {
     let run = load_run(&cfg.output.dir, ad)?;
@@ -406,11 +424,7 @@ fn fresh(cfg: &RunConfig, data: &Dataset, ad: &Device, observer: &mut dyn Observ
         None => {
             let spec = model_spec(cfg, data.vocab_size)?;
             ad.seed(t.seed);
-            // Burn draws a parameter's initial values when it is first read: read them all
-            // now, from this seed, not at the first step after its dropout seed (so rank 0's
-            // values, sent to the other ranks, are the one-process run's).
             let model = spec.config.init(ad)?;
-            let _ = params_digest(&model);
             (spec, model)
         }
     };
