@@ -28,7 +28,7 @@
 //!   against 1 process × 2 threads, on the shakespeare-char config and GPT-2 small's shape
 //!   (steps/s, the all-reduce's share of a step, the final losses), and the all-reduce's
 //!   bandwidth on loopback beside one core's copy bandwidth (`burnlens-dist`'s `allreduce`
-//!   example). Builds the release binary with the `mpi` feature.
+//!   example). Builds the binary with the `mpi` feature (dev profile, as the tests).
 //! - `venv`: only make the venv.
 //! - `test`: the README's test command: check the formatting (`cargo fmt --all --check`,
 //!   `rustfmt.toml`), install what the tests need that a fresh machine lacks (Debian's
@@ -159,7 +159,7 @@ fn parity_tch(extra: Vec<String>) -> Result<()> {
 /// One training run of `bench_mpi`: its steps/s after the first two steps, the all-reduce's
 /// share of that time and the last training loss.
 fn mpi_run(ranks: usize, config: &Path, sets: &[String], run_dir: &Path) -> Result<(f64, f64, f64)> {
-    let bin = root().join("target/release/burnlens");
+    let bin = root().join("target/debug/burnlens");
     let _ = std::fs::remove_dir_all(run_dir);
     let mut cmd = if ranks == 1 {
         Command::new(&bin)
@@ -191,8 +191,10 @@ fn bench_mpi(args: Vec<String>) -> Result<()> {
     if !ensure_mpi() {
         bail!("bench-mpi needs MPICH and the `mpi` feature's build dependencies");
     }
-    run(Command::new(env!("CARGO")).current_dir(root()).args(["build", "--release", "--features", "mpi", "--bin", "burnlens"]))?;
-    run(Command::new(env!("CARGO")).current_dir(root()).args(["build", "--release", "-p", "burnlens-dist", "--features", "mpi", "--example", "allreduce"]))?;
+    // The dev profile, as the other training benchmarks (dependencies and the hot crates at
+    // opt-level 3), and the build the tests made.
+    run(Command::new(env!("CARGO")).current_dir(root()).args(["build", "--features", "mpi", "--bin", "burnlens"]))?;
+    run(Command::new(env!("CARGO")).current_dir(root()).args(["build", "-p", "burnlens-dist", "--features", "mpi", "--example", "allreduce"]))?;
     run(Command::new("lscpu").arg("--extended=CPU,CORE,SOCKET,MAXMHZ"))?;
     let data = std::env::var("BURNLENS_DATA").map(PathBuf::from).unwrap_or_else(|_| root().join("../shared/data"));
     let out = root().join("target/bench/mpi");
@@ -221,7 +223,7 @@ fn bench_mpi(args: Vec<String>) -> Result<()> {
     for r in rows {
         println!("{r}");
     }
-    run(Command::new("mpiexec.mpich").args(["-n", "2"]).arg(root().join("target/release/examples/allreduce")))?;
+    run(Command::new("mpiexec.mpich").args(["-n", "2"]).arg(root().join("target/debug/examples/allreduce")))?;
     Ok(())
 }
 

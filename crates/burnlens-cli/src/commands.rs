@@ -171,7 +171,8 @@ pub fn train(config: Option<&Path>, sets: &[String], resume: Option<&Path>, quie
         Ok(s) => s,
         // A rank that is lost or diverged: say so here, then end every rank of the job.
         Err(e @ TrainError::Rank { error: DistError::Unanswered { .. } | DistError::Diverged { .. }, .. }) => {
-            eprintln!("error: {e}");
+            // One write, so that the ranks' lines arrive whole through the launcher.
+            let _ = std::io::Write::write_all(&mut std::io::stderr(), format!("error: {e}\n").as_bytes());
             // The other surviving ranks report too before the job ends.
             std::thread::sleep(std::time::Duration::from_secs(1));
             ranks.abort(1)

@@ -479,7 +479,8 @@ pub fn run() -> ExitCode {
     match result {
         Ok(Ok(())) => ExitCode::SUCCESS,
         Ok(Err(err)) => {
-            eprintln!("error: {}", one_line(&format!("{err:#}")));
+            // One write, so that lines of several ranks (or processes) arrive whole.
+            let _ = std::io::Write::write_all(&mut std::io::stderr(), format!("error: {}\n", one_line(&format!("{err:#}"))).as_bytes());
             ExitCode::from(exit_code(&err))
         }
         Err(_) => ExitCode::from(1),

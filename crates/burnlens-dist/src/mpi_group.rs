@@ -18,8 +18,12 @@ use mpi::traits::*;
 use crate::error::DistError;
 use crate::launcher::Launch;
 
-/// The tag of the liveness probe, the only point-to-point message burnlens sends.
+/// The tag of the liveness probe.
 const PROBE_TAG: c_int = 0x6275;
+/// The tag of the ring all-reduce's messages.
+const RING_TAG: c_int = 0x6276;
+/// How long a waiting rank spins on its request before it starts to sleep between tests.
+const SPIN: Duration = Duration::from_secs(1);
 /// How long a rank waits for the others to answer the probe.
 const PROBE_WAIT: Duration = Duration::from_secs(3);
 
@@ -86,6 +90,64 @@ impl MpiGroup {
         self.wait(what, timeout, |req| unsafe {
             ffi::MPI_Ibcast(buf.as_mut_ptr() as *mut c_void, buf.len() as c_int, ty.as_raw(), 0, self.world.as_raw(), req)
         })
+    }
+
+    /// Element-wise sum over ranks, in place, by a ring: N−1 steps of reduce-scatter (each
+    /// rank sends one of N chunks to the next rank and adds the previous rank's into its
+    /// own), then N−1 steps of all-gather of the summed chunks. Each chunk is summed on one
+    /// rank in a fixed order and copied to the others, so every rank holds the same bits.
+    /// Point-to-point messages polled here move at MPICH's full speed over shared memory,
+    /// where its non-blocking `MPI_Iallreduce` ran at 0.4x of its blocking one (measured on 2
+    /// ranks, 16 MB).
+    pub(crate) fn ring_sum(&self, buf: &mut [f32], what: &str, timeout: Duration) -> Result<(), DistError> {
+        let _held = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        let (n, r) = (self.size, self.rank);
+        let len = buf.len();
+        let chunk = |i: usize| crate::shard(len, i % n, n);
+        let mut scratch = vec![0f32; chunk(0).len()];
+        let (right, left) = ((r + 1) % n, (r + n - 1) % n);
+        let base = buf.as_mut_ptr();
+        for s in 0..n - 1 {
+            let (out, into) = (chunk(r + n - s), chunk(r + 2 * n - s - 1));
+            self.exchange((base, out.clone()), (scratch.as_mut_ptr(), 0..into.len()), right, left, what, timeout)?;
+            for (a, b) in buf[into].iter_mut().zip(&scratch) {
+                *a += b;
+            }
+        }
+        for s in 0..n - 1 {
+            let (out, into) = (chunk(r + 1 + n - s), chunk(r + n - s));
+            self.exchange((base, out), (base, into), right, left, what, timeout)?;
+        }
+        Ok(())
+    }
+
+    /// Send `out` (a range of a buffer) to `to` while receiving `into` from `from`; the
+    /// ranges do not overlap.
+    fn exchange(
+        &self,
+        out: (*mut f32, std::ops::Range<usize>),
+        into: (*mut f32, std::ops::Range<usize>),
+        to: usize,
+        from: usize,
+        what: &str,
+        timeout: Duration,
+    ) -> Result<(), DistError> {
+        let float = f32::equivalent_datatype().as_raw();
+        let comm = self.world.as_raw();
+        let deadline = Instant::now() + timeout;
+        let (mut send, mut recv) = (MaybeUninit::<ffi::MPI_Request>::uninit(), MaybeUninit::<ffi::MPI_Request>::uninit());
+        let started = unsafe {
+            ffi::MPI_Irecv(into.0.add(into.1.start) as *mut c_void, into.1.len() as c_int, float, from as c_int, RING_TAG, comm, recv.as_mut_ptr())
+                | ffi::MPI_Isend(out.0.add(out.1.start) as *const c_void, out.1.len() as c_int, float, to as c_int, RING_TAG, comm, send.as_mut_ptr())
+        };
+        if started == ffi::MPI_SUCCESS as c_int {
+            let (mut send, mut recv) = unsafe { (send.assume_init(), recv.assume_init()) };
+            if poll(&mut recv, deadline) == Poll::Done && poll(&mut send, deadline) == Poll::Done {
+                return Ok(());
+            }
+        }
+        let silent = self.silent_ranks();
+        Err(DistError::Unanswered { rank: self.rank, size: self.size, what: what.to_string(), seconds: timeout.as_secs(), silent })
     }
 
     /// Every rank's `mine`, in rank order (all the same length).
@@ -172,6 +234,7 @@ enum Poll {
 
 /// Test `req` until it completes, fails or `deadline` passes.
 fn poll(req: &mut ffi::MPI_Request, deadline: Instant) -> Poll {
+    let started = Instant::now();
     let mut tries = 0u32;
     loop {
         let mut done: c_int = 0;
@@ -183,12 +246,17 @@ fn poll(req: &mut ffi::MPI_Request, deadline: Instant) -> Poll {
         }
         tries = tries.wrapping_add(1);
         if tries % 1024 == 0 {
-            if Instant::now() >= deadline {
+            let now = Instant::now();
+            if now >= deadline {
                 return Poll::TimedOut;
             }
-            // Past the first few milliseconds a waiting rank gives its core back.
-            if tries > 1 << 16 {
+            // Spinning keeps MPI's progress engine turning (the transfer advances only in
+            // its calls); after a second of waiting a rank gives its core back between tests.
+            if started.elapsed() > SPIN {
                 std::thread::sleep(Duration::from_micros(200));
+            } else {
+                // Ranks may outnumber cores: let one that has work run.
+                std::thread::yield_now();
             }
         }
     }

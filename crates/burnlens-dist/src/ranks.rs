@@ -121,7 +121,7 @@ impl Ranks {
         #[cfg(feature = "mpi")]
         if let Some(g) = self.group.as_ref().filter(|g| g.size > 1) {
             for chunk in buf.chunks_mut(BUCKET) {
-                g.sum(chunk, what, self.timeout)?;
+                g.ring_sum(chunk, what, self.timeout)?;
             }
         }
         let _ = (buf, what);

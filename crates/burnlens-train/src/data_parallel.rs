@@ -26,7 +26,7 @@ pub(crate) fn all_reduce_grads<M: Module>(ranks: &Ranks, model: &M, grads: &mut 
         };
         if let Some((device, data)) = taken {
             let shape: Vec<usize> = data.shape().to_vec();
-            flat.extend(data.iter::<f32>());
+            extend_f32(&mut flat, &data);
             layout.push((id, rank, shape, device));
         }
     }
@@ -53,7 +53,7 @@ pub(crate) fn broadcast_params<M: Module>(ranks: &Ranks, model: M) -> Result<M, 
     struct Flatten(Vec<f32>);
     impl ModuleVisitor for Flatten {
         fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
-            self.0.extend(param.val().to_data().iter::<f32>());
+            extend_f32(&mut self.0, &param.val().to_data());
         }
     }
     let mut flat = Flatten(Vec::new());
@@ -80,13 +80,21 @@ pub(crate) fn params_digest<M: Module>(model: &M) -> [u8; 32] {
     struct Hasher(Sha256);
     impl ModuleVisitor for Hasher {
         fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
-            let data = param.val().to_data();
-            for v in data.iter::<f32>() {
-                self.0.update(v.to_le_bytes());
-            }
+            let mut values = Vec::new();
+            extend_f32(&mut values, &param.val().to_data());
+            let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+            self.0.update(&bytes);
         }
     }
     let mut h = Hasher(Sha256::new());
     model.visit(&mut h);
     h.0.finalize().into()
+}
+
+/// Append a tensor's values as f32 (a copy of the slice when they are f32 already).
+fn extend_f32(out: &mut Vec<f32>, data: &TensorData) {
+    match data.as_slice::<f32>() {
+        Ok(values) => out.extend_from_slice(values),
+        Err(_) => out.extend(data.iter::<f32>()),
+    }
 }
