@@ -2,7 +2,7 @@
 //! buffer per parameter order, sent in buckets), and a digest of the parameters that every
 //! rank compares at each checkpoint, so ranks that drifted apart stop the run.
 
-use burn::module::{Module, ModuleMapper, ModuleVisitor, Param};
+use burn::module::{Module, ModuleMapper, ModuleVisitor, Param, ParamId};
 use burn::optim::GradientsParams;
 use burn::tensor::{Tensor, TensorData};
 use burnlens_dist::{DistError, Ranks};
@@ -11,36 +11,32 @@ use sha2::{Digest, Sha256};
 use crate::optim::float_params;
 
 /// Sum every gradient over the ranks, in place. Each rank's loss was already weighted by
-/// its share of the global batch, so the sum is the global batch's gradient.
+/// its share of the global batch, so the sum is the global batch's gradient. One all-reduce
+/// per parameter, on the gradient's own values (no flat copy of them all).
 pub(crate) fn all_reduce_grads<M: Module>(ranks: &Ranks, model: &M, grads: &mut GradientsParams, step: usize) -> Result<(), DistError> {
     if ranks.size() == 1 {
         return Ok(());
     }
-    let params = float_params(model);
-    let mut flat = Vec::new();
-    let mut layout = Vec::with_capacity(params.len());
-    for &(id, rank) in &params {
-        let taken = match rank {
-            1 => grads.remove::<1>(id).map(|g| (g.device(), g.to_data())),
-            _ => grads.remove::<2>(id).map(|g| (g.device(), g.to_data())),
-        };
-        if let Some((device, data)) = taken {
-            let shape: Vec<usize> = data.shape().to_vec();
-            extend_f32(&mut flat, &data);
-            layout.push((id, rank, shape, device));
-        }
-    }
-    ranks.sum_f32(&mut flat, &format!("the gradient all-reduce of step {}", step + 1))?;
-    let mut at = 0;
-    for (id, rank, shape, device) in layout {
-        let n: usize = shape.iter().product();
-        let data = TensorData::new(flat[at..at + n].to_vec(), shape);
-        at += n;
+    let what = format!("the gradient all-reduce of step {}", step + 1);
+    for (id, rank) in float_params(model) {
         match rank {
-            1 => grads.register(id, Tensor::<1>::from_data(data, &device)),
-            _ => grads.register(id, Tensor::<2>::from_data(data, &device)),
+            1 => reduce_one::<1>(ranks, grads, id, &what)?,
+            _ => reduce_one::<2>(ranks, grads, id, &what)?,
         }
     }
+    Ok(())
+}
+
+fn reduce_one<const D: usize>(ranks: &Ranks, grads: &mut GradientsParams, id: ParamId, what: &str) -> Result<(), DistError> {
+    let Some(g) = grads.remove::<D>(id) else { return Ok(()) };
+    let (device, shape) = (g.device(), g.dims());
+    let data = g.into_data();
+    let mut values = match data.try_into_vec::<f32>() {
+        Ok(values) => values,
+        Err(data) => data.iter::<f32>().collect(),
+    };
+    ranks.sum_f32(&mut values, what)?;
+    grads.register(id, Tensor::<D>::from_data(TensorData::new(values, shape), &device));
     Ok(())
 }
 
