@@ -31,10 +31,7 @@ fn reduce_one<const D: usize>(ranks: &Ranks, grads: &mut GradientsParams, id: Pa
     let Some(g) = grads.remove::<D>(id) else { return Ok(()) };
     let (device, shape) = (g.device(), g.dims());
     let data = g.into_data();
-    let mut values = match data.try_into_vec::<f32>() {
-        Ok(values) => values,
-        Err(data) => data.iter::<f32>().collect(),
-    };
+    let mut values = data.convert::<f32>().try_into_vec::<f32>().expect("converted to f32");
     ranks.sum_f32(&mut values, what)?;
     grads.register(id, Tensor::<D>::from_data(TensorData::new(values, shape), &device));
     Ok(())
