@@ -10,10 +10,12 @@
 //! - [`data`]: corpora (text, jsonl, parquet, Hub datasets) streamed into context windows;
 //! - [`features`]: SAE trainers with SAELens's definitions;
 //! - [`dashboards`]: feature dashboards (SAEDashboard's statistics) over a corpus;
+//! - [`dist`]: several processes (MPI ranks) as one job;
 //! - [`trace`]: transcoders and attribution graphs (circuit-tracer's method).
 
 pub use burnlens_dashboards as dashboards;
 pub use burnlens_data as data;
+pub use burnlens_dist as dist;
 pub use burnlens_features as features;
 pub use burnlens_hf as hf;
 pub use burnlens_lens as lens;

@@ -36,7 +36,8 @@ fn dashboards(case: &str) -> (Vec<FeatureDashboard>, Value, Vec<Vec<u32>>) {
     let cfg = DashboardConfig { ignore_tokens: vec![0], ..DashboardConfig::default() };
     // The second pass reads the first's inputs back from disk (the spill), as the CLI does.
     let spill = std::env::temp_dir().join(format!("burnlens-dash-spill-{case}-{}", std::process::id()));
-    let spec = RunSpec { cfg, tokens: (tokens.len() * tokens[0].len()) as u64, batch_windows: 7, spill: Some((spill.clone(), 1 << 30)) };
+    let spec =
+        RunSpec { cfg, tokens: (tokens.len() * tokens[0].len()) as u64, batch_windows: 7, spill: Some((spill.clone(), 1 << 30)), ranks: Default::default() };
     let windows = tokens.clone();
     let out = run(&source, &spec, None, &mut || Ok(Box::new(windows.clone().into_iter().map(Ok))), &mut |_| std::ops::ControlFlow::Continue(())).unwrap();
     assert!(!out.ran_out);
@@ -376,7 +377,7 @@ fn a_feature_subset_equals_the_full_runs_dashboards() {
         let model = load_model(&fixture("gpt2"), &device).unwrap().model;
         let sae = Sae::load(&dir.join("sae"), &device).unwrap();
         let cfg = DashboardConfig { ignore_tokens: vec![0], ..DashboardConfig::default() };
-        let spec = RunSpec { cfg, tokens: (tokens.len() * tokens[0].len()) as u64, batch_windows: 5, spill: None };
+        let spec = RunSpec { cfg, tokens: (tokens.len() * tokens[0].len()) as u64, batch_windows: 5, spill: None, ranks: Default::default() };
         let dash = |features: Option<Vec<usize>>| {
             let source = FeatureSource::new(&model, &sae, features).unwrap();
             run(&source, &spec, None, &mut || Ok(Box::new(tokens.clone().into_iter().map(Ok))), &mut |_| std::ops::ControlFlow::Continue(()))

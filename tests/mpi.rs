@@ -276,3 +276,57 @@ fn a_hung_rank_is_named_by_every_other_rank_within_the_timeout() {
     }
     assert!(rank_pids(&run_dir).is_empty(), "every rank ended, the stopped one too");
 }
+
+/// A feature's dashboard file without its quantile groups' samples (drawn at random, so
+/// equal only in distribution), and each group's sample size and values.
+fn dashboard_parts(path: &Path) -> (serde_json::Value, Vec<(usize, Vec<f64>, f64, f64)>) {
+    let mut v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let mut samples = Vec::new();
+    for q in v["quantiles"].as_array_mut().expect("quantile groups") {
+        let examples = q["examples"].take();
+        let values: Vec<f64> = examples.as_array().unwrap().iter().map(|e| e["value"].as_f64().unwrap()).collect();
+        samples.push((values.len(), values, q["lower"].as_f64().unwrap(), q["upper"].as_f64().unwrap()));
+    }
+    (v, samples)
+}
+
+#[test]
+fn dashboards_over_two_and_three_ranks_equal_one_process() {
+    let Some(mpiexec) = mpiexec() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let case = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/trace/gpt2");
+    let args = |out: &Path| -> Vec<String> {
+        let (model, tcs) = (case.join("model"), case.join("transcoders"));
+        let fixed = ["dashboards", "--data", "random", "--seq-len", "16", "--tokens", "12288", "--batch", "8", "--quantile-size", "4"];
+        let mut a: Vec<String> = fixed.iter().map(|s| s.to_string()).collect();
+        a.extend(["--model".into(), model.display().to_string(), "--transcoders".into(), tcs.display().to_string(), "--out".into(), out.display().to_string()]);
+        a
+    };
+    let one = dir.path().join("one");
+    run(&mut launch(&mpiexec, 1, &args(&one)));
+    let mut names: Vec<_> = std::fs::read_dir(one.join("features")).unwrap().map(|e| e.unwrap().file_name()).collect();
+    names.sort();
+    assert!(names.len() > 10, "{names:?}");
+    for ranks in [2, 3] {
+        let many = dir.path().join(format!("ranks-{ranks}"));
+        run(&mut launch(&mpiexec, ranks, &args(&many)));
+        let mut theirs: Vec<_> = std::fs::read_dir(many.join("features")).unwrap().map(|e| e.unwrap().file_name()).collect();
+        theirs.sort();
+        assert_eq!(names, theirs);
+        for name in &names {
+            // Extremes, density, top groups (every example), histograms, quantile bounds and
+            // counts, logit effects: exactly one process's.
+            let (a, qa) = dashboard_parts(&one.join("features").join(name));
+            let (b, qb) = dashboard_parts(&many.join("features").join(name));
+            assert_eq!(a, b, "{ranks} ranks, {name:?}");
+            // Quantile samples: as many, each from its interval.
+            for ((na, _, lo, hi), (nb, values, _, _)) in qa.iter().zip(&qb) {
+                assert_eq!(na, nb, "{ranks} ranks, {name:?}: sample sizes");
+                assert!(values.iter().all(|v| *v >= lo - 1e-6 && *v <= hi + 1e-6), "{ranks} ranks, {name:?}: {values:?} outside [{lo}, {hi}]");
+            }
+        }
+        // Only rank 0 wrote, and no rank left its spill file behind... the spill files are
+        // each rank's own.
+        assert!(many.join("html/index.html").is_file());
+    }
+}

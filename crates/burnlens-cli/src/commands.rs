@@ -152,6 +152,15 @@ pub fn cache(args: &ModelArgs, input: &Input, names: &str, grad: Option<&str>, o
     Ok(())
 }
 
+/// A rank lost or diverged: say so on this rank, then end every rank of the job.
+pub fn end_job(ranks: &burnlens_dist::Ranks, e: &dyn std::fmt::Display) -> ! {
+    // One write, so that the ranks' lines arrive whole through the launcher.
+    let _ = std::io::Write::write_all(&mut std::io::stderr(), format!("error: {e}\n").as_bytes());
+    // The other surviving ranks report too before the job ends.
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    ranks.abort(1)
+}
+
 pub fn train(config: Option<&Path>, sets: &[String], resume: Option<&Path>, quiet: bool, common: &Common) -> Result<()> {
     let cfg = match (config, resume) {
         (_, Some(run)) => {
@@ -170,13 +179,7 @@ pub fn train(config: Option<&Path>, sets: &[String], resume: Option<&Path>, quie
     let s = match burnlens_train::train(&cfg, &opts, &mut crate::progress::TrainProgress::new(quiet || !ranks.is_writer())) {
         Ok(s) => s,
         // A rank that is lost or diverged: say so here, then end every rank of the job.
-        Err(e @ TrainError::Rank { error: DistError::Unanswered { .. } | DistError::Diverged { .. }, .. }) => {
-            // One write, so that the ranks' lines arrive whole through the launcher.
-            let _ = std::io::Write::write_all(&mut std::io::stderr(), format!("error: {e}\n").as_bytes());
-            // The other surviving ranks report too before the job ends.
-            std::thread::sleep(std::time::Duration::from_secs(1));
-            ranks.abort(1)
-        }
+        Err(e @ TrainError::Rank { error: DistError::Unanswered { .. } | DistError::Diverged { .. }, .. }) => end_job(&ranks, &e),
         Err(e) => return Err(e.into()),
     };
     if !ranks.is_writer() {

@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use anyhow::Result;
 use burnlens_dashboards::{DashboardOptions, Explained, Job};
 use burnlens_data::CorpusOptions;
+use burnlens_dist::DistError;
 
 use crate::{Common, ModelArgs, UserError};
 
@@ -53,8 +54,12 @@ pub fn run(a: &DashboardsArgs) -> Result<()> {
         }
         (None, None) => return Err(UserError("give --sae or --transcoders".into()).into()),
     };
-    let job = Job::new(&m, explained, a.corpus.clone(), a.options.clone(), a.out.clone())?;
-    let tty = std::io::stderr().is_terminal();
+    let mut job = Job::new(&m, explained, a.corpus.clone(), a.options.clone(), a.out.clone())?;
+    // One of several ranks when an MPI launcher started this process: each scans its share
+    // of the batches, rank 0 writes.
+    job.ranks = burnlens_dist::Ranks::from_launcher()?;
+    let ranks = job.ranks.clone();
+    let tty = std::io::stderr().is_terminal() && ranks.is_writer();
     // Ctrl-C / SIGTERM: checkpoint, stop, exit 130; the same command resumes.
     burnlens_train::install_interrupt_handler();
     let mut progress = |p: &burnlens_dashboards::Progress| {
@@ -67,7 +72,16 @@ pub fn run(a: &DashboardsArgs) -> Result<()> {
     if tty {
         eprintln!();
     }
-    let s = s?;
+    let s = match s {
+        Ok(s) => s,
+        Err(burnlens_dashboards::DashboardError::Ranks(e @ (DistError::Unanswered { .. } | DistError::Diverged { .. }))) => {
+            crate::commands::end_job(&ranks, &e)
+        }
+        Err(e) => return Err(e.into()),
+    };
+    if !ranks.is_writer() {
+        return Ok(());
+    }
     if let Some((pass, windows)) = s.resumed {
         println!("resumed in pass {pass} after {windows} windows from {}", burnlens_dashboards::job::checkpoint_path(&a.out).display());
     }

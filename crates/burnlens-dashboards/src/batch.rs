@@ -82,6 +82,20 @@ impl Slots {
         self.acts.copy_within((base + from) * w..(base + to - 1) * w, (base + from + 1) * w);
     }
 
+    /// Slot `slot` of `owner` becomes a copy of `src`'s slot `src_slot` of `src_owner`.
+    pub fn copy_from(&mut self, owner: usize, slot: usize, src: &Slots, src_owner: usize, src_slot: usize) {
+        let (d, s, w) = (owner * self.per + slot, src_owner * src.per + src_slot, self.width);
+        self.keys[d] = src.keys[s];
+        self.tokens[d * w..(d + 1) * w].copy_from_slice(&src.tokens[s * w..(s + 1) * w]);
+        self.acts[d * w..(d + 1) * w].copy_from_slice(&src.acts[s * w..(s + 1) * w]);
+    }
+
+    /// A copy of `owner`'s slots alone (as owner 0).
+    pub fn owner(&self, owner: usize) -> Slots {
+        let (a, b, w) = (owner * self.per, (owner + 1) * self.per, self.width);
+        Slots { per: self.per, width: w, keys: self.keys[a..b].to_vec(), tokens: self.tokens[a * w..b * w].to_vec(), acts: self.acts[a * w..b * w].to_vec() }
+    }
+
     pub fn key(&self, owner: usize, slot: usize) -> Key {
         self.keys[owner * self.per + slot]
     }

@@ -12,6 +12,8 @@ pub enum DashboardError {
     Data(#[from] burnlens_data::DataError),
     #[error("{path}: {msg}")]
     Io { path: std::path::PathBuf, msg: String },
+    #[error(transparent)]
+    Ranks(#[from] burnlens_dist::DistError),
     #[error("interrupted; the state is in {0} and the same command resumes")]
     Interrupted(std::path::PathBuf),
 }
@@ -19,7 +21,11 @@ pub enum DashboardError {
 impl DashboardError {
     /// Whether the input was at fault (rather than the machine, writing files).
     pub fn is_user_error(&self) -> bool {
-        !matches!(self, DashboardError::Io { .. } | DashboardError::Interrupted(_))
+        match self {
+            DashboardError::Io { .. } | DashboardError::Interrupted(_) => false,
+            DashboardError::Ranks(e) => matches!(e, burnlens_dist::DistError::Peer { .. } | burnlens_dist::DistError::NoMpi { .. }),
+            _ => true,
+        }
     }
 
     pub fn io(path: &std::path::Path, e: impl std::fmt::Display) -> Self {

@@ -35,6 +35,22 @@ impl FirstPass {
         }
     }
 
+    /// Adds another stream's first pass of the same block (another rank's windows): the
+    /// extremes and counts combine and the top groups merge ([`TopGroups::merge`]).
+    pub fn merge(&mut self, other: &FirstPass) {
+        assert_eq!((self.f0, self.n), (other.f0, other.n), "merging first passes of different blocks");
+        for j in 0..self.n {
+            self.max[j] = self.max[j].max(other.max[j]);
+            self.min_nonzero[j] = self.min_nonzero[j].min(other.min_nonzero[j]);
+            self.nonzero[j] += other.nonzero[j];
+            self.zeros[j] += other.zeros[j];
+        }
+        self.top.merge(&other.top);
+        for j in 0..self.n {
+            self.bar[j] = self.top.bar(j);
+        }
+    }
+
     pub fn scan(&mut self, b: &ActBatch, cfg: &DashboardConfig) {
         let centre = cfg.centre_range(b.seq_len);
         for r in 0..b.rows() {

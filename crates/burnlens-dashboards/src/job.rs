@@ -29,6 +29,8 @@ pub struct Job<'a> {
     pub corpus: CorpusOptions,
     pub options: DashboardOptions,
     pub out: PathBuf,
+    /// The processes sharing the passes (this one alone unless set); rank 0 writes.
+    pub ranks: burnlens_dist::Ranks,
 }
 
 /// What a job did.
@@ -83,6 +85,7 @@ impl<'a> Job<'a> {
             corpus,
             options,
             out,
+            ranks: burnlens_dist::Ranks::single(),
         })
     }
 }
@@ -97,8 +100,10 @@ pub fn checkpoint_path(out: &Path) -> PathBuf {
 pub fn make(job: &Job, control: &mut dyn FnMut(&Progress) -> ControlFlow<()>) -> Result<Summary, DashboardError> {
     let (o, c) = (&job.options, &job.corpus);
     let cfg = o.config(c.seq_len, job.bos)?;
-    let spill = (o.spill_gb > 0.0).then(|| (job.out.join("inputs.spill"), (o.spill_gb * 1e9) as u64));
-    let spec = RunSpec { cfg: cfg.clone(), tokens: o.tokens, batch_windows: o.batch, spill };
+    let ranks = &job.ranks;
+    let spill_name = if ranks.size() > 1 { format!("inputs.rank-{}.spill", ranks.rank()) } else { "inputs.spill".into() };
+    let spill = (o.spill_gb > 0.0).then(|| (job.out.join(spill_name), (o.spill_gb * 1e9) as u64));
+    let spec = RunSpec { cfg: cfg.clone(), tokens: o.tokens, batch_windows: o.batch, spill, ranks: ranks.clone() };
     let fingerprint = format!(
         "model {} · {} · data {} (column {:?}, seq_len {}, bos {}) · seed {} · tokens {} · features {:?} · batch {} · {:?}",
         job.model_id, job.encoder_id, c.data, c.column, c.seq_len, !c.no_prepend_bos, o.seed, o.tokens, o.features, o.batch, cfg
@@ -108,7 +113,9 @@ pub fn make(job: &Job, control: &mut dyn FnMut(&Progress) -> ControlFlow<()>) ->
     let hub = burnlens_hf::Hub::from_env();
     let model = burnlens_data::ForModel { tokenizer: job.tokenizer, bos: job.bos, vocab: job.source.model.config.vocab_size };
     let mut windows = || Ok(c.windows(burnlens_data::ForModel { ..model }, o.seed, &hub)?);
-    let out = run(&job.source, &spec, Some(&resume), &mut windows, control)?;
+    // Over several ranks a job runs through (no checkpoint: each rank's would have to match).
+    let resumable = (ranks.size() == 1).then_some(&resume);
+    let out = run(&job.source, &spec, resumable, &mut windows, control)?;
     if out.stopped {
         return Err(DashboardError::Interrupted(resume.path));
     }
@@ -120,7 +127,7 @@ pub fn make(job: &Job, control: &mut dyn FnMut(&Progress) -> ControlFlow<()>) ->
     let extra = serde_json::json!({ "seconds": seconds, "state_bytes": out.state_bytes, "ran_out": out.ran_out });
     let info = RunInfo { model_id: &job.model_id, layer: job.layer, sae_set: &job.encoder_id, dataset: &c.data, tokens: out.tokens, seq_len: c.seq_len, extra };
     let writing = Instant::now();
-    let index = write_all(&job.out, &out.dashboards, &cfg, &info, &tok)?;
+    let index = if ranks.is_writer() { write_all(&job.out, &out.dashboards, &cfg, &info, &tok)? } else { job.out.join("html/index.html") };
     Ok(Summary {
         features: out.dashboards.len(),
         tokens: out.tokens,

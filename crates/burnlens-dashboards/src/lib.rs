@@ -11,7 +11,8 @@
 //! One module per concept: [`config`], [`batch`] (activations and the example slots),
 //! [`top`], [`reservoir`], [`histogram`], [`first_pass`], [`second_pass`], [`scan`],
 //! [`logits`], [`dashboard`], [`source`], [`run`] with its [`checkpoint`], the user's
-//! [`options`] and a whole [`job`]; [`spill`] keeps pass 1's inputs for pass 2; the outputs [`neuronpedia`],
+//! [`options`] and a whole [`job`]; [`spill`] keeps pass 1's inputs for pass 2; [`over_ranks`]
+//! shares the passes among the ranks of an MPI job; the outputs [`neuronpedia`],
 //! [`circuit_tracer`], [`html`], [`write`], and what a graph's node shows ([`graph_node`]).
 
 pub mod batch;
@@ -28,6 +29,7 @@ pub mod job;
 pub mod logits;
 pub mod neuronpedia;
 pub mod options;
+pub mod over_ranks;
 pub mod reservoir;
 pub mod run;
 pub mod scan;

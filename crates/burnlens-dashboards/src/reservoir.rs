@@ -63,6 +63,40 @@ impl Reservoir {
         Take::Into(slot.min(k - 1))
     }
 
+    /// Merges another reservoir's sample (of `other.seen` items) into this one's (of
+    /// `self.seen`): how many of the merged `k` come from each is drawn as a uniform sample of
+    /// all `self.seen + other.seen` items would have them (hypergeometric), and which of each
+    /// side's slots uniformly. Returns the slots kept from this side and from the other;
+    /// afterwards this reservoir has seen both sides' items.
+    pub fn merge(&mut self, other: &Reservoir, k: usize) -> (Vec<usize>, Vec<usize>) {
+        let (mut left_a, mut left_b) = (self.seen, other.seen);
+        let draws = (k as u64).min(left_a + left_b);
+        let mut from_a = 0;
+        for _ in 0..draws {
+            if self.uniform() * ((left_a + left_b) as f64) < left_a as f64 {
+                from_a += 1;
+                left_a -= 1;
+            } else {
+                left_b -= 1;
+            }
+        }
+        let a = self.pick(self.len(k), from_a as usize);
+        let b = self.pick(other.len(k), (draws - from_a) as usize);
+        self.seen += other.seen;
+        (a, b)
+    }
+
+    /// `m` of the slots `0..n`, uniformly (a partial Fisher–Yates shuffle).
+    fn pick(&mut self, n: usize, m: usize) -> Vec<usize> {
+        let mut all: Vec<usize> = (0..n).collect();
+        for i in 0..m {
+            let j = i + ((self.uniform() * (n - i) as f64) as usize).min(n - i - 1);
+            all.swap(i, j);
+        }
+        all.truncate(m);
+        all
+    }
+
     /// Slots filled.
     pub fn len(&self, k: usize) -> usize {
         (self.seen as usize).min(k)

@@ -16,9 +16,11 @@ use crate::config::DashboardConfig;
 use crate::dashboard::FeatureDashboard;
 use crate::error::DashboardError;
 use crate::logits::logit_effects;
+use crate::over_ranks::{merge_pass, scans_batch};
 use crate::scan::Scan;
 use crate::source::FeatureSource;
 use crate::spill::Spill;
+use burnlens_dist::Ranks;
 
 /// How much to read and how.
 pub struct RunSpec {
@@ -30,6 +32,8 @@ pub struct RunSpec {
     /// Where the first pass may keep the encoders' inputs for the second, and the most bytes
     /// it may write there ([`crate::spill`]).
     pub spill: Option<(PathBuf, u64)>,
+    /// The processes sharing the passes ([`crate::over_ranks`]); rank 0 gets the dashboards.
+    pub ranks: Ranks,
 }
 
 /// Where a resumable run keeps its state.
@@ -99,14 +103,7 @@ pub fn run<'w>(
     let mut saver = Saver { resume, last: Instant::now() };
     let widths = source.input_widths();
     let bytes = want * seq_len as u64 * widths.iter().sum::<usize>() as u64 * 4;
-    let mut spill = match &spec.spill {
-        Some((path, budget)) if resumed.is_none() && bytes <= *budget => Some(Spill::create(path)?),
-        Some((path, _)) => {
-            let _ = std::fs::remove_file(path);
-            None
-        }
-        None => None,
-    };
+    let mut spill = open_spill(spec, resumed.is_none(), bytes)?;
     while st.pass <= 2 {
         if st.pass == 2 && pending.is_none() && st.done == 0 {
             it = windows()?;
@@ -123,6 +120,7 @@ pub fn run<'w>(
         if read_pass(source, spec, &mut st, target, &mut io, &mut saver, control)?.is_break() {
             return Ok(Outcome { dashboards: Vec::new(), tokens: 0, ran_out: false, seconds: [0.0; 3], state_bytes: 0, resumed, stopped: true });
         }
+        merge_pass(&spec.ranks, &mut st.scan, st.pass)?;
         if st.pass == 1 {
             st.total = st.done;
             st.scan.start_second();
@@ -134,7 +132,8 @@ pub fn run<'w>(
         st.done = 0;
     }
     let logits_started = Instant::now();
-    let dashboards = finish(source, spec, &st)?;
+    // Every rank holds the merged state; rank 0 makes the dashboards.
+    let dashboards = if spec.ranks.is_writer() { finish(source, spec, &st)? } else { Vec::new() };
     if let Some(r) = resume {
         let _ = std::fs::remove_file(&r.path);
     }
@@ -146,6 +145,19 @@ pub fn run<'w>(
         state_bytes: st.scan.state_bytes(),
         resumed,
         stopped: false,
+    })
+}
+
+/// The spill file, when the run starts afresh and `bytes` fit its budget (else none, and a
+/// stale one removed).
+fn open_spill(spec: &RunSpec, fresh: bool, bytes: u64) -> Result<Option<Spill>, DashboardError> {
+    Ok(match &spec.spill {
+        Some((path, budget)) if fresh && bytes <= *budget => Some(Spill::create(path)?),
+        Some((path, _)) => {
+            let _ = std::fs::remove_file(path);
+            None
+        }
+        None => None,
     })
 }
 
@@ -200,7 +212,7 @@ fn read_pass(
             }
         }
         let n = batch.len() as u64;
-        if n > 0 {
+        if n > 0 && scans_batch(&spec.ranks, st.done, spec.batch_windows) {
             let inputs = match (st.pass, io.spill.as_deref_mut()) {
                 (2, Some(s)) => s.read(batch.len() * st.seq_len, io.widths, &source.model.device())?,
                 (_, spill) => {
@@ -213,13 +225,9 @@ fn read_pass(
             };
             let mut b = source.encode(inputs, &batch, st.done)?;
             b.mask(&spec.cfg);
-            if st.pass == 1 {
-                st.scan.first(&b)
-            } else {
-                st.scan.second(&b)
-            }
-            st.done += n;
+            if st.pass == 1 { st.scan.first(&b) } else { st.scan.second(&b) }
         }
+        st.done += n;
         if (n as usize) < take {
             if st.pass == 2 {
                 return Err(DashboardError::Input(format!("the corpus gave {} windows on the second pass, {} on the first", st.done, st.total)));
@@ -229,6 +237,8 @@ fn read_pass(
         }
         st.seconds[st.pass - 1] = before + started.elapsed().as_secs_f64();
         let stop = control(&progress(st, want, st.seq_len)).is_break();
+        // Every rank stops at the same batch, whichever was asked.
+        let stop = spec.ranks.any(stop, "agreeing whether to stop")?;
         saver.tick(st, stop)?;
         if stop {
             return Ok(ControlFlow::Break(()));

@@ -65,6 +65,20 @@ impl Scan {
         self.positions[1] += b.rows() as u64;
     }
 
+    /// Adds another stream's first pass (its blocks, over `positions` positions of other
+    /// windows of the same corpus).
+    pub fn merge_first(&mut self, other: &[FirstPass], positions: u64) {
+        self.first.par_iter_mut().zip(other).for_each(|(a, b)| a.merge(b));
+        self.positions[0] += positions;
+    }
+
+    /// Adds another stream's second pass (both started from the same merged first pass).
+    pub fn merge_second(&mut self, other: &[SecondPass], positions: u64) {
+        let cfg = &self.cfg;
+        self.second.par_iter_mut().zip(other).zip(&self.first).for_each(|((a, b), f)| a.merge(b, f, cfg));
+        self.positions[1] += positions;
+    }
+
     fn check(&self, b: &ActBatch) {
         assert_eq!((b.n_features, b.seq_len), (self.features.len(), self.seq_len), "a batch of another shape than the scan's");
     }

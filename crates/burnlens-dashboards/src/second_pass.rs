@@ -48,10 +48,34 @@ impl SecondPass {
         // lowest, or all of them when the feature never fires.
         let mut contains = vec![0; n * nq];
         for j in 0..n {
-            let hi = if bounds[j * (nq + 1) + 1] > 0.0 { 0 } else { nq - 1 };
-            contains[j * nq..=j * nq + hi].iter_mut().for_each(|c| *c = first.zeros[j]);
+            contains[zero_intervals(&bounds, j, nq)].iter_mut().for_each(|c| *c = first.zeros[j]);
         }
         SecondPass { f0: first.f0, n, histograms, binnings, bounds, contains, reservoirs, samples: Slots::new(n * nq, cfg.quantile_size, width) }
+    }
+
+    /// Adds another stream's second pass of the same block, both started from the same
+    /// (merged) first pass: histograms and interval counts add (the zeros, which both
+    /// started from, once), and each quantile group's sample is merged
+    /// ([`Reservoir::merge`]).
+    pub fn merge(&mut self, other: &SecondPass, first: &FirstPass, cfg: &DashboardConfig) {
+        assert_eq!((self.f0, self.n), (other.f0, other.n), "merging second passes of different blocks");
+        let nq = cfg.n_quantiles;
+        for j in 0..self.n {
+            for (h, o) in self.histograms[j].heights.iter_mut().zip(&other.histograms[j].heights) {
+                *h += o;
+            }
+            let zeros = zero_intervals(&self.bounds, j, nq);
+            for o in j * nq..(j + 1) * nq {
+                self.contains[o] += other.contains[o] - if zeros.contains(&o) { first.zeros[j] } else { 0 };
+            }
+        }
+        for o in 0..self.n * nq {
+            let mine = self.samples.owner(o);
+            let (a, b) = self.reservoirs[o].merge(&other.reservoirs[o], cfg.quantile_size);
+            for (slot, (src, s)) in a.iter().map(|&s| (&mine, (0, s))).chain(b.iter().map(|&s| (&other.samples, (o, s)))).enumerate() {
+                self.samples.copy_from(o, slot, src, s.0, s.1);
+            }
+        }
     }
 
     pub fn scan(&mut self, b: &ActBatch, cfg: &DashboardConfig) {
@@ -89,13 +113,19 @@ impl SecondPass {
 
     fn offer_zero(&mut self, j: usize, r: usize, b: &ActBatch, cfg: &DashboardConfig) {
         let (nq, k) = (cfg.n_quantiles, cfg.quantile_size);
-        let hi = if self.bounds[j * (nq + 1) + 1] > 0.0 { 0 } else { nq - 1 };
-        for o in j * nq..=j * nq + hi {
+        for o in zero_intervals(&self.bounds, j, nq) {
             if let Take::Into(slot) = self.reservoirs[o].offer(k) {
                 self.samples.set(o, slot, b, r, self.f0 + j, cfg);
             }
         }
     }
+}
+
+/// Feature `j`'s intervals (indices into `contains`) that hold the zeros: the lowest, or
+/// all of them when the feature never fires.
+fn zero_intervals(bounds: &[f32], j: usize, nq: usize) -> std::ops::RangeInclusive<usize> {
+    let hi = if bounds[j * (nq + 1) + 1] > 0.0 { 0 } else { nq - 1 };
+    j * nq..=j * nq + hi
 }
 
 /// The intervals `[q[i], q[i+1]]` holding `a`, lowest and highest (none for values outside).

@@ -182,6 +182,25 @@ impl Ranks {
         Ok(())
     }
 
+    /// Every rank's `mine` (of any length), in rank order; each rank's part at most 2 GiB.
+    pub fn all_gather_bytes(&self, mine: &[u8], what: &str) -> Result<Vec<Vec<u8>>, DistError> {
+        #[cfg(feature = "mpi")]
+        if let Some(g) = self.group.as_ref().filter(|g| g.size > 1) {
+            let lens = g.gather(&(mine.len() as u64).to_le_bytes(), what, self.timeout)?;
+            let lens: Vec<usize> = lens.chunks(8).map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")) as usize).collect();
+            let longest = lens.iter().copied().max().unwrap_or(0).max(1);
+            if longest > i32::MAX as usize {
+                return Err(DistError::Peer { peer: g.rank, size: g.size, msg: format!("{what}: {longest} bytes from one rank, more than MPI's 2 GiB") });
+            }
+            let mut padded = mine.to_vec();
+            padded.resize(longest, 0);
+            let all = g.gather(&padded, what, self.timeout)?;
+            return Ok(all.chunks(longest).zip(lens).map(|(c, n)| c[..n].to_vec()).collect());
+        }
+        let _ = what;
+        Ok(vec![mine.to_vec()])
+    }
+
     /// Check that every rank holds the same `digest` of `what` (parameters, say).
     pub fn check_equal(&self, digest: &[u8; 32], what: &str) -> Result<(), DistError> {
         #[cfg(feature = "mpi")]
