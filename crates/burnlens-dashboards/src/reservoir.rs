@@ -128,4 +128,33 @@ mod tests {
             assert!((p - 0.25).abs() < 0.012, "item {item} kept {p}");
         }
     }
+
+    /// Two reservoirs of 5 over 6 and 14 items, merged: each of the 20 items ends in the
+    /// merged sample a quarter of the time, as in one reservoir over all of them.
+    #[test]
+    fn merged_reservoirs_sample_uniformly() {
+        let (k, runs) = (5, 40_000);
+        let mut hits = vec![0u32; 20];
+        let fill = |r: &mut Reservoir, items: std::ops::Range<usize>| {
+            let mut slots = vec![usize::MAX; k];
+            for item in items {
+                if let Take::Into(s) = r.offer(k) {
+                    slots[s] = item;
+                }
+            }
+            slots
+        };
+        for seed in 0..runs {
+            let (mut a, mut b) = (Reservoir::new(seed), Reservoir::new(seed + 1_000_000));
+            let (sa, sb) = (fill(&mut a, 0..6), fill(&mut b, 6..20));
+            let (from_a, from_b) = a.merge(&b, k);
+            assert_eq!(from_a.len() + from_b.len(), k);
+            assert_eq!(a.seen, 20);
+            from_a.iter().map(|&s| sa[s]).chain(from_b.iter().map(|&s| sb[s])).for_each(|i| hits[i] += 1);
+        }
+        for (item, &h) in hits.iter().enumerate() {
+            let p = h as f64 / runs as f64;
+            assert!((p - 0.25).abs() < 0.012, "item {item} kept {p}");
+        }
+    }
 }
