@@ -11,30 +11,66 @@ use sha2::{Digest, Sha256};
 use crate::optim::float_params;
 
 /// Sum every gradient over the ranks, in place. Each rank's loss was already weighted by
-/// its share of the global batch, so the sum is the global batch's gradient. One all-reduce
-/// per parameter, on the gradient's own values (no flat copy of them all).
+/// its share of the global batch, so the sum is the global batch's gradient. A large
+/// gradient is all-reduced on its own values; the small ones (biases, norms, anything under
+/// [`SMALL`] values) together in one buffer, so that a step costs a few dozen collectives
+/// rather than one per parameter (their latency is what grows with the number of hosts).
 pub(crate) fn all_reduce_grads<M: Module>(ranks: &Ranks, model: &M, grads: &mut GradientsParams, step: usize) -> Result<(), DistError> {
     if ranks.size() == 1 {
         return Ok(());
     }
     let what = format!("the gradient all-reduce of step {}", step + 1);
+    let (mut small, mut flat) = (Vec::new(), Vec::new());
     for (id, rank) in float_params(model) {
-        match rank {
-            1 => reduce_one::<1>(ranks, grads, id, &what)?,
-            _ => reduce_one::<2>(ranks, grads, id, &what)?,
+        let Some(mut g) = Grad::take(grads, id, rank) else { continue };
+        if g.values.len() >= SMALL {
+            ranks.sum_f32(&mut g.values, &what)?;
+            g.register(grads);
+        } else {
+            flat.append(&mut g.values);
+            small.push(g);
         }
+    }
+    ranks.sum_f32(&mut flat, &what)?;
+    let mut at = 0;
+    for mut g in small {
+        let n: usize = g.shape.iter().product();
+        g.values = flat[at..at + n].to_vec();
+        at += n;
+        g.register(grads);
     }
     Ok(())
 }
 
-fn reduce_one<const D: usize>(ranks: &Ranks, grads: &mut GradientsParams, id: ParamId, what: &str) -> Result<(), DistError> {
-    let Some(g) = grads.remove::<D>(id) else { return Ok(()) };
-    let (device, shape) = (g.device(), g.dims());
-    let data = g.into_data();
-    let mut values = data.convert::<f32>().try_into_vec::<f32>().expect("converted to f32");
-    ranks.sum_f32(&mut values, what)?;
-    grads.register(id, Tensor::<D>::from_data(TensorData::new(values, shape), &device));
-    Ok(())
+/// Gradients with fewer values than this share one all-reduce.
+const SMALL: usize = 1 << 20;
+
+/// A parameter's gradient taken out of [`GradientsParams`] as values.
+struct Grad {
+    id: ParamId,
+    rank: usize,
+    shape: Vec<usize>,
+    device: burn::tensor::Device,
+    values: Vec<f32>,
+}
+
+impl Grad {
+    fn take(grads: &mut GradientsParams, id: ParamId, rank: usize) -> Option<Grad> {
+        let (device, shape, data) = match rank {
+            1 => grads.remove::<1>(id).map(|g| (g.device(), g.dims().to_vec(), g.into_data()))?,
+            _ => grads.remove::<2>(id).map(|g| (g.device(), g.dims().to_vec(), g.into_data()))?,
+        };
+        let values = data.convert::<f32>().try_into_vec::<f32>().expect("converted to f32");
+        Some(Grad { id, rank, shape, device, values })
+    }
+
+    fn register(self, grads: &mut GradientsParams) {
+        let data = TensorData::new(self.values, self.shape);
+        match self.rank {
+            1 => grads.register(self.id, Tensor::<1>::from_data(data, &self.device)),
+            _ => grads.register(self.id, Tensor::<2>::from_data(data, &self.device)),
+        }
+    }
 }
 
 /// Rank 0's parameters on every rank: a fresh model's initialisation draws from each
