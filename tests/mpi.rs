@@ -180,6 +180,19 @@ fn a_rank_that_cannot_read_its_data_is_named_before_training() {
     assert!(!run_dir.join("checkpoints/LATEST").exists() && metrics.trim().is_empty(), "no step was taken");
 }
 
+#[test]
+fn a_malformed_rank_timeout_is_refused_on_every_rank() {
+    let Some(mpiexec) = mpiexec() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), 16);
+    let out = launch(&mpiexec, 2, &train_args(&config, &dir.path().join("run"))).env("BURNLENS_RANK_TIMEOUT", "soon").output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    let lines: Vec<&str> = stderr.lines().filter(|l| l.starts_with("error: ")).collect();
+    assert_eq!(lines.len(), 2, "one line from each rank: {stderr}");
+    assert!(lines.iter().all(|l| l.contains("BURNLENS_RANK_TIMEOUT=\"soon\": expected a positive number of seconds")), "{stderr}");
+}
+
 /// The job's rank processes, indexed by rank (the launcher's `PMI_RANK`).
 fn rank_pids(run_dir: &Path) -> Vec<u32> {
     let needle = format!("output.dir={:?}", run_dir.display().to_string());

@@ -501,7 +501,11 @@ fn exit_code(err: &anyhow::Error) -> u8 {
             };
         }
         if let Some(d) = c.downcast_ref::<burnlens_dist::DistError>() {
-            return if matches!(d, burnlens_dist::DistError::NoMpi { .. } | burnlens_dist::DistError::Peer { .. }) { 2 } else { 1 };
+            return if matches!(d, burnlens_dist::DistError::NoMpi { .. } | burnlens_dist::DistError::Peer { .. } | burnlens_dist::DistError::Setting(_)) {
+                2
+            } else {
+                1
+            };
         }
         if c.is::<HfError>()
             || c.is::<ModelError>()

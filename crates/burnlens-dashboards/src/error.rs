@@ -23,7 +23,9 @@ impl DashboardError {
     pub fn is_user_error(&self) -> bool {
         match self {
             DashboardError::Io { .. } | DashboardError::Interrupted(_) => false,
-            DashboardError::Ranks(e) => matches!(e, burnlens_dist::DistError::Peer { .. } | burnlens_dist::DistError::NoMpi { .. }),
+            DashboardError::Ranks(e) => {
+                matches!(e, burnlens_dist::DistError::Peer { .. } | burnlens_dist::DistError::NoMpi { .. } | burnlens_dist::DistError::Setting(_))
+            }
             _ => true,
         }
     }

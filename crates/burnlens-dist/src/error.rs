@@ -8,6 +8,9 @@ pub enum DistError {
         "started as rank {rank} of {size} by an MPI launcher, but this burnlens was built without the `mpi` feature (build it with `cargo build --release --features mpi`)"
     )]
     NoMpi { rank: usize, size: usize },
+    /// A setting in the environment is malformed.
+    #[error("{0}")]
+    Setting(String),
     /// MPI could not be initialised.
     #[error("MPI could not be initialised (rank {rank} of {size} according to the launcher's environment)")]
     Init { rank: usize, size: usize },

@@ -70,7 +70,7 @@ impl Ranks {
     /// ranks and this build has no MPI, or [`Timeout::ENV`] is malformed.
     pub fn from_launcher() -> Result<Self, DistError> {
         let Some(launch) = launched() else { return Ok(Ranks::single()) };
-        let timeout = Timeout::from_env().map_err(|msg| DistError::Peer { peer: launch.rank, size: launch.size, msg })?.0;
+        let timeout = Timeout::from_env().map_err(DistError::Setting)?.0;
         #[cfg(feature = "mpi")]
         {
             let group = MpiGroup::init(launch)?;

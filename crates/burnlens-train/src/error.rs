@@ -42,7 +42,7 @@ impl TrainError {
     pub fn is_user_error(&self) -> bool {
         match self {
             TrainError::Interrupted { .. } | TrainError::NonFinite { .. } => false,
-            TrainError::Rank { error, .. } => matches!(error, DistError::Peer { .. } | DistError::NoMpi { .. }),
+            TrainError::Rank { error, .. } => matches!(error, DistError::Peer { .. } | DistError::NoMpi { .. } | DistError::Setting(_)),
             _ => true,
         }
     }
