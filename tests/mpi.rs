@@ -343,3 +343,40 @@ fn dashboards_over_two_and_three_ranks_equal_one_process() {
         assert!(many.join("html/index.html").is_file());
     }
 }
+
+#[test]
+fn an_activation_cache_written_by_ranks_is_the_one_process_cache() {
+    let Some(mpiexec) = mpiexec() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/trace/gpt2/model");
+    let args = |out: &Path| -> Vec<String> {
+        let fixed = ["cache-activations", "--data", "random", "--seq-len", "16", "--batch", "4", "--chunks-per-shard", "2", "--windows", "90"];
+        let mut a: Vec<String> = fixed.iter().map(|s| s.to_string()).collect();
+        a.extend(["--hook".into(), "blocks.0.hook_resid_pre,blocks.1.hook_mlp_out".into(), "--model".into(), model.display().to_string()]);
+        a.extend(["--out".into(), out.display().to_string()]);
+        a
+    };
+    let files = |d: &Path| -> Vec<(String, Vec<u8>)> {
+        let mut f: Vec<_> = std::fs::read_dir(d)
+            .unwrap()
+            .map(|e| e.unwrap())
+            .map(|e| (e.file_name().to_string_lossy().into_owned(), std::fs::read(e.path()).unwrap()))
+            .collect();
+        f.sort();
+        f
+    };
+    let one = dir.path().join("one");
+    run(&mut launch(&mpiexec, 1, &args(&one)));
+    let expected = files(&one);
+    // 90 windows of 4 a pass, 2 passes a shard: 12 shards (the last of one short pass).
+    assert_eq!(expected.len(), 13, "{:?}", expected.iter().map(|f| &f.0).collect::<Vec<_>>());
+    for ranks in [2, 3] {
+        let many = dir.path().join(format!("ranks-{ranks}"));
+        run(&mut launch(&mpiexec, ranks, &args(&many)));
+        let got = files(&many);
+        assert_eq!(got.iter().map(|f| &f.0).collect::<Vec<_>>(), expected.iter().map(|f| &f.0).collect::<Vec<_>>(), "{ranks} ranks");
+        for ((name, a), (_, b)) in expected.iter().zip(&got) {
+            assert!(a == b, "{ranks} ranks: {name} differs from one process's");
+        }
+    }
+}

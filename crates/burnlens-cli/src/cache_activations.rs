@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 use burnlens_data::CorpusOptions;
+use burnlens_dist::DistError;
 use burnlens_features::{CacheJob, write_cache};
 use burnlens_model::HookPoint;
 
@@ -65,11 +66,25 @@ pub fn run(a: &CacheActivationsArgs) -> Result<()> {
         windows_per_chunk: a.batch,
         chunks_per_shard: a.chunks_per_shard,
         max_windows: a.windows,
+        // One of several ranks when an MPI launcher started this process: each computes its
+        // share of the shards, rank 0 writes the index.
+        ranks: burnlens_dist::Ranks::from_launcher()?,
     };
     let start = std::time::Instant::now();
+    let writer = job.ranks.is_writer();
     let index = write_cache(&a.out, &job, windows, &mut |n| {
-        eprintln!("{n} windows cached ({:.0} tokens/s)", (n as usize * a.corpus.seq_len) as f64 / start.elapsed().as_secs_f64().max(1e-9));
-    })?;
+        if writer {
+            eprintln!("{n} windows cached ({:.0} tokens/s)", (n as usize * a.corpus.seq_len) as f64 / start.elapsed().as_secs_f64().max(1e-9));
+        }
+    });
+    let index = match index {
+        Ok(index) => index,
+        Err(burnlens_features::StoreError::Ranks(e @ (DistError::Unanswered { .. } | DistError::Diverged { .. }))) => crate::commands::end_job(&job.ranks, &e),
+        Err(e) => return Err(e.into()),
+    };
+    if !writer {
+        return Ok(());
+    }
     let rows = index.chunks() * index.windows_per_chunk * index.context_size;
     println!("cached {} hook(s) over at most {rows} tokens in {} shard(s): {}", index.hooks.len(), index.shards.len(), a.out.display());
     Ok(())

@@ -87,10 +87,17 @@ pub struct CacheJob<'a> {
     pub chunks_per_shard: usize,
     /// Stop after this many windows (all of the corpus when `None`).
     pub max_windows: Option<u64>,
+    /// The processes sharing the work (this one alone by default).
+    pub ranks: burnlens_dist::Ranks,
 }
 
 /// Write (or continue) the cache in `dir` from `windows`; `progress(windows_done)` after each
-/// shard. Returns the index written.
+/// round of shards. Returns the index written.
+///
+/// Over several ranks (`job.ranks`), every rank reads every window, and in each round of
+/// shards rank r computes and writes the round's r-th shard; once all are written (the ranks
+/// agree), rank 0 adds them to `cache.json`. The files are those one process writes, so a
+/// later run reads the cache with any number of ranks.
 pub fn write_cache(dir: &Path, job: &CacheJob, mut windows: WindowSource, progress: &mut dyn FnMut(u64)) -> Result<CacheIndex, StoreError> {
     let names: Vec<String> = job.hooks.iter().map(|h| h.name()).collect();
     let probe = pass(job.model, &job.hooks, &[vec![0; 2]])?;
@@ -120,32 +127,57 @@ pub fn write_cache(dir: &Path, job: &CacheJob, mut windows: WindowSource, progre
     }
     let mut read = done;
     while !index.complete {
-        let mut rows: Vec<Vec<f32>> = vec![Vec::new(); names.len()];
-        let mut chunks = 0;
-        while chunks < job.chunks_per_shard {
-            let want = job.max_windows.map_or(job.windows_per_chunk as u64, |m| m.saturating_sub(read).min(job.windows_per_chunk as u64)) as usize;
-            let batch: Vec<Vec<u32>> = windows.by_ref().take(want).collect::<Result<_, _>>().map_err(StoreError::from)?;
-            read += batch.len() as u64;
-            if !batch.is_empty() {
-                for (r, a) in rows.iter_mut().zip(pass(job.model, &job.hooks, &batch)?) {
-                    r.extend(a.into_data().try_into_vec_as::<f32>().expect("f32"));
+        let mut round = Vec::new();
+        let mut mine = Ok(());
+        for r in 0..job.ranks.size() {
+            let compute = r == job.ranks.rank();
+            let (rows, chunks) = read_shard(job, &mut windows, &mut read, compute, &mut index.complete)?;
+            if chunks > 0 {
+                let file = format!("shard_{:05}.safetensors", index.shards.len() + round.len());
+                if compute {
+                    mine = write_shard(&dir.join(&file), &names, &widths, &rows);
                 }
-                chunks += 1;
+                round.push(Shard { file, chunks });
             }
-            if batch.len() < job.windows_per_chunk {
-                index.complete = true;
+            if index.complete {
                 break;
             }
         }
-        if chunks > 0 {
-            let file = format!("shard_{:05}.safetensors", index.shards.len());
-            write_shard(&dir.join(&file), &names, &widths, &rows)?;
-            index.shards.push(Shard { file, chunks });
+        let shared = job.ranks.agree(mine.as_ref().map(|_| ()).map_err(|e| e.to_string()));
+        mine?;
+        shared?;
+        index.shards.extend(round);
+        if job.ranks.is_writer() {
+            index.write(dir)?;
         }
-        index.write(dir)?;
         progress(read);
     }
     Ok(index)
+}
+
+/// The next shard's windows (up to `chunks_per_shard` model passes), and with `compute` their
+/// activations, each hook's rows; `complete` is set when the windows run out.
+fn read_shard(job: &CacheJob, windows: &mut WindowSource, read: &mut u64, compute: bool, complete: &mut bool) -> Result<(Vec<Vec<f32>>, usize), StoreError> {
+    let mut rows: Vec<Vec<f32>> = vec![Vec::new(); job.hooks.len()];
+    let mut chunks = 0;
+    while chunks < job.chunks_per_shard {
+        let want = job.max_windows.map_or(job.windows_per_chunk as u64, |m| m.saturating_sub(*read).min(job.windows_per_chunk as u64)) as usize;
+        let batch: Vec<Vec<u32>> = windows.by_ref().take(want).collect::<Result<_, _>>().map_err(StoreError::from)?;
+        *read += batch.len() as u64;
+        if !batch.is_empty() {
+            if compute {
+                for (r, a) in rows.iter_mut().zip(pass(job.model, &job.hooks, &batch)?) {
+                    r.extend(a.into_data().try_into_vec_as::<f32>().expect("f32"));
+                }
+            }
+            chunks += 1;
+        }
+        if batch.len() < job.windows_per_chunk {
+            *complete = true;
+            break;
+        }
+    }
+    Ok((rows, chunks))
 }
 
 fn write_shard(path: &Path, names: &[String], widths: &[usize], rows: &[Vec<f32>]) -> Result<(), StoreError> {

@@ -14,6 +14,8 @@ pub enum StoreError {
     Data(#[from] burnlens_data::DataError),
     #[error("activation store: {0}")]
     Config(String),
+    #[error(transparent)]
+    Ranks(#[from] burnlens_dist::DistError),
 }
 
 /// Where windows come from: any iterator of windows of `context_size` token ids.
