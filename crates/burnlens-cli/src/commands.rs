@@ -5,11 +5,10 @@ use std::path::Path;
 
 use anyhow::{Context, Result};
 use burn::tensor::Device;
-use burnlens_dist::DistError;
 use burnlens_hf::{LoadOptions, LoadedModel, Tokenizer, load_model_with};
 use burnlens_model::backend;
 use burnlens_model::{HookPoint, Hooks, Sampling, Transformer, generate, next_token_loss};
-use burnlens_train::{AnyModel, RunConfig, TokenError, TrainError, TrainOptions};
+use burnlens_train::{AnyModel, TokenError};
 use serde_json::json;
 
 use crate::output::{Saved, write_atomic, write_safetensors};
@@ -159,45 +158,6 @@ pub fn end_job(ranks: &burnlens_dist::Ranks, e: &dyn std::fmt::Display) -> ! {
     // The other surviving ranks report too before the job ends.
     std::thread::sleep(std::time::Duration::from_secs(1));
     ranks.abort(1)
-}
-
-pub fn train(config: Option<&Path>, sets: &[String], resume: Option<&Path>, quiet: bool, common: &Common) -> Result<()> {
-    let cfg = match (config, resume) {
-        (_, Some(run)) => {
-            let mut sets = sets.to_vec();
-            // The run directory stays where it is, whatever its config says.
-            sets.push(format!("output.dir={:?}", run.display().to_string()));
-            RunConfig::load(&run.join("config.toml"), &sets)?
-        }
-        (Some(path), None) => RunConfig::load(path, sets)?,
-        (None, None) => return Err(UserError("train: give --config FILE (or --resume RUN_DIR)".into()).into()),
-    };
-    burnlens_train::install_interrupt_handler();
-    // One of several ranks when an MPI launcher started this process (`mpirun -n N`).
-    let ranks = burnlens_dist::Ranks::from_launcher()?;
-    let opts = TrainOptions { backend_flag: common.backend.clone(), resume: resume.is_some(), ranks: ranks.clone() };
-    let s = match burnlens_train::train(&cfg, &opts, &mut crate::progress::TrainProgress::new(quiet || !ranks.is_writer())) {
-        Ok(s) => s,
-        // A rank that is lost or diverged: say so here, then end every rank of the job.
-        Err(e @ TrainError::Rank { error: DistError::Unanswered { .. } | DistError::Diverged { .. }, .. }) => end_job(&ranks, &e),
-        Err(e) => return Err(e.into()),
-    };
-    if !ranks.is_writer() {
-        return Ok(());
-    }
-    println!(
-        "trained {} steps in {:.1}s ({:.0} tokens/s): final train loss {:.4}, validation loss {}",
-        s.steps,
-        s.seconds,
-        s.tokens_per_s,
-        s.final_train_loss,
-        s.final_val_loss.map_or("n/a".into(), |v| format!("{v:.4}"))
-    );
-    println!("run directory: {}", s.run_dir.display());
-    if let Some(hf) = s.exported {
-        println!("Hugging Face export: {}", hf.display());
-    }
-    Ok(())
 }
 
 pub fn export(run: &Path, out: &Path, dtype: burnlens_hf::WeightDtype) -> Result<()> {

@@ -8,6 +8,7 @@ mod dashboards;
 mod eval_sae;
 mod output;
 mod progress;
+mod train;
 mod train_sae;
 
 use std::process::ExitCode;
@@ -135,23 +136,8 @@ enum Command {
         #[command(flatten)]
         common: Common,
     },
-    /// Train a model as a TOML run config says (see configs/).
-    Train {
-        /// Run config. Optional with --resume (the run's own config.toml is used).
-        #[arg(long)]
-        config: Option<std::path::PathBuf>,
-        /// Override a config key, e.g. --set training.steps=200 (repeatable).
-        #[arg(long = "set", value_name = "KEY=VALUE")]
-        sets: Vec<String>,
-        /// Continue the run in this directory from its latest checkpoint.
-        #[arg(long)]
-        resume: Option<std::path::PathBuf>,
-        /// Only errors and the final summary.
-        #[arg(long)]
-        quiet: bool,
-        #[command(flatten)]
-        common: Common,
-    },
+    /// Train a model as a TOML run config says (see configs/); on N ranks under `mpiexec -n N`.
+    Train(Box<train::TrainArgs>),
     /// Write the latest checkpoint of a run as a Hugging Face model directory.
     Export {
         #[arg(long)]
@@ -462,7 +448,7 @@ pub fn run() -> ExitCode {
         Command::CacheActivations(args) => cache_activations::run(&args),
         Command::Sae { model, sae, input, top, out, common } => commands::sae(&model, &sae, &input, top, &out, &common),
         Command::Download { id } => commands::download(&id),
-        Command::Train { config, sets, resume, quiet, common } => commands::train(config.as_deref(), &sets, resume.as_deref(), quiet, &common),
+        Command::Train(args) => train::run(&args),
         Command::Export { run, out, dtype } => commands::export(&run, &out, dtype),
         Command::Sample { model, prompt, ids, max_new_tokens, temperature, top_k, top_p, seed, no_cache, common } => {
             let sampling = burnlens_model::Sampling { max_new_tokens, temperature, top_k, top_p, seed, stop_token: None, use_cache: !no_cache };
