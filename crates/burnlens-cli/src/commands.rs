@@ -7,7 +7,7 @@ use anyhow::{Context, Result};
 use burn::tensor::Device;
 use burnlens_hf::{LoadOptions, LoadedModel, Tokenizer, load_model_with};
 use burnlens_model::backend;
-use burnlens_model::{HookPoint, Hooks, Sampling, Transformer, generate, next_token_loss};
+use burnlens_model::{HookPoint, Hooks, Transformer, next_token_loss};
 use burnlens_train::{AnyModel, TokenError};
 use serde_json::json;
 
@@ -33,7 +33,7 @@ fn load(model: &Path, common: &Common) -> Result<LoadedModel> {
 }
 
 /// Parse `1, 2,3` into token ids, checked against the model.
-fn parse_ids(text: &str, model: &Transformer, flag: &str) -> Result<Vec<i64>> {
+pub(crate) fn parse_ids(text: &str, model: &Transformer, flag: &str) -> Result<Vec<i64>> {
     let ids = text
         .split(',')
         .map(str::trim)
@@ -160,48 +160,13 @@ pub fn end_job(ranks: &burnlens_dist::Ranks, e: &dyn std::fmt::Display) -> ! {
     ranks.abort(1)
 }
 
-pub fn export(run: &Path, out: &Path, dtype: burnlens_hf::WeightDtype) -> Result<()> {
-    burnlens_train::export_run(run, out, dtype)?;
-    println!("exported {} to {}", run.display(), out.display());
-    Ok(())
-}
-
 /// [`burnlens_train::load_any`] on the chosen device, its warnings printed.
-fn load_any(dir: &Path, common: &Common) -> Result<AnyModel> {
+pub(crate) fn load_any(dir: &Path, common: &Common) -> Result<AnyModel> {
     let m = burnlens_train::load_any(dir, &device(common)?, &LoadOptions::dtype(common.dtype))?;
     for w in &m.warnings {
         eprintln!("warning: {w}");
     }
     Ok(m)
-}
-
-pub fn sample(dir: &Path, prompt: Option<&str>, ids: Option<&str>, s: &Sampling, common: &Common) -> Result<()> {
-    let m = load_any(dir, common)?;
-    let prompt_ids: Vec<i64> = match (prompt, ids) {
-        (Some(text), _) => m.encode(text, false).map_err(|e| token_err("--prompt", "pass token ids with --ids", e))?,
-        (None, Some(text)) => parse_ids(text, &m.model, "--ids")?,
-        (None, None) => return Err(UserError("sample: give --prompt TEXT or --ids 1,2,3".into()).into()),
-    };
-    let AnyModel { model, tokenizer, .. } = m;
-    model.check_ids(&prompt_ids).context("prompt")?;
-    let new = generate(&model, &prompt_ids, s)?;
-    if new.len() < s.max_new_tokens {
-        eprintln!("note: stopped after {} new tokens: the context of {} positions is full", new.len(), model.config.n_ctx);
-    }
-    match (&tokenizer, prompt) {
-        (Some(tok), Some(_)) => {
-            let all: Vec<u32> = prompt_ids.iter().chain(&new).map(|&i| i as u32).collect();
-            println!("{}", tok.decode(&all));
-        }
-        _ => {
-            let text: Vec<String> = new.iter().map(|i| i.to_string()).collect();
-            println!("{}", text.join(","));
-            if let Some(tok) = &tokenizer {
-                eprintln!("text: {:?}", tok.decode(&new.iter().map(|&i| i as u32).collect::<Vec<_>>()));
-            }
-        }
-    }
-    Ok(())
 }
 
 /// `burnlens download ID`: fetch into the Hugging Face cache and say where it is.
@@ -240,7 +205,7 @@ fn parse_token(m: &AnyModel, flag: &str, s: &str) -> Result<i64> {
 
 /// A refused text or token as the CLI says it: the flag first, and for a model without a
 /// tokenizer, `hint` (what to pass instead).
-fn token_err(flag: &str, hint: &str, e: TokenError) -> anyhow::Error {
+pub(crate) fn token_err(flag: &str, hint: &str, e: TokenError) -> anyhow::Error {
     match e {
         TokenError::NoTokenizer { .. } => UserError(format!("{flag}: {e}; {hint}")),
         e => UserError(format!("{flag}: {e}")),

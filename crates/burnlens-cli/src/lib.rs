@@ -6,8 +6,10 @@ mod cache_activations;
 mod commands;
 mod dashboards;
 mod eval_sae;
+mod export;
 mod output;
 mod progress;
+mod sample;
 mod train;
 mod train_sae;
 
@@ -139,44 +141,9 @@ enum Command {
     /// Train a model as a TOML run config says (see configs/); on N ranks under `mpiexec -n N`.
     Train(Box<train::TrainArgs>),
     /// Write the latest checkpoint of a run as a Hugging Face model directory.
-    Export {
-        #[arg(long)]
-        run: std::path::PathBuf,
-        #[arg(long)]
-        out: std::path::PathBuf,
-        /// The dtype of the tensors written: auto (f32, as trained), f32, bf16 or f16.
-        #[arg(long, default_value = "auto")]
-        dtype: burnlens_hf::WeightDtype,
-    },
+    Export(export::ExportArgs),
     /// Generate text (or token ids) from a model directory or a run directory.
-    Sample {
-        /// Hugging Face model directory, Hub id or burnlens run directory.
-        #[arg(long)]
-        model: std::path::PathBuf,
-        /// Prompt text (needs a tokenizer.json or char_vocab.json in the directory); `--text`
-        /// is the same option, as in the other commands.
-        #[arg(long, alias = "text", conflicts_with = "ids")]
-        prompt: Option<String>,
-        /// Prompt as comma-separated token ids.
-        #[arg(long)]
-        ids: Option<String>,
-        #[arg(long, default_value_t = 64)]
-        max_new_tokens: usize,
-        /// 0 = greedy.
-        #[arg(long, default_value_t = 1.0)]
-        temperature: f64,
-        #[arg(long)]
-        top_k: Option<usize>,
-        #[arg(long)]
-        top_p: Option<f64>,
-        #[arg(long, default_value_t = 0)]
-        seed: u64,
-        /// Recompute the whole prefix for every token instead of using the KV cache.
-        #[arg(long)]
-        no_cache: bool,
-        #[command(flatten)]
-        common: Common,
-    },
+    Sample(Box<sample::SampleArgs>),
     /// Write an interpretability report: per-token log-probabilities, attention viewer, head
     /// detectors, OV copying and composition scores (index.html and report.json).
     Analyze {
@@ -449,11 +416,8 @@ pub fn run() -> ExitCode {
         Command::Sae { model, sae, input, top, out, common } => commands::sae(&model, &sae, &input, top, &out, &common),
         Command::Download { id } => commands::download(&id),
         Command::Train(args) => train::run(&args),
-        Command::Export { run, out, dtype } => commands::export(&run, &out, dtype),
-        Command::Sample { model, prompt, ids, max_new_tokens, temperature, top_k, top_p, seed, no_cache, common } => {
-            let sampling = burnlens_model::Sampling { max_new_tokens, temperature, top_k, top_p, seed, stop_token: None, use_cache: !no_cache };
-            dir(&model).and_then(|m| commands::sample(&m, prompt.as_deref(), ids.as_deref(), &sampling, &common))
-        }
+        Command::Export(args) => export::run(&args),
+        Command::Sample(args) => sample::run(&args),
         Command::Data { action: DataAction::Fetch { name, out } } => commands::fetch(&name, out.as_deref()),
         Command::Backends => commands::backends(),
         Command::Bench { args, common } => commands::device_of(&common).and_then(|d| bench::run(&args, d, &burnlens_hf::LoadOptions::dtype(common.dtype))),
