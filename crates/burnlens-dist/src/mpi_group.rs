@@ -146,8 +146,7 @@ impl MpiGroup {
                 return Ok(());
             }
         }
-        let silent = self.silent_ranks();
-        Err(DistError::Unanswered { rank: self.rank, size: self.size, what: what.to_string(), seconds: timeout.as_secs(), silent })
+        Err(self.unanswered(what, timeout))
     }
 
     /// Every rank's `mine`, in rank order (all the same length).
@@ -189,10 +188,15 @@ impl MpiGroup {
         if started == ffi::MPI_SUCCESS as c_int && poll(&mut unsafe { req.assume_init() }, Instant::now() + timeout) == Poll::Done {
             return Ok(());
         }
-        let silent = self.silent_ranks();
         // The operation never completes; its request is left to `MPI_Abort`, which the
         // caller runs after reporting.
-        Err(DistError::Unanswered { rank: self.rank, size: self.size, what: what.to_string(), seconds: timeout.as_secs(), silent })
+        Err(self.unanswered(what, timeout))
+    }
+
+    /// `what` did not complete within `timeout`: the error, naming the ranks that do not
+    /// answer a probe.
+    fn unanswered(&self, what: &str, timeout: Duration) -> DistError {
+        DistError::Unanswered { rank: self.rank, size: self.size, what: what.to_string(), seconds: timeout.as_secs(), silent: self.silent_ranks() }
     }
 
     /// The ranks that do not answer a probe within [`PROBE_WAIT`]: each rank sends its

@@ -60,7 +60,7 @@ impl Grad {
             1 => grads.remove::<1>(id).map(|g| (g.device(), g.dims().to_vec(), g.into_data()))?,
             _ => grads.remove::<2>(id).map(|g| (g.device(), g.dims().to_vec(), g.into_data()))?,
         };
-        let values = data.convert::<f32>().try_into_vec::<f32>().expect("converted to f32");
+        let values = f32_values(data);
         Some(Grad { id, rank, shape, device, values })
     }
 
@@ -82,7 +82,7 @@ pub(crate) fn broadcast_params<M: Module>(ranks: &Ranks, model: M) -> Result<M, 
     struct Flatten(Vec<f32>);
     impl ModuleVisitor for Flatten {
         fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
-            extend_f32(&mut self.0, &param.val().to_data());
+            self.0.extend(f32_values(param.val().into_data()));
         }
     }
     let mut flat = Flatten(Vec::new());
@@ -109,8 +109,7 @@ pub(crate) fn params_digest<M: Module>(model: &M) -> [u8; 32] {
     struct Hasher(Sha256);
     impl ModuleVisitor for Hasher {
         fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
-            let mut values = Vec::new();
-            extend_f32(&mut values, &param.val().to_data());
+            let values = f32_values(param.val().into_data());
             let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
             self.0.update(&bytes);
         }
@@ -120,10 +119,7 @@ pub(crate) fn params_digest<M: Module>(model: &M) -> [u8; 32] {
     h.0.finalize().into()
 }
 
-/// Append a tensor's values as f32 (a copy of the slice when they are f32 already).
-fn extend_f32(out: &mut Vec<f32>, data: &TensorData) {
-    match data.as_slice::<f32>() {
-        Ok(values) => out.extend_from_slice(values),
-        Err(_) => out.extend(data.iter::<f32>()),
-    }
+/// A tensor's values as f32 (moved out when they are f32 already).
+fn f32_values(data: TensorData) -> Vec<f32> {
+    data.convert::<f32>().try_into_vec::<f32>().expect("converted to f32")
 }

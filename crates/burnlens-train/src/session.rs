@@ -157,10 +157,10 @@ impl TrainSession {
             // Burn draws a fresh model's parameters when they are first read, from the
             // generator the first step seeds: draw them now from rank 0's seed of that step,
             // as the one-process run's first forward pass does (the same values when no
-            // dropout draws in between), and send rank 0's to every rank.
+            // dropout draws in between), and send rank 0's to every rank (reading them to
+            // send them draws them).
             session.ad.seed(step_seed(cfg.training.seed, session.state.step, 0));
             let model = session.model.take().expect("opened with its model");
-            let _ = params_digest(&model);
             session.model = Some(broadcast_params(&session.ranks, model)?);
         }
         Ok(session)
