@@ -353,6 +353,9 @@ fn bench_gemm(a: &BenchArgs, dtype: burnlens_hf::WeightDtype) -> Result<serde_js
     if let Some(kind) = half_kind(dtype) {
         return Ok(bench_gemm_half(a, [m, k, n], transposed, kind, &x));
     }
+    if burnlens_model::kernels::compute() == burnlens_model::kernels::Compute::Bf16 {
+        return Ok(bench_gemm_bf16(a, [m, k, n], spec, &x, b));
+    }
     let before = burnlens_model::kernels::pool::stats();
     // The model's path: the weight packed once (before timing), as `linear` keeps it.
     let packed = burnlens_model::kernels::packed::Packed::new(b);
@@ -366,6 +369,18 @@ fn bench_gemm(a: &BenchArgs, dtype: burnlens_hf::WeightDtype) -> Result<serde_js
     let pool = burnlens_model::kernels::pool::stats();
     Ok(json!({"times": times, "times_repacking": unpacked, "packed": packed.is_some(), "flops": 2.0 * (m * k * n) as f64, "shape": spec,
            "pool_late_jobs": pool.late_jobs - before.late_jobs, "pool_revoked_seats": pool.revoked_seats - before.revoked_seats}))
+}
+
+/// `bench gemm --compute bf16`: the product in bf16 arithmetic, the weight rounded once into
+/// the columns `linear` keeps (before timing), the activations rounded and packed in every
+/// product, as in a forward pass.
+fn bench_gemm_bf16(a: &BenchArgs, [m, k, n]: [usize; 3], spec: &str, x: &[f32], b: burnlens_model::kernels::gemm::MatRef) -> serde_json::Value {
+    use burnlens_model::kernels::{bf16_gemm, bf16_pack::ColsBuf, gemm::MatRef};
+    let cols = ColsBuf::from_f32(b);
+    let mut c = vec![0.0f32; m * n];
+    let warm = std::time::Duration::from_millis(300);
+    let times = timed_warm(a.reps, warm, || bf16_gemm::matmul_bf16(&mut c, n, MatRef::row_major(x, m, k), cols.view(), false));
+    json!({"times": times, "compute": "bf16", "native": bf16_gemm::native(), "flops": 2.0 * (m * k * n) as f64, "shape": spec})
 }
 
 fn half_kind(dtype: burnlens_hf::WeightDtype) -> Option<burnlens_model::kernels::half::Half> {

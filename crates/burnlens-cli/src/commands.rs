@@ -19,6 +19,9 @@ pub fn device_of(common: &Common) -> Result<Device> {
 }
 
 fn device(common: &Common) -> Result<Device> {
+    if let Some(c) = common.compute {
+        burnlens_model::kernels::set_compute(c);
+    }
     let name = backend::resolve_name(&[common.backend.as_deref()]);
     Ok(backend::device(&name, common.device_index)?)
 }

@@ -45,6 +45,11 @@ pub struct Common {
     /// stores them), f32, bf16 or f16. Compute and activations are f32 either way.
     #[arg(long, global = true, default_value = "auto")]
     pub dtype: burnlens_hf::WeightDtype,
+    /// The arithmetic of the linear layers' products: f32 (default, exact) or bf16 (operands
+    /// rounded to bf16, sums in f32; fast on CPUs with AVX512_BF16). Residual stream, norms,
+    /// attention, losses and every output stay f32. Overrides BURNLENS_COMPUTE.
+    #[arg(long, global = true)]
+    pub compute: Option<burnlens_model::kernels::Compute>,
 }
 
 /// The sequence a command runs on: text through the model's tokenizer, or token ids.

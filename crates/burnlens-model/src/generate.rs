@@ -68,7 +68,7 @@ pub fn generate(model: &Transformer, prompt: &[i64], s: &Sampling) -> Result<Vec
         };
         let t = logits.dims()[1];
         let last: Vec<f32> = logits.narrow(1, t - 1, 1).into_data().try_into_vec_as::<f32>().expect("f32 logits");
-        debug_assert_eq!(last.len(), vocab);
+        assert_eq!(last.len(), vocab);
         let next = pick(&last, s, &mut rng) as i64;
         out.push(next);
         seq.push(next);

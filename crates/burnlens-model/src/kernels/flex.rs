@@ -114,7 +114,7 @@ pub(crate) fn indices(t: &FlexTensor, what: &str) -> Vec<usize> {
 
 /// Wrap a vector as a contiguous f32 flex tensor of `shape`.
 pub(crate) fn flex_vec(v: Vec<f32>, shape: Shape) -> FlexTensor {
-    debug_assert_eq!(v.len(), shape.num_elements());
+    assert_eq!(v.len(), shape.num_elements());
     FlexTensor::new(Bytes::from_elems(v), Layout::contiguous(shape), DType::F32)
 }
 

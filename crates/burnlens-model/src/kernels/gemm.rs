@@ -36,13 +36,13 @@ impl<'a> MatRef<'a> {
 
     /// Rows `r0..r0 + n`.
     pub fn rows(self, r0: usize, n: usize) -> Self {
-        debug_assert!(r0 + n <= self.rows);
+        assert!(r0 + n <= self.rows, "MatRef::rows: {r0}+{n} of {}", self.rows);
         Self { offset: (self.offset as isize + r0 as isize * self.rs) as usize, rows: n, ..self }
     }
 
     /// Columns `c0..c0 + n`.
     pub fn cols(self, c0: usize, n: usize) -> Self {
-        debug_assert!(c0 + n <= self.cols);
+        assert!(c0 + n <= self.cols, "MatRef::cols: {c0}+{n} of {}", self.cols);
         Self { offset: (self.offset as isize + c0 as isize * self.cs) as usize, cols: n, ..self }
     }
 

@@ -26,12 +26,14 @@ pub(crate) enum Layout {
     Packed,
     /// Half-precision decoding panels ([`super::half_panels::HalfPanels`]).
     HalfPanels,
+    /// A weight rounded to bf16 columns ([`super::bf16_pack::ColsBuf`]).
+    Bf16Cols,
 }
 
 /// How a product reads a weight's storage: element `(i, j)` at `offset + i·strides[0] +
 /// j·strides[1]`, `dims` rows and columns.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
-pub(crate) struct View {
+pub struct View {
     pub offset: usize,
     pub dims: [usize; 2],
     pub strides: [isize; 2],

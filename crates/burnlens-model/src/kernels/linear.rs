@@ -18,6 +18,9 @@ use burn::backend::tensor::FloatTensor;
 use burn::backend::{Autodiff, Backend, Dispatch, Flex, backend_extension};
 use burn::tensor::{DType, Shape, Tensor, bf16, f16};
 
+use super::bf16_gemm::{View, kept_cols, matmul_bf16, matmul_bf16_f32};
+use super::bf16_pack::{Cols, ColsBuf};
+use super::compute::{Compute, compute};
 use super::flex::{contiguous, flex_strided, flex_vec, use_kernels};
 use super::gemm::{MatRef, matmul};
 use super::half::{Half, HalfRef, STREAM_ROWS, matmul_half};
@@ -64,6 +67,9 @@ pub fn linear_reference<const D: usize>(x: Tensor<D>, weight: Tensor<2>, bias: O
 /// A half weight is read as stored, except by decoding's few rows, which read its decoding
 /// panels ([`super::half_panels`]) while the copies' budget has room.
 fn weight_product(dst: &mut [f32], dst_rs: usize, a: MatRef, owner: &FlexTensor, w: WeightRef, accumulate: bool, pack: bool) {
+    if compute() == Compute::Bf16 && a.rows > STREAM_ROWS {
+        return weight_product_bf16(dst, dst_rs, a, owner, w, accumulate, pack);
+    }
     match w {
         WeightRef::Half(w) => match (pack && a.rows <= STREAM_ROWS).then(|| half_panels(owner, w)).flatten() {
             Some(p) => matmul_half_panels(dst, dst_rs, a, &p, accumulate),
@@ -76,6 +82,39 @@ fn weight_product(dst: &mut [f32], dst_rs: usize, a: MatRef, owner: &FlexTensor,
     }
 }
 
+/// [`weight_product`] in bf16 arithmetic ([`Compute::Bf16`]): a bf16 Hugging Face weight read
+/// in place, any other constant weight rounded once into columns kept beside it, a weight
+/// being trained rounded per product.
+fn weight_product_bf16(dst: &mut [f32], dst_rs: usize, a: MatRef, owner: &FlexTensor, w: WeightRef, accumulate: bool, pack: bool) {
+    let view = match w {
+        WeightRef::Half(h) => match Cols::in_place(&h) {
+            Some(cols) => return matmul_bf16(dst, dst_rs, a, cols, accumulate),
+            None => View { offset: h.offset, dims: [h.rows, h.cols], strides: [h.rs, h.cs] },
+        },
+        WeightRef::F32(m) => View { offset: m.offset, dims: [m.rows, m.cols], strides: [m.rs, m.cs] },
+    };
+    let cols = |w: WeightRef| {
+        w.check();
+        match w {
+            WeightRef::Half(h) => ColsBuf::from_half(h),
+            WeightRef::F32(m) => ColsBuf::from_f32(m),
+        }
+    };
+    match pack.then(|| kept_cols(owner, view, || cols(w))).flatten() {
+        Some(kept) => matmul_bf16(dst, dst_rs, a, kept.view(), accumulate),
+        None => matmul_bf16(dst, dst_rs, a, cols(w).view(), accumulate),
+    }
+}
+
+/// `dst = a · b` for two f32 operands (a weight's gradient) in the compute dtype.
+fn product(dst: &mut [f32], dst_rs: usize, a: MatRef, b: MatRef) {
+    if compute() == Compute::Bf16 && b.rows > STREAM_ROWS {
+        matmul_bf16_f32(dst, dst_rs, a, b, false);
+    } else {
+        matmul(dst, dst_rs, a, b, false);
+    }
+}
+
 /// A weight view in the dtype it is stored in.
 #[derive(Clone, Copy)]
 enum WeightRef<'a> {
@@ -84,6 +123,13 @@ enum WeightRef<'a> {
 }
 
 impl WeightRef<'_> {
+    fn check(&self) {
+        match self {
+            WeightRef::F32(m) => m.check(),
+            WeightRef::Half(h) => h.check(),
+        }
+    }
+
     fn t(self) -> Self {
         match self {
             WeightRef::F32(m) => WeightRef::F32(m.t()),
@@ -176,11 +222,11 @@ fn gradients(x: &FlexTensor, w: &FlexTensor, dy: &FlexTensor, want: [bool; 3]) -
             // gradient in one contiguous pass (row-major, the add ran strided: 4.4% of a
             // GPT-2 small training step).
             let mut dwt = vec![0.0f32; n * k];
-            matmul(&mut dwt, k, dy_m.t(), x_m, false);
+            product(&mut dwt, k, dy_m.t(), x_m);
             flex_strided(dwt, Shape::from(vec![k, n]), vec![1, k as isize])
         } else {
             let mut dw = vec![0.0f32; k * n];
-            matmul(&mut dw, n, x_m.t(), dy_m, false);
+            product(&mut dw, n, x_m.t(), dy_m);
             flex_vec(dw, Shape::from(vec![k, n]))
         }
     });

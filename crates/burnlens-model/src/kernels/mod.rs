@@ -31,6 +31,10 @@ pub mod activation;
 pub mod adamw;
 pub mod attention;
 mod attention_backward;
+pub mod bf16_gemm;
+pub mod bf16_pack;
+pub mod bf16_round;
+pub mod compute;
 pub mod cross_entropy;
 pub mod embedding;
 pub mod flex;
@@ -53,6 +57,7 @@ pub mod sum_squares;
 
 pub use activation::{gated_activation, gated_activation_reference};
 pub use attention::{AttentionMask, attention, attention_reference};
+pub use compute::{Compute, compute, set_compute};
 pub use cross_entropy::{cross_entropy, cross_entropy_reference};
 pub use embedding::embedding;
 pub use flex::{Op, calls, enabled, is_flex, set_enabled};

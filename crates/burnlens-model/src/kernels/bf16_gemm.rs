@@ -1,0 +1,324 @@
+//! Products in bf16 arithmetic: `dst (+)= a · w` with both operands rounded to bf16 and every
+//! sum in f32 ([`super::compute::Compute::Bf16`]).
+//!
+//! On a CPU with AVX512_BF16 a micro-kernel of `vdpbf16ps` computes a `64 × 6` block of the
+//! product: per pair of `k` it loads four vectors of sixteen rows of `a` (a panel,
+//! [`RowPanels`]) and broadcasts one 32-bit pair from each of six columns of the weight
+//! ([`Cols`], read in place for a bf16 Hugging Face weight), 24 accumulators of sixteen
+//! outputs. Each task owns a tile of [`TILE_COLS`] columns by [`BLOCK_PANELS`] panels
+//! (column-contiguous, in L2) that the micro-kernel sums into over depth blocks of
+//! [`KC_PAIRS`] pairs (the block's `a` stays in L2, a group's six columns in L1), and adds the
+//! tile to `dst` once its whole depth is summed. Tasks are tiles: groups of columns, and
+//! blocks of rows where the rows are many (training).
+//!
+//! Elsewhere (no AVX512_BF16, or `BURNLENS_ISA=baseline`) the same arithmetic is emulated:
+//! both operands rounded to bf16 values held in f32, multiplied by the f32 product (a product
+//! of two bf16 values is exact in f32, so only the order of the sums differs). That is the
+//! portable reference the model-level tests run on every machine, and it is no faster than
+//! f32: a warning says so once.
+
+use std::cell::RefCell;
+use std::sync::Arc;
+
+use burn::backend::flex::FlexTensor;
+
+use super::bf16_pack::{Cols, ColsBuf, PANEL_ROWS, RowPanels};
+use super::bf16_round::round_slice;
+use super::gemm::{MatRef, matmul, nothing_to_multiply};
+pub use super::kept::View;
+use super::kept::{Layout, kept};
+use super::packed::SPLIT_MIN_MACS;
+use super::pool::{self, SendPtr};
+
+/// Weight columns per micro-kernel call (broadcast operands).
+const NB: usize = 6;
+/// Columns per task tile: sixteen micro-kernel groups.
+pub const TILE_COLS: usize = 16 * NB;
+/// Panels of rows per task tile (256 rows).
+pub const BLOCK_PANELS: usize = 4;
+/// Pairs per depth block: a block's four panels (256 KiB) stay in L2, a group's six
+/// columns (6 KiB) in L1.
+pub const KC_PAIRS: usize = 256;
+
+/// Whether this CPU runs bf16 products in bf16 instructions (AVX512_BF16 and AVX-512F,
+/// and `BURNLENS_ISA` is not `baseline`).
+pub fn native() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        !super::simd::baseline() && std::arch::is_x86_feature_detected!("avx512f") && std::arch::is_x86_feature_detected!("avx512bf16")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
+/// The warning bf16 compute gives, once per process, where it is emulated.
+pub(crate) fn warn_if_emulated() {
+    static WARNED: std::sync::Once = std::sync::Once::new();
+    if !native() {
+        WARNED.call_once(|| {
+            eprintln!(
+                "warning: bf16 compute: this CPU has no AVX512_BF16 (or BURNLENS_ISA=baseline); products round their operands to bf16 \
+                 and run in f32 arithmetic: the same results, no faster than --compute f32"
+            )
+        });
+    }
+}
+
+/// `dst[m, n] (+)= a[m, k] · w` in bf16 arithmetic, `dst` row-major with row stride
+/// `dst_rs`.
+pub fn matmul_bf16(dst: &mut [f32], dst_rs: usize, a: MatRef, w: Cols, accumulate: bool) {
+    let (m, k, n) = (a.rows, a.cols, w.n);
+    assert_eq!(w.k, k, "matmul_bf16: inner dimensions {k} and {}", w.k);
+    if nothing_to_multiply(dst, dst_rs, [m, k, n], accumulate, "matmul_bf16") {
+        return;
+    }
+    a.check();
+    assert!(w.n == 0 || w.offset + (w.n - 1) * w.ld + 2 * w.pairs() <= w.data.len(), "matmul_bf16: weight view out of bounds");
+    if native() {
+        tiled(dst, dst_rs, &RowPanels::pack(a), w, accumulate);
+    } else {
+        emulated(dst, dst_rs, a, w, accumulate);
+    }
+}
+
+/// `dst (+)= a · b` for an f32 `b` (any strides) rounded per call: a weight being trained, a
+/// gradient.
+pub fn matmul_bf16_f32(dst: &mut [f32], dst_rs: usize, a: MatRef, b: MatRef, accumulate: bool) {
+    b.check();
+    matmul_bf16(dst, dst_rs, a, ColsBuf::from_f32(b).view(), accumulate);
+}
+
+/// The rounded columns of a constant weight (the view `view` of `owner`, `[k, n]`), made by
+/// `make` at first use and kept beside it ([`super::kept`]); `None` where the copies' budget
+/// has no room.
+pub fn kept_cols(owner: &FlexTensor, view: View, make: impl FnOnce() -> ColsBuf) -> Option<Arc<ColsBuf>> {
+    let [k, n] = view.dims;
+    kept(owner, view, Layout::Bf16Cols, k.div_ceil(2) * 2 * n * 2, || Some(make()))
+}
+
+/// The portable reference: operands rounded to bf16 values in f32, the f32 product.
+fn emulated(dst: &mut [f32], dst_rs: usize, a: MatRef, w: Cols, accumulate: bool) {
+    let (m, k, n) = (a.rows, a.cols, w.n);
+    let mut a_round: Vec<f32> = (0..m).flat_map(|r| a.row_values(r)).collect();
+    round_slice(&mut a_round);
+    let ld = 2 * w.pairs();
+    let w_wide: Vec<f32> = (0..n).flat_map(|j| w.column(j)).collect();
+    let b = MatRef { data: &w_wide, offset: 0, rows: k, cols: n, rs: 1, cs: ld as isize };
+    matmul(dst, dst_rs, MatRef::row_major(&a_round, m, k), b, accumulate);
+}
+
+thread_local! {
+    /// Each thread's tile (reused from product to product).
+    static TILE: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The AVX512_BF16 product over packed rows (see the module's note).
+fn tiled(dst: &mut [f32], dst_rs: usize, a: &RowPanels, w: Cols, accumulate: bool) {
+    let (m, n, pairs) = (a.rows, w.n, a.pairs);
+    let col_tiles = n.div_ceil(TILE_COLS);
+    let panels = a.panels();
+    let threads = pool::threads();
+    let parallel = threads > 1 && m.saturating_mul(2 * pairs).saturating_mul(n) >= SPLIT_MIN_MACS;
+    // Blocks of rows: a depth block of their panels stays in L2; their tiles are tasks too.
+    let block = BLOCK_PANELS;
+    let row_blocks = panels.div_ceil(block);
+    let tile_rows = block.min(panels) * PANEL_ROWS;
+    let ptr = SendPtr(dst.as_mut_ptr());
+    let task = |t: usize| {
+        let dst = ptr;
+        let (ct, rb) = (t / row_blocks, t % row_blocks);
+        let cols = ct * TILE_COLS..((ct + 1) * TILE_COLS).min(n);
+        let panel_range = rb * block..((rb + 1) * block).min(panels);
+        let mut tile = TILE.take();
+        tile.resize(TILE_COLS * tile_rows, 0.0);
+        for p0 in (0..pairs).step_by(KC_PAIRS) {
+            let kc = KC_PAIRS.min(pairs - p0);
+            for c in cols.clone().step_by(NB) {
+                let nb = NB.min(cols.end - c);
+                for (i, panel) in panel_range.clone().enumerate() {
+                    let out = tile[(c - cols.start) * tile_rows + i * PANEL_ROWS..].as_mut_ptr();
+                    // SAFETY: the panel holds `pairs × 64` words from `p0`; the weight's
+                    // columns `c..c + nb` hold `pairs` readable pairs each (checked by the
+                    // caller); `out` has `nb` columns of `tile_rows` floats from here.
+                    unsafe { micro_kernel(nb, kc, a.at(panel, p0), w.at(c, p0), w.ld, out, tile_rows, p0 > 0) };
+                }
+            }
+        }
+        let rows = panel_range.start * PANEL_ROWS..(panel_range.end * PANEL_ROWS).min(m);
+        for r in rows.clone() {
+            // SAFETY: tasks write disjoint (rows × columns) blocks of `dst`, inside it
+            // (checked by the caller).
+            let d = unsafe { std::slice::from_raw_parts_mut(dst.0.add(r * dst_rs + cols.start), cols.len()) };
+            let column = |c: usize| tile[c * tile_rows + r - rows.start];
+            if accumulate {
+                d.iter_mut().enumerate().for_each(|(c, d)| *d += column(c));
+            } else {
+                d.iter_mut().enumerate().for_each(|(c, d)| *d = column(c));
+            }
+        }
+        TILE.set(tile);
+    };
+    let tasks = col_tiles * row_blocks;
+    if parallel {
+        pool::run(tasks, task);
+    } else {
+        (0..tasks).for_each(task);
+    }
+}
+
+/// One micro-kernel call for `nb` (1 to [`NB`]) columns.
+///
+/// # Safety
+/// As for [`kernel`]; the CPU must have AVX512_BF16 ([`native`]).
+unsafe fn micro_kernel(nb: usize, kc: usize, a: *const u32, w: *const u16, ldw: usize, out: *mut f32, ldo: usize, add: bool) {
+    #[cfg(target_arch = "x86_64")]
+    unsafe {
+        match nb {
+            1 => kernel::<1>(kc, a, w, ldw, out, ldo, add),
+            2 => kernel::<2>(kc, a, w, ldw, out, ldo, add),
+            3 => kernel::<3>(kc, a, w, ldw, out, ldo, add),
+            4 => kernel::<4>(kc, a, w, ldw, out, ldo, add),
+            5 => kernel::<5>(kc, a, w, ldw, out, ldo, add),
+            _ => kernel::<NB>(kc, a, w, ldw, out, ldo, add),
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    unreachable!("bf16 micro-kernels are x86-64 only: {nb} {kc} {a:?} {w:?} {ldw} {out:?} {ldo} {add}")
+}
+
+/// `out[j][0..64] (+)= Σ_p a[p][0..64] · w_j[p]` over `kc` pairs for `C` columns `w_j =
+/// w + j · ldw`: 4 × `C` accumulators of sixteen rows.
+///
+/// # Safety
+/// `a` must be readable for `kc × 64` words, each `w_j` for `2 · kc` values, `out` for `C`
+/// columns of 64 floats at stride `ldo`; the CPU must have AVX512_BF16.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bf16")]
+unsafe fn kernel<const C: usize>(kc: usize, a: *const u32, w: *const u16, ldw: usize, out: *mut f32, ldo: usize, add: bool) {
+    use std::arch::x86_64::*;
+    unsafe {
+        let mut acc = [[_mm512_setzero_ps(); 4]; C];
+        if add {
+            for (j, acc) in acc.iter_mut().enumerate() {
+                for (v, acc) in acc.iter_mut().enumerate() {
+                    *acc = _mm512_loadu_ps(out.add(j * ldo + 16 * v));
+                }
+            }
+        }
+        // Pointers bumped with `wrapping_add`: the debug build's precondition checks on `add`
+        // (this crate keeps debug assertions in the dev profile) halved the loop's speed.
+        let mut cols: [*const u32; C] = std::array::from_fn(|j| w.wrapping_add(j * ldw).cast::<u32>());
+        let mut row = a;
+        for _ in 0..kc {
+            let av: [__m512bh; 4] = std::array::from_fn(|v| std::mem::transmute(_mm512_loadu_si512(row.wrapping_add(16 * v).cast())));
+            for j in 0..C {
+                let bw: __m512bh = std::mem::transmute(_mm512_set1_epi32(std::ptr::read_unaligned(cols[j]) as i32));
+                for v in 0..4 {
+                    acc[j][v] = _mm512_dpbf16_ps(acc[j][v], av[v], bw);
+                }
+                cols[j] = cols[j].wrapping_add(1);
+            }
+            row = row.wrapping_add(PANEL_ROWS);
+        }
+        for (j, acc) in acc.iter().enumerate() {
+            for (v, acc) in acc.iter().enumerate() {
+                _mm512_storeu_ps(out.add(j * ldo + 16 * v), *acc);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::bf16_round::{dot, from_bf16, to_bf16};
+    use crate::kernels::gemm::tests::vals;
+    use crate::kernels::half_format::{Half, HalfRef};
+
+    /// `a`'s rows and `w`'s columns rounded to bf16 by the scalar rule.
+    fn rounded(a: &MatRef, w: &Cols) -> (Vec<Vec<u16>>, Vec<Vec<u16>>) {
+        let rows = (0..a.rows).map(|r| a.row_values(r).map(to_bf16).collect()).collect();
+        let cols = (0..w.n).map(|j| w.column(j).take(w.k).map(to_bf16).collect()).collect();
+        (rows, cols)
+    }
+
+    const SHAPES: [(usize, usize, usize); 9] =
+        [(1, 5, 3), (63, 7, 6), (65, 513, 13), (130, 64, 97), (3, 1, 1), (200, 40, 200), (64, 600, 6), (0, 3, 4), (5, 0, 2)];
+
+    #[test]
+    fn the_bf16_instructions_sum_each_output_as_the_scalar_rule_does() {
+        if !native() {
+            eprintln!("no AVX512_BF16 here: the emulated path is tested below");
+            return;
+        }
+        for (m, k, n) in SHAPES {
+            let a_data = vals(m * k, 1);
+            let b_data = vals(k * n, 2);
+            let w = ColsBuf::from_f32(MatRef::row_major(&b_data, k, n));
+            let a = MatRef::row_major(&a_data, m, k);
+            let (rows, cols) = rounded(&a, &w.view());
+            for accumulate in [false, true] {
+                let mut dst = vec![0.25f32; m * n];
+                matmul_bf16(&mut dst, n, a, w.view(), accumulate);
+                for r in 0..m {
+                    for j in 0..n {
+                        let sum = dot(0.0, &rows[r], &cols[j]);
+                        let want = if accumulate { 0.25 + sum } else { sum };
+                        assert_eq!(dst[r * n + j].to_bits(), want.to_bits(), "{m}x{k}x{n} acc={accumulate} [{r},{j}]: {} vs {want}", dst[r * n + j]);
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn every_path_equals_the_rounded_product_in_any_layout() {
+        for (m, k, n) in SHAPES {
+            let a_data = vals(m * k + 3, 3);
+            let b_data = vals(k * n, 4);
+            let bt: Vec<f32> = (0..n * k).map(|i| b_data[(i % k) * n + i / k]).collect();
+            let at: Vec<f32> = (0..m * k).map(|i| a_data[(i % m) * k + i / m]).collect();
+            let a_views = [
+                MatRef::row_major(&a_data, m, k),
+                MatRef::row_major(&at, k, m).t(),
+                MatRef { data: &a_data, offset: 3, rows: m, cols: k, rs: k as isize, cs: 1 },
+            ];
+            for b in [MatRef::row_major(&b_data, k, n), MatRef::row_major(&bt, n, k).t()] {
+                let w = ColsBuf::from_f32(b);
+                for a in a_views {
+                    let (rows, cols) = rounded(&a, &w.view());
+                    let mut dst = vec![0.0f32; m * n];
+                    matmul_bf16(&mut dst, n, a, w.view(), false);
+                    let mut emu = vec![0.0f32; m * n];
+                    emulated(&mut emu, n, a, w.view(), false);
+                    for r in 0..m {
+                        for j in 0..n {
+                            let terms = rows[r].iter().zip(&cols[j]).map(|(&x, &y)| from_bf16(x) as f64 * from_bf16(y) as f64);
+                            let (want, scale) = terms.fold((0.0, 0.0), |(s, t), v| (s + v, t + v.abs()));
+                            for (what, got) in [("kernel", dst[r * n + j]), ("emulated", emu[r * n + j])] {
+                                assert!((got as f64 - want).abs() <= 1e-5 * (scale + 1e-30), "{what} {m}x{k}x{n} [{r},{j}]: {got} vs {want}");
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_bf16_weight_is_read_in_place_and_equals_its_copy() {
+        let (k, n, m) = (34, 9, 70);
+        let w_bits: Vec<u16> = vals(n * k + 1, 5).into_iter().map(to_bf16).collect();
+        // `[n, k]` row-major from offset 1, seen as `[k, n]`.
+        let view = HalfRef { data: &w_bits, kind: Half::Bf16, offset: 1, rows: k, cols: n, rs: 1, cs: k as isize };
+        let in_place = Cols::in_place(&view).expect("a transposed bf16 view with even k is read in place");
+        assert!(Cols::in_place(&HalfRef { rows: k - 1, ..view }).is_none() && Cols::in_place(&HalfRef { kind: Half::F16, ..view }).is_none());
+        let copy = ColsBuf::from_half(view);
+        let a_data = vals(m * k, 6);
+        let a = MatRef::row_major(&a_data, m, k);
+        let (mut x, mut y) = (vec![0.0; m * n], vec![0.0; m * n]);
+        matmul_bf16(&mut x, n, a, in_place, false);
+        matmul_bf16(&mut y, n, a, copy.view(), false);
+        assert_eq!(x, y);
+    }
+}

@@ -1,0 +1,206 @@
+//! The two operands of a bf16 product as its micro-kernel reads them, with `k` in adjacent
+//! pairs (the `vdpbf16ps` unit: one 32-bit lane holds values `2p` and `2p + 1` of a dot
+//! product).
+//!
+//! - **Row panels** ([`RowPanels`]), the activations: `a: [m, k]` (f32, any strides) rounded
+//!   to bf16 and laid out in panels of [`PANEL_ROWS`] rows, pair `p` of the panel's rows
+//!   contiguous (`[panel][pair][row]`, 32-bit pairs), zero-padded past `m` and past an odd
+//!   `k`. The micro-kernel loads four vectors of sixteen rows per pair. Packed per product:
+//!   `m · k` values against `m · k · n` multiply-adds.
+//! - **Columns** ([`Cols`]), the weight: `w: [k, n]` read one column at a time, `k`
+//!   contiguous, so that pair `p` of a column is one 32-bit word the micro-kernel broadcasts.
+//!   A bf16 Hugging Face weight (`[out, in]` row-major, seen through its transposed view) is
+//!   already that layout and is read in place, with no copy; an f32 or f16 weight, or one
+//!   laid out otherwise, is rounded once into a [`ColsBuf`] (`[n][k]` bf16, half an f32
+//!   weight's bytes).
+
+use super::bf16_round::{to_bf16, to_bf16_slice};
+use super::gemm::MatRef;
+use super::half_format::{Half, HalfRef, widen_one};
+use super::pool::{self, SendPtr};
+use super::simd::dispatch;
+
+/// Rows per panel: four vectors of sixteen f32 outputs.
+pub const PANEL_ROWS: usize = 64;
+/// Pairs per block of [`RowPanels::pack`]'s transposition (its writes stay in L1).
+const PAIR_BLOCK: usize = 64;
+
+/// Two bf16 values as one 32-bit word: `lo` in the low half (`vdpbf16ps`'s even element).
+#[inline(always)]
+fn pair(lo: f32, hi: f32) -> u32 {
+    to_bf16(lo) as u32 | (to_bf16(hi) as u32) << 16
+}
+
+/// The activations of a bf16 product (see the module's note).
+pub struct RowPanels {
+    pub rows: usize,
+    /// Pairs per row (`k` rounded up to even, halved).
+    pub pairs: usize,
+    pub data: Vec<u32>,
+}
+
+impl RowPanels {
+    pub fn panels(&self) -> usize {
+        self.rows.div_ceil(PANEL_ROWS)
+    }
+
+    /// Panel `i` from pair `p0`.
+    pub fn at(&self, panel: usize, p0: usize) -> *const u32 {
+        self.data[(panel * self.pairs + p0) * PANEL_ROWS..].as_ptr()
+    }
+
+    /// Round and pack `a` (checked in bounds by the caller), one task per panel.
+    pub fn pack(a: MatRef) -> Self {
+        let (m, k) = (a.rows, a.cols);
+        let pairs = k.div_ceil(2);
+        let mut data = vec![0u32; m.div_ceil(PANEL_ROWS) * pairs * PANEL_ROWS];
+        let out = SendPtr(data.as_mut_ptr());
+        pool::run(m.div_ceil(PANEL_ROWS), |i| {
+            let out = out;
+            // SAFETY: task `i` writes panel `i` alone, inside `data`.
+            let panel = unsafe { std::slice::from_raw_parts_mut(out.0.add(i * pairs * PANEL_ROWS), pairs * PANEL_ROWS) };
+            let rows = i * PANEL_ROWS..((i + 1) * PANEL_ROWS).min(m);
+            pack_panel(a, rows, pairs, panel);
+        });
+        Self { rows: m, pairs, data }
+    }
+}
+
+/// One panel: `rows` of `a` into `panel` (`[pair][PANEL_ROWS]`, zeroed beforehand).
+fn pack_panel(a: MatRef, rows: std::ops::Range<usize>, pairs: usize, panel: &mut [u32]) {
+    let k = a.cols;
+    let at = |r: usize, c: usize| if c < k { a.data[(a.offset as isize + r as isize * a.rs + c as isize * a.cs) as usize] } else { 0.0 };
+    if a.rs == 1 && k.is_multiple_of(2) {
+        // Columns contiguous (`xᵀ` in `dW = xᵀ dy`): pair `p` of sixteen rows is two runs.
+        let n = rows.len();
+        for p in 0..pairs {
+            let lo = (a.offset as isize + (2 * p) as isize * a.cs) as usize + rows.start;
+            let hi = (a.offset as isize + (2 * p + 1) as isize * a.cs) as usize + rows.start;
+            interleave(&a.data[lo..lo + n], &a.data[hi..hi + n], &mut panel[p * PANEL_ROWS..p * PANEL_ROWS + n]);
+        }
+        return;
+    }
+    for p0 in (0..pairs).step_by(PAIR_BLOCK) {
+        let p1 = (p0 + PAIR_BLOCK).min(pairs);
+        for (i, r) in rows.clone().enumerate() {
+            if a.cs == 1 && 2 * p1 <= k {
+                let start = (a.offset as isize + r as isize * a.rs) as usize + 2 * p0;
+                let src = &a.data[start..start + 2 * (p1 - p0)];
+                for (j, v) in src.chunks_exact(2).enumerate() {
+                    panel[(p0 + j) * PANEL_ROWS + i] = pair(v[0], v[1]);
+                }
+            } else {
+                for p in p0..p1 {
+                    panel[p * PANEL_ROWS + i] = pair(at(r, 2 * p), at(r, 2 * p + 1));
+                }
+            }
+        }
+    }
+}
+
+/// `out[i] = pair(lo[i], hi[i])`.
+fn interleave(lo: &[f32], hi: &[f32], out: &mut [u32]) {
+    dispatch!(|lo: &[f32], hi: &[f32], out: &mut [u32]| -> () {
+        for ((o, &l), &h) in out.iter_mut().zip(lo).zip(hi) {
+            *o = pair(l, h);
+        }
+    })
+}
+
+/// The weight of a bf16 product: column `j`'s pair `p` is the 32-bit word at
+/// `data[offset + j · ld + 2p]` (see the module's note). `pairs · 2` values per column are
+/// readable (an odd `k`'s last pair ends with a zero).
+#[derive(Clone, Copy)]
+pub struct Cols<'a> {
+    pub data: &'a [u16],
+    pub offset: usize,
+    pub ld: usize,
+    pub k: usize,
+    pub n: usize,
+}
+
+impl Cols<'_> {
+    pub fn pairs(&self) -> usize {
+        self.k.div_ceil(2)
+    }
+
+    /// Column `j` from pair `p0`.
+    pub fn at(&self, j: usize, p0: usize) -> *const u16 {
+        self.data[self.offset + j * self.ld + 2 * p0..].as_ptr()
+    }
+
+    /// Column `j`'s `k` values (and a padding zero for an odd `k`), as f32.
+    pub fn column(&self, j: usize) -> impl Iterator<Item = f32> + '_ {
+        let start = self.offset + j * self.ld;
+        self.data[start..start + 2 * self.pairs()].iter().map(|&h| super::bf16_round::from_bf16(h))
+    }
+
+    /// A half weight read in place where it already has this layout: bf16, each column
+    /// contiguous (`rs == 1`, a Hugging Face `[out, in]` weight's transposed view) and `k`
+    /// even (no pair straddles two columns).
+    pub fn in_place<'a>(w: &HalfRef<'a>) -> Option<Cols<'a>> {
+        (w.kind == Half::Bf16 && (w.rs == 1 || w.rows <= 1) && w.rows.is_multiple_of(2) && w.cs >= 0).then(|| Cols {
+            data: w.data,
+            offset: w.offset,
+            ld: w.cs as usize,
+            k: w.rows,
+            n: w.cols,
+        })
+    }
+}
+
+/// A weight rounded into the columns layout (`[n][k]` bf16, `k` padded to even).
+pub struct ColsBuf {
+    pub k: usize,
+    pub n: usize,
+    pub data: Vec<u16>,
+}
+
+impl ColsBuf {
+    pub fn view(&self) -> Cols<'_> {
+        Cols { data: &self.data, offset: 0, ld: self.k.div_ceil(2) * 2, k: self.k, n: self.n }
+    }
+
+    /// Round an f32 matrix `b: [k, n]` (any strides; checked by the caller).
+    pub fn from_f32(b: MatRef) -> Self {
+        let mut buf = Self::zeroed(b.rows, b.cols);
+        let at = |r: usize, c: usize| b.data[(b.offset as isize + r as isize * b.rs + c as isize * b.cs) as usize];
+        buf.fill(|j, col| {
+            if b.rs == 1 {
+                let start = (b.offset as isize + j as isize * b.cs) as usize;
+                to_bf16_slice(&b.data[start..start + b.rows], &mut col[..b.rows]);
+            } else {
+                col[..b.rows].iter_mut().enumerate().for_each(|(r, d)| *d = to_bf16(at(r, j)));
+            }
+        });
+        buf
+    }
+
+    /// Round a half matrix (f16 values round to bf16; bf16 ones copy exactly).
+    pub fn from_half(w: HalfRef) -> Self {
+        let mut buf = Self::zeroed(w.rows, w.cols);
+        buf.fill(|j, col| col[..w.rows].iter_mut().enumerate().for_each(|(r, d)| *d = to_bf16(widen_one(w.kind, w.data[w.at(r, j)]))));
+        buf
+    }
+
+    fn zeroed(k: usize, n: usize) -> Self {
+        Self { k, n, data: vec![0u16; k.div_ceil(2) * 2 * n] }
+    }
+
+    /// `f(j, column j)` for every column, spread over the kernel threads.
+    fn fill(&mut self, f: impl Fn(usize, &mut [u16]) + Sync) {
+        let (ld, n) = (self.k.div_ceil(2) * 2, self.n);
+        if ld == 0 {
+            return;
+        }
+        let per_task = pool::rows_per_task(ld).max(1);
+        let out = SendPtr(self.data.as_mut_ptr());
+        pool::run(n.div_ceil(per_task), |t| {
+            let out = out;
+            for j in t * per_task..((t + 1) * per_task).min(n) {
+                // SAFETY: task `t` writes its own columns, inside `data`.
+                f(j, unsafe { std::slice::from_raw_parts_mut(out.0.add(j * ld), ld) });
+            }
+        });
+    }
+}

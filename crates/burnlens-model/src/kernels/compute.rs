@@ -1,0 +1,101 @@
+//! The compute dtype: which arithmetic the linear layers' products use, chosen apart from
+//! the dtype the weights are stored in.
+//!
+//! [`Compute::F32`] (the default) is the exact f32 path. [`Compute::Bf16`] rounds both
+//! operands of a product to bf16 (round-to-nearest-even) and accumulates in f32, as
+//! PyTorch's `autocast` and oneDNN's `vdpbf16ps` kernels do; residual stream, norms,
+//! softmax, attention, losses, hooks and every returned value stay f32. Decoding's few rows
+//! are bound by the weight's bytes, not by arithmetic, and keep the f32 path either way.
+//!
+//! The choice is process-wide (like [`super::set_enabled`]): the CLI's `--compute`, Python's
+//! `compute_dtype=` and a run config's `training.compute` set it, `BURNLENS_COMPUTE` is read
+//! once at first use otherwise.
+
+use std::sync::atomic::{AtomicU8, Ordering};
+
+/// The arithmetic of the linear layers' products.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Compute {
+    /// f32 operands, f32 arithmetic (exact to the stored weights).
+    #[default]
+    F32,
+    /// bf16 operands (rounded to nearest even), f32 accumulation.
+    Bf16,
+}
+
+impl Compute {
+    /// Every name, as the CLI, Python and configs spell them.
+    pub const NAMES: [&'static str; 2] = ["f32", "bf16"];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Compute::F32 => "f32",
+            Compute::Bf16 => "bf16",
+        }
+    }
+}
+
+impl std::fmt::Display for Compute {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for Compute {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.trim() {
+            "f32" | "float32" => Ok(Compute::F32),
+            "bf16" | "bfloat16" => Ok(Compute::Bf16),
+            other => Err(format!("compute dtype {other:?}: expected one of {}", Compute::NAMES.join(", "))),
+        }
+    }
+}
+
+const UNSET: u8 = u8::MAX;
+static COMPUTE: AtomicU8 = AtomicU8::new(UNSET);
+
+/// The compute dtype in force ([`set_compute`], else `BURNLENS_COMPUTE`, else f32).
+pub fn compute() -> Compute {
+    match COMPUTE.load(Ordering::Relaxed) {
+        0 => Compute::F32,
+        1 => Compute::Bf16,
+        _ => {
+            let from_env = match std::env::var("BURNLENS_COMPUTE") {
+                Ok(v) => v.parse().unwrap_or_else(|e| {
+                    eprintln!("warning: BURNLENS_COMPUTE: {e}; using f32");
+                    Compute::F32
+                }),
+                Err(_) => Compute::F32,
+            };
+            let _ = COMPUTE.compare_exchange(UNSET, from_env as u8, Ordering::Relaxed, Ordering::Relaxed);
+            compute()
+        }
+    }
+}
+
+/// Choose the compute dtype for every later product in this process; warns once where bf16
+/// compute has no instructions to run on (see [`super::bf16_gemm::native`]).
+pub fn set_compute(c: Compute) {
+    COMPUTE.store(c as u8, Ordering::Relaxed);
+    if c == Compute::Bf16 {
+        super::bf16_gemm::warn_if_emulated();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_name_parses_back_and_a_bad_one_names_the_choices() {
+        for name in Compute::NAMES {
+            assert_eq!(name.parse::<Compute>().unwrap().name(), name);
+        }
+        let e = "fp8".parse::<Compute>().unwrap_err();
+        assert!(e.contains("\"fp8\"") && e.contains("f32, bf16"), "{e}");
+        assert_eq!(serde_json::to_string(&Compute::Bf16).unwrap(), "\"bf16\"");
+    }
+}
