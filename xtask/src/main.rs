@@ -1273,6 +1273,10 @@ fn bench_scale(args: Vec<String>) -> Result<()> {
         let path = dir.join(m);
         let ours = run_json(Command::new(&bin).arg("bench").arg("scale").arg("--model").arg(&path).args(["--seq", "128", "--new-tokens", "32"]))?;
         println!("{m} burnlens: {ours}");
+        // The same with bf16 arithmetic in the products (`--compute bf16`).
+        let ours_bf16 =
+            run_json(Command::new(&bin).arg("bench").arg("scale").arg("--model").arg(&path).args(["--seq", "128", "--new-tokens", "32", "--compute", "bf16"]))?;
+        println!("{m} burnlens --compute bf16: {ours_bf16}");
         let size = ours["checkpoint_bytes"].as_f64().unwrap_or(f64::NAN);
         let (flops, bytes) = (ours["flops"].as_f64().unwrap_or(f64::NAN), ours["weight_bytes_per_token"].as_f64().unwrap_or(f64::NAN));
         let theirs = run_json(Command::new(&py).current_dir(root()).args(["scripts/peer_scale.py", "--model"]).arg(&path).args([
@@ -1291,7 +1295,7 @@ fn bench_scale(args: Vec<String>) -> Result<()> {
             }
         };
         println!("{m} transformers: {theirs}");
-        for (name, v) in [("burnlens", &ours), ("transformers bf16", &theirs)] {
+        for (name, v) in [("burnlens", &ours), ("burnlens --compute bf16", &ours_bf16), ("transformers bf16", &theirs)] {
             if let Some(why) = v["failed"].as_str() {
                 table.push_str(&format!("| {m} | {name} | {:.2} GB | failed: {why} ||||||||\n", size / 1e9));
                 continue;
@@ -1421,7 +1425,7 @@ fn test(args: Vec<String>) -> Result<()> {
         let rerun =
             |tests: &[&str]| run(Command::new(env!("CARGO")).current_dir(root()).arg("test").args(features).args(tests).env("BURNLENS_ISA", "baseline"));
         rerun(&["--test", "kernels", "--lib"])?;
-        rerun(&["--test", "parity", "--test", "half"])?;
+        rerun(&["--test", "parity", "--test", "half", "--test", "bf16_compute"])?;
     }
     Ok(())
 }
@@ -1503,7 +1507,9 @@ fn main() -> Result<()> {
         "half-fixtures" => {
             // bf16 copies of every family's fixture, with transformers' f32 run on each.
             let py = venv()?;
-            run(Command::new(py).current_dir(root()).args(["scripts/gen_half_fixtures.py", "--fixtures", "tests/fixtures"]))?;
+            run(Command::new(&py).current_dir(root()).args(["scripts/gen_half_fixtures.py", "--fixtures", "tests/fixtures"]))?;
+            // transformers in bfloat16 on each copy, for the bf16-compute tests.
+            run(Command::new(&py).current_dir(root()).args(["scripts/gen_bf16_compute_fixtures.py", "--fixtures", "tests/fixtures"]))?;
         }
         "trace-fixtures" => {
             // circuit-tracer's attribution graphs on tiny models with random transcoders.
