@@ -270,10 +270,14 @@ def bench_train_steps(a):
     # The compiled peer takes the fastest optimizer PyTorch offers on the CPU as well.
     fused = {"fused": True} if a.impl == "compile" else {}
     opt = torch.optim.AdamW(m.parameters(), lr=1e-3, betas=(0.9, 0.99), eps=1e-8, weight_decay=0.1, **fused)
+    # `--dtype bf16`: `torch.autocast` (f32 master weights and optimizer state, bf16 products
+    # in the forward and backward, no loss scaling), as burnlens's `--compute bf16`.
+    autocast = lambda: torch.autocast(DEVICE.type, dtype=torch.bfloat16, enabled=DTYPE == torch.bfloat16)
     def step():
         d = torch.randint(0, V, (B, T + 1)).to(DEVICE)
-        logits = fwd(d[:, :-1])
-        loss = F.cross_entropy(logits.reshape(-1, V), d[:, 1:].reshape(-1))
+        with autocast():
+            logits = fwd(d[:, :-1])
+            loss = F.cross_entropy(logits.reshape(-1, V), d[:, 1:].reshape(-1))
         opt.zero_grad(set_to_none=True); loss.backward()
         torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0); opt.step()
     # Three untimed steps for every peer, as for burnlens (`bench train`): `torch.compile`
@@ -332,9 +336,10 @@ def bench_gemm(a):
         blas = np.__config__.CONFIG["Build Dependencies"]["blas"]
         return {"times": timed(a.reps, lambda: np.matmul(x, w, out=out), warm_s=0.3), "flops": 2.0 * m * k * n, "shape": a.shape,
                 "blas": f"{blas.get('name')} {blas.get('version')}"}
-    x = torch.randn(m, k)
-    w = torch.randn(n, k).T if transposed else torch.randn(k, n)
-    out = torch.empty(m, n)
+    # `--dtype bf16`: both operands and the result in bfloat16 (oneDNN's bf16 kernels).
+    x = torch.randn(m, k, dtype=DTYPE)
+    w = torch.randn(n, k, dtype=DTYPE).T if transposed else torch.randn(k, n, dtype=DTYPE)
+    out = torch.empty(m, n, dtype=DTYPE)
     return {"times": timed(a.reps, lambda: torch.matmul(x, w, out=out), warm_s=0.3), "flops": 2.0 * m * k * n, "shape": a.shape}
 
 

@@ -32,14 +32,16 @@ pub struct TrainArgs {
 
 /// The run config: the given file, or the resumed run's own (its directory kept).
 fn run_config(a: &TrainArgs) -> Result<RunConfig> {
+    // `--compute` is `training.compute`, set over the file's.
+    let mut sets = a.sets.clone();
+    sets.extend(a.common.compute.map(|c| format!("training.compute={:?}", c.name())));
     Ok(match (&a.config, &a.resume) {
         (_, Some(run)) => {
-            let mut sets = a.sets.clone();
             // The run directory stays where it is, whatever its config says.
             sets.push(format!("output.dir={:?}", run.display().to_string()));
             RunConfig::load(&run.join("config.toml"), &sets)?
         }
-        (Some(path), None) => RunConfig::load(path, &a.sets)?,
+        (Some(path), None) => RunConfig::load(path, &sets)?,
         (None, None) => return Err(UserError("train: give --config FILE (or --resume RUN_DIR)".into()).into()),
     })
 }

@@ -105,6 +105,21 @@ fn get_act_name(name: &str, layer: Option<usize>, sub: Option<&str>) -> PyResult
     burnlens_model::act_name(name, layer, sub).map_err(pyo3::exceptions::PyKeyError::new_err)
 }
 
+/// The arithmetic of the linear layers' products for every later call in this process:
+/// `f32` (exact) or `bf16` (operands rounded to bf16, sums in f32); activations, hooks and
+/// results stay float32 either way.
+#[pyfunction]
+pub(crate) fn set_compute_dtype(name: &str) -> PyResult<()> {
+    burnlens_model::kernels::set_compute(name.parse().map_err(pyo3::exceptions::PyValueError::new_err)?);
+    Ok(())
+}
+
+/// The compute dtype in force (`f32` or `bf16`).
+#[pyfunction]
+fn compute_dtype() -> &'static str {
+    burnlens_model::kernels::compute().name()
+}
+
 #[pyfunction]
 fn backends() -> Vec<String> {
     burnlens_model::backend::BACKENDS.iter().filter(|b| burnlens_model::backend::is_compiled(b)).map(|b| b.to_string()).collect()
@@ -125,6 +140,8 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(features::evaluate_sae, m)?)?;
     m.add_function(wrap_pyfunction!(features::dashboards, m)?)?;
     m.add_function(wrap_pyfunction!(backends, m)?)?;
+    m.add_function(wrap_pyfunction!(set_compute_dtype, m)?)?;
+    m.add_function(wrap_pyfunction!(compute_dtype, m)?)?;
     m.add_function(wrap_pyfunction!(get_act_name, m)?)?;
     Ok(())
 }

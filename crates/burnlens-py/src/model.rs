@@ -65,10 +65,15 @@ fn resolve(spec: &str) -> Result<PathBuf, Fail> {
 impl NativeModel {
     /// Load `spec` (a `save_pretrained` directory, a burnlens run directory, or a Hub id
     /// `org/name[@revision]`) on `backend` (`flex` by default), the weight matrices in
-    /// `dtype` (`auto`: as stored; `f32`, `bf16`, `f16`).
+    /// `dtype` (`auto`: as stored; `f32`, `bf16`, `f16`). `compute_dtype` (`f32`, `bf16`), when
+    /// given, sets the arithmetic of every later product in this process (see
+    /// [`crate::set_compute_dtype`]).
     #[staticmethod]
-    #[pyo3(signature = (spec, backend=None, dtype=None))]
-    fn load(py: Python<'_>, spec: &str, backend: Option<&str>, dtype: Option<&str>) -> PyResult<Self> {
+    #[pyo3(signature = (spec, backend=None, dtype=None, compute_dtype=None))]
+    fn load(py: Python<'_>, spec: &str, backend: Option<&str>, dtype: Option<&str>, compute_dtype: Option<&str>) -> PyResult<Self> {
+        if let Some(c) = compute_dtype {
+            crate::set_compute_dtype(c)?;
+        }
         let spec = spec.to_string();
         let backend = backend.map(str::to_string);
         let options = burnlens_hf::LoadOptions::dtype(dtype.unwrap_or("auto").parse().map_err(PyValueError::new_err)?);

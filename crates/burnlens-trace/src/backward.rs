@@ -14,6 +14,7 @@
 //! position: attention is causal, so nothing later can reach them.
 
 use burn::tensor::Tensor;
+use burnlens_model::kernels::linear;
 use burnlens_model::{Norm, NormKind, NormSite};
 
 use crate::replacement::{FrozenLayer, Replacement};
@@ -41,14 +42,16 @@ fn norm_back(norm: &Norm, scale: &Tensor<3>, g: Tensor<3>, with_gain: bool) -> T
 }
 
 /// Attention with its pattern frozen, backwards: from the gradient at the attention output
-/// to the gradient at its (value) input, `Σ_h Aₕᵀ (g W_Oₕᵀ) W_Vₕᵀ`.
+/// to the gradient at its (value) input, `Σ_h Aₕᵀ (g W_Oₕᵀ) W_Vₕᵀ`. The products with
+/// weights (here, in the skip connections and against decoder rows) are the linear kernel's,
+/// in the compute dtype (`--compute bf16`: bf16 operands); the pattern's stays f32.
 fn attention_back(layer: &FrozenLayer, a: Tensor<3>, g: Tensor<3>) -> Tensor<3> {
     let [b, p, d] = g.dims();
     let [h, _, _] = a.dims();
     let dh = layer.w_o.dims()[0] / h;
-    let gz = g.reshape([b * p, d]).matmul(layer.w_o.clone().transpose()).reshape([b, p, h, dh]).permute([2, 1, 0, 3]).reshape([h, p, b * dh]);
+    let gz = linear(g.reshape([b * p, d]), layer.w_o.clone().transpose(), None).reshape([b, p, h, dh]).permute([2, 1, 0, 3]).reshape([h, p, b * dh]);
     let gv = a.swap_dims(1, 2).matmul(gz).reshape([h, p, b, dh]).permute([2, 1, 0, 3]).reshape([b * p, h * dh]);
-    gv.matmul(layer.w_v.clone().transpose()).reshape([b, p, d])
+    linear(gv, layer.w_v.clone().transpose(), None).reshape([b, p, d])
 }
 
 impl Replacement<'_> {
@@ -148,7 +151,7 @@ impl Replacement<'_> {
                 let g_out = self.output_hook_grad(l, g);
                 self.contract_layer(l, &g_out, &order[..k], rows, row);
                 // skip = x · M, so its gradient is g · Mᵀ.
-                g_in = self.set.layers[l].w_skip.as_ref().map(|m| g_out.reshape([k * p, d]).matmul(m.clone().transpose()).reshape([k, p, d]));
+                g_in = self.set.layers[l].w_skip.as_ref().map(|m| linear(g_out.reshape([k * p, d]), m.clone().transpose(), None).reshape([k, p, d]));
             }
             let k_new = joined(l);
             if k_new > k {
@@ -185,7 +188,7 @@ impl Replacement<'_> {
                 if e > s {
                     let w_dec = &self.set.layers[w.source].w_dec[w.decoder];
                     let dec = w_dec.clone().select(0, w.features.clone().narrow(0, s, e - s)) * w.activations.clone().narrow(0, s, e - s);
-                    pieces.push(g_out.clone().narrow(1, pos, 1).reshape([b, d]).matmul(dec.transpose()));
+                    pieces.push(linear(g_out.clone().narrow(1, pos, 1).reshape([b, d]), dec.transpose(), None));
                 }
             }
             if pieces.is_empty() {

@@ -186,6 +186,10 @@ pub struct TrainingSection {
     pub log_interval: usize,
     pub seed: u64,
     pub dropout: f64,
+    /// The arithmetic of the linear layers' products, forward and backward: `"f32"` or
+    /// `"bf16"` (bf16 operands, f32 sums; f32 master weights and optimizer state, no loss
+    /// scaling, as `torch.autocast`).
+    pub compute: burnlens_model::kernels::Compute,
 }
 
 impl Default for TrainingSection {
@@ -209,6 +213,7 @@ impl Default for TrainingSection {
             log_interval: 10,
             seed: 1337,
             dropout: 0.0,
+            compute: burnlens_model::kernels::Compute::F32,
         }
     }
 }

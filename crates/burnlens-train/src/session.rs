@@ -167,6 +167,7 @@ impl TrainSession {
     }
 
     fn open_here(cfg: &RunConfig, opts: &TrainOptions, observer: &mut dyn Observer) -> Result<Self> {
+        burnlens_model::kernels::set_compute(cfg.training.compute);
         let ranks = opts.ranks.clone();
         if cfg.training.batch_size < ranks.size() {
             return Err(TrainError::Config {

@@ -75,7 +75,7 @@ pub fn matmul_bf16(dst: &mut [f32], dst_rs: usize, a: MatRef, w: Cols, accumulat
     a.check();
     assert!(w.n == 0 || w.offset + (w.n - 1) * w.ld + 2 * w.pairs() <= w.data.len(), "matmul_bf16: weight view out of bounds");
     if native() {
-        tiled(dst, dst_rs, &RowPanels::pack(a), w, accumulate);
+        tiled(dst, dst_rs, &RowPanels::pack(a), w, accumulate, false);
     } else {
         emulated(dst, dst_rs, a, w, accumulate);
     }
@@ -83,8 +83,22 @@ pub fn matmul_bf16(dst: &mut [f32], dst_rs: usize, a: MatRef, w: Cols, accumulat
 
 /// `dst (+)= a · b` for an f32 `b` (any strides) rounded per call: a weight being trained, a
 /// gradient.
+///
+/// The weight side must be read a column at a time; where `b`'s rows are contiguous (a
+/// weight `[d_in, d_out]` being trained, `W_E` in the unembedding's `dx`) and `a`'s are too,
+/// the product is taken transposed, `(a b)ᵀ = bᵀ aᵀ`: `bᵀ` packs as rows (a contiguous
+/// interleave), `aᵀ`'s columns are `a`'s rows, and the tile's columns land as rows of `dst`.
 pub fn matmul_bf16_f32(dst: &mut [f32], dst_rs: usize, a: MatRef, b: MatRef, accumulate: bool) {
     b.check();
+    if native() && b.rs != 1 && b.cs == 1 && a.cs == 1 {
+        let (m, k, n) = (a.rows, a.cols, b.cols);
+        assert_eq!(b.rows, k, "matmul_bf16_f32: inner dimensions {k} and {}", b.rows);
+        if nothing_to_multiply(dst, dst_rs, [m, k, n], accumulate, "matmul_bf16_f32") {
+            return;
+        }
+        a.check();
+        return tiled(dst, dst_rs, &RowPanels::pack(b.t()), ColsBuf::from_f32(a.t()).view(), accumulate, true);
+    }
     matmul_bf16(dst, dst_rs, a, ColsBuf::from_f32(b).view(), accumulate);
 }
 
@@ -112,8 +126,9 @@ thread_local! {
     static TILE: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
-/// The AVX512_BF16 product over packed rows (see the module's note).
-fn tiled(dst: &mut [f32], dst_rs: usize, a: &RowPanels, w: Cols, accumulate: bool) {
+/// The AVX512_BF16 product over packed rows (see the module's note); `transposed`: `dst`
+/// receives the product's transpose (row `c` of `dst` is the product's column `c`).
+fn tiled(dst: &mut [f32], dst_rs: usize, a: &RowPanels, w: Cols, accumulate: bool, transposed: bool) {
     let (m, n, pairs) = (a.rows, w.n, a.pairs);
     let col_tiles = n.div_ceil(TILE_COLS);
     let panels = a.panels();
@@ -145,6 +160,20 @@ fn tiled(dst: &mut [f32], dst_rs: usize, a: &RowPanels, w: Cols, accumulate: boo
             }
         }
         let rows = panel_range.start * PANEL_ROWS..(panel_range.end * PANEL_ROWS).min(m);
+        if transposed {
+            for c in cols.clone() {
+                // SAFETY: as below, with rows and columns of `dst` swapped.
+                let d = unsafe { std::slice::from_raw_parts_mut(dst.0.add(c * dst_rs + rows.start), rows.len()) };
+                let t = &tile[(c - cols.start) * tile_rows..][..rows.len()];
+                if accumulate {
+                    d.iter_mut().zip(t).for_each(|(d, t)| *d += t);
+                } else {
+                    d.copy_from_slice(t);
+                }
+            }
+            TILE.set(tile);
+            return;
+        }
         for r in rows.clone() {
             // SAFETY: tasks write disjoint (rows × columns) blocks of `dst`, inside it
             // (checked by the caller).
@@ -291,12 +320,17 @@ mod tests {
                     matmul_bf16(&mut dst, n, a, w.view(), false);
                     let mut emu = vec![0.0f32; m * n];
                     emulated(&mut emu, n, a, w.view(), false);
+                    // Rounded per product (taken transposed where both operands' rows are
+                    // contiguous), accumulating.
+                    let mut direct = vec![0.5f32; m * n];
+                    matmul_bf16_f32(&mut direct, n, a, b, true);
+                    direct.iter_mut().for_each(|x| *x -= 0.5);
                     for r in 0..m {
                         for j in 0..n {
                             let terms = rows[r].iter().zip(&cols[j]).map(|(&x, &y)| from_bf16(x) as f64 * from_bf16(y) as f64);
                             let (want, scale) = terms.fold((0.0, 0.0), |(s, t), v| (s + v, t + v.abs()));
-                            for (what, got) in [("kernel", dst[r * n + j]), ("emulated", emu[r * n + j])] {
-                                assert!((got as f64 - want).abs() <= 1e-5 * (scale + 1e-30), "{what} {m}x{k}x{n} [{r},{j}]: {got} vs {want}");
+                            for (what, got) in [("kernel", dst[r * n + j]), ("emulated", emu[r * n + j]), ("per product", direct[r * n + j])] {
+                                assert!((got as f64 - want).abs() <= 1e-5 * (scale + 1.0), "{what} {m}x{k}x{n} [{r},{j}]: {got} vs {want}");
                             }
                         }
                     }

@@ -100,9 +100,10 @@ fn weight_product_bf16(dst: &mut [f32], dst_rs: usize, a: MatRef, owner: &FlexTe
             WeightRef::F32(m) => ColsBuf::from_f32(m),
         }
     };
-    match pack.then(|| kept_cols(owner, view, || cols(w))).flatten() {
-        Some(kept) => matmul_bf16(dst, dst_rs, a, kept.view(), accumulate),
-        None => matmul_bf16(dst, dst_rs, a, cols(w).view(), accumulate),
+    match (pack.then(|| kept_cols(owner, view, || cols(w))).flatten(), w) {
+        (Some(kept), _) => matmul_bf16(dst, dst_rs, a, kept.view(), accumulate),
+        (None, WeightRef::F32(m)) => matmul_bf16_f32(dst, dst_rs, a, m, accumulate),
+        (None, w) => matmul_bf16(dst, dst_rs, a, cols(w).view(), accumulate),
     }
 }
 

@@ -26,7 +26,8 @@ import numpy as np
 
 from . import _native
 
-__all__ = ["HookedModel", "ActivationCache", "HookPoint", "Config", "SAE", "Transcoders", "Graph", "attribute", "feature_intervention", "train", "get_act_name", "backends"]
+__all__ = ["HookedModel", "ActivationCache", "HookPoint", "Config", "SAE", "Transcoders", "Graph", "attribute", "feature_intervention", "train", "get_act_name", "backends",
+           "set_compute_dtype", "compute_dtype"]
 
 Tokens = Union[str, Sequence[str], np.ndarray, Sequence[int], Sequence[Sequence[int]]]
 HookFn = Callable[[np.ndarray, "HookPoint"], Optional[np.ndarray]]
@@ -36,6 +37,18 @@ NamesFilter = Union[None, str, Sequence[str], Callable[[str], bool]]
 def backends() -> List[str]:
     """The backends compiled into this build (`flex` and `ndarray` by default)."""
     return _native.backends()
+
+
+def set_compute_dtype(dtype: Any) -> None:
+    """The arithmetic of the linear layers' products for this process: `"f32"` (default,
+    exact) or `"bf16"` (`torch.bfloat16` accepted by name): operands rounded to bf16, sums
+    in f32, as `torch.autocast`; activations, hooks and results stay float32."""
+    _native.set_compute_dtype(_dtype_name(dtype))
+
+
+def compute_dtype() -> str:
+    """The compute dtype in force, `"f32"` or `"bf16"`."""
+    return _native.compute_dtype()
 
 
 def get_act_name(name: str, layer: Optional[int] = None, sub: Optional[str] = None) -> str:
@@ -198,7 +211,8 @@ class HookedModel:
     # ------------------------------------------------------------------ loading
 
     @classmethod
-    def from_pretrained(cls, name: str, backend: Optional[str] = None, process_weights: bool = False, dtype: Optional[str] = None) -> "HookedModel":
+    def from_pretrained(cls, name: str, backend: Optional[str] = None, process_weights: bool = False, dtype: Optional[str] = None,
+                        compute_dtype: Optional[str] = None) -> "HookedModel":
         """Load a `save_pretrained` directory, a burnlens run directory or a Hub id
         (`gpt2`, `org/name@revision`). `backend`: `flex` (default), `ndarray`, or a GPU backend
         compiled in. `process_weights=True` folds norms and centres weights as
@@ -206,8 +220,11 @@ class HookedModel:
         dropped and listed in `processing_dropped`). `dtype`: what the weight matrices are
         kept in, `"auto"` (default: as the checkpoint stores them, so a bf16 model takes
         half the memory), `"f32"`, `"bf16"` or `"f16"` (`torch.bfloat16` and friends are
-        accepted by name); activations and results are float32 either way."""
-        native = _native.NativeModel.load(str(name), backend, _dtype_name(dtype))
+        accepted by name); activations and results are float32 either way. `compute_dtype`:
+        the arithmetic of the linear layers' products, `"f32"` (exact) or `"bf16"` (operands
+        rounded to bf16, sums in f32: faster on CPUs with AVX512_BF16), set for the whole
+        process (`burnlens.set_compute_dtype`)."""
+        native = _native.NativeModel.load(str(name), backend, _dtype_name(dtype), _dtype_name(compute_dtype))
         if process_weights:
             native, dropped = native.processed()
             return cls(native, dropped)

@@ -469,6 +469,36 @@ def test_half_weights_work_everywhere_and_equal_their_f32_widening(name):
         burnlens.HookedModel.from_pretrained(path, dtype="fp8")
 
 
+def test_bf16_compute_runs_every_verb_in_bf16_products_and_stays_close_to_f32():
+    """compute_dtype="bf16": logits, caches and hook gradients move a little from f32 (the
+    products round their operands) and stay float32; the setting is process-wide, reported,
+    and a wrong name is refused with the choices."""
+    path = os.path.join(FIXTURES, "bf16", "llama_gqa")
+    ids = read_safetensors(os.path.join(path, "expected.safetensors"))["ids"]
+    model = burnlens.HookedModel.from_pretrained(path)
+    hooks = [f"blocks.{l}.hook_resid_pre" for l in range(model.cfg.n_layers)]
+    try:
+        assert burnlens.compute_dtype() == "f32"
+        l32, c32 = model.run_with_cache(ids)
+        g32 = model.hook_gradients(ids, hooks, "loss")
+        bf = burnlens.HookedModel.from_pretrained(path, compute_dtype="torch.bfloat16")
+        assert burnlens.compute_dtype() == "bf16"
+        l16, c16 = bf.run_with_cache(ids)
+        g16 = bf.hook_gradients(ids, hooks, "loss")
+        assert l16.dtype == np.float32 and 0 < np.abs(l16 - l32).max() <= 0.05 * np.abs(l32).max()
+        assert np.array_equal(l16.argmax(-1), l32.argmax(-1))
+        for k in c32.keys():
+            assert rel(c16[k], c32[k], 1.0) <= 2e-2, k
+        for k in hooks:
+            assert 0 < rel(g16[k], g32[k], 1e-6) <= 5e-2, k
+        with pytest.raises(ValueError, match="expected one of f32, bf16"):
+            burnlens.set_compute_dtype("fp8")
+    finally:
+        burnlens.set_compute_dtype("f32")
+    assert burnlens.compute_dtype() == "f32"
+    assert np.array_equal(model.run_with_cache(ids)[0], l32)
+
+
 @pytest.mark.parametrize("name", ["gpt2", "gpt2_clt", "llama_skip", "gemma2", "gpt2_trained", "gpt2_clt_trained"])
 def test_attribution_graphs_equal_circuit_tracers(name, tmp_path):
     """burnlens.attribute on circuit-tracer's fixtures (tests/fixtures/trace): the same
