@@ -168,3 +168,84 @@ fn bf16_compute_keeps_trained_models_within_1e3_nats_of_f32_and_every_family_clo
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+#[test]
+fn the_cli_takes_compute_as_a_flag_or_from_the_environment_and_refuses_a_bad_name() {
+    let dir = fixture("trained_llama_char");
+    let d = dir.to_str().unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let run = |args: &[&str], env: Option<&str>| {
+        let out = tmp.path().join("logits.json");
+        let mut all = vec!["logits", "--model", d, "--ids", "3,1,4,1,5,9,2,6,5,3,5,8", "--out", out.to_str().unwrap()];
+        all.extend_from_slice(args);
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_burnlens"));
+        cmd.args(&all);
+        if let Some(v) = env {
+            cmd.env("BURNLENS_COMPUTE", v);
+        }
+        let o = cmd.output().unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out).unwrap()).unwrap();
+        let logits =
+            v["logits"].as_array().unwrap().iter().flat_map(|r| r.as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32)).collect::<Vec<f32>>();
+        (logits, String::from_utf8_lossy(&o.stderr).into_owned())
+    };
+    let (f32_logits, _) = run(&[], None);
+    let (bf16_logits, _) = run(&["--compute", "bf16"], None);
+    let (from_env, _) = run(&[], Some("bf16"));
+    let (flag_wins, _) = run(&["--compute", "f32"], Some("bf16"));
+    let vocab = f32_logits.len() / 12;
+    let m = measure(&f32_logits, &bf16_logits, vocab);
+    assert!(max_abs_diff(&f32_logits, &bf16_logits) > 0.0 && m.max_kl <= 1e-3 && m.top1 == 1.0, "KL {:.2e}, top-1 {}", m.max_kl, m.top1);
+    assert_eq!(from_env, bf16_logits, "BURNLENS_COMPUTE=bf16 is --compute bf16");
+    assert_eq!(flag_wins, f32_logits, "--compute overrides BURNLENS_COMPUTE");
+    let (_, warned) = run(&[], Some("fp8"));
+    assert!(warned.contains("BURNLENS_COMPUTE") && warned.contains("expected one of f32, bf16"), "{warned}");
+    assert_exit(&burnlens(&["logits", "--model", d, "--ids", "1,2", "--compute", "fp8"]), 2, "expected one of f32, bf16");
+}
+
+/// The validation loss a `burnlens train` run printed last.
+fn final_val_loss(stdout: &str) -> f64 {
+    let at = stdout.rfind("validation loss ").unwrap_or_else(|| panic!("no validation loss in:\n{stdout}"));
+    stdout[at + "validation loss ".len()..].split(|c: char| !(c.is_ascii_digit() || c == '.')).next().unwrap().parse().unwrap()
+}
+
+#[test]
+fn training_in_bf16_follows_the_f32_loss_curve_on_shakespeare_char() {
+    // nanoGPT's CPU shakespeare-char config, 400 of its 2,000 steps (the whole run is in
+    // BENCHMARKS.md: within 0.04% of f32's final validation loss).
+    let Some(data) = shared_data() else { return };
+    let text = data.join("tinyshakespeare.txt");
+    let tmp = tempfile::tempdir().unwrap();
+    let run = |compute: &str| {
+        let dir = tmp.path().join(compute);
+        let o = burnlens(&[
+            "train",
+            "--config",
+            "configs/shakespeare-char-cpu.toml",
+            "--set",
+            &format!("data.path={:?}", text.display().to_string()),
+            "--set",
+            &format!("output.dir={:?}", dir.display().to_string()),
+            "--set",
+            "training.steps=400",
+            "--set",
+            "training.lr_decay_steps=400",
+            "--set",
+            "training.eval_interval=200",
+            "--set",
+            "output.export=false",
+            "--compute",
+            compute,
+            "--quiet",
+        ]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let config = std::fs::read_to_string(dir.join("config.toml")).unwrap();
+        assert!(config.contains(&format!("compute = \"{compute}\"")), "the run records its compute dtype:\n{config}");
+        final_val_loss(&String::from_utf8_lossy(&o.stdout))
+    };
+    let (f32_loss, bf16_loss) = (run("f32"), run("bf16"));
+    println!("shakespeare-char, 400 steps: validation loss f32 {f32_loss:.4}, bf16 {bf16_loss:.4}");
+    assert!(f32_loss < 2.6, "the f32 run learned little: {f32_loss}");
+    assert!(bf16_loss != f32_loss && (bf16_loss - f32_loss).abs() <= 0.01 * f32_loss, "bf16 {bf16_loss} vs f32 {f32_loss}: more than 1% apart");
+}
