@@ -24,6 +24,8 @@
 //! - `bench-sae [STEPS] [ARCH...]`: SAE training against sae-lens on GPT-2 small's shape,
 //!   24,576 features, TopK, BatchTopK, standard and JumpReLU unless named
 //!   (`scripts/bench_sae.py`).
+//! - `bench-bf16`: bf16 compute against f32 and PyTorch's bf16 (products, training steps,
+//!   shakespeare-char's 2,000 steps, an attribution graph; `bench_bf16.rs`).
 //! - `bench-mpi [STEPS] [GPT2_STEPS]`: data-parallel training, 2 MPI ranks × 1 thread
 //!   against 1 process × 2 threads, on the shakespeare-char config and GPT-2 small's shape
 //!   (steps/s, the all-reduce's share of a step, the final losses), and the all-reduce's
@@ -36,6 +38,8 @@
 //!   pkg-config for the `mpi` feature and its multi-process tests; as root or through
 //!   passwordless sudo), then `cargo test --features mpi` with any further arguments.
 //!   `.ci/run` calls it.
+
+mod bench_bf16;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -1547,13 +1551,14 @@ fn main() -> Result<()> {
         "bench" => bench(std::env::args().skip(2).collect())?,
         "bench-python" => bench_python()?,
         "bench-scale" => bench_scale(std::env::args().skip(2).collect())?,
+        "bench-bf16" => bench_bf16::bench_bf16()?,
         "bench-trace" => bench_trace(std::env::args().skip(2).collect())?,
         "bench-sae" => bench_sae(std::env::args().skip(2).collect())?,
         "bench-dashboards" => bench_dashboards(std::env::args().skip(2).collect())?,
         "bench-mpi" => bench_mpi(std::env::args().skip(2).collect())?,
         "parity-tch" => parity_tch(std::env::args().skip(2).collect())?,
         _ => bail!(
-            "usage: cargo xtask <test [CARGO TEST ARGS]|fixtures|half-fixtures|sae-fixtures|features-fixtures|trace-fixtures [CASE...]|dashboard-fixtures|venv|bench [WORKLOAD...]|bench-train|bench-scale [MODEL...]|bench-trace [TOKENS...]|bench-sae [STEPS] [ARCH...]|bench-dashboards [TOKENS] [FEATURES]|bench-mpi [STEPS] [GPT2_STEPS]|parity-tch>"
+            "usage: cargo xtask <test [CARGO TEST ARGS]|fixtures|half-fixtures|sae-fixtures|features-fixtures|trace-fixtures [CASE...]|dashboard-fixtures|venv|bench [WORKLOAD...]|bench-train|bench-scale [MODEL...]|bench-bf16|bench-trace [TOKENS...]|bench-sae [STEPS] [ARCH...]|bench-dashboards [TOKENS] [FEATURES]|bench-mpi [STEPS] [GPT2_STEPS]|parity-tch>"
         ),
     }
     Ok(())
