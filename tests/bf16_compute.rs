@@ -6,9 +6,10 @@
 //! run in bfloat16 on the same bf16 checkpoint (`scripts/gen_bf16_compute_fixtures.py`).
 //!
 //! On a CPU without AVX512_BF16 (and under `BURNLENS_ISA=baseline`, which the test command
-//! also runs) the same products run on the portable reference (operands rounded, f32
-//! arithmetic), so the bounds are checked there too. One test: the compute dtype is
-//! process-wide.
+//! also runs) `--compute bf16` runs f32 arithmetic; these tests ask for the emulated products
+//! there (`BURNLENS_BF16=emulate`: operands rounded, f32 arithmetic, the portable
+//! reference), so the bounds are checked on every machine. One test per process-wide
+//! setting: the model-level checks share one test.
 
 mod common;
 
@@ -60,6 +61,7 @@ fn flex() -> burn::tensor::Device {
 
 /// The logits of `ids` (`[batch, seq]`, row-major) in `compute`.
 fn logits(model: &Transformer, ids: &[i64], batch: usize, compute: Compute) -> Vec<f32> {
+    bf16_gemm::set_emulated(true);
     set_compute(compute);
     let x = Tensor::<2, Int>::from_data(TensorData::new(ids.to_vec(), [batch, ids.len() / batch]), &model.device());
     let out = model.forward(x).into_data().try_into_vec_as::<f32>().unwrap();
@@ -179,7 +181,7 @@ fn the_cli_takes_compute_as_a_flag_or_from_the_environment_and_refuses_a_bad_nam
         let mut all = vec!["logits", "--model", d, "--ids", "3,1,4,1,5,9,2,6,5,3,5,8", "--out", out.to_str().unwrap()];
         all.extend_from_slice(args);
         let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_burnlens"));
-        cmd.args(&all);
+        cmd.args(&all).env("BURNLENS_BF16", "emulate");
         if let Some(v) = env {
             cmd.env("BURNLENS_COMPUTE", v);
         }
@@ -219,26 +221,29 @@ fn training_in_bf16_follows_the_f32_loss_curve_on_shakespeare_char() {
     let tmp = tempfile::tempdir().unwrap();
     let run = |compute: &str| {
         let dir = tmp.path().join(compute);
-        let o = burnlens(&[
-            "train",
-            "--config",
-            "configs/shakespeare-char-cpu.toml",
-            "--set",
-            &format!("data.path={:?}", text.display().to_string()),
-            "--set",
-            &format!("output.dir={:?}", dir.display().to_string()),
-            "--set",
-            "training.steps=400",
-            "--set",
-            "training.lr_decay_steps=400",
-            "--set",
-            "training.eval_interval=200",
-            "--set",
-            "output.export=false",
-            "--compute",
-            compute,
-            "--quiet",
-        ]);
+        let o = burnlens_with_env(
+            &[("BURNLENS_BF16", "emulate")],
+            &[
+                "train",
+                "--config",
+                "configs/shakespeare-char-cpu.toml",
+                "--set",
+                &format!("data.path={:?}", text.display().to_string()),
+                "--set",
+                &format!("output.dir={:?}", dir.display().to_string()),
+                "--set",
+                "training.steps=400",
+                "--set",
+                "training.lr_decay_steps=400",
+                "--set",
+                "training.eval_interval=200",
+                "--set",
+                "output.export=false",
+                "--compute",
+                compute,
+                "--quiet",
+            ],
+        );
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
         let config = std::fs::read_to_string(dir.join("config.toml")).unwrap();
         assert!(config.contains(&format!("compute = \"{compute}\"")), "the run records its compute dtype:\n{config}");

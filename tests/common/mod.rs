@@ -136,6 +136,11 @@ pub fn burnlens(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_burnlens")).args(args).env_remove("BURNLENS_BACKEND").output().expect("run burnlens")
 }
 
+/// [`burnlens`] with some environment variables set.
+pub fn burnlens_with_env(env: &[(&str, &str)], args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_burnlens")).args(args).env_remove("BURNLENS_BACKEND").envs(env.iter().copied()).output().expect("run burnlens")
+}
+
 /// A run refused as bad input: exit code 2 and exactly one line on stderr, `error: ...`,
 /// containing `needle`, with no panic or backtrace.
 pub fn assert_bad_input(o: &Output, needle: &str) {

@@ -97,7 +97,15 @@ pub(super) fn bench_bf16() -> Result<()> {
         }
         let [a, b, c, d] = [median(times[0].clone()), median(times[1].clone()), median(times[2].clone()), median(times[3].clone())];
         println!("train {shape}: burnlens f32 {a:.3} s bf16 {b:.3} s | torch f32 {c:.3} s autocast {d:.3} s");
-        report.push_str(&format!("| {shape} | {:.0} ms | {:.0} ms | {:.0} ms | {:.0} ms | {:.2}x | {:.2}x |\n", a * 1e3, b * 1e3, c * 1e3, d * 1e3, a / b, d / b));
+        report.push_str(&format!(
+            "| {shape} | {:.0} ms | {:.0} ms | {:.0} ms | {:.0} ms | {:.2}x | {:.2}x |\n",
+            a * 1e3,
+            b * 1e3,
+            c * 1e3,
+            d * 1e3,
+            a / b,
+            d / b
+        ));
     }
 
     report.push_str(&shakespeare_run(&bin)?);

@@ -1,15 +1,26 @@
 //! `burnlens`: the command-line face of the burnlens libraries. It parses arguments, picks a
 //! device and calls the libraries; anything a library user could want lives there, not here.
 
+mod analyze;
+mod attribute;
 mod bench;
+mod cache;
 mod cache_activations;
 mod commands;
 mod dashboards;
 mod eval_sae;
 mod export;
+mod graph;
+mod induction;
+mod info;
+mod lens;
+mod logits;
 mod output;
+mod patch;
 mod progress;
+mod sae;
 mod sample;
+mod tokenize;
 mod train;
 mod train_sae;
 
@@ -76,73 +87,12 @@ pub struct ModelArgs {
     pub process_weights: bool,
 }
 
-/// What an attribution graph explains and how it is built and pruned (circuit-tracer's
-/// arguments and defaults).
-#[derive(clap::Args, Clone)]
-pub struct GraphArgs {
-    /// Transcoders: a folder with circuit-tracer's config.yaml and layer files, or a Hub
-    /// repository org/name[@revision][:folder].
-    #[arg(long)]
-    pub transcoders: String,
-    /// Explain the most probable next tokens, at most this many...
-    #[arg(long, default_value_t = 10)]
-    pub max_n_logits: usize,
-    /// ...until their probabilities sum to this.
-    #[arg(long, default_value_t = 0.95)]
-    pub desired_logit_prob: f32,
-    /// Explain these next tokens instead (comma-separated ids or one-token texts).
-    #[arg(long)]
-    pub targets: Option<String>,
-    /// Target nodes per backward pass.
-    #[arg(long, default_value_t = 512)]
-    pub batch_size: usize,
-    /// Compute rows for at most this many features, the most influential first (all by default).
-    #[arg(long)]
-    pub max_feature_nodes: Option<usize>,
-    /// Keep the nodes holding this share of the influence on the logits.
-    #[arg(long, default_value_t = 0.8)]
-    pub node_threshold: f32,
-    /// Keep the edges holding this share of it.
-    #[arg(long, default_value_t = 0.98)]
-    pub edge_threshold: f32,
-    /// Keep every layer's attention pattern while they fit in this many GB; past it they are
-    /// recomputed for each backward pass (less memory, more time).
-    #[arg(long, default_value_t = 4.0)]
-    pub pattern_memory_gb: f64,
-    /// Keep the adjacency rows in memory while they fit in this many GB; past it they live in
-    /// a mapped temporary file under TMPDIR (bounded by the disk, not by RAM).
-    #[arg(long, default_value_t = 8.0)]
-    pub rows_memory_gb: f64,
-    /// Feature dashboards of these transcoders (`burnlens dashboards --transcoders --out
-    /// DIR`): each feature node carries its top examples and logit effects in graph.json and
-    /// graph.html.
-    #[arg(long)]
-    pub features: Option<std::path::PathBuf>,
-}
-
 #[derive(Subcommand)]
 enum Command {
     /// Describe a Hugging Face model directory: family, sizes, attention spans, dtype.
-    Info {
-        /// Model directory (config.json plus weights) or Hugging Face Hub id (`gpt2`,
-        /// `EleutherAI/pythia-70m`, `org/name@revision`), downloaded into the HF cache.
-        #[arg(long)]
-        model: std::path::PathBuf,
-        #[command(flatten)]
-        common: Common,
-    },
+    Info(Box<info::InfoArgs>),
     /// Run the model on one sequence of token ids and report or save the logits and loss.
-    Logits {
-        #[command(flatten)]
-        model: ModelArgs,
-        #[command(flatten)]
-        input: Input,
-        /// Write `.json` ({"ids", "tokens", "logits", "loss"}) or `.safetensors` (the tensors).
-        #[arg(long)]
-        out: Option<std::path::PathBuf>,
-        #[command(flatten)]
-        common: Common,
-    },
+    Logits(Box<logits::LogitsArgs>),
     /// Train a model as a TOML run config says (see configs/); on N ranks under `mpiexec -n N`.
     Train(Box<train::TrainArgs>),
     /// Write the latest checkpoint of a run as a Hugging Face model directory.
@@ -151,119 +101,25 @@ enum Command {
     Sample(Box<sample::SampleArgs>),
     /// Write an interpretability report: per-token log-probabilities, attention viewer, head
     /// detectors, OV copying and composition scores (index.html and report.json).
-    Analyze {
-        #[command(flatten)]
-        model: ModelArgs,
-        #[command(flatten)]
-        input: Input,
-        #[arg(long)]
-        out: std::path::PathBuf,
-        #[command(flatten)]
-        common: Common,
-    },
+    Analyze(Box<analyze::AnalyzeArgs>),
     /// Show how the model's tokenizer splits a text: ids and string tokens.
-    Tokenize {
-        /// Model directory, Hub id or burnlens run directory (its tokenizer is used).
-        #[arg(long)]
-        model: std::path::PathBuf,
-        #[arg(long)]
-        text: String,
-        /// Print JSON ({"ids", "tokens"}) instead of two lines.
-        #[arg(long)]
-        json: bool,
-    },
+    Tokenize(Box<tokenize::TokenizeArgs>),
     /// Activation patching of heads, residual positions and MLPs from a corrupted run into
     /// the clean one, beside attribution patching (its gradient estimate), with their
     /// correlation (report.json and index.html).
-    Patch {
-        #[command(flatten)]
-        model: ModelArgs,
-        #[command(flatten)]
-        input: Input,
-        /// The corrupted sequence as text (same number of tokens as the clean one).
-        #[arg(long, conflicts_with = "corrupted_ids")]
-        corrupted_text: Option<String>,
-        /// The corrupted sequence as token ids.
-        #[arg(long)]
-        corrupted_ids: Option<String>,
-        /// `loss[:FROM]` (mean next-token loss from position FROM), `logprob:TOKEN[@POS]` or
-        /// `logit-diff:RIGHT,WRONG[@POS]`; tokens are ids or text of one token; POS defaults
-        /// to the last position.
-        #[arg(long, default_value = "loss")]
-        metric: String,
-        /// Node kinds, comma-separated: head, resid_pre, mlp.
-        #[arg(long, default_value = "head,resid_pre,mlp")]
-        nodes: String,
-        /// Only attribution patching (one forward/backward), no per-node forward passes.
-        #[arg(long)]
-        no_exact: bool,
-        /// Denoising: run the corrupted sequence and patch in the clean activations (the
-        /// gradient is then taken on the corrupted run), instead of the default noising
-        /// (clean run, corrupted activations patched in). The linear estimate is poor where
-        /// the base run's metric is saturated, so the direction matters.
-        #[arg(long)]
-        denoise: bool,
-        #[arg(long)]
-        out: std::path::PathBuf,
-        #[command(flatten)]
-        common: Common,
-    },
+    Patch(Box<patch::PatchArgs>),
     /// Direct logit attribution: what every head, MLP and embedding writes along a logit (or
     /// logit difference), summing to the model's logits (report.json and index.html).
-    Attribute {
-        #[command(flatten)]
-        model: ModelArgs,
-        #[command(flatten)]
-        input: Input,
-        /// The token whose logit is explained (id or text of one token).
-        #[arg(long)]
-        target: String,
-        /// Explain logit[target] − logit[wrong] instead.
-        #[arg(long)]
-        wrong: Option<String>,
-        /// The position to show in detail (default: the last).
-        #[arg(long)]
-        pos: Option<usize>,
-        #[arg(long)]
-        out: std::path::PathBuf,
-        #[command(flatten)]
-        common: Common,
-    },
+    Attribute(Box<attribute::AttributeArgs>),
     /// An attribution graph (circuit-tracer's method): transcoders stand in for the MLPs,
     /// attention patterns and norm scales are frozen, and every direct effect between
     /// features, errors, tokens and the top logits is measured. Writes graph.safetensors,
     /// graph.json (the schema Neuronpedia's viewer loads) and graph.html. Token ids are
     /// attributed as given; text gets the model's BOS first.
-    Graph {
-        #[command(flatten)]
-        model: ModelArgs,
-        #[command(flatten)]
-        input: Input,
-        #[command(flatten)]
-        graph: GraphArgs,
-        #[arg(long)]
-        out: std::path::PathBuf,
-        #[command(flatten)]
-        common: Common,
-    },
+    Graph(Box<graph::GraphArgs>),
     /// The logit lens: every layer's residual stream read through the final norm and the
     /// unembedding (report.json and index.html).
-    Lens {
-        #[command(flatten)]
-        model: ModelArgs,
-        #[command(flatten)]
-        input: Input,
-        /// A token to follow through the layers (default: each position's next token).
-        #[arg(long)]
-        target: Option<String>,
-        /// How many top tokens to keep per layer and position.
-        #[arg(long, default_value_t = 5)]
-        top: usize,
-        #[arg(long)]
-        out: std::path::PathBuf,
-        #[command(flatten)]
-        common: Common,
-    },
+    Lens(Box<lens::LensArgs>),
     /// Train an SAE (standard, topk, batchtopk or jumprelu, as SAELens trains them) on a
     /// model's activations at one hook point, streamed from a dataset through a mixing buffer;
     /// resumable; the SAE is saved in SAELens's layout.
@@ -281,45 +137,9 @@ enum Command {
     CacheActivations(Box<cache_activations::CacheActivationsArgs>),
     /// Run a sparse autoencoder saved in SAELens's layout on its hook point: reconstruction,
     /// L0, explained variance, top features per token, loss with the SAE spliced in.
-    Sae {
-        #[command(flatten)]
-        model: ModelArgs,
-        /// SAE directory (cfg.json and sae_weights.safetensors), or a folder of a Hub
-        /// repository as `org/name[@revision][:folder]` (SAELens releases keep one SAE per
-        /// folder, e.g. `jbloom/GPT2-Small-SAEs-Reformatted:blocks.8.hook_resid_pre`).
-        #[arg(long)]
-        sae: std::path::PathBuf,
-        #[command(flatten)]
-        input: Input,
-        /// Features to list per position.
-        #[arg(long, default_value_t = 5)]
-        top: usize,
-        #[arg(long)]
-        out: std::path::PathBuf,
-        #[command(flatten)]
-        common: Common,
-    },
+    Sae(Box<sae::SaeArgs>),
     /// The repeated-random-tokens induction experiment: [BOS] + r + r.
-    Induction {
-        /// Model directory (config.json plus weights) or Hugging Face Hub id (`gpt2`,
-        /// `EleutherAI/pythia-70m`, `org/name@revision`), downloaded into the HF cache.
-        #[arg(long)]
-        model: std::path::PathBuf,
-        /// Length of r.
-        #[arg(long, default_value_t = 50)]
-        len: usize,
-        #[arg(long, default_value_t = 4)]
-        batch: usize,
-        #[arg(long, default_value_t = 0)]
-        seed: u64,
-        /// BOS token id (default: the model's bos_token_id, none for burnlens runs).
-        #[arg(long)]
-        bos: Option<i64>,
-        #[arg(long)]
-        out: std::path::PathBuf,
-        #[command(flatten)]
-        common: Common,
-    },
+    Induction(Box<induction::InductionArgs>),
     /// List the backends this binary was built with and whether each works here.
     Backends,
     /// Download a model from the Hugging Face Hub into the HF cache without running it.
@@ -341,27 +161,7 @@ enum Command {
         action: DataAction,
     },
     /// Save activations by TransformerLens hook name.
-    Cache {
-        #[command(flatten)]
-        model: ModelArgs,
-        #[command(flatten)]
-        input: Input,
-        /// Hook names, comma-separated and exact (`blocks.1.attn.hook_z,hook_embed`), or a
-        /// regex matched against the whole name when prefixed with `re:`
-        /// (`re:blocks\.[01]\.attn\.hook_(q|pattern)`).
-        #[arg(long)]
-        names: String,
-        /// Also save the gradient of this metric at every named hook point (`grad.NAME`),
-        /// from one backward pass: `loss[:FROM]`, `logprob:TOKEN[@POS]` or
-        /// `logit-diff:RIGHT,WRONG[@POS]`.
-        #[arg(long)]
-        grad: Option<String>,
-        /// Output `.safetensors` file.
-        #[arg(long)]
-        out: std::path::PathBuf,
-        #[command(flatten)]
-        common: Common,
-    },
+    Cache(Box<cache::CacheArgs>),
 }
 
 #[derive(Subcommand)]
@@ -399,37 +199,29 @@ pub fn run() -> ExitCode {
         eprintln!("burnlens: internal error: {}{at}", one_line(&msg));
     }));
     let cli = Cli::parse();
-    let dir = progress::model_dir;
     let result = std::panic::catch_unwind(|| match cli.command {
-        Command::Info { model, common } => dir(&model).and_then(|m| commands::info(&m, &common)),
-        Command::Logits { model, input, out, common } => commands::logits(&model, &input, out.as_deref(), &common),
-        Command::Cache { model, input, names, grad, out, common } => commands::cache(&model, &input, &names, grad.as_deref(), &out, &common),
-        Command::Tokenize { model, text, json } => dir(&model).and_then(|m| commands::tokenize(&m, &text, json)),
-        Command::Patch { model, input, corrupted_text, corrupted_ids, metric, nodes, no_exact, denoise, out, common } => {
-            let corrupted = Input { text: corrupted_text, ids: corrupted_ids };
-            commands::patch(&model, &input, &corrupted, &metric, &nodes, !no_exact, denoise, &out, &common)
-        }
-        Command::Attribute { model, input, target, wrong, pos, out, common } => {
-            commands::attribute(&model, &input, &target, wrong.as_deref(), pos, &out, &common)
-        }
-        Command::Graph { model, input, graph, out, common } => commands::graph(&model, &input, &graph, &out, &common),
-        Command::Lens { model, input, target, top, out, common } => commands::lens(&model, &input, target.as_deref(), top, &out, &common),
-        Command::TrainSae(args) => train_sae::run(&args),
-        Command::EvalSae(args) => eval_sae::run(&args),
-        Command::Dashboards(args) => dashboards::run(&args),
-        Command::CacheActivations(args) => cache_activations::run(&args),
-        Command::Sae { model, sae, input, top, out, common } => commands::sae(&model, &sae, &input, top, &out, &common),
+        Command::Info(a) => info::run(&a),
+        Command::Logits(a) => logits::run(&a),
+        Command::Cache(a) => cache::run(&a),
+        Command::Tokenize(a) => tokenize::run(&a),
+        Command::Patch(a) => patch::run(&a),
+        Command::Attribute(a) => attribute::run(&a),
+        Command::Graph(a) => graph::run(&a),
+        Command::Lens(a) => lens::run(&a),
+        Command::TrainSae(a) => train_sae::run(&a),
+        Command::EvalSae(a) => eval_sae::run(&a),
+        Command::Dashboards(a) => dashboards::run(&a),
+        Command::CacheActivations(a) => cache_activations::run(&a),
+        Command::Sae(a) => sae::run(&a),
         Command::Download { id } => commands::download(&id),
-        Command::Train(args) => train::run(&args),
-        Command::Export(args) => export::run(&args),
-        Command::Sample(args) => sample::run(&args),
+        Command::Train(a) => train::run(&a),
+        Command::Export(a) => export::run(&a),
+        Command::Sample(a) => sample::run(&a),
         Command::Data { action: DataAction::Fetch { name, out } } => commands::fetch(&name, out.as_deref()),
         Command::Backends => commands::backends(),
         Command::Bench { args, common } => commands::device_of(&common).and_then(|d| bench::run(&args, d, &burnlens_hf::LoadOptions::dtype(common.dtype))),
-        Command::Analyze { model, input, out, common } => commands::analyze(&model, &input, &out, &common),
-        Command::Induction { model, len, batch, seed, bos, out, common } => {
-            dir(&model).and_then(|m| commands::induction(&m, len, batch, seed, bos, &out, &common))
-        }
+        Command::Analyze(a) => analyze::run(&a),
+        Command::Induction(a) => induction::run(&a),
     });
     match result {
         Ok(Ok(())) => ExitCode::SUCCESS,

@@ -11,11 +11,12 @@
 //! tile to `dst` once its whole depth is summed. Tasks are tiles: groups of columns, and
 //! blocks of rows where the rows are many (training).
 //!
-//! Elsewhere (no AVX512_BF16, or `BURNLENS_ISA=baseline`) the same arithmetic is emulated:
-//! both operands rounded to bf16 values held in f32, multiplied by the f32 product (a product
-//! of two bf16 values is exact in f32, so only the order of the sums differs). That is the
-//! portable reference the model-level tests run on every machine, and it is no faster than
-//! f32: a warning says so once.
+//! Elsewhere (no AVX512_BF16, or `BURNLENS_ISA=baseline`) bf16 arithmetic would be no faster
+//! than f32, so `--compute bf16` runs the f32 path there and a warning says so once. The
+//! same arithmetic can be emulated instead ([`set_emulated`], `BURNLENS_BF16=emulate`): both
+//! operands rounded to bf16 values held in f32 and multiplied by the f32 product (a product
+//! of two bf16 values is exact in f32, so only the order of the sums differs), slower than
+//! f32. That is the portable reference the model-level tests run on every machine.
 
 use std::cell::RefCell;
 use std::sync::Arc;
@@ -43,23 +44,47 @@ pub const KC_PAIRS: usize = 256;
 /// Whether this CPU runs bf16 products in bf16 instructions (AVX512_BF16 and AVX-512F,
 /// and `BURNLENS_ISA` is not `baseline`).
 pub fn native() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        !super::simd::baseline() && std::arch::is_x86_feature_detected!("avx512f") && std::arch::is_x86_feature_detected!("avx512bf16")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    false
+    super::simd::has_avx512_bf16()
 }
 
-/// The warning bf16 compute gives, once per process, where it is emulated.
-pub(crate) fn warn_if_emulated() {
+const UNSET: u8 = u8::MAX;
+static EMULATED: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(UNSET);
+
+/// Whether bf16 products are emulated where the CPU has no bf16 instructions ([`set_emulated`],
+/// else `BURNLENS_BF16=emulate`); otherwise such a CPU runs them in f32.
+pub fn emulated() -> bool {
+    use std::sync::atomic::Ordering::Relaxed;
+    match EMULATED.load(Relaxed) {
+        UNSET => {
+            let on = matches!(std::env::var("BURNLENS_BF16").as_deref().map(str::trim), Ok("emulate"));
+            let _ = EMULATED.compare_exchange(UNSET, on as u8, Relaxed, Relaxed);
+            emulated()
+        }
+        v => v == 1,
+    }
+}
+
+/// Emulate bf16 products where the CPU has no bf16 instructions (tests of the portable path).
+pub fn set_emulated(on: bool) {
+    EMULATED.store(on as u8, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Whether `--compute bf16` runs bf16 arithmetic here: natively, or emulated.
+pub fn runs_bf16() -> bool {
+    native() || emulated()
+}
+
+/// The warning bf16 compute gives, once per process, on a CPU without bf16 instructions.
+pub(crate) fn warn_if_not_native() {
     static WARNED: std::sync::Once = std::sync::Once::new();
     if !native() {
         WARNED.call_once(|| {
-            eprintln!(
-                "warning: bf16 compute: this CPU has no AVX512_BF16 (or BURNLENS_ISA=baseline); products round their operands to bf16 \
-                 and run in f32 arithmetic: the same results, no faster than --compute f32"
-            )
+            let what = if emulated() {
+                "products are emulated (operands rounded to bf16, f32 arithmetic: bf16's results, slower than f32)"
+            } else {
+                "products run in f32 arithmetic, as --compute f32 (bf16 would be no faster here)"
+            };
+            eprintln!("warning: bf16 compute: this CPU has no AVX512_BF16 (or BURNLENS_ISA=baseline): {what}")
         });
     }
 }
@@ -77,21 +102,27 @@ pub fn matmul_bf16(dst: &mut [f32], dst_rs: usize, a: MatRef, w: Cols, accumulat
     if native() {
         tiled(dst, dst_rs, &RowPanels::pack(a), w, accumulate, false);
     } else {
-        emulated(dst, dst_rs, a, w, accumulate);
+        emulate(dst, dst_rs, a, w, accumulate);
     }
 }
 
 /// `dst (+)= a · b` for an f32 `b` (any strides) rounded per call: a weight being trained, a
 /// gradient.
 ///
-/// The weight side must be read a column at a time; where `b`'s rows are contiguous (a
-/// weight `[d_in, d_out]` being trained, `W_E` in the unembedding's `dx`) and `a`'s are too,
-/// the product is taken transposed, `(a b)ᵀ = bᵀ aᵀ`: `bᵀ` packs as rows (a contiguous
-/// interleave), `aᵀ`'s columns are `a`'s rows, and the tile's columns land as rows of `dst`.
+/// The weight side is read a column at a time, so `b` is transposed as it is rounded unless
+/// its columns are contiguous. Where transposing `a` instead costs less (none at all when
+/// `a`'s rows are contiguous: a weight `[d_in, d_out]` being trained, `W_E` in the
+/// unembedding's `dx`; `xᵀ` of `dW = xᵀ dy` when `d_in < d_out`) the product is taken
+/// transposed, `(a b)ᵀ = bᵀ aᵀ`: `bᵀ` packs as rows, `aᵀ`'s columns are `a`'s rows, and the
+/// tile's columns land as rows of `dst`.
 pub fn matmul_bf16_f32(dst: &mut [f32], dst_rs: usize, a: MatRef, b: MatRef, accumulate: bool) {
     b.check();
-    if native() && b.rs != 1 && b.cs == 1 && a.cs == 1 {
-        let (m, k, n) = (a.rows, a.cols, b.cols);
+    // What each orientation transposes while it rounds: `b` (`k · n` values) unless its
+    // columns are contiguous, or, taken transposed, `a` (`m · k`) unless its rows are.
+    let (m, k, n) = (a.rows, a.cols, b.cols);
+    let straight = if b.rs == 1 { 0 } else { k * n };
+    let swapped = if a.cs == 1 { 0 } else { m * k };
+    if native() && swapped < straight {
         assert_eq!(b.rows, k, "matmul_bf16_f32: inner dimensions {k} and {}", b.rows);
         if nothing_to_multiply(dst, dst_rs, [m, k, n], accumulate, "matmul_bf16_f32") {
             return;
@@ -111,7 +142,7 @@ pub fn kept_cols(owner: &FlexTensor, view: View, make: impl FnOnce() -> ColsBuf)
 }
 
 /// The portable reference: operands rounded to bf16 values in f32, the f32 product.
-fn emulated(dst: &mut [f32], dst_rs: usize, a: MatRef, w: Cols, accumulate: bool) {
+fn emulate(dst: &mut [f32], dst_rs: usize, a: MatRef, w: Cols, accumulate: bool) {
     let (m, k, n) = (a.rows, a.cols, w.n);
     let mut a_round: Vec<f32> = (0..m).flat_map(|r| a.row_values(r)).collect();
     round_slice(&mut a_round);
@@ -160,31 +191,10 @@ fn tiled(dst: &mut [f32], dst_rs: usize, a: &RowPanels, w: Cols, accumulate: boo
             }
         }
         let rows = panel_range.start * PANEL_ROWS..(panel_range.end * PANEL_ROWS).min(m);
-        if transposed {
-            for c in cols.clone() {
-                // SAFETY: as below, with rows and columns of `dst` swapped.
-                let d = unsafe { std::slice::from_raw_parts_mut(dst.0.add(c * dst_rs + rows.start), rows.len()) };
-                let t = &tile[(c - cols.start) * tile_rows..][..rows.len()];
-                if accumulate {
-                    d.iter_mut().zip(t).for_each(|(d, t)| *d += t);
-                } else {
-                    d.copy_from_slice(t);
-                }
-            }
-            TILE.set(tile);
-            return;
-        }
-        for r in rows.clone() {
-            // SAFETY: tasks write disjoint (rows × columns) blocks of `dst`, inside it
-            // (checked by the caller).
-            let d = unsafe { std::slice::from_raw_parts_mut(dst.0.add(r * dst_rs + cols.start), cols.len()) };
-            let column = |c: usize| tile[c * tile_rows + r - rows.start];
-            if accumulate {
-                d.iter_mut().enumerate().for_each(|(c, d)| *d += column(c));
-            } else {
-                d.iter_mut().enumerate().for_each(|(c, d)| *d = column(c));
-            }
-        }
+        let block = Block { tile: &tile, tile_rows, rows, cols };
+        // SAFETY: tasks write disjoint (rows × columns) blocks of `dst` (swapped when
+        // `transposed`), inside it (checked by the caller).
+        unsafe { block.write(dst.0, dst_rs, accumulate, transposed) };
         TILE.set(tile);
     };
     let tasks = col_tiles * row_blocks;
@@ -192,6 +202,73 @@ fn tiled(dst: &mut [f32], dst_rs: usize, a: &RowPanels, w: Cols, accumulate: boo
         pool::run(tasks, task);
     } else {
         (0..tasks).for_each(task);
+    }
+}
+
+/// A task's summed tile: column `c` of the product (`cols.start + c`) holds `rows` at
+/// stride `tile_rows`.
+struct Block<'a> {
+    tile: &'a [f32],
+    tile_rows: usize,
+    rows: std::ops::Range<usize>,
+    cols: std::ops::Range<usize>,
+}
+
+impl Block<'_> {
+    /// Add (or copy) the tile into `dst`: row `r` of the product to row `r` of `dst`, or,
+    /// `transposed`, column `c` to row `c` (a contiguous run: the tile's own layout).
+    ///
+    /// # Safety
+    /// `dst` must be valid for the block's rows and columns (swapped when `transposed`) at
+    /// stride `dst_rs`, and nothing else may access them meanwhile.
+    unsafe fn write(&self, dst: *mut f32, dst_rs: usize, accumulate: bool, transposed: bool) {
+        let (rows, cols) = (self.rows.clone(), self.cols.clone());
+        let put = |d: &mut f32, v: f32| if accumulate { *d += v } else { *d = v };
+        if transposed {
+            for c in cols.clone() {
+                let d = unsafe { std::slice::from_raw_parts_mut(dst.add(c * dst_rs + rows.start), rows.len()) };
+                d.iter_mut().zip(&self.tile[(c - cols.start) * self.tile_rows..]).for_each(|(d, &t)| put(d, t));
+            }
+            return;
+        }
+        // Blocks of 16 × 16 transposed in registers, the edges one value at a time.
+        let (full_rows, full_cols) = (rows.len() / 16 * 16, cols.len() / 16 * 16);
+        #[cfg(target_arch = "x86_64")]
+        for r in (0..full_rows).step_by(16) {
+            for c in (0..full_cols).step_by(16) {
+                let at = unsafe { dst.add((rows.start + r) * dst_rs + cols.start + c) };
+                unsafe { transpose_into(self.tile.as_ptr().add(c * self.tile_rows + r), self.tile_rows, at, dst_rs, accumulate) };
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let (full_rows, full_cols) = (0usize, 0usize);
+        for r in 0..rows.len() {
+            let d = unsafe { std::slice::from_raw_parts_mut(dst.add((rows.start + r) * dst_rs + cols.start), cols.len()) };
+            let first = if r < full_rows { full_cols } else { 0 };
+            for (c, d) in d.iter_mut().enumerate().skip(first) {
+                put(d, self.tile[c * self.tile_rows + r]);
+            }
+        }
+    }
+}
+
+/// `dst[i][j] (+)= src[j][i]` for a 16 × 16 block: `src` columns of 16 at stride `src_ld`,
+/// `dst` rows at stride `dst_ld`.
+///
+/// # Safety
+/// Both blocks must be valid; the CPU must have AVX-512F (every caller runs after
+/// [`native`]).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn transpose_into(src: *const f32, src_ld: usize, dst: *mut f32, dst_ld: usize, accumulate: bool) {
+    use std::arch::x86_64::*;
+    unsafe {
+        let rows = super::transpose16::transpose16(std::array::from_fn(|i| _mm512_loadu_ps(src.wrapping_add(i * src_ld))));
+        for (row, v) in rows.into_iter().enumerate() {
+            let d = dst.wrapping_add(row * dst_ld);
+            let v = if accumulate { _mm512_add_ps(_mm512_loadu_ps(d), v) } else { v };
+            _mm512_storeu_ps(d, v);
+        }
     }
 }
 
@@ -319,7 +396,7 @@ mod tests {
                     let mut dst = vec![0.0f32; m * n];
                     matmul_bf16(&mut dst, n, a, w.view(), false);
                     let mut emu = vec![0.0f32; m * n];
-                    emulated(&mut emu, n, a, w.view(), false);
+                    emulate(&mut emu, n, a, w.view(), false);
                     // Rounded per product (taken transposed where both operands' rows are
                     // contiguous), accumulating.
                     let mut direct = vec![0.5f32; m * n];

@@ -18,7 +18,7 @@ use burn::backend::tensor::FloatTensor;
 use burn::backend::{Autodiff, Backend, Dispatch, Flex, backend_extension};
 use burn::tensor::{DType, Shape, Tensor, bf16, f16};
 
-use super::bf16_gemm::{View, kept_cols, matmul_bf16, matmul_bf16_f32};
+use super::bf16_gemm::{View, kept_cols, matmul_bf16, matmul_bf16_f32, runs_bf16};
 use super::bf16_pack::{Cols, ColsBuf};
 use super::compute::{Compute, compute};
 use super::flex::{contiguous, flex_strided, flex_vec, use_kernels};
@@ -67,7 +67,7 @@ pub fn linear_reference<const D: usize>(x: Tensor<D>, weight: Tensor<2>, bias: O
 /// A half weight is read as stored, except by decoding's few rows, which read its decoding
 /// panels ([`super::half_panels`]) while the copies' budget has room.
 fn weight_product(dst: &mut [f32], dst_rs: usize, a: MatRef, owner: &FlexTensor, w: WeightRef, accumulate: bool, pack: bool) {
-    if compute() == Compute::Bf16 && a.rows > STREAM_ROWS {
+    if compute() == Compute::Bf16 && a.rows > STREAM_ROWS && runs_bf16() {
         return weight_product_bf16(dst, dst_rs, a, owner, w, accumulate, pack);
     }
     match w {
@@ -109,7 +109,7 @@ fn weight_product_bf16(dst: &mut [f32], dst_rs: usize, a: MatRef, owner: &FlexTe
 
 /// `dst = a · b` for two f32 operands (a weight's gradient) in the compute dtype.
 fn product(dst: &mut [f32], dst_rs: usize, a: MatRef, b: MatRef) {
-    if compute() == Compute::Bf16 && b.rows > STREAM_ROWS {
+    if compute() == Compute::Bf16 && b.rows > STREAM_ROWS && runs_bf16() {
         matmul_bf16_f32(dst, dst_rs, a, b, false);
     } else {
         matmul(dst, dst_rs, a, b, false);

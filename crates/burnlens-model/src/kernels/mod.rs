@@ -19,6 +19,7 @@
 //! | softmax–cross-entropy | log-sum-exp and the target's logit per row, mean; backward `softmax - onehot` | [`cross_entropy`] |
 //! | clipping | `Σ x²` of a gradient in one read, nothing allocated (the global norm), and the gradient scaled in place | [`sum_squares`] |
 //! | embedding | the lookup, and a backward that writes its `[vocab, d]` gradient once into its own buffer (flex's zeroes and then copies one) | [`embedding`] |
+//! | bf16 products | `linear`'s products under `--compute bf16` ([`compute`]): both operands rounded to bf16 (nearest even, [`bf16_round`]), `k` in adjacent pairs ([`bf16_pack`]: activations in panels of 64 rows, the weight a column at a time — a bf16 checkpoint's read in place), a `vdpbf16ps` micro-kernel of 64 × 6 outputs with f32 sums on AVX512_BF16, the f32 path (or, asked for, an emulation) elsewhere | [`bf16_gemm`] |
 //! | softmax | the explicit attention path's pattern: max, exponentials and normalisation per row in one pass; backward `y (dy - Σ dy y)` | [`softmax`] |
 //!
 //! `BURNLENS_KERNELS=0` (or [`set_enabled`]) turns every kernel off, so that the reference
@@ -54,6 +55,7 @@ pub mod pool;
 pub mod simd;
 pub mod softmax;
 pub mod sum_squares;
+mod transpose16;
 
 pub use activation::{gated_activation, gated_activation_reference};
 pub use attention::{AttentionMask, attention, attention_reference};

@@ -65,6 +65,19 @@ pub fn has_avx512() -> bool {
         && has_avx2_fma()
 }
 
+/// Whether the CPU has AVX512_BF16 with AVX-512F (and [`baseline`] does not forbid them):
+/// what bf16 products run on ([`super::bf16_gemm`]).
+#[cfg(target_arch = "x86_64")]
+#[inline]
+pub fn has_avx512_bf16() -> bool {
+    !baseline() && std::arch::is_x86_feature_detected!("avx512f") && std::arch::is_x86_feature_detected!("avx512bf16")
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+pub fn has_avx512_bf16() -> bool {
+    false
+}
+
 /// Whether the CPU has AVX2, FMA and BMI2 (and [`baseline`] does not forbid them).
 #[cfg(target_arch = "x86_64")]
 #[inline]

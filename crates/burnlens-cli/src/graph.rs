@@ -1,0 +1,144 @@
+//! `burnlens graph`: an attribution graph through transcoders (circuit-tracer's method).
+
+use anyhow::Result;
+
+use crate::commands::{ids_and_labels, load_model_args, parse_token};
+use crate::{Common, Input, ModelArgs};
+
+/// An attribution graph (circuit-tracer's method): transcoders stand in for the MLPs,
+/// attention patterns and norm scales are frozen, and every direct effect between
+/// features, errors, tokens and the top logits is measured. Writes graph.safetensors,
+/// graph.json (the schema Neuronpedia's viewer loads) and graph.html. Token ids are
+/// attributed as given; text gets the model's BOS first.
+#[derive(clap::Args, Clone)]
+pub struct GraphArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    #[command(flatten)]
+    pub input: Input,
+    #[command(flatten)]
+    pub graph: GraphOptions,
+    #[arg(long)]
+    pub out: std::path::PathBuf,
+    #[command(flatten)]
+    pub common: Common,
+}
+
+/// What an attribution graph explains and how it is built and pruned (circuit-tracer's
+/// arguments and defaults).
+#[derive(clap::Args, Clone)]
+pub struct GraphOptions {
+    /// Transcoders: a folder with circuit-tracer's config.yaml and layer files, or a Hub
+    /// repository org/name[@revision][:folder].
+    #[arg(long)]
+    pub transcoders: String,
+    /// Explain the most probable next tokens, at most this many...
+    #[arg(long, default_value_t = 10)]
+    pub max_n_logits: usize,
+    /// ...until their probabilities sum to this.
+    #[arg(long, default_value_t = 0.95)]
+    pub desired_logit_prob: f32,
+    /// Explain these next tokens instead (comma-separated ids or one-token texts).
+    #[arg(long)]
+    pub targets: Option<String>,
+    /// Target nodes per backward pass.
+    #[arg(long, default_value_t = 512)]
+    pub batch_size: usize,
+    /// Compute rows for at most this many features, the most influential first (all by default).
+    #[arg(long)]
+    pub max_feature_nodes: Option<usize>,
+    /// Keep the nodes holding this share of the influence on the logits.
+    #[arg(long, default_value_t = 0.8)]
+    pub node_threshold: f32,
+    /// Keep the edges holding this share of it.
+    #[arg(long, default_value_t = 0.98)]
+    pub edge_threshold: f32,
+    /// Keep every layer's attention pattern while they fit in this many GB; past it they are
+    /// recomputed for each backward pass (less memory, more time).
+    #[arg(long, default_value_t = 4.0)]
+    pub pattern_memory_gb: f64,
+    /// Keep the adjacency rows in memory while they fit in this many GB; past it they live in
+    /// a mapped temporary file under TMPDIR (bounded by the disk, not by RAM).
+    #[arg(long, default_value_t = 8.0)]
+    pub rows_memory_gb: f64,
+    /// Feature dashboards of these transcoders (`burnlens dashboards --transcoders --out
+    /// DIR`): each feature node carries its top examples and logit effects in graph.json and
+    /// graph.html.
+    #[arg(long)]
+    pub features: Option<std::path::PathBuf>,
+}
+
+pub fn run(a: &GraphArgs) -> Result<()> {
+    let (args, input, g, out, common) = (&a.model, &a.input, &a.graph, a.out.as_path(), &a.common);
+    use burnlens_trace::{AttributeOptions, GraphText, LogitTargets};
+    burnlens_trace::check_thresholds(g.node_threshold, g.edge_threshold)?;
+    let m = load_model_args(args, common)?;
+    let (mut ids, _) = ids_and_labels(&m, input, "")?;
+    if let (Some(_), Some(bos)) = (&input.text, m.bos) {
+        if ids.first() != Some(&bos) {
+            ids.insert(0, bos);
+        }
+    }
+    let set = crate::progress::transcoders(&g.transcoders, &m.model.device())?;
+    let targets = match &g.targets {
+        Some(list) => LogitTargets::Tokens(list.split(',').map(|t| parse_token(&m, "--targets", t)).collect::<Result<_>>()?),
+        None => LogitTargets::Salient { max_n_logits: g.max_n_logits, desired_prob: g.desired_logit_prob },
+    };
+    let (pattern_budget, row_budget) = ((g.pattern_memory_gb.max(0.0) * 1e9) as u64, (g.rows_memory_gb.max(0.0) * 1e9) as u64);
+    let opts = AttributeOptions {
+        targets,
+        batch_size: g.batch_size,
+        max_feature_nodes: g.max_feature_nodes,
+        pattern_budget,
+        row_budget,
+        ..AttributeOptions::default()
+    };
+    let t0 = std::time::Instant::now();
+    let graph = burnlens_trace::attribute(&m.model, &set, &ids, &opts)?;
+    let seconds = t0.elapsed().as_secs_f64();
+    let prompt = match &m.tokenizer {
+        Some(t) => t.decode(&ids.iter().map(|&i| i as u32).collect::<Vec<_>>()),
+        None => ids.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(","),
+    };
+    let slug = out.file_name().map_or("graph".into(), |n| n.to_string_lossy().into_owned());
+    let text = GraphText { slug, prompt, prompt_tokens: m.labels(&ids), logit_tokens: m.labels(&graph.logit_token_ids) };
+    let dashboards = g.features.as_deref().map(|dir| burnlens_dashboards::read_config(dir).map(|cfg| (dir, cfg))).transpose()?;
+    let (mut with, mut feature_nodes) = (0usize, 0usize);
+    let mut failed = None;
+    let tok = |t: u32| m.labels(&[t as i64]).remove(0);
+    let mut annotate = |n: &mut burnlens_trace::Node| {
+        let (Some((dir, cfg)), Some((layer, index))) = (&dashboards, n.transcoder_feature()) else { return };
+        feature_nodes += 1;
+        match burnlens_dashboards::read_feature(dir, burnlens_dashboards::FeatureKey { layer: Some(layer), index }) {
+            Ok(Some(d)) => {
+                let (label, dashboard) = burnlens_dashboards::node_fields(&d, cfg, &tok);
+                (n.clerp, n.dashboard) = (label, Some(dashboard));
+                with += 1;
+            }
+            Ok(None) => {}
+            Err(e) => failed = Some(e),
+        }
+    };
+    let files = burnlens_trace::write_graph_with(out, &graph, &text, g.node_threshold, g.edge_threshold, &mut annotate)?;
+    if let Some(e) = failed {
+        return Err(e.into());
+    }
+    if let Some((dir, _)) = &dashboards {
+        println!("{with} of {feature_nodes} feature nodes have dashboards in {}", dir.display());
+    }
+    println!(
+        "{} tokens, {} active features ({} with rows), {} logit targets (p = {:.3}), {} nodes; attributed in {seconds:.2} s",
+        ids.len(),
+        graph.active_features.len(),
+        graph.selected_features.len(),
+        graph.logit_token_ids.len(),
+        graph.logit_probabilities.iter().sum::<f32>(),
+        graph.n_nodes()
+    );
+    println!(
+        "pruned to {} nodes and {} edges; replacement score {:.4}, completeness {:.4}",
+        files.kept_nodes, files.kept_edges, files.replacement_score, files.completeness_score
+    );
+    println!("wrote {}, {} and {}", files.safetensors.display(), files.json.display(), files.html.display());
+    Ok(())
+}
