@@ -40,7 +40,7 @@ pub(super) fn bench_bf16() -> Result<()> {
     );
     for (shape, what) in GEMMS {
         let mut times: [Vec<f64>; 4] = Default::default();
-        for _ in 0..3 {
+        for _ in 0..2 {
             for (i, compute) in ["f32", "bf16"].iter().enumerate() {
                 let v = run_json(Command::new(&bin).args(["bench", "gemm", "--shape", shape, "--reps", "10", "--compute", compute]))?;
                 times[i].extend(floats(&v, "times")?);
