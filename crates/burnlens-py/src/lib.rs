@@ -120,6 +120,13 @@ fn compute_dtype() -> &'static str {
     burnlens_model::kernels::compute().name()
 }
 
+/// The layer of a hook point (`blocks.3.attn.hook_z` -> 3; `hook_embed` -> None), from the
+/// library's parse of the name.
+#[pyfunction]
+fn hook_layer(name: &str) -> PyResult<Option<usize>> {
+    burnlens_model::HookPoint::parse(name).map(|h| h.layer()).ok_or_else(|| pyo3::exceptions::PyKeyError::new_err(format!("{name:?} is not a hook point name")))
+}
+
 #[pyfunction]
 fn backends() -> Vec<String> {
     burnlens_model::backend::BACKENDS.iter().filter(|b| burnlens_model::backend::is_compiled(b)).map(|b| b.to_string()).collect()
@@ -141,6 +148,7 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(features::dashboards, m)?)?;
     m.add_function(wrap_pyfunction!(backends, m)?)?;
     m.add_function(wrap_pyfunction!(set_compute_dtype, m)?)?;
+    m.add_function(wrap_pyfunction!(hook_layer, m)?)?;
     m.add_function(wrap_pyfunction!(compute_dtype, m)?)?;
     m.add_function(wrap_pyfunction!(get_act_name, m)?)?;
     Ok(())

@@ -22,12 +22,15 @@ impl burnlens_train::Observer for OnStep {
     }
 }
 
-/// Train as the run config at `config_path` says, with `overrides` (`table.key=value`, as
-/// `--set` takes them); `on_step(metrics_dict_as_json)` after every optimizer step. Returns
-/// the run directory.
+/// Train as the run config at `config_path` says, with `overrides_json` (a JSON object
+/// `{"table.key": value}`, each value set as `--set table.key=value` with the value as TOML);
+/// `on_step(metrics_dict_as_json)` after every optimizer step. Returns the run directory.
 #[pyfunction]
-#[pyo3(signature = (config_path, overrides=Vec::new(), on_step=None, resume=false))]
-pub(crate) fn train(py: Python<'_>, config_path: &str, overrides: Vec<String>, on_step: Option<Py<PyAny>>, resume: bool) -> PyResult<String> {
+#[pyo3(signature = (config_path, overrides_json="{}", on_step=None, resume=false))]
+pub(crate) fn train(py: Python<'_>, config_path: &str, overrides_json: &str, on_step: Option<Py<PyAny>>, resume: bool) -> PyResult<String> {
+    let map: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_str(overrides_json).map_err(|e| PyValueError::new_err(format!("overrides: expected a dict of settings ({e})")))?;
+    let overrides = map.iter().map(|(k, v)| burnlens_train::config::override_from_json(k, v)).collect::<Result<Vec<_>, _>>().map_err(PyValueError::new_err)?;
     let path = PathBuf::from(config_path);
     let cfg = burnlens_train::RunConfig::load(&path, &overrides).map_err(|e| load_fail(e.to_string(), e.missing()))?;
     let opts = burnlens_train::TrainOptions { backend_flag: None, resume, ..Default::default() };

@@ -241,6 +241,13 @@ fn yes() -> bool {
     true
 }
 
+/// An override `table.key=value` from a key and a JSON value (Python's dict of overrides):
+/// the value written as TOML.
+pub fn override_from_json(key: &str, value: &serde_json::Value) -> std::result::Result<String, String> {
+    let v = toml::Value::try_from(value).map_err(|_| format!("override {key}: {value} is not a TOML value (expected a bool, number, string or list)"))?;
+    Ok(format!("{key}={v}"))
+}
+
 impl RunConfig {
     /// Read `path` and apply `overrides` (`table.key=value`; the value is read as TOML, and
     /// as a plain string if it is not valid TOML).

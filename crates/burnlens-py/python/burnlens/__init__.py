@@ -65,8 +65,7 @@ class HookPoint:
         self.name = name
 
     def layer(self) -> Optional[int]:
-        parts = self.name.split(".")
-        return int(parts[1]) if parts[0] == "blocks" else None
+        return _native.hook_layer(self.name)
 
     def __repr__(self) -> str:
         return f"HookPoint({self.name!r})"
@@ -641,26 +640,13 @@ def feature_intervention(model: "HookedModel", transcoders: Transcoders, prompt:
     return _native.feature_intervention(model._native, transcoders._native, [int(t) for t in tokens], ivs, bool(freeze_attention), int(zero_positions))
 
 
-def _toml_value(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, (int, float)):
-        return repr(v)
-    if isinstance(v, str):
-        return json.dumps(v)
-    if isinstance(v, (list, tuple)):
-        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
-    raise ValueError(f"override value {v!r}: expected a bool, number, string or list")
-
-
 def train(config_path: str, overrides: Optional[Dict[str, Any]] = None, on_step: Optional[Callable[[Dict[str, Any]], None]] = None, resume: bool = False) -> str:
     """Train as the run config says (`overrides`: `{"training.steps": 100, ...}` as the CLI's
     `--set`); `on_step(metrics)` after every optimizer step (`step`, `loss`, `lr`,
     `grad_norm`, `tokens_per_s`); an exception it raises stops the run (checkpointed) and is
     re-raised. Returns the run directory."""
-    sets = [f"{k}={_toml_value(v)}" for k, v in (overrides or {}).items()]
     cb = (lambda line: on_step(json.loads(line))) if on_step is not None else None
-    return _native.train(str(config_path), sets, cb, resume)
+    return _native.train(str(config_path), json.dumps(overrides or {}), cb, resume)
 
 
 def _corpus(data: Any, column: Optional[str], seq_len: int, prepend_bos: bool) -> str:

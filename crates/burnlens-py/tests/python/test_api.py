@@ -343,6 +343,17 @@ def test_train_from_python_with_a_step_callback(tmp_path):
     assert (tmp_path / "run2" / "checkpoints" / "LATEST").read_text().strip() == "step-000001"
     with pytest.raises(FileNotFoundError):
         burnlens.train(str(tmp_path / "missing.toml"))
+    # Overrides are Python values, written as TOML by the library; one it cannot write is named.
+    with pytest.raises(ValueError, match="training.steps"):
+        burnlens.train(os.path.join(ROOT, "configs", "tiny-char.toml"), overrides={"training.steps": None})
+
+
+def test_a_hook_point_knows_its_layer_from_the_librarys_parse():
+    assert burnlens.HookPoint("blocks.3.attn.hook_z").layer() == 3
+    assert burnlens.HookPoint("blocks.11.hook_resid_post").layer() == 11
+    assert burnlens.HookPoint("hook_embed").layer() is None and burnlens.HookPoint("ln_final.hook_normalized").layer() is None
+    with pytest.raises(KeyError, match="not a hook point"):
+        burnlens.HookPoint("blocks.x.nothing").layer()
 
 
 class _Hub(SimpleHTTPRequestHandler):
