@@ -53,7 +53,7 @@ pub struct Common {
     #[arg(long, global = true)]
     pub device_index: Option<usize>,
     /// The dtype a loaded model's weight matrices are kept in: auto (as the checkpoint
-    /// stores them), f32, bf16 or f16. Compute and activations are f32 either way.
+    /// stores them), f32, bf16 or f16. Activations are f32 either way (see --compute).
     #[arg(long, global = true, default_value = "auto")]
     pub dtype: burnlens_hf::WeightDtype,
     /// The arithmetic of the linear layers' products: f32 (default, exact) or bf16 (operands
