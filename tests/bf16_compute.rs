@@ -96,41 +96,13 @@ fn own_text(model: &Transformer, prompt: &[i64], n: usize) -> Vec<i64> {
     out
 }
 
-const TRAINED: [&str; 10] = [
-    "trained_gpt2_char",
-    "trained_gpt_neo_char",
-    "trained_pythia_char",
-    "trained_llama_char",
-    "trained_qwen3_char",
-    "trained_olmo2_char",
-    "trained_gptj_char",
-    "trained_gemma2_char",
-    "trained_gemma3_char",
-    "trained_phi3_char",
-];
-
-const FAMILIES: [&str; 12] = [
-    "gpt2",
-    "gpt_neo_local",
-    "pythia_like",
-    "llama_gqa",
-    "qwen2_tied",
-    "mistral_window",
-    "qwen3_qknorm",
-    "olmo2_postnorm",
-    "gptj_interleaved",
-    "gemma2_softcap",
-    "gemma3_local_rope",
-    "phi3_fused",
-];
-
 #[test]
 fn bf16_compute_keeps_trained_models_within_1e3_nats_of_f32_and_every_family_closer_than_transformers_bf16() {
     println!("bf16 products on {}", if bf16_gemm::native() { "AVX512_BF16" } else { "the portable reference (no AVX512_BF16 here)" });
     let mut failures = Vec::new();
     // The bounds, on models with trained logits: 8 samples of each model's own text, its
     // whole context each (256 positions).
-    for name in TRAINED {
+    for &name in EXPORT_FIXTURES {
         let (model, ids, _) = load_checked(&fixture(name));
         let text = own_text(&model, &ids, 8);
         let vocab = model.config.vocab_size;
@@ -146,8 +118,10 @@ fn bf16_compute_keeps_trained_models_within_1e3_nats_of_f32_and_every_family_clo
     // Every family on its random parity fixture (logits tens of nats wide, top tokens near
     // ties: no absolute bound means much there), in f32 and as a bf16 checkpoint: closer to
     // the f32 logits than transformers in bfloat16 on the same bf16 checkpoint.
-    for name in FAMILIES {
-        for (what, dir) in [("f32 weights", fixture(name)), ("bf16 weights", fixture(&format!("bf16/{name}")))] {
+    let families = half_fixtures();
+    assert!(families.len() >= 12, "expected a bf16 copy of every family's fixture, found {}", families.len());
+    for (name, bf16_dir) in &families {
+        for (what, dir) in [("f32 weights", fixture(name)), ("bf16 weights", bf16_dir.clone())] {
             let (model, ids, reference) = load_checked(&dir);
             let ours = logits(&model, &ids, 1, Compute::Bf16);
             assert!(max_abs_diff(&reference, &ours) > 0.0, "{name} ({what}): bf16 compute gave the f32 logits exactly: it did not run");

@@ -7,24 +7,11 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 
 use burn::tensor::{DType, Device};
 use burnlens::hf::{LoadOptions, LoadedModel, WeightDtype, load_model_with};
 use burnlens::model::{Hooks, MASKED_SCORE, Sampling, Transformer, generate};
 use common::*;
-
-fn half_fixtures() -> Vec<(String, PathBuf)> {
-    let root = fixture("bf16");
-    let mut out: Vec<(String, PathBuf)> = std::fs::read_dir(&root)
-        .unwrap_or_else(|e| panic!("{}: {e} (run `cargo xtask half-fixtures`)", root.display()))
-        .filter_map(|e| e.ok())
-        .filter(|e| e.path().join("config.json").is_file())
-        .map(|e| (e.file_name().to_string_lossy().into_owned(), e.path()))
-        .collect();
-    out.sort();
-    out
-}
 
 fn load(dir: &std::path::Path, dtype: WeightDtype, device: &Device) -> LoadedModel {
     load_model_with(dir, device, &LoadOptions::dtype(dtype)).unwrap_or_else(|e| panic!("{} as {dtype}: {e}", dir.display()))

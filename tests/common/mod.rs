@@ -50,6 +50,20 @@ pub const EXPORT_FIXTURES: &[&str] = &[
     "trained_phi3_char",
 ];
 
+/// The bf16 copy of each family's fixture (`tests/fixtures/bf16`, `cargo xtask
+/// half-fixtures`): name and directory, by name.
+pub fn half_fixtures() -> Vec<(String, PathBuf)> {
+    let root = fixture("bf16");
+    let mut out: Vec<(String, PathBuf)> = std::fs::read_dir(&root)
+        .unwrap_or_else(|e| panic!("{}: {e} (run `cargo xtask half-fixtures`)", root.display()))
+        .filter_map(|e| e.ok())
+        .filter(|e| e.path().join("config.json").is_file())
+        .map(|e| (e.file_name().to_string_lossy().into_owned(), e.path()))
+        .collect();
+    out.sort();
+    out
+}
+
 /// Every fixture.
 pub fn all_fixtures() -> Vec<&'static str> {
     FIXTURES.iter().chain(EXPORT_FIXTURES).copied().collect()

@@ -44,20 +44,7 @@ pub(super) fn bench_bf16() -> Result<()> {
             for (i, compute) in ["f32", "bf16"].iter().enumerate() {
                 let v = run_json(Command::new(&bin).args(["bench", "gemm", "--shape", shape, "--reps", "10", "--compute", compute]))?;
                 times[i].extend(floats(&v, "times")?);
-                let v = run_json(Command::new(&py).current_dir(root()).args([
-                    "scripts/peer_nanogpt.py",
-                    "gemm",
-                    "--impl",
-                    "lean",
-                    "--shape",
-                    shape,
-                    "--reps",
-                    "10",
-                    "--threads",
-                    &threads,
-                    "--dtype",
-                    compute,
-                ]))?;
+                let v = peer(&py, &["gemm", "--shape", shape, "--reps", "10", "--threads", &threads, "--dtype", compute])?;
                 times[2 + i].extend(floats(&v, "times")?);
             }
         }
@@ -78,20 +65,7 @@ pub(super) fn bench_bf16() -> Result<()> {
             for (i, compute) in ["f32", "bf16"].iter().enumerate() {
                 let v = run_json(Command::new(&bin).args(["bench", "train", "--train-shape", shape, "--reps", "2", "--compute", compute]))?;
                 times[i].extend(floats(&v, "times")?);
-                let v = run_json(Command::new(&py).current_dir(root()).args([
-                    "scripts/peer_nanogpt.py",
-                    "train-steps",
-                    "--impl",
-                    "lean",
-                    "--train-shape",
-                    peer_shape,
-                    "--reps",
-                    "2",
-                    "--threads",
-                    &threads,
-                    "--dtype",
-                    compute,
-                ]))?;
+                let v = peer(&py, &["train-steps", "--train-shape", peer_shape, "--reps", "2", "--threads", &threads, "--dtype", compute])?;
                 times[2 + i].extend(floats(&v, "times")?);
             }
         }
@@ -115,6 +89,11 @@ pub(super) fn bench_bf16() -> Result<()> {
     std::fs::write(&out, &report)?;
     println!("\n{report}\nwritten to {}", out.display());
     Ok(())
+}
+
+/// The lean PyTorch peer (`scripts/peer_nanogpt.py CMD --impl lean ...`), its JSON report.
+fn peer(py: &std::path::Path, args: &[&str]) -> Result<serde_json::Value> {
+    run_json(Command::new(py).current_dir(root()).arg("scripts/peer_nanogpt.py").arg(args[0]).args(["--impl", "lean"]).args(&args[1..]))
 }
 
 /// nanoGPT's CPU shakespeare-char config, all 2,000 steps, in f32 and in bf16.

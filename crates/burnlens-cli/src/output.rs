@@ -3,8 +3,8 @@
 
 use std::path::Path;
 
-use anyhow::{Context, Result};
-use safetensors::{Dtype, tensor::TensorView};
+use anyhow::Result;
+use safetensors::Dtype;
 
 use crate::UserError;
 
@@ -17,6 +17,12 @@ pub enum Saved {
 /// Write `bytes` to `path` through [`burnlens_hf::write_atomic`] (temporary file, fsync,
 /// rename), with errors for the user.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    check_dir(path)?;
+    burnlens_hf::write_atomic(path, bytes).map_err(|e| UserError(format!("{}: cannot write: {e}", path.display())).into())
+}
+
+/// An output path whose directory exists, or the user's error naming it.
+fn check_dir(path: &Path) -> Result<()> {
     let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     if !dir.is_dir() {
         return Err(UserError(format!("{}: the output directory {} does not exist", path.display(), dir.display())).into());
@@ -24,20 +30,20 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     if path.file_name().is_none() {
         return Err(UserError(format!("{}: not a file path", path.display())).into());
     }
-    burnlens_hf::write_atomic(path, bytes).map_err(|e| UserError(format!("{}: cannot write: {e}", path.display())).into())
+    Ok(())
 }
 
 /// Serialise tensors as a safetensors file and write it atomically.
 pub fn write_safetensors(path: &Path, tensors: &[Saved]) -> Result<()> {
-    let bytes: Vec<(String, Dtype, Vec<usize>, Vec<u8>)> = tensors
+    use burnlens_model::files::{FileTensor, f32_bytes, i64_bytes};
+    let bytes: Vec<(&str, Dtype, &[usize], Vec<u8>)> = tensors
         .iter()
         .map(|t| match t {
-            Saved::F32(n, s, v) => (n.clone(), Dtype::F32, s.clone(), v.iter().flat_map(|x| x.to_le_bytes()).collect()),
-            Saved::I64(n, s, v) => (n.clone(), Dtype::I64, s.clone(), v.iter().flat_map(|x| x.to_le_bytes()).collect()),
+            Saved::F32(n, s, v) => (n.as_str(), Dtype::F32, s.as_slice(), f32_bytes(v)),
+            Saved::I64(n, s, v) => (n.as_str(), Dtype::I64, s.as_slice(), i64_bytes(v)),
         })
         .collect();
-    let views =
-        bytes.iter().map(|(n, dt, s, b)| Ok((n.as_str(), TensorView::new(*dt, s.clone(), b).context("building tensor view")?))).collect::<Result<Vec<_>>>()?;
-    let data = safetensors::serialize(views, None).context("serialising safetensors")?;
-    write_atomic(path, &data)
+    let files: Vec<FileTensor> = bytes.iter().map(|(n, dt, s, b)| FileTensor { name: n, dtype: *dt, shape: s.to_vec(), bytes: b }).collect();
+    check_dir(path)?;
+    burnlens_model::files::write_safetensors(path, &files, None).map_err(|e| UserError(format!("{}: cannot write: {e}", path.display())).into())
 }

@@ -181,15 +181,11 @@ fn read_shard(job: &CacheJob, windows: &mut WindowSource, read: &mut u64, comput
 }
 
 fn write_shard(path: &Path, names: &[String], widths: &[usize], rows: &[Vec<f32>]) -> Result<(), StoreError> {
-    let bytes: Vec<Vec<u8>> = rows.iter().map(|r| r.iter().flat_map(|x| x.to_le_bytes()).collect()).collect();
-    let views: Vec<(String, safetensors::tensor::TensorView)> = names
-        .iter()
-        .zip(widths)
-        .zip(&bytes)
-        .map(|((n, &w), b)| (n.clone(), safetensors::tensor::TensorView::new(Dtype::F32, vec![b.len() / 4 / w, w], b).expect("consistent view")))
-        .collect();
-    let st = safetensors::serialize(views, None).map_err(|e| file_err(path, e))?;
-    burnlens_model::files::write_atomic(path, &st).map_err(|e| file_err(path, e))
+    use burnlens_model::files::{FileTensor, f32_bytes, write_safetensors};
+    let bytes: Vec<Vec<u8>> = rows.iter().map(|r| f32_bytes(r)).collect();
+    let tensors: Vec<FileTensor> =
+        names.iter().zip(widths).zip(&bytes).map(|((n, &w), b)| FileTensor { name: n, dtype: Dtype::F32, shape: vec![b.len() / 4 / w, w], bytes: b }).collect();
+    write_safetensors(path, &tensors, None).map_err(|e| file_err(path, e))
 }
 
 /// Reads a cache back one model pass (chunk) at a time, the hooks asked for side by side.

@@ -135,12 +135,9 @@ fn write_clt(out: &Path, cfg: &SaeRunConfig, t: &SaeTrainer) -> Result<PathBuf, 
 
 /// f32 tensors `(name, shape, values)` as one safetensors file, written atomically.
 fn write_f32s(path: &Path, tensors: Vec<(String, Vec<usize>, Vec<f32>)>) -> Result<(), RunError> {
-    let bytes: Vec<Vec<u8>> = tensors.iter().map(|(_, _, v)| v.iter().flat_map(|x| x.to_le_bytes()).collect()).collect();
-    let views: Vec<(String, safetensors::tensor::TensorView)> = tensors
-        .iter()
-        .zip(&bytes)
-        .map(|((n, s, _), b)| (n.clone(), safetensors::tensor::TensorView::new(Dtype::F32, s.clone(), b).expect("consistent view")))
-        .collect();
-    let st = safetensors::serialize(views, None).map_err(|e| file_err(path, e))?;
-    burnlens_model::files::write_atomic(path, &st).map_err(|e| file_err(path, e))
+    use burnlens_model::files::{FileTensor, f32_bytes, write_safetensors};
+    let bytes: Vec<Vec<u8>> = tensors.iter().map(|(_, _, v)| f32_bytes(v)).collect();
+    let files: Vec<FileTensor> =
+        tensors.iter().zip(&bytes).map(|((n, s, _), b)| FileTensor { name: n, dtype: Dtype::F32, shape: s.clone(), bytes: b }).collect();
+    write_safetensors(path, &files, None).map_err(|e| file_err(path, e))
 }

@@ -299,11 +299,10 @@ fn save_checkpoint(path: &Path, trainers: &[SaeTrainer], store: &ActivationStore
         "position": store.position,
         "rng": store.buffer.rng,
     });
-    let views: Vec<(String, safetensors::tensor::TensorView)> =
-        tensors.iter().map(|(n, d, s, b)| (n.clone(), safetensors::tensor::TensorView::new(*d, s.clone(), b).expect("consistent view"))).collect();
+    let files: Vec<burnlens_model::files::FileTensor> =
+        tensors.iter().map(|(n, d, s, b)| burnlens_model::files::FileTensor { name: n, dtype: *d, shape: s.clone(), bytes: b }).collect();
     let metadata = HashMap::from([("state".to_string(), meta.to_string())]);
-    let bytes = safetensors::serialize(views, Some(metadata)).map_err(|e| file_err(path, e))?;
-    burnlens_model::files::write_atomic(path, &bytes).map_err(|e| file_err(path, e))
+    burnlens_model::files::write_safetensors(path, &files, Some(metadata)).map_err(|e| file_err(path, e))
 }
 
 /// A checkpoint's tensors and training state.

@@ -7,7 +7,7 @@ use std::path::Path;
 
 use burn_store::{ModuleSnapshot, bridge};
 use burnlens_model::{Positional, Transformer, TransformerConfig};
-use safetensors::{Dtype, tensor::TensorView};
+use safetensors::Dtype;
 use serde_json::{Value, json};
 
 use crate::dtype::WeightDtype;
@@ -144,11 +144,11 @@ pub fn export_hf(model: &Transformer, family: Family, dir: &Path, options: &Expo
         }
     };
     let out: Vec<(String, Vec<usize>, Vec<u8>)> = out.into_iter().map(|(n, s, v)| (n, s, bytes_of(&v))).collect();
-    let views: Vec<(&str, TensorView)> =
-        out.iter().map(|(n, s, b)| (n.as_str(), TensorView::new(st_dtype, s.clone(), b).expect("shape matches data"))).collect();
+    let files: Vec<crate::files::FileTensor> =
+        out.iter().map(|(n, s, b)| crate::files::FileTensor { name: n, dtype: st_dtype, shape: s.clone(), bytes: b }).collect();
     let metadata = HashMap::from([("format".to_string(), "pt".to_string())]);
-    let bytes = safetensors::serialize(views, Some(metadata)).map_err(|e| HfError::Export(format!("serialising safetensors: {e}")))?;
-    write_atomic(&dir.join("model.safetensors"), &bytes)?;
+    let weights = dir.join("model.safetensors");
+    crate::files::write_safetensors(&weights, &files, Some(metadata)).map_err(|e| HfError::io(&weights, e))?;
     write_atomic(&dir.join("config.json"), serde_json::to_string_pretty(&config).expect("json").as_bytes())?;
     if let Some(tok) = tokenizer {
         let tmp = dir.join(format!(".tokenizer-{}", std::process::id()));

@@ -1,7 +1,8 @@
 //! Writing files so that a crash, a full disk or Ctrl-C never leaves a half-written file
 //! where a good one was: the bytes go to a temporary file beside the target, are flushed
 //! to the disk (`fsync`), and only then renamed over the target; the directory is synced
-//! too, so the rename itself survives a power cut. The one writer every crate uses.
+//! too, so the rename itself survives a power cut. The one writer every crate uses, and the
+//! one safetensors writer on top of it.
 
 use std::io::Write;
 use std::path::Path;
@@ -62,4 +63,38 @@ mod tests {
         assert!(write_atomic(&tmp.join("missing/b.json"), b"x").is_err());
         std::fs::remove_dir_all(&tmp).unwrap();
     }
+}
+
+/// A tensor as a safetensors file holds it: name, dtype, shape and little-endian bytes.
+pub struct FileTensor<'a> {
+    pub name: &'a str,
+    pub dtype: safetensors::Dtype,
+    pub shape: Vec<usize>,
+    pub bytes: &'a [u8],
+}
+
+/// f32 values as the little-endian bytes a file stores.
+pub fn f32_bytes(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+/// i64 values as the little-endian bytes a file stores.
+pub fn i64_bytes(v: &[i64]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+/// `tensors` (and `metadata`, the header's `__metadata__`) as a safetensors file at `path`,
+/// written as [`write_atomic`] writes and streamed into the temporary file (never a second
+/// copy of the bytes in memory). A shape that does not match its bytes is an error naming the
+/// tensor.
+pub fn write_safetensors(path: &Path, tensors: &[FileTensor], metadata: Option<std::collections::HashMap<String, String>>) -> std::io::Result<()> {
+    let views = tensors
+        .iter()
+        .map(|t| {
+            let view = safetensors::tensor::TensorView::new(t.dtype, t.shape.clone(), t.bytes)
+                .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, format!("tensor {}: {e}", t.name)))?;
+            Ok((t.name, view))
+        })
+        .collect::<std::io::Result<Vec<_>>>()?;
+    write_atomic_with(path, |tmp| safetensors::serialize_to_file(views, metadata, tmp).map_err(std::io::Error::other))
 }

@@ -328,10 +328,8 @@ impl Graph {
         if let Some(dense) = &dense {
             tensors.push(("adjacency_matrix", Dtype::F32, vec![n, n], f32_bytes(dense)));
         }
-        let views: Vec<(String, safetensors::tensor::TensorView)> = tensors
-            .iter()
-            .map(|(name, dtype, shape, bytes)| (name.to_string(), safetensors::tensor::TensorView::new(*dtype, shape.clone(), bytes).expect("consistent view")))
-            .collect();
+        let files: Vec<burnlens_model::files::FileTensor> =
+            tensors.iter().map(|(name, dtype, shape, bytes)| burnlens_model::files::FileTensor { name, dtype: *dtype, shape: shape.clone(), bytes }).collect();
         let mut meta = std::collections::HashMap::new();
         meta.insert("n_layers".to_string(), self.n_layers.to_string());
         meta.insert("vocab_size".to_string(), self.vocab_size.to_string());
@@ -339,8 +337,7 @@ impl Graph {
             meta.insert("scan".to_string(), scan.clone());
         }
         // Streamed to the file: the rows are never copied into one serialised buffer.
-        burnlens_model::files::write_atomic_with(path, |tmp| safetensors::serialize_to_file(views, Some(meta), tmp).map_err(std::io::Error::other))
-            .map_err(|e| TraceError::file(path, e.to_string()))
+        burnlens_model::files::write_safetensors(path, &files, Some(meta)).map_err(|e| TraceError::file(path, e.to_string()))
     }
 }
 

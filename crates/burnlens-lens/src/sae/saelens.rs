@@ -83,16 +83,16 @@ impl Sae {
         if let Some(t) = &self.threshold {
             push("threshold", t.dims().to_vec(), t.to_data());
         }
-        let views: Vec<(String, safetensors::tensor::TensorView)> = tensors
+        let files: Vec<burnlens_model::files::FileTensor> = tensors
             .iter()
-            .map(|(n, dims, bytes)| (n.clone(), safetensors::tensor::TensorView::new(safetensors::Dtype::F32, dims.clone(), bytes).expect("consistent view")))
+            .map(|(n, dims, bytes)| burnlens_model::files::FileTensor { name: n, dtype: safetensors::Dtype::F32, shape: dims.clone(), bytes })
             .collect();
-        let bytes = safetensors::serialize(views, None).map_err(|e| SaeError::File { path: dir.join(WEIGHTS_FILE), msg: e.to_string() })?;
+        let weights = dir.join(WEIGHTS_FILE);
+        burnlens_model::files::write_safetensors(&weights, &files, None).map_err(|e| io(&weights, e))?;
         let write = |name: &str, data: &[u8]| -> Result<(), SaeError> {
             let path = dir.join(name);
             burnlens_model::files::write_atomic(&path, data).map_err(|e| io(&path, e))
         };
-        write(WEIGHTS_FILE, &bytes)?;
         write(CFG_FILE, serde_json::to_string_pretty(&self.cfg.to_json()).expect("json").as_bytes())
     }
 }
