@@ -19,6 +19,7 @@ logit[3] - logit[11] at the last position:
   corrupted run into the clean one, minus the clean metric;
 - `dla_heads` [L * H]: `cache.stack_head_results(apply_ln=True)` at the last position along
   ln_final.w * (W_U[:, 3] - W_U[:, 11]); `dla_decompose` the same for `decompose_resid`;
+- `cfg` (in the .json): the HookedTransformerConfig's fields that burnlens's `model.cfg` mirrors;
 - `lens_logprobs` [L + 1, T, vocab]: `cache.accumulated_resid(apply_ln=True)` unembedded
   (the logit lens, final norm recomputed per layer), log-softmaxed.
 """
@@ -38,6 +39,9 @@ ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "
 CLEAN = [5, 17, 33, 2, 90, 12, 7, 64]
 CORRUPTED = [5, 17, 33, 2, 91, 12, 7, 64]
 RIGHT, WRONG = 3, 11
+# TransformerLens's config fields burnlens's Python `model.cfg` mirrors (recorded as `cfg`).
+CFG_FIELDS = ["n_layers", "n_heads", "d_model", "d_head", "d_mlp", "d_vocab", "n_ctx", "n_key_value_heads", "eps", "normalization_type",
+              "positional_embedding_type", "act_fn", "attn_only", "gated_mlp", "parallel_attn_mlp", "attn_scores_soft_cap", "output_logits_soft_cap"]
 GRAD_HOOKS = ["hook_embed", "blocks.0.hook_resid_pre", "blocks.0.attn.hook_pattern", "blocks.1.attn.hook_z", "blocks.1.mlp.hook_post", "blocks.2.hook_resid_post"]
 
 
@@ -150,7 +154,8 @@ def record(fixture):
     save_file({k: v.float().contiguous() if v.dtype.is_floating_point else v for k, v in out.items()}, os.path.join(dest, f"{fixture}.safetensors"))
     with open(os.path.join(dest, f"{fixture}.json"), "w") as f:
         json.dump({"model": fixture, "transformer_lens": version("transformer-lens"), "torch": torch.__version__, "right": RIGHT, "wrong": WRONG,
-                   "grad_hooks": GRAD_HOOKS, "norm_hooks": norm_hooks, "decompose_labels": labels}, f, indent=2)
+                   "grad_hooks": GRAD_HOOKS, "norm_hooks": norm_hooks, "decompose_labels": labels,
+                   "cfg": {k: getattr(tl.cfg, k) for k in CFG_FIELDS}}, f, indent=2)
     print("wrote", fixture, "decompose labels", labels)
 
 

@@ -1,4 +1,5 @@
-//! The shape of the code, checked: no function in `crates/` is longer than 80 lines, and
+//! The shape of the code, checked: no function in `crates/` is longer than 80 lines, no
+//! source file longer than 600, the Python package holds no library logic, and
 //! no two source files of a crate import each other in a loop (directly or through others). A file "imports" another when it names a path into
 //! the other's module (`crate::a::b::Item`, `super::x`, and from a `mod.rs` or `lib.rs`
 //! `self::x` or a child's bare `x::Item`), in a `use` or inline. Items of the crate root
@@ -297,12 +298,7 @@ fn the_length_checker_measures_functions() {
 #[test]
 fn no_function_in_the_crates_is_longer_than_80_lines() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let mut files = Vec::new();
-    for e in std::fs::read_dir(root.join("crates")).unwrap().flatten() {
-        if e.path().join("src").is_dir() {
-            rust_files(&e.path().join("src"), &mut files);
-        }
-    }
+    let files = crate_sources(root);
     assert!(files.len() > 50, "found only {} files", files.len());
     let mut long = Vec::new();
     for f in &files {
@@ -311,4 +307,51 @@ fn no_function_in_the_crates_is_longer_than_80_lines() {
         }
     }
     assert!(long.is_empty(), "functions over 80 lines (split them into named steps):\n{}", long.join("\n"));
+}
+
+fn crate_sources(root: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    for e in std::fs::read_dir(root.join("crates")).unwrap().flatten() {
+        if e.path().join("src").is_dir() {
+            rust_files(&e.path().join("src"), &mut files);
+        }
+    }
+    files
+}
+
+#[test]
+fn no_source_file_in_the_crates_is_longer_than_600_lines() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let files = crate_sources(root);
+    assert!(files.len() > 50, "found only {} files", files.len());
+    let long: Vec<String> = files
+        .iter()
+        .filter_map(|f| {
+            let n = std::fs::read_to_string(f).unwrap().lines().count();
+            (n > 600).then(|| format!("{}: {n} lines", f.strip_prefix(root).unwrap().display()))
+        })
+        .collect();
+    assert!(long.is_empty(), "source files over 600 lines (split them by concept):\n{}", long.join("\n"));
+}
+
+/// The Python package keeps what needs Python (hook functions, the cache as a dict) and
+/// TransformerLens's aliases: the classes a user holds are the extension's, and results
+/// cross as Python objects built in Rust, not JSON text to decode or rows to lay out again.
+#[test]
+fn the_python_package_holds_no_library_logic() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let init = std::fs::read_to_string(root.join("crates/burnlens-py/python/burnlens/__init__.py")).unwrap();
+    for (found, why) in [
+        ("json.loads", "results come from the extension as Python objects"),
+        ("np.stack", "stacks of activations are built in Rust (`_native.residual`, `accumulated_resid`)"),
+        ("np.zeros((", "patching grids are laid out in Rust (`burnlens_lens::patching::grid`)"),
+        ("class Config", "the configuration is the extension's `Config` (`burnlens_lens::TlConfig`)"),
+        ("class Graph", "graphs are the extension's `Graph`"),
+        ("class SAE", "SAEs are the extension's `SAE`"),
+    ] {
+        assert!(!init.contains(found), "__init__.py has `{found}`: {why}");
+    }
+    for alias in ["Config = _native.Config", "SAE = _native.SAE", "Transcoders = _native.Transcoders", "Graph = _native.Graph"] {
+        assert!(init.contains(alias), "__init__.py should alias the extension's class: `{alias}`");
+    }
 }

@@ -96,10 +96,7 @@ pub fn run(a: &GraphArgs) -> Result<()> {
     let t0 = std::time::Instant::now();
     let graph = burnlens_trace::attribute(&m.model, &set, &ids, &opts)?;
     let seconds = t0.elapsed().as_secs_f64();
-    let prompt = match &m.tokenizer {
-        Some(t) => t.decode(&ids.iter().map(|&i| i as u32).collect::<Vec<_>>()),
-        None => ids.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(","),
-    };
+    let prompt = m.text(&ids);
     let slug = out.file_name().map_or("graph".into(), |n| n.to_string_lossy().into_owned());
     let text = GraphText { slug, prompt, prompt_tokens: m.labels(&ids), logit_tokens: m.labels(&graph.logit_token_ids) };
     let dashboards = g.features.as_deref().map(|dir| burnlens_dashboards::read_config(dir).map(|cfg| (dir, cfg))).transpose()?;

@@ -14,6 +14,7 @@ pub mod process;
 pub mod report;
 pub mod residual;
 pub mod sae;
+pub mod tl_config;
 pub mod tool_reports;
 pub mod views;
 
@@ -25,5 +26,8 @@ pub use grad::{HookGradients, Metric, MetricError, MetricParseError, hook_gradie
 pub use names::HookSelection;
 pub use patching::{Node, NodeKind, PatchingResult, activation_patching, attribution_patching, compare_patching};
 pub use process::{ProcessOptions, process_weights};
-pub use residual::{Components, LogitAttribution, LogitLens, decompose_resid, direct_logit_attribution, logit_lens, residual_components, stack_head_results};
+pub use residual::{
+    Components, LogitAttribution, LogitLens, accumulated_points, decompose_resid, direct_logit_attribution, logit_lens, residual_components, stack_head_results,
+};
 pub use sae::{Sae, SaeConfig, SaeError, SaeRun, gemma_scope, run_sae};
+pub use tl_config::TlConfig;

@@ -56,6 +56,16 @@ impl NodeKind {
         }
     }
 
+    /// How many nodes of this kind one layer has: its heads, the sequence's `len`
+    /// positions, or one MLP.
+    pub fn width(self, n_heads: usize, len: usize) -> usize {
+        match self {
+            NodeKind::Head => n_heads,
+            NodeKind::ResidPre => len,
+            NodeKind::Mlp => 1,
+        }
+    }
+
     /// The hook point a node of this kind lives in.
     pub fn hook(self, layer: usize) -> HookPoint {
         match self {
@@ -119,6 +129,19 @@ pub fn nodes(model: &Transformer, len: usize, kinds: &[NodeKind]) -> Vec<Node> {
         }
     }
     out
+}
+
+/// One kind's values laid out as `[layer][index]` (TransformerLens's patching grids: heads
+/// `[layers, heads]`, positions `[layers, pos]`, MLPs `[layers, 1]`), from `values` (one per
+/// node of `nodes`); zero where a layer has no such node.
+pub fn grid(nodes: &[Node], values: &[f64], kind: NodeKind, n_layers: usize, width: usize) -> Vec<Vec<f64>> {
+    let mut g = vec![vec![0.0; width]; n_layers];
+    for (n, v) in nodes.iter().zip(values) {
+        if n.kind == kind {
+            g[n.layer][n.index] = *v;
+        }
+    }
+    g
 }
 
 /// Both estimates of every node's effect, and how well they agree.

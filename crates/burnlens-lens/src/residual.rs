@@ -240,6 +240,25 @@ pub fn direct_logit_attribution(model: &Transformer, ids: &[i64], right: i64, wr
     LogitAttribution { right, wrong, labels: comps.labels, contributions, bias, logits, max_error, final_softcap: model.config.final_softcap }
 }
 
+/// The residual stream entering each layer up to `layer` (`n_layers`: and after the last),
+/// as TransformerLens's `accumulated_resid` stacks it: labels `{l}_pre`, with `incl_mid` also
+/// `{l}_mid` (the stream between attention and MLP) for layers before `layer`, and
+/// `final_post`; each with the hook point that holds it.
+pub fn accumulated_points(n_layers: usize, layer: usize, incl_mid: bool) -> Vec<(String, HookPoint)> {
+    let mut out = Vec::new();
+    for l in 0..=layer.min(n_layers) {
+        if l == n_layers {
+            out.push(("final_post".to_string(), HookPoint::Block(n_layers - 1, BlockHook::ResidPost)));
+            break;
+        }
+        out.push((format!("{l}_pre"), HookPoint::Block(l, BlockHook::ResidPre)));
+        if incl_mid && l < layer {
+            out.push((format!("{l}_mid"), HookPoint::Block(l, BlockHook::ResidMid)));
+        }
+    }
+    out
+}
+
 /// The logit lens: each layer's residual stream read through the final norm and the
 /// unembedding, as if the model stopped there.
 #[derive(Debug, Clone, Serialize)]
@@ -261,16 +280,10 @@ pub struct LogitLens {
 /// log-probability of `target` (or of each next token when `None`).
 pub fn logit_lens(model: &Transformer, ids: &[i64], k: usize, target: Option<i64>) -> LogitLens {
     let n = model.config.n_layers();
-    let last = HookPoint::Block(n - 1, BlockHook::ResidPost);
-    let cache = run_with_cache(model, ids, |p| matches!(p, HookPoint::Block(_, BlockHook::ResidPre)) || p == last);
-    let mut layers = Vec::new();
-    let mut streams = Vec::new();
-    for l in 0..n {
-        layers.push(format!("resid_pre {l}"));
-        streams.push(cache.at(HookPoint::Block(l, BlockHook::ResidPre)).and_then(|a| a.rank3()).expect("cached"));
-    }
-    layers.push(format!("resid_post {}", n - 1));
-    streams.push(cache.at(last).and_then(|a| a.rank3()).expect("cached"));
+    let points = accumulated_points(n, n, false);
+    let cache = run_with_cache(model, ids, |p| points.iter().any(|(_, q)| *q == p));
+    let layers: Vec<String> = (0..n).map(|l| format!("resid_pre {l}")).chain([format!("resid_post {}", n - 1)]).collect();
+    let streams: Vec<Tensor<3>> = points.iter().map(|(_, p)| cache.at(*p).and_then(|a| a.rank3()).expect("cached")).collect();
     let t = ids.len();
     let v = model.config.vocab_size;
     let targets: Vec<Option<i64>> = (0..t).map(|p| target.or_else(|| ids.get(p + 1).copied())).collect();

@@ -47,20 +47,11 @@ pub struct PatchingReport {
 impl PatchingReport {
     /// `[layer][index]` values of one node kind, from `values` (one per node).
     pub fn grid(&self, kind: NodeKind, values: &[f64]) -> Vec<Vec<f64>> {
-        let width = match kind {
-            NodeKind::Head => self.n_heads,
-            NodeKind::ResidPre => self.clean_ids.len(),
-            NodeKind::Mlp => 1,
-        };
-        let mut g = vec![vec![0.0; width]; self.n_layers];
-        let mut any = false;
-        for (n, v) in self.result.nodes.iter().zip(values) {
-            if n.kind == kind {
-                g[n.layer][n.index] = *v;
-                any = true;
-            }
+        let nodes = &self.result.nodes;
+        if !nodes.iter().any(|n| n.kind == kind) {
+            return Vec::new();
         }
-        if any { g } else { Vec::new() }
+        crate::patching::grid(nodes, values, kind, self.n_layers, kind.width(self.n_heads, self.clean_ids.len()))
     }
 }
 

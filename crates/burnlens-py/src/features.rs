@@ -11,7 +11,7 @@ use burnlens_features::{EvalInput, RunOptions, evaluate};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
-use crate::{NativeModel, NativeSae, NativeTranscoders};
+use crate::{NativeModel, NativeSae, NativeTranscoders, to_python};
 
 fn options<T: serde::de::DeserializeOwned>(json: &str, what: &str) -> PyResult<T> {
     serde_json::from_str(json).map_err(|e| PyValueError::new_err(format!("{what}: {e}")))
@@ -22,7 +22,14 @@ fn options<T: serde::de::DeserializeOwned>(json: &str, what: &str) -> PyResult<T
 /// as JSON.
 #[pyfunction]
 #[pyo3(signature = (model, out, run_json, corpus_json, on_step=None))]
-pub fn train_sae(py: Python<'_>, model: &NativeModel, out: &str, run_json: &str, corpus_json: &str, on_step: Option<Py<PyAny>>) -> PyResult<String> {
+pub fn train_sae<'py>(
+    py: Python<'py>,
+    model: &NativeModel,
+    out: &str,
+    run_json: &str,
+    corpus_json: &str,
+    on_step: Option<Py<PyAny>>,
+) -> PyResult<Bound<'py, PyAny>> {
     let run: RunOptions = options(run_json, "train_sae options")?;
     let corpus: CorpusOptions = options(corpus_json, "train_sae corpus options")?;
     let cfg =
@@ -33,8 +40,7 @@ pub fn train_sae(py: Python<'_>, model: &NativeModel, out: &str, run_json: &str,
         let windows = corpus.windows(model.any.corpus_model(), run.seed, &burnlens_hf::Hub::from_env()).map_err(|e| e.to_string())?;
         let mut step = |reports: &[burnlens_features::StepReport], _: &burnlens_features::Progress| {
             let Some(f) = &on_step else { return ControlFlow::Continue(()) };
-            let json = serde_json::to_string(reports).expect("reports serialise");
-            match Python::attach(|py| f.call1(py, (json,))) {
+            match Python::attach(|py| f.call1(py, (to_python(py, &reports)?,))) {
                 Ok(_) => ControlFlow::Continue(()),
                 Err(e) => {
                     error = Some(e);
@@ -49,14 +55,22 @@ pub fn train_sae(py: Python<'_>, model: &NativeModel, out: &str, run_json: &str,
         return Err(e);
     }
     let summary = result.map_err(PyValueError::new_err)?;
-    Ok(serde_json::to_string(&summary).expect("summary serialises"))
+    to_python(py, &summary)
 }
 
 /// SAELens's `run_evals` metrics of `sae` over `batches` batches of `batch_size` windows of
 /// the corpus, as JSON `{"metrics": ..., "feature_metrics": ...}`.
 #[pyfunction]
 #[pyo3(signature = (model, sae, corpus_json, batches=10, batch_size=8, seed=0))]
-pub fn evaluate_sae(py: Python<'_>, model: &NativeModel, sae: &NativeSae, corpus_json: &str, batches: usize, batch_size: usize, seed: u64) -> PyResult<String> {
+pub fn evaluate_sae<'py>(
+    py: Python<'py>,
+    model: &NativeModel,
+    sae: &NativeSae,
+    corpus_json: &str,
+    batches: usize,
+    batch_size: usize,
+    seed: u64,
+) -> PyResult<Bound<'py, PyAny>> {
     let corpus: CorpusOptions = options(corpus_json, "evaluate_sae corpus options")?;
     let err = |e: &dyn std::fmt::Display| PyValueError::new_err(e.to_string());
     let mut windows = corpus.windows(model.any.corpus_model(), seed, &burnlens_hf::Hub::from_env()).map_err(|e| err(&e))?;
@@ -64,7 +78,7 @@ pub fn evaluate_sae(py: Python<'_>, model: &NativeModel, sae: &NativeSae, corpus
     let ignore: Vec<u32> = model.any.bos.map(|b| b as u32).into_iter().collect();
     let (metrics, features) =
         py.detach(|| evaluate(&EvalInput { model: &model.any.model, sae: &sae.sae, batches: &batches, ignore_tokens: &ignore })).map_err(|e| err(&e))?;
-    Ok(serde_json::json!({ "metrics": metrics, "feature_metrics": features }).to_string())
+    to_python(py, &serde_json::json!({ "metrics": metrics, "feature_metrics": features }))
 }
 
 /// Feature dashboards of `sae` or `transcoders` over the corpus, written into `out`
@@ -74,8 +88,8 @@ pub fn evaluate_sae(py: Python<'_>, model: &NativeModel, sae: &NativeSae, corpus
 #[pyfunction]
 #[pyo3(signature = (model, out, options_json, corpus_json, sae=None, transcoders=None, on_progress=None))]
 #[allow(clippy::too_many_arguments)]
-pub fn dashboards(
-    py: Python<'_>,
+pub fn dashboards<'py>(
+    py: Python<'py>,
     model: &NativeModel,
     out: &str,
     options_json: &str,
@@ -83,7 +97,7 @@ pub fn dashboards(
     sae: Option<&NativeSae>,
     transcoders: Option<&NativeTranscoders>,
     on_progress: Option<Py<PyAny>>,
-) -> PyResult<String> {
+) -> PyResult<Bound<'py, PyAny>> {
     use burnlens_dashboards::{Explained, Job};
     let opts: burnlens_dashboards::DashboardOptions = options(options_json, "dashboards options")?;
     let corpus: CorpusOptions = options(corpus_json, "dashboards corpus options")?;
@@ -98,7 +112,8 @@ pub fn dashboards(
     let summary = py.detach(|| {
         let mut control = |p: &burnlens_dashboards::Progress| {
             let Some(f) = &on_progress else { return ControlFlow::Continue(()) };
-            match Python::attach(|py| f.call1(py, (p.pass, p.tokens, p.of, p.tokens_per_s, p.seconds_left))) {
+            let progress = serde_json::json!({"pass": p.pass, "tokens": p.tokens, "of": p.of, "tokens_per_s": p.tokens_per_s, "seconds_left": p.seconds_left});
+            match Python::attach(|py| f.call1(py, (to_python(py, &progress)?,))) {
                 Ok(_) => ControlFlow::Continue(()),
                 Err(e) => {
                     error = Some(e);
@@ -112,5 +127,5 @@ pub fn dashboards(
         return Err(e);
     }
     let summary = summary.map_err(|e| err(&e))?;
-    Ok(serde_json::to_string(&summary).expect("summary serialises"))
+    to_python(py, &summary)
 }

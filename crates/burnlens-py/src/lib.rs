@@ -1,16 +1,21 @@
-//! `burnlens._native`: the Rust side of burnlens's Python API. The Python package around it
-//! (`python/burnlens/__init__.py`) gives it TransformerLens's names and shapes; everything
-//! here takes and returns plain values and numpy arrays, runs with the GIL released, and turns
-//! burnlens's errors into Python exceptions carrying the CLI's one-line messages
-//! (`FileNotFoundError` for a missing path, `KeyError` for an unknown hook name, `ValueError`
-//! for the rest).
+//! `burnlens._native`: the Rust side of burnlens's Python API. The classes a user holds
+//! (`Config`, `SAE`, `Transcoders`, `Graph`) live here with their getters; the lens tools
+//! return dicts of numpy arrays built here. The Python package around it
+//! (`python/burnlens/__init__.py`) keeps what needs Python itself: `HookedModel` with Python
+//! hook functions, the activation cache as a dict, TransformerLens's aliases and sugar.
+//! Everything runs with the GIL released and turns burnlens's errors into Python exceptions
+//! carrying the CLI's one-line messages (`FileNotFoundError` for a missing path, `KeyError`
+//! for an unknown hook name, `ValueError` for the rest).
 
+mod config;
 mod features;
+mod lens;
 mod model;
 mod sae;
 mod trace;
 mod train;
 
+use config::NativeConfig;
 use model::{NativeModel, device_for};
 use sae::NativeSae;
 use trace::{NativeGraph, NativeTranscoders};
@@ -22,7 +27,7 @@ use std::sync::Mutex;
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use burnlens_lens::{Metric, Sae};
 use burnlens_model::{Activation, HookPoint, Hooks, NormSite, Sampling, generate, hook_names};
-use numpy::{IntoPyArray, PyArray2, PyArrayDyn, PyArrayMethods, PyReadonlyArray2, PyReadonlyArrayDyn, PyUntypedArrayMethods};
+use numpy::{IntoPyArray, PyArray1, PyArray2, PyArrayDyn, PyArrayMethods, PyReadonlyArray2, PyReadonlyArrayDyn, PyUntypedArrayMethods};
 use pyo3::exceptions::{PyFileNotFoundError, PyKeyError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -77,6 +82,12 @@ impl Missing for burnlens_train::TrainError {
 /// `Vec<f32>` of shape `dims` as a numpy array, without copying the values again.
 fn array<'py>(py: Python<'py>, values: Vec<f32>, dims: &[usize]) -> PyResult<Bound<'py, PyArrayDyn<f32>>> {
     values.into_pyarray(py).reshape(dims.to_vec())
+}
+
+/// `value` (serialisable) as the Python object `json.loads` makes of it.
+pub(crate) fn to_python<'py>(py: Python<'py>, value: &impl serde::Serialize) -> PyResult<Bound<'py, PyAny>> {
+    let text = serde_json::to_string(value).map_err(|e| PyValueError::new_err(e.to_string()))?;
+    py.import("json")?.call_method1("loads", (text,))
 }
 
 /// A tensor's values and shape on the host.
@@ -140,6 +151,12 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<NativeSae>()?;
     m.add_class::<NativeTranscoders>()?;
     m.add_class::<NativeGraph>()?;
+    m.add_class::<NativeConfig>()?;
+    m.add_function(wrap_pyfunction!(lens::patching, m)?)?;
+    m.add_function(wrap_pyfunction!(lens::logit_lens, m)?)?;
+    m.add_function(wrap_pyfunction!(lens::logit_attribution, m)?)?;
+    m.add_function(wrap_pyfunction!(lens::residual, m)?)?;
+    m.add_function(wrap_pyfunction!(lens::accumulated_resid, m)?)?;
     m.add_function(wrap_pyfunction!(trace::attribute, m)?)?;
     m.add_function(wrap_pyfunction!(trace::feature_intervention, m)?)?;
     m.add_function(wrap_pyfunction!(train::train, m)?)?;

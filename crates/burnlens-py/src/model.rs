@@ -86,21 +86,10 @@ impl NativeModel {
         })?)
     }
 
-    /// The architecture as JSON (burnlens's `TransformerConfig`).
-    fn config_json(&self) -> String {
-        serde_json::to_string(&self.any.model.config).expect("config serialises")
-    }
-
-    /// The dtype the weight matrices are kept in (`f32`, `bf16`, `f16`).
-    #[getter]
-    fn weight_dtype(&self) -> &'static str {
-        burnlens_hf::checkpoint::dtype_name(self.any.model.weight_dtype())
-    }
-
-    /// The `model_type` of a Hugging Face directory (`None` for a burnlens run).
-    #[getter]
-    fn family(&self) -> Option<String> {
-        self.any.family.map(|f| f.to_string())
+    /// The architecture under TransformerLens's names, with the family, the weights' dtype
+    /// and burnlens's own configuration (`raw`).
+    fn config(&self, py: Python<'_>) -> PyResult<NativeConfig> {
+        NativeConfig::of(py, self)
     }
 
     #[getter]
@@ -261,16 +250,8 @@ impl NativeModel {
     /// The final norm recomputed on `x` `[..., d_model]` (the model's own `ln_final`).
     fn apply_ln_final<'py>(&self, py: Python<'py>, x: PyReadonlyArrayDyn<'py, f32>) -> PyResult<Bound<'py, PyArrayDyn<f32>>> {
         let dims = x.shape().to_vec();
-        let d = self.any.model.config.d_model;
-        if dims.last() != Some(&d) {
-            return Err(Fail::Value(format!("apply_ln_final: expected [..., {d}], found {dims:?}")).into());
-        }
         let values: Vec<f32> = x.as_array().iter().copied().collect();
-        let rows = values.len() / d;
-        let out = py.detach(|| {
-            let x = Tensor::<3>::from_data(TensorData::new(values, [1, rows, d]), &self.device());
-            host(self.any.model.ln_final.forward(x, &mut Hooks::none(), NormSite::Final)).0
-        });
+        let out = py.detach(|| self.final_norm(values, &dims))?;
         array(py, out, &dims)
     }
 
@@ -345,78 +326,6 @@ impl NativeModel {
         Ok(py.detach(|| metric.value(&self.any.model, &tokens, &mut Hooks::none())))
     }
 
-    /// Activation patching (`attribution=False`) or attribution patching of every node of
-    /// `kinds` (`head`, `resid_pre`, `mlp`, or their aliases) from `corrupted` into `clean`:
-    /// the clean metric, the kinds by their names, and per node `(kind, layer, index, effect)`.
-    #[pyo3(signature = (clean, corrupted, metric, kinds, attribution=false))]
-    fn patching(
-        &self,
-        py: Python<'_>,
-        clean: Vec<i64>,
-        corrupted: Vec<i64>,
-        metric: &str,
-        kinds: Vec<String>,
-        attribution: bool,
-    ) -> PyResult<(f64, Vec<String>, Vec<(String, usize, usize, f64)>)> {
-        use burnlens_lens::NodeKind;
-        let metric = self.metric(metric)?;
-        self.any.model.check_ids(&clean).map_err(value)?;
-        self.any.model.check_ids(&corrupted).map_err(value)?;
-        let kinds: Vec<NodeKind> = kinds.iter().map(|k| NodeKind::from_name(k).map_err(Fail::Value)).collect::<Result<_, _>>()?;
-        let nodes = burnlens_lens::patching::nodes(&self.any.model, clean.len(), &kinds);
-        let (base, effects) = py
-            .detach(|| {
-                if attribution {
-                    burnlens_lens::attribution_patching(&self.any.model, &clean, &corrupted, &metric, &nodes)
-                } else {
-                    burnlens_lens::activation_patching(&self.any.model, &clean, &corrupted, &metric, &nodes)
-                }
-            })
-            .map_err(value)?;
-        let rows = nodes.iter().zip(effects).map(|(n, e)| (n.kind.name().to_string(), n.layer, n.index, e)).collect();
-        Ok((base, kinds.iter().map(|k| k.name().to_string()).collect(), rows))
-    }
-
-    /// The logit lens on one sequence, as JSON (`layers`, `top` `[layer][pos][k]` of
-    /// `(token, probability)`, `targets`, and the target's probabilities and ranks).
-    #[pyo3(signature = (tokens, k=5, target=None))]
-    fn logit_lens(&self, py: Python<'_>, tokens: Vec<i64>, k: usize, target: Option<i64>) -> PyResult<String> {
-        self.any.model.check_ids(&tokens).map_err(value)?;
-        let lens = py.detach(|| burnlens_lens::logit_lens(&self.any.model, &tokens, k, target));
-        Ok(serde_json::to_string(&lens).expect("serialises"))
-    }
-
-    /// Direct logit attribution of `logit[right]` (minus `logit[wrong]`) at every position,
-    /// as JSON (`labels`, `contributions` `[component][pos]`, `bias`, `logits`, `max_error`,
-    /// `final_softcap`).
-    #[pyo3(signature = (tokens, right, wrong=None))]
-    fn logit_attribution(&self, py: Python<'_>, tokens: Vec<i64>, right: i64, wrong: Option<i64>) -> PyResult<String> {
-        self.any.model.check_ids(&tokens).map_err(value)?;
-        for id in std::iter::once(right).chain(wrong) {
-            if id < 0 || id as usize >= self.any.model.config.vocab_size {
-                return Err(Fail::Value(format!("token {id} is outside the vocabulary of {}", self.any.model.config.vocab_size)).into());
-            }
-        }
-        let dla = py.detach(|| burnlens_lens::direct_logit_attribution(&self.any.model, &tokens, right, wrong));
-        Ok(serde_json::to_string(&dla).expect("serialises"))
-    }
-
-    /// TransformerLens's residual decompositions of one sequence: `kind` is `decompose`
-    /// (embeddings, each attention and MLP output), `heads` (each head's result) or
-    /// `components` (embeddings, heads, biases, MLPs). Returns labels and `[n, pos, d]`.
-    #[pyo3(signature = (tokens, kind, layer=None))]
-    fn residual<'py>(&self, py: Python<'py>, tokens: Vec<i64>, kind: &str, layer: Option<usize>) -> PyResult<(Vec<String>, Bound<'py, PyArrayDyn<f32>>)> {
-        self.any.model.check_ids(&tokens).map_err(value)?;
-        let c = py.detach(|| match kind {
-            "decompose" => Ok(burnlens_lens::decompose_resid(&self.any.model, &tokens, layer)),
-            "heads" => Ok(burnlens_lens::stack_head_results(&self.any.model, &tokens, layer)),
-            "components" => Ok(burnlens_lens::residual_components(&self.any.model, &tokens).0),
-            other => Err(Fail::Value(format!("residual kind \"{other}\": expected decompose, heads or components"))),
-        })?;
-        let (v, d) = host(c.stack);
-        Ok((c.labels, array(py, v, &d)?))
-    }
-
     /// The model with its weights processed as TransformerLens's `from_pretrained` does
     /// (steps the architecture does not allow are dropped and named in the second value).
     fn processed(&self, py: Python<'_>) -> PyResult<(Self, Vec<String>)> {
@@ -428,7 +337,18 @@ impl NativeModel {
 }
 
 impl NativeModel {
-    fn metric(&self, spec: &str) -> Result<Metric, Fail> {
+    /// The final norm recomputed on `values` of shape `[..., d_model]`.
+    pub(crate) fn final_norm(&self, values: Vec<f32>, dims: &[usize]) -> Result<Vec<f32>, Fail> {
+        let d = self.any.model.config.d_model;
+        if dims.last() != Some(&d) {
+            return Err(Fail::Value(format!("apply_ln_final: expected [..., {d}], found {dims:?}")));
+        }
+        let rows = values.len() / d;
+        let x = Tensor::<3>::from_data(TensorData::new(values, [1, rows, d]), &self.device());
+        Ok(host(self.any.model.ln_final.forward(x, &mut Hooks::none(), NormSite::Final)).0)
+    }
+
+    pub(crate) fn metric(&self, spec: &str) -> Result<Metric, Fail> {
         Metric::parse(spec, |t: &str| self.any.single_token(t).map_err(|e| e.to_string())).map_err(|e| match e {
             burnlens_lens::MetricParseError::Syntax(why) => Fail::Value(format!("metric \"{spec}\": {why}; expected {}", Metric::GRAMMAR)),
             burnlens_lens::MetricParseError::Token(why) => Fail::Value(format!("metric \"{spec}\": {why}")),

@@ -2,8 +2,8 @@
 
 use super::*;
 
-/// A sparse autoencoder.
-#[pyclass(frozen, module = "burnlens._native")]
+/// A sparse autoencoder (SAELens's layout, Gemma Scope's `params.npz`, or burnlens's).
+#[pyclass(frozen, name = "SAE", module = "burnlens._native")]
 pub(crate) struct NativeSae {
     pub(crate) sae: Sae,
 }
@@ -14,8 +14,8 @@ impl NativeSae {
     /// Hub folder `org/name[@rev]:folder`.
     #[staticmethod]
     #[pyo3(signature = (spec, backend=None))]
-    fn load(py: Python<'_>, spec: &str, backend: Option<&str>) -> PyResult<Self> {
-        let spec = spec.to_string();
+    fn load(py: Python<'_>, spec: PathBuf, backend: Option<&str>) -> PyResult<Self> {
+        let spec = spec.to_string_lossy().into_owned();
         let backend = backend.map(str::to_string);
         Ok(py.detach(move || -> Result<Self, Fail> {
             let device = device_for(backend.as_deref())?;
@@ -26,33 +26,59 @@ impl NativeSae {
         })?)
     }
 
-    /// The SAE's configuration as JSON (SAELens's `cfg.json` fields).
-    fn cfg_json(&self) -> String {
-        self.sae.cfg.to_json().to_string()
+    /// The SAE's configuration: SAELens's `cfg.json` fields, as a dict.
+    #[getter]
+    fn cfg<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        py.import("json")?.call_method1("loads", (self.sae.cfg.to_json().to_string(),))
     }
 
-    /// Feature activations `[n, d_sae]` of `x` `[n, d_in]`.
-    fn encode<'py>(&self, py: Python<'py>, x: PyReadonlyArray2<'py, f32>) -> PyResult<Bound<'py, PyArrayDyn<f32>>> {
-        let t = self.input(&x, self.sae.cfg.d_in, "x")?;
+    /// The hook point the SAE reads.
+    #[getter]
+    fn hook_name(&self) -> String {
+        self.sae.cfg.hook_name.clone()
+    }
+
+    #[getter]
+    fn d_in(&self) -> usize {
+        self.sae.cfg.d_in
+    }
+
+    #[getter]
+    fn d_sae(&self) -> usize {
+        self.sae.cfg.d_sae
+    }
+
+    /// Feature activations `[..., d_sae]` of `x` `[..., d_in]`.
+    fn encode<'py>(&self, py: Python<'py>, x: PyReadonlyArrayDyn<'py, f32>) -> PyResult<Bound<'py, PyArrayDyn<f32>>> {
+        let (t, mut dims) = self.input(&x, self.sae.cfg.d_in, "x")?;
         let out = py.detach(|| host(self.sae.encode(t)));
-        array(py, out.0, &out.1)
+        *dims.last_mut().expect("checked rank") = self.sae.cfg.d_sae;
+        array(py, out.0, &dims)
     }
 
-    /// Reconstruction `[n, d_in]` from feature activations `f` `[n, d_sae]`.
-    fn decode<'py>(&self, py: Python<'py>, f: PyReadonlyArray2<'py, f32>) -> PyResult<Bound<'py, PyArrayDyn<f32>>> {
-        let t = self.input(&f, self.sae.cfg.d_sae, "feature_acts")?;
+    /// Reconstruction `[..., d_in]` from feature activations `feature_acts` `[..., d_sae]`.
+    fn decode<'py>(&self, py: Python<'py>, feature_acts: PyReadonlyArrayDyn<'py, f32>) -> PyResult<Bound<'py, PyArrayDyn<f32>>> {
+        let (t, mut dims) = self.input(&feature_acts, self.sae.cfg.d_sae, "feature_acts")?;
         let out = py.detach(|| self.sae.decode(t).map(host)).map_err(value)?;
-        array(py, out.0, &out.1)
+        *dims.last_mut().expect("checked rank") = self.sae.cfg.d_in;
+        array(py, out.0, &dims)
+    }
+
+    fn __repr__(&self) -> String {
+        let c = &self.sae.cfg;
+        format!("SAE(hook_name='{}', d_in={}, d_sae={})", c.hook_name, c.d_in, c.d_sae)
     }
 }
 
 impl NativeSae {
-    fn input(&self, x: &PyReadonlyArray2<'_, f32>, width: usize, what: &str) -> Result<Tensor<2>, Fail> {
-        let shape = x.shape();
-        if shape[1] != width {
-            return Err(Fail::Value(format!("{what}: expected [n, {width}], found {shape:?}")));
+    /// `x` `[..., width]` as `[n, width]`, and its shape.
+    fn input(&self, x: &PyReadonlyArrayDyn<'_, f32>, width: usize, what: &str) -> Result<(Tensor<2>, Vec<usize>), Fail> {
+        let shape = x.shape().to_vec();
+        if shape.last() != Some(&width) {
+            return Err(Fail::Value(format!("{what}: expected [..., {width}], found {shape:?}")));
         }
         let values: Vec<f32> = x.as_array().iter().copied().collect();
-        Ok(Tensor::from_data(TensorData::new(values, [shape[0], shape[1]]), &self.sae.w_enc.device()))
+        let n = values.len() / width;
+        Ok((Tensor::from_data(TensorData::new(values, [n, width]), &self.sae.w_enc.device()), shape))
     }
 }

@@ -3,7 +3,7 @@
 use super::*;
 
 /// A transcoder set in circuit-tracer's layout.
-#[pyclass(frozen, module = "burnlens._native")]
+#[pyclass(frozen, name = "Transcoders", module = "burnlens._native")]
 pub(crate) struct NativeTranscoders {
     pub(crate) set: burnlens_trace::TranscoderSet,
 }
@@ -14,8 +14,8 @@ impl NativeTranscoders {
     /// repository `org/name[@revision][:folder]`.
     #[staticmethod]
     #[pyo3(signature = (path, backend=None))]
-    fn load(py: Python<'_>, path: &str, backend: Option<&str>) -> PyResult<Self> {
-        let spec = path.to_string();
+    fn load(py: Python<'_>, path: PathBuf, backend: Option<&str>) -> PyResult<Self> {
+        let spec = path.to_string_lossy().into_owned();
         let backend = backend.map(str::to_string);
         Ok(py.detach(move || -> Result<Self, Fail> {
             let device = device_for(backend.as_deref())?;
@@ -31,50 +31,136 @@ impl NativeTranscoders {
         })?)
     }
 
-    /// `(n_layers, d_transcoder, feature_input_hook, feature_output_hook, scan, has_skip)`.
-    fn describe(&self) -> (usize, usize, &'static str, &'static str, Option<String>, bool) {
+    #[getter]
+    fn n_layers(&self) -> usize {
+        self.set.n_layers()
+    }
+
+    /// Features per layer.
+    #[getter]
+    fn d_transcoder(&self) -> usize {
+        self.set.layers[0].n_features()
+    }
+
+    /// The hook point the transcoders read (`mlp.hook_in` style name).
+    #[getter]
+    fn feature_input_hook(&self) -> &'static str {
+        self.set.input.name()
+    }
+
+    /// The hook point the transcoders write.
+    #[getter]
+    fn feature_output_hook(&self) -> &'static str {
+        self.set.output.name()
+    }
+
+    /// The Neuronpedia scan name, if the configuration gives one.
+    #[getter]
+    fn scan(&self) -> Option<String> {
+        self.set.scan.clone()
+    }
+
+    /// Whether the transcoders have a skip connection (`W_skip`).
+    #[getter]
+    fn skip_connection(&self) -> bool {
+        self.set.has_skip()
+    }
+
+    fn __repr__(&self) -> String {
         let s = &self.set;
-        (s.n_layers(), s.layers[0].n_features(), s.input.name(), s.output.name(), s.scan.clone(), s.has_skip())
+        format!(
+            "Transcoders(n_layers={}, d_transcoder={}, {} -> {}, skip={})",
+            s.n_layers(),
+            s.layers[0].n_features(),
+            s.input.name(),
+            s.output.name(),
+            if s.has_skip() { "True" } else { "False" }
+        )
     }
 }
 
-/// An attribution graph (see `burnlens_trace::Graph`).
-#[pyclass(frozen, module = "burnlens._native")]
+/// An attribution graph with circuit-tracer's `Graph` fields as numpy arrays. Node order:
+/// the selected features, `n_layers * n_pos` error nodes, the token nodes, the logit nodes;
+/// rows are targets, columns sources. Only feature and logit rows can hold edges: `rows`
+/// holds them (`[n_features + n_logits, n_nodes]`); `adjacency_matrix` is the square matrix.
+#[pyclass(frozen, name = "Graph", module = "burnlens._native")]
 pub(crate) struct NativeGraph {
     pub(crate) graph: burnlens_trace::Graph,
+    /// The model it explains, for the texts of its tokens.
+    pub(crate) model: Py<NativeModel>,
+}
+
+fn ids<'py>(py: Python<'py>, v: &[i64]) -> Bound<'py, PyArray1<i64>> {
+    v.to_vec().into_pyarray(py)
 }
 
 #[pymethods]
 impl NativeGraph {
-    /// `(input_tokens, active_features [n, 3], activation_values, selected_features,
-    /// logit_token_ids, logit_probabilities, n_layers)`.
-    #[allow(clippy::type_complexity)]
-    fn parts<'py>(
-        &self,
-        py: Python<'py>,
-    ) -> PyResult<(Vec<i64>, Bound<'py, PyArrayDyn<i64>>, Bound<'py, PyArrayDyn<f32>>, Vec<i64>, Vec<i64>, Vec<f32>, usize)> {
+    #[getter]
+    fn input_tokens<'py>(&self, py: Python<'py>) -> Bound<'py, PyArray1<i64>> {
+        ids(py, &self.graph.input_tokens)
+    }
+
+    /// `[n_active, 3]`: `(layer, pos, feature)` of every active feature.
+    #[getter]
+    fn active_features<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyArrayDyn<i64>>> {
         let g = &self.graph;
-        let feats: Vec<i64> = g.active_features.iter().flatten().copied().collect();
-        let feats = feats.into_pyarray(py).reshape(vec![g.active_features.len(), 3])?;
-        Ok((
-            g.input_tokens.clone(),
-            feats,
-            array(py, g.activation_values.clone(), &[g.activation_values.len()])?,
-            g.selected_features.clone(),
-            g.logit_token_ids.clone(),
-            g.logit_probabilities.clone(),
-            g.n_layers,
-        ))
+        let flat: Vec<i64> = g.active_features.iter().flatten().copied().collect();
+        flat.into_pyarray(py).reshape(vec![g.active_features.len(), 3])
+    }
+
+    #[getter]
+    fn activation_values<'py>(&self, py: Python<'py>) -> Bound<'py, PyArray1<f32>> {
+        self.graph.activation_values.clone().into_pyarray(py)
+    }
+
+    /// Indices into `active_features` of the features that are nodes.
+    #[getter]
+    fn selected_features<'py>(&self, py: Python<'py>) -> Bound<'py, PyArray1<i64>> {
+        ids(py, &self.graph.selected_features)
+    }
+
+    #[getter]
+    fn logit_token_ids<'py>(&self, py: Python<'py>) -> Bound<'py, PyArray1<i64>> {
+        ids(py, &self.graph.logit_token_ids)
+    }
+
+    #[getter]
+    fn logit_probabilities<'py>(&self, py: Python<'py>) -> Bound<'py, PyArray1<f32>> {
+        self.graph.logit_probabilities.clone().into_pyarray(py)
+    }
+
+    #[getter]
+    fn n_layers(&self) -> usize {
+        self.graph.n_layers
+    }
+
+    #[getter]
+    fn n_nodes(&self) -> usize {
+        self.graph.n_nodes()
+    }
+
+    fn __repr__(&self) -> String {
+        let g = &self.graph;
+        format!(
+            "Graph({} tokens, {} active features, {} selected, {} logits)",
+            g.input_tokens.len(),
+            g.active_features.len(),
+            g.selected_features.len(),
+            g.logit_token_ids.len()
+        )
     }
 
     /// The stored rows of the adjacency (feature rows, then logit rows) `[k, n_nodes]`.
+    #[getter]
     fn rows<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyArrayDyn<f32>>> {
         let n = self.graph.n_nodes();
         array(py, self.graph.rows.to_vec(), &[self.graph.rows.len() / n.max(1), n])
     }
 
     /// The square adjacency `[n_nodes, n_nodes]`.
-    fn dense_adjacency<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyArrayDyn<f32>>> {
+    #[getter]
+    fn adjacency_matrix<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyArrayDyn<f32>>> {
         let n = self.graph.n_nodes();
         let bytes = (n as u64) * (n as u64) * 4;
         if bytes > burnlens_trace::output::DENSE_LIMIT {
@@ -86,12 +172,18 @@ impl NativeGraph {
         array(py, self.graph.dense_adjacency(), &[n, n])
     }
 
-    /// `(node_mask, edge_mask [k, n_nodes] over the stored rows, cumulative_scores)`.
-    fn prune<'py>(&self, py: Python<'py>, node_threshold: f32, edge_threshold: f32) -> PyResult<(Vec<bool>, Bound<'py, PyArrayDyn<bool>>, Vec<f32>)> {
+    /// circuit-tracer's `prune_graph`: `node_mask [n_nodes]`, `edge_mask` over `rows`
+    /// (`[n_features + n_logits, n_nodes]`) and `cumulative_scores [n_nodes]`.
+    #[pyo3(signature = (node_threshold=0.8, edge_threshold=0.98))]
+    fn prune<'py>(&self, py: Python<'py>, node_threshold: f32, edge_threshold: f32) -> PyResult<Bound<'py, PyDict>> {
         let p = py.detach(|| self.graph.prune(node_threshold, edge_threshold)).map_err(value)?;
         let n = self.graph.n_nodes();
         let k = p.edge_mask.len() / n.max(1);
-        Ok((p.node_mask, p.edge_mask.into_pyarray(py).reshape(vec![k, n])?, p.cumulative_scores))
+        let out = PyDict::new(py);
+        out.set_item("node_mask", p.node_mask.into_pyarray(py))?;
+        out.set_item("edge_mask", p.edge_mask.into_pyarray(py).reshape(vec![k, n])?)?;
+        out.set_item("cumulative_scores", p.cumulative_scores.into_pyarray(py))?;
+        Ok(out)
     }
 
     /// `(replacement_score, completeness_score)`.
@@ -99,22 +191,20 @@ impl NativeGraph {
         Ok(py.detach(|| self.graph.scores()).map_err(value)?)
     }
 
-    /// Write graph.safetensors, graph.json and graph.html into `dir`; returns their paths.
-    #[pyo3(signature = (dir, slug, prompt, prompt_tokens, logit_tokens, node_threshold, edge_threshold))]
-    #[allow(clippy::too_many_arguments)]
-    fn save(
-        &self,
-        py: Python<'_>,
-        dir: &str,
-        slug: String,
-        prompt: String,
-        prompt_tokens: Vec<String>,
-        logit_tokens: Vec<String>,
-        node_threshold: f32,
-        edge_threshold: f32,
-    ) -> PyResult<Vec<String>> {
-        let text = burnlens_trace::GraphText { slug, prompt, prompt_tokens, logit_tokens };
-        let files = py.detach(|| burnlens_trace::write_graph(Path::new(dir), &self.graph, &text, node_threshold, edge_threshold)).map_err(value)?;
+    /// Write graph.safetensors, graph.json (Neuronpedia's schema) and graph.html into the
+    /// folder `path` (the graph's `slug` defaults to the folder's name); returns their paths.
+    #[pyo3(signature = (path, node_threshold=0.8, edge_threshold=0.98, slug=None))]
+    fn save(&self, py: Python<'_>, path: std::path::PathBuf, node_threshold: f32, edge_threshold: f32, slug: Option<String>) -> PyResult<Vec<String>> {
+        let any = &self.model.get().any;
+        let g = &self.graph;
+        let slug = slug.unwrap_or_else(|| path.file_name().map_or("graph".into(), |n| n.to_string_lossy().into_owned()));
+        let text = burnlens_trace::GraphText {
+            slug,
+            prompt: any.text(&g.input_tokens),
+            prompt_tokens: any.labels(&g.input_tokens),
+            logit_tokens: any.labels(&g.logit_token_ids),
+        };
+        let files = py.detach(|| burnlens_trace::write_graph(&path, g, &text, node_threshold, edge_threshold)).map_err(value)?;
         Ok([files.safetensors, files.json, files.html].iter().map(|p| p.display().to_string()).collect())
     }
 }
@@ -125,7 +215,7 @@ impl NativeGraph {
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn attribute(
     py: Python<'_>,
-    model: &NativeModel,
+    model: Py<NativeModel>,
     transcoders: &NativeTranscoders,
     tokens: Vec<i64>,
     max_n_logits: usize,
@@ -145,8 +235,8 @@ pub(crate) fn attribute(
     };
     let (pattern_budget, row_budget) = ((pattern_memory_gb.max(0.0) * 1e9) as u64, (rows_memory_gb.max(0.0) * 1e9) as u64);
     let opts = AttributeOptions { targets, batch_size, max_feature_nodes, update_interval, zero_positions, pattern_budget, row_budget };
-    let graph = py.detach(|| burnlens_trace::attribute(&model.any.model, &transcoders.set, &tokens, &opts)).map_err(value)?;
-    Ok(NativeGraph { graph })
+    let graph = py.detach(|| burnlens_trace::attribute(&model.get().any.model, &transcoders.set, &tokens, &opts)).map_err(value)?;
+    Ok(NativeGraph { graph, model })
 }
 
 /// circuit-tracer's `feature_intervention`: `(logits [pos, vocab], activations [layer, pos,

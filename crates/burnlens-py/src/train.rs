@@ -12,7 +12,7 @@ struct OnStep {
 impl burnlens_train::Observer for OnStep {
     fn step(&mut self, m: &burnlens_train::StepMetrics) -> std::ops::ControlFlow<()> {
         let Some(f) = &self.f else { return std::ops::ControlFlow::Continue(()) };
-        match Python::attach(|py| f.call1(py, (m.to_json().to_string(),))) {
+        match Python::attach(|py| f.call1(py, (to_python(py, &m.to_json())?,))) {
             Ok(_) => std::ops::ControlFlow::Continue(()),
             Err(e) => {
                 self.error = Some(e);

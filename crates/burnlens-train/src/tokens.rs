@@ -84,6 +84,14 @@ impl AnyModel {
         Ok(id)
     }
 
+    /// The text of `ids` if the model has a tokenizer, else the ids joined by commas.
+    pub fn text(&self, ids: &[i64]) -> String {
+        match (&self.tokenizer, ids.iter().map(|&i| u32::try_from(i)).collect::<Result<Vec<u32>, _>>()) {
+            (Some(t), Ok(ids)) => t.decode(&ids),
+            _ => ids.iter().map(i64::to_string).collect::<Vec<_>>().join(","),
+        }
+    }
+
     /// A label per token: its text if the model has a tokenizer, else its id.
     pub fn labels(&self, ids: &[i64]) -> Vec<String> {
         ids.iter()

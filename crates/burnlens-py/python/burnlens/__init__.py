@@ -71,35 +71,7 @@ class HookPoint:
         return f"HookPoint({self.name!r})"
 
 
-class Config:
-    """The architecture, with TransformerLens's field names (`n_layers`, `n_heads`, `d_model`,
-    `d_head`, `d_mlp`, `d_vocab`, `n_ctx`, `n_key_value_heads`) and burnlens's (`raw`)."""
-
-    def __init__(self, raw: Dict[str, Any], family: Optional[str]):
-        self.raw = raw
-        self.family = family
-        self.n_layers: int = len(raw["spans"])
-        self.n_heads: int = raw["n_heads"]
-        self.d_model: int = raw["d_model"]
-        self.d_head: int = raw["d_head"]
-        self.d_mlp: Optional[int] = raw["d_mlp"]
-        self.d_vocab: int = raw["vocab_size"]
-        self.n_ctx: int = raw["n_ctx"]
-        self.n_key_value_heads: int = raw.get("n_kv_heads") or raw["n_heads"]
-        self.n_kv_heads = self.n_key_value_heads
-        self.eps: float = raw["layer_norm_eps"]
-        self.normalization_type: str = "LN" if raw["norm"] == "layer_norm" else "RMS"
-        self.positional_embedding_type: str = {"residual": "standard", "query_key_only": "shortformer", "rotary": "rotary"}[raw["positional"]]
-        self.act_fn: str = raw["activation"]
-        self.attn_only: bool = raw["d_mlp"] is None
-        self.gated_mlp: bool = raw["mlp"] == "gated"
-        self.parallel_attn_mlp: bool = raw["parallel_residual"]
-        self.attn_scores_soft_cap: float = raw.get("attn_softcap") or -1.0
-        self.output_logits_soft_cap: float = raw.get("final_softcap") or -1.0
-
-    def __repr__(self) -> str:
-        return (f"Config(family={self.family!r}, n_layers={self.n_layers}, n_heads={self.n_heads}, d_model={self.d_model}, "
-                f"d_head={self.d_head}, d_mlp={self.d_mlp}, d_vocab={self.d_vocab}, n_key_value_heads={self.n_key_value_heads})")
+Config = _native.Config
 
 
 class ActivationCache:
@@ -146,13 +118,7 @@ class ActivationCache:
     def _per_sequence(self, kind: str, layer: Optional[int]) -> Tuple[List[str], np.ndarray]:
         if self._padded:
             raise ValueError("residual decompositions of a padded batch are not supported; run each sequence alone")
-        if layer is not None and layer < 0:
-            layer = self.model.cfg.n_layers + layer + 1
-        stacks, labels = [], []
-        for row in self.tokens:
-            labels, stack = self.model._native.residual([int(t) for t in row], kind, layer)
-            stacks.append(stack)
-        return labels, np.stack(stacks, axis=1)  # [components, batch, pos, d_model]
+        return _native.residual(self.model._native, self.tokens, kind, layer)  # [components, batch, pos, d_model]
 
     def decompose_resid(self, layer: Optional[int] = None, return_labels: bool = False):
         """The residual stream entering `layer` (after the last layer with `None`) as the
@@ -171,23 +137,7 @@ class ActivationCache:
         """The residual stream entering each layer up to `layer` (and after the last with
         `None`): `[n, batch, pos, d_model]`, labelled `{l}_pre`, `{l}_mid`, `final_post`; with
         `apply_ln` the final norm is recomputed on each (the logit lens's input)."""
-        n = self.model.cfg.n_layers
-        if layer is None or layer == -1:
-            layer = n
-        comps, labels = [], []
-        for l in range(layer + 1):
-            if l == n:
-                comps.append(self["resid_post", n - 1])
-                labels.append("final_post")
-                continue
-            comps.append(self["resid_pre", l])
-            labels.append(f"{l}_pre")
-            if incl_mid and l < layer:
-                comps.append(self["resid_mid", l])
-                labels.append(f"{l}_mid")
-        stack = np.stack(comps)
-        if apply_ln:
-            stack = self.model.apply_ln_final(stack)
+        labels, stack = _native.accumulated_resid(self.model._native, self.cache_dict, layer, incl_mid, apply_ln)
         return (stack, labels) if return_labels else stack
 
     def __repr__(self) -> str:
@@ -199,9 +149,7 @@ class HookedModel:
 
     def __init__(self, native: "_native.NativeModel", dropped: Sequence[str] = ()):
         self._native = native
-        self.cfg = Config(json.loads(native.config_json()), native.family)
-        # What the weight matrices are kept in (`f32`, `bf16`, `f16`); compute is float32.
-        self.cfg.dtype = native.weight_dtype
+        self.cfg = native.config()
         self._names: List[str] = native.hook_names()
         self._hooks: List[Tuple[str, HookFn]] = []
         self._weights: Optional[Dict[str, np.ndarray]] = None
@@ -351,7 +299,7 @@ class HookedModel:
         tokens, mask = self._tokens_and_mask(x)
         if mask is not None:
             raise ValueError("run_with_saes takes sequences of one length (no padding)")
-        logits, loss = self._native.run_with_saes(tokens, [s._native for s in saes], _wants_loss(return_type))
+        logits, loss = self._native.run_with_saes(tokens, list(saes), _wants_loss(return_type))
         return _output(logits, loss, return_type)
 
     def generate(self, x: Union[str, Sequence[int], np.ndarray], max_new_tokens: int = 10, temperature: float = 0.0, top_k: Optional[int] = None,
@@ -393,34 +341,18 @@ class HookedModel:
         `head` `[layers, heads]`, `resid_pre` `[layers, pos]`, `mlp` `[layers]`."""
         if method not in ("activation", "attribution"):
             raise ValueError(f'method "{method}": expected "activation" or "attribution"')
-        clean_ids, corr_ids = self._one(clean), self._one(corrupted)
-        base, names, rows = self._native.patching(clean_ids, corr_ids, metric, list(kinds), method == "attribution")
-        L, H, T = self.cfg.n_layers, self.cfg.n_heads, len(clean_ids)
-        out: Dict[str, Any] = {"clean_metric": base}
-        shapes = {"head": (L, H), "resid_pre": (L, T), "mlp": (L,)}
-        for k in names:
-            out[k] = np.zeros(shapes[k], dtype=np.float64)
-        for kind, layer, index, effect in rows:
-            if kind == "mlp":
-                out[kind][layer] = effect
-            else:
-                out[kind][layer, index] = effect
-        return out
+        return _native.patching(self._native, self._one(clean), self._one(corrupted), metric, list(kinds), method == "attribution")
 
     def logit_lens(self, x, k: int = 5, target: Optional[int] = None) -> Dict[str, Any]:
         """Each layer's residual stream read through the final norm and the unembedding: the
         top `k` tokens with probabilities per layer and position, and the target's."""
-        return json.loads(self._native.logit_lens(self._one(x), k, target))
+        return _native.logit_lens(self._native, self._one(x), k, target)
 
     def logit_attribution(self, x, right: int, wrong: Optional[int] = None) -> Dict[str, Any]:
         """Direct logit attribution of `logit[right]` (minus `logit[wrong]`) at every position:
         `labels`, `contributions` `[component, pos]`, `bias`, `logits`, `max_error`. Under a
         final soft-cap (Gemma 2) the sum is the logit before the cap."""
-        d = json.loads(self._native.logit_attribution(self._one(x), right, wrong))
-        d["contributions"] = np.array(d["contributions"])
-        d["logits"] = np.array(d["logits"])
-        d["bias"] = np.array(d["bias"])
-        return d
+        return _native.logit_attribution(self._native, self._one(x), right, wrong)
 
     # ------------------------------------------------------------------ weights
 
@@ -493,117 +425,9 @@ def _output(logits: np.ndarray, loss: Optional[float], return_type: Optional[str
     return None
 
 
-class SAE:
-    """A sparse autoencoder (SAELens's layout, Gemma Scope's `params.npz`, or burnlens's)."""
-
-    def __init__(self, native: "_native.NativeSae"):
-        self._native = native
-        self.cfg: Dict[str, Any] = json.loads(native.cfg_json())
-
-    @classmethod
-    def load(cls, spec: str, backend: Optional[str] = None) -> "SAE":
-        """From a directory, or a Hub folder `org/name[@revision]:folder`."""
-        return cls(_native.NativeSae.load(str(spec), backend))
-
-    @property
-    def hook_name(self) -> str:
-        """The hook point the SAE reads (SAELens 6 keeps it in `cfg["metadata"]`)."""
-        return self.cfg.get("hook_name") or self.cfg["metadata"]["hook_name"]
-
-    @property
-    def d_in(self) -> int:
-        return self.cfg["d_in"]
-
-    @property
-    def d_sae(self) -> int:
-        return self.cfg["d_sae"]
-
-    def encode(self, x: np.ndarray) -> np.ndarray:
-        """Feature activations `[..., d_sae]` of `x` `[..., d_in]`."""
-        x = np.asarray(x, dtype=np.float32)
-        flat = np.ascontiguousarray(x.reshape(-1, x.shape[-1]))
-        return self._native.encode(flat).reshape(*x.shape[:-1], self.d_sae)
-
-    def decode(self, feature_acts: np.ndarray) -> np.ndarray:
-        """Reconstruction `[..., d_in]` of feature activations `[..., d_sae]`."""
-        f = np.asarray(feature_acts, dtype=np.float32)
-        flat = np.ascontiguousarray(f.reshape(-1, f.shape[-1]))
-        return self._native.decode(flat).reshape(*f.shape[:-1], self.d_in)
-
-    def __repr__(self) -> str:
-        return f"SAE(hook_name={self.hook_name!r}, d_in={self.d_in}, d_sae={self.d_sae})"
-
-
-class Transcoders:
-    """A transcoder set in circuit-tracer's layout: a folder with `config.yaml` and
-    `layer_{i}.safetensors` (`W_enc [F, d]`, `W_dec [F, d]`, `b_enc`, `b_dec`, optional
-    JumpReLU threshold and `W_skip`), a cross-layer transcoder's `W_enc_{i}` / `W_dec_{i}`,
-    or Gemma Scope `params.npz` files listed in `config.yaml`. `load` takes the folder or a Hub
-    repository `org/name[@revision][:folder]`; `hf://` entries of the list are downloaded."""
-
-    def __init__(self, native: "_native.NativeTranscoders"):
-        self._native = native
-        (self.n_layers, self.d_transcoder, self.feature_input_hook, self.feature_output_hook, self.scan, self.skip_connection) = native.describe()
-
-    @classmethod
-    def load(cls, path: str, backend: Optional[str] = None) -> "Transcoders":
-        return cls(_native.NativeTranscoders.load(str(path), backend))
-
-    def __repr__(self) -> str:
-        return (f"Transcoders(n_layers={self.n_layers}, d_transcoder={self.d_transcoder}, "
-                f"{self.feature_input_hook} -> {self.feature_output_hook}, skip={self.skip_connection})")
-
-
-class Graph:
-    """An attribution graph with circuit-tracer's `Graph` fields as numpy arrays. Node order:
-    the selected features, `n_layers * n_pos` error nodes, the token nodes, the logit nodes;
-    rows are targets, columns sources. Only feature and logit rows can hold edges: `rows`
-    holds them (`[n_features + n_logits, n_nodes]`); `adjacency_matrix` is the square matrix."""
-
-    def __init__(self, native: "_native.NativeGraph", model: "HookedModel"):
-        self._native = native
-        self._model = model
-        (tokens, self.active_features, self.activation_values, selected, logits, probs, self.n_layers) = native.parts()
-        self.input_tokens = np.array(tokens, dtype=np.int64)
-        self.selected_features = np.array(selected, dtype=np.int64)
-        self.logit_token_ids = np.array(logits, dtype=np.int64)
-        self.logit_probabilities = np.array(probs, dtype=np.float32)
-
-    @property
-    def rows(self) -> np.ndarray:
-        return self._native.rows()
-
-    @property
-    def adjacency_matrix(self) -> np.ndarray:
-        return self._native.dense_adjacency()
-
-    @property
-    def n_nodes(self) -> int:
-        return self.rows.shape[1]
-
-    def prune(self, node_threshold: float = 0.8, edge_threshold: float = 0.98) -> Dict[str, np.ndarray]:
-        """circuit-tracer's `prune_graph`: `node_mask [n_nodes]`, `edge_mask` over `rows`
-        (`[n_features + n_logits, n_nodes]`) and `cumulative_scores [n_nodes]`."""
-        node_mask, edge_mask, cumulative = self._native.prune(float(node_threshold), float(edge_threshold))
-        return {"node_mask": np.array(node_mask, dtype=bool), "edge_mask": edge_mask, "cumulative_scores": np.array(cumulative, dtype=np.float32)}
-
-    def scores(self) -> Tuple[float, float]:
-        """circuit-tracer's `(replacement_score, completeness_score)`."""
-        return self._native.scores()
-
-    def save(self, path: str, node_threshold: float = 0.8, edge_threshold: float = 0.98, slug: Optional[str] = None) -> List[str]:
-        """Write graph.safetensors, graph.json (Neuronpedia's schema) and graph.html into the
-        folder `path`; returns their paths."""
-        import os
-        tokens = [int(t) for t in self.input_tokens]
-        text = self._model.to_string(tokens) if self._model._native.has_tokenizer else ",".join(map(str, tokens))
-        pieces = self._model.to_str_tokens(self.input_tokens) if self._model._native.has_tokenizer else [str(t) for t in tokens]
-        logit_tokens = [self._model.to_string([int(t)]) if self._model._native.has_tokenizer else str(int(t)) for t in self.logit_token_ids]
-        slug = slug or os.path.basename(os.path.normpath(str(path)))
-        return self._native.save(str(path), slug, text, pieces, logit_tokens, float(node_threshold), float(edge_threshold))
-
-    def __repr__(self) -> str:
-        return f"Graph({len(self.input_tokens)} tokens, {len(self.active_features)} active features, {len(self.selected_features)} selected, {len(self.logit_token_ids)} logits)"
+SAE = _native.SAE
+Transcoders = _native.Transcoders
+Graph = _native.Graph
 
 
 def attribute(model: "HookedModel", transcoders: Transcoders, prompt: Union[str, Sequence[int], np.ndarray], max_n_logits: int = 10,
@@ -623,11 +447,10 @@ def attribute(model: "HookedModel", transcoders: Transcoders, prompt: Union[str,
             tokens = tokens[0]
         if tokens.ndim != 1 or tokens.dtype.kind not in "iu":
             raise ValueError(f"prompt: expected text or one sequence of token ids, found {tokens.dtype} of shape {tokens.shape}")
-    native = _native.attribute(model._native, transcoders._native, [int(t) for t in tokens], int(max_n_logits), float(desired_logit_prob),
+    return _native.attribute(model._native, transcoders, [int(t) for t in tokens], int(max_n_logits), float(desired_logit_prob),
                                None if targets is None else [int(t) for t in targets], int(batch_size),
                                None if max_feature_nodes is None else int(max_feature_nodes), int(update_interval), int(zero_positions),
                                float(pattern_memory_gb), float(rows_memory_gb))
-    return Graph(native, model)
 
 
 def feature_intervention(model: "HookedModel", transcoders: Transcoders, prompt: Union[str, Sequence[int], np.ndarray],
@@ -637,7 +460,7 @@ def feature_intervention(model: "HookedModel", transcoders: Transcoders, prompt:
     return the new `logits [pos, vocab]` and feature `activations [layer, pos, features]`."""
     tokens = model.to_tokens(prompt)[0] if isinstance(prompt, str) else np.asarray(prompt).reshape(-1)
     ivs = [(int(l), int(p), int(f), float(v)) for l, p, f, v in interventions]
-    return _native.feature_intervention(model._native, transcoders._native, [int(t) for t in tokens], ivs, bool(freeze_attention), int(zero_positions))
+    return _native.feature_intervention(model._native, transcoders, [int(t) for t in tokens], ivs, bool(freeze_attention), int(zero_positions))
 
 
 def train(config_path: str, overrides: Optional[Dict[str, Any]] = None, on_step: Optional[Callable[[Dict[str, Any]], None]] = None, resume: bool = False) -> str:
@@ -645,8 +468,7 @@ def train(config_path: str, overrides: Optional[Dict[str, Any]] = None, on_step:
     `--set`); `on_step(metrics)` after every optimizer step (`step`, `loss`, `lr`,
     `grad_norm`, `tokens_per_s`); an exception it raises stops the run (checkpointed) and is
     re-raised. Returns the run directory."""
-    cb = (lambda line: on_step(json.loads(line))) if on_step is not None else None
-    return _native.train(str(config_path), json.dumps(overrides or {}), cb, resume)
+    return _native.train(str(config_path), json.dumps(overrides or {}), on_step, resume)
 
 
 def _corpus(data: Any, column: Optional[str], seq_len: int, prepend_bos: bool) -> str:
@@ -664,8 +486,7 @@ def train_sae(model: "HookedModel", out: str, *, data: Any = "random", column: O
     in `out` (run again to resume); `on_step(reports)` gets each step's loss terms per site, and
     an exception it raises stops the run after a checkpoint and is raised again. Returns the
     summary (`outputs`: the SAE or transcoder folders written)."""
-    cb = (lambda line: on_step(json.loads(line))) if on_step is not None else None
-    return json.loads(_native.train_sae(model._native, str(out), json.dumps(options), _corpus(data, column, seq_len, prepend_bos), cb))
+    return _native.train_sae(model._native, str(out), json.dumps(options), _corpus(data, column, seq_len, prepend_bos), on_step)
 
 
 def evaluate_sae(model: "HookedModel", sae: "SAE", *, data: Any = "random", column: Optional[str] = None, seq_len: int = 32,
@@ -673,7 +494,7 @@ def evaluate_sae(model: "HookedModel", sae: "SAE", *, data: Any = "random", colu
     """SAELens's `run_evals` metrics of `sae` over `batches` batches of `batch_size` windows of
     `data` (as `train_sae` reads it), BOS left out: `{"metrics": {...}, "feature_metrics": {...}}`
     with SAELens's names and nesting."""
-    return json.loads(_native.evaluate_sae(model._native, sae._native, _corpus(data, column, seq_len, prepend_bos), int(batches), int(batch_size), int(seed)))
+    return _native.evaluate_sae(model._native, sae, _corpus(data, column, seq_len, prepend_bos), int(batches), int(batch_size), int(seed))
 
 
 def dashboards(model: "HookedModel", out: str, *, sae: Optional["SAE"] = None, transcoders: Optional[Transcoders] = None, data: Any = "random",
@@ -689,9 +510,5 @@ def dashboards(model: "HookedModel", out: str, *, sae: Optional["SAE"] = None, t
     `on_progress(p)` gets `pass`, `tokens`, `of`, `tokens_per_s` and `seconds_left`, and an
     exception it raises stops the job after a checkpoint and is raised again. Returns the
     summary (`features`, `tokens`, `ran_out`, `seconds`, `index`)."""
-    def cb(pass_, tokens, of, rate, left):
-        on_progress({"pass": pass_, "tokens": tokens, "of": of, "tokens_per_s": rate, "seconds_left": left})
-    return json.loads(_native.dashboards(model._native, str(out), json.dumps(options), _corpus(data, column, seq_len, prepend_bos),
-                                         sae._native if sae is not None else None, transcoders._native if transcoders is not None else None,
-                                         cb if on_progress is not None else None))
+    return _native.dashboards(model._native, str(out), json.dumps(options), _corpus(data, column, seq_len, prepend_bos), sae, transcoders, on_progress)
 

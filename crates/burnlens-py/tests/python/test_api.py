@@ -96,6 +96,27 @@ def test_gradients_norm_caches_and_patching_match_transformer_lens(name):
             assert rel(out[kind], st[f"{prefix}_{key}"], 1e-3) < 1e-4, (method, kind)
 
 
+@pytest.mark.parametrize("name", ["gpt2", "pythia_like", "llama_gqa"])
+def test_config_has_transformer_lens_fields_and_values(name):
+    """`model.cfg` equals the HookedTransformerConfig under which TransformerLens reproduces
+    the fixture (recorded by scripts/gen_tl_fixtures.py); TransformerLens leaves
+    `n_key_value_heads` unset without grouped-query attention."""
+    _, meta = tl(name)
+    cfg = burnlens.HookedModel.from_pretrained(fixture(name)).cfg
+    assert isinstance(cfg, burnlens.Config)
+    for field, want in meta["cfg"].items():
+        got = getattr(cfg, field)
+        if field == "n_key_value_heads" and want is None:
+            want = cfg.n_heads
+        assert got == pytest.approx(want) if isinstance(want, float) else got == want, (field, got, want)
+    assert cfg.n_kv_heads == cfg.n_key_value_heads and cfg.dtype == "f32" and cfg.raw["d_model"] == cfg.d_model
+    assert set(meta["cfg"]) <= set(dir(cfg)) and cfg.to_dict()["n_layers"] == cfg.n_layers
+    with pytest.raises(AttributeError, match="no field"):
+        cfg.n_layer
+    with pytest.raises(AttributeError):
+        cfg.n_layers = 1
+
+
 @pytest.mark.parametrize("name", ["gpt2", "llama_gqa"])
 def test_dla_and_logit_lens_match_transformer_lens(name):
     st, meta = tl(name)
@@ -131,6 +152,12 @@ def test_cache_names_short_names_and_residual_views():
     acc, acc_labels = cache.accumulated_resid(return_labels=True)
     assert acc_labels[-1] == "final_post" and acc.shape[0] == L + 1
     assert np.array_equal(acc[-1], final)
+    mid, mid_labels = cache.accumulated_resid(layer=2, incl_mid=True, return_labels=True)
+    assert mid_labels == ["0_pre", "0_mid", "1_pre", "1_mid", "2_pre"]
+    assert np.array_equal(mid[1], cache["resid_mid", 0]) and np.array_equal(mid[4], cache["resid_pre", 2])
+    assert cache.accumulated_resid(layer=-2).shape[0] == L
+    with pytest.raises(ValueError, match="layer 9"):
+        cache.accumulated_resid(layer=9)
     # The final norm applied to the last accumulated stream, unembedded, gives the logits.
     normed = cache.accumulated_resid(apply_ln=True)[-1]
     rebuilt = normed @ model.W_U + model.b_U
@@ -144,6 +171,8 @@ def test_cache_names_short_names_and_residual_views():
     assert list(small.keys()) == ["blocks.0.attn.hook_pattern"]
     with pytest.raises(KeyError, match="not in this cache"):
         small["blocks.0.hook_resid_pre"]
+    with pytest.raises(KeyError, match="hook_resid_pre\" is not in this cache"):
+        small.accumulated_resid()
 
 
 def test_weights_have_transformer_lens_shapes_and_rebuild_queries():
@@ -539,7 +568,8 @@ def test_attribution_graphs_equal_circuit_tracers(name, tmp_path):
     rows = [i for i in range(g.n_nodes) if i < len(g.selected_features) or i >= g.n_nodes - len(g.logit_token_ids)]
     assert np.array_equal(p["edge_mask"], e["edge_mask"].astype(bool)[rows])
     assert np.allclose(g.scores(), e["scores"], atol=1e-5)
-    files = g.save(str(tmp_path / "graph"))
+    files = g.save(tmp_path / "graph")
+    assert files[0].endswith("graph.safetensors") and "selected" in repr(g)
     with open(files[1]) as f:
         j = json.load(f)
     assert {"metadata", "qParams", "nodes", "links"} <= set(j) and j["metadata"]["prompt_tokens"][1] == "t17"
