@@ -61,7 +61,7 @@ pub fn reproduce(dir: &Path, layer: usize, ids: &[i64], device: &Device) -> Resu
 
     // The layer's matrices, per head, in x @ W form.
     let attn = &model.blocks[layer].attn;
-    let w = attn.head_weights();
+    let w = burnlens::lens::head_weights(attn);
     let scale = model.config.score_factor(layer) as f32;
     let span = model.config.spans[layer];
     let t = ids.len();

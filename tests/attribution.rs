@@ -201,7 +201,7 @@ fn residual_components_sum_to_the_stream_and_logit_attribution_sums_to_the_logit
         // stack_head_results + b_O = attention output
         let heads = stack_head_results(&m, &ids, Some(1));
         assert_eq!(heads.labels.len(), m.config.n_heads);
-        let b_o = m.blocks[0].attn.head_weights().b_o;
+        let b_o = burnlens::lens::head_weights(&m.blocks[0].attn).b_o;
         let d = m.config.d_model;
         let got = (heads.sum() + b_o.reshape([1, d])).into_data().try_into_vec_as::<f32>().unwrap();
         let want = first("blocks.0.hook_attn_out");

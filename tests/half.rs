@@ -187,7 +187,7 @@ fn export_writes_the_dtype_asked_for() {
     let rounded = load(&src, WeightDtype::Bf16, &device);
     let host = |t: burn::tensor::Tensor<3>| t.into_data().try_into_vec_as::<f32>().unwrap();
     // The weight matrices are the bf16 roundings, bit for bit.
-    let (a, b) = (back.model.blocks[1].attn.head_weights(), rounded.model.blocks[1].attn.head_weights());
+    let (a, b) = (burnlens::lens::head_weights(&back.model.blocks[1].attn), burnlens::lens::head_weights(&rounded.model.blocks[1].attn));
     for (what, x, y) in [("W_Q", a.w_q, b.w_q), ("W_K", a.w_k, b.w_k), ("W_V", a.w_v, b.w_v), ("W_O", a.w_o, b.w_o)] {
         assert_eq!(host(x), host(y), "{what}");
     }

@@ -228,7 +228,7 @@ fn shortformer_queries_read_ln1_of_the_residual_plus_positions() {
     let ln = &m.blocks[1].ln1;
     let g: Vec<f32> = ln.weight.val().into_data().try_to_vec::<f32>().unwrap();
     let b: Vec<f32> = ln.bias.as_ref().expect("LayerNorm bias").val().into_data().try_to_vec::<f32>().unwrap();
-    let w = m.blocks[1].attn.head_weights();
+    let w = burnlens::lens::head_weights(&m.blocks[1].attn);
     let w_q: Vec<f32> = w.w_q.into_data().try_to_vec::<f32>().unwrap();
     let b_q: Vec<f32> = w.b_q.into_data().try_to_vec::<f32>().unwrap();
     let mut worst = 0f32;
@@ -333,7 +333,7 @@ fn metrics_from_the_final_stream_equal_metrics_from_the_logits() {
             Metric::Loss { from: 2 },
         ] {
             let full = metric.value(&m, &ids, &mut Hooks::none());
-            let stream = m.final_stream(m.ids_tensor(&ids), &mut Hooks::none());
+            let stream = m.forward_with(burnlens::model::Forward::new(m.ids_tensor(&ids)).stop(burnlens::model::Stop::FinalStream));
             let part = metric.eval_stream(&m, stream, &ids).into_scalar::<f32>() as f64;
             assert!((full - part).abs() <= 1e-5 * full.abs().max(1.0), "{name} {metric:?}: {full} vs {part}");
         }

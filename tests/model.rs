@@ -7,7 +7,7 @@ use burn::module::Module;
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use burnlens::hf::load_model;
 use burnlens::model::HookPoint;
-use burnlens::model::{AttentionSpan, Hooks, KvCache, TransformerConfig};
+use burnlens::model::{AttentionSpan, Forward, Hooks, KvCache, Stop, TransformerConfig};
 use common::*;
 
 fn to_vec(t: Tensor<3>) -> Vec<f32> {
@@ -27,7 +27,7 @@ fn left_padded_batch_matches_unpadded_runs() {
         ids.extend(std::iter::repeat_n(0, pad).chain(b.iter().copied()));
         let mask: Vec<Vec<bool>> = vec![vec![true; t], (0..t).map(|i| i >= pad).collect()];
         let batch = Tensor::<2, Int>::from_data(TensorData::new(ids, [2, t]), &device);
-        let padded = model.forward_padded(batch, &mask, &mut Hooks::none());
+        let padded = model.forward_with(Forward::new(batch).padding(&mask));
         let v = padded.dims()[2];
         let padded = to_vec(padded);
 
@@ -343,7 +343,8 @@ fn a_pass_started_at_a_block_gives_the_full_pass_logits() {
         let full = to_vec(model.forward_hooked(model.ids_tensor(&ids), &mut hooks));
         for l in 0..model.config.n_layers() {
             let start = hooks.cache[&HookPoint::parse(&format!("blocks.{l}.hook_resid_pre")).unwrap()].rank3().unwrap();
-            let got = to_vec(model.forward_from(model.ids_tensor(&ids), l, start, &mut Hooks::capture(|_| false)));
+            // Hooks as in the full pass (an active hook takes the unfused path).
+            let got = to_vec(model.forward_with(Forward::new(model.ids_tensor(&ids)).hooks(&mut Hooks::capture(|_| false)).start(l, start)));
             assert_eq!(got, full, "{name}: from block {l}");
         }
     }
@@ -353,14 +354,14 @@ fn a_pass_started_at_a_block_gives_the_full_pass_logits() {
 /// stream gives what the unembedding reads, and a cache continues from where it stopped.
 #[test]
 fn forward_with_builds_every_pass() {
-    use burnlens::model::{Forward, Stop};
     let model = load_model(&fixture("gpt2"), &Device::flex()).unwrap().model;
     let ids = [5i64, 17, 33, 2, 90, 12, 7];
     let full = to_vec(model.forward_with(Forward::new(model.ids_tensor(&ids))));
     assert_eq!(full, to_vec(model.forward(model.ids_tensor(&ids))));
     let stream = model.forward_with(Forward::new(model.ids_tensor(&ids)).stop(Stop::FinalStream));
     assert_eq!(stream.dims(), [1, ids.len(), model.config.d_model]);
-    assert_eq!(to_vec(stream), to_vec(model.final_stream(model.ids_tensor(&ids), &mut Hooks::none())));
+    // The final stream is what the unembedding reads: unembedded, it is the logits.
+    assert_eq!(to_vec(model.soft_cap_logits(model.unembed(stream))), full);
     // Stopping after a block gives the stream leaving it, and visits no later hook point.
     let mut all = Hooks::capture(|_| true);
     let _ = model.forward_hooked(model.ids_tensor(&ids), &mut all);

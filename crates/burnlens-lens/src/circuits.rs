@@ -4,14 +4,15 @@
 //! of rank `d_head`, kept factored.
 
 use burn::tensor::Tensor;
-use burnlens_model::{HeadWeights, Transformer};
+use burnlens_model::Transformer;
 
 use crate::factored::{FactoredMatrix, copying_score};
+use crate::head_weights::{HeadWeights, head_weights};
 
 /// Every layer's per-head weights (`W_Q, W_K, W_V: [n_heads, d_model, d_head]`,
 /// `W_O: [n_heads, d_head, d_model]`, biases).
 pub fn all_head_weights(model: &Transformer) -> Vec<HeadWeights> {
-    model.blocks.iter().map(|b| b.attn.head_weights()).collect()
+    model.blocks.iter().map(|b| head_weights(&b.attn)).collect()
 }
 
 /// A weight in TransformerLens's stacked shapes, as host values and dims.

@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 
 use burn::tensor::{Tensor, TensorData};
-use burnlens_model::{Activation, AttnHook, BlockHook, HookPoint, Hooks, Transformer};
+use burnlens_model::{Activation, AttnHook, BlockHook, Forward, HookPoint, Hooks, Stop, Transformer};
 use serde::Serialize;
 
 use crate::cache::run_with_cache;
@@ -226,7 +226,7 @@ pub fn activation_patching(model: &Transformer, clean: &[i64], corrupted: &[i64]
     // and unembeds only the positions the metric reads; the baseline is computed the same way.
     let clean_ids = model.ids_tensor(clean);
     let mut capture = Hooks::capture(|p| matches!(p, HookPoint::Block(_, BlockHook::ResidPre)));
-    let stream = model.final_stream(clean_ids.clone(), &mut capture);
+    let stream = model.forward_with(Forward::new(clean_ids.clone()).hooks(&mut capture).stop(Stop::FinalStream));
     let base = metric.eval_stream(model, stream, clean).into_scalar::<f32>() as f64;
     let resid_pre = capture.take_cache();
     let effects = nodes
@@ -244,7 +244,7 @@ pub fn activation_patching(model: &Transformer, clean: &[i64], corrupted: &[i64]
                 },
             );
             let start = resid_pre[&HookPoint::Block(node.layer, BlockHook::ResidPre)].rank3().expect("resid_pre is rank 3");
-            let stream = model.final_stream_from(clean_ids.clone(), node.layer, start, &mut hooks);
+            let stream = model.forward_with(Forward::new(clean_ids.clone()).hooks(&mut hooks).start(node.layer, start).stop(Stop::FinalStream));
             metric.eval_stream(model, stream, clean).into_scalar::<f32>() as f64 - base
         })
         .collect();

@@ -31,6 +31,6 @@ pub use hook_point::{AttnHook, BlockHook, HookPoint, LayerHook, MlpHook, NormHoo
 pub use hooks::{Activation, Hookable, Hooks, named};
 pub use rng::Rng;
 pub use transformer::{
-    Attention, AttentionInput, Block, Forward, HeadWeights, KvCache, LayerInput, LayerNorm, MASKED_SCORE, Mlp, Norm, ParamInit, RotaryAngles, Stop,
-    Transformer, Unembed, activate, apply_rotary, cross_entropy, f32_val, next_token_loss, next_token_loss_of_real,
+    Attention, AttentionInput, Block, Forward, KvCache, LayerInput, MASKED_SCORE, Mlp, Norm, ParamInit, RotaryAngles, Stop, Transformer, Unembed, activate,
+    apply_rotary, cross_entropy, f32_val, next_token_loss, next_token_loss_of_real,
 };

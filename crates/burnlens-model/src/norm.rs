@@ -22,10 +22,6 @@ pub struct Norm {
     pub kind: NormKind,
 }
 
-/// The name the first implementation used (GPT-2's norms are LayerNorms); a [`Norm`] of
-/// either kind.
-pub type LayerNorm = Norm;
-
 impl Norm {
     /// The norm's output from its `hook_normalized` value (which is before the affine map):
     /// times the gain, plus the bias for a LayerNorm.

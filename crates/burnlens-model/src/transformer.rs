@@ -20,12 +20,12 @@ use crate::hook_point::{AttnHook, HookPoint, NormSite};
 use crate::hooks::Hooks;
 use crate::kernels::{self, linear};
 
-pub use crate::attention::{Attention, AttentionInput, HeadWeights, LayerInput, MASKED_SCORE};
+pub use crate::attention::{Attention, AttentionInput, LayerInput, MASKED_SCORE};
 pub use crate::block::Block;
 pub use crate::kv_cache::KvCache;
 pub use crate::loss::{cross_entropy, next_token_loss, next_token_loss_of_real};
 pub use crate::mlp::{Mlp, activate};
-pub use crate::norm::{LayerNorm, Norm};
+pub use crate::norm::Norm;
 pub use crate::rotary::{RotaryAngles, apply_rotary};
 pub use crate::weights::f32_val;
 
@@ -366,34 +366,6 @@ impl Transformer {
     /// [`forward`](Self::forward) with hook points observed or edited by `hooks`.
     pub fn forward_hooked(&self, ids: Tensor<2, Int>, hooks: &mut Hooks) -> Tensor<3> {
         self.forward_with(Forward::new(ids).hooks(hooks))
-    }
-
-    /// [`forward_hooked`](Self::forward_hooked) from block `layer` on: `resid_pre` is the
-    /// residual stream entering that block (`blocks.{layer}.hook_resid_pre` of an earlier run
-    /// on the same `ids`), and the embedding and earlier blocks are not recomputed. Activation
-    /// patching runs each patched pass from the patched layer.
-    pub fn forward_from(&self, ids: Tensor<2, Int>, layer: usize, resid_pre: Tensor<3>, hooks: &mut Hooks) -> Tensor<3> {
-        self.forward_with(Forward::new(ids).hooks(hooks).start(layer, resid_pre))
-    }
-
-    /// [`forward_hooked`](Self::forward_hooked) up to the final norm's output `[batch, pos,
-    /// d_model]` (what the unembedding reads).
-    pub fn final_stream(&self, ids: Tensor<2, Int>, hooks: &mut Hooks) -> Tensor<3> {
-        self.forward_with(Forward::new(ids).hooks(hooks).stop(Stop::FinalStream))
-    }
-
-    /// [`forward_from`](Self::forward_from) up to the final norm's output `[batch, pos,
-    /// d_model]`, for callers that unembed only the positions they read (block 0 with the
-    /// embedded stream is a whole pass).
-    pub fn final_stream_from(&self, ids: Tensor<2, Int>, layer: usize, resid_pre: Tensor<3>, hooks: &mut Hooks) -> Tensor<3> {
-        self.forward_with(Forward::new(ids).hooks(hooks).start(layer, resid_pre).stop(Stop::FinalStream))
-    }
-
-    /// Logits for a padded batch. `attention_mask[b][p]` is false for padding. Position ids
-    /// count only real tokens, so a left-padded sequence gets the same logits at its real
-    /// positions as it would alone.
-    pub fn forward_padded(&self, ids: Tensor<2, Int>, attention_mask: &[Vec<bool>], hooks: &mut Hooks) -> Tensor<3> {
-        self.forward_with(Forward::new(ids).hooks(hooks).padding(attention_mask))
     }
 
     /// Layer `layer`'s attention pattern `[batch, head, query, key]` for the attention input

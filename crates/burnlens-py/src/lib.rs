@@ -26,7 +26,7 @@ use std::sync::Mutex;
 
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use burnlens_lens::{Metric, Sae};
-use burnlens_model::{Activation, HookPoint, Hooks, NormSite, Sampling, generate, hook_names};
+use burnlens_model::{Activation, Forward, HookPoint, Hooks, NormSite, Sampling, generate, hook_names};
 use numpy::{IntoPyArray, PyArray1, PyArray2, PyArrayDyn, PyArrayMethods, PyReadonlyArray2, PyReadonlyArrayDyn, PyUntypedArrayMethods};
 use pyo3::exceptions::{PyFileNotFoundError, PyKeyError, PyValueError};
 use pyo3::prelude::*;

@@ -201,7 +201,7 @@ impl NativeModel {
             }
             let logits = match &mask {
                 None => self.any.model.forward_hooked(ids.clone(), &mut h),
-                Some(m) => self.any.model.forward_padded(ids.clone(), m, &mut h),
+                Some(m) => self.any.model.forward_with(Forward::new(ids.clone()).hooks(&mut h).padding(m)),
             };
             let cache: BTreeMap<String, (Vec<f32>, Vec<usize>)> = h.take_cache().into_iter().map(|(k, v)| (k.name(), activation_into_host(v))).collect();
             drop(h);

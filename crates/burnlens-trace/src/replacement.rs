@@ -343,7 +343,7 @@ fn freeze_layer(
             scales.insert(site, a.rank3().expect("rank 3"));
         }
     }
-    let w = block.attn.head_weights();
+    let w = burnlens_lens::head_weights(&block.attn);
     let (h, dh) = (block.attn.n_heads, block.attn.d_head);
     Ok(FrozenLayer { pattern, attn_input, scales, w_v: w.w_v.swap_dims(0, 1).reshape([d, h * dh]), w_o: w.w_o.reshape([h * dh, d]), writers, errors })
 }
