@@ -194,7 +194,7 @@ fn detectors_score_a_hand_made_previous_token_pattern() {
     let m = model("gpt2_legacy_bin");
     let toks: Vec<i64> = [5, 6, 7, 8, 5, 6, 7, 8, 5, 6].to_vec();
     for d in Detector::ALL {
-        let s = head_scores(&m, &[toks.clone()], d);
+        let s = head_scores(&m, std::slice::from_ref(&toks), d);
         assert_eq!((s.len(), s[0].len()), (2, 4));
         assert!(s.iter().flatten().all(|&x| (0.0..=1.0).contains(&x)));
     }
@@ -275,7 +275,7 @@ fn every_tool_runs_on_the_newer_families() {
         }
         // Detectors: scores are attention masses in [0, 1].
         for d in [Detector::PreviousToken, Detector::Induction, Detector::DuplicateToken] {
-            let s = head_scores(&m, &[ids.clone()], d);
+            let s = head_scores(&m, std::slice::from_ref(&ids), d);
             assert!(s.iter().flatten().all(|x| (-1e-6..=1.0 + 1e-6).contains(x)), "{name} {d:?}: {s:?}");
         }
         let report = induction_experiment(&m, 6, 2, 1, None);

@@ -49,10 +49,10 @@ fn mpiexec() -> Option<PathBuf> {
         return None;
     }
     for name in ["mpiexec.mpich", "mpiexec"] {
-        if let Ok(out) = Command::new(name).arg("--version").output() {
-            if out.status.success() {
-                return Some(PathBuf::from(name));
-            }
+        if let Ok(out) = Command::new(name).arg("--version").output()
+            && out.status.success()
+        {
+            return Some(PathBuf::from(name));
         }
     }
     missing_prerequisite("MPICH's mpiexec (Debian: mpich; cargo xtask test installs it)");

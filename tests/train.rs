@@ -423,7 +423,7 @@ fn ctrl_c_checkpoints_exits_130_and_resume_finishes_the_same_curve() {
     assert_eq!(out.status.code(), Some(130), "{err}");
     assert!(err.contains("interrupted at step") && err.contains("checkpoint written to"), "{err}");
     let stopped = load_run(&run, &Device::flex()).unwrap().state.step;
-    assert!(stopped >= 4 && stopped < 60, "stopped at {stopped}");
+    assert!((4..60).contains(&stopped), "stopped at {stopped}");
 
     let o = burnlens(&["train", "--resume", run.to_str().unwrap(), "--quiet"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));

@@ -223,10 +223,10 @@ fn serve(mut conn: TcpStream, state: &Arc<Mutex<State>>) -> std::io::Result<()> 
         let rev = rev.replace("%2F", "/");
         let st = state.lock().unwrap();
         let Some(r) = st.repos.get(repo) else { return not_found(&mut conn) };
-        if let Some(t) = &r.token {
-            if headers.get("authorization") != Some(&format!("Bearer {t}")) {
-                return respond(&mut conn, "401 Unauthorized", &[], b"{\"error\":\"gated\"}", true);
-            }
+        if let Some(t) = &r.token
+            && headers.get("authorization") != Some(&format!("Bearer {t}"))
+        {
+            return respond(&mut conn, "401 Unauthorized", &[], b"{\"error\":\"gated\"}", true);
         }
         let commit = r.refs.get(&rev).cloned().or_else(|| r.commits.contains_key(&rev).then(|| rev.clone()));
         let Some(commit) = commit else { return not_found(&mut conn) };
@@ -242,10 +242,10 @@ fn serve(mut conn: TcpStream, state: &Arc<Mutex<State>>) -> std::io::Result<()> 
     let Some((commit, file)) = rest.split_once('/') else { return not_found(&mut conn) };
     let st = state.lock().unwrap();
     let Some(r) = st.repos.get(repo) else { return not_found(&mut conn) };
-    if let Some(t) = &r.token {
-        if headers.get("authorization") != Some(&format!("Bearer {t}")) {
-            return respond(&mut conn, "401 Unauthorized", &[], b"", !head_only);
-        }
+    if let Some(t) = &r.token
+        && headers.get("authorization") != Some(&format!("Bearer {t}"))
+    {
+        return respond(&mut conn, "401 Unauthorized", &[], b"", !head_only);
     }
     let Some(f) = r.commits.get(commit).and_then(|c| c.get(file)).cloned() else { return not_found(&mut conn) };
     drop(st);

@@ -36,7 +36,9 @@
 //!   `rustfmt.toml`), install what the tests need that a fresh machine lacks (Debian's
 //!   chromium and chromedriver for the browser tests; MPICH, its headers, libclang and
 //!   pkg-config for the `mpi` feature and its multi-process tests; as root or through
-//!   passwordless sudo), then `cargo test --features mpi` with any further arguments.
+//!   passwordless sudo), run clippy with warnings as errors, then `cargo test --features
+//!   mpi` with any further arguments (and the portable-path rerun of the kernel, parity and
+//!   half-weight tests on the same build).
 //!   `.ci/run` calls it.
 
 mod bench_bf16;
@@ -1409,6 +1411,19 @@ fn check_format() -> Result<()> {
     run(Command::new(env!("CARGO")).current_dir(root()).args(["fmt", "--all", "--check"])).context("the code is not formatted: run `cargo fmt --all`")
 }
 
+/// Clippy on every crate, test and example with the features the tests build, warnings as
+/// errors (the lints allowed are listed, with reasons, in the workspace's Cargo.toml). A
+/// check build: it shares no artifacts with the test build, and checks Burn in about two
+/// minutes on two cores.
+fn check_lints(features: &[&str]) -> Result<()> {
+    let has_clippy = || Command::new(env!("CARGO")).args(["clippy", "--version"]).output().map(|o| o.status.success()).unwrap_or(false);
+    if !has_clippy() {
+        run(Command::new("rustup").args(["component", "add", "clippy"]))?;
+    }
+    run(Command::new(env!("CARGO")).current_dir(root()).args(["clippy", "--workspace", "--all-targets"]).args(features).args(["--", "-D", "warnings"]))
+        .context("clippy found warnings: fix them (or allow the lint, with its reason, in Cargo.toml's [workspace.lints.clippy])")
+}
+
 fn test(args: Vec<String>) -> Result<()> {
     if args.is_empty() {
         check_format()?;
@@ -1418,6 +1433,9 @@ fn test(args: Vec<String>) -> Result<()> {
     // set would rebuild every crate above burnlens-train.
     let features: &[&str] = if ensure_mpi() { &["--features", "mpi"] } else { &[] };
     let python = ensure_python_tests()?;
+    if args.is_empty() {
+        check_lints(features)?;
+    }
     run(Command::new(env!("CARGO")).current_dir(root()).arg("test").args(features).args(&args).env("BURNLENS_PYTHON", python))?;
     if args.is_empty() {
         // Once more on the portable path a Mac or any non-x86 machine runs: no AVX2 /

@@ -60,7 +60,7 @@ pub fn run(a: &CacheArgs) -> Result<()> {
         tensors.push(Saved::F32("metric".into(), vec![1], vec![*value as f32]));
     }
     write_safetensors(out, &tensors)?;
-    let with_grads = if grads.is_empty() { String::new() } else { format!(" and their gradients (grad.NAME)") };
+    let with_grads = if grads.is_empty() { String::new() } else { " and their gradients (grad.NAME)".to_string() };
     println!("wrote {} activations{with_grads} (and the token ids) to {}", cache.len(), out.display());
     if let Some((metric, value)) = &metric {
         println!("metric {}: {value:.6}", metric.describe());

@@ -74,10 +74,10 @@ pub fn run(a: &GraphArgs) -> Result<()> {
     burnlens_trace::check_thresholds(g.node_threshold, g.edge_threshold)?;
     let m = load_model_args(args, common)?;
     let (mut ids, _) = ids_and_labels(&m, input, "")?;
-    if let (Some(_), Some(bos)) = (&input.text, m.bos) {
-        if ids.first() != Some(&bos) {
-            ids.insert(0, bos);
-        }
+    if let (Some(_), Some(bos)) = (&input.text, m.bos)
+        && ids.first() != Some(&bos)
+    {
+        ids.insert(0, bos);
     }
     let set = crate::progress::transcoders(&g.transcoders, &m.model.device())?;
     let targets = match &g.targets {

@@ -145,7 +145,7 @@ impl Observer for TrainProgress {
     }
 
     fn step(&mut self, m: &StepMetrics) -> ControlFlow<()> {
-        if self.quiet || (!self.tty && m.step % self.log_interval != 0 && m.step != self.total) {
+        if self.quiet || (!self.tty && !m.step.is_multiple_of(self.log_interval) && m.step != self.total) {
             return ControlFlow::Continue(());
         }
         let per_step = self.began.elapsed().as_secs_f64() / (m.step - self.first).max(1) as f64;

@@ -84,7 +84,7 @@ fn train(a: &TrainSaeArgs, options: &RunOptions, cfg: &SaeRunConfig, source: Sou
     burnlens_train::install_interrupt_handler();
     let tty = std::io::stderr().is_terminal();
     let mut on_step = |r: &[StepReport], p: &Progress| {
-        if tty && (p.step % 10 == 0 || p.step == p.steps) {
+        if tty && (p.step.is_multiple_of(10) || p.step == p.steps) {
             eprint!("\rstep {}/{}  loss {:.4}  L0 {:.1}  {:.0} tokens/s  {:.0} s left   ", p.step, p.steps, r[0].loss, r[0].l0, p.tokens_per_s, p.seconds_left);
         }
         if burnlens_train::stop_requested() { std::ops::ControlFlow::Break(()) } else { std::ops::ControlFlow::Continue(()) }

@@ -134,7 +134,7 @@ mod tests {
     #[test]
     fn merged_reservoirs_sample_uniformly() {
         let (k, runs) = (5, 40_000);
-        let mut hits = vec![0u32; 20];
+        let mut hits = [0u32; 20];
         let fill = |r: &mut Reservoir, items: std::ops::Range<usize>| {
             let mut slots = vec![usize::MAX; k];
             for item in items {

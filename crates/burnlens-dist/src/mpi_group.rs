@@ -249,7 +249,7 @@ fn poll(req: &mut ffi::MPI_Request, deadline: Instant) -> Poll {
             return Poll::Done;
         }
         tries = tries.wrapping_add(1);
-        if tries % 1024 == 0 {
+        if tries.is_multiple_of(1024) {
             let now = Instant::now();
             if now >= deadline {
                 return Poll::TimedOut;

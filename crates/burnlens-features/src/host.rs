@@ -110,6 +110,6 @@ mod tests {
         affine_into(&[1.0, 2.0, 3.0, 4.0], &[1.0, 0.0, 1.0, 1.0], &[0.5, -0.5], &mut out);
         assert_eq!(out, vec![3.5, 1.5, 7.5, 3.5]);
         scratch.give(out);
-        assert_eq!(scratch.take(2).capacity() >= 4, true);
+        assert!(scratch.take(2).capacity() >= 4);
     }
 }

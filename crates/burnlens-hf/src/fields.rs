@@ -23,7 +23,7 @@ impl RopeFields {
     pub(crate) fn into_rotary(self, f: &Fields, d_head: usize) -> Result<Rotary> {
         // HF rounds down: int(head_dim * partial_rotary_factor).
         let dims = (d_head as f64 * self.fraction) as usize;
-        if dims < 2 || dims % 2 != 0 {
+        if dims < 2 || !dims.is_multiple_of(2) {
             return Err(
                 f.err("partial_rotary_factor", format!("gives {dims} rotary dimensions of a {d_head}-wide head; expected an even number of at least 2"))
             );
@@ -36,7 +36,7 @@ impl RopeFields {
 }
 
 pub(crate) fn head_dim(f: &Fields, d_model: usize, n_heads: usize, d_name: &str, h_name: &str) -> Result<usize> {
-    if d_model % n_heads != 0 {
+    if !d_model.is_multiple_of(n_heads) {
         return Err(f.err(d_name, format!("= {d_model} is not divisible by {h_name} = {n_heads}")));
     }
     Ok(d_model / n_heads)

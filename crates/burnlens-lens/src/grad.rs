@@ -178,20 +178,17 @@ pub fn hook_gradients(model: &Transformer, ids: &[i64], points: &dyn Fn(HookPoin
     metric.check(ids.len(), model.config.vocab_size)?;
     let device = model.device();
     let deltas: RefCell<Vec<(HookPoint, Activation)>> = RefCell::new(Vec::new());
-    let mut hooks = Hooks::capture(points).with_edit(points, |point, act| {
-        let out = match act {
-            Activation::Rank3(x) => {
-                let d = Tensor::<3>::zeros(x.dims(), &device).autodiff().require_grad();
-                deltas.borrow_mut().push((point, Activation::Rank3(d.clone())));
-                Activation::Rank3(x.autodiff() + d)
-            }
-            Activation::Rank4(x) => {
-                let d = Tensor::<4>::zeros(x.dims(), &device).autodiff().require_grad();
-                deltas.borrow_mut().push((point, Activation::Rank4(d.clone())));
-                Activation::Rank4(x.autodiff() + d)
-            }
-        };
-        out
+    let mut hooks = Hooks::capture(points).with_edit(points, |point, act| match act {
+        Activation::Rank3(x) => {
+            let d = Tensor::<3>::zeros(x.dims(), &device).autodiff().require_grad();
+            deltas.borrow_mut().push((point, Activation::Rank3(d.clone())));
+            Activation::Rank3(x.autodiff() + d)
+        }
+        Activation::Rank4(x) => {
+            let d = Tensor::<4>::zeros(x.dims(), &device).autodiff().require_grad();
+            deltas.borrow_mut().push((point, Activation::Rank4(d.clone())));
+            Activation::Rank4(x.autodiff() + d)
+        }
     });
     let logits = model.forward_hooked(model.ids_tensor(ids), &mut hooks);
     let activations = hooks.take_cache().into_iter().map(|(n, a)| (n, inner(a))).collect();

@@ -449,7 +449,7 @@ impl TransformerConfig {
             return bad("layer_norm_eps", format!("must be a positive number, found {}", self.layer_norm_eps));
         }
         let kv = self.kv_heads();
-        if kv == 0 || self.n_heads % kv != 0 {
+        if kv == 0 || !self.n_heads.is_multiple_of(kv) {
             return bad("n_kv_heads", format!("= {kv} must divide n_heads = {} (each key/value head serves a whole group of query heads)", self.n_heads));
         }
         match (self.positional, &self.rotary) {
@@ -464,10 +464,10 @@ impl TransformerConfig {
             }
             _ => {}
         }
-        if let Some(local) = &self.rotary_local {
-            if self.positional != Positional::Rotary || self.rotary.map(|r| (r.dims, r.interleaved)) != Some((local.dims, local.interleaved)) {
-                return bad("rotary_local", "needs rotary positions and the same rotated dimensions as `rotary`".into());
-            }
+        if let Some(local) = &self.rotary_local
+            && (self.positional != Positional::Rotary || self.rotary.map(|r| (r.dims, r.interleaved)) != Some((local.dims, local.interleaved)))
+        {
+            return bad("rotary_local", "needs rotary positions and the same rotated dimensions as `rotary`".into());
         }
         if self.shared_norm && !self.parallel_residual {
             return bad("shared_norm", "needs a parallel residual (the MLP reads ln1's output beside attention)".into());

@@ -45,26 +45,6 @@ pub fn write_replacing(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     result
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn replaces_the_file_and_leaves_no_temporary_behind() {
-        let tmp = std::env::temp_dir().join(format!("burnlens-files-{}", std::process::id()));
-        std::fs::create_dir_all(&tmp).unwrap();
-        let p = tmp.join("a.json");
-        write_atomic(&p, b"one").unwrap();
-        write_atomic(&p, b"two").unwrap();
-        assert_eq!(std::fs::read(&p).unwrap(), b"two");
-        let names: Vec<_> = std::fs::read_dir(&tmp).unwrap().map(|e| e.unwrap().file_name()).collect();
-        assert_eq!(names.len(), 1, "{names:?}");
-        // A target in a missing directory fails and creates nothing.
-        assert!(write_atomic(&tmp.join("missing/b.json"), b"x").is_err());
-        std::fs::remove_dir_all(&tmp).unwrap();
-    }
-}
-
 /// A tensor as a safetensors file holds it: name, dtype, shape and little-endian bytes.
 pub struct FileTensor<'a> {
     pub name: &'a str,
@@ -97,4 +77,24 @@ pub fn write_safetensors(path: &Path, tensors: &[FileTensor], metadata: Option<s
         })
         .collect::<std::io::Result<Vec<_>>>()?;
     write_atomic_with(path, |tmp| safetensors::serialize_to_file(views, metadata, tmp).map_err(std::io::Error::other))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replaces_the_file_and_leaves_no_temporary_behind() {
+        let tmp = std::env::temp_dir().join(format!("burnlens-files-{}", std::process::id()));
+        std::fs::create_dir_all(&tmp).unwrap();
+        let p = tmp.join("a.json");
+        write_atomic(&p, b"one").unwrap();
+        write_atomic(&p, b"two").unwrap();
+        assert_eq!(std::fs::read(&p).unwrap(), b"two");
+        let names: Vec<_> = std::fs::read_dir(&tmp).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(names.len(), 1, "{names:?}");
+        // A target in a missing directory fails and creates nothing.
+        assert!(write_atomic(&tmp.join("missing/b.json"), b"x").is_err());
+        std::fs::remove_dir_all(&tmp).unwrap();
+    }
 }

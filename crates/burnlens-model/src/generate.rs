@@ -38,10 +38,10 @@ impl Sampling {
         if self.top_k == Some(0) {
             return bad("top_k", "must be at least 1, found 0".into());
         }
-        if let Some(p) = self.top_p {
-            if !(p > 0.0 && p <= 1.0) {
-                return bad("top_p", format!("must be in (0, 1], found {p}"));
-            }
+        if let Some(p) = self.top_p
+            && !(p > 0.0 && p <= 1.0)
+        {
+            return bad("top_p", format!("must be in (0, 1], found {p}"));
         }
         Ok(())
     }

@@ -167,12 +167,12 @@ impl Graph {
         for r in 0..pruned.edge_mask.len() / n.max(1) {
             let dst = self.row_node(r);
             for src in 0..n {
-                if pruned.edge_mask[r * n + src] {
-                    if let (Some(s), Some(t)) = (&kept[src], &kept[dst]) {
-                        links.push(Link { source: s.node_id.clone(), target: t.node_id.clone(), weight: self.rows[r * n + src] });
-                        connected[src] = true;
-                        connected[dst] = true;
-                    }
+                if pruned.edge_mask[r * n + src]
+                    && let (Some(s), Some(t)) = (&kept[src], &kept[dst])
+                {
+                    links.push(Link { source: s.node_id.clone(), target: t.node_id.clone(), weight: self.rows[r * n + src] });
+                    connected[src] = true;
+                    connected[dst] = true;
                 }
             }
         }

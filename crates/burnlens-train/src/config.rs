@@ -295,10 +295,10 @@ impl RunConfig {
         if !(0.0..1.0).contains(&self.data.val_fraction) {
             return Err(format!("data.val_fraction must be in [0, 1), found {}", self.data.val_fraction));
         }
-        if let Some(ctx) = self.model.context {
-            if t.block_size > ctx {
-                return Err(format!("training.block_size = {} is larger than the model's context (model.context = {ctx})", t.block_size));
-            }
+        if let Some(ctx) = self.model.context
+            && t.block_size > ctx
+        {
+            return Err(format!("training.block_size = {} is larger than the model's context (model.context = {ctx})", t.block_size));
         }
         let m = &self.model;
         if m.from.is_some() {

@@ -526,7 +526,7 @@ struct ValBatches {
 /// The validation batches' losses over `rows` of each, weighted by their share, summed.
 fn evaluate_rows(model: &Transformer, data: &Dataset, b: &ValBatches, rows: Range<usize>) -> f64 {
     let ValBatches { seed, n, batch, block } = *b;
-    let mut rng = Rng::new(seed ^ 0x5EED_0F_E7A1);
+    let mut rng = Rng::new(seed ^ 0x005E_ED0F_E7A1);
     let device = model.device();
     let share = rows.len() as f64 / batch as f64;
     let mut total = 0.0;

@@ -105,13 +105,14 @@ impl FamilySpec for Gemma {
         let (attn_cap, final_cap) = if v3 { (None, None) } else { (Some(50.0), Some(30.0)) };
         cfg.attn_softcap = cap("attn_logit_softcapping", attn_cap)?;
         cfg.final_softcap = cap("final_logit_softcapping", final_cap)?;
-        let window = Some(f.size(&["sliding_window"], 4096)?);
+        let size = f.size(&["sliding_window"], 4096)?;
+        let window = Some(size);
         cfg.spans = match f.get("layer_types") {
             Some(_) => layer_types(f, cfg.n_layers(), window)?,
             None => {
                 // Gemma 2: every other layer from the first slides; Gemma 3: five of six.
                 let pattern = if v3 { f.size(&["sliding_window_pattern"], 6)? } else { 2 };
-                (0..cfg.n_layers()).map(|i| if (i + 1) % pattern != 0 { AttentionSpan::Local(window.unwrap()) } else { AttentionSpan::Global }).collect()
+                (0..cfg.n_layers()).map(|i| if (i + 1) % pattern != 0 { AttentionSpan::Local(size) } else { AttentionSpan::Global }).collect()
             }
         };
         Ok(cfg)

@@ -75,7 +75,7 @@ impl FamilySpec for Phi3 {
             ));
         }
         let window = super::spec::one_window(cfg)?;
-        if window.is_some() && cfg.spans.iter().any(|s| *s == AttentionSpan::Global) {
+        if window.is_some() && cfg.spans.contains(&AttentionSpan::Global) {
             return Err("Phi-3 slides its window over every layer or none".into());
         }
         let o = v.as_object_mut().expect("object");

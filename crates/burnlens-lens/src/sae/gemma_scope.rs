@@ -188,7 +188,7 @@ mod tests {
 
     #[test]
     fn hook_points_from_release_paths() {
-        let h = |p: &str| hook_from_path(Path::new(p)).map(|(h, e)| (h, e));
+        let h = |p: &str| hook_from_path(Path::new(p));
         assert_eq!(h("x/gemma-scope-2b-pt-res/layer_20/width_16k/average_l0_71").unwrap(), ("blocks.20.hook_resid_post".into(), false));
         assert_eq!(h("gemma-scope-9b-pt-mlp/layer_3/width_131k/average_l0_9").unwrap().0, "blocks.3.hook_mlp_out");
         assert_eq!(h("/c/models--google--gemma-scope-2b-pt-att/snapshots/abc/layer_0/width_16k/average_l0_10").unwrap().0, "blocks.0.attn.hook_z");

@@ -202,7 +202,7 @@ impl Cols<'_> {
     /// contiguous (`rs == 1`, a Hugging Face `[out, in]` weight's transposed view) and `k`
     /// even (no pair straddles two columns).
     pub fn in_place<'a>(w: &HalfRef<'a>) -> Option<Cols<'a>> {
-        (w.kind == Half::Bf16 && (w.rs == 1 || w.rows <= 1) && w.rows.is_multiple_of(2) && w.cs >= 0).then(|| Cols {
+        (w.kind == Half::Bf16 && (w.rs == 1 || w.rows <= 1) && w.rows.is_multiple_of(2) && w.cs >= 0).then_some(Cols {
             data: w.data,
             offset: w.offset,
             ld: w.cs as usize,
