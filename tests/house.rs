@@ -1,5 +1,6 @@
 //! The shape of the code, checked: no function in `crates/` is longer than 80 lines, no
-//! source file longer than 600, the Python package holds no library logic, and
+//! source file longer than 600, the Python package holds no library logic, the README's
+//! layout table names every source file (and only files that exist), and
 //! no two source files of a crate import each other in a loop (directly or through others). A file "imports" another when it names a path into
 //! the other's module (`crate::a::b::Item`, `super::x`, and from a `mod.rs` or `lib.rs`
 //! `self::x` or a child's bare `x::Item`), in a `use` or inline. Items of the crate root
@@ -354,4 +355,61 @@ fn the_python_package_holds_no_library_logic() {
     for alias in ["Config = _native.Config", "SAE = _native.SAE", "Transcoders = _native.Transcoders", "Graph = _native.Graph"] {
         assert!(init.contains(alias), "__init__.py should alias the extension's class: `{alias}`");
     }
+}
+
+/// The README's layout table: each row's path and the file names it gives in backticks.
+fn layout_rows(readme: &str) -> Vec<(String, Vec<String>)> {
+    let start = readme.find("\n## Layout").expect("README has a Layout section");
+    let end = readme[start + 1..].find("\n## ").map_or(readme.len(), |e| start + 1 + e);
+    let ticked = |cell: &str| -> Vec<String> { cell.split('`').skip(1).step_by(2).map(str::to_string).collect() };
+    readme[start..end]
+        .lines()
+        .filter(|l| l.starts_with("| `"))
+        .map(|l| {
+            let cells: Vec<&str> = l.split('|').collect();
+            let path = ticked(cells[1]).remove(0).trim_end_matches('/').to_string();
+            (path, ticked(&cells[2..].join("|")).into_iter().filter(|t| t.ends_with(".rs")).collect())
+        })
+        .collect()
+}
+
+/// Every source file of the crates is named in the README's layout table, in the row of the
+/// deepest folder holding it (a crate, or `crates/burnlens-model/src/kernels`), and every
+/// file a row names exists there: the map a newcomer reads matches the tree. Module roots
+/// (`lib.rs`, `mod.rs`, `main.rs`) and unit-test files (`tests.rs`) need no entry.
+#[test]
+fn the_readme_layout_names_every_source_file() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let rows = layout_rows(&std::fs::read_to_string(root.join("README.md")).unwrap());
+    assert!(rows.len() > 10, "found {} layout rows", rows.len());
+    let mut problems = Vec::new();
+    for (path, names) in &rows {
+        for name in names.iter().filter(|n| !n.contains("::") && !n.starts_with("burnlens")) {
+            let under = root.join(path);
+            let found = root.join(name).is_file() || under.join(name).is_file() || under.join("src").join(name).is_file() || {
+                let mut all = Vec::new();
+                if under.is_dir() {
+                    rust_files(&under, &mut all);
+                }
+                all.iter().any(|f| f.ends_with(name))
+            };
+            if !found {
+                problems.push(format!("`{name}` in the row of {path} is not a file there"));
+            }
+        }
+    }
+    for file in crate_sources(root) {
+        let rel = file.strip_prefix(root).unwrap();
+        let base = rel.file_name().unwrap().to_string_lossy().to_string();
+        if ["lib.rs", "mod.rs", "main.rs", "tests.rs"].contains(&base.as_str()) {
+            continue;
+        }
+        let row = rows.iter().filter(|(p, _)| rel.starts_with(p)).max_by_key(|(p, _)| p.len());
+        match row {
+            Some((p, names)) if names.iter().any(|n| rel.ends_with(n) || *n == base) => {}
+            Some((p, _)) => problems.push(format!("{} is not named in the layout row of {p}", rel.display())),
+            None => problems.push(format!("{} has no layout row", rel.display())),
+        }
+    }
+    assert!(problems.is_empty(), "README.md's layout table and the tree differ:\n{}", problems.join("\n"));
 }

@@ -118,27 +118,10 @@ fn timed(reps: usize, mut f: impl FnMut()) -> Vec<f64> {
         .collect()
 }
 
-/// Floating-point operations of one forward pass over `batch × seq` tokens (matrix products
-/// and the attention core; the element-wise work is not counted).
-pub fn forward_flops(c: &TransformerConfig, batch: usize, seq: usize) -> f64 {
-    let (d, hd, kv, layers, vocab) =
-        (c.d_model as f64, (c.n_heads * c.d_head) as f64, (c.kv_heads() * c.d_head) as f64, c.n_layers() as f64, c.vocab_size as f64);
-    let mlp = c.d_mlp.unwrap_or(0) as f64 * if c.mlp == burnlens_model::MlpKind::Gated { 3.0 } else { 2.0 };
-    let per_token = layers * (d * (hd + 2.0 * kv) + hd * d + d * mlp) + d * vocab;
-    let tokens = (batch * seq) as f64;
-    let visible_keys = batch as f64 * (seq * (seq + 1) / 2) as f64;
-    2.0 * per_token * tokens + 4.0 * hd * layers * visible_keys
-}
-
-/// Bytes of weights a decoding step reads: every projection (grouped keys and values at
-/// their own width, a gated MLP's three matrices) and the unembedding, at the model's
-/// weight dtype.
-pub fn weight_bytes_per_token(m: &Transformer) -> f64 {
-    let c = &m.config;
-    let (d, hd, kv, layers, vocab) =
-        (c.d_model as f64, (c.n_heads * c.d_head) as f64, (c.kv_heads() * c.d_head) as f64, c.n_layers() as f64, c.vocab_size as f64);
-    let mlp = c.d_mlp.unwrap_or(0) as f64 * if c.mlp == burnlens_model::MlpKind::Gated { 3.0 } else { 2.0 };
-    m.weight_dtype().size() as f64 * (layers * (d * (hd + 2.0 * kv) + hd * d + d * mlp) + d * vocab)
+/// Bytes of weights a decoding step reads: every projection and the unembedding
+/// ([`TransformerConfig::product_weights`]) at the model's weight dtype.
+pub fn weight_bytes_per_token(m: &Transformer) -> Result<f64> {
+    Ok(m.weight_dtype().size() as f64 * m.config.product_weights()? as f64)
 }
 
 /// Resident memory of this process now, in bytes (Linux `VmRSS`: mapped file pages
@@ -203,9 +186,9 @@ fn scale(a: &BenchArgs, device: &Device, options: &LoadOptions) -> Result<serde_
     let decode_s = t.elapsed().as_secs_f64();
     let c = &m.config;
     Ok(json!({
-        "times": [forward_s], "tokens": a.seq, "flops": forward_flops(c, 1, a.seq),
+        "times": [forward_s], "tokens": a.seq, "flops": c.forward_flops(1, a.seq)?,
         "load_s": load_s, "first_forward_s": first_forward_s, "cache_s": cache_s, "cached_bytes": cached,
-        "decode_s": decode_s, "decode_tokens": a.new_tokens, "weight_bytes_per_token": weight_bytes_per_token(m),
+        "decode_s": decode_s, "decode_tokens": a.new_tokens, "weight_bytes_per_token": weight_bytes_per_token(m)?,
         "first_tokens": &produced[..produced.len().min(8)],
         "params": burn::module::Module::num_params(m), "weight_dtype": loaded.info.weight_dtype, "checkpoint_bytes": checkpoint_bytes(dir)?,
         "rss_after_load_bytes": rss_loaded, "peak_rss_bytes": peak_rss(),
@@ -229,7 +212,7 @@ pub fn run(a: &BenchArgs, device: Device, options: &LoadOptions) -> Result<()> {
                 let _ = m.forward(x.clone()).into_data();
             });
             let pool = burnlens_model::kernels::pool::stats();
-            json!({"times": times, "tokens": a.batch * a.seq, "flops": forward_flops(&m.config, a.batch, a.seq),
+            json!({"times": times, "tokens": a.batch * a.seq, "flops": m.config.forward_flops(a.batch, a.seq)?,
                    "pool_late_jobs": pool.late_jobs - before.late_jobs, "pool_revoked_seats": pool.revoked_seats - before.revoked_seats})
         }
         "generate" => {
@@ -238,7 +221,7 @@ pub fn run(a: &BenchArgs, device: Device, options: &LoadOptions) -> Result<()> {
             let s = Sampling { max_new_tokens: a.new_tokens, temperature: 0.0, ..Sampling::default() };
             let mut produced = Vec::new();
             let times = timed(a.reps, || produced = generate(&m, &prompt, &s).expect("valid prompt"));
-            json!({"times": times, "tokens": a.new_tokens, "first_tokens": &produced[..produced.len().min(8)], "weight_bytes_per_token": weight_bytes_per_token(&m)})
+            json!({"times": times, "tokens": a.new_tokens, "first_tokens": &produced[..produced.len().min(8)], "weight_bytes_per_token": weight_bytes_per_token(&m)?})
         }
         "train" => bench_train(a, &device)?,
         "load" => {
@@ -315,7 +298,7 @@ fn bench_train(a: &BenchArgs, device: &Device) -> Result<serde_json::Value> {
     let mean_faults = (faults.len() == steps).then(|| faults.iter().sum::<f64>() / steps as f64);
     let pool = burnlens_model::kernels::pool::stats();
     // Flops: the forward, then the backward at twice its cost.
-    Ok(json!({"times": times, "tokens": b * block, "params": params, "flops": 3.0 * forward_flops(&cfg, b, block),
+    Ok(json!({"times": times, "tokens": b * block, "params": params, "flops": 3.0 * cfg.forward_flops(b, block)?,
            "page_faults_per_step": mean_faults, "page_faults_last_step": faults.last(), "page_faults": faults, "page_faults_warm_up": warm_up_faults, "pool_late_jobs": pool.late_jobs, "pool_revoked_seats": pool.revoked_seats}))
 }
 

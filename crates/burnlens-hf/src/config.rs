@@ -90,7 +90,7 @@ mod tests {
         assert_eq!(m.n_layers(), 12);
         assert_eq!(m.activation, ActivationFn::GeluNew);
         assert!(!m.scale_by_inverse_layer);
-        assert_eq!(m.n_params(), 124_439_808);
+        assert_eq!(m.n_params().unwrap(), 124_439_808);
     }
 
     #[test]
@@ -127,7 +127,7 @@ mod tests {
         .unwrap();
         assert_eq!(c.model.spans[1], AttentionSpan::Local(256));
         assert_eq!(c.model.n_ctx, 2048);
-        assert_eq!(c.model.n_params(), 125_198_592);
+        assert_eq!(c.model.n_params().unwrap(), 125_198_592);
     }
 
     #[test]

@@ -396,13 +396,11 @@ impl TransformerConfig {
         })
     }
 
-    /// Number of trainable scalars (the tied unembedding counted once).
-    pub fn n_params(&self) -> usize {
-        usize::try_from(self.n_params_wide()).unwrap_or(usize::MAX)
-    }
-
-    /// [`Self::n_params`] without overflow, whatever the sizes.
-    fn n_params_wide(&self) -> u128 {
+    /// The parameter count in u128 arithmetic from the sizes alone, before anything is
+    /// built: what [`validate`](Self::validate) refuses absurd sizes by (a corrupt config's
+    /// products overflow `usize`). Equal to [`n_params`](Self::n_params), the builder's own
+    /// count, on every fixture (tested); everything else counts through the builder.
+    fn n_params_bound(&self) -> u128 {
         let d = self.d_model as u128;
         let hd = (self.n_heads as u128) * (self.d_head as u128);
         let qkv = (self.n_heads as u128 + 2 * self.kv_heads() as u128) * (self.d_head as u128);
@@ -493,10 +491,39 @@ impl TransformerConfig {
         }
         // Sizes whose product no machine could hold are a corrupt config, not a model.
         const MAX_PARAMS: u128 = 1 << 40;
-        let n = self.n_params_wide();
+        let n = self.n_params_bound();
         if n > MAX_PARAMS {
             return bad("n_params", format!("would be {n} (from vocab_size, n_ctx, d_model, n_heads, d_mlp and the layer count); at most 2^40 are supported"));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod size_bound_tests {
+    use super::*;
+
+    /// The overflow guard's arithmetic count equals the builder's walk on every kind of
+    /// block (norm placements, QK-norm, gated MLPs, grouped heads, biases, untied unembeddings).
+    #[test]
+    fn the_guard_counts_what_the_builder_builds() {
+        let mut configs = vec![TransformerConfig::gpt2_like(300, 40, 48, 2, 4)];
+        let mut c = configs[0].clone();
+        (c.norm, c.mlp, c.n_kv_heads, c.positional, c.untied_unembed, c.qkv_bias, c.mlp_bias) =
+            (NormKind::RmsNorm, MlpKind::Gated, Some(2), Positional::Rotary, true, false, false);
+        c.rotary = Some(Rotary { dims: 12, base: 10000.0, scaling: None, interleaved: false });
+        configs.push(c.clone());
+        for (placement, qk) in [(NormPlacement::Sandwich, Some(QkNorm::PerHead)), (NormPlacement::Post, Some(QkNorm::Whole))] {
+            let mut v = c.clone();
+            (v.norm_placement, v.qk_norm, v.unembed_bias) = (placement, qk, true);
+            configs.push(v);
+        }
+        let mut attn_only = configs[0].clone();
+        attn_only.d_mlp = None;
+        configs.push(attn_only);
+        for c in configs {
+            c.validate().unwrap();
+            assert_eq!(c.n_params_bound(), c.n_params().unwrap(), "{c:?}");
+        }
     }
 }

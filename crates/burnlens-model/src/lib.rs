@@ -19,6 +19,7 @@ pub mod mlp;
 pub mod norm;
 pub mod rng;
 pub mod rotary;
+pub mod size;
 pub mod transformer;
 pub mod weights;
 
@@ -30,6 +31,7 @@ pub use generate::{Sampling, generate};
 pub use hook_point::{AttnHook, BlockHook, HookPoint, LayerHook, MlpHook, NormHook, NormSite, act_name, hook_names, hook_points};
 pub use hooks::{Activation, Hookable, Hooks, named};
 pub use rng::Rng;
+pub use size::ParamShape;
 pub use transformer::{
     Attention, AttentionInput, Block, Forward, KvCache, LayerInput, MASKED_SCORE, Mlp, Norm, ParamInit, RotaryAngles, Stop, Transformer, Unembed, activate,
     apply_rotary, cross_entropy, f32_val, next_token_loss, next_token_loss_of_real,
