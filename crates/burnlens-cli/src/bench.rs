@@ -13,6 +13,8 @@ use burnlens_train::config::TrainingSection;
 use burnlens_train::optim::{clip_global_norm, optimizer};
 use serde_json::json;
 
+use burnlens_model::kernels::bench::timed;
+
 use crate::UserError;
 
 /// Which workload and its sizes.
@@ -93,29 +95,6 @@ fn faults_during<T>(f: &mut impl FnMut() -> T) -> (T, Option<u64>) {
     let before = minor_faults();
     let out = f();
     (out, minor_faults().zip(before).map(|(after, before)| after - before))
-}
-
-/// [`timed`] after repeating `f` for at least `warm` first: a product of a millisecond timed
-/// right after the process starts measures the machine waking its second core (on the
-/// 2-vCPU machines we measure on, the first 100–200 ms of a process often run at one core's
-/// speed), not the product. The PyTorch peer warms up the same way.
-fn timed_warm(reps: usize, warm: std::time::Duration, mut f: impl FnMut()) -> Vec<f64> {
-    let t = Instant::now();
-    while t.elapsed() < warm {
-        f();
-    }
-    timed(reps, f)
-}
-
-fn timed(reps: usize, mut f: impl FnMut()) -> Vec<f64> {
-    f(); // warm-up
-    (0..reps)
-        .map(|_| {
-            let t = Instant::now();
-            f();
-            t.elapsed().as_secs_f64()
-        })
-        .collect()
 }
 
 /// Bytes of weights a decoding step reads: every projection and the unembedding
@@ -237,7 +216,7 @@ pub fn run(a: &BenchArgs, device: Device, options: &LoadOptions) -> Result<()> {
         "scale" => scale(a, &device, options)?,
         "attention" => bench_attention(a, &device)?,
         "gemm" => bench_gemm(a, options.dtype)?,
-        "machine" => machine(),
+        "machine" => burnlens_model::kernels::bench::machine(),
         other => {
             return Err(UserError(format!("unknown workload \"{other}\"; expected forward, generate, train, load, scale, attention, gemm or machine")).into());
         }
@@ -319,159 +298,19 @@ fn bench_attention(a: &BenchArgs, device: &Device) -> Result<serde_json::Value> 
     Ok(json!({"times": times, "tokens": a.batch * a.seq, "flops": flops, "scores_bytes": a.batch * 12 * a.seq * a.seq * 4, "peak_rss_bytes": peak_rss()}))
 }
 
-/// One matrix product of `--shape MxKxN[t]`, through the packed weight and repacking.
+/// `bench gemm --shape MxKxN[t]`: one product as a model's linear layer takes it (see
+/// `burnlens_model::kernels::bench`), with the weight dtype and compute chosen.
 fn bench_gemm(a: &BenchArgs, dtype: burnlens_hf::WeightDtype) -> Result<serde_json::Value> {
-    use burnlens_model::kernels::gemm::{MatRef, matmul};
-    let spec = a.shape.as_deref().ok_or_else(|| UserError("bench gemm: --shape MxKxN is required".into()))?;
-    let (dims, transposed) = match spec.strip_suffix('t') {
-        Some(d) => (d, true),
-        None => (spec, false),
-    };
-    let bad = || UserError(format!("bench gemm: --shape {spec:?}: expected MxKxN (e.g. 128x768x2304), optionally ending in t"));
-    let v: Vec<usize> = dims.split('x').map(|d| d.parse().map_err(|_| bad())).collect::<Result<_, _>>()?;
-    let [m, k, n] = v[..] else { return Err(bad().into()) };
-    let (x, w) = (operand(m * k, 97), operand(k * n, 89));
-    let mut c = vec![0.0f32; m * n];
-    let b = if transposed { MatRef::row_major(&w, n, k).t() } else { MatRef::row_major(&w, k, n) };
-    if let Some(kind) = half_kind(dtype) {
-        return Ok(bench_gemm_half(a, [m, k, n], transposed, kind, &x));
-    }
-    if burnlens_model::kernels::compute() == burnlens_model::kernels::Compute::Bf16 {
-        return Ok(bench_gemm_bf16(a, [m, k, n], spec, &x, b));
-    }
-    let before = burnlens_model::kernels::pool::stats();
-    // The model's path: the weight packed once (before timing), as `linear` keeps it.
-    let packed = burnlens_model::kernels::packed::Packed::new(b);
-    let warm = std::time::Duration::from_millis(300);
-    let times = match &packed {
-        Some(p) => timed_warm(a.reps, warm, || burnlens_model::kernels::packed::matmul_packed(&mut c, n, MatRef::row_major(&x, m, k), p, false)),
-        None => timed_warm(a.reps, warm, || matmul(&mut c, n, MatRef::row_major(&x, m, k), b, false)),
-    };
-    // One `gemm::gemm` call per block, packing both operands every time.
-    let unpacked = timed_warm(a.reps, warm, || matmul(&mut c, n, MatRef::row_major(&x, m, k), b, false));
-    let pool = burnlens_model::kernels::pool::stats();
-    Ok(json!({"times": times, "times_repacking": unpacked, "packed": packed.is_some(), "flops": 2.0 * (m * k * n) as f64, "shape": spec,
-           "pool_late_jobs": pool.late_jobs - before.late_jobs, "pool_revoked_seats": pool.revoked_seats - before.revoked_seats}))
-}
-
-/// `bench gemm --compute bf16`: the product in bf16 arithmetic, the weight rounded once into
-/// the columns `linear` keeps (before timing), the activations rounded and packed in every
-/// product, as in a forward pass.
-fn bench_gemm_bf16(a: &BenchArgs, [m, k, n]: [usize; 3], spec: &str, x: &[f32], b: burnlens_model::kernels::gemm::MatRef) -> serde_json::Value {
-    use burnlens_model::kernels::{bf16_gemm, bf16_pack::ColsBuf, gemm::MatRef};
-    let cols = ColsBuf::from_f32(b);
-    let mut c = vec![0.0f32; m * n];
-    let warm = std::time::Duration::from_millis(300);
-    let times = timed_warm(a.reps, warm, || bf16_gemm::matmul_bf16(&mut c, n, MatRef::row_major(x, m, k), cols.view(), false));
-    json!({"times": times, "compute": "bf16", "native": bf16_gemm::native(), "flops": 2.0 * (m * k * n) as f64, "shape": spec})
-}
-
-fn half_kind(dtype: burnlens_hf::WeightDtype) -> Option<burnlens_model::kernels::half::Half> {
     use burnlens_hf::WeightDtype;
-    use burnlens_model::kernels::half::Half;
-    match dtype {
+    use burnlens_model::kernels::{bench::GemmBench, half::Half};
+    let spec = a.shape.as_deref().ok_or_else(|| UserError("bench gemm: --shape MxKxN is required".into()))?;
+    let half = match dtype {
         WeightDtype::Bf16 => Some(Half::Bf16),
         WeightDtype::F16 => Some(Half::F16),
         WeightDtype::Auto | WeightDtype::F32 => None,
-    }
-}
-
-/// `bench gemm --dtype bf16|f16`: the product with a half weight (read in place, widened
-/// by the kernel), as a half-precision checkpoint's linear layers run it, each time on a
-/// weight that is not in the cache (`--in-cache`: always the same one).
-fn bench_gemm_half(a: &BenchArgs, [m, k, n]: [usize; 3], transposed: bool, kind: burnlens_model::kernels::half::Half, x: &[f32]) -> serde_json::Value {
-    use burnlens_model::kernels::gemm::MatRef;
-    use burnlens_model::kernels::half::{Half, HalfRef, matmul_half};
-    let bits: Vec<u16> = operand(k * n, 89)
-        .iter()
-        .map(|&v| match kind {
-            Half::Bf16 => burn::tensor::bf16::from_f32(v).to_bits(),
-            Half::F16 => burn::tensor::f16::from_f32(v).to_bits(),
-        })
-        .collect();
-    // Copies of the weight used in turn, 256 MB in all, so that each product reads its
-    // weight from memory as a decoding step does (one copy would stay in the L3 cache).
-    let copies = if a.in_cache { 1 } else { ((256usize << 20) / (2 * k * n).max(1)).clamp(1, 64) };
-    // On huge pages, as the half weights converted at load and the panels are.
-    let bits: Vec<burnlens_model::kernels::pages::PageBuf<u16>> = (0..copies).map(|_| burnlens_model::kernels::pages::PageBuf::copy_of(&bits)).collect();
-    fn view(data: &[u16], kind: burnlens_model::kernels::half::Half, [k, n]: [usize; 2], transposed: bool) -> HalfRef<'_> {
-        if transposed {
-            HalfRef { data, kind, offset: 0, rows: n, cols: k, rs: k as isize, cs: 1 }.t()
-        } else {
-            HalfRef { data, kind, offset: 0, rows: k, cols: n, rs: n as isize, cs: 1 }
-        }
-    }
-    let mut c = vec![0.0f32; m * n];
-    let mut turn = 0;
-    let warm = std::time::Duration::from_millis(300);
-    let times = if a.panels {
-        use burnlens_model::kernels::half_panels::{HalfPanels, matmul_half_panels};
-        let panels: Vec<HalfPanels> = bits.iter().map(|b| HalfPanels::new(view(b, kind, [k, n], transposed))).collect();
-        drop(bits);
-        timed_warm(a.reps, warm, || {
-            turn = (turn + 1) % copies;
-            matmul_half_panels(&mut c, n, MatRef::row_major(x, m, k), &panels[turn], false)
-        })
-    } else {
-        timed_warm(a.reps, warm, || {
-            turn = (turn + 1) % copies;
-            matmul_half(&mut c, n, MatRef::row_major(x, m, k), view(&bits[turn], kind, [k, n], transposed), false)
-        })
     };
-    json!({"times": times, "flops": 2.0 * (m * k * n) as f64, "weight_bytes": 2 * k * n, "shape": a.shape, "dtype": format!("{kind:?}"),
-           "weight_from": if copies == 1 { "cache" } else { "memory" }, "layout": if a.panels { "decoding panels" } else { "as stored" }})
-}
-
-/// A GEMM operand of `len` values in [-0.5, 0.5), periodic in `period` (a prime, so rows
-/// and columns do not line up).
-fn operand(len: usize, period: usize) -> Vec<f32> {
-    (0..len).map(|i| ((i % period) as f32 - (period / 2) as f32) / period as f32).collect()
-}
-
-/// What this machine can do: a large square GEMM with all threads and with one (the
-/// reachable compute peak), and a large copy with all threads (the reachable memory
-/// bandwidth, which bounds decoding).
-fn machine() -> serde_json::Value {
-    use burnlens_model::kernels::gemm::{MatRef, matmul};
-    let n = 1536;
-    let (a, b) = (operand(n * n, 97), operand(n * n, 89));
-    let mut c = vec![0.0f32; n * n];
-    let flops = 2.0 * (n * n * n) as f64;
-    let gemm_all = median(timed(5, || matmul(&mut c, n, MatRef::row_major(&a, n, n), MatRef::row_major(&b, n, n), false)));
-    let one = rayon::ThreadPoolBuilder::new().num_threads(1).build().expect("a one-thread pool");
-    let gemm_one = one.install(|| median(timed(3, || matmul(&mut c, n, MatRef::row_major(&a, n, n), MatRef::row_major(&b, n, n), false))));
-    // Copy bandwidth: read + write 256 MB, counted as bytes moved (read and written).
-    let len = 64 << 20;
-    let src = vec![1.0f32; len];
-    let mut dst = vec![0.0f32; len];
-    let copy = median(timed(5, || {
-        use rayon::prelude::*;
-        dst.par_chunks_mut(1 << 16).zip(src.par_chunks(1 << 16)).for_each(|(d, s)| d.copy_from_slice(s));
-    }));
-    // Read bandwidth: what decoding does with the weights, from where they live (packed and
-    // converted weights on huge pages, `kernels::pages`), and from the ordinary heap.
-    let read_from = |v: &[f32]| {
-        median(timed(5, || {
-            std::hint::black_box(burnlens_model::kernels::simd::parallel_sum(v));
-        }))
-    };
-    let read_heap = read_from(&src);
-    let read = read_from(&burnlens_model::kernels::pages::PageBuf::copy_of(&src));
-    json!({
-        "read_gbps": (len * 4) as f64 / read / 1e9,
-        "read_gbps_heap": (len * 4) as f64 / read_heap / 1e9,
-        "times": [gemm_all],
-        "threads": rayon::current_num_threads(),
-        "isa": burnlens_model::kernels::simd::isa(),
-        "gemm_gflops": flops / gemm_all / 1e9,
-        "gemm_gflops_one_thread": flops / gemm_one / 1e9,
-        "copy_gbps": 2.0 * (len * 4) as f64 / copy / 1e9,
-    })
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
+    let bench = GemmBench::parse(spec, half, a.reps).map_err(|e| UserError(format!("bench gemm: {e}")))?;
+    Ok(burnlens_model::kernels::bench::gemm(&GemmBench { in_cache: a.in_cache, panels: a.panels, ..bench }))
 }
 
 fn causal_mask(t: usize, device: &Device) -> Tensor<4, burn::tensor::Bool> {

@@ -32,6 +32,7 @@ pub mod activation;
 pub mod adamw;
 pub mod attention;
 mod attention_backward;
+pub mod bench;
 pub mod bf16_gemm;
 pub mod bf16_pack;
 pub mod bf16_round;
