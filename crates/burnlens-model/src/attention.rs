@@ -138,7 +138,7 @@ impl Attention {
     fn path(&self, fused: bool, hooks: &Hooks, device: &Device, t: usize, s: usize) -> AttentionPath {
         let fused = fused && self.softcap.is_none() && !hooks.is_active();
         let dropout_live = self.attn_dropout.prob > 0.0 && device.is_autodiff();
-        if fused && !dropout_live && kernels::is_flex(device) && kernels::enabled() {
+        if fused && !dropout_live && kernels::runs_on(device) {
             let window = match self.span {
                 AttentionSpan::Global => None,
                 AttentionSpan::Local(w) => Some(w),

@@ -3,7 +3,7 @@
 use burn::module::Module;
 use burn::nn::Linear;
 use burn::tensor::Tensor;
-use burn::tensor::activation::{relu, sigmoid};
+use burn::tensor::activation::relu;
 
 use crate::config::ActivationFn;
 use crate::hook_point::{HookPoint, MlpHook};
@@ -24,33 +24,17 @@ pub struct Mlp {
     pub activation: ActivationFn,
 }
 
-/// Apply a Hugging Face activation function element-wise.
-///
-/// The tanh GELUs use `0.5 x (1 + tanh(u)) = x σ(2u)`: the same function, computed with one
-/// `exp` per element instead of a `tanh`, and `x³` as two multiplications rather than `powf`.
+/// Apply a Hugging Face activation function element-wise: the sigmoid-gated ones (the tanh
+/// GELUs, `quick_gelu`, SiLU) through [`kernels::gated_activation`], which picks the fused
+/// kernel or the composed ops itself; the exact GELU and ReLU as Burn's ops.
 pub fn activate<const D: usize>(act: ActivationFn, x: Tensor<D>) -> Tensor<D> {
-    if let Some((alpha, beta)) = kernels::activation::gate_coefficients(act)
-        && kernels::is_flex(&x.device())
-        && kernels::enabled()
-        && x.dtype() == burn::tensor::DType::F32
-    {
+    if let Some((alpha, beta)) = kernels::activation::gate_coefficients(act) {
         return kernels::gated_activation(x, alpha, beta);
     }
-    // 2 * sqrt(2 / π)
-    const TWO_SQRT_2_OVER_PI: f64 = 1.595_769_121_605_730_7;
     match act {
-        ActivationFn::GeluNew => {
-            let inner = (x.clone() * x.clone() * 0.044715 + 1.0) * x.clone();
-            x * sigmoid(inner * TWO_SQRT_2_OVER_PI)
-        }
         ActivationFn::Gelu => burn::tensor::activation::gelu(x),
-        ActivationFn::GeluFast => {
-            let inner = (x.clone() * x.clone() * 0.044715 + 1.0) * x.clone();
-            x * sigmoid(inner * (2.0 * 0.7978845608))
-        }
         ActivationFn::Relu => relu(x),
-        ActivationFn::QuickGelu => x.clone() * sigmoid(x * 1.702),
-        ActivationFn::Silu => x.clone() * sigmoid(x),
+        gated => unreachable!("{gated:?} has gate coefficients"),
     }
 }
 

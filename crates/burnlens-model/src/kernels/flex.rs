@@ -63,6 +63,12 @@ pub fn is_flex(device: &Device) -> bool {
     matches!(device.clone().inner().as_dispatch(), DispatchDevice::Flex(_))
 }
 
+/// Whether burnlens's kernels run on `device` (kernels on, the flex backend): what a caller
+/// choosing between a kernel and another backend's own fused op asks.
+pub fn runs_on(device: &Device) -> bool {
+    enabled() && is_flex(device)
+}
+
 /// Whether a kernel may run: kernels on, every tensor on flex and f32.
 pub(crate) fn use_kernels(devices: &[&Device], dtypes: &[DType]) -> bool {
     let yes = enabled() && devices.iter().all(|d| is_flex(d)) && dtypes.iter().all(|t| *t == DType::F32);

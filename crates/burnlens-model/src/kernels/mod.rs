@@ -63,7 +63,7 @@ pub use attention::{AttentionMask, attention, attention_reference};
 pub use compute::{Compute, compute, set_compute};
 pub use cross_entropy::{cross_entropy, cross_entropy_reference};
 pub use embedding::embedding;
-pub use flex::{Op, calls, enabled, is_flex, set_enabled};
+pub use flex::{Op, calls, enabled, is_flex, runs_on, set_enabled};
 pub use layer_norm::{layer_norm, layer_norm_reference, rms_norm, rms_norm_reference};
 pub use linear::{linear, linear_reference};
 pub use softmax::{softmax, softmax_reference};
