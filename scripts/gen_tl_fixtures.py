@@ -41,7 +41,8 @@ CORRUPTED = [5, 17, 33, 2, 91, 12, 7, 64]
 RIGHT, WRONG = 3, 11
 # TransformerLens's config fields burnlens's Python `model.cfg` mirrors (recorded as `cfg`).
 CFG_FIELDS = ["n_layers", "n_heads", "d_model", "d_head", "d_mlp", "d_vocab", "n_ctx", "n_key_value_heads", "eps", "normalization_type",
-              "positional_embedding_type", "act_fn", "attn_only", "gated_mlp", "parallel_attn_mlp", "attn_scores_soft_cap", "output_logits_soft_cap"]
+              "positional_embedding_type", "act_fn", "attn_only", "gated_mlp", "parallel_attn_mlp", "attn_scores_soft_cap", "output_logits_soft_cap",
+              "d_vocab_out", "final_rms", "rotary_dim", "rotary_base", "rotary_adjacent_pairs", "use_local_attn", "attn_types", "window_size"]
 GRAD_HOOKS = ["hook_embed", "blocks.0.hook_resid_pre", "blocks.0.attn.hook_pattern", "blocks.1.attn.hook_z", "blocks.1.mlp.hook_post", "blocks.2.hook_resid_post"]
 
 

@@ -4,7 +4,7 @@
 //! `"standard"`/`"shortformer"`/`"rotary"`, a soft cap of `-1.0` for none). Python's
 //! `model.cfg` is this.
 
-use burnlens_model::{ActivationFn, MlpKind, NormKind, Positional, TransformerConfig};
+use burnlens_model::{ActivationFn, AttentionSpan, MlpKind, NormKind, Positional, TransformerConfig};
 use serde::Serialize;
 
 /// A model's configuration as TransformerLens names it.
@@ -17,6 +17,8 @@ pub struct TlConfig {
     /// `None` for attention-only models.
     pub d_mlp: Option<usize>,
     pub d_vocab: usize,
+    /// The unembedding's width (`d_vocab`: burnlens models predict their own vocabulary).
+    pub d_vocab_out: usize,
     pub n_ctx: usize,
     /// Heads of keys and values (`n_heads` without grouped-query attention).
     pub n_key_value_heads: usize,
@@ -35,10 +37,29 @@ pub struct TlConfig {
     pub attn_scores_soft_cap: f64,
     /// `-1.0` when logits are not capped.
     pub output_logits_soft_cap: f64,
+    /// Whether the final norm is an RMSNorm.
+    pub final_rms: bool,
+    /// Rotated dimensions of each head (`None` without rotary positions).
+    pub rotary_dim: Option<usize>,
+    /// The rotary base (TransformerLens's default, 10000, without rotary positions).
+    pub rotary_base: f64,
+    /// GPT-J's interleaved rotary (pairs of adjacent dimensions).
+    pub rotary_adjacent_pairs: bool,
+    /// Whether any layer attends over a local window.
+    pub use_local_attn: bool,
+    /// `global` / `local` per layer where any layer is local, else `None`.
+    pub attn_types: Option<Vec<&'static str>>,
+    /// The local window, where a layer has one.
+    pub window_size: Option<usize>,
 }
 
 impl TlConfig {
     pub fn of(c: &TransformerConfig) -> Self {
+        let window_size = c.spans.iter().find_map(|s| match s {
+            AttentionSpan::Local(w) => Some(*w),
+            AttentionSpan::Global => None,
+        });
+        let span_name = |s: &AttentionSpan| if *s == AttentionSpan::Global { "global" } else { "local" };
         TlConfig {
             n_layers: c.n_layers(),
             n_heads: c.n_heads,
@@ -46,6 +67,7 @@ impl TlConfig {
             d_head: c.d_head,
             d_mlp: c.d_mlp,
             d_vocab: c.vocab_size,
+            d_vocab_out: c.vocab_size,
             n_ctx: c.n_ctx,
             n_key_value_heads: c.kv_heads(),
             eps: c.layer_norm_eps,
@@ -71,6 +93,13 @@ impl TlConfig {
             parallel_attn_mlp: c.parallel_residual,
             attn_scores_soft_cap: c.attn_softcap.unwrap_or(-1.0),
             output_logits_soft_cap: c.final_softcap.unwrap_or(-1.0),
+            final_rms: c.norm == NormKind::RmsNorm,
+            rotary_dim: c.rotary.map(|r| r.dims),
+            rotary_base: c.rotary.map_or(10000.0, |r| r.base),
+            rotary_adjacent_pairs: c.rotary.is_some_and(|r| r.interleaved),
+            use_local_attn: window_size.is_some(),
+            attn_types: window_size.map(|_| c.spans.iter().map(span_name).collect()),
+            window_size,
         }
     }
 }
@@ -91,5 +120,9 @@ mod tests {
         let llama = TlConfig::of(&c);
         assert_eq!((llama.normalization_type, llama.positional_embedding_type, llama.act_fn), ("RMS", "rotary", "silu"));
         assert_eq!((llama.n_key_value_heads, llama.gated_mlp, llama.output_logits_soft_cap), (2, true, 30.0));
+        assert_eq!((gpt2.rotary_dim, gpt2.attn_types.clone(), gpt2.final_rms), (None, None, false));
+        c.spans = vec![AttentionSpan::Local(8), AttentionSpan::Global];
+        let local = TlConfig::of(&c);
+        assert_eq!((local.window_size, local.attn_types, local.use_local_attn), (Some(8), Some(vec!["local", "global"]), true));
     }
 }
