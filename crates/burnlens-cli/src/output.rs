@@ -14,11 +14,11 @@ pub enum Saved {
     I64(String, Vec<usize>, Vec<i64>),
 }
 
-/// Write `bytes` to `path` through [`burnlens_hf::write_atomic`] (temporary file, fsync,
+/// Write `bytes` to `path` through [`burnlens_model::files::write_atomic`] (temporary file, fsync,
 /// rename), with errors for the user.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     check_dir(path)?;
-    burnlens_hf::write_atomic(path, bytes).map_err(|e| UserError(format!("{}: cannot write: {e}", path.display())).into())
+    burnlens_model::files::write_atomic(path, bytes).map_err(cannot_write)
 }
 
 /// An output path whose directory exists, or the user's error naming it.
@@ -45,5 +45,10 @@ pub fn write_safetensors(path: &Path, tensors: &[Saved]) -> Result<()> {
         .collect();
     let files: Vec<FileTensor> = bytes.iter().map(|(n, dt, s, b)| FileTensor { name: n, dtype: *dt, shape: s.to_vec(), bytes: b }).collect();
     check_dir(path)?;
-    burnlens_model::files::write_safetensors(path, &files, None).map_err(|e| UserError(format!("{}: cannot write: {e}", path.display())).into())
+    burnlens_model::files::write_safetensors(path, &files, None).map_err(cannot_write)
+}
+
+/// A failed write as the user's error (exit 2): `PATH: cannot write: why`.
+fn cannot_write(e: burnlens_model::files::FileError) -> anyhow::Error {
+    UserError(format!("{}: cannot write: {}", e.path.display(), e.source)).into()
 }

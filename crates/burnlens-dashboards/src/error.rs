@@ -34,3 +34,9 @@ impl DashboardError {
         DashboardError::Io { path: path.to_path_buf(), msg: e.to_string() }
     }
 }
+
+impl From<burnlens_model::files::FileError> for DashboardError {
+    fn from(e: burnlens_model::files::FileError) -> Self {
+        DashboardError::io(&e.path, e.source)
+    }
+}

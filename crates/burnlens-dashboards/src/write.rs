@@ -36,7 +36,7 @@ fn write(path: &Path, bytes: &[u8]) -> Result<(), DashboardError> {
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).map_err(|e| DashboardError::io(dir, e))?;
     }
-    burnlens_model::files::write_replacing(path, bytes).map_err(|e| DashboardError::io(path, e))
+    Ok(burnlens_model::files::write_replacing(path, bytes)?)
 }
 
 /// Writes every output; returns the browser's `index.html`.
@@ -84,7 +84,7 @@ pub fn write_all(
     write(&index, index_page(dashboards, tok, &summary, ctx, info.tokens).as_bytes())?;
     let run = json!({ "config": cfg, "model": info.model_id, "sae": info.sae_set, "dataset": info.dataset, "tokens": info.tokens, "seq_len": info.seq_len, "features": dashboards.len(), "run": info.extra });
     let path = out.join("run.json");
-    burnlens_model::files::write_atomic(&path, serde_json::to_string_pretty(&run).expect("json").as_bytes()).map_err(|e| DashboardError::io(&path, e))?;
+    burnlens_model::files::write_atomic(&path, serde_json::to_string_pretty(&run).expect("json").as_bytes())?;
     Ok(index)
 }
 

@@ -67,7 +67,7 @@ impl CacheIndex {
 
     fn write(&self, dir: &Path) -> Result<(), StoreError> {
         let path = dir.join(INDEX);
-        burnlens_model::files::write_atomic(&path, serde_json::to_string_pretty(self).expect("index serialises").as_bytes()).map_err(|e| file_err(&path, e))
+        Ok(burnlens_model::files::write_atomic(&path, serde_json::to_string_pretty(self).expect("index serialises").as_bytes())?)
     }
 
     /// Model passes held.
@@ -185,7 +185,7 @@ fn write_shard(path: &Path, names: &[String], widths: &[usize], rows: &[Vec<f32>
     let bytes: Vec<Vec<u8>> = rows.iter().map(|r| f32_bytes(r)).collect();
     let tensors: Vec<FileTensor> =
         names.iter().zip(widths).zip(&bytes).map(|((n, &w), b)| FileTensor { name: n, dtype: Dtype::F32, shape: vec![b.len() / 4 / w, w], bytes: b }).collect();
-    write_safetensors(path, &tensors, None).map_err(|e| file_err(path, e))
+    Ok(write_safetensors(path, &tensors, None)?)
 }
 
 /// Reads a cache back one model pass (chunk) at a time, the hooks asked for side by side.

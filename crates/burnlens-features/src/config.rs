@@ -73,3 +73,9 @@ pub enum RunError {
 pub(crate) fn file_err(path: &Path, e: impl std::fmt::Display) -> RunError {
     RunError::File { path: path.to_path_buf(), msg: e.to_string() }
 }
+
+impl From<burnlens_model::files::FileError> for RunError {
+    fn from(e: burnlens_model::files::FileError) -> Self {
+        file_err(&e.path, e.source)
+    }
+}

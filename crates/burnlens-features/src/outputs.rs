@@ -95,7 +95,7 @@ fn write_transcoders(out: &Path, cfg: &SaeRunConfig, trainers: &[SaeTrainer]) ->
         yaml.push_str(&format!("  - {file}\n"));
     }
     let cfg_path = out.join("config.yaml");
-    burnlens_model::files::write_atomic(&cfg_path, yaml.as_bytes()).map_err(|e| file_err(&cfg_path, e))?;
+    burnlens_model::files::write_atomic(&cfg_path, yaml.as_bytes())?;
     Ok(out.to_path_buf())
 }
 
@@ -129,7 +129,7 @@ fn write_clt(out: &Path, cfg: &SaeRunConfig, t: &SaeTrainer) -> Result<PathBuf, 
         "model_kind: cross_layer_transcoder\nscan: burnlens-trained\nfeature_input_hook: {input}\nfeature_output_hook: {output}\nactivation_function: {activation}\n"
     );
     let cfg_path = out.join("config.yaml");
-    burnlens_model::files::write_atomic(&cfg_path, yaml.as_bytes()).map_err(|e| file_err(&cfg_path, e))?;
+    burnlens_model::files::write_atomic(&cfg_path, yaml.as_bytes())?;
     Ok(out.to_path_buf())
 }
 
@@ -139,5 +139,5 @@ fn write_f32s(path: &Path, tensors: Vec<(String, Vec<usize>, Vec<f32>)>) -> Resu
     let bytes: Vec<Vec<u8>> = tensors.iter().map(|(_, _, v)| f32_bytes(v)).collect();
     let files: Vec<FileTensor> =
         tensors.iter().zip(&bytes).map(|((n, s, _), b)| FileTensor { name: n, dtype: Dtype::F32, shape: s.clone(), bytes: b }).collect();
-    write_safetensors(path, &files, None).map_err(|e| file_err(path, e))
+    Ok(write_safetensors(path, &files, None)?)
 }

@@ -57,3 +57,9 @@ pub fn pass(model: &Transformer, hooks: &[HookPoint], windows: &[Vec<u32>]) -> R
         })
         .collect()
 }
+
+impl From<burnlens_model::files::FileError> for StoreError {
+    fn from(e: burnlens_model::files::FileError) -> Self {
+        StoreError::Config(e.to_string())
+    }
+}

@@ -206,7 +206,7 @@ fn write_config(dir: &Path, cfg: &SaeRunConfig) -> Result<(), RunError> {
     match std::fs::read_to_string(&cfg_path) {
         Ok(old) if old != cfg_text => Err(file_err(&cfg_path, "this run directory holds a run with another configuration; use a new directory (or delete it)")),
         Ok(_) => Ok(()),
-        Err(_) => burnlens_model::files::write_atomic(&cfg_path, cfg_text.as_bytes()).map_err(|e| file_err(&cfg_path, e)),
+        Err(_) => Ok(burnlens_model::files::write_atomic(&cfg_path, cfg_text.as_bytes())?),
     }
 }
 
@@ -302,7 +302,7 @@ fn save_checkpoint(path: &Path, trainers: &[SaeTrainer], store: &ActivationStore
     let files: Vec<burnlens_model::files::FileTensor> =
         tensors.iter().map(|(n, d, s, b)| burnlens_model::files::FileTensor { name: n, dtype: *d, shape: s.clone(), bytes: b }).collect();
     let metadata = HashMap::from([("state".to_string(), meta.to_string())]);
-    burnlens_model::files::write_safetensors(path, &files, Some(metadata)).map_err(|e| file_err(path, e))
+    Ok(burnlens_model::files::write_safetensors(path, &files, Some(metadata))?)
 }
 
 /// A checkpoint's tensors and training state.

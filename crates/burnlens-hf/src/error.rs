@@ -51,3 +51,9 @@ impl HfError {
 }
 
 pub type Result<T, E = HfError> = std::result::Result<T, E>;
+
+impl From<burnlens_model::files::FileError> for HfError {
+    fn from(e: burnlens_model::files::FileError) -> Self {
+        HfError::io(e.path, e.source)
+    }
+}

@@ -148,8 +148,8 @@ pub fn export_hf(model: &Transformer, family: Family, dir: &Path, options: &Expo
         out.iter().map(|(n, s, b)| crate::files::FileTensor { name: n, dtype: st_dtype, shape: s.clone(), bytes: b }).collect();
     let metadata = HashMap::from([("format".to_string(), "pt".to_string())]);
     let weights = dir.join("model.safetensors");
-    crate::files::write_safetensors(&weights, &files, Some(metadata)).map_err(|e| HfError::io(&weights, e))?;
-    write_atomic(&dir.join("config.json"), serde_json::to_string_pretty(&config).expect("json").as_bytes())?;
+    crate::files::write_safetensors(&weights, &files, Some(metadata))?;
+    crate::files::write_atomic(&dir.join("config.json"), serde_json::to_string_pretty(&config).expect("json").as_bytes())?;
     if let Some(tok) = tokenizer {
         let tmp = dir.join(format!(".tokenizer-{}", std::process::id()));
         std::fs::create_dir_all(&tmp).map_err(|e| HfError::io(&tmp, e))?;
@@ -159,9 +159,4 @@ pub fn export_hf(model: &Transformer, family: Family, dir: &Path, options: &Expo
         let _ = std::fs::remove_dir(&tmp);
     }
     Ok(())
-}
-
-/// [`crate::files::write_atomic`] with the error naming the file.
-pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    crate::files::write_atomic(path, bytes).map_err(|e| HfError::io(path, e))
 }

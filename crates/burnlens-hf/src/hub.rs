@@ -217,7 +217,7 @@ impl Hub {
         if let Some(parent) = r.parent() {
             std::fs::create_dir_all(parent).map_err(|e| HfError::io(parent, e))?;
         }
-        crate::export::write_atomic(&r, commit.as_bytes())
+        Ok(crate::files::write_atomic(&r, commit.as_bytes())?)
     }
 
     /// The commit a cached revision points to.

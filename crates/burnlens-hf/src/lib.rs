@@ -25,7 +25,6 @@ pub use dtype::{LoadOptions, WeightDtype};
 pub use error::HfError;
 pub use export::{ExportOptions, check_exportable, export_hf, hf_config_json};
 pub use family::{Family, FamilySpec, FreshShape};
-pub use files::write_atomic;
 pub use hub::{Hub, HubId, resolve_folder, resolve_model};
 pub use import::{CheckpointInfo, LoadedModel, import, load_model, load_model_with};
 pub use tokenizer::Tokenizer;

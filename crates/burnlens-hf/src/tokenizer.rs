@@ -102,7 +102,7 @@ impl Tokenizer {
                 let path = dir.join(CHAR_VOCAB_FILE);
                 let strings: Vec<String> = chars.iter().map(|c| c.to_string()).collect();
                 let doc = serde_json::json!({ "kind": "char", "chars": strings });
-                crate::files::write_atomic(&path, serde_json::to_string_pretty(&doc).expect("json").as_bytes()).map_err(|e| HfError::io(&path, e))?;
+                crate::files::write_atomic(&path, serde_json::to_string_pretty(&doc).expect("json").as_bytes())?;
                 Ok(path)
             }
             Tokenizer::Hf { path: src, .. } => {

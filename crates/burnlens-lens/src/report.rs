@@ -91,7 +91,7 @@ pub fn composition_svgs(c: &CompositionScores) -> Vec<(String, String)> {
 }
 
 pub(crate) fn write(dir: &Path, name: &str, text: &str) -> std::io::Result<()> {
-    burnlens_model::files::write_atomic(&dir.join(name), text.as_bytes())
+    Ok(burnlens_model::files::write_atomic(&dir.join(name), text.as_bytes())?)
 }
 
 /// Write `index.html`, `report.json` and the SVG figures of `a` into `dir`.

@@ -5,17 +5,43 @@
 //! one safetensors writer on top of it.
 
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+
+/// An I/O error and the file it happened to: what every writer here returns, so that each
+/// crate's error type takes it with `?` (a `From` impl) and names the file, instead of each
+/// call site mapping the error by hand.
+#[derive(Debug, thiserror::Error)]
+#[error("{}: {source}", path.display())]
+pub struct FileError {
+    pub path: PathBuf,
+    #[source]
+    pub source: std::io::Error,
+}
+
+impl From<FileError> for std::io::Error {
+    fn from(e: FileError) -> Self {
+        std::io::Error::new(e.source.kind(), e)
+    }
+}
+
+/// `result` with its error naming `path`.
+fn at<T>(path: &Path, result: std::io::Result<T>) -> Result<T, FileError> {
+    result.map_err(|source| FileError { path: path.to_path_buf(), source })
+}
 
 /// Write `bytes` to `path` atomically and durably. On error the temporary file is removed
 /// and `path` is untouched.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), FileError> {
     write_atomic_with(path, |tmp| std::fs::File::create(tmp)?.write_all(bytes))
 }
 
 /// [`write_atomic`] for a writer that streams the file itself (too large to hold as one
 /// buffer): `write` creates and fills the temporary path it is given.
-pub fn write_atomic_with(path: &Path, write: impl FnOnce(&Path) -> std::io::Result<()>) -> std::io::Result<()> {
+pub fn write_atomic_with(path: &Path, write: impl FnOnce(&Path) -> std::io::Result<()>) -> Result<(), FileError> {
+    at(path, write_atomic_io(path, write))
+}
+
+fn write_atomic_io(path: &Path, write: impl FnOnce(&Path) -> std::io::Result<()>) -> std::io::Result<()> {
     let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let name = path.file_name().ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a file path"))?;
     let tmp = dir.join(format!(".{}.tmp-{}", name.to_string_lossy(), std::process::id()));
@@ -34,7 +60,11 @@ pub fn write_atomic_with(path: &Path, write: impl FnOnce(&Path) -> std::io::Resu
 /// [`write_atomic`] without the flushes to disk, for folders of many small files written
 /// together (a flush each made thousands of files take minutes): a crash still never leaves a
 /// half-written file under `path`, but a power cut may lose the newest ones.
-pub fn write_replacing(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+pub fn write_replacing(path: &Path, bytes: &[u8]) -> Result<(), FileError> {
+    at(path, write_replacing_io(path, bytes))
+}
+
+fn write_replacing_io(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let name = path.file_name().ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a file path"))?;
     let tmp = dir.join(format!(".{}.tmp-{}", name.to_string_lossy(), std::process::id()));
@@ -67,7 +97,7 @@ pub fn i64_bytes(v: &[i64]) -> Vec<u8> {
 /// written as [`write_atomic`] writes and streamed into the temporary file (never a second
 /// copy of the bytes in memory). A shape that does not match its bytes is an error naming the
 /// tensor.
-pub fn write_safetensors(path: &Path, tensors: &[FileTensor], metadata: Option<std::collections::HashMap<String, String>>) -> std::io::Result<()> {
+pub fn write_safetensors(path: &Path, tensors: &[FileTensor], metadata: Option<std::collections::HashMap<String, String>>) -> Result<(), FileError> {
     let views = tensors
         .iter()
         .map(|t| {
@@ -75,7 +105,8 @@ pub fn write_safetensors(path: &Path, tensors: &[FileTensor], metadata: Option<s
                 .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, format!("tensor {}: {e}", t.name)))?;
             Ok((t.name, view))
         })
-        .collect::<std::io::Result<Vec<_>>>()?;
+        .collect::<std::io::Result<Vec<_>>>();
+    let views = at(path, views)?;
     write_atomic_with(path, |tmp| safetensors::serialize_to_file(views, metadata, tmp).map_err(std::io::Error::other))
 }
 

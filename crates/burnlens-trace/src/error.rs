@@ -24,3 +24,9 @@ impl TraceError {
         TraceError::File { path: path.into(), msg: msg.into() }
     }
 }
+
+impl From<burnlens_model::files::FileError> for TraceError {
+    fn from(e: burnlens_model::files::FileError) -> Self {
+        TraceError::file(e.path, e.source.to_string())
+    }
+}

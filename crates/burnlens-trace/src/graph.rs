@@ -337,7 +337,7 @@ impl Graph {
             meta.insert("scan".to_string(), scan.clone());
         }
         // Streamed to the file: the rows are never copied into one serialised buffer.
-        burnlens_model::files::write_safetensors(path, &files, Some(meta)).map_err(|e| TraceError::file(path, e.to_string()))
+        Ok(burnlens_model::files::write_safetensors(path, &files, Some(meta))?)
     }
 }
 

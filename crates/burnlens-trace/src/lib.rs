@@ -38,8 +38,3 @@ pub use json::{GraphJson, GraphText, Node};
 pub use output::{GraphFiles, write_graph, write_graph_with};
 pub use replacement::{ActiveFeature, Replacement, layer_inputs};
 pub use transcoder::{FeatureActivation, InputHook, OutputHook, Transcoder, TranscoderSet};
-
-/// [`burnlens_model::files::write_atomic`] with the error naming the file.
-pub(crate) fn write_atomic(path: &std::path::Path, bytes: &[u8]) -> Result<(), TraceError> {
-    burnlens_model::files::write_atomic(path, bytes).map_err(|e| TraceError::file(path, e.to_string()))
-}

@@ -54,7 +54,7 @@ pub fn write_graph_with(
     graph.save_safetensors(&files.safetensors, DENSE_LIMIT)?;
     let mut json = graph.to_json(&pruned, text, node_threshold);
     json.nodes.iter_mut().for_each(annotate);
-    crate::write_atomic(&files.json, serde_json::to_string_pretty(&json).expect("json").as_bytes())?;
-    crate::write_atomic(&files.html, crate::html::graph_html(&json).as_bytes())?;
+    burnlens_model::files::write_atomic(&files.json, serde_json::to_string_pretty(&json).expect("json").as_bytes())?;
+    burnlens_model::files::write_atomic(&files.html, crate::html::graph_html(&json).as_bytes())?;
     Ok(GraphFiles { kept_nodes: json.nodes.len(), kept_edges: json.links.len(), ..files })
 }

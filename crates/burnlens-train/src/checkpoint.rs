@@ -20,9 +20,7 @@ use crate::config::RunConfig;
 use crate::error::{Result, TrainError};
 use crate::spec::ModelSpec;
 
-pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    burnlens_hf::write_atomic(path, bytes).map_err(|e| TrainError::io(path, e))
-}
+pub(crate) use burnlens_model::files::write_atomic;
 
 /// What a checkpoint records besides the weights and optimizer state.
 #[derive(Debug, Clone, Serialize, Deserialize)]

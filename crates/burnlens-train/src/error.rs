@@ -55,3 +55,9 @@ impl From<DistError> for TrainError {
 }
 
 pub type Result<T, E = TrainError> = std::result::Result<T, E>;
+
+impl From<burnlens_model::files::FileError> for TrainError {
+    fn from(e: burnlens_model::files::FileError) -> Self {
+        TrainError::io(e.path, e.source)
+    }
+}

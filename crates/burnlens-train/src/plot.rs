@@ -12,7 +12,7 @@ pub fn write_loss_svg(path: &Path, history: &[Value]) -> std::io::Result<()> {
     };
     let train = series("train", "loss");
     let val = series("eval", "val_loss");
-    burnlens_model::files::write_atomic(path, render(&train, &val).as_bytes())
+    Ok(burnlens_model::files::write_atomic(path, render(&train, &val).as_bytes())?)
 }
 
 fn render(train: &[(f64, f64)], val: &[(f64, f64)]) -> String {

@@ -501,3 +501,9 @@ pub fn run_sae(model: &Transformer, sae: &Sae, ids: &[i64], k: usize) -> Result<
         strongest_feature,
     })
 }
+
+impl From<burnlens_model::files::FileError> for SaeError {
+    fn from(e: burnlens_model::files::FileError) -> Self {
+        SaeError::File { path: e.path, msg: e.source.to_string() }
+    }
+}

@@ -88,10 +88,10 @@ impl Sae {
             .map(|(n, dims, bytes)| burnlens_model::files::FileTensor { name: n, dtype: safetensors::Dtype::F32, shape: dims.clone(), bytes })
             .collect();
         let weights = dir.join(WEIGHTS_FILE);
-        burnlens_model::files::write_safetensors(&weights, &files, None).map_err(|e| io(&weights, e))?;
+        burnlens_model::files::write_safetensors(&weights, &files, None)?;
         let write = |name: &str, data: &[u8]| -> Result<(), SaeError> {
             let path = dir.join(name);
-            burnlens_model::files::write_atomic(&path, data).map_err(|e| io(&path, e))
+            Ok(burnlens_model::files::write_atomic(&path, data)?)
         };
         write(CFG_FILE, serde_json::to_string_pretty(&self.cfg.to_json()).expect("json").as_bytes())
     }
