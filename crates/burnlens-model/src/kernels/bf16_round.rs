@@ -58,13 +58,15 @@ pub fn round_slice(v: &mut [f32]) {
 }
 
 /// A denormal result flushed to a zero of its sign.
+#[cfg(test)]
 #[inline(always)]
 fn flush(x: f32) -> f32 {
     if x.to_bits() & 0x7f80_0000 == 0 { f32::from_bits(x.to_bits() & 0x8000_0000) } else { x }
 }
 
 /// `acc + a[1]·b[1] + a[0]·b[0]` for one pair of bf16 values each, rounded as `vdpbf16ps`
-/// rounds (see the module's note).
+/// rounds (see the module's note). The scalar rule the kernel is tested against.
+#[cfg(test)]
 #[inline(always)]
 pub fn pair_product(acc: f32, a: [u16; 2], b: [u16; 2]) -> f32 {
     let odd = flush(from_bf16(a[1])) * flush(from_bf16(b[1]));
@@ -74,6 +76,7 @@ pub fn pair_product(acc: f32, a: [u16; 2], b: [u16; 2]) -> f32 {
 
 /// `Σ_k a[k]·b[k]` over bf16 values, pair after pair from `acc`, as one output lane of the
 /// kernel sums it (an odd length ends with a zero pair half).
+#[cfg(test)]
 pub fn dot(mut acc: f32, a: &[u16], b: &[u16]) -> f32 {
     assert_eq!(a.len(), b.len(), "dot: lengths differ");
     let pair = |v: &[u16], i: usize| [v[2 * i], v.get(2 * i + 1).copied().unwrap_or(0)];

@@ -27,6 +27,11 @@
 //! glibc's allocator to keep freed buffers for the next step ([`memory`]). Packed weights, half
 //! weights converted at load and AdamW's moments live on huge pages where the OS gives them
 //! ([`pages`]).
+//!
+//! The boundary: the op functions below (each picks its kernel or Burn's composed ops
+//! itself), [`runs_on`] for callers choosing between a kernel and a backend's own fused op,
+//! and the modules another crate or the kernel tests reach are public; the rest (packing
+//! layouts, rounding rules, SIMD helpers, the flex plumbing) are the kernels' own.
 
 pub mod activation;
 pub mod adamw;
@@ -34,26 +39,26 @@ pub mod attention;
 mod attention_backward;
 pub mod bench;
 pub mod bf16_gemm;
-pub mod bf16_pack;
-pub mod bf16_round;
+mod bf16_pack;
+mod bf16_round;
 pub mod compute;
 pub mod cross_entropy;
 pub mod embedding;
-pub mod flex;
+mod flex;
 pub mod gemm;
 pub mod half;
-pub mod half_blocked;
-pub mod half_format;
+mod half_blocked;
+mod half_format;
 pub mod half_panels;
-pub mod half_stream;
-pub mod kept;
+mod half_stream;
+mod kept;
 pub mod layer_norm;
 pub mod linear;
 pub mod memory;
 pub mod packed;
 pub mod pages;
 pub mod pool;
-pub mod simd;
+mod simd;
 pub mod softmax;
 pub mod sum_squares;
 mod transpose16;
