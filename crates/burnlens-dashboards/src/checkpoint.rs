@@ -29,11 +29,10 @@ pub struct Checkpoint {
 
 impl Checkpoint {
     pub fn save(&self, path: &Path) -> Result<(), DashboardError> {
-        burnlens_model::files::write_atomic_with(path, |tmp| {
+        Ok(burnlens_model::files::write_atomic_with(path, |tmp| {
             let f = std::io::BufWriter::new(std::fs::File::create(tmp)?);
             ciborium::into_writer(self, f).map_err(std::io::Error::other)
-        })
-        .map_err(|e| DashboardError::io(path, e))
+        })?)
     }
 
     /// The checkpoint at `path` if there is one; one made for another run is an error.

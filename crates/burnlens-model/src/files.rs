@@ -125,7 +125,10 @@ mod tests {
         let names: Vec<_> = std::fs::read_dir(&tmp).unwrap().map(|e| e.unwrap().file_name()).collect();
         assert_eq!(names.len(), 1, "{names:?}");
         // A target in a missing directory fails and creates nothing.
-        assert!(write_atomic(&tmp.join("missing/b.json"), b"x").is_err());
+        let e = write_atomic(&tmp.join("missing/b.json"), b"x").unwrap_err();
+        // The error names the file once, and keeps the cause and its kind through io::Error.
+        assert_eq!(e.to_string().matches("b.json").count(), 1, "{e}");
+        assert_eq!(std::io::Error::from(e).kind(), std::io::ErrorKind::NotFound);
         std::fs::remove_dir_all(&tmp).unwrap();
     }
 }

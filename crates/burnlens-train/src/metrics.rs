@@ -32,7 +32,7 @@ impl Metrics {
     }
 
     /// `loss.svg` from the lines so far.
-    pub(crate) fn plot(&self) -> std::io::Result<()> {
+    pub(crate) fn plot(&self) -> std::result::Result<(), burnlens_model::files::FileError> {
         write_loss_svg(&self.svg, &self.history)
     }
 }

@@ -6,13 +6,13 @@ use std::path::Path;
 use serde_json::Value;
 
 /// Plot training loss per step and validation loss per evaluation from `metrics.jsonl` lines.
-pub fn write_loss_svg(path: &Path, history: &[Value]) -> std::io::Result<()> {
+pub fn write_loss_svg(path: &Path, history: &[Value]) -> Result<(), burnlens_model::files::FileError> {
     let series = |kind: &str, key: &str| -> Vec<(f64, f64)> {
         history.iter().filter(|v| v["kind"] == kind).filter_map(|v| Some((v["step"].as_f64()?, v[key].as_f64()?))).filter(|(_, y)| y.is_finite()).collect()
     };
     let train = series("train", "loss");
     let val = series("eval", "val_loss");
-    Ok(burnlens_model::files::write_atomic(path, render(&train, &val).as_bytes())?)
+    burnlens_model::files::write_atomic(path, render(&train, &val).as_bytes())
 }
 
 fn render(train: &[(f64, f64)], val: &[(f64, f64)]) -> String {

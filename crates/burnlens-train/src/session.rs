@@ -378,7 +378,7 @@ impl TrainSession {
     pub fn finish(self, observer: &mut dyn Observer) -> Result<RunSummary> {
         let run_dir = self.cfg.output.dir.clone();
         if let Some(metrics) = &self.metrics {
-            metrics.plot().map_err(|e| TrainError::io(run_dir.join("loss.svg"), e))?;
+            metrics.plot()?;
         }
         let seconds = self.started.elapsed().as_secs_f64();
         let t = &self.cfg.training;
