@@ -88,11 +88,8 @@ pub(crate) fn logit_lens<'py>(py: Python<'py>, model: &NativeModel, tokens: Vec<
 pub(crate) fn logit_attribution<'py>(py: Python<'py>, model: &NativeModel, tokens: Vec<i64>, right: i64, wrong: Option<i64>) -> PyResult<Bound<'py, PyDict>> {
     let m = &model.any.model;
     m.check_ids(&tokens).map_err(value)?;
-    for id in std::iter::once(right).chain(wrong) {
-        if id < 0 || id as usize >= m.config.vocab_size {
-            return Err(Fail::Value(format!("token {id} is outside the vocabulary of {}", m.config.vocab_size)).into());
-        }
-    }
+    let targets: Vec<i64> = std::iter::once(right).chain(wrong).collect();
+    model.any.check_vocabulary(&targets).map_err(value)?;
     let dla = py.detach(|| burnlens_lens::direct_logit_attribution(m, &tokens, right, wrong));
     let (n, t) = (dla.contributions.len(), tokens.len());
     let out = PyDict::new(py);

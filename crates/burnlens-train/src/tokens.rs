@@ -36,7 +36,8 @@ impl AnyModel {
         self.tokenizer.as_ref().ok_or_else(|| TokenError::NoTokenizer { dir: self.dir.display().to_string() })
     }
 
-    fn check_vocabulary(&self, ids: &[i64]) -> Result<(), TokenError> {
+    /// Every id inside the model's vocabulary, or the first that is not.
+    pub fn check_vocabulary(&self, ids: &[i64]) -> Result<(), TokenError> {
         let vocab = self.model.config.vocab_size;
         match ids.iter().find(|&&id| id < 0 || id as usize >= vocab) {
             Some(&id) => Err(TokenError::OutOfVocabulary { id, vocab }),

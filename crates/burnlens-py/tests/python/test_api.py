@@ -131,6 +131,8 @@ def test_dla_and_logit_lens_match_transformer_lens(name):
     # The lens's top token at the last layer is the model's own argmax.
     logits = model(ids)[0]
     assert [top[0][0] for top in lens["top"][-1]] == list(logits.argmax(-1))
+    with pytest.raises(ValueError, match="token 100000 is outside the vocabulary"):
+        model.logit_attribution(ids, 100000)
 
 
 def test_cache_names_short_names_and_residual_views():
