@@ -27,6 +27,23 @@ pub enum BackendError {
     Unknown(String),
     #[error("backend \"{name}\" is not compiled into this binary; rebuild with: cargo build --release --features {name}")]
     NotCompiled { name: String },
+    #[error("backend \"{name}\" cannot run here: {why}")]
+    Unusable { name: String, why: String },
+}
+
+/// Whether the NVIDIA driver's library loads here. cubecl-cuda loads it on a worker thread
+/// at the first operation and panics there without it (the caller then saw only
+/// `RecvError`), so the device is refused up front with the reason.
+#[cfg(feature = "cuda")]
+fn cuda_driver() -> Result<(), String> {
+    // SAFETY: dlopen with a NUL-terminated name; the handle is closed at once.
+    let handle = unsafe { libc::dlopen(c"libcuda.so.1".as_ptr(), libc::RTLD_LAZY | libc::RTLD_LOCAL) };
+    if handle.is_null() {
+        return Err("no NVIDIA driver (libcuda.so.1 does not load): the cuda backend needs an NVIDIA GPU and its driver".into());
+    }
+    // SAFETY: a handle dlopen returned, closed once.
+    unsafe { libc::dlclose(handle) };
+    Ok(())
 }
 
 /// The device of backend `name` (`flex`, `ndarray`, `wgpu`, `tch`, `cuda`); `index` picks
@@ -40,6 +57,10 @@ pub fn device(name: &str, index: Option<usize>) -> Result<Device, BackendError> 
         return Err(BackendError::NotCompiled { name });
     }
     let _ = index;
+    #[cfg(feature = "cuda")]
+    if name == "cuda" {
+        cuda_driver().map_err(|why| BackendError::Unusable { name: name.clone(), why })?;
+    }
     #[allow(deprecated)]
     let device = match name.as_str() {
         "flex" => Device::flex(),
@@ -94,7 +115,10 @@ pub fn probe_all() -> Vec<BackendReport> {
             let previous = std::panic::take_hook();
             std::panic::set_hook(Box::new(|_| {}));
             let result = std::panic::catch_unwind(|| {
-                let device = device(name, None).map_err(|e| e.to_string())?;
+                let device = device(name, None).map_err(|e| match e {
+                    BackendError::Unusable { why, .. } => why,
+                    other => other.to_string(),
+                })?;
                 let a = burn::tensor::Tensor::<2>::from_floats([[1.0, 2.0], [3.0, 4.0]], &device);
                 let v: Vec<f32> = a.clone().matmul(a).into_data().try_into_vec_as::<f32>().map_err(|e| format!("{e:?}"))?;
                 if v != [7.0, 10.0, 15.0, 22.0] {

@@ -10,7 +10,9 @@ use std::process::Command;
 
 use anyhow::Result;
 
-use super::{floats, machine_report, median, root, run, run_json, venv, venv_trace};
+use crate::machine::machine_report;
+use crate::process::{data_dir, floats, median, root, run, run_json};
+use crate::venvs::{Venv, python};
 
 /// The product shapes: a Llama-3.1-8B-shaped prefill of 128 tokens, GPT-2 small's forward
 /// and its training step's products.
@@ -26,8 +28,8 @@ const GEMMS: [(&str, &str); 9] = [
     ("1536x1536x1536", "square"),
 ];
 
-pub(super) fn bench_bf16() -> Result<()> {
-    let py = venv()?;
+pub(crate) fn bench_bf16() -> Result<()> {
+    let py = python(Venv::Main)?;
     run(Command::new(env!("CARGO")).current_dir(root()).args(["build", "--quiet", "--bin", "burnlens"]))?;
     let bin = root().join("target/debug/burnlens");
     let machine = machine_report(&bin)?;
@@ -98,7 +100,7 @@ fn peer(py: &std::path::Path, args: &[&str]) -> Result<serde_json::Value> {
 
 /// nanoGPT's CPU shakespeare-char config, all 2,000 steps, in f32 and in bf16.
 fn shakespeare_run(bin: &std::path::Path) -> Result<String> {
-    let data = std::env::var("BURNLENS_DATA").map(std::path::PathBuf::from).unwrap_or_else(|_| root().join("../shared/data"));
+    let data = data_dir();
     let mut out = String::from("\n| shakespeare-char, 2,000 steps | final train loss | final validation loss | wall time |\n|---|---|---|---|\n");
     let mut losses = Vec::new();
     for compute in ["f32", "bf16"] {
@@ -126,7 +128,7 @@ fn shakespeare_run(bin: &std::path::Path) -> Result<String> {
 /// `burnlens graph` on the trace benchmark's model (`cargo xtask bench-trace` makes it) at
 /// 256 tokens, in f32 and in bf16.
 fn attribution(bin: &std::path::Path) -> Result<String> {
-    let py = venv_trace()?;
+    let py = python(Venv::Trace)?;
     let dir = root().join("target/trace-bench");
     if !dir.join("transcoders/config.yaml").is_file() {
         run(Command::new(&py).current_dir(root()).args(["scripts/bench_trace.py", "make"]).arg(&dir))?;
