@@ -21,7 +21,8 @@ use std::path::PathBuf;
 use burn::tensor::Device;
 use burnlens::lens::detect::induction_circuit;
 use burnlens::lens::report::{analyze, induction_report, write_analysis};
-use burnlens::train::{RunConfig, Silent, TrainOptions, install_interrupt_handler, load_run, train};
+use burnlens::model::stop::install_interrupt_handler;
+use burnlens::train::{RunConfig, Silent, TrainOptions, load_run, train};
 
 fn main() {
     match run() {

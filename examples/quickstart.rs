@@ -13,8 +13,9 @@ use std::path::PathBuf;
 
 use burn::tensor::Device;
 use burnlens::hf::load_model;
+use burnlens::model::stop::{install_interrupt_handler, stop_requested};
 use burnlens::model::{Rng, Sampling, generate};
-use burnlens::train::{RunConfig, Silent, TrainOptions, TrainSession, install_interrupt_handler, load_run, stop_requested};
+use burnlens::train::{RunConfig, Silent, TrainOptions, TrainSession, load_run};
 
 fn main() {
     if let Err(e) = run() {

@@ -252,7 +252,7 @@ fn transcoder_activations_equal_the_attribution_graphs() {
         let set = TranscoderSet::load(&dir.join("transcoders"), &device).unwrap();
         let ids: Vec<i64> = vec![1, 17, 5, 60, 33, 2, 71, 12, 44];
         let graph = attribute(&model, &set, &ids, &AttributeOptions { zero_positions: 0, ..AttributeOptions::default() }).unwrap();
-        let d = set.layers[0].n_features();
+        let d = set.layers[0].d_sae();
         let source = FeatureSource::transcoders(&model, set, None).unwrap();
         let b = source.batch(&[ids.iter().map(|&i| i as u32).collect()], 0).unwrap();
         let mut active = 0;
@@ -351,7 +351,7 @@ fn a_killed_run_resumes_to_the_same_dashboards() {
     assert_eq!(status.code(), Some(130), "Ctrl-C saves and exits 130");
     // Another run's settings meet this checkpoint: refused.
     let other: Vec<String> = args(&killed, "300000");
-    assert_bad_input(&burnlens(&other.iter().map(String::as_str).collect::<Vec<_>>()), "a checkpoint of another run");
+    assert_bad_input(&burnlens(&other.iter().map(String::as_str).collect::<Vec<_>>()), "a checkpoint of another run (its tokens differ)");
     let b: Vec<String> = args(&killed, tokens);
     let o = burnlens(&b.iter().map(String::as_str).collect::<Vec<_>>());
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));

@@ -6,7 +6,8 @@ mod common;
 
 use burn::tensor::{Device, Tensor, TensorData};
 use burnlens::hf::load_model;
-use burnlens::lens::sae::{Architecture, Normalize, Sae, features, run_sae};
+use burnlens::lens::Rule;
+use burnlens::lens::sae::{Normalize, Sae, features, run_sae};
 use common::*;
 
 const SAE_FIXTURES: &[&str] = &[
@@ -63,10 +64,10 @@ fn feature_activations_and_reconstructions_match_sae_lens() {
 fn configs_old_and_new_are_read_as_sae_lens_reads_them() {
     let device = Device::flex();
     let cfg = |n: &str| Sae::load(&sae_dir(n), &device).unwrap().cfg;
-    assert_eq!(cfg("topk_pythia_resid").architecture, Architecture::TopK { k: 6, rescale_acts_by_decoder_norm: true });
-    assert_eq!(cfg("jumprelu_llama_resid").architecture, Architecture::JumpRelu);
+    assert_eq!(cfg("topk_pythia_resid").architecture, Rule::top_k(6, true));
+    assert_eq!(cfg("jumprelu_llama_resid").architecture, Rule::JUMP_RELU);
     let old = cfg("legacy_topk_gpt_neo_resid");
-    assert_eq!(old.architecture, Architecture::TopK { k: 5, rescale_acts_by_decoder_norm: false });
+    assert_eq!(old.architecture, Rule::top_k(5, false));
     assert_eq!(old.hook_name, "blocks.1.hook_resid_pre");
     assert_eq!(old.normalize_activations, Normalize::None);
     let z = cfg("layernorm_gpt2_hook_z");
@@ -91,7 +92,7 @@ fn saes_run_on_the_models_own_activations() {
         let run = run_sae(&model, &sae, ids, 5).unwrap();
         let want_l0: Vec<usize> = want.chunks(sae.cfg.d_sae).map(|r| r.iter().filter(|&&a| a > 0.0).count()).collect();
         assert_eq!(run.l0, want_l0, "{name}: L0 per position");
-        if let Architecture::TopK { k, .. } = sae.cfg.architecture {
+        if let Rule::TopK { k, .. } = sae.cfg.architecture {
             assert!(run.l0.iter().all(|&l| l <= k));
         }
         // Explained variance from the sae-lens reconstruction of the same inputs.

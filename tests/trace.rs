@@ -13,7 +13,8 @@ use std::path::{Path, PathBuf};
 
 use burn::tensor::Device;
 use burnlens::hf::load_model;
-use burnlens::trace::{AttributeOptions, FeatureActivation, LogitTargets, TraceError, TranscoderSet, attribute};
+use burnlens::lens::Rule;
+use burnlens::trace::{AttributeOptions, LogitTargets, TraceError, TranscoderSet, attribute};
 use common::*;
 
 const CASES: [&str; 8] = ["gpt2", "gpt2_clt", "llama_skip", "llama_topk", "gemma2", "gemma2_scope", "gpt2_trained", "gpt2_clt_trained"];
@@ -137,7 +138,7 @@ fn bad_transcoder_folders_get_one_line_errors() {
         let cfg = std::fs::read_to_string(dir.join("config.yaml")).unwrap() + &format!("activation_function: {spelling}\n");
         std::fs::write(dir.join("config.yaml"), cfg).unwrap();
         let set = TranscoderSet::load(&dir, &Device::flex()).unwrap_or_else(|e| panic!("activation_function: {spelling}: {e}"));
-        assert!(set.layers.iter().all(|t| matches!(t.activation, FeatureActivation::Relu)), "{spelling}: the files have no thresholds");
+        assert!(set.layers.iter().all(|t| t.rule == Rule::Relu && t.threshold.is_none()), "{spelling}: the files have no thresholds");
     }
     for (spelling, loads) in [("jumprelu", true), ("JumpReLU", true), ("relu", false)] {
         let (_t, dir) = broken_copy("gpt2_clt");

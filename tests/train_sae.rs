@@ -22,7 +22,7 @@ fn a_corpus_run_writes_an_sae_in_saelens_layout_and_metrics() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("run");
     let corpus = fixture("data").join("corpus.parquet");
-    let o = burnlens(&args(out.to_str().unwrap(), &["--architecture", "jumprelu", "--l1", "0.01", "--steps", "12", "--data", corpus.to_str().unwrap()]));
+    let o = burnlens(&args(out.to_str().unwrap(), &["--architecture", "jumprelu", "--l0", "0.01", "--steps", "12", "--data", corpus.to_str().unwrap()]));
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let cfg: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out.join("sae/cfg.json")).unwrap()).unwrap();
     assert_eq!(cfg["architecture"], "jumprelu");
@@ -115,7 +115,9 @@ fn bad_input_is_one_line_naming_what_is_wrong() {
     assert_bad_input(&burnlens(&long), "context_size");
     let corpus = fixture("data").join("corpus.parquet");
     assert_bad_input(&burnlens(&args(out, &["--data", corpus.to_str().unwrap(), "--column", "body"])), "`body`");
-    assert_bad_input(&burnlens(&args(out, &["--architecture", "gated"])), "architecture: \"gated\"");
+    assert_bad_input(&burnlens(&args(out, &["--architecture", "gated"])), "'gated'");
+    // A coefficient given to an architecture it does not belong to is refused, not ignored.
+    assert_bad_input(&burnlens(&args(out, &["--architecture", "topk", "--l1", "0.5"])), "l1: the sparsity coefficient of standard, not of topk");
     assert_bad_input(&burnlens(&args(out, &["--data", "no/such-dataset-here"])), "no/such-dataset-here");
     // A run directory holding another run's configuration is not overwritten.
     assert!(burnlens(&args(out, &["--steps", "2"])).status.success());
@@ -134,7 +136,8 @@ fn graph_json(model: &std::path::Path, dir: &std::path::Path, out: &std::path::P
 
 #[test]
 fn transcoders_trained_by_train_sae_load_as_a_set_and_are_traced_by_graph() {
-    use burnlens::trace::{FeatureActivation, TranscoderSet};
+    use burnlens::lens::Rule;
+    use burnlens::trace::TranscoderSet;
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("run");
     let model = fixture("trace").join("gpt2").join("model");
@@ -146,7 +149,7 @@ fn transcoders_trained_by_train_sae_load_as_a_set_and_are_traced_by_graph() {
         "--skip",
         "--architecture",
         "jumprelu",
-        "--l1",
+        "--l0",
         "0.001",
         "--d-sae",
         "64",
@@ -172,7 +175,7 @@ fn transcoders_trained_by_train_sae_load_as_a_set_and_are_traced_by_graph() {
     );
     let set = TranscoderSet::load(&dir, &burn::tensor::Device::flex()).unwrap();
     assert_eq!(set.n_layers(), 3);
-    assert!(set.layers.iter().all(|t| t.w_skip.is_some() && matches!(t.activation, FeatureActivation::JumpRelu { .. }) && t.n_features() == 64));
+    assert!(set.layers.iter().all(|t| t.w_skip.is_some() && matches!(t.rule, Rule::JumpRelu { .. }) && t.d_sae() == 64));
     let g = graph_json(&model, &dir, &tmp.path().join("graph"));
     let features = g["nodes"].as_array().unwrap().iter().filter(|n| n["feature_type"] == "cross layer transcoder").count();
     assert!(features > 0, "the pruned graph keeps some of the trained features");
@@ -180,12 +183,13 @@ fn transcoders_trained_by_train_sae_load_as_a_set_and_are_traced_by_graph() {
 
 #[test]
 fn a_cross_layer_transcoder_trained_by_train_sae_loads_as_a_clt_and_is_traced_by_graph() {
-    use burnlens::trace::{FeatureActivation, TranscoderSet};
+    use burnlens::lens::Rule;
+    use burnlens::trace::TranscoderSet;
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("run");
     let model = fixture("trace").join("gpt2").join("model");
     let mut a = vec!["train-sae", "--model", model.to_str().unwrap(), "--transcoders", "--cross-layer", "--architecture", "jumprelu"];
-    a.extend(["--l1", "0.001", "--d-sae", "24", "--steps", "30", "--batch", "4", "--seq-len", "16", "--data", "random", "--out", out.to_str().unwrap()]);
+    a.extend(["--l0", "0.001", "--d-sae", "24", "--steps", "30", "--batch", "4", "--seq-len", "16", "--data", "random", "--out", out.to_str().unwrap()]);
     let o = burnlens(&a);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let dir = out.join("transcoders");
@@ -194,7 +198,7 @@ fn a_cross_layer_transcoder_trained_by_train_sae_loads_as_a_clt_and_is_traced_by
     let set = TranscoderSet::load(&dir, &burn::tensor::Device::flex()).unwrap();
     assert!(set.cross_layer && set.n_layers() == 3);
     for (i, t) in set.layers.iter().enumerate() {
-        assert!(matches!(t.activation, FeatureActivation::JumpRelu { .. }) && t.n_features() == 24 && t.w_dec.len() == 3 - i);
+        assert!(matches!(t.rule, Rule::JumpRelu { .. }) && t.d_sae() == 24 && t.w_dec.len() == 3 - i);
         // Every decoder block was trained (none left at its masked zero).
         assert!(t.w_dec.iter().all(|w| w.clone().abs().sum().into_scalar::<f32>() > 0.0), "layer {i}");
     }

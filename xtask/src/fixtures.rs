@@ -197,7 +197,7 @@ const TRANSCODER_ARGS_SKIP: [&str; 22] = [
     "hook_mlp_out",
     "--architecture",
     "jumprelu",
-    "--l1",
+    "--l0",
     "0",
     "--d-sae",
     "40",

@@ -54,19 +54,20 @@ pub fn run(a: &DashboardsArgs) -> Result<()> {
         }
         (None, None) => return Err(UserError("give --sae or --transcoders".into()).into()),
     };
-    let mut job = Job::new(&m, explained, a.corpus.clone(), a.options.clone(), a.out.clone())?;
+    let model = burnlens_dashboards::JobModel { model: &m.model, for_model: m.corpus_model(), id: m.dir.display().to_string() };
+    let mut job = Job::new(model, explained, a.corpus.clone(), a.options.clone(), a.out.clone())?;
     // One of several ranks when an MPI launcher started this process: each scans its share
     // of the batches, rank 0 writes.
     job.ranks = burnlens_dist::Ranks::from_launcher()?;
     let ranks = job.ranks.clone();
     let tty = std::io::stderr().is_terminal() && ranks.is_writer();
     // Ctrl-C / SIGTERM: checkpoint, stop, exit 130; the same command resumes.
-    burnlens_train::install_interrupt_handler();
+    burnlens_model::stop::install_interrupt_handler();
     let mut progress = |p: &burnlens_dashboards::Progress| {
         if tty {
             eprint!("\rpass {}/2  {}/{} tokens  {:.0} tokens/s  {:.0} s left   ", p.pass, p.tokens.min(p.of), p.of, p.tokens_per_s, p.seconds_left);
         }
-        if burnlens_train::stop_requested() { ControlFlow::Break(()) } else { ControlFlow::Continue(()) }
+        if burnlens_model::stop::stop_requested() { ControlFlow::Break(()) } else { ControlFlow::Continue(()) }
     };
     let s = burnlens_dashboards::make(&job, &mut progress);
     if tty {

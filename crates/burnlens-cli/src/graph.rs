@@ -32,35 +32,17 @@ pub struct GraphOptions {
     /// repository org/name[@revision][:folder].
     #[arg(long)]
     pub transcoders: String,
-    /// Explain the most probable next tokens, at most this many...
-    #[arg(long, default_value_t = 10)]
-    pub max_n_logits: usize,
-    /// ...until their probabilities sum to this.
-    #[arg(long, default_value_t = 0.95)]
-    pub desired_logit_prob: f32,
+    #[command(flatten)]
+    pub attribute: burnlens_trace::AttributeArgs,
     /// Explain these next tokens instead (comma-separated ids or one-token texts).
     #[arg(long)]
     pub targets: Option<String>,
-    /// Target nodes per backward pass.
-    #[arg(long, default_value_t = 512)]
-    pub batch_size: usize,
-    /// Compute rows for at most this many features, the most influential first (all by default).
-    #[arg(long)]
-    pub max_feature_nodes: Option<usize>,
     /// Keep the nodes holding this share of the influence on the logits.
     #[arg(long, default_value_t = 0.8)]
     pub node_threshold: f32,
     /// Keep the edges holding this share of it.
     #[arg(long, default_value_t = 0.98)]
     pub edge_threshold: f32,
-    /// Keep every layer's attention pattern while they fit in this many GB; past it they are
-    /// recomputed for each backward pass (less memory, more time).
-    #[arg(long, default_value_t = 4.0)]
-    pub pattern_memory_gb: f64,
-    /// Keep the adjacency rows in memory while they fit in this many GB; past it they live in
-    /// a mapped temporary file under TMPDIR (bounded by the disk, not by RAM).
-    #[arg(long, default_value_t = 8.0)]
-    pub rows_memory_gb: f64,
     /// Feature dashboards of these transcoders (`burnlens dashboards --transcoders --out
     /// DIR`): each feature node carries its top examples and logit effects in graph.json and
     /// graph.html.
@@ -70,7 +52,7 @@ pub struct GraphOptions {
 
 pub fn run(a: &GraphArgs) -> Result<()> {
     let (args, input, g, out, common) = (&a.model, &a.input, &a.graph, a.out.as_path(), &a.common);
-    use burnlens_trace::{AttributeOptions, GraphText, LogitTargets};
+    use burnlens_trace::GraphText;
     burnlens_trace::check_thresholds(g.node_threshold, g.edge_threshold)?;
     let m = load_model_args(args, common)?;
     let (mut ids, _) = ids_and_labels(&m, input, "")?;
@@ -80,19 +62,8 @@ pub fn run(a: &GraphArgs) -> Result<()> {
         ids.insert(0, bos);
     }
     let set = crate::progress::transcoders(&g.transcoders, &m.model.device())?;
-    let targets = match &g.targets {
-        Some(list) => LogitTargets::Tokens(list.split(',').map(|t| parse_token(&m, "--targets", t)).collect::<Result<_>>()?),
-        None => LogitTargets::Salient { max_n_logits: g.max_n_logits, desired_prob: g.desired_logit_prob },
-    };
-    let (pattern_budget, row_budget) = ((g.pattern_memory_gb.max(0.0) * 1e9) as u64, (g.rows_memory_gb.max(0.0) * 1e9) as u64);
-    let opts = AttributeOptions {
-        targets,
-        batch_size: g.batch_size,
-        max_feature_nodes: g.max_feature_nodes,
-        pattern_budget,
-        row_budget,
-        ..AttributeOptions::default()
-    };
+    let targets = g.targets.as_ref().map(|list| list.split(',').map(|t| parse_token(&m, "--targets", t)).collect::<Result<Vec<_>>>()).transpose()?;
+    let opts = g.attribute.options(targets);
     let t0 = std::time::Instant::now();
     let graph = burnlens_trace::attribute(&m.model, &set, &ids, &opts)?;
     let seconds = t0.elapsed().as_secs_f64();

@@ -198,7 +198,22 @@ pub fn run() -> ExitCode {
         let at = info.location().map(|l| format!(" at {}:{}", l.file(), l.line())).unwrap_or_default();
         eprintln!("burnlens: internal error: {}{at}", one_line(&msg));
     }));
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if !e.use_stderr() => e.exit(),
+        Err(e) => {
+            // Clap's error in one line (its `[possible values: ...]` kept, its tip dropped), exit 2.
+            let text = e.render().to_string();
+            let parts: Vec<&str> = text
+                .lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty() && !l.starts_with("For more information"))
+                .map(|l| l.trim_start_matches("error: "))
+                .collect();
+            let _ = std::io::Write::write_all(&mut std::io::stderr(), format!("error: {}\n", parts.join(" ")).as_bytes());
+            return ExitCode::from(2);
+        }
+    };
     let result = std::panic::catch_unwind(|| match cli.command {
         Command::Info(a) => info::run(&a),
         Command::Logits(a) => logits::run(&a),

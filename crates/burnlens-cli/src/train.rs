@@ -48,7 +48,7 @@ fn run_config(a: &TrainArgs) -> Result<RunConfig> {
 
 pub fn run(a: &TrainArgs) -> Result<()> {
     let cfg = run_config(a)?;
-    burnlens_train::install_interrupt_handler();
+    burnlens_model::stop::install_interrupt_handler();
     // One of several ranks when an MPI launcher started this process (`mpiexec -n N`).
     let ranks = Ranks::from_launcher()?;
     let opts = TrainOptions { backend_flag: a.common.backend.clone(), resume: a.resume.is_some(), ranks: ranks.clone() };

@@ -81,13 +81,13 @@ fn run_with(a: &TrainSaeArgs, options: &RunOptions, corpus: &CorpusOptions) -> R
 
 fn train(a: &TrainSaeArgs, options: &RunOptions, cfg: &SaeRunConfig, source: Source) -> Result<()> {
     // Ctrl-C / SIGTERM: checkpoint, stop, exit 130; the same command resumes.
-    burnlens_train::install_interrupt_handler();
+    burnlens_model::stop::install_interrupt_handler();
     let tty = std::io::stderr().is_terminal();
     let mut on_step = |r: &[StepReport], p: &Progress| {
         if tty && (p.step.is_multiple_of(10) || p.step == p.steps) {
             eprint!("\rstep {}/{}  loss {:.4}  L0 {:.1}  {:.0} tokens/s  {:.0} s left   ", p.step, p.steps, r[0].loss, r[0].l0, p.tokens_per_s, p.seconds_left);
         }
-        if burnlens_train::stop_requested() { std::ops::ControlFlow::Break(()) } else { std::ops::ControlFlow::Continue(()) }
+        if burnlens_model::stop::stop_requested() { std::ops::ControlFlow::Break(()) } else { std::ops::ControlFlow::Continue(()) }
     };
     let s = burnlens_features::train(&a.out, cfg, source, &mut on_step)?;
     if tty {

@@ -5,7 +5,7 @@ pub enum DashboardError {
     #[error("{0}")]
     Input(String),
     #[error(transparent)]
-    Store(#[from] burnlens_features::StoreError),
+    Pass(#[from] burnlens_lens::hook_pass::PassError),
     #[error(transparent)]
     Sae(#[from] burnlens_lens::sae::SaeError),
     #[error(transparent)]

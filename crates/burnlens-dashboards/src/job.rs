@@ -1,15 +1,16 @@
 //! A whole dashboard job, as the CLI and Python run it: the run (resumable, its checkpoint in
-//! the output folder, keyed by a fingerprint of everything asked for), then every output
+//! the output folder, keyed by everything asked for), then every output
 //! written, and a summary.
 
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use burnlens_data::CorpusOptions;
-use burnlens_hf::Tokenizer;
+use burnlens_data::{CorpusOptions, ForModel};
+use burnlens_model::Transformer;
 use serde::Serialize;
 
+use crate::checkpoint::RunKey;
 use crate::error::DashboardError;
 use crate::options::DashboardOptions;
 use crate::run::{Progress, Resume, RunSpec, run};
@@ -24,8 +25,8 @@ pub struct Job<'a> {
     pub encoder_id: String,
     /// The layer Neuronpedia files an SAE under.
     pub layer: usize,
-    pub tokenizer: Option<&'a Tokenizer>,
-    pub bos: Option<u32>,
+    /// The model's tokenizer, BOS and vocabulary, which the corpus is cut for.
+    pub for_model: ForModel<'a>,
     pub corpus: CorpusOptions,
     pub options: DashboardOptions,
     pub out: PathBuf,
@@ -61,32 +62,22 @@ pub enum Explained<'s> {
     Transcoders { set: burnlens_trace::TranscoderSet, id: String },
 }
 
+/// The model a job reads: its weights, what its corpus is cut for, and where it came from.
+pub struct JobModel<'a> {
+    pub model: &'a Transformer,
+    pub for_model: ForModel<'a>,
+    pub id: String,
+}
+
 impl<'a> Job<'a> {
     /// A job on a loaded model (`options.features` picks the features).
-    pub fn new(
-        m: &'a burnlens_train::AnyModel,
-        explained: Explained,
-        corpus: CorpusOptions,
-        options: DashboardOptions,
-        out: PathBuf,
-    ) -> Result<Self, DashboardError> {
+    pub fn new(m: JobModel<'a>, explained: Explained, corpus: CorpusOptions, options: DashboardOptions, out: PathBuf) -> Result<Self, DashboardError> {
         let features = options.feature_ids()?;
         let (source, encoder_id, layer) = match explained {
-            Explained::Sae { sae, id } => (FeatureSource::new(&m.model, sae, features)?, id, sae.hook_point().layer().unwrap_or(0)),
-            Explained::Transcoders { set, id } => (FeatureSource::transcoders(&m.model, set, features)?, id, 0),
+            Explained::Sae { sae, id } => (FeatureSource::new(m.model, sae, features)?, id, sae.hook_point().layer().unwrap_or(0)),
+            Explained::Transcoders { set, id } => (FeatureSource::transcoders(m.model, set, features)?, id, 0),
         };
-        Ok(Job {
-            source,
-            model_id: m.dir.display().to_string(),
-            encoder_id,
-            layer,
-            tokenizer: m.tokenizer.as_ref(),
-            bos: m.bos.map(|b| b as u32),
-            corpus,
-            options,
-            out,
-            ranks: burnlens_dist::Ranks::single(),
-        })
+        Ok(Job { source, model_id: m.id, encoder_id, layer, for_model: m.for_model, corpus, options, out, ranks: burnlens_dist::Ranks::single() })
     }
 }
 
@@ -99,27 +90,32 @@ pub fn checkpoint_path(out: &Path) -> PathBuf {
 /// [`DashboardError::Interrupted`]).
 pub fn make(job: &Job, control: &mut dyn FnMut(&Progress) -> ControlFlow<()>) -> Result<Summary, DashboardError> {
     let (o, c) = (&job.options, &job.corpus);
-    let cfg = o.config(c.seq_len, job.bos)?;
+    let cfg = o.config(c.seq_len, job.for_model.bos)?;
     let ranks = &job.ranks;
     let spill_name = if ranks.size() > 1 { format!("inputs.rank-{}.spill", ranks.rank()) } else { "inputs.spill".into() };
     let spill = (o.spill_gb > 0.0).then(|| (job.out.join(spill_name), (o.spill_gb * 1e9) as u64));
     let spec = RunSpec { cfg: cfg.clone(), tokens: o.tokens, batch_windows: o.batch, spill, ranks: ranks.clone() };
-    let fingerprint = format!(
-        "model {} · {} · data {} (column {:?}, seq_len {}, bos {}) · seed {} · tokens {} · features {:?} · batch {} · {:?}",
-        job.model_id, job.encoder_id, c.data, c.column, c.seq_len, !c.no_prepend_bos, o.seed, o.tokens, o.features, o.batch, cfg
-    );
-    let resume = Resume { path: checkpoint_path(&job.out), fingerprint, every: Duration::from_secs_f64(o.checkpoint_every.max(0.0)) };
+    let key = RunKey {
+        model: job.model_id.clone(),
+        encoder: job.encoder_id.clone(),
+        corpus: c.clone(),
+        seed: o.seed,
+        tokens: o.tokens,
+        features: o.features.clone(),
+        batch: o.batch,
+        config: cfg.clone(),
+    };
+    let resume = Resume { path: checkpoint_path(&job.out), key, every: Duration::from_secs_f64(o.checkpoint_every.max(0.0)) };
     std::fs::create_dir_all(&job.out).map_err(|e| DashboardError::io(&job.out, e))?;
     let hub = burnlens_hf::Hub::from_env();
-    let model = burnlens_data::ForModel { tokenizer: job.tokenizer, bos: job.bos, vocab: job.source.model.config.vocab_size };
-    let mut windows = || Ok(c.windows(burnlens_data::ForModel { ..model }, o.seed, &hub)?);
+    let mut windows = || Ok(c.windows(job.for_model, o.seed, &hub)?);
     // Over several ranks a job runs through (no checkpoint: each rank's would have to match).
     let resumable = (ranks.size() == 1).then_some(&resume);
     let out = run(&job.source, &spec, resumable, &mut windows, control)?;
     if out.stopped {
         return Err(DashboardError::Interrupted(resume.path));
     }
-    let tok = |t: u32| match job.tokenizer {
+    let tok = |t: u32| match job.for_model.tokenizer {
         Some(k) => k.decode(&[t]),
         None => format!("#{t}"),
     };

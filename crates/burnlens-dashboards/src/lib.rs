@@ -44,7 +44,7 @@ pub use dashboard::{Example, FeatureDashboard, FeatureKey, QuantileGroup};
 pub use error::DashboardError;
 pub use graph_node::{node_fields, read_config};
 pub use histogram::Histogram;
-pub use job::{Explained, Job, Summary, make};
+pub use job::{Explained, Job, JobModel, Summary, make};
 pub use logits::LogitEffects;
 pub use options::DashboardOptions;
 pub use run::{Outcome, Progress, Resume, RunSpec, run};

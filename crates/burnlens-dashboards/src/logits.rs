@@ -6,7 +6,7 @@
 //! the largest and smallest make the tables.
 
 use burn::tensor::Tensor;
-use burnlens_model::{AttnHook, HookPoint, MlpHook, Transformer};
+use burnlens_model::{AttnHook, HookPoint, MlpHook, NormHook, Transformer};
 use serde::{Deserialize, Serialize};
 
 use crate::histogram::Histogram;
@@ -56,14 +56,16 @@ pub fn resid_directions(model: &Transformer, hook: HookPoint, w_dec: Tensor<2>) 
             None => Err(format!("hook point `{}`: block {l} has no MLP", hook.name())),
         },
         HookPoint::Attn(l, AttnHook::Z) => Ok(w_dec.matmul(f32_of(&model.blocks[l].attn.out.weight))),
-        h if is_residual(&h.name()) => Ok(w_dec),
+        h if is_residual(h) => Ok(w_dec),
         h => Err(format!("hook point `{}`: SAEDashboard finds no residual-stream direction for its features", h.name())),
     }
 }
 
-/// Hooks whose space is the residual stream's (SAEDashboard's test is by name).
-fn is_residual(name: &str) -> bool {
-    ["resid", "_out", "hook_mlp_in", "mlp.hook_in", "hook_normalized"].iter().any(|s| name.contains(s))
+/// Hooks whose space is the residual stream's: the block's stream and what attention and the
+/// MLP add to it, and a norm's normalized value (SAEDashboard's test is by substrings of the
+/// name; the test below holds the two equal on every point a model has).
+fn is_residual(hook: HookPoint) -> bool {
+    matches!(hook, HookPoint::Block(..) | HookPoint::Norm(_, NormHook::Normalized))
 }
 
 /// Each feature's effects, `chunk` features at a time (a `[chunk, vocab]` product at once).
@@ -84,6 +86,19 @@ pub fn logit_effects(dirs: Tensor<2>, w_u: Tensor<2>, rows: usize, n_bins: usize
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The typed test agrees with SAEDashboard's by name on every hook point of a model.
+    #[test]
+    fn residual_points_are_saedashboards() {
+        let by_name = |name: &str| ["resid", "_out", "hook_mlp_in", "mlp.hook_in", "hook_normalized"].iter().any(|s| name.contains(s));
+        let mut cfg = burnlens_model::TransformerConfig::gpt2_like(50, 16, 8, 2, 2);
+        cfg.norm_placement = burnlens_model::NormPlacement::Sandwich;
+        let points = burnlens_model::hook_points(&cfg);
+        assert!(points.len() > 20);
+        for p in points {
+            assert_eq!(is_residual(p), by_name(&p.name()), "{}", p.name());
+        }
+    }
 
     /// The tables against a full sort (value, then token id), ties included.
     #[test]

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use burnlens_data::WindowIter;
 
-use crate::checkpoint::Checkpoint;
+use crate::checkpoint::{Checkpoint, RunKey};
 use crate::config::DashboardConfig;
 use crate::dashboard::FeatureDashboard;
 use crate::error::DashboardError;
@@ -39,8 +39,8 @@ pub struct RunSpec {
 /// Where a resumable run keeps its state.
 pub struct Resume {
     pub path: PathBuf,
-    /// Names what was asked for; a checkpoint with another is refused.
-    pub fingerprint: String,
+    /// What was asked for; a checkpoint of another run is refused.
+    pub key: RunKey,
     pub every: Duration,
 }
 
@@ -85,12 +85,12 @@ pub fn run<'w>(
     let seq_len = first.len();
     let want = spec.tokens.div_ceil(seq_len as u64).max(1);
     let saved = match resume {
-        Some(r) => Checkpoint::load(&r.path, &r.fingerprint)?,
+        Some(r) => Checkpoint::load(&r.path, &r.key)?,
         None => None,
     };
     let resumed = saved.as_ref().map(|c| (c.pass, c.done));
     let mut st = saved.unwrap_or_else(|| Checkpoint {
-        fingerprint: resume.map(|r| r.fingerprint.clone()).unwrap_or_default(),
+        key: resume.map(|r| r.key.clone()),
         pass: 1,
         done: 0,
         total: 0,

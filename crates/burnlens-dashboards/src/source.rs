@@ -27,7 +27,7 @@ impl Encoder {
     pub fn per_layer(&self) -> usize {
         match self {
             Encoder::Sae(s) => s.cfg.d_sae,
-            Encoder::Transcoders(t) => t.layers[0].n_features(),
+            Encoder::Transcoders(t) => t.layers[0].d_sae(),
         }
     }
 
@@ -68,7 +68,7 @@ impl<'a> FeatureSource<'a> {
         let idx = source.index_tensor(source.features.iter().copied());
         let n = source.features.len();
         if let Encoder::Sae(s) = &mut source.encoder
-            && !matches!(s.cfg.architecture, burnlens_lens::sae::Architecture::TopK { .. })
+            && !matches!(s.cfg.architecture, burnlens_lens::Rule::TopK { .. })
             && n < s.cfg.d_sae
         {
             *s = restrict(s, idx);
@@ -108,13 +108,9 @@ impl<'a> FeatureSource<'a> {
     /// SAE's hook, or every layer's transcoder input.
     pub fn inputs(&self, windows: &[Vec<u32>]) -> Result<Vec<Tensor<2>>, DashboardError> {
         match &self.encoder {
-            Encoder::Sae(sae) => Ok(burnlens_features::pass::pass(self.model, &[sae.hook_point()], windows)?),
+            Encoder::Sae(sae) => Ok(burnlens_lens::hook_pass::hook_activations(self.model, &[sae.hook_point()], windows)?),
             Encoder::Transcoders(set) => {
-                let flat: Vec<i64> = windows.iter().flatten().map(|&t| t as i64).collect();
-                for w in flat.chunks(windows[0].len()) {
-                    self.model.check_ids(w).map_err(|e| DashboardError::Input(e.to_string()))?;
-                }
-                let ids = Tensor::<2, Int>::from_data(TensorData::new(flat, [windows.len(), windows[0].len()]), &self.model.device());
+                let ids = burnlens_lens::hook_pass::window_ids(self.model, windows)?;
                 burnlens_trace::layer_inputs(self.model, set, ids).map_err(|e| DashboardError::Input(e.to_string()))
             }
         }
@@ -124,7 +120,7 @@ impl<'a> FeatureSource<'a> {
     pub fn input_widths(&self) -> Vec<usize> {
         match &self.encoder {
             Encoder::Sae(sae) => vec![sae.cfg.d_in],
-            Encoder::Transcoders(set) => vec![set.layers[0].d_model(); set.n_layers()],
+            Encoder::Transcoders(set) => vec![set.layers[0].d_in(); set.n_layers()],
         }
     }
 
@@ -148,7 +144,11 @@ impl<'a> FeatureSource<'a> {
                     if cols.is_empty() {
                         continue;
                     }
-                    let a = set.layers[l].activations(x);
+                    let a = set.layers[l]
+                        .encode(x)
+                        .into_data()
+                        .try_into_vec_as::<f32>()
+                        .map_err(|e| DashboardError::Input(format!("feature activations: {e:?}")))?;
                     for r in 0..rows {
                         cols.iter().for_each(|&(j, i)| acts[r * nf + j] = a[r * d + i]);
                     }
@@ -171,7 +171,7 @@ impl<'a> FeatureSource<'a> {
     pub fn resid_directions(&self) -> Result<Tensor<2>, DashboardError> {
         match &self.encoder {
             Encoder::Sae(sae) => {
-                let w_dec = sae.w_dec.clone().select(0, self.index_tensor(self.columns.iter().copied()));
+                let w_dec = sae.dict.decoder().clone().select(0, self.index_tensor(self.columns.iter().copied()));
                 crate::logits::resid_directions(self.model, sae.hook_point(), w_dec).map_err(DashboardError::Input)
             }
             Encoder::Transcoders(set) => {
@@ -195,29 +195,17 @@ impl<'a> FeatureSource<'a> {
 fn restrict(sae: &Sae, idx: Tensor<1, Int>) -> Sae {
     let mut s = sae.clone();
     s.cfg.d_sae = idx.dims()[0];
-    s.w_enc = s.w_enc.select(1, idx.clone());
-    s.b_enc = s.b_enc.select(0, idx.clone());
-    s.w_dec = s.w_dec.select(0, idx.clone());
-    s.threshold = s.threshold.map(|t| t.select(0, idx));
+    s.dict = s.dict.restrict(idx);
     s
 }
 
-/// The SAE SAEDashboard reads (`fold_W_dec_norm` before anything else): each decoder row
-/// scaled to norm 1 and the encoder column, bias and threshold scaled up by the norm, so a
-/// feature's activation is measured along a unit direction. A TopK SAE that does not rescale
-/// its selection by the decoder norms is left as it is (folding would change what it
-/// selects; SAEDashboard refuses it).
+/// The SAE SAEDashboard reads (`fold_W_dec_norm` before anything else): the dictionary's
+/// [`fold_decoder_norms`](burnlens_lens::Dictionary::fold_decoder_norms), a feature's
+/// activation measured along a unit direction (a TopK SAE that does not rescale its choice
+/// is left as it is: SAEDashboard refuses it).
 pub fn fold_decoder_norms(sae: &Sae) -> Sae {
-    use burnlens_lens::sae::Architecture;
-    let mut s = sae.clone();
-    if matches!(s.cfg.architecture, Architecture::TopK { rescale_acts_by_decoder_norm: false, .. }) {
-        return s;
-    }
-    let n = s.cfg.d_sae;
-    let norms = s.w_dec.clone().powf_scalar(2.0).sum_dim(1).sqrt().clamp_min(1e-8).reshape([n]);
-    s.w_dec = s.w_dec / norms.clone().reshape([n, 1]);
-    s.w_enc = s.w_enc * norms.clone().reshape([1, n]);
-    s.b_enc = s.b_enc * norms.clone();
-    s.threshold = s.threshold.map(|t| t * norms);
-    s
+    let dict = sae.dict.fold_decoder_norms();
+    let mut cfg = sae.cfg.clone();
+    cfg.architecture = dict.rule;
+    Sae::new(cfg, dict)
 }

@@ -4,7 +4,7 @@
 
 use burnlens_hf::Tokenizer;
 use burnlens_hf::hub::Hub;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::error::{DataError, Result};
 use crate::rows::{Column, Rows};
@@ -13,7 +13,7 @@ use crate::synthetic::Synthetic;
 use crate::windows::{Separator, WindowConfig, Windows};
 
 /// Where tokens come from and how they are cut into windows.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "clap", derive(clap::Args))]
 #[serde(default, deny_unknown_fields)]
 pub struct CorpusOptions {
@@ -42,6 +42,7 @@ impl Default for CorpusOptions {
 pub type WindowIter<'a> = Box<dyn Iterator<Item = Result<Vec<u32>>> + 'a>;
 
 /// What the windows are cut for: the model's tokenizer, BOS and vocabulary.
+#[derive(Clone, Copy)]
 pub struct ForModel<'a> {
     pub tokenizer: Option<&'a Tokenizer>,
     pub bos: Option<u32>,

@@ -4,8 +4,9 @@
 //! corpus whole into memory: a shard is read a line or a parquet record batch at a time.
 //!
 //! ```text
-//! DatasetSpec ──shards──▶ [files] ──Rows──▶ Row::{Text, Tokens} ──TokenRows──▶ Vec<u32>
-//!                                                   ──Windows (context_size, BOS)──▶ [u32; ctx]
+//! DatasetSpec ──shards──▶ [files] ──Rows──▶ Row::{Text, Tokens} ──Windows──▶ Vec<u32> of context_size
+//!                           (text: tokenized, then Concat: SAELens's concatenation with BOS;
+//!                            tokens: each row cut to the context)
 //! ```
 
 pub mod corpus;

@@ -40,6 +40,44 @@ impl Default for JumpReluSettings {
     }
 }
 
+/// A trainable architecture by SAELens's name (`--architecture`, Python's `architecture=`,
+/// `cfg.json` while training): the one place these names are spelled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+#[serde(rename_all = "lowercase")]
+pub enum ArchitectureName {
+    /// ReLU, L1 weighted by the decoder norms.
+    Standard,
+    Topk,
+    Batchtopk,
+    Jumprelu,
+}
+
+impl ArchitectureName {
+    pub const ALL: [ArchitectureName; 4] = [ArchitectureName::Standard, ArchitectureName::Topk, ArchitectureName::Batchtopk, ArchitectureName::Jumprelu];
+
+    /// SAELens's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            ArchitectureName::Standard => "standard",
+            ArchitectureName::Topk => "topk",
+            ArchitectureName::Batchtopk => "batchtopk",
+            ArchitectureName::Jumprelu => "jumprelu",
+        }
+    }
+
+    /// Whether it keeps `k` features (TopK and BatchTopK).
+    pub fn keeps_k(self) -> bool {
+        matches!(self, ArchitectureName::Topk | ArchitectureName::Batchtopk)
+    }
+}
+
+impl std::fmt::Display for ArchitectureName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 /// What switches features on and what sparsity costs.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "architecture", rename_all = "snake_case")]
@@ -88,14 +126,19 @@ impl Serialize for LossTerm {
 }
 
 impl Architecture {
+    /// Its name.
+    pub fn kind(&self) -> ArchitectureName {
+        match self {
+            Architecture::Standard { .. } => ArchitectureName::Standard,
+            Architecture::TopK(_) => ArchitectureName::Topk,
+            Architecture::BatchTopK { .. } => ArchitectureName::Batchtopk,
+            Architecture::JumpRelu(_) => ArchitectureName::Jumprelu,
+        }
+    }
+
     /// SAELens's name (`cfg.json`'s `architecture` while training).
     pub fn name(&self) -> &'static str {
-        match self {
-            Architecture::Standard { .. } => "standard",
-            Architecture::TopK(_) => "topk",
-            Architecture::BatchTopK { .. } => "batchtopk",
-            Architecture::JumpRelu(_) => "jumprelu",
-        }
+        self.kind().name()
     }
 
     /// The loss terms a step reports, in SAELens's order (sorted by name) without the total.
@@ -134,6 +177,14 @@ impl Architecture {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn architecture_names_read_back_as_themselves() {
+        for a in ArchitectureName::ALL {
+            let back: ArchitectureName = serde_json::from_value(serde_json::Value::String(a.name().into())).unwrap();
+            assert_eq!(back, a);
+        }
+    }
 
     #[test]
     fn loss_term_names_are_distinct_and_saelens_spelled() {

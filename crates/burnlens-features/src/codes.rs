@@ -6,6 +6,8 @@
 
 use rayon::prelude::*;
 
+use burnlens_lens::dictionary::select::kth_largest;
+
 use crate::host::add_transposed;
 
 /// The active entries of an `[n, m]` activation matrix, by token (compressed rows).
@@ -268,36 +270,6 @@ fn block_max(v: &[f32]) -> f32 {
     chunks.remainder().iter().chain(&lanes).fold(f32::NEG_INFINITY, |a, &b| a.max(b))
 }
 
-/// The `k`-th largest of `v` (`1 ≤ k ≤ v.len()`, in `total_cmp`'s order), reordering it.
-/// A long `v` is narrowed first: the `k`-th largest of its blocks' maxima is a lower bound
-/// (`k` distinct values reach it), so only the values at or above it are selected among.
-pub fn kth_largest(v: &mut [f32], k: usize) -> f32 {
-    const BLOCK: usize = 64;
-    let desc = |a: &f32, b: &f32| b.total_cmp(a);
-    if v.len() < 4 * k * BLOCK || v.iter().any(|x| x.is_nan()) {
-        return *v.select_nth_unstable_by(k - 1, desc).1;
-    }
-    let mut maxima: Vec<f32> = v.chunks(BLOCK).map(|c| c.iter().fold(f32::NEG_INFINITY, |a, &b| if b > a { b } else { a })).collect();
-    let lower = *maxima.select_nth_unstable_by(k - 1, desc).1;
-    let mut candidates: Vec<f32> = v.iter().copied().filter(|&x| x >= lower).collect();
-    *candidates.select_nth_unstable_by(k - 1, desc).1
-}
-
-/// Per row of width `m`: the `k`-th largest value (`k ≤ m`) among the entries `score` gives
-/// (`None` entries left out; `NEG_INFINITY` where a row has fewer than `k`).
-pub fn kth_largest_per_row(n: usize, m: usize, k: usize, score: impl Fn(usize, usize) -> Option<f32> + Sync) -> Vec<f32> {
-    (0..n)
-        .into_par_iter()
-        .map(|r| {
-            let mut row: Vec<f32> = (0..m).filter_map(|j| score(r, j)).collect();
-            if k == 0 || row.len() < k {
-                return f32::NEG_INFINITY;
-            }
-            kth_largest(&mut row, k)
-        })
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -368,13 +340,5 @@ mod tests {
         let want = row.iter().filter(|&&v| v > 0.0 && v >= sorted[39]).count();
         assert_eq!(fast.nnz(), want);
         assert!(fast.values.iter().all(|&v| v > 0.0 && v >= sorted[39]));
-        // The narrowed selection agrees with a sort on long rows, ties and signs included.
-        let long: Vec<f32> = (0..20000).map(|i| (((i * 7919) % 2003) as f32 - 1000.0) / 7.0).collect();
-        let sorted = sorted_desc(long.clone());
-        for k in [1, 5, 32, 77] {
-            assert_eq!(kth_largest(&mut long.clone(), k), sorted[k - 1]);
-        }
-        let kth = kth_largest_per_row(2, 3, 2, |r, j| (r == 0 || j == 2).then_some((r * 3 + j) as f32));
-        assert_eq!(kth, vec![1.0, f32::NEG_INFINITY]);
     }
 }

@@ -10,6 +10,7 @@
 
 use burn::tensor::activation::log_softmax;
 use burn::tensor::{Bool, Int, Tensor, TensorData};
+use burnlens_lens::hook_pass::{hook_activations, window_ids};
 use burnlens_lens::sae::{Sae, SaeError};
 use burnlens_model::{Activation, Hooks, Transformer};
 use serde::Serialize;
@@ -182,25 +183,25 @@ pub fn evaluate(input: &EvalInput) -> Result<(EvalMetrics, FeatureMetrics), SaeE
     Ok((metrics, features))
 }
 
-/// The activation at the SAE's hook for `batch`, flattened to `[tokens, d_in]`.
+/// The activation at the SAE's hook for `batch`, flattened to `[tokens, d_in]` (the model
+/// pass the activation store makes).
 fn sae_input(model: &Transformer, sae: &Sae, batch: &[Vec<u32>]) -> Result<Tensor<2>, SaeError> {
-    let hook = sae.hook_point();
-    let mut hooks = Hooks::capture(|p| p == hook);
-    model.forward_hooked(ids(model, batch), &mut hooks);
-    let act = hooks.take_cache().remove(&hook).expect("the hook was checked");
-    sae.flatten(&act)
-}
-
-fn ids(model: &Transformer, batch: &[Vec<u32>]) -> Tensor<2, Int> {
-    let flat: Vec<i64> = batch.iter().flatten().map(|&i| i as i64).collect();
-    Tensor::from_data(TensorData::new(flat, [batch.len(), batch[0].len()]), &model.device())
+    let x = hook_activations(model, &[sae.hook_point()], batch)?.remove(0);
+    let width = x.dims()[1];
+    if width != sae.cfg.d_in {
+        return Err(SaeError::Hook {
+            hook: sae.cfg.hook_name.clone(),
+            msg: format!("the model's activation has width {width}, the SAE's d_in is {}", sae.cfg.d_in),
+        });
+    }
+    Ok(x)
 }
 
 /// Clean, SAE-spliced and zero-ablated passes: per-token KL and next-token loss.
 fn reconstruction_pass(model: &Transformer, sae: &Sae, batch: &[Vec<u32>], keep: &[bool], l: &mut Lists) -> Result<(), SaeError> {
     let (b, t) = (batch.len(), batch[0].len());
     let device = model.device();
-    let ids = ids(model, batch);
+    let ids = window_ids(model, batch)?;
     let clean = model.forward(ids.clone());
     let hook = sae.hook_point();
     let keep_rows = Tensor::<2, Bool>::from_data(TensorData::new(keep.to_vec(), [b * t, 1]), &device);
@@ -321,8 +322,8 @@ impl ExplainedVariance {
 /// Encoder norms, encoder/decoder cosine similarity and encoder biases, per feature.
 fn weight_metrics(sae: &Sae) -> FeatureMetrics {
     let (d, m) = (sae.cfg.d_in, sae.cfg.d_sae);
-    let enc = host(sae.w_enc.clone());
-    let dec = host(sae.w_dec.clone());
+    let enc = host(sae.dict.w_enc.clone());
+    let dec = host(sae.dict.decoder().clone());
     let col = |j: usize| (0..d).map(|i| enc[i * m + j] as f64).collect::<Vec<f64>>();
     let norm = |v: &[f64]| v.iter().map(|a| a * a).sum::<f64>().sqrt();
     let (mut encoder_norm, mut cos) = (Vec::with_capacity(m), Vec::with_capacity(m));
@@ -340,6 +341,6 @@ fn weight_metrics(sae: &Sae) -> FeatureMetrics {
         consistent_activation_heuristic: Vec::new(),
         encoder_norm,
         encoder_decoder_cosine_sim: cos,
-        encoder_bias: host(sae.b_enc.clone()).into_iter().map(|a| a as f64).collect(),
+        encoder_bias: host(sae.dict.b_enc.clone()).into_iter().map(|a| a as f64).collect(),
     }
 }

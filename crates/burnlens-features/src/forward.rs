@@ -10,6 +10,7 @@
 
 use burn::tensor::activation::relu;
 use burn::tensor::{Bool, Tensor};
+use burnlens_lens::dictionary::select::kth_largest_rows;
 
 use crate::architecture::{Architecture, LossTerm, TopKSettings};
 use crate::params::SaeParams;
@@ -121,7 +122,7 @@ fn decode_rescaled(p: &SaeParams, t: &TopKSettings, acts: Tensor<2>) -> Tensor<2
 /// The ReLU of the `k` largest entries of each row, zero elsewhere.
 fn top_k(hidden: Tensor<2>, k: usize) -> Tensor<2> {
     let [n, m] = hidden.dims();
-    let kth = kth_largest(&hidden, k, true).expand([n, m]);
+    let kth = kth_largest_rows(&hidden, k).expand([n, m]);
     let keep = hidden.clone().detach().greater_equal(kth).float();
     relu(hidden) * keep
 }
@@ -131,30 +132,9 @@ fn batch_top_k(hidden: Tensor<2>, k: f64) -> Tensor<2> {
     let [n, m] = hidden.dims();
     let acts = relu(hidden);
     let kk = ((k * n as f64) as usize).clamp(1, n * m);
-    let kth = kth_largest(&acts.clone().reshape([1, n * m]), kk, false).reshape([1, 1]).expand([n, m]);
+    let kth = kth_largest_rows(&acts.clone().reshape([1, n * m]), kk).reshape([1, 1]).expand([n, m]);
     let keep = acts.clone().detach().greater_equal(kth).float();
     acts * keep
-}
-
-/// The `k`-th largest value of each row of `x` (of all of it when `per_row` is false and it is
-/// one row), `[rows, 1]`, found by selection (no sort), rows in parallel. What is kept is then
-/// everything at least as large, as a sorted top-k would keep it barring exact ties.
-fn kth_largest(x: &Tensor<2>, k: usize, per_row: bool) -> Tensor<2> {
-    use rayon::prelude::*;
-    let [n, m] = x.dims();
-    debug_assert!(per_row || n == 1);
-    let plain = if x.is_autodiff() { x.clone().detach().inner() } else { x.clone() };
-    let device = plain.device();
-    let mut v: Vec<f32> = plain.into_data().try_into_vec_as::<f32>().expect("f32");
-    let kth: Vec<f32> = v
-        .par_chunks_mut(m)
-        .map(|row| {
-            let (_, kth, _) = row.select_nth_unstable_by(k - 1, |a, b| b.total_cmp(a));
-            *kth
-        })
-        .collect();
-    let t = Tensor::<2>::from_data(burn::tensor::TensorData::new(kth, [n, 1]), &device);
-    if x.is_autodiff() { t.autodiff() } else { t }
 }
 
 /// SAELens's TopK auxiliary loss: the `k_aux = min(d/2, dead)` largest pre-activations of
@@ -169,7 +149,7 @@ fn aux_k_loss(p: &SaeParams, t: &TopKSettings, target: &Tensor<2>, out: &Tensor<
     let k_aux = half.min(n_dead);
     let alive = mask.clone().bool_not().reshape([1, m]).expand([n, m]);
     let masked = hidden.clone().detach().mask_fill(alive, f32::NEG_INFINITY);
-    let kth = kth_largest(&masked, k_aux, true).expand([n, m]);
+    let kth = kth_largest_rows(&masked, k_aux).expand([n, m]);
     let keep = masked.greater_equal(kth).float();
     let residual = (target.clone() - out.clone()).detach();
     let recons = decode_rescaled(p, t, hidden * keep);

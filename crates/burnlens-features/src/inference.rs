@@ -4,7 +4,8 @@
 //! SAEs whose threshold is the learnt batch threshold; the others are saved as they are.
 
 use burn::tensor::Tensor;
-use burnlens_lens::sae::{Architecture as Inference, Normalize, Sae, SaeConfig};
+use burnlens_lens::dictionary::{Dictionary, Rule};
+use burnlens_lens::sae::{Normalize, Sae, SaeConfig};
 
 use crate::architecture::Architecture;
 use crate::params::SaeParams;
@@ -19,31 +20,41 @@ pub struct SaeSite<'a> {
 
 /// The inference SAE of trained parameters `p` (BatchTopK: `topk_threshold` its threshold).
 pub fn inference_sae(arch: &Architecture, p: &SaeParams, topk_threshold: f64, site: SaeSite) -> Sae {
-    let is_transcoder = site.transcoder;
     let (d_in, d_sae) = p.dims();
-    let mut p = p.clone();
-    if arch.topk().is_some_and(|t| t.rescale_acts_by_decoder_norm) {
-        let norms = p.decoder_norms();
-        p.b_enc = p.b_enc * norms.clone();
-        p.w_dec = p.w_dec / norms.clone().reshape([d_sae, 1]);
-        p.w_enc = p.w_enc * norms.reshape([1, d_sae]);
-    }
-    let (architecture, threshold) = match arch {
-        Architecture::Standard { .. } => (Inference::Standard, None),
-        Architecture::TopK(t) => (Inference::TopK { k: t.k as usize, rescale_acts_by_decoder_norm: false }, None),
-        Architecture::BatchTopK { .. } => (Inference::JumpRelu, Some(Tensor::<1>::full([d_sae], topk_threshold as f32, &p.b_enc.device()))),
-        Architecture::JumpRelu(_) => (Inference::JumpRelu, p.threshold.clone()),
+    let trained = |rule: Rule, threshold: Option<Tensor<1>>| Dictionary {
+        w_enc: p.w_enc.clone(),
+        b_enc: p.b_enc.clone(),
+        w_dec: vec![p.w_dec.clone()],
+        b_dec: p.b_dec.clone(),
+        threshold,
+        w_skip: None,
+        rule,
+        // Transcoders take no b_dec from their input (their b_dec is the output's).
+        subtract_b_dec: !site.transcoder,
+    };
+    let dict = match arch {
+        Architecture::Standard { .. } => trained(Rule::Relu, None),
+        Architecture::JumpRelu(_) => trained(Rule::JUMP_RELU, p.threshold.clone()),
+        // Folding turns a choice on rescaled pre-activations into a plain one.
+        Architecture::TopK(t) => trained(Rule::top_k(t.k as usize, t.rescale_acts_by_decoder_norm), None).fold_decoder_norms(),
+        Architecture::BatchTopK { topk: t, .. } => {
+            // The batch threshold was learnt on the rescaled scores, which the folded
+            // pre-activations equal: it is set after the fold, unscaled (as SAELens does).
+            let mut d = trained(Rule::top_k(t.k as usize, t.rescale_acts_by_decoder_norm), None).fold_decoder_norms();
+            d.rule = Rule::JUMP_RELU;
+            d.threshold = Some(Tensor::<1>::full([d_sae], topk_threshold as f32, &p.b_enc.device()));
+            d
+        }
     };
     let cfg = SaeConfig {
         d_in,
         d_sae,
-        architecture,
-        // Transcoders take no b_dec from their input (their b_dec is the output's).
-        apply_b_dec_to_input: !is_transcoder,
+        architecture: dict.rule,
+        apply_b_dec_to_input: dict.subtract_b_dec,
         normalize_activations: Normalize::None,
         hook_name: site.hook_name.to_string(),
         reshape_hook_z: site.hook_name.ends_with("hook_z"),
         model_name: site.model_name,
     };
-    Sae { cfg, w_enc: p.w_enc, b_enc: p.b_enc, w_dec: p.w_dec, b_dec: p.b_dec, threshold }
+    Sae::new(cfg, dict)
 }

@@ -37,7 +37,7 @@ pub mod sparse_pass;
 pub mod store;
 pub mod trainer;
 
-pub use architecture::{Architecture, JumpReluSettings, LossTerm, TopKSettings};
+pub use architecture::{Architecture, ArchitectureName, JumpReluSettings, LossTerm, TopKSettings};
 pub use cache::{CacheIndex, CacheJob, CacheReader, write_cache};
 pub use config::{RunError, SaeRunConfig, Site};
 pub use evals::{EvalInput, EvalMetrics, FeatureMetrics, evaluate};

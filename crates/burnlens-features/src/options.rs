@@ -3,7 +3,7 @@
 
 use serde::Deserialize;
 
-use crate::architecture::{Architecture, JumpReluSettings, TopKSettings};
+use crate::architecture::{Architecture, ArchitectureName, JumpReluSettings, TopKSettings};
 use crate::config::{RunError, SaeRunConfig, Site};
 use crate::schedule::{LrSchedule, LrScheduler};
 use crate::store::StoreConfig;
@@ -37,14 +37,17 @@ pub struct RunOptions {
     #[cfg_attr(feature = "clap", arg(long))]
     pub d_sae: Option<usize>,
     /// standard (ReLU, L1 weighted by decoder norms), topk, batchtopk or jumprelu.
-    #[cfg_attr(feature = "clap", arg(long, default_value_t = RunOptions::default().architecture))]
-    pub architecture: String,
+    #[cfg_attr(feature = "clap", arg(long, value_enum, default_value_t = RunOptions::default().architecture))]
+    pub architecture: ArchitectureName,
     /// Active features per token (topk), or per token on average over the batch (batchtopk).
     #[cfg_attr(feature = "clap", arg(long, default_value_t = RunOptions::default().k))]
     pub k: f64,
-    /// The sparsity coefficient: L1 for standard, L0 for jumprelu.
-    #[cfg_attr(feature = "clap", arg(long, default_value_t = RunOptions::default().l1))]
-    pub l1: f64,
+    /// The L1 coefficient of a standard SAE (default 0.1).
+    #[cfg_attr(feature = "clap", arg(long))]
+    pub l1: Option<f64>,
+    /// The L0 coefficient of a jumprelu SAE (default 0.1).
+    #[cfg_attr(feature = "clap", arg(long))]
+    pub l0: Option<f64>,
     /// Steps over which the sparsity coefficient grows linearly from 0.
     #[cfg_attr(feature = "clap", arg(long, default_value_t = 0))]
     pub coefficient_warm_up_steps: usize,
@@ -85,9 +88,10 @@ impl Default for RunOptions {
             cross_layer: false,
             skip: false,
             d_sae: None,
-            architecture: "standard".into(),
+            architecture: ArchitectureName::Standard,
             k: 32.0,
-            l1: 0.1,
+            l1: None,
+            l0: None,
             coefficient_warm_up_steps: 0,
             lr: 1e-3,
             lr_warm_up_steps: 0,
@@ -103,6 +107,9 @@ impl Default for RunOptions {
     }
 }
 
+/// The L1 (standard) and L0 (jumprelu) coefficients where none is given.
+const DEFAULT_COEFFICIENT: f64 = 0.1;
+
 fn bad(msg: String) -> RunError {
     RunError::Config(msg)
 }
@@ -111,16 +118,24 @@ impl RunOptions {
     /// The architecture named, with its settings.
     pub fn architecture(&self) -> Result<Architecture, RunError> {
         let topk = TopKSettings::new(self.k);
-        Ok(match self.architecture.as_str() {
-            "standard" => Architecture::Standard { l1_coefficient: self.l1, l1_warm_up_steps: self.coefficient_warm_up_steps },
-            "topk" => Architecture::TopK(topk),
-            "batchtopk" => Architecture::BatchTopK { topk, threshold_lr: 0.01 },
-            "jumprelu" => Architecture::JumpRelu(JumpReluSettings {
-                l0_coefficient: self.l1,
+        let a = self.architecture;
+        // Each coefficient belongs to one architecture: given to another, it would be ignored.
+        for (field, given, owner) in [("l1", self.l1, ArchitectureName::Standard), ("l0", self.l0, ArchitectureName::Jumprelu)] {
+            if given.is_some() && a != owner {
+                return Err(bad(format!("{field}: the sparsity coefficient of {owner}, not of {a}")));
+            }
+        }
+        Ok(match a {
+            ArchitectureName::Standard => {
+                Architecture::Standard { l1_coefficient: self.l1.unwrap_or(DEFAULT_COEFFICIENT), l1_warm_up_steps: self.coefficient_warm_up_steps }
+            }
+            ArchitectureName::Topk => Architecture::TopK(topk),
+            ArchitectureName::Batchtopk => Architecture::BatchTopK { topk, threshold_lr: 0.01 },
+            ArchitectureName::Jumprelu => Architecture::JumpRelu(JumpReluSettings {
+                l0_coefficient: self.l0.unwrap_or(DEFAULT_COEFFICIENT),
                 l0_warm_up_steps: self.coefficient_warm_up_steps,
                 ..JumpReluSettings::default()
             }),
-            other => return Err(bad(format!("architecture: \"{other}\" is not one of standard, topk, batchtopk, jumprelu"))),
         })
     }
 
@@ -140,13 +155,19 @@ impl RunOptions {
     /// `context_size` tokens.
     pub fn config(&self, d_model: usize, n_layers: usize, context_size: usize) -> Result<SaeRunConfig, RunError> {
         let d_sae = self.d_sae.unwrap_or(4 * d_model);
-        if self.architecture.contains("topk") && !(self.k >= 1.0 && self.k <= d_sae as f64) {
+        if self.architecture.keeps_k() && !(self.k >= 1.0 && self.k <= d_sae as f64) {
             return Err(bad(format!("k: {} is not between 1 and d_sae = {d_sae}", self.k)));
+        }
+        if self.transcoders {
+            // Checked now, not when the trained set is written in circuit-tracer's layout.
+            let named = |field: &str, e: burnlens_trace::TraceError| bad(format!("{field}: {e}"));
+            burnlens_trace::InputHook::parse(&self.transcoder_input).map_err(|e| named("transcoder_input", e))?;
+            burnlens_trace::OutputHook::parse(&self.transcoder_output).map_err(|e| named("transcoder_output", e))?;
         }
         if self.cross_layer && !self.transcoders {
             return Err(bad("cross_layer: a cross-layer transcoder is trained from transcoders = true".into()));
         }
-        if self.cross_layer && (self.skip || self.architecture == "topk") {
+        if self.cross_layer && (self.skip || self.architecture == ArchitectureName::Topk) {
             return Err(bad(format!(
                 "cross_layer: circuit-tracer's CLT files hold no skip connection and no TopK ({}); train standard, jumprelu or batchtopk without skip",
                 if self.skip { "skip asked for" } else { "topk asked for" }

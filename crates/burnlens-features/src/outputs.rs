@@ -1,19 +1,15 @@
 //! What a finished run leaves: SAEs in SAELens's layout (`sae/`, or `sae/{hook}/` for each of
-//! several), or a transcoder per layer in circuit-tracer's per-layer layout (`transcoders/`:
-//! `config.yaml` naming `feature_input_hook` / `feature_output_hook` and one
-//! `layer_{i}.safetensors` each with `W_enc [F, d_in]`, `W_dec [F, d_out]`, `b_enc [F]`,
-//! `b_dec [d_out]`, `activation_function.threshold [F]` for JumpReLU (and BatchTopK, saved as
-//! JumpReLU), `W_skip [d_out, d_in]` with a skip connection). TopK transcoders, which
-//! circuit-tracer's files cannot describe, say `activation_function: topk` and `top_k: K`,
-//! burnlens's keys. A cross-layer transcoder goes to `transcoders/` in circuit-tracer's CLT
-//! layout ([`write_clt`]).
+//! several), or a transcoder per layer, or a cross-layer transcoder, in circuit-tracer's
+//! layouts (`transcoders/`, written by the trace crate's [`circuit_tracer`] module, which
+//! reads them too; BatchTopK saved as JumpReLU).
+//!
+//! [`circuit_tracer`]: burnlens_trace::circuit_tracer
 
 use std::path::{Path, PathBuf};
 
-use burn::tensor::Tensor;
-use safetensors::Dtype;
+use burnlens_lens::dictionary::Dictionary;
+use burnlens_trace::{InputHook, OutputHook, TranscoderSet};
 
-use crate::architecture::Architecture;
 use crate::config::{RunError, SaeRunConfig, file_err};
 use crate::inference::{SaeSite, inference_sae};
 use crate::trainer::SaeTrainer;
@@ -67,77 +63,59 @@ fn set_hooks(cfg: &SaeRunConfig) -> Result<(&str, &str), RunError> {
     names.ok_or_else(not_a_set)
 }
 
+/// The set's hooks as circuit-tracer names them (checked when the run was configured).
+fn set_hook_names(cfg: &SaeRunConfig) -> Result<(InputHook, OutputHook), RunError> {
+    let (input, output) = set_hooks(cfg)?;
+    let bad = |e: burnlens_trace::TraceError| RunError::Config(e.to_string());
+    Ok((InputHook::parse(input).map_err(bad)?, OutputHook::parse(output).map_err(bad)?))
+}
+
 fn write_transcoders(out: &Path, cfg: &SaeRunConfig, trainers: &[SaeTrainer]) -> Result<PathBuf, RunError> {
-    let (input, output) = set_hooks(cfg)?;
-    std::fs::create_dir_all(out).map_err(|e| file_err(out, e))?;
-    let mut yaml = format!("model_kind: transcoder_set\nscan: burnlens-trained\nfeature_input_hook: {input}\nfeature_output_hook: {output}\n");
-    if let Architecture::TopK(t) = cfg.architecture {
-        yaml.push_str(&format!("activation_function: topk\ntop_k: {}\n", t.k as usize));
-    }
-    yaml.push_str("transcoders:\n");
-    for (l, (site, t)) in cfg.sites.iter().zip(trainers).enumerate() {
-        let file = format!("layer_{l}.safetensors");
-        let folded = inference_sae(&cfg.architecture, &t.params, t.topk_threshold, SaeSite { hook_name: &site.input, model_name: None, transcoder: true });
-        let mut tensors: Vec<(&str, Tensor<2>)> = vec![
-            ("W_enc", folded.w_enc.clone().transpose()),
-            ("W_dec", folded.w_dec.clone()),
-            ("b_enc", folded.b_enc.clone().unsqueeze()),
-            ("b_dec", folded.b_dec.clone().unsqueeze()),
-        ];
-        tensors.extend(folded.threshold.clone().map(|th| ("activation_function.threshold", th.unsqueeze())));
-        tensors.extend(t.params.w_skip.clone().map(|w| ("W_skip", w)));
-        let tensors = tensors.into_iter().map(|(name, v)| {
-            let dims = v.dims();
-            let shape = if dims[0] == 1 && name != "W_enc" && name != "W_dec" && name != "W_skip" { vec![dims[1]] } else { dims.to_vec() };
-            (name.to_string(), shape, v.into_data().try_into_vec_as::<f32>().expect("f32"))
-        });
-        write_f32s(&out.join(&file), tensors.collect())?;
-        yaml.push_str(&format!("  - {file}\n"));
-    }
-    let cfg_path = out.join("config.yaml");
-    burnlens_model::files::write_atomic(&cfg_path, yaml.as_bytes())?;
+    let (input, output) = set_hook_names(cfg)?;
+    let layers = cfg
+        .sites
+        .iter()
+        .zip(trainers)
+        .map(|(site, t)| {
+            let mut d =
+                inference_sae(&cfg.architecture, &t.params, t.topk_threshold, SaeSite { hook_name: &site.input, model_name: None, transcoder: true }).dict;
+            // Trained as x · W_skipᵀ (circuit-tracer's orientation): the dictionary's M is its transpose.
+            d.w_skip = t.params.w_skip.clone().map(|w| w.transpose());
+            d
+        })
+        .collect();
+    let set = TranscoderSet { layers, input, output, scan: Some(SCAN.into()), cross_layer: false };
+    set.save(out).map_err(|e| RunError::Config(e.to_string()))?;
     Ok(out.to_path_buf())
 }
 
-/// A cross-layer transcoder in circuit-tracer's layout (`transcoders/`): `config.yaml`
-/// (`model_kind: cross_layer_transcoder`, the hooks, `activation_function: relu` or
-/// `jump_relu`), and per layer `l` of `L`: `W_enc_{l}.safetensors` (`W_enc_{l} [F, d_in]`,
-/// `b_enc_{l} [F]`, `b_dec_{l} [d_out]`, `threshold_{l} [F]` for JumpReLU and BatchTopK)
-/// and `W_dec_{l}.safetensors` (`W_dec_{l} [F, L − l, d_out]`), cut from the one
-/// transcoder's blocks ([`crate::cross_layer`]).
+/// The `scan` a set trained here is written with.
+const SCAN: &str = "burnlens-trained";
+
+/// A cross-layer transcoder in circuit-tracer's layout (`transcoders/`), each layer's
+/// dictionary cut from the one transcoder's blocks ([`crate::cross_layer`]).
 fn write_clt(out: &Path, cfg: &SaeRunConfig, t: &SaeTrainer) -> Result<PathBuf, RunError> {
-    let (input, output) = set_hooks(cfg)?;
+    let (input, output) = set_hook_names(cfg)?;
     let b = t.blocks.as_ref().ok_or_else(|| RunError::Config("cross_layer: the trainer has no blocks".into()))?;
-    std::fs::create_dir_all(out).map_err(|e| file_err(out, e))?;
-    let folded = inference_sae(&cfg.architecture, &t.params, t.topk_threshold, SaeSite { hook_name: &cfg.sites[0].input, model_name: None, transcoder: true });
-    let host = |v: Tensor<1>| v.into_data().try_into_vec_as::<f32>().expect("f32");
-    let f = b.features;
-    for l in 0..b.layers {
-        let mut enc = vec![
-            (format!("W_enc_{l}"), vec![f, b.d_in], host(b.encoder(&folded.w_enc, l).transpose().reshape([f * b.d_in]))),
-            (format!("b_enc_{l}"), vec![f], host(b.features_of(&folded.b_enc, l))),
-            (format!("b_dec_{l}"), vec![b.d_out], host(b.outputs_of(&folded.b_dec, l))),
-        ];
-        enc.extend(folded.threshold.as_ref().map(|th| (format!("threshold_{l}"), vec![f], host(b.features_of(th, l)))));
-        write_f32s(&out.join(format!("W_enc_{l}.safetensors")), enc)?;
-        let k = b.layers - l;
-        let dec = host(b.decoders(&folded.w_dec, l).reshape([f * k * b.d_out]));
-        write_f32s(&out.join(format!("W_dec_{l}.safetensors")), vec![(format!("W_dec_{l}"), vec![f, k, b.d_out], dec)])?;
-    }
-    let activation = if folded.threshold.is_some() { "jump_relu" } else { "relu" };
-    let yaml = format!(
-        "model_kind: cross_layer_transcoder\nscan: burnlens-trained\nfeature_input_hook: {input}\nfeature_output_hook: {output}\nactivation_function: {activation}\n"
-    );
-    let cfg_path = out.join("config.yaml");
-    burnlens_model::files::write_atomic(&cfg_path, yaml.as_bytes())?;
+    let folded =
+        inference_sae(&cfg.architecture, &t.params, t.topk_threshold, SaeSite { hook_name: &cfg.sites[0].input, model_name: None, transcoder: true }).dict;
+    let (f, d_out) = (b.features, b.d_out);
+    let layers = (0..b.layers)
+        .map(|l| {
+            let decoders = b.decoders(folded.decoder(), l);
+            Dictionary {
+                w_enc: b.encoder(&folded.w_enc, l),
+                b_enc: b.features_of(&folded.b_enc, l),
+                w_dec: (0..b.layers - l).map(|j| decoders.clone().slice([0..f, j..j + 1, 0..d_out]).reshape([f, d_out])).collect(),
+                b_dec: b.outputs_of(&folded.b_dec, l),
+                threshold: folded.threshold.as_ref().map(|th| b.features_of(th, l)),
+                w_skip: None,
+                rule: folded.rule,
+                subtract_b_dec: false,
+            }
+        })
+        .collect();
+    let set = TranscoderSet { layers, input, output, scan: Some(SCAN.into()), cross_layer: true };
+    set.save(out).map_err(|e| RunError::Config(e.to_string()))?;
     Ok(out.to_path_buf())
-}
-
-/// f32 tensors `(name, shape, values)` as one safetensors file, written atomically.
-fn write_f32s(path: &Path, tensors: Vec<(String, Vec<usize>, Vec<f32>)>) -> Result<(), RunError> {
-    use burnlens_model::files::{FileTensor, f32_bytes, write_safetensors};
-    let bytes: Vec<Vec<u8>> = tensors.iter().map(|(_, _, v)| f32_bytes(v)).collect();
-    let files: Vec<FileTensor> =
-        tensors.iter().zip(&bytes).map(|((n, s, _), b)| FileTensor { name: n, dtype: Dtype::F32, shape: s.clone(), bytes: b }).collect();
-    Ok(write_safetensors(path, &files, None)?)
 }

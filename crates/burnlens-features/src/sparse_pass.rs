@@ -13,7 +13,9 @@
 use burn::tensor::{Tensor, TensorData};
 
 use crate::architecture::{Architecture, LossTerm, TopKSettings};
-use crate::codes::{Codes, Scores, kth_largest_per_row};
+use burnlens_lens::dictionary::select::kth_largest_per_row;
+
+use crate::codes::{Codes, Scores};
 use crate::forward::TrainPassValues;
 use crate::host::{Scratch, affine_into, host, tensor};
 use crate::params::SaeParams;

@@ -20,6 +20,7 @@ pub mod norm;
 pub mod rng;
 pub mod rotary;
 pub mod size;
+pub mod stop;
 pub mod transformer;
 pub mod weights;
 

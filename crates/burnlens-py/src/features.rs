@@ -107,7 +107,15 @@ pub fn dashboards<'py>(
         (None, Some(t)) => Explained::Transcoders { set: t.set.clone(), id: t.set.scan.clone().unwrap_or_default() },
         _ => return Err(PyValueError::new_err("dashboards: give one of sae= and transcoders=")),
     };
-    let job = Job::new(&model.any, explained, corpus, opts, out.into()).map_err(|e| err(&e))?;
+    let m = &model.any;
+    let job = Job::new(
+        burnlens_dashboards::JobModel { model: &m.model, for_model: m.corpus_model(), id: m.dir.display().to_string() },
+        explained,
+        corpus,
+        opts,
+        out.into(),
+    )
+    .map_err(|e| err(&e))?;
     let mut error: Option<PyErr> = None;
     let summary = py.detach(|| {
         let mut control = |p: &burnlens_dashboards::Progress| {

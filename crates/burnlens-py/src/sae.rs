@@ -79,6 +79,6 @@ impl NativeSae {
         }
         let values: Vec<f32> = x.as_array().iter().copied().collect();
         let n = values.len() / width;
-        Ok((Tensor::from_data(TensorData::new(values, [n, width]), &self.sae.w_enc.device()), shape))
+        Ok((Tensor::from_data(TensorData::new(values, [n, width]), &self.sae.dict.w_enc.device()), shape))
     }
 }

@@ -39,7 +39,7 @@ impl NativeTranscoders {
     /// Features per layer.
     #[getter]
     fn d_transcoder(&self) -> usize {
-        self.set.layers[0].n_features()
+        self.set.layers[0].d_sae()
     }
 
     /// The hook point the transcoders read (`mlp.hook_in` style name).
@@ -71,7 +71,7 @@ impl NativeTranscoders {
         format!(
             "Transcoders(n_layers={}, d_transcoder={}, {} -> {}, skip={})",
             s.n_layers(),
-            s.layers[0].n_features(),
+            s.layers[0].d_sae(),
             s.input.name(),
             s.output.name(),
             if s.has_skip() { "True" } else { "False" }
@@ -209,32 +209,21 @@ impl NativeGraph {
     }
 }
 
-/// circuit-tracer's `attribute` on token ids `tokens` (attributed as given).
+/// circuit-tracer's `attribute` on token ids `tokens` (attributed as given); `options` are
+/// [`burnlens_trace::AttributeArgs`] as JSON (Python's keyword arguments), `targets` the next
+/// tokens to explain instead of the most probable ones.
 #[pyfunction]
-#[pyo3(signature = (model, transcoders, tokens, max_n_logits=10, desired_logit_prob=0.95, targets=None, batch_size=512, max_feature_nodes=None, update_interval=4, zero_positions=1, pattern_memory_gb=4.0, rows_memory_gb=8.0))]
-#[allow(clippy::too_many_arguments)]
+#[pyo3(signature = (model, transcoders, tokens, targets, options))]
 pub(crate) fn attribute(
     py: Python<'_>,
     model: Py<NativeModel>,
     transcoders: &NativeTranscoders,
     tokens: Vec<i64>,
-    max_n_logits: usize,
-    desired_logit_prob: f32,
     targets: Option<Vec<i64>>,
-    batch_size: usize,
-    max_feature_nodes: Option<usize>,
-    update_interval: usize,
-    zero_positions: usize,
-    pattern_memory_gb: f64,
-    rows_memory_gb: f64,
+    options: &str,
 ) -> PyResult<NativeGraph> {
-    use burnlens_trace::{AttributeOptions, LogitTargets};
-    let targets = match targets {
-        Some(t) => LogitTargets::Tokens(t),
-        None => LogitTargets::Salient { max_n_logits, desired_prob: desired_logit_prob },
-    };
-    let (pattern_budget, row_budget) = ((pattern_memory_gb.max(0.0) * 1e9) as u64, (rows_memory_gb.max(0.0) * 1e9) as u64);
-    let opts = AttributeOptions { targets, batch_size, max_feature_nodes, update_interval, zero_positions, pattern_budget, row_budget };
+    let args: burnlens_trace::AttributeArgs = serde_json::from_str(options).map_err(|e| PyValueError::new_err(format!("attribute options: {e}")))?;
+    let opts = args.options(targets);
     let graph = py.detach(|| burnlens_trace::attribute(&model.get().any.model, &transcoders.set, &tokens, &opts)).map_err(value)?;
     Ok(NativeGraph { graph, model })
 }

@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 use burn::tensor::Device;
 use burnlens_hf::hub::{Hub, HubId, Progress, folder_spec, resolve_folder};
 
-pub use crate::load::URI_SCHEME;
-use crate::load::{CONFIG_FILE, is_cross_layer, numbered, numbered_prefixes, read_config};
+pub use crate::circuit_tracer::URI_SCHEME;
+use crate::circuit_tracer::{CONFIG_FILE, is_cross_layer, numbered, numbered_prefixes, read_config};
 use crate::{TraceError, TranscoderSet};
 
 /// `hf://org/name/path/in/repo[?revision=r]` as the repository and the file's path in it.

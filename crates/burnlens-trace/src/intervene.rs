@@ -41,13 +41,13 @@ fn check(model: &Transformer, set: &TranscoderSet, ids: &[i64], interventions: &
     model.check_ids(ids).map_err(|e| TraceError::Input(e.to_string()))?;
     let (n_pos, n_layers) = (ids.len(), model.config.n_layers());
     for iv in interventions {
-        if iv.layer >= n_layers || iv.pos >= n_pos || iv.feature >= set.layers[iv.layer].n_features() {
+        if iv.layer >= n_layers || iv.pos >= n_pos || iv.feature >= set.layers[iv.layer].d_sae() {
             return Err(TraceError::Input(format!(
                 "intervention (layer {}, pos {}, feature {}) is outside {n_layers} layers, {n_pos} positions, {} features",
                 iv.layer,
                 iv.pos,
                 iv.feature,
-                set.layers[0].n_features()
+                set.layers[0].d_sae()
             )));
         }
     }
@@ -81,8 +81,8 @@ impl Run<'_> {
         if self.points[l].1 {
             x = self.model.blocks[l].ln2.as_ref().expect("ln2").finish(x);
         }
-        let mut acts = self.set.layers[l].activations(x);
-        let f = self.set.layers[l].n_features();
+        let mut acts = crate::transcoder::host_activations(&self.set.layers[l], x);
+        let f = self.set.layers[l].d_sae();
         acts[..self.zero_positions.min(p) * f].fill(0.0);
         self.activations.borrow_mut()[l] = acts;
         a
@@ -101,7 +101,7 @@ impl Run<'_> {
         let mut out = t.reshape([p, d]);
         for src in mine.iter().map(|iv| iv.layer).collect::<std::collections::BTreeSet<_>>() {
             let tc = &self.set.layers[src];
-            let f = tc.n_features();
+            let f = tc.d_sae();
             let mut delta = vec![0f32; p * f];
             for iv in mine.iter().filter(|iv| iv.layer == src) {
                 delta[iv.pos * f + iv.feature] = iv.value - acts[src][iv.pos * f + iv.feature];

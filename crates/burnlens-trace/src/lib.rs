@@ -11,30 +11,32 @@
 //! let (replacement, completeness) = graph.scores()?;
 //! ```
 //!
-//! Modules, bottom up: [`transcoder`] (weights, activations, hook points), [`load`]
-//! (circuit-tracer's files), [`hub`] (sets by Hub id), [`replacement`] (the frozen forward pass), [`backward`]
-//! (attribution rows), [`attribute`] (targets and the graph), [`graph`] (pruning, scores,
+//! Modules, bottom up: [`transcoder`] (each layer a lens [`Dictionary`](burnlens_lens::Dictionary), hook points), [`circuit_tracer`]
+//! (circuit-tracer's files, read and written), [`hub`] (sets by Hub id), [`replacement`] (the frozen forward pass), [`backward`]
+//! (attribution rows), [`attribute`] (targets and the graph; [`attribute_args`], its arguments as users spell them), [`graph`] (pruning, scores,
 //! saving; its rows in a [`store`]), [`json`] and [`html`] (the viewer's files), [`intervene`] (feature interventions).
 
 pub mod attribute;
+pub mod attribute_args;
 pub mod backward;
+pub mod circuit_tracer;
 pub mod error;
 pub mod graph;
 pub mod html;
 pub mod hub;
 pub mod intervene;
 pub mod json;
-pub mod load;
 pub mod output;
 pub mod replacement;
 pub mod store;
 pub mod transcoder;
 
 pub use attribute::{AttributeOptions, LogitTargets, attribute, select_logits};
+pub use attribute_args::AttributeArgs;
 pub use error::TraceError;
 pub use graph::{Graph, Pruned, check_thresholds};
 pub use intervene::{Intervened, Intervention, feature_intervention};
 pub use json::{GraphJson, GraphText, Node};
 pub use output::{GraphFiles, write_graph, write_graph_with};
 pub use replacement::{ActiveFeature, Replacement, layer_inputs};
-pub use transcoder::{FeatureActivation, InputHook, OutputHook, Transcoder, TranscoderSet};
+pub use transcoder::{InputHook, OutputHook, TranscoderSet};

@@ -11,7 +11,7 @@
 use std::collections::BTreeMap;
 
 use burn::tensor::{Int, Tensor, TensorData};
-use burnlens_model::{Activation, AttnHook, Block, BlockHook, HookPoint, Hooks, LayerHook, NormHook, NormKind, NormSite, Transformer, f32_val};
+use burnlens_model::{Activation, AttnHook, Block, BlockHook, HookPoint, Hooks, LayerHook, NormHook, NormKind, NormSite, Transformer};
 
 use crate::TraceError;
 use crate::transcoder::{InputHook, OutputHook, TranscoderSet, tensor};
@@ -106,7 +106,7 @@ impl<'m> Replacement<'m> {
             let mine: Vec<usize> = (0..which.len()).filter(|&k| self.active[which[k]].layer == l).collect();
             let idx: Vec<i64> = mine.iter().map(|&k| self.active[which[k]].feature as i64).collect();
             let sel = Tensor::<1, Int>::from_data(TensorData::new(idx, [mine.len()]), &device);
-            let rows: Vec<f32> = self.set.layers[l].w_enc.clone().select(0, sel).into_data().try_into_vec_as::<f32>().expect("f32");
+            let rows: Vec<f32> = self.set.layers[l].w_enc.clone().select(1, sel).transpose().into_data().try_into_vec_as::<f32>().expect("f32");
             for (j, &k) in mine.iter().enumerate() {
                 out[k * d..(k + 1) * d].copy_from_slice(&rows[j * d..(j + 1) * d]);
             }
@@ -268,8 +268,8 @@ fn encode_layer(
     let device = input.device();
     let tc = &set.layers[l];
     let [n_pos, d] = input.dims();
-    let f = tc.n_features();
-    let mut acts = tc.activations(input.clone());
+    let f = tc.d_sae();
+    let mut acts = crate::transcoder::host_activations(tc, input.clone());
     acts[..zero_positions.min(n_pos) * f].fill(0.0);
     let first_feature = active.len();
     let mut starts = vec![0usize];
@@ -351,9 +351,4 @@ fn freeze_layer(
 /// `W_U [d_model, vocab]` as f32 (for the logit directions).
 pub(crate) fn unembedding(model: &Transformer) -> Tensor<2> {
     model.w_u().0
-}
-
-#[allow(dead_code)]
-pub(crate) fn norm_gain(n: &burnlens_model::Norm) -> Tensor<1> {
-    f32_val(&n.weight)
 }

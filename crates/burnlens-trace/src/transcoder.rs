@@ -4,12 +4,15 @@
 //! A per-layer transcoder (PLT) writes only its own layer's MLP output; a cross-layer
 //! transcoder (CLT) has one decoder for its own layer and one for every later layer, and a
 //! layer's MLP output is predicted by the features of that layer and all earlier ones.
-//! Weights keep circuit-tracer's orientation: `W_enc [features, d_model]`, each decoder
-//! `[features, d_model]`. The skip connection is kept as the matrix `M` of `skip = x · M`
+//! Each layer's transcoder is a [`Dictionary`] (burnlens-lens's one sparse dictionary):
+//! `W_enc [d_model, features]` (circuit-tracer's `[features, d_model]` transposed at load),
+//! each decoder `[features, d_model]`, circuit-tracer's rules (ReLU, JumpReLU and TopK
+//! keeping the chosen values' signs). The skip connection is the matrix `M` of `skip = x · M`
 //! (a PLT file's `W_skip` is applied as `x · W_skipᵀ`, so `M = W_skipᵀ`; a CLT's as
 //! `x · W_skip`).
 
 use burn::tensor::{Device, Tensor, TensorData};
+use burnlens_lens::dictionary::Dictionary;
 
 use crate::TraceError;
 
@@ -76,90 +79,10 @@ impl OutputHook {
     }
 }
 
-/// The sparsifying non-linearity of the features.
-#[derive(Debug, Clone, PartialEq)]
-pub enum FeatureActivation {
-    Relu,
-    /// `x · [x > θ]`, one threshold per feature.
-    JumpRelu {
-        threshold: Vec<f32>,
-    },
-    /// The `k` largest pre-activations of each position kept, the rest zero.
-    TopK {
-        k: usize,
-    },
-}
-
-impl FeatureActivation {
-    /// Apply to one position's pre-activations in place.
-    pub fn apply(&self, pre: &mut [f32]) {
-        match self {
-            FeatureActivation::Relu => pre.iter_mut().for_each(|x| *x = x.max(0.0)),
-            FeatureActivation::JumpRelu { threshold } => {
-                for (x, t) in pre.iter_mut().zip(threshold) {
-                    if !(*x > *t) {
-                        *x = 0.0;
-                    }
-                }
-            }
-            FeatureActivation::TopK { k } => {
-                if *k >= pre.len() {
-                    return;
-                }
-                let mut order: Vec<usize> = (0..pre.len()).collect();
-                order.select_nth_unstable_by(*k, |&a, &b| pre[b].total_cmp(&pre[a]));
-                for &i in &order[*k..] {
-                    pre[i] = 0.0;
-                }
-            }
-        }
-    }
-}
-
-/// One layer's transcoder.
-#[derive(Debug, Clone)]
-pub struct Transcoder {
-    /// `[features, d_model]`
-    pub w_enc: Tensor<2>,
-    /// `[features]`
-    pub b_enc: Tensor<1>,
-    /// Decoders `[features, d_model]`: `w_dec[k]` writes layer `l + k` (one for a PLT).
-    pub w_dec: Vec<Tensor<2>>,
-    /// `[d_model]`, added to this layer's reconstruction.
-    pub b_dec: Tensor<1>,
-    /// `M [d_model, d_model]` of `skip = x · M` for this layer's input and output.
-    pub w_skip: Option<Tensor<2>>,
-    pub activation: FeatureActivation,
-}
-
-impl Transcoder {
-    pub fn n_features(&self) -> usize {
-        self.w_enc.dims()[0]
-    }
-
-    pub fn d_model(&self) -> usize {
-        self.w_enc.dims()[1]
-    }
-
-    /// Feature activations `[pos, features]` of the inputs `x: [pos, d_model]`, on the host.
-    pub fn activations(&self, x: Tensor<2>) -> Vec<f32> {
-        let f = self.n_features();
-        let pre = x.matmul(self.w_enc.clone().transpose()) + self.b_enc.clone().reshape([1, f]);
-        let mut v: Vec<f32> = pre.into_data().try_into_vec_as::<f32>().expect("f32");
-        v.chunks_mut(f).for_each(|row| self.activation.apply(row));
-        v
-    }
-
-    /// The skip term `x · M` `[pos, d_model]`, if the transcoder has one.
-    pub fn skip(&self, x: Tensor<2>) -> Option<Tensor<2>> {
-        self.w_skip.as_ref().map(|w| x.matmul(w.clone()))
-    }
-}
-
 /// One transcoder per layer, and where they read and write.
 #[derive(Debug, Clone)]
 pub struct TranscoderSet {
-    pub layers: Vec<Transcoder>,
+    pub layers: Vec<Dictionary>,
     pub input: InputHook,
     pub output: OutputHook,
     /// The name of the set on Neuronpedia (circuit-tracer's `scan`), if given.
@@ -182,4 +105,10 @@ impl TranscoderSet {
 /// A host tensor of any rank as a [`Tensor`] of rank `D` on `device`.
 pub(crate) fn tensor<const D: usize>(values: Vec<f32>, shape: [usize; D], device: &Device) -> Tensor<D> {
     Tensor::from_data(TensorData::new(values, shape), device)
+}
+
+/// The feature activations `[pos, features]` of a layer's transcoder on inputs
+/// `x: [pos, d_model]`, read back to the host.
+pub(crate) fn host_activations(t: &Dictionary, x: Tensor<2>) -> Vec<f32> {
+    t.encode(x).into_data().try_into_vec_as::<f32>().expect("f32")
 }

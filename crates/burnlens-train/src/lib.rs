@@ -21,6 +21,6 @@ pub use checkpoint::{LoadedRun, TrainState, export_run, latest_checkpoint, load_
 pub use config::RunConfig;
 pub use error::TrainError;
 pub use observer::{Observer, Silent, StepMetrics};
-pub use session::{RunSummary, TrainOptions, TrainSession, install_interrupt_handler, request_stop, stop_requested, train};
+pub use session::{RunSummary, TrainOptions, TrainSession, train};
 pub use spec::ModelSpec;
 pub use tokens::{Encoded, TokenError};

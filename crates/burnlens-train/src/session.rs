@@ -30,7 +30,7 @@
 
 use std::ops::Range;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+
 use std::time::Instant;
 
 use burn::module::Module;
@@ -51,24 +51,6 @@ use crate::metrics::Metrics;
 use crate::observer::{Observer, StepMetrics};
 use crate::optim::{clip_global_norm, learning_rate, optimizer};
 use crate::spec::{ModelSpec, model_spec};
-
-static INTERRUPTED: AtomicBool = AtomicBool::new(false);
-
-/// Ask a running loop to checkpoint and stop at the next step (what Ctrl-C does).
-pub fn request_stop() {
-    INTERRUPTED.store(true, Ordering::SeqCst);
-}
-
-/// Whether a stop was asked for since the last call (Ctrl-C, or [`request_stop`]); a loop
-/// of its own over a [`TrainSession`] checks it between steps.
-pub fn stop_requested() -> bool {
-    INTERRUPTED.swap(false, Ordering::SeqCst)
-}
-
-/// Install the Ctrl-C / SIGTERM handler that calls [`request_stop`]. Safe to call twice.
-pub fn install_interrupt_handler() {
-    let _ = ctrlc::set_handler(request_stop);
-}
 
 /// How a session is opened, besides the run config.
 #[derive(Debug, Clone, Default)]
@@ -102,7 +84,7 @@ pub fn train(cfg: &RunConfig, opts: &TrainOptions, observer: &mut dyn Observer) 
     let mut observer_broke = false;
     while !session.is_done() {
         // Every rank stops at the same step, whichever was asked.
-        if session.stop_agreed(stop_requested() || observer_broke)? {
+        if session.stop_agreed(burnlens_model::stop::stop_requested() || observer_broke)? {
             return Err(session.interrupt()?);
         }
         let m = session.step()?;

@@ -45,24 +45,13 @@ pub(crate) fn bench_sae(args: Vec<String>) -> Result<()> {
             .arg(&bin)
             .args(["train-sae", "--model"])
             .arg(&model)
-            .args([
-                "--hook",
-                hook,
-                "--architecture",
-                arch,
-                "--k",
-                k,
-                "--l1",
-                "1",
-                "--d-sae",
-                d_sae,
-                "--steps",
-                &steps.to_string(),
-                "--batch",
-                "32",
-                "--seq-len",
-                "128",
-            ])
+            .args(["--hook", hook, "--architecture", arch, "--k", k, "--d-sae", d_sae, "--steps", &steps.to_string(), "--batch", "32", "--seq-len", "128"])
+            // The sparsity coefficient of the architectures that have one (1, as sae-lens's run).
+            .args(match arch {
+                "standard" => &["--l1", "1"][..],
+                "jumprelu" => &["--l0", "1"][..],
+                _ => &[],
+            })
             .args(["--n-batches-in-buffer", "2", "--data", "random", "--checkpoint-every", "100000", "--out"])
             .arg(&out_dir)
             .env("RAYON_NUM_THREADS", &threads)

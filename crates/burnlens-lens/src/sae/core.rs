@@ -2,17 +2,18 @@
 //! does), its weights, encoding and decoding, and running it on a model. The bottom of
 //! [`crate::sae`]: the readers of each file format build these types.
 //!
-//! The computation follows SAELens 6: `encode(x) = act((norm_in(x) − b_dec·apply_b_dec) W_enc
-//! + b_enc)` with `act` ReLU (standard), ReLU masked by `pre > threshold` (JumpReLU), or the
-//! ReLU of the `k` largest pre-activations (TopK); `decode(f) = norm_out(f W_dec + b_dec)`.
+//! The computation follows SAELens 6: `encode(x) = dict.encode(norm_in(x))` and
+//! `decode(f) = norm_out(dict.decode(f))`, where the dictionary ([`crate::dictionary`])
+//! holds the weights and the activation rule (ReLU for SAELens's "standard", JumpReLU, TopK).
 
 use std::path::{Path, PathBuf};
 
 use burn::tensor::Tensor;
-use burn::tensor::activation::relu;
 use burnlens_model::{Activation, AttnHook, HookPoint, Hooks, Transformer, next_token_loss};
 use serde::Serialize;
 use serde_json::Value;
+
+use crate::dictionary::{Dictionary, Rule};
 
 /// Whether `hook_name` is a head-resolved `hook_z` (`[batch, pos, head, d_head]`), which an
 /// SAE reads flattened to `[batch, pos, head * d_head]`.
@@ -33,50 +34,8 @@ pub enum SaeError {
     Hook { hook: String, msg: String },
     #[error("SAE: {0}")]
     Unsupported(String),
-}
-
-/// How features are switched on.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-pub enum Architecture {
-    Standard,
-    JumpRelu,
-    /// Keep the `k` largest pre-activations (after ReLU). With `rescale_acts_by_decoder_norm`
-    /// the pre-activations are multiplied by the decoder rows' norms before the choice and
-    /// divided by them before decoding.
-    TopK {
-        k: usize,
-        rescale_acts_by_decoder_norm: bool,
-    },
-}
-
-impl Architecture {
-    /// SAELens's names, as `cfg.json` and the command line spell them.
-    pub const NAMES: &'static [&'static str] = &["standard", "jumprelu", "topk"];
-
-    /// The SAELens name.
-    pub fn name(&self) -> &'static str {
-        match self {
-            Architecture::Standard => "standard",
-            Architecture::JumpRelu => "jumprelu",
-            Architecture::TopK { .. } => "topk",
-        }
-    }
-
-    /// The architecture SAELens calls `name`; a topk SAE keeps `k` features (1 to `d_sae`).
-    /// The error names the field that is wrong (`architecture` or `k`) and why.
-    pub fn from_name(name: &str, k: Option<usize>, rescale_acts_by_decoder_norm: bool, d_sae: usize) -> Result<Self, (&'static str, String)> {
-        match name {
-            "standard" => Ok(Architecture::Standard),
-            "jumprelu" => Ok(Architecture::JumpRelu),
-            "topk" => match k {
-                None => Err(("k", "missing: a topk SAE needs k".into())),
-                Some(k) if k == 0 || k > d_sae => Err(("k", format!("{k} is not between 1 and d_sae = {d_sae}"))),
-                Some(k) => Ok(Architecture::TopK { k, rescale_acts_by_decoder_norm }),
-            },
-            other => Err(("architecture", format!("\"{other}\" is not supported (expected {})", Self::NAMES.join(", ")))),
-        }
-    }
+    #[error(transparent)]
+    Pass(#[from] crate::hook_pass::PassError),
 }
 
 /// Run-time normalisation of the SAE's input (and the inverse on its output).
@@ -98,7 +57,7 @@ pub enum Normalize {
 pub struct SaeConfig {
     pub d_in: usize,
     pub d_sae: usize,
-    pub architecture: Architecture,
+    pub architecture: Rule,
     pub apply_b_dec_to_input: bool,
     pub normalize_activations: Normalize,
     /// The TransformerLens hook name the SAE reads.
@@ -108,20 +67,12 @@ pub struct SaeConfig {
     pub model_name: Option<String>,
 }
 
-/// A sparse autoencoder on one hook point.
+/// A sparse autoencoder on one hook point: SAELens's config around a [`Dictionary`] (whose
+/// rule is the config's `architecture`, set by [`Sae::new`]).
 #[derive(Debug, Clone)]
 pub struct Sae {
     pub cfg: SaeConfig,
-    /// `[d_in, d_sae]`
-    pub w_enc: Tensor<2>,
-    /// `[d_sae]`
-    pub b_enc: Tensor<1>,
-    /// `[d_sae, d_in]`
-    pub w_dec: Tensor<2>,
-    /// `[d_in]`
-    pub b_dec: Tensor<1>,
-    /// `[d_sae]`, JumpReLU only.
-    pub threshold: Option<Tensor<1>>,
+    pub dict: Dictionary,
 }
 
 fn field_err(path: &Path, field: &str, msg: impl Into<String>) -> SaeError {
@@ -186,7 +137,7 @@ impl SaeConfig {
         }
         let k = lookup("k").and_then(Value::as_u64).or(k_old).map(|k| k as usize);
         let rescale = lookup("rescale_acts_by_decoder_norm").and_then(Value::as_bool).unwrap_or(false);
-        let architecture = Architecture::from_name(&arch, k, rescale, d_sae).map_err(|(field, msg)| field_err(path, field, msg))?;
+        let architecture = Rule::from_name(&arch, k, rescale, d_sae).map_err(|(field, msg)| field_err(path, field, msg))?;
         let normalize_activations = match lookup("normalize_activations") {
             None | Some(Value::Bool(false)) => Normalize::None,
             Some(Value::Bool(true)) => Normalize::ExpectedAverageOnlyIn,
@@ -226,7 +177,7 @@ impl SaeConfig {
     pub fn to_json(&self) -> Value {
         let arch = self.architecture.name();
         let (k, rescale) = match self.architecture {
-            Architecture::TopK { k, rescale_acts_by_decoder_norm } => (Some(k), Some(rescale_acts_by_decoder_norm)),
+            Rule::TopK { k, rescale_acts_by_decoder_norm, .. } => (Some(k), Some(rescale_acts_by_decoder_norm)),
             _ => (None, None),
         };
         let norm = match self.normalize_activations {
@@ -268,6 +219,13 @@ struct NormState {
     mean: Option<Tensor<2>>,
 }
 impl Sae {
+    /// The SAE of `cfg` with weights `dict` (its rule and input offset taken from `cfg`).
+    pub fn new(cfg: SaeConfig, mut dict: Dictionary) -> Sae {
+        dict.rule = cfg.architecture;
+        dict.subtract_b_dec = cfg.apply_b_dec_to_input;
+        Sae { cfg, dict }
+    }
+
     fn norm_in(&self, x: Tensor<2>) -> (Tensor<2>, NormState) {
         match self.cfg.normalize_activations {
             Normalize::None | Normalize::ExpectedAverageOnlyIn => (x, NormState { scale: None, mean: None }),
@@ -293,11 +251,6 @@ impl Sae {
         }
     }
 
-    fn decoder_norms(&self) -> Tensor<1> {
-        let n = self.cfg.d_sae;
-        self.w_dec.clone().square().sum_dim(1).sqrt().reshape([n])
-    }
-
     /// Feature activations `[n, d_sae]` of inputs `x: [n, d_in]`.
     pub fn encode(&self, x: Tensor<2>) -> Tensor<2> {
         self.encode_with(x).0
@@ -305,35 +258,11 @@ impl Sae {
 
     fn encode_with(&self, x: Tensor<2>) -> (Tensor<2>, NormState) {
         let (x, state) = self.norm_in(x);
-        let d = self.cfg.d_in;
-        let n_sae = self.cfg.d_sae;
-        let x = if self.cfg.apply_b_dec_to_input { x - self.b_dec.clone().reshape([1, d]) } else { x };
-        let pre = x.matmul(self.w_enc.clone()) + self.b_enc.clone().reshape([1, n_sae]);
-        let acts = match self.cfg.architecture {
-            Architecture::Standard => relu(pre),
-            Architecture::JumpRelu => {
-                let th = self.threshold.clone().expect("a JumpReLU SAE has a threshold").reshape([1, n_sae]);
-                let th = th.expand(pre.dims());
-                relu(pre.clone()) * pre.greater(th).float()
-            }
-            Architecture::TopK { k, rescale_acts_by_decoder_norm } => {
-                let pre = if rescale_acts_by_decoder_norm { pre * self.decoder_norms().reshape([1, n_sae]) } else { pre };
-                // The k-th largest value of each row; everything at least as large is kept.
-                let kth = pre.clone().topk(k, 1).narrow(1, k - 1, 1);
-                let kth = kth.expand(pre.dims());
-                relu(pre.clone()) * pre.greater_equal(kth).float()
-            }
-        };
-        (acts, state)
+        (self.dict.encode(x), state)
     }
 
     fn decode_with(&self, f: Tensor<2>, state: &NormState) -> Tensor<2> {
-        let d = self.cfg.d_in;
-        let f = match self.cfg.architecture {
-            Architecture::TopK { rescale_acts_by_decoder_norm: true, .. } => f / self.decoder_norms().reshape([1, self.cfg.d_sae]),
-            _ => f,
-        };
-        self.norm_out(f.matmul(self.w_dec.clone()) + self.b_dec.clone().reshape([1, d]), state)
+        self.norm_out(self.dict.decode(f), state)
     }
 
     /// Reconstruction `[n, d_in]` from feature activations `f: [n, d_sae]`, for SAEs whose

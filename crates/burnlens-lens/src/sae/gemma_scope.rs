@@ -13,7 +13,8 @@ use std::path::{Path, PathBuf};
 use burn::tensor::{Device, Tensor, TensorData};
 use burnlens_model::{AttnHook, BlockHook, HookPoint, LayerHook};
 
-use super::core::{Architecture, Normalize, Sae, SaeConfig, SaeError};
+use super::core::{Normalize, Sae, SaeConfig, SaeError};
+use crate::dictionary::{Dictionary, Rule};
 
 /// The file a Gemma Scope folder holds.
 pub const PARAMS_FILE: &str = "params.npz";
@@ -165,21 +166,24 @@ pub fn load(dir: &Path, device: &Device) -> Result<Sae, SaeError> {
     let cfg = SaeConfig {
         d_in,
         d_sae,
-        architecture: Architecture::JumpRelu,
+        architecture: Rule::JUMP_RELU,
         apply_b_dec_to_input: false,
         normalize_activations: Normalize::None,
         hook_name,
         reshape_hook_z,
         model_name: None,
     };
-    Ok(Sae {
-        cfg,
+    let dict = Dictionary {
         w_enc: Tensor::from_data(TensorData::new(enc, [d_in, d_sae]), device),
         b_enc: Tensor::from_data(TensorData::new(b_enc.values, [d_sae]), device),
-        w_dec: Tensor::from_data(TensorData::new(dec, [d_sae, d_in]), device),
+        w_dec: vec![Tensor::from_data(TensorData::new(dec, [d_sae, d_in]), device)],
         b_dec: Tensor::from_data(TensorData::new(b_dec.values, [d_in]), device),
         threshold: Some(Tensor::from_data(TensorData::new(threshold.values, [d_sae]), device)),
-    })
+        w_skip: None,
+        rule: cfg.architecture,
+        subtract_b_dec: cfg.apply_b_dec_to_input,
+    };
+    Ok(Sae::new(cfg, dict))
 }
 
 #[cfg(test)]

@@ -11,7 +11,7 @@ use std::path::Path;
 
 use burn::tensor::Device;
 
-pub use self::core::{Architecture, Normalize, Sae, SaeConfig, SaeError, SaeRun, features, is_hook_z, run_sae, splice};
+pub use self::core::{Normalize, Sae, SaeConfig, SaeError, SaeRun, features, is_hook_z, run_sae, splice};
 pub use saelens::{CFG_FILE, WEIGHTS_FILE};
 
 /// The files of an SAE folder named by `spec` (`org/name[@rev]:folder` or a path): Gemma

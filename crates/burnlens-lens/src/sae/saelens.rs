@@ -9,7 +9,8 @@ use std::path::Path;
 
 use burn::tensor::{Device, Tensor, TensorData};
 
-use super::core::{Architecture, Sae, SaeConfig, SaeError};
+use super::core::{Sae, SaeConfig, SaeError};
+use crate::dictionary::{Dictionary, Rule};
 
 /// SAELens's file names.
 pub const CFG_FILE: &str = "cfg.json";
@@ -21,7 +22,7 @@ fn read_weights(path: &Path, cfg: &SaeConfig, device: &Device) -> Result<BTreeMa
     let _ = device;
     let (d_in, d_sae) = (cfg.d_in, cfg.d_sae);
     let mut wanted: Vec<(&str, Vec<usize>)> = vec![("W_enc", vec![d_in, d_sae]), ("b_enc", vec![d_sae]), ("W_dec", vec![d_sae, d_in]), ("b_dec", vec![d_in])];
-    if cfg.architecture == Architecture::JumpRelu {
+    if matches!(cfg.architecture, Rule::JumpRelu { .. }) {
         wanted.push(("threshold", vec![d_sae]));
     }
     let mut out = BTreeMap::new();
@@ -55,14 +56,17 @@ pub fn load(dir: &Path, device: &Device) -> Result<Sae, SaeError> {
     let mut take = |n: &str| w.remove(n);
     let t2 = |d: TensorData| Tensor::<2>::from_data(d, device);
     let t1 = |d: TensorData| Tensor::<1>::from_data(d, device);
-    Ok(Sae {
+    let dict = Dictionary {
         w_enc: t2(take("W_enc").expect("read")),
         b_enc: t1(take("b_enc").expect("read")),
-        w_dec: t2(take("W_dec").expect("read")),
+        w_dec: vec![t2(take("W_dec").expect("read"))],
         b_dec: t1(take("b_dec").expect("read")),
         threshold: take("threshold").map(t1),
-        cfg,
-    })
+        w_skip: None,
+        rule: cfg.architecture,
+        subtract_b_dec: cfg.apply_b_dec_to_input,
+    };
+    Ok(Sae::new(cfg, dict))
 }
 
 impl Sae {
@@ -76,11 +80,12 @@ impl Sae {
             let v: Vec<f32> = data.try_into_vec_as::<f32>().expect("f32");
             tensors.push((name.to_string(), dims, v.iter().flat_map(|x| x.to_le_bytes()).collect()));
         };
-        push("W_enc", self.w_enc.dims().to_vec(), self.w_enc.to_data());
-        push("b_enc", self.b_enc.dims().to_vec(), self.b_enc.to_data());
-        push("W_dec", self.w_dec.dims().to_vec(), self.w_dec.to_data());
-        push("b_dec", self.b_dec.dims().to_vec(), self.b_dec.to_data());
-        if let Some(t) = &self.threshold {
+        let d = &self.dict;
+        push("W_enc", d.w_enc.dims().to_vec(), d.w_enc.to_data());
+        push("b_enc", d.b_enc.dims().to_vec(), d.b_enc.to_data());
+        push("W_dec", d.decoder().dims().to_vec(), d.decoder().to_data());
+        push("b_dec", d.b_dec.dims().to_vec(), d.b_dec.to_data());
+        if let Some(t) = &d.threshold {
             push("threshold", t.dims().to_vec(), t.to_data());
         }
         let files: Vec<burnlens_model::files::FileTensor> = tensors

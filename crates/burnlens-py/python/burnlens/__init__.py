@@ -26,8 +26,8 @@ import numpy as np
 
 from . import _native
 
-__all__ = ["HookedModel", "ActivationCache", "HookPoint", "Config", "SAE", "Transcoders", "Graph", "attribute", "feature_intervention", "train", "get_act_name", "backends",
-           "set_compute_dtype", "compute_dtype"]
+__all__ = ["HookedModel", "ActivationCache", "HookPoint", "Config", "SAE", "Transcoders", "Graph", "attribute", "feature_intervention", "train", "train_sae",
+           "evaluate_sae", "dashboards", "get_act_name", "backends", "set_compute_dtype", "compute_dtype"]
 
 Tokens = Union[str, Sequence[str], np.ndarray, Sequence[int], Sequence[Sequence[int]]]
 HookFn = Callable[[np.ndarray, "HookPoint"], Optional[np.ndarray]]
@@ -430,15 +430,16 @@ Transcoders = _native.Transcoders
 Graph = _native.Graph
 
 
-def attribute(model: "HookedModel", transcoders: Transcoders, prompt: Union[str, Sequence[int], np.ndarray], max_n_logits: int = 10,
-              desired_logit_prob: float = 0.95, batch_size: int = 512, max_feature_nodes: Optional[int] = None,
-              targets: Optional[Sequence[int]] = None, update_interval: int = 4, zero_positions: int = 1,
-              pattern_memory_gb: float = 4.0, rows_memory_gb: float = 8.0) -> Graph:
+def attribute(model: "HookedModel", transcoders: Transcoders, prompt: Union[str, Sequence[int], np.ndarray],
+              targets: Optional[Sequence[int]] = None, **options: Any) -> Graph:
     """circuit-tracer's `attribute`: the attribution graph of one prompt. Text gets the
     model's BOS first; token ids are attributed as given. `targets`: explain these next
-    tokens instead of the most probable ones. Attention patterns are kept while they fit
-    `pattern_memory_gb` (else recomputed); the adjacency rows stay in memory while they fit
-    `rows_memory_gb` (else they live in a mapped temporary file under TMPDIR)."""
+    tokens instead of the most probable ones. `options` are the `graph` command's flags with
+    underscores, with circuit-tracer's defaults: `max_n_logits` (10), `desired_logit_prob`
+    (0.95), `batch_size` (512), `max_feature_nodes` (all), `update_interval` (4),
+    `zero_positions` (1); attention patterns are kept while they fit `pattern_memory_gb` (4,
+    else recomputed), the adjacency rows stay in memory while they fit `rows_memory_gb` (8,
+    else they live in a mapped temporary file under TMPDIR)."""
     if isinstance(prompt, str):
         tokens = model.to_tokens(prompt)[0]
     else:
@@ -447,10 +448,8 @@ def attribute(model: "HookedModel", transcoders: Transcoders, prompt: Union[str,
             tokens = tokens[0]
         if tokens.ndim != 1 or tokens.dtype.kind not in "iu":
             raise ValueError(f"prompt: expected text or one sequence of token ids, found {tokens.dtype} of shape {tokens.shape}")
-    return _native.attribute(model._native, transcoders, [int(t) for t in tokens], int(max_n_logits), float(desired_logit_prob),
-                               None if targets is None else [int(t) for t in targets], int(batch_size),
-                               None if max_feature_nodes is None else int(max_feature_nodes), int(update_interval), int(zero_positions),
-                               float(pattern_memory_gb), float(rows_memory_gb))
+    return _native.attribute(model._native, transcoders, [int(t) for t in tokens], None if targets is None else [int(t) for t in targets],
+                             json.dumps(options))
 
 
 def feature_intervention(model: "HookedModel", transcoders: Transcoders, prompt: Union[str, Sequence[int], np.ndarray],
@@ -482,7 +481,7 @@ def train_sae(model: "HookedModel", out: str, *, data: Any = "random", column: O
     `org/name[@rev][:split]`) in windows of `seq_len` tokens. `options` are `train-sae`'s flags
     with underscores: `hook="blocks.1.hook_resid_pre"` (or several, comma-separated) or
     `transcoders=True` (one per layer, `skip=True` for W_skip), `architecture` (standard, topk,
-    batchtopk, jumprelu), `k`, `l1`, `d_sae`, `steps`, `batch`, `lr`, `seed`, ... The run lives
+    batchtopk, jumprelu), `k`, `l1` (standard) or `l0` (jumprelu), `d_sae`, `steps`, `batch`, `lr`, `seed`, ... The run lives
     in `out` (run again to resume); `on_step(reports)` gets each step's loss terms per site, and
     an exception it raises stops the run after a checkpoint and is raised again. Returns the
     summary (`outputs`: the SAE or transcoder folders written)."""

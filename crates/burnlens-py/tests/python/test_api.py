@@ -584,6 +584,9 @@ def test_bad_transcoders_raise_one_line_errors(tmp_path):
     tc = burnlens.Transcoders.load(os.path.join(FIXTURES, "trace", "gpt2", "transcoders"))
     with pytest.raises(ValueError, match="target token 999"):
         burnlens.attribute(model, tc, [1, 2, 3], targets=[999])
+    # The keywords are the library's own option names: a misspelled one is named.
+    with pytest.raises(ValueError, match="attribute options: unknown field `batch`"):
+        burnlens.attribute(model, tc, [1, 2, 3], batch=3)
 
 
 def test_feature_intervention_equals_circuit_tracers():
@@ -633,7 +636,7 @@ def test_train_sae_stops_when_on_step_raises_and_resumes(tmp_path):
 def test_train_sae_trains_a_cross_layer_transcoder_that_graph_reads(tmp_path):
     model = burnlens.HookedModel.from_pretrained(fixture("trace/gpt2/model"))
     summary = burnlens.train_sae(model, tmp_path / "run", data="random", seq_len=16, transcoders=True, cross_layer=True,
-                                 architecture="jumprelu", l1=0.001, d_sae=24, steps=30, batch=4)
+                                 architecture="jumprelu", l0=0.001, d_sae=24, steps=30, batch=4)
     tc = burnlens.Transcoders.load(summary["outputs"][0])
     assert summary["steps"] == 30 and "cross_layer_transcoder" in open(tmp_path / "run" / "transcoders" / "config.yaml").read()
     assert (tc.n_layers, tc.d_transcoder, tc.feature_input_hook) == (3, 24, "ln2.hook_normalized")

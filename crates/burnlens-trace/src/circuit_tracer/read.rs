@@ -1,4 +1,4 @@
-//! circuit-tracer's transcoder-set layout on disk: a folder with `config.yaml`
+//! Reading circuit-tracer's transcoder-set layout: a folder with `config.yaml`
 //! (`model_kind: transcoder_set`, `feature_input_hook`, `feature_output_hook`, `scan`, and
 //! optionally `transcoders:`, a list of per-layer files) and one
 //! `layer_{i}.safetensors` per layer holding `W_enc [F, d]`, `W_dec [F, d]`, `b_enc [F]`,
@@ -10,14 +10,19 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use burn::tensor::Device;
+use burn::tensor::{Device, Tensor};
 use burnlens_model::TransformerConfig;
 
+use burnlens_lens::dictionary::{Dictionary, Rule};
+
 use crate::TraceError;
-use crate::transcoder::{FeatureActivation, InputHook, OutputHook, Transcoder, TranscoderSet, tensor};
+use crate::transcoder::{InputHook, OutputHook, TranscoderSet, tensor};
 
 /// The config file of a transcoder folder.
 pub const CONFIG_FILE: &str = "config.yaml";
+
+/// How config.yaml marks a file that lives on the Hub (`hf://org/name/path`).
+pub const URI_SCHEME: &str = "hf://";
 
 /// The flat YAML circuit-tracer writes: `key: value` lines, and lists of scalars
 /// (`key:` followed by `- item` lines). Anything else is refused with its line number.
@@ -108,14 +113,31 @@ impl Tensors {
     }
 }
 
+/// A layer's tensors as read, in the dictionary's orientation.
+struct Parts {
+    w_enc: Tensor<2>,
+    b_enc: Tensor<1>,
+    w_dec: Vec<Tensor<2>>,
+    b_dec: Tensor<1>,
+    w_skip: Option<Tensor<2>>,
+    threshold: Option<Tensor<1>>,
+}
+
+/// A transcoder layer: JumpReLU where the files hold thresholds (circuit-tracer's, which keeps
+/// the sign), ReLU otherwise; `b_dec` never taken from the input.
+fn layer(p: Parts) -> Dictionary {
+    let rule = if p.threshold.is_some() { Rule::JumpRelu { relu: false } } else { Rule::Relu };
+    Dictionary { w_enc: p.w_enc, b_enc: p.b_enc, w_dec: p.w_dec, b_dec: p.b_dec, threshold: p.threshold, w_skip: p.w_skip, rule, subtract_b_dec: false }
+}
+
 /// Read one circuit-tracer `layer_{i}.safetensors`.
-pub fn read_layer(path: &Path, device: &Device) -> Result<Transcoder, TraceError> {
+pub fn read_layer(path: &Path, device: &Device) -> Result<Dictionary, TraceError> {
     let mut t = Tensors::read(path)?;
     let enc = t.shape("W_enc")?;
     let [f, d] = enc[..] else {
         return Err(TraceError::file(path, format!("tensor `W_enc` has shape {enc:?}, expected [features, d_model]")));
     };
-    let w_enc = tensor(t.take("W_enc", &[f, d])?, [f, d], device);
+    let w_enc = tensor::<2>(t.take("W_enc", &[f, d])?, [f, d], device).transpose();
     let w_dec = vec![tensor(t.take("W_dec", &[f, d])?, [f, d], device)];
     let b_enc = tensor(t.take("b_enc", &[f])?, [f], device);
     let b_dec = tensor(t.take("b_dec", &[d])?, [d], device);
@@ -124,17 +146,17 @@ pub fn read_layer(path: &Path, device: &Device) -> Result<Transcoder, TraceError
         true => Some(tensor::<2>(t.take("W_skip", &[d, d])?, [d, d], device).transpose()),
         false => None,
     };
-    let activation = match t.tensors.contains_key("activation_function.threshold") {
-        true => FeatureActivation::JumpRelu { threshold: t.take("activation_function.threshold", &[f])? },
-        false => FeatureActivation::Relu,
+    let threshold = match t.tensors.contains_key("activation_function.threshold") {
+        true => Some(tensor(t.take("activation_function.threshold", &[f])?, [f], device)),
+        false => None,
     };
-    Ok(Transcoder { w_enc, b_enc, w_dec, b_dec, w_skip, activation })
+    Ok(layer(Parts { w_enc, b_enc, w_dec, b_dec, w_skip, threshold }))
 }
 
 /// A Gemma Scope transcoder's `params.npz` (as circuit-tracer reads it for
 /// `gemma-scope` sets): `W_enc [d, F]` (transposed on load), `W_dec [F, d]`, `b_enc`, `b_dec`
 /// and `threshold` (JumpReLU).
-pub fn read_npz_layer(path: &Path, device: &Device) -> Result<Transcoder, TraceError> {
+pub fn read_npz_layer(path: &Path, device: &Device) -> Result<Dictionary, TraceError> {
     let mut arrays = burnlens_lens::gemma_scope::read_npz(path).map_err(|e| TraceError::file(path, e.to_string()))?;
     let mut take = |name: &str, want: Option<&[usize]>| -> Result<(Vec<usize>, Vec<f32>), TraceError> {
         let i = arrays.iter().position(|(n, _)| n == name).ok_or_else(|| TraceError::file(path, format!("no array `{name}`")))?;
@@ -148,12 +170,12 @@ pub fn read_npz_layer(path: &Path, device: &Device) -> Result<Transcoder, TraceE
     let [d, f] = shape[..] else {
         return Err(TraceError::file(path, format!("array `W_enc` has shape {shape:?}, expected [d_model, features]")));
     };
-    let w_enc = tensor::<2>(enc, [d, f], device).transpose();
+    let w_enc = tensor::<2>(enc, [d, f], device);
     let w_dec = vec![tensor(take("W_dec", Some(&[f, d]))?.1, [f, d], device)];
     let b_enc = tensor(take("b_enc", Some(&[f]))?.1, [f], device);
     let b_dec = tensor(take("b_dec", Some(&[d]))?.1, [d], device);
-    let threshold = take("threshold", Some(&[f]))?.1;
-    Ok(Transcoder { w_enc, b_enc, w_dec, b_dec, w_skip: None, activation: FeatureActivation::JumpRelu { threshold } })
+    let threshold = Some(tensor(take("threshold", Some(&[f]))?.1, [f], device));
+    Ok(layer(Parts { w_enc, b_enc, w_dec, b_dec, w_skip: None, threshold }))
 }
 
 /// A transcoder folder's `config.yaml`: its path and fields.
@@ -164,9 +186,6 @@ pub fn read_config(dir: &Path) -> Result<(PathBuf, FlatYaml), TraceError> {
     let cfg = FlatYaml::parse(&text, &config_path)?;
     Ok((config_path, cfg))
 }
-
-/// How config.yaml marks a file that lives on the Hub (`hf://org/name/path`).
-pub const URI_SCHEME: &str = "hf://";
 
 impl TranscoderSet {
     /// Load a circuit-tracer transcoder folder (`config.yaml` and its layer files), with
@@ -203,15 +222,15 @@ impl TranscoderSet {
     fn check_uniform(&self, dir: &Path) -> Result<(), TraceError> {
         let first = self.layers.first().ok_or_else(|| TraceError::file(dir, "no transcoder layers"))?;
         for (i, t) in self.layers.iter().enumerate() {
-            if t.d_model() != first.d_model() || t.n_features() != first.n_features() {
+            if t.d_in() != first.d_in() || t.d_sae() != first.d_sae() {
                 return Err(TraceError::file(
                     dir,
                     format!(
                         "layer {i} is [{}, {}], layer 0 is [{}, {}]; every layer must have the same width",
-                        t.n_features(),
-                        t.d_model(),
-                        first.n_features(),
-                        first.d_model()
+                        t.d_sae(),
+                        t.d_in(),
+                        first.d_sae(),
+                        first.d_in()
                     ),
                 ));
             }
@@ -243,8 +262,8 @@ impl TranscoderSet {
                 if self.cross_layer { n - i } else { 1 }
             )));
         }
-        if self.layers[0].d_model() != d {
-            return Err(TraceError::Mismatch(format!("transcoders read d_model {}, the model's is {d}", self.layers[0].d_model())));
+        if self.layers[0].d_in() != d {
+            return Err(TraceError::Mismatch(format!("transcoders read d_model {}, the model's is {d}", self.layers[0].d_in())));
         }
         if cfg.parallel_residual {
             return Err(TraceError::Mismatch("the model runs attention and MLP in parallel (GPT-NeoX, GPT-J); tracing supports sequential blocks".into()));
@@ -267,11 +286,11 @@ impl TranscoderSet {
 /// makes it JumpReLU); for a cross-layer transcoder the name must agree with the files.
 /// `activation_function: topk` with `top_k: K` (burnlens's keys: circuit-tracer's files
 /// cannot say TopK) keeps the `K` largest pre-activations at each position.
-fn with_activation(mut layers: Vec<Transcoder>, cfg: &FlatYaml, config_path: &Path, cross_layer: bool) -> Result<Vec<Transcoder>, TraceError> {
+fn with_activation(mut layers: Vec<Dictionary>, cfg: &FlatYaml, config_path: &Path, cross_layer: bool) -> Result<Vec<Dictionary>, TraceError> {
     let Some(name) = cfg.values.get("activation_function") else {
         return Ok(layers);
     };
-    let jump = |t: &Transcoder| matches!(t.activation, FeatureActivation::JumpRelu { .. });
+    let jump = |t: &Dictionary| t.threshold.is_some();
     let spelled = name.to_ascii_lowercase().replace(['_', '-'], "");
     let wants_threshold = match spelled.as_str() {
         "relu" if !cross_layer => return Ok(layers),
@@ -285,7 +304,7 @@ fn with_activation(mut layers: Vec<Transcoder>, cfg: &FlatYaml, config_path: &Pa
             if let Some(i) = layers.iter().position(jump) {
                 return Err(TraceError::file(config_path, format!("activation_function topk, but layer {i} has a JumpReLU threshold")));
             }
-            layers.iter_mut().for_each(|t| t.activation = FeatureActivation::TopK { k });
+            layers.iter_mut().for_each(|t| t.rule = Rule::TopK { k, rescale_acts_by_decoder_norm: false, relu: false });
             return Ok(layers);
         }
         _ => return Err(TraceError::file(config_path, format!("activation_function `{name}`, expected relu, jump_relu (jumprelu) or topk"))),
@@ -302,7 +321,7 @@ fn with_activation(mut layers: Vec<Transcoder>, cfg: &FlatYaml, config_path: &Pa
 /// A cross-layer transcoder in circuit-tracer's files: `W_enc_{i}.safetensors` (`W_enc_{i}
 /// [F, d]`, `b_enc_{i} [F]`, `b_dec_{i} [d]`, optionally `threshold_{i} [F]`) and
 /// `W_dec_{i}.safetensors` (`W_dec_{i} [F, n_layers - i, d]`) for every layer `i`.
-fn read_clt(dir: &Path, device: &Device) -> Result<Vec<Transcoder>, TraceError> {
+fn read_clt(dir: &Path, device: &Device) -> Result<Vec<Dictionary>, TraceError> {
     let n = numbered_files(dir, "W_enc_")?.len();
     let mut layers = Vec::with_capacity(n);
     for i in 0..n {
@@ -311,12 +330,12 @@ fn read_clt(dir: &Path, device: &Device) -> Result<Vec<Transcoder>, TraceError> 
         let [f, d] = shape[..] else {
             return Err(TraceError::file(&enc.path, format!("tensor `W_enc_{i}` has shape {shape:?}, expected [features, d_model]")));
         };
-        let w_enc = tensor(enc.take(&format!("W_enc_{i}"), &[f, d])?, [f, d], device);
+        let w_enc = tensor::<2>(enc.take(&format!("W_enc_{i}"), &[f, d])?, [f, d], device).transpose();
         let b_enc = tensor(enc.take(&format!("b_enc_{i}"), &[f])?, [f], device);
         let b_dec = tensor(enc.take(&format!("b_dec_{i}"), &[d])?, [d], device);
-        let activation = match enc.tensors.contains_key(&format!("threshold_{i}")) {
-            true => FeatureActivation::JumpRelu { threshold: enc.take(&format!("threshold_{i}"), &[f])? },
-            false => FeatureActivation::Relu,
+        let threshold = match enc.tensors.contains_key(&format!("threshold_{i}")) {
+            true => Some(tensor(enc.take(&format!("threshold_{i}"), &[f])?, [f], device)),
+            false => None,
         };
         let path = dir.join(format!("W_dec_{i}.safetensors"));
         if !path.is_file() {
@@ -331,7 +350,7 @@ fn read_clt(dir: &Path, device: &Device) -> Result<Vec<Transcoder>, TraceError> 
                 tensor(rows, [f, d], device)
             })
             .collect();
-        layers.push(Transcoder { w_enc, b_enc, w_dec, b_dec, w_skip: None, activation });
+        layers.push(layer(Parts { w_enc, b_enc, w_dec, b_dec, w_skip: None, threshold }));
     }
     Ok(layers)
 }
