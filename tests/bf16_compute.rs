@@ -17,7 +17,7 @@ use std::path::Path;
 
 use burn::tensor::{Int, Tensor, TensorData};
 use burnlens::hf::load_model;
-use burnlens::model::kernels::{Compute, bf16_gemm, set_compute};
+use burnlens::model::kernels::{Compute, bf16_path, set_compute};
 use burnlens::model::{Sampling, Transformer, generate};
 use common::*;
 
@@ -61,7 +61,7 @@ fn flex() -> burn::tensor::Device {
 
 /// The logits of `ids` (`[batch, seq]`, row-major) in `compute`.
 fn logits(model: &Transformer, ids: &[i64], batch: usize, compute: Compute) -> Vec<f32> {
-    bf16_gemm::set_emulated(true);
+    bf16_path::set_emulated(true);
     set_compute(compute);
     let x = Tensor::<2, Int>::from_data(TensorData::new(ids.to_vec(), [batch, ids.len() / batch]), &model.device());
     let out = model.forward(x).into_data().try_into_vec_as::<f32>().unwrap();
@@ -98,7 +98,7 @@ fn own_text(model: &Transformer, prompt: &[i64], n: usize) -> Vec<i64> {
 
 #[test]
 fn bf16_compute_keeps_trained_models_within_1e3_nats_of_f32_and_every_family_closer_than_transformers_bf16() {
-    println!("bf16 products on {}", if bf16_gemm::native() { "AVX512_BF16" } else { "the portable reference (no AVX512_BF16 here)" });
+    println!("bf16 products on {}", if bf16_path::native() { bf16_path::path().name() } else { "the portable reference (no bf16 instructions taken here)" });
     let mut failures = Vec::new();
     // The bounds, on models with trained logits: 8 samples of each model's own text, its
     // whole context each (256 positions).

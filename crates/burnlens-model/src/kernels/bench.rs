@@ -106,7 +106,10 @@ fn gemm_bf16(a: &GemmBench, x: &[f32], b: MatRef) -> Value {
     let mut c = vec![0.0f32; m * n];
     let warm = std::time::Duration::from_millis(300);
     let times = timed_warm(a.reps, warm, || bf16_gemm::matmul_bf16(&mut c, n, MatRef::row_major(x, m, k), cols.view(), false));
-    json!({"times": times, "compute": "bf16", "native": bf16_gemm::native(), "flops": 2.0 * (m * k * n) as f64, "shape": a.spec})
+    let path = super::bf16_path::path();
+    // This runs the kernel whatever the path; a product in a model takes `path`.
+    json!({"times": times, "compute": "bf16", "native": bf16_gemm::instructions(), "amx": super::bf16_amx::available(), "path": path.name(), "why": path.reason(),
+           "flops": 2.0 * (m * k * n) as f64, "shape": a.spec})
 }
 
 /// `bench gemm --dtype bf16|f16`: the product with a half weight (read in place, widened
@@ -193,6 +196,8 @@ pub fn machine() -> Value {
         "times": [gemm_all],
         "threads": rayon::current_num_threads(),
         "isa": simd::isa(),
+        "bf16_path": super::bf16_path::path().name(),
+        "bf16_why": super::bf16_path::path().reason(),
         "gemm_gflops": flops / gemm_all / 1e9,
         "gemm_gflops_one_thread": flops / gemm_one / 1e9,
         "copy_gbps": 2.0 * (len * 4) as f64 / copy / 1e9,

@@ -11,12 +11,11 @@
 //! tile to `dst` once its whole depth is summed. Tasks are tiles: groups of columns, and
 //! blocks of rows where the rows are many (training).
 //!
-//! Elsewhere (no AVX512_BF16, or `BURNLENS_ISA=baseline`) bf16 arithmetic would be no faster
-//! than f32, so `--compute bf16` runs the f32 path there and a warning says so once. The
-//! same arithmetic can be emulated instead ([`set_emulated`], `BURNLENS_BF16=emulate`): both
-//! operands rounded to bf16 values held in f32 and multiplied by the f32 product (a product
-//! of two bf16 values is exact in f32, so only the order of the sums differs), slower than
-//! f32. That is the portable reference the model-level tests run on every machine.
+//! Where the CPU has AMX tiles, blocks of 32 columns run on them instead
+//! ([`super::bf16_amx`]). Whether `--compute bf16` takes this kernel at all is
+//! [`super::bf16_path`]'s choice; [`emulate`] is the portable reference: both operands
+//! rounded to bf16 values held in f32 and multiplied by the f32 product (a product of two
+//! bf16 values is exact in f32, so only the order of the sums differs), slower than f32.
 
 use std::cell::RefCell;
 use std::sync::Arc;
@@ -41,57 +40,21 @@ pub const BLOCK_PANELS: usize = 4;
 /// columns (6 KiB) in L1.
 pub const KC_PAIRS: usize = 256;
 
-/// Whether this CPU runs bf16 products in bf16 instructions (AVX512_BF16 and AVX-512F,
-/// and `BURNLENS_ISA` is not `baseline`).
-pub fn native() -> bool {
+/// Whether this CPU has the bf16 instructions the kernel needs (AVX512_BF16 and AVX-512F,
+/// and `BURNLENS_ISA` is not `baseline`). Whether `--compute bf16` uses them is
+/// [`super::bf16_path`]'s choice.
+pub fn instructions() -> bool {
     super::simd::has_avx512_bf16()
-}
-
-const UNSET: u8 = u8::MAX;
-static EMULATED: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(UNSET);
-
-/// Whether bf16 products are emulated where the CPU has no bf16 instructions ([`set_emulated`],
-/// else `BURNLENS_BF16=emulate`); otherwise such a CPU runs them in f32.
-pub fn emulated() -> bool {
-    use std::sync::atomic::Ordering::Relaxed;
-    match EMULATED.load(Relaxed) {
-        UNSET => {
-            let on = matches!(std::env::var("BURNLENS_BF16").as_deref().map(str::trim), Ok("emulate"));
-            let _ = EMULATED.compare_exchange(UNSET, on as u8, Relaxed, Relaxed);
-            emulated()
-        }
-        v => v == 1,
-    }
-}
-
-/// Emulate bf16 products where the CPU has no bf16 instructions (tests of the portable path).
-pub fn set_emulated(on: bool) {
-    EMULATED.store(on as u8, std::sync::atomic::Ordering::Relaxed);
-}
-
-/// Whether `--compute bf16` runs bf16 arithmetic here: natively, or emulated.
-pub fn runs_bf16() -> bool {
-    native() || emulated()
-}
-
-/// The warning bf16 compute gives, once per process, on a CPU without bf16 instructions.
-pub(crate) fn warn_if_not_native() {
-    static WARNED: std::sync::Once = std::sync::Once::new();
-    if !native() {
-        WARNED.call_once(|| {
-            let what = if emulated() {
-                "products are emulated (operands rounded to bf16, f32 arithmetic: bf16's results, slower than f32)"
-            } else {
-                "products run in f32 arithmetic, as --compute f32 (bf16 would be no faster here)"
-            };
-            eprintln!("warning: bf16 compute: this CPU has no AVX512_BF16 (or BURNLENS_ISA=baseline): {what}")
-        });
-    }
 }
 
 /// `dst[m, n] (+)= a[m, k] · w` in bf16 arithmetic, `dst` row-major with row stride
 /// `dst_rs`.
 pub fn matmul_bf16(dst: &mut [f32], dst_rs: usize, a: MatRef, w: Cols, accumulate: bool) {
+    matmul_bf16_on(dst, dst_rs, a, w, accumulate, super::bf16_amx::available());
+}
+
+/// [`matmul_bf16`], on AMX tiles where `amx` (and the CPU has them).
+fn matmul_bf16_on(dst: &mut [f32], dst_rs: usize, a: MatRef, w: Cols, accumulate: bool, amx: bool) {
     let (m, k, n) = (a.rows, a.cols, w.n);
     assert_eq!(w.k, k, "matmul_bf16: inner dimensions {k} and {}", w.k);
     if nothing_to_multiply(dst, dst_rs, [m, k, n], accumulate, "matmul_bf16") {
@@ -99,8 +62,8 @@ pub fn matmul_bf16(dst: &mut [f32], dst_rs: usize, a: MatRef, w: Cols, accumulat
     }
     a.check();
     assert!(w.n == 0 || w.offset + (w.n - 1) * w.ld + 2 * w.pairs() <= w.data.len(), "matmul_bf16: weight view out of bounds");
-    if native() {
-        tiled(dst, dst_rs, &RowPanels::pack(a), w, accumulate, false);
+    if instructions() {
+        tiled(dst, dst_rs, &RowPanels::pack(a), w, accumulate, false, amx && super::bf16_amx::available());
     } else {
         emulate(dst, dst_rs, a, w, accumulate);
     }
@@ -122,13 +85,13 @@ pub fn matmul_bf16_f32(dst: &mut [f32], dst_rs: usize, a: MatRef, b: MatRef, acc
     let (m, k, n) = (a.rows, a.cols, b.cols);
     let straight = if b.rs == 1 { 0 } else { k * n };
     let swapped = if a.cs == 1 { 0 } else { m * k };
-    if native() && swapped < straight {
+    if instructions() && swapped < straight {
         assert_eq!(b.rows, k, "matmul_bf16_f32: inner dimensions {k} and {}", b.rows);
         if nothing_to_multiply(dst, dst_rs, [m, k, n], accumulate, "matmul_bf16_f32") {
             return;
         }
         a.check();
-        return tiled(dst, dst_rs, &RowPanels::pack(b.t()), ColsBuf::from_f32(a.t()).view(), accumulate, true);
+        return tiled(dst, dst_rs, &RowPanels::pack(b.t()), ColsBuf::from_f32(a.t()).view(), accumulate, true, super::bf16_amx::available());
     }
     matmul_bf16(dst, dst_rs, a, ColsBuf::from_f32(b).view(), accumulate);
 }
@@ -157,9 +120,10 @@ thread_local! {
     static TILE: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
-/// The AVX512_BF16 product over packed rows (see the module's note); `transposed`: `dst`
-/// receives the product's transpose (row `c` of `dst` is the product's column `c`).
-fn tiled(dst: &mut [f32], dst_rs: usize, a: &RowPanels, w: Cols, accumulate: bool, transposed: bool) {
+/// The AVX512_BF16 product over packed rows (see the module's note), blocks of 32 columns on
+/// AMX tiles where `amx` ([`super::bf16_amx`]); `transposed`: `dst` receives the product's
+/// transpose (row `c` of `dst` is the product's column `c`).
+fn tiled(dst: &mut [f32], dst_rs: usize, a: &RowPanels, w: Cols, accumulate: bool, transposed: bool, amx: bool) {
     let (m, n, pairs) = (a.rows, w.n, a.pairs);
     let col_tiles = n.div_ceil(TILE_COLS);
     let panels = a.panels();
@@ -177,18 +141,39 @@ fn tiled(dst: &mut [f32], dst_rs: usize, a: &RowPanels, w: Cols, accumulate: boo
         let panel_range = rb * block..((rb + 1) * block).min(panels);
         let mut tile = TILE.take();
         tile.resize(TILE_COLS * tile_rows, 0.0);
+        #[cfg(target_arch = "x86_64")]
+        let tiles = amx.then(super::bf16_amx::Tiles::configure);
         for p0 in (0..pairs).step_by(KC_PAIRS) {
             let kc = KC_PAIRS.min(pairs - p0);
-            for c in cols.clone().step_by(NB) {
-                let nb = NB.min(cols.end - c);
-                for (i, panel) in panel_range.clone().enumerate() {
-                    let out = tile[(c - cols.start) * tile_rows + i * PANEL_ROWS..].as_mut_ptr();
-                    // SAFETY: the panel holds `pairs × 64` words from `p0`; the weight's
-                    // columns `c..c + nb` hold `pairs` readable pairs each (checked by the
-                    // caller); `out` has `nb` columns of `tile_rows` floats from here.
-                    unsafe { micro_kernel(nb, kc, a.at(panel, p0), w.at(c, p0), w.ld, out, tile_rows, p0 > 0) };
+            // The AVX512_BF16 kernel over columns `cols`, pairs `p0 + done..p0 + kc`.
+            let vector = |cols: std::ops::Range<usize>, done: usize, tile: &mut [f32]| {
+                for c in cols.clone().step_by(NB) {
+                    let nb = NB.min(cols.end - c);
+                    for (i, panel) in panel_range.clone().enumerate() {
+                        let out = tile[(c - ct * TILE_COLS) * tile_rows + i * PANEL_ROWS..].as_mut_ptr();
+                        // SAFETY: the panel holds `pairs × 64` words from `p0`; the weight's
+                        // columns `c..c + nb` hold `pairs` readable pairs each (checked by the
+                        // caller); `out` has `nb` columns of `tile_rows` floats from here.
+                        unsafe { micro_kernel(nb, kc - done, a.at(panel, p0 + done), w.at(c, p0 + done), w.ld, out, tile_rows, p0 + done > 0) };
+                    }
+                }
+            };
+            let mut c = cols.start;
+            // Blocks of 32 columns on AMX tiles where the CPU has them, the pairs left over
+            // and the columns past the last block on the vector kernel.
+            #[cfg(target_arch = "x86_64")]
+            if let Some(tiles) = &tiles {
+                while c + super::bf16_amx::BLOCK_COLS <= cols.end {
+                    let out = tile[(c - cols.start) * tile_rows..].as_mut_ptr();
+                    // SAFETY: as for the vector kernel, for 32 columns and whole panels.
+                    let done = unsafe { super::bf16_amx::depth_block(tiles, a, panel_range.clone(), &w, c, p0, kc, out, tile_rows, p0 > 0) };
+                    if done < kc {
+                        vector(c..c + super::bf16_amx::BLOCK_COLS, done, &mut tile);
+                    }
+                    c += super::bf16_amx::BLOCK_COLS;
                 }
             }
+            vector(c..cols.end, 0, &mut tile);
         }
         let rows = panel_range.start * PANEL_ROWS..(panel_range.end * PANEL_ROWS).min(m);
         let block = Block { tile: &tile, tile_rows, rows, cols };
@@ -353,7 +338,7 @@ mod tests {
 
     #[test]
     fn the_bf16_instructions_sum_each_output_as_the_scalar_rule_does() {
-        if !native() {
+        if !instructions() {
             eprintln!("no AVX512_BF16 here: the emulated path is tested below");
             return;
         }
@@ -365,7 +350,7 @@ mod tests {
             let (rows, cols) = rounded(&a, &w.view());
             for accumulate in [false, true] {
                 let mut dst = vec![0.25f32; m * n];
-                matmul_bf16(&mut dst, n, a, w.view(), accumulate);
+                matmul_bf16_on(&mut dst, n, a, w.view(), accumulate, false);
                 for r in 0..m {
                     for j in 0..n {
                         let sum = dot(0.0, &rows[r], &cols[j]);
@@ -374,6 +359,37 @@ mod tests {
                     }
                 }
             }
+        }
+    }
+
+    /// AMX tiles (where the CPU has them) against the f64 product of the rounded operands, on
+    /// shapes with whole blocks, pairs left over and columns past the last block; and the
+    /// vector kernel within the same bound.
+    #[test]
+    fn amx_tiles_equal_the_rounded_product() {
+        if !super::super::bf16_amx::available() {
+            eprintln!("no AMX here (or BURNLENS_AMX=0): the tiles are not tested");
+            return;
+        }
+        for (m, k, n) in [(64, 32, 32), (130, 64, 97), (200, 40, 200), (70, 600, 70), (1, 1000, 64)] {
+            let (a_data, b_data) = (vals(m * k, 7), vals(k * n, 8));
+            let w = ColsBuf::from_f32(MatRef::row_major(&b_data, k, n));
+            let a = MatRef::row_major(&a_data, m, k);
+            let (rows, cols) = rounded(&a, &w.view());
+            let (mut tiles, mut vector) = (vec![0.5f32; m * n], vec![0.5f32; m * n]);
+            matmul_bf16_on(&mut tiles, n, a, w.view(), true, true);
+            matmul_bf16_on(&mut vector, n, a, w.view(), true, false);
+            let mut same = 0;
+            for r in 0..m {
+                for j in 0..n {
+                    let terms = rows[r].iter().zip(&cols[j]).map(|(&x, &y)| from_bf16(x) as f64 * from_bf16(y) as f64);
+                    let (want, scale) = terms.fold((0.5, 0.5), |(s, t), v| (s + v, t + v.abs()));
+                    let (t, v) = (tiles[r * n + j], vector[r * n + j]);
+                    same += (t == v) as usize;
+                    assert!((t as f64 - want).abs() <= 1e-5 * (scale + 1.0), "tiles {m}x{k}x{n} [{r},{j}]: {t} vs {want}");
+                }
+            }
+            eprintln!("{m}x{k}x{n}: AMX equals the vector kernel bit for bit on {same} of {} outputs", m * n);
         }
     }
 

@@ -77,11 +77,11 @@ pub fn compute() -> Compute {
 }
 
 /// Choose the compute dtype for every later product in this process; warns once where bf16
-/// compute has no instructions to run on (see [`super::bf16_gemm::runs_bf16`]).
+/// compute does not run on bf16 instructions (see [`super::bf16_path`]).
 pub fn set_compute(c: Compute) {
     COMPUTE.store(c as u8, Ordering::Relaxed);
     if c == Compute::Bf16 {
-        super::bf16_gemm::warn_if_not_native();
+        super::bf16_path::warn_if_not_native();
     }
 }
 

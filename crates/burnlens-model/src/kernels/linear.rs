@@ -18,8 +18,9 @@ use burn::backend::tensor::FloatTensor;
 use burn::backend::{Autodiff, Backend, Dispatch, Flex, backend_extension};
 use burn::tensor::{DType, Shape, Tensor, bf16, f16};
 
-use super::bf16_gemm::{View, kept_cols, matmul_bf16, matmul_bf16_f32, runs_bf16};
+use super::bf16_gemm::{View, kept_cols, matmul_bf16, matmul_bf16_f32};
 use super::bf16_pack::{Cols, ColsBuf};
+use super::bf16_path::runs_bf16;
 use super::compute::{Compute, compute};
 use super::flex::{contiguous, flex_strided, flex_vec, use_kernels};
 use super::gemm::{MatRef, matmul};
