@@ -10,7 +10,8 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 
 use burn::tensor::{Device, Tensor, TensorData};
-use burnlens::features::{Architecture, Batch, JumpReluSettings, LrSchedule, LrScheduler, SaeParams, SaeTrainer, Shape, TopKSettings, TrainerConfig};
+use burnlens::features::{Architecture, Batch, JumpReluSettings, LrSchedule, LrScheduler, SaeTrainer, Shape, TopKSettings, Trainable, TrainerConfig};
+use burnlens::lens::dictionary::Dictionary;
 use common::{Stored, read_safetensors};
 use serde_json::Value;
 
@@ -69,16 +70,18 @@ fn tensor2(s: &Stored, device: &Device) -> Tensor<2> {
     Tensor::from_data(TensorData::new(s.f32.clone(), [shape[0], shape[1]]), device)
 }
 
-fn params(c: &Case, prefix: &str, device: &Device) -> SaeParams {
+fn params(c: &Case, prefix: &str, device: &Device) -> Dictionary {
     let get = |n: &str| tensor2(&c.t[&format!("{prefix}.{n}")], device);
     let row = |n: &str| get(n).squeeze_dim::<1>(0);
-    SaeParams {
+    Dictionary {
         w_enc: get("W_enc"),
         b_enc: row("b_enc"),
-        w_dec: get("W_dec"),
+        w_dec: vec![get("W_dec")],
         b_dec: row("b_dec"),
         threshold: c.t.contains_key(&format!("{prefix}.threshold")).then(|| row("threshold")),
         w_skip: None,
+        rule: architecture(&c.meta).rule(),
+        subtract_b_dec: true,
     }
 }
 
@@ -95,7 +98,7 @@ fn rel(got: &Tensor<2>, want: &Tensor<2>) -> f32 {
     common::max_abs_diff(&g, &w) / common::max_abs(&w).max(1e-12)
 }
 
-fn assert_params(got: &SaeParams, want: &SaeParams, tol: f32, what: &str) {
+fn assert_params(got: &Dictionary, want: &Dictionary, tol: f32, what: &str) {
     for ((name, g), (_, w)) in got.named().into_iter().zip(want.named()) {
         let r = rel(&g, &w);
         assert!(r <= tol, "{what}: {name} differs from sae-lens by {r:e} (relative), more than {tol:e}");
@@ -152,10 +155,10 @@ fn ten_steps_with_schedules_equal_saelens() {
 fn a_fresh_sae_is_initialised_as_saelens_does() {
     let device = Device::default();
     let arch = Architecture::JumpRelu(JumpReluSettings::default());
-    let p = SaeParams::init(&arch, Shape { d_in: 16, d_sae: 64, d_out: 16, skip: false }, Some(0.1), &mut burnlens::model::Rng::new(1), &device);
-    let norms: Vec<f32> = p.w_dec.clone().square().sum_dim(1).sqrt().into_data().try_into_vec_as::<f32>().unwrap();
+    let p = burnlens::features::params::init(&arch, Shape::sae(16, 64), Some(0.1), &mut burnlens::model::Rng::new(1), &device);
+    let norms: Vec<f32> = p.decoder().clone().square().sum_dim(1).sqrt().into_data().try_into_vec_as::<f32>().unwrap();
     assert!(norms.iter().all(|n| (n - 0.1).abs() < 1e-6), "decoder rows of norm 0.1: {norms:?}");
-    assert_eq!(rel(&p.w_enc, &p.w_dec.clone().transpose()), 0.0, "encoder = decoder transposed");
+    assert_eq!(rel(&p.w_enc, &p.decoder().clone().transpose()), 0.0, "encoder = decoder transposed");
     let t: Vec<f32> = p.threshold.unwrap().into_data().try_into_vec_as::<f32>().unwrap();
     assert!(t.iter().all(|&v| v == 0.01));
     assert_eq!(p.b_dec.into_data().try_into_vec_as::<f32>().unwrap(), vec![0.0; 16]);

@@ -1,10 +1,12 @@
 //! Adam as torch's `optim.Adam` computes it (no weight decay, eps 1e-8), after the global
 //! gradient-norm clipping SAELens applies to every step (`clip_grad_norm_(…, 1.0)`). State is
-//! one pair of moments per parameter, shaped like [`SaeParams`].
+//! one pair of moments per parameter, shaped like the dictionary.
 
 use burn::tensor::Tensor;
 
-use crate::params::SaeParams;
+use burnlens_lens::dictionary::Dictionary;
+
+use crate::params::Trainable;
 
 /// torch's default.
 pub const EPS: f64 = 1e-8;
@@ -17,21 +19,21 @@ pub struct Adam {
     pub beta1: f64,
     pub beta2: f64,
     /// First and second moments, zero before the first step.
-    pub m: SaeParams,
-    pub v: SaeParams,
+    pub m: Dictionary,
+    pub v: Dictionary,
     /// Steps taken.
     pub t: u64,
 }
 
 impl Adam {
-    pub fn new(like: &SaeParams, beta1: f64, beta2: f64) -> Self {
+    pub fn new(like: &Dictionary, beta1: f64, beta2: f64) -> Self {
         let zeros = like.map(|_, p| p.zeros_like());
         Adam { beta1, beta2, m: zeros.clone(), v: zeros, t: 0 }
     }
 
     /// One step at learning rate `lr` with gradients `g` (clipped first); returns the new
     /// parameters.
-    pub fn step(&mut self, params: &SaeParams, g: &SaeParams, lr: f64) -> SaeParams {
+    pub fn step(&mut self, params: &Dictionary, g: &Dictionary, lr: f64) -> Dictionary {
         let scale = clip_scale(g);
         self.t += 1;
         let (b1, b2) = (self.beta1, self.beta2);
@@ -61,7 +63,7 @@ impl Adam {
 
 /// torch's `clip_grad_norm_(params, 1.0)` factor: `1 / (‖g‖ + 1e-6)` over all gradients at
 /// once, or 1 when that is larger (each parameter's norm, then the norm of those, in f32).
-pub fn clip_scale(g: &SaeParams) -> f64 {
+pub fn clip_scale(g: &Dictionary) -> f64 {
     let norms: Vec<f32> = g.named().into_iter().map(|(_, t)| t.square().sum().sqrt().into_scalar::<f32>()).collect();
     let total = norms.iter().map(|n| n * n).sum::<f32>().sqrt();
     let coef = MAX_GRAD_NORM as f32 / (total + 1e-6);

@@ -2,6 +2,7 @@
 //! loss terms each adds to the reconstruction error (named as SAELens names them in its
 //! `losses` dictionary: the one source of those names).
 
+use burnlens_lens::dictionary::Rule;
 use serde::{Deserialize, Serialize};
 
 /// TopK and BatchTopK settings (SAELens's `TopKTrainingSAEConfig` fields).
@@ -166,6 +167,16 @@ impl Architecture {
     }
 
     /// The TopK settings of TopK and BatchTopK SAEs.
+    /// The rule a dictionary of this kind encodes with while it trains (BatchTopK's choice
+    /// is made over the batch by the training pass; a trained one infers as JumpReLU).
+    pub fn rule(&self) -> Rule {
+        match self {
+            Architecture::Standard { .. } => Rule::Relu,
+            Architecture::JumpRelu(_) => Rule::JUMP_RELU,
+            Architecture::TopK(t) | Architecture::BatchTopK { topk: t, .. } => Rule::top_k(t.k as usize, t.rescale_acts_by_decoder_norm),
+        }
+    }
+
     pub fn topk(&self) -> Option<&TopKSettings> {
         match self {
             Architecture::TopK(t) | Architecture::BatchTopK { topk: t, .. } => Some(t),

@@ -11,7 +11,9 @@
 
 use burn::tensor::{Device, Tensor, TensorData};
 
-use crate::params::{SaeParams, Shape};
+use burnlens_lens::dictionary::Dictionary;
+
+use crate::params::Shape;
 
 /// Where a cross-layer transcoder's blocks lie in the one transcoder's matrices.
 #[derive(Debug, Clone)]
@@ -43,12 +45,13 @@ impl Blocks {
 
     /// The one transcoder's shape.
     pub fn shape(&self) -> Shape {
-        Shape { d_in: self.layers * self.d_in, d_sae: self.layers * self.features, d_out: self.layers * self.d_out, skip: false }
+        Shape { d_in: self.layers * self.d_in, d_sae: self.layers * self.features, d_out: self.layers * self.d_out, transcoder: true, skip: false }
     }
 
     /// `p` (or gradients shaped like it) with everything outside the blocks zero.
-    pub fn mask(&self, p: SaeParams) -> SaeParams {
-        SaeParams { w_enc: p.w_enc * self.enc_mask.clone(), w_dec: p.w_dec * self.dec_mask.clone(), ..p }
+    pub fn mask(&self, p: Dictionary) -> Dictionary {
+        let w_dec = p.w_dec.into_iter().map(|w| w * self.dec_mask.clone()).collect();
+        Dictionary { w_enc: p.w_enc * self.enc_mask.clone(), w_dec, ..p }
     }
 
     /// Layer `l`'s encoder `[d_in, F]` out of the one transcoder's `[L·d_in, L·F]`.

@@ -17,8 +17,8 @@ use rayon::prelude::*;
 
 use crate::architecture::{Architecture, LossTerm};
 use crate::forward::TrainPassValues;
-use crate::host::{add_to_rows, column_sums, host, tensor};
-use crate::params::SaeParams;
+use crate::host::{column_sums, host, tensor};
+use burnlens_lens::dictionary::Dictionary;
 
 /// The inputs of a dense pass besides the parameters.
 pub struct DenseInput<'a> {
@@ -26,7 +26,6 @@ pub struct DenseInput<'a> {
     pub x: Tensor<2>,
     /// `[n, d_out]`
     pub target: Tensor<2>,
-    pub subtract_b_dec: bool,
     /// The sparsity coefficient this step.
     pub coefficient: f64,
     /// Per feature: dead before this step.
@@ -45,14 +44,14 @@ pub fn handles(arch: &Architecture, n_dead: usize) -> bool {
 
 /// The gradients of the loss at `p` (plain tensors, thresholds already clamped) and the
 /// pass's values.
-pub fn gradients(p: &SaeParams, arch: &Architecture, input: DenseInput) -> (SaeParams, TrainPassValues) {
-    let DenseInput { x, target, subtract_b_dec, coefficient, dead } = input;
+pub fn gradients(p: &Dictionary, arch: &Architecture, input: DenseInput) -> (Dictionary, TrainPassValues) {
+    let DenseInput { x, target, coefficient, dead } = input;
     let device = x.device();
-    let (d_in, m) = p.dims();
+    let (d_in, m) = (p.d_in(), p.d_sae());
     let n = x.dims()[0];
-    let sae_in = if subtract_b_dec { x.clone() - p.b_dec.clone().unsqueeze::<2>() } else { x.clone() };
-    let mut pre = host(sae_in.clone().matmul(p.w_enc.clone()));
-    add_to_rows(&mut pre, &host(p.b_enc.clone()));
+    let sae_in = p.input(x.clone());
+    let mut pre = vec![0.0f32; n * m];
+    p.pre_into(&host(sae_in.clone()), &mut pre);
     let theta = p.threshold.clone().map(host);
     let norms = host(p.decoder_norms());
     let acts = activations(&pre, m, theta.as_deref());
@@ -66,14 +65,14 @@ pub fn gradients(p: &SaeParams, arch: &Architecture, input: DenseInput) -> (SaeP
     let fired_total: f64 = fired.iter().map(|&f| f as f64).sum();
     let acts_t = tensor(acts, [n, m], &device);
 
-    let mut out = acts_t.clone().matmul(p.w_dec.clone()) + p.b_dec.clone().unsqueeze::<2>();
-    if let Some(w) = &p.w_skip {
-        out = out + x.clone().matmul(w.clone().transpose());
+    let mut out = acts_t.clone().matmul(p.decoder().clone()) + p.b_dec.clone().unsqueeze::<2>();
+    if let Some(s) = p.skip(x.clone()) {
+        out = out + s;
     }
     let diff = out - target;
     let mse = diff.clone().square().sum().into_scalar::<f32>() as f64 / n as f64;
     let g_out = diff * (2.0 / n as f64);
-    let mut g = host(g_out.clone().matmul(p.w_dec.clone().transpose()));
+    let mut g = host(g_out.clone().matmul(p.decoder().clone().transpose()));
     let g_theta = backward_elementwise(&mut g, &mut pre, m, theta.as_deref(), &norms, c, arch);
     let g_pre = tensor(g, [n, m], &device);
 
@@ -82,17 +81,18 @@ pub fn gradients(p: &SaeParams, arch: &Architecture, input: DenseInput) -> (SaeP
     if theta.is_none() {
         // The L1's pull on each decoder row through its norm.
         let per_row: Vec<f32> = act_sums.iter().zip(&norms).map(|(s, nj)| c * s / nj).collect();
-        g_w_dec = g_w_dec + p.w_dec.clone() * tensor(per_row, [m, 1], &device);
+        g_w_dec = g_w_dec + p.decoder().clone() * tensor(per_row, [m, 1], &device);
     }
     let g_b_dec = g_out.clone().sum_dim(0).reshape([p.b_dec.dims()[0]]);
-    let g_b_dec = if subtract_b_dec { g_b_dec - p.w_enc.clone().matmul(g_b_enc.clone().reshape([m, 1])).reshape([d_in]) } else { g_b_dec };
-    let grads = SaeParams {
+    let g_b_dec = if p.subtract_b_dec { g_b_dec - p.w_enc.clone().matmul(g_b_enc.clone().reshape([m, 1])).reshape([d_in]) } else { g_b_dec };
+    let grads = Dictionary {
         w_enc: sae_in.transpose().matmul(g_pre),
         b_enc: g_b_enc,
-        w_dec: g_w_dec,
+        w_dec: vec![g_w_dec],
         b_dec: g_b_dec,
         threshold: g_theta.map(|t| tensor(t, [m], &device)),
-        w_skip: p.w_skip.as_ref().map(|_| g_out.transpose().matmul(x)),
+        w_skip: p.w_skip.as_ref().map(|_| x.transpose().matmul(g_out)),
+        ..p.clone()
     };
     (grads, values(arch, mse, sparsity, fired, fired_total / n as f64, dead))
 }

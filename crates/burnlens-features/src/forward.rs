@@ -3,17 +3,18 @@
 //! `sae_out = acts·W_dec + b_dec`, the MSE `Σ_d (sae_out − x)²` averaged over tokens, plus the
 //! architecture's terms. A transcoder is the same pass with another target (the output
 //! hook's activation, `Σ_d (out − y)²`), no `b_dec` taken from its input (SAELens's
-//! transcoders refuse `apply_b_dec_to_input`) and, with a skip connection, `x · W_skipᵀ`
-//! added to its output. On autodiff tensors: the gradients are Burn's backward of these
-//! expressions, with JumpReLU's straight-through estimators written so that their
-//! backward is SAELens's (see [`jump_relu`] and [`step`]).
+//! transcoders refuse `apply_b_dec_to_input`) and, with a skip connection, `x · M` added to
+//! its output. The pre-activations and the skip are the dictionary's own
+//! ([`Dictionary::pre`], [`Dictionary::skip`]). On autodiff tensors: the gradients are
+//! Burn's backward of these expressions, with JumpReLU's straight-through estimators written
+//! so that their backward is SAELens's (see [`jump_relu`] and [`step`]).
 
 use burn::tensor::activation::relu;
 use burn::tensor::{Bool, Tensor};
 use burnlens_lens::dictionary::select::kth_largest_rows;
 
 use crate::architecture::{Architecture, LossTerm, TopKSettings};
-use crate::params::SaeParams;
+use burnlens_lens::dictionary::Dictionary;
 
 /// What a training pass produced.
 pub struct TrainPass {
@@ -44,8 +45,6 @@ pub struct PassInput<'a> {
     pub x: Tensor<2>,
     /// `[n, d_out]`: what the output should be (`x` for an SAE).
     pub target: Tensor<2>,
-    /// Subtract `b_dec` from the input (SAEs; never transcoders).
-    pub subtract_b_dec: bool,
     /// The sparsity coefficient this step (after its warm-up).
     pub coefficient: f64,
     /// `[d_sae]` features dead before this step, and how many.
@@ -53,16 +52,15 @@ pub struct PassInput<'a> {
 }
 
 /// The training pass of `p` (autodiff leaves) on `input`.
-pub fn training_pass(p: &SaeParams, arch: &Architecture, input: PassInput) -> TrainPass {
-    let PassInput { x, target, subtract_b_dec, coefficient, dead } = input;
-    let (_, d_sae) = p.dims();
-    let sae_in = if subtract_b_dec { x.clone() - p.b_dec.clone().unsqueeze::<2>() } else { x.clone() };
-    let pre = sae_in.matmul(p.w_enc.clone()) + p.b_enc.clone().unsqueeze::<2>();
+pub fn training_pass(p: &Dictionary, arch: &Architecture, input: PassInput) -> TrainPass {
+    let PassInput { x, target, coefficient, dead } = input;
+    let d_sae = p.d_sae();
+    let pre = p.pre(x.clone());
     let norms = || p.decoder_norms().reshape([1, d_sae]);
     let (acts, out, extra): (Tensor<2>, Tensor<2>, Vec<(LossTerm, Tensor<1>)>) = match arch {
         Architecture::Standard { .. } => {
             let acts = relu(pre);
-            let out = acts.clone().matmul(p.w_dec.clone()) + p.b_dec.clone().unsqueeze::<2>();
+            let out = acts.clone().matmul(p.decoder().clone()) + p.b_dec.clone().unsqueeze::<2>();
             let l1 = (acts.clone() * norms()).abs().sum_dim(1).mean() * coefficient;
             (acts, out, vec![(LossTerm::L1, l1)])
         }
@@ -79,7 +77,7 @@ pub fn training_pass(p: &SaeParams, arch: &Architecture, input: PassInput) -> Tr
         Architecture::JumpRelu(j) => {
             let theta = p.threshold.clone().expect("a JumpReLU SAE has thresholds").reshape([1, d_sae]);
             let acts = jump_relu(pre.clone(), theta.clone(), j.bandwidth);
-            let out = acts.clone().matmul(p.w_dec.clone()) + p.b_dec.clone().unsqueeze::<2>();
+            let out = acts.clone().matmul(p.decoder().clone()) + p.b_dec.clone().unsqueeze::<2>();
             let l0 = step(pre.clone(), theta.clone(), j.bandwidth).sum_dim(1).mean() * coefficient;
             let mut terms = vec![(LossTerm::L0, l0)];
             if let Some(c) = j.pre_act_loss_coefficient {
@@ -103,20 +101,20 @@ pub fn training_pass(p: &SaeParams, arch: &Architecture, input: PassInput) -> Tr
     TrainPass { feature_acts: acts, loss, terms }
 }
 
-/// `out + x · W_skipᵀ` for a skip transcoder, `out` otherwise.
-fn with_skip(p: &SaeParams, x: &Tensor<2>, out: Tensor<2>) -> Tensor<2> {
-    match &p.w_skip {
-        Some(w) => out + x.clone().matmul(w.clone().transpose()),
+/// `out + x · M` for a skip transcoder, `out` otherwise.
+fn with_skip(p: &Dictionary, x: &Tensor<2>, out: Tensor<2>) -> Tensor<2> {
+    match p.skip(x.clone()) {
+        Some(s) => out + s,
         None => out,
     }
 }
 
 /// `acts · W_dec`, the activations divided by the decoder rows' norms first when the TopK
 /// choice was made on rescaled pre-activations (SAELens's `act_times_W_dec`).
-fn decode_rescaled(p: &SaeParams, t: &TopKSettings, acts: Tensor<2>) -> Tensor<2> {
-    let (_, d_sae) = p.dims();
+fn decode_rescaled(p: &Dictionary, t: &TopKSettings, acts: Tensor<2>) -> Tensor<2> {
+    let d_sae = p.d_sae();
     let acts = if t.rescale_acts_by_decoder_norm { acts * p.decoder_norms().reshape([1, d_sae]).recip() } else { acts };
-    acts.matmul(p.w_dec.clone())
+    acts.matmul(p.decoder().clone())
 }
 
 /// The ReLU of the `k` largest entries of each row, zero elsewhere.
@@ -140,7 +138,7 @@ fn batch_top_k(hidden: Tensor<2>, k: f64) -> Tensor<2> {
 /// SAELens's TopK auxiliary loss: the `k_aux = min(d/2, dead)` largest pre-activations of
 /// dead features reconstruct the (detached) residual `target − sae_out` through the decoder
 /// without bias, scaled by `min(dead / (d_in/2), 1)`; zero without dead features.
-fn aux_k_loss(p: &SaeParams, t: &TopKSettings, target: &Tensor<2>, out: &Tensor<2>, hidden: Tensor<2>, dead: Option<(&Tensor<1, Bool>, usize)>) -> Tensor<1> {
+fn aux_k_loss(p: &Dictionary, t: &TopKSettings, target: &Tensor<2>, out: &Tensor<2>, hidden: Tensor<2>, dead: Option<(&Tensor<1, Bool>, usize)>) -> Tensor<1> {
     let Some((mask, n_dead)) = dead.filter(|(_, n)| *n > 0) else { return Tensor::zeros([1], &target.device()) };
     let [n, m] = hidden.dims();
     let d_in = target.dims()[1];

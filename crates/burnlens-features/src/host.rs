@@ -14,11 +14,6 @@ pub fn tensor<const D: usize>(v: Vec<f32>, shape: [usize; D], device: &Device) -
     Tensor::from_data(TensorData::new(v, shape), device)
 }
 
-/// `v[r, :] += b` for every row of `v` (`[n, b.len()]`).
-pub fn add_to_rows(v: &mut [f32], b: &[f32]) {
-    v.par_chunks_mut(b.len()).for_each(|row| row.iter_mut().zip(b).for_each(|(v, b)| *v += b));
-}
-
 /// `Σ_rows f(v[r, j])` for each column `j` of `v` (`[n, m]`), blocks of rows in parallel.
 pub fn column_sums(v: &[f32], m: usize, f: impl Fn(f32) -> f32 + Sync) -> Vec<f32> {
     const ROWS: usize = 64;
@@ -81,16 +76,6 @@ impl std::fmt::Debug for Scratch {
     }
 }
 
-/// `x · w + b` on the host (`x`: `[n, k]`, `w`: `[k, m]`, `b`: `[m]`) into `out`, with
-/// burnlens's GEMM.
-pub fn affine_into(x: &[f32], w: &[f32], b: &[f32], out: &mut [f32]) {
-    use burnlens_model::kernels::gemm::{MatRef, matmul};
-    let (m, k) = (b.len(), w.len() / b.len());
-    let n = x.len() / k;
-    out.par_chunks_mut(m).for_each(|row| row.copy_from_slice(b));
-    matmul(out, m, MatRef::row_major(x, n, k), MatRef::row_major(w, k, m), true);
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -102,13 +87,8 @@ mod tests {
         add_transposed(&t, 3, 2, &mut out);
         assert_eq!(out, vec![11.0, 13.0, 15.0, 12.0, 14.0, 16.0]);
         assert_eq!(column_sums(&t, 2, |x| x * 2.0), vec![18.0, 24.0]);
-        let mut v = t.to_vec();
-        add_to_rows(&mut v, &[1.0, -1.0]);
-        assert_eq!(v, vec![2.0, 1.0, 4.0, 3.0, 6.0, 5.0]);
         let scratch = Scratch::default();
-        let mut out = scratch.take(4);
-        affine_into(&[1.0, 2.0, 3.0, 4.0], &[1.0, 0.0, 1.0, 1.0], &[0.5, -0.5], &mut out);
-        assert_eq!(out, vec![3.5, 1.5, 7.5, 3.5]);
+        let out = scratch.take(4);
         scratch.give(out);
         assert!(scratch.take(2).capacity() >= 4);
     }

@@ -3,10 +3,10 @@
 //! and coefficient schedules, dead-feature tracking), on activation batches from anywhere.
 //!
 //! ```text
-//! TrainerConfig + Architecture ─▶ SaeTrainer::new(SaeParams::init) ─▶ step(x) ... ─▶ params
+//! TrainerConfig + Architecture ─▶ SaeTrainer::new(params::init: a Dictionary) ─▶ step(x) ... ─▶ params
 //! ```
 //! One module per concept: [`architecture`] (what each kind encodes and what it is
-//! penalised for), [`params`] (the weights and SAELens's initialisation), [`forward`] (a
+//! penalised for), [`params`] (a dictionary as it is trained, and SAELens's initialisation), [`forward`] (a
 //! training forward pass and its loss terms, as autodiff expressions: the reference),
 //! [`sparse_pass`] and [`dense_pass`] (the same pass with its backward written by hand, the
 //! one the trainer takes), [`codes`] (sparse activations and their products), [`host`],
@@ -45,7 +45,7 @@ pub use forward::TrainPassValues;
 pub use inference::{SaeSite, inference_sae};
 pub use mixing::MixingBuffer;
 pub use options::RunOptions;
-pub use params::{SaeParams, Shape};
+pub use params::{Shape, Trainable};
 pub use pass::{StoreError, WindowSource};
 pub use run::{OnStep, Progress, RunSummary, Source, train};
 pub use schedule::{CoefficientSchedule, LrSchedule, LrScheduler};

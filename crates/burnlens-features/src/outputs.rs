@@ -25,12 +25,7 @@ pub fn write_outputs(dir: &Path, cfg: &SaeRunConfig, trainers: &[SaeTrainer], mo
     let mut out = Vec::new();
     for (site, t) in cfg.sites.iter().zip(trainers) {
         let sae_dir = if cfg.sites.len() == 1 { dir.join("sae") } else { dir.join("sae").join(&site.input) };
-        let sae = inference_sae(
-            &cfg.architecture,
-            &t.params,
-            t.topk_threshold,
-            SaeSite { hook_name: &site.input, model_name: model_name.clone(), transcoder: false },
-        );
+        let sae = inference_sae(&cfg.architecture, &t.params, t.topk_threshold, SaeSite { hook_name: &site.input, model_name: model_name.clone() });
         sae.save(&sae_dir).map_err(|e| file_err(&sae_dir, e))?;
         out.push(sae_dir);
     }
@@ -76,13 +71,7 @@ fn write_transcoders(out: &Path, cfg: &SaeRunConfig, trainers: &[SaeTrainer]) ->
         .sites
         .iter()
         .zip(trainers)
-        .map(|(site, t)| {
-            let mut d =
-                inference_sae(&cfg.architecture, &t.params, t.topk_threshold, SaeSite { hook_name: &site.input, model_name: None, transcoder: true }).dict;
-            // Trained as x · W_skipᵀ (circuit-tracer's orientation): the dictionary's M is its transpose.
-            d.w_skip = t.params.w_skip.clone().map(|w| w.transpose());
-            d
-        })
+        .map(|(site, t)| inference_sae(&cfg.architecture, &t.params, t.topk_threshold, SaeSite { hook_name: &site.input, model_name: None }).dict)
         .collect();
     let set = TranscoderSet { layers, input, output, scan: Some(SCAN.into()), cross_layer: false };
     set.save(out).map_err(|e| RunError::Config(e.to_string()))?;
@@ -97,8 +86,7 @@ const SCAN: &str = "burnlens-trained";
 fn write_clt(out: &Path, cfg: &SaeRunConfig, t: &SaeTrainer) -> Result<PathBuf, RunError> {
     let (input, output) = set_hook_names(cfg)?;
     let b = t.blocks.as_ref().ok_or_else(|| RunError::Config("cross_layer: the trainer has no blocks".into()))?;
-    let folded =
-        inference_sae(&cfg.architecture, &t.params, t.topk_threshold, SaeSite { hook_name: &cfg.sites[0].input, model_name: None, transcoder: true }).dict;
+    let folded = inference_sae(&cfg.architecture, &t.params, t.topk_threshold, SaeSite { hook_name: &cfg.sites[0].input, model_name: None }).dict;
     let (f, d_out) = (b.features, b.d_out);
     let layers = (0..b.layers)
         .map(|l| {

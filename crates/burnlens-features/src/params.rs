@@ -1,31 +1,15 @@
-//! An SAE's (or transcoder's) trainable parameters and SAELens 6's initialisation of them:
+//! A dictionary as it is trained ([`Trainable`]: its parameters named, as autodiff leaves,
+//! their gradients) and SAELens 6's initialisation of it:
 //! decoder rows drawn as `kaiming_uniform_` draws them (uniform in ±√2·√(3/d_out)), scaled
 //! to norm `decoder_init_norm` (0.1, Anthropic's heuristic), the encoder their transpose
 //! (a transcoder whose input and output widths differ draws its encoder the same way), biases
 //! zero, JumpReLU thresholds at their initial value, a transcoder's skip connection zero.
 
 use burn::tensor::{Device, Tensor, TensorData};
+use burnlens_lens::dictionary::Dictionary;
 use burnlens_model::Rng;
 
 use crate::architecture::Architecture;
-
-/// The weights being trained, in SAELens's shapes.
-#[derive(Debug, Clone)]
-pub struct SaeParams {
-    /// `[d_in, d_sae]`
-    pub w_enc: Tensor<2>,
-    /// `[d_sae]`
-    pub b_enc: Tensor<1>,
-    /// `[d_sae, d_out]` (`d_out = d_in` for an SAE)
-    pub w_dec: Tensor<2>,
-    /// `[d_out]`
-    pub b_dec: Tensor<1>,
-    /// `[d_sae]`, JumpReLU only.
-    pub threshold: Option<Tensor<1>>,
-    /// `[d_out, d_in]`, a skip transcoder's `W_skip`, applied as `x · W_skipᵀ` (circuit-tracer's
-    /// orientation).
-    pub w_skip: Option<Tensor<2>>,
-}
 
 /// The shape of what is trained.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,56 +18,82 @@ pub struct Shape {
     pub d_sae: usize,
     /// `d_in` for an SAE.
     pub d_out: usize,
+    /// A transcoder (its target is another hook's activation; its input keeps `b_dec`).
+    pub transcoder: bool,
     /// A transcoder's skip connection.
     pub skip: bool,
+}
+
+impl Shape {
+    /// An SAE on `d_in`-wide activations with `d_sae` features.
+    pub const fn sae(d_in: usize, d_sae: usize) -> Shape {
+        Shape { d_in, d_sae, d_out: d_in, transcoder: false, skip: false }
+    }
 }
 
 /// SAELens's `decoder_init_norm` default.
 pub const DECODER_INIT_NORM: f64 = 0.1;
 
-impl SaeParams {
-    /// A fresh SAE or transcoder as SAELens initialises one (its draws come from `rng`).
-    pub fn init(arch: &Architecture, shape: Shape, decoder_init_norm: Option<f64>, rng: &mut Rng, device: &Device) -> Self {
-        let Shape { d_in, d_sae, d_out, skip } = shape;
-        let w_dec = Tensor::<2>::from_data(TensorData::new(kaiming_rows(d_sae, d_out, decoder_init_norm, rng), [d_sae, d_out]), device);
-        let w_enc = if d_in == d_out {
-            w_dec.clone().transpose()
-        } else {
-            Tensor::<2>::from_data(TensorData::new(kaiming_rows(d_sae, d_in, decoder_init_norm, rng), [d_sae, d_in]), device).transpose()
-        };
-        let threshold = match arch {
-            Architecture::JumpRelu(j) => Some(Tensor::<1>::full([d_sae], j.init_threshold as f32, device)),
-            _ => None,
-        };
-        let w_skip = skip.then(|| Tensor::zeros([d_out, d_in], device));
-        SaeParams { w_enc, b_enc: Tensor::zeros([d_sae], device), w_dec, b_dec: Tensor::zeros([d_out], device), threshold, w_skip }
+/// A fresh SAE or transcoder as SAELens initialises one (its draws come from `rng`), with
+/// the rule `arch` trains.
+pub fn init(arch: &Architecture, shape: Shape, decoder_init_norm: Option<f64>, rng: &mut Rng, device: &Device) -> Dictionary {
+    let Shape { d_in, d_sae, d_out, transcoder, skip } = shape;
+    let w_dec = Tensor::<2>::from_data(TensorData::new(kaiming_rows(d_sae, d_out, decoder_init_norm, rng), [d_sae, d_out]), device);
+    let w_enc = if d_in == d_out {
+        w_dec.clone().transpose()
+    } else {
+        Tensor::<2>::from_data(TensorData::new(kaiming_rows(d_sae, d_in, decoder_init_norm, rng), [d_sae, d_in]), device).transpose()
+    };
+    let threshold = match arch {
+        Architecture::JumpRelu(j) => Some(Tensor::<1>::full([d_sae], j.init_threshold as f32, device)),
+        _ => None,
+    };
+    Dictionary {
+        w_enc,
+        b_enc: Tensor::zeros([d_sae], device),
+        w_dec: vec![w_dec],
+        b_dec: Tensor::zeros([d_out], device),
+        threshold,
+        w_skip: (transcoder && skip).then(|| Tensor::zeros([d_in, d_out], device)),
+        rule: arch.rule(),
+        subtract_b_dec: !transcoder,
     }
+}
 
-    /// `(d_in, d_sae)`.
-    pub fn dims(&self) -> (usize, usize) {
-        let [d_in, d_sae] = self.w_enc.dims();
-        (d_in, d_sae)
-    }
-
-    /// `[d_sae]`: each decoder row's L2 norm (`W_dec.norm(dim=1)`).
-    pub fn decoder_norms(&self) -> Tensor<1> {
-        let d_sae = self.w_dec.dims()[0];
-        self.w_dec.clone().square().sum_dim(1).sqrt().reshape([d_sae])
-    }
-
+/// A dictionary's parameters as one trains them: named, as autodiff leaves, their
+/// gradients, mapped one by one. A trained dictionary has one decoder.
+pub trait Trainable: Sized {
     /// The full shape.
-    pub fn shape(&self) -> Shape {
-        let (d_in, d_sae) = self.dims();
-        Shape { d_in, d_sae, d_out: self.w_dec.dims()[1], skip: self.w_skip.is_some() }
-    }
+    fn shape(&self) -> Shape;
 
     /// The parameters as SAELens names them (`W_enc`, `b_enc`, `W_dec`, `b_dec`,
-    /// `threshold`, `W_skip`), in that order.
-    pub fn named(&self) -> Vec<(&'static str, Tensor<2>)> {
+    /// `threshold`, `W_skip` — the skip as the dictionary holds it, `[d_in, d_out]`), in
+    /// that order, each as a matrix.
+    fn named(&self) -> Vec<(&'static str, Tensor<2>)>;
+
+    /// Apply `f` to every parameter (the order of [`named`](Self::named)), building a new
+    /// dictionary (the same rule) from what it returns.
+    fn map(&self, f: impl FnMut(&'static str, Tensor<2>) -> Tensor<2>) -> Self;
+
+    /// Each parameter as itself, an autodiff leaf that records its gradient.
+    fn leaves(&self) -> Self;
+
+    /// The gradients of leaves made by [`leaves`](Self::leaves) (zero where none flowed),
+    /// shaped like the dictionary.
+    fn grads(&self, grads: &burn::tensor::Gradients) -> Self;
+}
+
+impl Trainable for Dictionary {
+    fn shape(&self) -> Shape {
+        Shape { d_in: self.d_in(), d_sae: self.d_sae(), d_out: self.d_out(), transcoder: !self.subtract_b_dec, skip: self.w_skip.is_some() }
+    }
+
+    fn named(&self) -> Vec<(&'static str, Tensor<2>)> {
+        debug_assert_eq!(self.w_dec.len(), 1, "a trained dictionary has one decoder");
         let mut v = vec![
             ("W_enc", self.w_enc.clone()),
             ("b_enc", self.b_enc.clone().unsqueeze()),
-            ("W_dec", self.w_dec.clone()),
+            ("W_dec", self.decoder().clone()),
             ("b_dec", self.b_dec.clone().unsqueeze()),
         ];
         v.extend(self.threshold.clone().map(|t| ("threshold", t.unsqueeze())));
@@ -91,44 +101,47 @@ impl SaeParams {
         v
     }
 
-    /// Each parameter as itself, an autodiff leaf that records its gradient.
-    pub fn leaves(&self) -> SaeParams {
-        SaeParams {
-            w_enc: self.w_enc.clone().autodiff().require_grad(),
-            b_enc: self.b_enc.clone().autodiff().require_grad(),
-            w_dec: self.w_dec.clone().autodiff().require_grad(),
-            b_dec: self.b_dec.clone().autodiff().require_grad(),
-            threshold: self.threshold.clone().map(|t| t.autodiff().require_grad()),
-            w_skip: self.w_skip.clone().map(|t| t.autodiff().require_grad()),
+    fn leaves(&self) -> Self {
+        fn leaf<const D: usize>(t: &Tensor<D>) -> Tensor<D> {
+            t.clone().autodiff().require_grad()
+        }
+        Dictionary {
+            w_enc: leaf(&self.w_enc),
+            b_enc: leaf(&self.b_enc),
+            w_dec: self.w_dec.iter().map(leaf).collect(),
+            b_dec: leaf(&self.b_dec),
+            threshold: self.threshold.as_ref().map(leaf),
+            w_skip: self.w_skip.as_ref().map(leaf),
+            ..self.clone()
         }
     }
 
-    /// The gradients of leaves made by [`leaves`](Self::leaves) (zero where none flowed).
-    pub fn grads(&self, grads: &burn::tensor::Gradients) -> SaeParams {
-        fn g<const D: usize>(t: &Tensor<D>, grads: &burn::tensor::Gradients) -> Tensor<D> {
-            t.grad(grads).unwrap_or_else(|| t.clone().inner().zeros_like())
-        }
-        SaeParams {
-            w_enc: g(&self.w_enc, grads),
-            b_enc: g(&self.b_enc, grads),
-            w_dec: g(&self.w_dec, grads),
-            b_dec: g(&self.b_dec, grads),
-            threshold: self.threshold.as_ref().map(|t| g(t, grads)),
-            w_skip: self.w_skip.as_ref().map(|t| g(t, grads)),
+    fn grads(&self, grads: &burn::tensor::Gradients) -> Self {
+        let g = |t: &Tensor<2>| t.grad(grads).unwrap_or_else(|| t.clone().inner().zeros_like());
+        let g1 = |t: &Tensor<1>| t.grad(grads).unwrap_or_else(|| t.clone().inner().zeros_like());
+        Dictionary {
+            w_enc: g(&self.w_enc),
+            b_enc: g1(&self.b_enc),
+            w_dec: self.w_dec.iter().map(g).collect(),
+            b_dec: g1(&self.b_dec),
+            threshold: self.threshold.as_ref().map(g1),
+            w_skip: self.w_skip.as_ref().map(g),
+            rule: self.rule,
+            subtract_b_dec: self.subtract_b_dec,
         }
     }
 
-    /// Apply `f` to every parameter (the same order as [`named`](Self::named)), building new
-    /// parameters from what it returns.
-    pub fn map(&self, mut f: impl FnMut(&'static str, Tensor<2>) -> Tensor<2>) -> SaeParams {
+    fn map(&self, mut f: impl FnMut(&'static str, Tensor<2>) -> Tensor<2>) -> Self {
         let row = |t: Tensor<2>| -> Tensor<1> { t.squeeze_dim(0) };
-        SaeParams {
+        Dictionary {
             w_enc: f("W_enc", self.w_enc.clone()),
             b_enc: row(f("b_enc", self.b_enc.clone().unsqueeze())),
-            w_dec: f("W_dec", self.w_dec.clone()),
+            w_dec: vec![f("W_dec", self.decoder().clone())],
             b_dec: row(f("b_dec", self.b_dec.clone().unsqueeze())),
             threshold: self.threshold.clone().map(|t| row(f("threshold", t.unsqueeze()))),
             w_skip: self.w_skip.clone().map(|t| f("W_skip", t)),
+            rule: self.rule,
+            subtract_b_dec: self.subtract_b_dec,
         }
     }
 }

@@ -22,10 +22,11 @@ use crate::cache::CacheReader;
 use crate::config::{RunError, SaeRunConfig, file_err};
 use crate::cross_layer::Blocks;
 use crate::outputs::write_outputs;
-use crate::params::{DECODER_INIT_NORM, SaeParams, Shape};
+use crate::params::{DECODER_INIT_NORM, Shape, Trainable, init};
 use crate::pass::WindowSource;
 use crate::store::ActivationStore;
 use crate::trainer::{Batch, SaeTrainer, StepReport};
+use burnlens_lens::dictionary::Dictionary;
 
 /// How a run ended.
 #[derive(Debug, Clone, Serialize)]
@@ -48,6 +49,9 @@ pub struct RunSummary {
 }
 
 const CHECKPOINT: &str = "checkpoint.safetensors";
+/// The checkpoint's layout: 2 holds a skip transcoder's `W_skip` as the dictionary does,
+/// `[d_in, d_out]` (1, unmarked, held it transposed).
+const FORMAT: u64 = 2;
 const CONFIG: &str = "config.json";
 const METRICS: &str = "metrics.jsonl";
 
@@ -93,7 +97,8 @@ fn units(cfg: &SaeRunConfig, h: &Hooks, widths: &[usize], device: &Device) -> Ve
         return vec![Unit { inputs, outputs: Some(outputs), shape: blocks.shape(), blocks: Some(blocks) }];
     }
     let unit = |&(i, o): &(usize, Option<usize>)| {
-        let shape = Shape { d_in: widths[i], d_sae: cfg.d_sae, d_out: o.map_or(widths[i], |o| widths[o]), skip: cfg.skip && o.is_some() };
+        let shape =
+            Shape { d_in: widths[i], d_sae: cfg.d_sae, d_out: o.map_or(widths[i], |o| widths[o]), transcoder: o.is_some(), skip: cfg.skip && o.is_some() };
         Unit { inputs: vec![i], outputs: o.map(|o| vec![o]), shape, blocks: None }
     };
     h.sites.iter().map(unit).collect()
@@ -108,7 +113,7 @@ impl Unit {
         Batch { x: side_by_side(&self.inputs), target: self.outputs.as_deref().map(side_by_side) }
     }
 
-    fn trainer(&self, cfg: &SaeRunConfig, params: SaeParams) -> SaeTrainer {
+    fn trainer(&self, cfg: &SaeRunConfig, params: Dictionary) -> SaeTrainer {
         let t = SaeTrainer::new(cfg.architecture, cfg.trainer, params);
         match &self.blocks {
             Some(b) => t.cross_layer(b.clone()),
@@ -219,7 +224,7 @@ fn start_trainers(ckpt: &Path, cfg: &SaeRunConfig, units: &[Unit], store: &mut A
         return Ok((t, Some(at)));
     }
     let fresh = |(i, u): (usize, &Unit)| {
-        let params = SaeParams::init(&cfg.architecture, u.shape, Some(DECODER_INIT_NORM), &mut Rng::new(cfg.seed.wrapping_add(i as u64)), &device);
+        let params = init(&cfg.architecture, u.shape, Some(DECODER_INIT_NORM), &mut Rng::new(cfg.seed.wrapping_add(i as u64)), &device);
         u.trainer(cfg, params)
     };
     Ok((units.iter().enumerate().map(fresh).collect(), None))
@@ -293,6 +298,7 @@ fn save_checkpoint(path: &Path, trainers: &[SaeTrainer], store: &ActivationStore
         tensors.push((name.into(), Dtype::F32, vec![rows.len() / w, w], f32_bytes(rows)));
     }
     let meta = serde_json::json!({
+        "format": FORMAT,
         "step": trainers[0].step,
         "adam_t": trainers.iter().map(|t| t.adam.t).collect::<Vec<_>>(),
         "topk_threshold": trainers.iter().map(|t| t.topk_threshold).collect::<Vec<_>>(),
@@ -337,12 +343,10 @@ impl Saved<'_> {
     }
 
     /// Parameters shaped like `like`, from tensors `{prefix}.{name}`.
-    fn params(&self, prefix: &str, like: &SaeParams, device: &Device) -> Result<SaeParams, RunError> {
+    fn params(&self, prefix: &str, like: &Dictionary, device: &Device) -> Result<Dictionary, RunError> {
         let mut err = None;
         let p = like.map(|name, like| match self.f32s(&format!("{prefix}.{name}")) {
-            Ok((shape, v)) if shape.iter().product::<usize>() == like.dims().iter().product::<usize>() => {
-                Tensor::from_data(TensorData::new(v, like.dims()), device)
-            }
+            Ok((shape, v)) if shape == like.dims() => Tensor::from_data(TensorData::new(v, like.dims()), device),
             Ok((shape, _)) => {
                 err.get_or_insert(self.bad(format!("tensor `{prefix}.{name}` has shape {shape:?}, the configuration gives {:?}", like.dims())));
                 like
@@ -367,10 +371,13 @@ fn load_checkpoint(path: &Path, cfg: &SaeRunConfig, units: &[Unit], store: &mut 
         .and_then(|s| serde_json::from_str(s).ok())
         .ok_or_else(|| file_err(path, "has no training state"))?;
     let saved = Saved { path, st: safetensors::SafeTensors::deserialize(&bytes).map_err(unreadable)?, state };
+    if saved.state["format"].as_u64() != Some(FORMAT) && units.iter().any(|u| u.shape.skip) {
+        return Err(saved.bad("was written by an older burnlens, its W_skip transposed; remove it to start again".into()));
+    }
     let step = saved.num("step", None)?.as_u64().unwrap_or(0) as usize;
     let mut trainers = Vec::with_capacity(units.len());
     for (i, unit) in units.iter().enumerate() {
-        let like = SaeParams::init(&cfg.architecture, unit.shape, None, &mut Rng::new(0), device);
+        let like = init(&cfg.architecture, unit.shape, None, &mut Rng::new(0), device);
         let prefix = format!("site{i}");
         let mut t = unit.trainer(cfg, saved.params(&format!("{prefix}.param"), &like, device)?);
         t.adam.m = saved.params(&format!("{prefix}.adam_m"), &like, device)?;

@@ -17,8 +17,8 @@ use burnlens_lens::dictionary::select::kth_largest_per_row;
 
 use crate::codes::{Codes, Scores};
 use crate::forward::TrainPassValues;
-use crate::host::{Scratch, affine_into, host, tensor};
-use crate::params::SaeParams;
+use crate::host::{Scratch, host, tensor};
+use burnlens_lens::dictionary::Dictionary;
 
 /// The inputs of a sparse pass besides the parameters.
 pub struct SparseInput<'a> {
@@ -26,8 +26,6 @@ pub struct SparseInput<'a> {
     pub x: Tensor<2>,
     /// `[n, d_out]`
     pub target: Tensor<2>,
-    /// Subtract `b_dec` from the input (SAEs; never transcoders).
-    pub subtract_b_dec: bool,
     /// Per feature: dead before this step.
     pub dead: &'a [bool],
     /// Where the pre-activations go.
@@ -35,24 +33,23 @@ pub struct SparseInput<'a> {
 }
 
 /// The gradients of the loss at `p` (plain tensors, not autodiff) and the pass's values.
-pub fn gradients(p: &SaeParams, arch: &Architecture, input: SparseInput) -> (SaeParams, TrainPassValues) {
+pub fn gradients(p: &Dictionary, arch: &Architecture, input: SparseInput) -> (Dictionary, TrainPassValues) {
     let t = arch.topk().expect("a sparse pass is for TopK and BatchTopK SAEs");
-    let SparseInput { x, target, subtract_b_dec, dead, scratch } = input;
+    let SparseInput { x, target, dead, scratch } = input;
     let device = x.device();
-    let (d_in, m) = p.dims();
+    let (d_in, m) = (p.d_in(), p.d_sae());
     let [n, d] = target.dims();
-    let sae_in = if subtract_b_dec { x.clone() - p.b_dec.clone().unsqueeze::<2>() } else { x.clone() };
-    let sae_in_h = host(sae_in);
+    let sae_in_h = host(p.input(x.clone()));
     let mut pre = scratch.take(n * m);
-    affine_into(&sae_in_h, &host(p.w_enc.clone()), &host(p.b_enc.clone()), &mut pre);
+    p.pre_into(&sae_in_h, &mut pre);
     let norms = t.rescale_acts_by_decoder_norm.then(|| host(p.decoder_norms()));
     let score = |j: usize, v: f32| norms.as_ref().map_or(v, |s| v * s[j]);
-    let w_dec = host(p.w_dec.clone());
+    let w_dec = host(p.decoder().clone());
     let main = active(arch, t, Scores { pre: &pre, m, scale: norms.as_deref() });
 
     // out − target, then the MSE and its gradient.
-    let mut diff = match &p.w_skip {
-        Some(w) => host(x.clone().matmul(w.clone().transpose())),
+    let mut diff = match p.skip(x.clone()) {
+        Some(s) => host(s),
         None => vec![0.0; n * d],
     };
     let b_dec = host(p.b_dec.clone());
@@ -81,15 +78,16 @@ pub fn gradients(p: &SaeParams, arch: &Architecture, input: SparseInput) -> (Sae
     g_out.chunks(d).for_each(|row| g_b_dec.iter_mut().zip(row).for_each(|(s, g)| *s += g));
     let g_b_dec = tensor(g_b_dec, [d], &device);
     let g_b_enc = tensor(g_b_enc, [m], &device);
-    let g_b_dec = if subtract_b_dec { g_b_dec - p.w_enc.clone().matmul(g_b_enc.clone().reshape([m, 1])).reshape([d_in]) } else { g_b_dec };
+    let g_b_dec = if p.subtract_b_dec { g_b_dec - p.w_enc.clone().matmul(g_b_enc.clone().reshape([m, 1])).reshape([d_in]) } else { g_b_dec };
     let g_out_t = Tensor::<2>::from_data(TensorData::new(g_out, [n, d]), &device);
-    let grads = SaeParams {
+    let grads = Dictionary {
         w_enc: Tensor::from_data(TensorData::new(g_w_enc, [d_in, m]), &device),
         b_enc: g_b_enc,
-        w_dec: Tensor::from_data(TensorData::new(g_w_dec, [m, d]), &device),
+        w_dec: vec![Tensor::from_data(TensorData::new(g_w_dec, [m, d]), &device)],
         b_dec: g_b_dec,
         threshold: None,
-        w_skip: p.w_skip.as_ref().map(|_| g_out_t.transpose().matmul(x)),
+        w_skip: p.w_skip.as_ref().map(|_| x.transpose().matmul(g_out_t)),
+        ..p.clone()
     };
     let aux_loss = aux.as_ref().map_or(0.0, |a| a.loss);
     let min_positive = matches!(arch, Architecture::BatchTopK { .. })

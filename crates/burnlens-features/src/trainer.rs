@@ -5,6 +5,7 @@
 //! pass, BatchTopK's inference threshold moved towards the batch's smallest kept activation.
 
 use burn::tensor::{Bool, Device, Tensor, TensorData};
+use burnlens_lens::dictionary::Dictionary;
 use serde::{Deserialize, Serialize};
 
 use crate::adam::Adam;
@@ -13,7 +14,7 @@ use crate::cross_layer::Blocks;
 use crate::dense_pass::{self, DenseInput};
 use crate::forward::{PassInput, TrainPassValues, training_pass};
 use crate::host::Scratch;
-use crate::params::SaeParams;
+use crate::params::Trainable;
 use crate::schedule::{CoefficientSchedule, LrSchedule};
 use crate::sparse_pass::{self, SparseInput};
 
@@ -42,12 +43,13 @@ pub struct StepReport {
     pub dead: usize,
 }
 
-/// An SAE being trained and everything its next step depends on.
+/// A dictionary (an SAE, a transcoder, a CLT as one masked transcoder) being trained and
+/// everything its next step depends on.
 #[derive(Debug, Clone)]
 pub struct SaeTrainer {
     pub arch: Architecture,
     pub cfg: TrainerConfig,
-    pub params: SaeParams,
+    pub params: Dictionary,
     pub adam: Adam,
     /// Steps taken.
     pub step: usize,
@@ -64,8 +66,8 @@ pub struct SaeTrainer {
 }
 
 impl SaeTrainer {
-    pub fn new(arch: Architecture, cfg: TrainerConfig, params: SaeParams) -> Self {
-        let (_, d_sae) = params.dims();
+    pub fn new(arch: Architecture, cfg: TrainerConfig, params: Dictionary) -> Self {
+        let d_sae = params.d_sae();
         let adam = Adam::new(&params, cfg.adam_beta1, cfg.adam_beta2);
         SaeTrainer {
             arch,
@@ -92,7 +94,7 @@ impl SaeTrainer {
 
     /// The gradients of the loss at the current parameters on `batch` (before clipping),
     /// with the pass's report; nothing changes.
-    pub fn gradients(&self, batch: Batch) -> (SaeParams, TrainPassValues) {
+    pub fn gradients(&self, batch: Batch) -> (Dictionary, TrainPassValues) {
         self.backward(&thresholds_clamped(&self.params), batch)
     }
 
@@ -103,7 +105,7 @@ impl SaeTrainer {
         self
     }
 
-    fn backward(&self, params: &SaeParams, batch: Batch) -> (SaeParams, TrainPassValues) {
+    fn backward(&self, params: &Dictionary, batch: Batch) -> (Dictionary, TrainPassValues) {
         let (g, values) = self.unmasked_backward(params, batch);
         match &self.blocks {
             Some(b) => (b.mask(g), values),
@@ -114,23 +116,22 @@ impl SaeTrainer {
     /// TopK and BatchTopK SAEs take the sparse pass, standard and JumpReLU the hand-written
     /// dense one; Burn's autodiff what is left (JumpReLU's pre-activation loss on dead
     /// features).
-    fn unmasked_backward(&self, params: &SaeParams, batch: Batch) -> (SaeParams, TrainPassValues) {
+    fn unmasked_backward(&self, params: &Dictionary, batch: Batch) -> (Dictionary, TrainPassValues) {
         let Batch { x, target } = batch;
-        let subtract_b_dec = target.is_none();
+        debug_assert_eq!(target.is_none(), params.subtract_b_dec, "an SAE's batch has no target, a transcoder's has one");
         let target = target.unwrap_or_else(|| x.clone());
         let dead = self.dead();
         if self.arch.topk().is_some() {
-            return sparse_pass::gradients(params, &self.arch, SparseInput { x, target, subtract_b_dec, dead: &dead, scratch: &self.scratch });
+            return sparse_pass::gradients(params, &self.arch, SparseInput { x, target, dead: &dead, scratch: &self.scratch });
         }
         let n_dead = dead.iter().filter(|&&d| d).count();
         if dense_pass::handles(&self.arch, n_dead) {
-            return dense_pass::gradients(params, &self.arch, DenseInput { x, target, subtract_b_dec, coefficient: self.coefficient(), dead: &dead });
+            return dense_pass::gradients(params, &self.arch, DenseInput { x, target, coefficient: self.coefficient(), dead: &dead });
         }
         let device: Device = x.device();
         let mask = Tensor::<1, Bool>::from_data(TensorData::new(dead, [self.since_fired.len()]), &device);
         let leaves = params.leaves();
-        let input =
-            PassInput { x: x.autodiff(), target: target.autodiff(), subtract_b_dec, coefficient: self.coefficient(), dead: Some((&mask.autodiff(), n_dead)) };
+        let input = PassInput { x: x.autodiff(), target: target.autodiff(), coefficient: self.coefficient(), dead: Some((&mask.autodiff(), n_dead)) };
         let pass = training_pass(&leaves, &self.arch, input);
         let acts = pass.feature_acts.clone().inner();
         let fired = acts.clone().not_equal_elem(0.0);
@@ -177,8 +178,8 @@ impl SaeTrainer {
 }
 
 /// `p` with JumpReLU thresholds clamped at 0 (SAELens's `threshold.data.clamp_(min=0.0)`).
-fn thresholds_clamped(p: &SaeParams) -> SaeParams {
-    SaeParams { threshold: p.threshold.clone().map(|t| t.clamp_min(0.0)), ..p.clone() }
+fn thresholds_clamped(p: &Dictionary) -> Dictionary {
+    Dictionary { threshold: p.threshold.clone().map(|t| t.clamp_min(0.0)), ..p.clone() }
 }
 
 /// A training batch: inputs `[n, d_in]` and, for a transcoder, targets `[n, d_out]` (an SAE's

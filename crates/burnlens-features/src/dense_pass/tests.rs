@@ -5,10 +5,10 @@ use crate::architecture::{Architecture, JumpReluSettings};
 use crate::params::Shape;
 use crate::pass_check::{Case, Pass, check, dead_every};
 
-const DENSE: Pass = &|p, arch, (x, target, subtract_b_dec, coefficient, dead)| gradients(p, arch, DenseInput { x, target, subtract_b_dec, coefficient, dead });
+const DENSE: Pass = &|p, arch, (x, target, coefficient, dead)| gradients(p, arch, DenseInput { x, target, coefficient, dead });
 
-const SAE: Shape = Shape { d_in: 8, d_sae: 40, d_out: 8, skip: false };
-const SKIP: Shape = Shape { d_in: 8, d_sae: 40, d_out: 6, skip: true };
+const SAE: Shape = Shape::sae(8, 40);
+const SKIP: Shape = Shape { d_in: 8, d_sae: 40, d_out: 6, transcoder: true, skip: true };
 
 #[test]
 fn standard_gradients_equal_the_autodiff_pass() {

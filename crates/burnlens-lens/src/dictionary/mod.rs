@@ -70,11 +70,28 @@ impl Dictionary {
         self.decoder().clone().square().sum_dim(1).sqrt().reshape([d_sae])
     }
 
+    /// What the encoder reads of inputs `x: [n, d_in]`: `x − b_dec` where `subtract_b_dec`
+    /// (SAELens's `sae_in`), `x` otherwise.
+    pub fn input(&self, x: Tensor<2>) -> Tensor<2> {
+        if self.subtract_b_dec { x - self.b_dec.clone().reshape([1, self.d_in()]) } else { x }
+    }
+
     /// Pre-activations `[n, d_sae]` of inputs `x: [n, d_in]`.
     pub fn pre(&self, x: Tensor<2>) -> Tensor<2> {
-        let (d_in, d_sae) = (self.d_in(), self.d_sae());
-        let x = if self.subtract_b_dec { x - self.b_dec.clone().reshape([1, d_in]) } else { x };
-        x.matmul(self.w_enc.clone()) + self.b_enc.clone().reshape([1, d_sae])
+        self.input(x).matmul(self.w_enc.clone()) + self.b_enc.clone().reshape([1, self.d_sae()])
+    }
+
+    /// [`pre`](Self::pre) on the host, into `out` (`[n, d_sae]`, a buffer the caller keeps
+    /// between calls), of what the encoder reads (`input`: [`input`](Self::input)'s rows,
+    /// `[n, d_in]`), with burnlens's GEMM: the hand-written training passes' fast path.
+    pub fn pre_into(&self, input: &[f32], out: &mut [f32]) {
+        use burnlens_model::kernels::gemm::{MatRef, matmul};
+        use rayon::prelude::*;
+        let (k, m) = (self.d_in(), self.d_sae());
+        let w = host(self.w_enc.clone());
+        let b = host(self.b_enc.clone());
+        out.par_chunks_mut(m).for_each(|row| row.copy_from_slice(&b));
+        matmul(out, m, MatRef::row_major(input, input.len() / k, k), MatRef::row_major(&w, k, m), true);
     }
 
     /// Feature activations `[n, d_sae]` of inputs `x: [n, d_in]`.
@@ -126,6 +143,11 @@ impl Dictionary {
         d.threshold = d.threshold.map(|t| t.select(0, idx));
         d
     }
+}
+
+/// An f32 tensor's values, row-major.
+fn host<const D: usize>(t: Tensor<D>) -> Vec<f32> {
+    t.into_data().try_into_vec_as::<f32>().expect("an f32 tensor")
 }
 
 #[cfg(test)]
