@@ -1,6 +1,7 @@
 //! The shape of the code, checked: no function in `crates/` is longer than 80 lines, no
 //! source file longer than 600, the Python package holds no library logic, the README's
 //! layout table names every source file (and only files that exist), and
+//! one encode and one decoder-norm fold exist (lens's dictionary), and
 //! no two source files of a crate import each other in a loop (directly or through others). A file "imports" another when it names a path into
 //! the other's module (`crate::a::b::Item`, `super::x`, and from a `mod.rs` or `lib.rs`
 //! `self::x` or a child's bare `x::Item`), in a `use` or inline. Items of the crate root
@@ -333,6 +334,64 @@ fn no_source_file_in_the_crates_is_longer_than_600_lines() {
         })
         .collect();
     assert!(long.is_empty(), "source files over 600 lines (split them by concept):\n{}", long.join("\n"));
+}
+
+/// The calls of `name(` in `code`, each with its argument text (to the matching parenthesis).
+fn call_arguments<'a>(code: &'a str, name: &str) -> Vec<&'a str> {
+    let pat = format!("{name}(");
+    let mut out = Vec::new();
+    let mut at = 0;
+    while let Some(i) = code[at..].find(&pat) {
+        let start = at + i + pat.len();
+        let mut depth = 1;
+        let end = code[start..]
+            .char_indices()
+            .find(|&(_, c)| {
+                depth += match c {
+                    '(' => 1,
+                    ')' => -1,
+                    _ => 0,
+                };
+                depth == 0
+            })
+            .map_or(code.len(), |(j, _)| start + j);
+        out.push(&code[start..end]);
+        at = start;
+    }
+    out
+}
+
+#[test]
+fn the_call_finder_reads_whole_arguments() {
+    let code = "let a = x.matmul(p.w_enc.clone()); let b = p.w_enc.clone().matmul(g.reshape([m, 1]));";
+    assert_eq!(call_arguments(code, ".matmul"), vec!["p.w_enc.clone()", "g.reshape([m, 1])"]);
+}
+
+/// One sparse dictionary encodes, and folds its decoder norms, for every tool: outside
+/// `lens::dictionary` no product takes an encoder as its right-hand side (`x · W_enc`, an
+/// encode written again) and nobody defines another fold or another pre-activation.
+#[test]
+fn one_encode_and_one_decoder_norm_fold_in_the_workspace() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let files = crate_sources(root);
+    let dictionary = root.join("crates/burnlens-lens/src/dictionary");
+    let (mut copies, mut folds, mut pres) = (Vec::new(), Vec::new(), Vec::new());
+    for f in &files {
+        let text = code(&std::fs::read_to_string(f).unwrap());
+        let name = f.strip_prefix(root).unwrap().display().to_string();
+        let ours = f.starts_with(&dictionary);
+        for arg in call_arguments(&text, ".matmul") {
+            if !ours && (arg.contains("w_enc") || arg.contains("W_enc")) {
+                copies.push(format!("{name}: .matmul({arg})"));
+            }
+        }
+        folds.extend(text.matches("fn fold_decoder_norms").map(|_| name.clone()));
+        pres.extend(text.matches("fn pre(").chain(text.matches("fn pre_into(")).map(|_| name.clone()));
+    }
+    assert!(copies.is_empty(), "encodes written outside lens::dictionary (call Dictionary::pre/encode):\n{}", copies.join("\n"));
+    assert_eq!(folds, vec!["crates/burnlens-lens/src/dictionary/mod.rs".to_string()], "decoder-norm folds");
+    assert_eq!(pres.len(), 2, "pre-activations defined in {pres:?}");
+    assert!(pres.iter().all(|p| p.starts_with("crates/burnlens-lens/src/dictionary/")), "pre-activations defined in {pres:?}");
 }
 
 /// The Python package keeps what needs Python (hook functions, the cache as a dict) and

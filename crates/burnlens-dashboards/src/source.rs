@@ -15,7 +15,7 @@ use crate::error::DashboardError;
 /// What turns the model's activations into features.
 pub enum Encoder {
     /// An SAE, its decoder norms folded into the encoder as SAEDashboard folds them
-    /// ([`fold_decoder_norms`]).
+    /// ([`Dictionary::fold_decoder_norms`](burnlens_lens::Dictionary::fold_decoder_norms)).
     Sae(Sae),
     /// Transcoders, one encoder per layer; their activations are circuit-tracer's (nothing
     /// folded), so they read as the attribution graph's nodes do.
@@ -62,7 +62,10 @@ impl<'a> FeatureSource<'a> {
     /// width is an error naming it.
     pub fn new(model: &'a Transformer, sae: &Sae, features: Option<Vec<usize>>) -> Result<Self, DashboardError> {
         sae.check_model(model)?;
-        let mut source = Self::with(model, Encoder::Sae(fold_decoder_norms(sae)), features)?;
+        // SAEDashboard reads the SAE with its decoder norms folded (`fold_W_dec_norm` before
+        // anything else: a feature's activation measured along a unit direction; a TopK SAE
+        // that does not rescale its choice is left as it is, SAEDashboard refuses it).
+        let mut source = Self::with(model, Encoder::Sae(sae.with_dict(sae.dict.fold_decoder_norms())), features)?;
         // A few features of a wide SAE: encode only those (a TopK SAE needs every feature to
         // choose its k).
         let idx = source.index_tensor(source.features.iter().copied());
@@ -71,7 +74,7 @@ impl<'a> FeatureSource<'a> {
             && !matches!(s.cfg.architecture, burnlens_lens::Rule::TopK { .. })
             && n < s.cfg.d_sae
         {
-            *s = restrict(s, idx);
+            *s = s.with_dict(s.dict.restrict(idx));
             source.columns = (0..n).collect();
         }
         Ok(source)
@@ -189,23 +192,4 @@ impl<'a> FeatureSource<'a> {
             }
         }
     }
-}
-
-/// `sae` with only the features `idx` (in that order).
-fn restrict(sae: &Sae, idx: Tensor<1, Int>) -> Sae {
-    let mut s = sae.clone();
-    s.cfg.d_sae = idx.dims()[0];
-    s.dict = s.dict.restrict(idx);
-    s
-}
-
-/// The SAE SAEDashboard reads (`fold_W_dec_norm` before anything else): the dictionary's
-/// [`fold_decoder_norms`](burnlens_lens::Dictionary::fold_decoder_norms), a feature's
-/// activation measured along a unit direction (a TopK SAE that does not rescale its choice
-/// is left as it is: SAEDashboard refuses it).
-pub fn fold_decoder_norms(sae: &Sae) -> Sae {
-    let dict = sae.dict.fold_decoder_norms();
-    let mut cfg = sae.cfg.clone();
-    cfg.architecture = dict.rule;
-    Sae::new(cfg, dict)
 }

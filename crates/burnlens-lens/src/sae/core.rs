@@ -226,6 +226,16 @@ impl Sae {
         Sae { cfg, dict }
     }
 
+    /// This SAE with the weights `dict` (folded, restricted, ...): its config follows the
+    /// dictionary (rule, input offset, widths), so the two never disagree.
+    pub fn with_dict(&self, dict: Dictionary) -> Sae {
+        let mut cfg = self.cfg.clone();
+        cfg.architecture = dict.rule;
+        cfg.apply_b_dec_to_input = dict.subtract_b_dec;
+        (cfg.d_in, cfg.d_sae) = (dict.d_in(), dict.d_sae());
+        Sae { cfg, dict }
+    }
+
     fn norm_in(&self, x: Tensor<2>) -> (Tensor<2>, NormState) {
         match self.cfg.normalize_activations {
             Normalize::None | Normalize::ExpectedAverageOnlyIn => (x, NormState { scale: None, mean: None }),
