@@ -32,19 +32,6 @@ pub fn column_sums(v: &[f32], m: usize, f: impl Fn(f32) -> f32 + Sync) -> Vec<f3
         )
 }
 
-/// `out[i, j] += t[j, i]` (`t`: `[m, d]`, `out`: `[d, m]`), in blocks, rows of `out` in
-/// parallel.
-pub fn add_transposed(t: &[f32], m: usize, d: usize, out: &mut [f32]) {
-    const B: usize = 32;
-    out.par_chunks_mut(B * m).enumerate().for_each(|(bi, rows)| {
-        let (i0, h) = (bi * B, rows.len() / m);
-        for j in 0..m {
-            let src = &t[j * d + i0..j * d + i0 + h];
-            src.iter().enumerate().for_each(|(ii, v)| rows[ii * m + j] += v);
-        }
-    });
-}
-
 /// A buffer kept between steps, so that a large product's output is not a fresh allocation
 /// (and fresh pages) every step. Clones start empty.
 #[derive(Default)]
@@ -83,9 +70,6 @@ mod tests {
     #[test]
     fn transposed_sums_and_rows_are_placed_right() {
         let t = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]; // [3, 2]
-        let mut out = vec![10.0; 6]; // [2, 3]
-        add_transposed(&t, 3, 2, &mut out);
-        assert_eq!(out, vec![11.0, 13.0, 15.0, 12.0, 14.0, 16.0]);
         assert_eq!(column_sums(&t, 2, |x| x * 2.0), vec![18.0, 24.0]);
         let scratch = Scratch::default();
         let out = scratch.take(4);

@@ -9,14 +9,13 @@
 //! penalised for), [`params`] (a dictionary as it is trained, and SAELens's initialisation), [`forward`] (a
 //! training forward pass and its loss terms, as autodiff expressions: the reference),
 //! [`sparse_pass`] and [`dense_pass`] (the same pass with its backward written by hand, the
-//! one the trainer takes), [`codes`] (sparse activations and their products), [`host`],
+//! one the trainer takes; sparse codes are the dictionary's own), [`host`],
 //! [`cross_layer`] (a CLT as one masked transcoder), [`schedule`], [`adam`], [`trainer`];
 //! [`mixing`] and [`store`] turn a corpus's windows into shuffled activation batches.
 
 pub mod adam;
 pub mod architecture;
 pub mod cache;
-pub mod codes;
 pub mod config;
 pub mod cross_layer;
 pub mod dense_pass;

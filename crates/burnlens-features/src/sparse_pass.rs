@@ -12,13 +12,12 @@
 
 use burn::tensor::{Tensor, TensorData};
 
-use crate::architecture::{Architecture, LossTerm, TopKSettings};
-use burnlens_lens::dictionary::select::kth_largest_per_row;
+use burnlens_lens::dictionary::select::{Scores, kth_largest_per_row};
+use burnlens_lens::dictionary::{Codes, Dictionary};
 
-use crate::codes::{Codes, Scores};
+use crate::architecture::{Architecture, LossTerm, TopKSettings};
 use crate::forward::TrainPassValues;
 use crate::host::{Scratch, host, tensor};
-use burnlens_lens::dictionary::Dictionary;
 
 /// The inputs of a sparse pass besides the parameters.
 pub struct SparseInput<'a> {
@@ -45,7 +44,11 @@ pub fn gradients(p: &Dictionary, arch: &Architecture, input: SparseInput) -> (Di
     let norms = t.rescale_acts_by_decoder_norm.then(|| host(p.decoder_norms()));
     let score = |j: usize, v: f32| norms.as_ref().map_or(v, |s| v * s[j]);
     let w_dec = host(p.decoder().clone());
-    let main = active(arch, t, Scores { pre: &pre, m, scale: norms.as_deref() });
+    let main = match arch {
+        // The dictionary's own sparse encoding: each token's k largest scores.
+        Architecture::TopK(_) => p.codes(&pre),
+        _ => Scores { pre: &pre, m, scale: norms.as_deref() }.batch_top_k(((t.k * n as f64) as usize).clamp(1, n * m)),
+    };
 
     // out − target, then the MSE and its gradient.
     let mut diff = match p.skip(x.clone()) {
@@ -104,17 +107,6 @@ pub fn gradients(p: &Dictionary, arch: &Architecture, input: SparseInput) -> (Di
     };
     scratch.give(pre);
     (grads, values)
-}
-
-/// The entries that fire: per token the `k` largest scores (TopK), or the `⌊k·n⌋` largest
-/// of the batch (BatchTopK), where positive; ties at the `k`-th value all kept, as the dense
-/// pass keeps them.
-fn active(arch: &Architecture, t: &TopKSettings, scores: Scores) -> Codes {
-    let n = scores.pre.len() / scores.m;
-    match arch {
-        Architecture::TopK(_) => scores.top_k_per_row(t.k as usize),
-        _ => scores.batch_top_k(((t.k * n as f64) as usize).clamp(1, n * scores.m)),
-    }
 }
 
 /// The auxiliary loss's codes (each token's `k_aux` largest scores among dead features), the

@@ -4,6 +4,7 @@
 //! ```text
 //! pre(x)    = (x − b_dec·[subtract_b_dec]) W_enc + b_enc      W_enc [d_in, d_sae]
 //! encode(x) = rule(pre(x))                                   (rule.rs: ReLU, JumpReLU, TopK)
+//! encode_sparse(x): the same, as each token's active features (codes.rs, select.rs)
 //! decode(f) = f W_dec[0] + b_dec                              W_dec[i] [d_sae, d_out]
 //! skip(x)   = x M                                             M [d_in, d_out]
 //! ```
@@ -16,11 +17,13 @@
 //! An SAE ([`crate::sae::Sae`]) is a dictionary with SAELens's config around it (hook point,
 //! input normalisation); a transcoder set is a dictionary per layer.
 
+pub mod codes;
 mod rule;
 pub mod select;
 
 use burn::tensor::{Int, Tensor};
 
+pub use codes::Codes;
 pub use rule::Rule;
 
 /// A sparse dictionary's weights and activation rule.
@@ -92,6 +95,41 @@ impl Dictionary {
         let b = host(self.b_enc.clone());
         out.par_chunks_mut(m).for_each(|row| row.copy_from_slice(&b));
         matmul(out, m, MatRef::row_major(input, input.len() / k, k), MatRef::row_major(&w, k, m), true);
+    }
+
+    /// The active features of inputs `x: [n, d_in]` as sparse codes, on the host: each
+    /// token's features that [`encode`](Self::encode) leaves non-zero, with the coefficient
+    /// its decoder row is multiplied by (the activation, divided by the decoder norm where
+    /// the TopK choice was rescaled), so that decoding the codes through `W_dec` plus `b_dec`
+    /// is [`decode`](Self::decode)`(encode(x))`.
+    pub fn encode_sparse(&self, x: Tensor<2>) -> Codes {
+        let input = host(self.input(x));
+        let mut pre = vec![0.0f32; input.len() / self.d_in() * self.d_sae()];
+        self.pre_into(&input, &mut pre);
+        self.codes(&pre)
+    }
+
+    /// [`encode_sparse`](Self::encode_sparse) of pre-activations `pre` (`[n, d_sae]`, host).
+    pub fn codes(&self, pre: &[f32]) -> Codes {
+        let m = self.d_sae();
+        match self.rule {
+            Rule::Relu => Codes::select(pre, m, |_, _, v| v > 0.0),
+            Rule::JumpRelu { relu } => {
+                let th = host(self.threshold.clone().expect("a JumpReLU dictionary has a threshold"));
+                Codes::select(pre, m, |_, j, v| v > th[j] && (!relu || v > 0.0))
+            }
+            Rule::TopK { k, rescale_acts_by_decoder_norm, relu } => {
+                let norms = rescale_acts_by_decoder_norm.then(|| host(self.decoder_norms()));
+                let scores = select::Scores { pre, m, scale: norms.as_deref() };
+                if relu {
+                    return scores.top_k_per_row(k);
+                }
+                // Signs kept (circuit-tracer): the k largest scores, whatever their sign.
+                let score = |j: usize, v: f32| norms.as_ref().map_or(v, |s| v * s[j]);
+                let kth = select::kth_largest_per_row(pre.len() / m, m, k.min(m), |r, j| Some(score(j, pre[r * m + j])));
+                Codes::select(pre, m, |r, j, v| score(j, v) >= kth[r])
+            }
+        }
     }
 
     /// Feature activations `[n, d_sae]` of inputs `x: [n, d_in]`.
@@ -211,6 +249,31 @@ mod tests {
                 norms.iter().for_each(|n| assert!((n - 1.0).abs() < 1e-6, "{rule:?}: {norms:?}"));
                 assert!(!f.rule.rescales());
             }
+        }
+    }
+
+    #[test]
+    fn sparse_codes_are_the_dense_encoding() {
+        let x = t2(vec![2.0, -0.5, 1.0, 3.0, 0.2, 0.1, -1.0, -2.0], [4, 2]);
+        let rules = [
+            Rule::Relu,
+            Rule::JUMP_RELU,
+            Rule::JumpRelu { relu: false },
+            Rule::top_k(1, false),
+            Rule::top_k(2, true),
+            Rule::TopK { k: 2, rescale_acts_by_decoder_norm: false, relu: false },
+            Rule::TopK { k: 1, rescale_acts_by_decoder_norm: true, relu: false },
+        ];
+        for rule in rules {
+            let d = dict(rule);
+            let dense = host(d.encode(x.clone()));
+            let codes = d.encode_sparse(x.clone());
+            let nonzero: Vec<u32> = dense.chunks(3).flat_map(|r| r.iter().enumerate().filter(|(_, v)| **v != 0.0).map(|(j, _)| j as u32)).collect();
+            assert_eq!(codes.features, nonzero, "{rule:?}: which features are active");
+            let mut sparse = vec![0.0f32; 4 * 2];
+            codes.decode_into(&host(d.decoder().clone()), 2, &mut sparse);
+            let want = host(d.decode(d.encode(x.clone())));
+            sparse.iter().zip(&want).for_each(|(a, b)| assert!((a - b).abs() < 1e-6, "{rule:?}: {sparse:?} vs {want:?}"));
         }
     }
 }

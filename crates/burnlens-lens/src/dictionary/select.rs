@@ -1,9 +1,12 @@
-//! The `k`-th largest value, found by selection (no sort): of a slice, of each row of a
-//! matrix on the host, and of each row of a tensor. TopK's choice (inference and training),
-//! BatchTopK's, and the auxiliary loss's all ask this.
+//! Selections (no sort): the `k`-th largest value of a slice, of each row of a matrix on the
+//! host, of each row of a tensor; and the entries TopK and BatchTopK keep, as sparse codes
+//! ([`Scores`]). TopK's choice (inference and training), BatchTopK's, and the auxiliary
+//! loss's all ask this.
 
 use burn::tensor::{Tensor, TensorData};
 use rayon::prelude::*;
+
+use super::codes::Codes;
 
 /// The `k`-th largest of `v` (`1 ≤ k ≤ v.len()`, in `total_cmp`'s order), reordering it.
 /// A long `v` is narrowed first: the `k`-th largest of its blocks' maxima is a lower bound
@@ -47,6 +50,136 @@ pub fn kth_largest_rows(x: &Tensor<2>, k: usize) -> Tensor<2> {
     if x.is_autodiff() { t.autodiff() } else { t }
 }
 
+/// Scores: `pre` itself, or `pre · scale[j]` column by column (TopK's choice on
+/// pre-activations times the decoder rows' norms).
+#[derive(Clone, Copy)]
+pub struct Scores<'a> {
+    pub pre: &'a [f32],
+    /// Row width.
+    pub m: usize,
+    pub scale: Option<&'a [f32]>,
+}
+
+impl Scores<'_> {
+    fn rows(&self) -> usize {
+        self.pre.len() / self.m
+    }
+
+    /// Row `r`'s scores into `out` (`[m]`).
+    fn row_into(&self, r: usize, out: &mut [f32]) {
+        let row = &self.pre[r * self.m..(r + 1) * self.m];
+        match self.scale {
+            Some(s) => out.iter_mut().zip(row).zip(s).for_each(|((o, v), s)| *o = v * s),
+            None => out.copy_from_slice(row),
+        }
+    }
+
+    /// Per row, the `k` largest scores where positive (all of those tied with the `k`-th),
+    /// with their `pre` as the value. A row is read three times, each vectorised: its
+    /// scores, the maxima of its 64-wide blocks (the `k`-th largest of those bounds the
+    /// row's `k`-th largest from below: `k` distinct values reach it), and the indices at or
+    /// above that bound, among which the `k`-th largest is selected. NaN scores are never
+    /// kept.
+    pub fn top_k_per_row(&self, k: usize) -> Codes {
+        const BLOCK: usize = 64;
+        let m = self.m;
+        let k = k.clamp(1, m);
+        let rows: Vec<Vec<(u32, f32)>> = (0..self.rows())
+            .into_par_iter()
+            .map_init(
+                || (vec![0.0f32; m], Vec::new(), Vec::new(), Vec::new()),
+                |(s, maxima, candidates, values), r| {
+                    self.row_into(r, s);
+                    maxima.clear();
+                    maxima.extend(s.chunks(BLOCK).map(block_max));
+                    let lower = if maxima.len() >= k { *maxima.select_nth_unstable_by(k - 1, |a: &f32, b| b.total_cmp(a)).1 } else { f32::NEG_INFINITY };
+                    candidates.clear();
+                    candidates.extend((0..m as u32).filter(|&j| s[j as usize] >= lower));
+                    values.clear();
+                    values.extend(candidates.iter().map(|&j| s[j as usize]));
+                    if values.len() < k {
+                        return Vec::new();
+                    }
+                    let kth = *values.select_nth_unstable_by(k - 1, |a: &f32, b| b.total_cmp(a)).1;
+                    let pre = &self.pre[r * m..(r + 1) * m];
+                    candidates.iter().filter(|&&j| s[j as usize] > 0.0 && s[j as usize] >= kth).map(|&j| (j, pre[j as usize])).collect()
+                },
+            )
+            .collect();
+        Codes::from_rows(rows)
+    }
+
+    /// The `kk` largest positive scores of the whole batch (all of those tied with the
+    /// `kk`-th), BatchTopK's choice, with their `pre` as the value. Nothing of size `[n, m]` is
+    /// copied: the maxima of every row's 64-wide blocks come first (the `kk`-th largest of
+    /// them bounds the `kk`-th score from below), then only the blocks reaching that bound
+    /// are read for candidates, and only those reaching the final threshold for entries.
+    pub fn batch_top_k(&self, kk: usize) -> Codes {
+        const BLOCK: usize = 64;
+        let m = self.m;
+        let n = self.rows();
+        let nb = m.div_ceil(BLOCK);
+        let per_row = |f: &(dyn Fn(usize, &[f32], &mut Vec<f32>) + Sync)| -> Vec<Vec<f32>> {
+            (0..n)
+                .into_par_iter()
+                .map_init(
+                    || vec![0.0f32; m],
+                    |s, r| {
+                        self.row_into(r, s);
+                        let mut out = Vec::new();
+                        f(r, s, &mut out);
+                        out
+                    },
+                )
+                .collect()
+        };
+        let maxima: Vec<f32> = per_row(&|_, s, out| out.extend(s.chunks(BLOCK).map(block_max))).concat();
+        let kk = kk.clamp(1, n * m);
+        let lower = if maxima.len() >= kk { kth_largest(&mut maxima.clone(), kk) } else { f32::NEG_INFINITY };
+        let maxima = &maxima;
+        let blocks_at_least = move |r: usize, t: f32| (0..nb).filter(move |&b| maxima[r * nb + b] >= t);
+        let mut candidates: Vec<f32> = per_row(&|r, s, out| {
+            for b in blocks_at_least(r, lower) {
+                out.extend(s[b * BLOCK..((b + 1) * BLOCK).min(m)].iter().copied().filter(|&v| v >= lower));
+            }
+        })
+        .concat();
+        let kth = if candidates.len() >= kk { kth_largest(&mut candidates, kk) } else { f32::NEG_INFINITY };
+        let threshold = kth.max(0.0);
+        let rows: Vec<Vec<(u32, f32)>> = (0..n)
+            .into_par_iter()
+            .map_init(
+                || vec![0.0f32; m],
+                |s, r| {
+                    self.row_into(r, s);
+                    let pre = &self.pre[r * m..(r + 1) * m];
+                    let mut out = Vec::new();
+                    for b in blocks_at_least(r, threshold) {
+                        let lo = b * BLOCK;
+                        for (j, &v) in s[lo..(lo + BLOCK).min(m)].iter().enumerate() {
+                            if v > 0.0 && v >= threshold {
+                                out.push(((lo + j) as u32, pre[lo + j]));
+                            }
+                        }
+                    }
+                    out
+                },
+            )
+            .collect();
+        Codes::from_rows(rows)
+    }
+}
+
+/// The largest of `v` (NEG_INFINITY if empty; NaNs ignored), sixteen lanes at a time.
+fn block_max(v: &[f32]) -> f32 {
+    let mut lanes = [f32::NEG_INFINITY; 16];
+    let mut chunks = v.chunks_exact(16);
+    for c in &mut chunks {
+        lanes.iter_mut().zip(c).for_each(|(l, &x)| *l = l.max(x));
+    }
+    chunks.remainder().iter().chain(&lanes).fold(f32::NEG_INFINITY, |a, &b| a.max(b))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -68,5 +201,52 @@ mod tests {
         let x = Tensor::<2>::from_data(TensorData::new(vec![3.0f32, -1.0, 2.0, 0.5, 0.25, 4.0], [2, 3]), &Default::default());
         let rows: Vec<f32> = kth_largest_rows(&x, 2).into_data().try_into_vec_as::<f32>().unwrap();
         assert_eq!(rows, vec![2.0, 0.5]);
+    }
+
+    /// The plain references: every score of `all`, and the entries positive and at least
+    /// `t(row)`, by a full pass.
+    fn scores_of(all: &Scores) -> Vec<f32> {
+        all.pre.iter().enumerate().map(|(i, &v)| all.scale.map_or(v, |s| v * s[i % all.m])).collect()
+    }
+
+    fn at_least(all: &Scores, t: impl Fn(usize) -> f32 + Sync) -> Codes {
+        Codes::select(all.pre, all.m, |r, j, v| {
+            let s = all.scale.map_or(v, |sc| v * sc[j]);
+            s > 0.0 && s >= t(r)
+        })
+    }
+
+    fn sorted_desc(mut v: Vec<f32>) -> Vec<f32> {
+        v.sort_by(|a, b| b.total_cmp(a));
+        v
+    }
+
+    #[test]
+    fn the_fast_selections_equal_full_passes() {
+        let v: Vec<f32> = (0..1000).map(|i| ((i * 7919) % 1000) as f32 - 100.0).collect();
+        let halved = [0.5f32; 10];
+        for all in [Scores { pre: &v, m: 10, scale: None }, Scores { pre: &v, m: 10, scale: Some(&halved) }] {
+            let all_sorted = sorted_desc(scores_of(&all));
+            // BatchTopK: the kk largest of everything, where positive.
+            for kk in [1, 37, 250, 1000] {
+                let want = at_least(&all, |_| all_sorted[kk - 1].max(0.0));
+                let got = all.batch_top_k(kk);
+                assert_eq!((got.features, got.offsets, got.values), (want.features, want.offsets, want.values), "kk {kk}");
+            }
+            // TopK: each row's k largest, where positive.
+            let rows: Vec<Vec<f32>> = scores_of(&all).chunks(10).map(|r| sorted_desc(r.to_vec())).collect();
+            for k in [1, 2, 7] {
+                let want = at_least(&all, |r| rows[r][k - 1]);
+                let got = all.top_k_per_row(k);
+                assert_eq!((got.features, got.offsets), (want.features, want.offsets), "k {k}");
+            }
+        }
+        // Long rows with ties at the k-th value and negative values: the same as a sort.
+        let row: Vec<f32> = (0..4096).map(|i| ((i * 7919) % 301) as f32 - 290.0).collect();
+        let fast = Scores { pre: &row, m: 4096, scale: None }.top_k_per_row(40);
+        let sorted = sorted_desc(row.clone());
+        let want = row.iter().filter(|&&v| v > 0.0 && v >= sorted[39]).count();
+        assert_eq!(fast.nnz(), want);
+        assert!(fast.values.iter().all(|&v| v > 0.0 && v >= sorted[39]));
     }
 }
