@@ -333,7 +333,7 @@ fn a_killed_run_resumes_to_the_same_dashboards() {
     let spawn = |sig: Option<&str>| {
         let mut child = Command::new(env!("CARGO_BIN_EXE_burnlens")).args(args(&killed, tokens)).env_remove("BURNLENS_BACKEND").spawn().unwrap();
         let t0 = Instant::now();
-        while !killed.join("checkpoint.cbor").is_file() {
+        while !killed.join("checkpoints/LATEST").is_file() {
             assert!(t0.elapsed() < Duration::from_secs(30), "no checkpoint was written");
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -346,7 +346,7 @@ fn a_killed_run_resumes_to_the_same_dashboards() {
     };
     let status = spawn(None);
     assert!(!status.success());
-    assert!(killed.join("checkpoint.cbor").is_file(), "the run ended before it was killed");
+    assert!(killed.join("checkpoints/LATEST").is_file(), "the run ended before it was killed");
     let status = spawn(Some("-INT"));
     assert_eq!(status.code(), Some(130), "Ctrl-C saves and exits 130");
     // Another run's settings meet this checkpoint: refused.
@@ -356,7 +356,7 @@ fn a_killed_run_resumes_to_the_same_dashboards() {
     let o = burnlens(&b.iter().map(String::as_str).collect::<Vec<_>>());
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(String::from_utf8_lossy(&o.stdout).contains("resumed in pass"), "{}", String::from_utf8_lossy(&o.stdout));
-    assert!(!killed.join("checkpoint.cbor").exists(), "a finished run removes its checkpoint");
+    assert!(!killed.join("checkpoints").exists(), "a finished run removes its checkpoints");
     let mut n = 0;
     for e in std::fs::read_dir(whole.join("features")).unwrap() {
         let name = e.unwrap().file_name();

@@ -88,7 +88,7 @@ fn a_run_killed_mid_way_resumes_and_ends_bit_identical() {
     let killed = tmp.path().join("killed");
     let a = args(killed.to_str().unwrap(), &extra);
     let mut child = Command::new(env!("CARGO_BIN_EXE_burnlens")).args(&a).env_remove("BURNLENS_BACKEND").spawn().unwrap();
-    let ckpt = killed.join("checkpoint.safetensors");
+    let ckpt = killed.join("checkpoints/LATEST");
     let t0 = Instant::now();
     while !ckpt.exists() && t0.elapsed() < Duration::from_secs(120) {
         std::thread::sleep(Duration::from_millis(5));
@@ -239,8 +239,8 @@ fn ctrl_c_checkpoints_exits_130_and_the_same_command_resumes() {
     let o = child.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(130), "{err}");
-    assert!(err.contains("interrupted at step") && err.contains("checkpoint.safetensors"), "{err}");
-    assert!(out.join("checkpoint.safetensors").exists() && !out.join("sae").exists());
+    assert!(err.contains("interrupted at step") && err.contains("checkpoints/step-"), "{err}");
+    assert!(out.join("checkpoints/LATEST").exists() && !out.join("sae").exists());
     let o = burnlens(&a);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(String::from_utf8_lossy(&o.stdout).contains("resumed at step"));

@@ -84,7 +84,7 @@ pub fn run(a: &DashboardsArgs) -> Result<()> {
         return Ok(());
     }
     if let Some((pass, windows)) = s.resumed {
-        println!("resumed in pass {pass} after {windows} windows from {}", burnlens_dashboards::job::checkpoint_path(&a.out).display());
+        println!("resumed in pass {pass} after {windows} windows from {}", burnlens_dashboards::job::checkpoints(&a.out).root().display());
     }
     if s.ran_out {
         println!("the dataset ran out after {} tokens of the {} asked for; the dashboards are over what was read", s.tokens, a.options.tokens);

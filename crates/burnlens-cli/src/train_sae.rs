@@ -36,7 +36,7 @@ pub struct TrainSaeArgs {
     pub run: RunOptions,
     #[command(flatten)]
     pub corpus: CorpusOptions,
-    /// Run directory: config.json, checkpoint.safetensors, metrics.jsonl, and sae/ (SAELens's
+    /// Run directory: config.json, checkpoints/, metrics.jsonl, and sae/ (SAELens's
     /// layout) or transcoders/ (circuit-tracer's). Running again with the same options resumes.
     #[arg(long)]
     pub out: PathBuf,
@@ -94,10 +94,10 @@ fn train(a: &TrainSaeArgs, options: &RunOptions, cfg: &SaeRunConfig, source: Sou
         eprintln!();
     }
     if s.stopped {
-        return Err(burnlens_train::TrainError::Interrupted { step: s.steps, checkpoint: a.out.join("checkpoint.safetensors") }.into());
+        return Err(burnlens_train::TrainError::Interrupted { step: s.steps, checkpoint: s.checkpoint }.into());
     }
     if let Some(from) = s.resumed_from {
-        println!("resumed at step {from} from {}", a.out.join("checkpoint.safetensors").display());
+        println!("resumed at step {from} from {}", burnlens_model::checkpoints::Checkpoints::of_run(&a.out).dir(from as u64).display());
     }
     if s.data_ran_out {
         println!("the dataset ran out after {} steps of {}; what was trained so far is saved", s.steps, cfg.steps);
@@ -114,7 +114,7 @@ fn train(a: &TrainSaeArgs, options: &RunOptions, cfg: &SaeRunConfig, source: Sou
     println!("trained {n} {} {what} ({} features per layer or SAE) over {} activations", cfg.architecture.name(), cfg.d_sae, s.tokens);
     let outs: Vec<String> = s.outputs.iter().map(|p| p.display().to_string()).collect();
     println!(
-        "wrote {} ({}), metrics.jsonl and checkpoint.safetensors in {}",
+        "wrote {} ({}), metrics.jsonl and checkpoints/ in {}",
         outs.join(", "),
         if options.transcoders { "circuit-tracer's layout" } else { "SAELens's layout" },
         a.out.display()

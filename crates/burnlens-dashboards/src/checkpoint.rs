@@ -1,12 +1,15 @@
 //! A run's state on disk, so that an interrupted run (Ctrl-C, or SIGKILL between two saves)
-//! resumes: the passes' per-feature state (top groups, counters, histograms, reservoirs and
-//! their random states), which pass it is in and how many windows that pass has read, and
-//! what was asked for ([`RunKey`]: model, encoder, corpus, settings, typed), so that a
-//! different run is never resumed from it. CBOR, written atomically; removed when the run
-//! completes.
+//! resumes: which pass it is in and how many windows that pass has read, and what was asked
+//! for ([`RunKey`]: model, encoder, corpus, settings, typed), so that a different run is
+//! never resumed from it, in `state.json`; the passes' per-feature state (top groups,
+//! counters, histograms, reservoirs and their random states) in `scan.cbor`. In the format
+//! of every long run ([`burnlens_model::checkpoints`]: `OUT/checkpoints/step-N/`, N the
+//! windows read in both passes, written whole and renamed, `LATEST` after it); removed when
+//! the run completes.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
+use burnlens_model::checkpoints::{Checkpoints, read_state};
 use serde::{Deserialize, Serialize};
 
 use burnlens_data::CorpusOptions;
@@ -46,7 +49,20 @@ impl RunKey {
     }
 }
 
+/// Where a run stands besides its per-feature state: `state.json`.
 #[derive(Serialize, Deserialize)]
+struct State {
+    key: Option<RunKey>,
+    pass: usize,
+    done: u64,
+    total: u64,
+    ran_out: bool,
+    seq_len: usize,
+    seconds: [f64; 2],
+}
+
+const SCAN: &str = "scan.cbor";
+
 pub struct Checkpoint {
     /// What the run was asked for (`None` for a run that is not resumable).
     pub key: Option<RunKey>,
@@ -64,29 +80,43 @@ pub struct Checkpoint {
 }
 
 impl Checkpoint {
-    pub fn save(&self, path: &Path) -> Result<(), DashboardError> {
-        Ok(burnlens_model::files::write_atomic_with(path, |tmp| {
-            let f = std::io::BufWriter::new(std::fs::File::create(tmp)?);
-            ciborium::into_writer(self, f).map_err(std::io::Error::other)
-        })?)
+    /// Save into the run folder `out`'s checkpoints; returns the checkpoint's directory.
+    pub fn save(&self, out: &Path) -> Result<PathBuf, DashboardError> {
+        let state = State {
+            key: self.key.clone(),
+            pass: self.pass,
+            done: self.done,
+            total: self.total,
+            ran_out: self.ran_out,
+            seq_len: self.seq_len,
+            seconds: self.seconds,
+        };
+        let read = if self.pass == 1 { self.done } else { self.total + self.done };
+        Checkpoints::of_run(out).save(read, &state, |dir| -> Result<(), DashboardError> {
+            Ok(burnlens_model::files::write_atomic_with(&dir.join(SCAN), |tmp| {
+                let f = std::io::BufWriter::new(std::fs::File::create(tmp)?);
+                ciborium::into_writer(&self.scan, f).map_err(std::io::Error::other)
+            })?)
+        })
     }
 
-    /// The checkpoint at `path` if there is one; one made for another run is an error.
-    pub fn load(path: &Path, key: &RunKey) -> Result<Option<Checkpoint>, DashboardError> {
-        if !path.is_file() {
-            return Ok(None);
-        }
-        let f = std::io::BufReader::new(std::fs::File::open(path).map_err(|e| DashboardError::io(path, e))?);
-        let c: Checkpoint = ciborium::from_reader(f)
-            .map_err(|e| DashboardError::Input(format!("{}: not a dashboards checkpoint ({e}); remove it to start again", path.display())))?;
-        let differ = c.key.as_ref().map_or(vec!["everything"], |k| k.differences(key));
+    /// The latest checkpoint of the run folder `out` if there is one; one made for another
+    /// run is an error.
+    pub fn load(out: &Path, key: &RunKey) -> Result<Option<Checkpoint>, DashboardError> {
+        let Some(dir) = Checkpoints::of_run(out).latest()? else { return Ok(None) };
+        let s: State = read_state(&dir)?;
+        let differ = s.key.as_ref().map_or(vec!["everything"], |k| k.differences(key));
         if !differ.is_empty() {
             return Err(DashboardError::Input(format!(
                 "{}: a checkpoint of another run (its {} differ); remove it or choose another output folder",
-                path.display(),
+                dir.display(),
                 differ.join(", ")
             )));
         }
-        Ok(Some(c))
+        let path = dir.join(SCAN);
+        let f = std::io::BufReader::new(std::fs::File::open(&path).map_err(|e| DashboardError::io(&path, e))?);
+        let scan: Scan = ciborium::from_reader(f)
+            .map_err(|e| DashboardError::Input(format!("{}: not a dashboards checkpoint ({e}); remove it to start again", path.display())))?;
+        Ok(Some(Checkpoint { key: s.key, pass: s.pass, done: s.done, total: s.total, ran_out: s.ran_out, seq_len: s.seq_len, seconds: s.seconds, scan }))
     }
 }

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use burnlens_data::{CorpusOptions, ForModel};
 use burnlens_model::Transformer;
+use burnlens_model::checkpoints::Checkpoints;
 use serde::Serialize;
 
 use crate::checkpoint::RunKey;
@@ -81,9 +82,9 @@ impl<'a> Job<'a> {
     }
 }
 
-/// The checkpoint of a job writing into `out`.
-pub fn checkpoint_path(out: &Path) -> PathBuf {
-    out.join("checkpoint.cbor")
+/// Where a job writing into `out` keeps its checkpoints.
+pub fn checkpoints(out: &Path) -> Checkpoints {
+    Checkpoints::of_run(out)
 }
 
 /// Runs `job`; `control` hears the progress and may stop it (its state saved:
@@ -105,7 +106,7 @@ pub fn make(job: &Job, control: &mut dyn FnMut(&Progress) -> ControlFlow<()>) ->
         batch: o.batch,
         config: cfg.clone(),
     };
-    let resume = Resume { path: checkpoint_path(&job.out), key, every: Duration::from_secs_f64(o.checkpoint_every.max(0.0)) };
+    let resume = Resume { out: job.out.clone(), key, every: Duration::from_secs_f64(o.checkpoint_every.max(0.0)) };
     std::fs::create_dir_all(&job.out).map_err(|e| DashboardError::io(&job.out, e))?;
     let hub = burnlens_hf::Hub::from_env();
     let mut windows = || Ok(c.windows(job.for_model, o.seed, &hub)?);
@@ -113,7 +114,7 @@ pub fn make(job: &Job, control: &mut dyn FnMut(&Progress) -> ControlFlow<()>) ->
     let resumable = (ranks.size() == 1).then_some(&resume);
     let out = run(&job.source, &spec, resumable, &mut windows, control)?;
     if out.stopped {
-        return Err(DashboardError::Interrupted(resume.path));
+        return Err(DashboardError::Interrupted(checkpoints(&job.out).latest()?.unwrap_or_else(|| checkpoints(&job.out).latest_file())));
     }
     let tok = |t: u32| match job.for_model.tokenizer {
         Some(k) => k.decode(&[t]),

@@ -39,7 +39,7 @@ pub struct DashboardOptions {
     /// Windows per model pass.
     #[cfg_attr(feature = "clap", arg(long, default_value_t = DashboardOptions::default().batch))]
     pub batch: usize,
-    /// Seconds between checkpoints (OUT/checkpoint.cbor; the same command resumes from it).
+    /// Seconds between checkpoints (OUT/checkpoints/; the same command resumes from them).
     #[cfg_attr(feature = "clap", arg(long, default_value_t = DashboardOptions::default().checkpoint_every))]
     pub checkpoint_every: f64,
     #[cfg_attr(feature = "clap", arg(long, default_value_t = 0))]

@@ -10,6 +10,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use burnlens_data::WindowIter;
+use burnlens_model::checkpoints::Checkpoints;
 
 use crate::checkpoint::{Checkpoint, RunKey};
 use crate::config::DashboardConfig;
@@ -38,7 +39,8 @@ pub struct RunSpec {
 
 /// Where a resumable run keeps its state.
 pub struct Resume {
-    pub path: PathBuf,
+    /// The run folder (its checkpoints in `checkpoints/`).
+    pub out: PathBuf,
     /// What was asked for; a checkpoint of another run is refused.
     pub key: RunKey,
     pub every: Duration,
@@ -85,7 +87,7 @@ pub fn run<'w>(
     let seq_len = first.len();
     let want = spec.tokens.div_ceil(seq_len as u64).max(1);
     let saved = match resume {
-        Some(r) => Checkpoint::load(&r.path, &r.key)?,
+        Some(r) => Checkpoint::load(&r.out, &r.key)?,
         None => None,
     };
     let resumed = saved.as_ref().map(|c| (c.pass, c.done));
@@ -135,7 +137,7 @@ pub fn run<'w>(
     // Every rank holds the merged state; rank 0 makes the dashboards.
     let dashboards = if spec.ranks.is_writer() { finish(source, spec, &st)? } else { Vec::new() };
     if let Some(r) = resume {
-        let _ = std::fs::remove_file(&r.path);
+        Checkpoints::of_run(&r.out).remove()?;
     }
     Ok(Outcome {
         dashboards,
@@ -172,7 +174,7 @@ impl Saver<'_> {
         if let Some(r) = self.resume
             && (stop || self.last.elapsed() >= r.every)
         {
-            st.save(&r.path)?;
+            st.save(&r.out)?;
             self.last = Instant::now();
         }
         Ok(())

@@ -16,6 +16,7 @@
 pub mod adam;
 pub mod architecture;
 pub mod cache;
+pub mod checkpoint;
 pub mod config;
 pub mod cross_layer;
 pub mod dense_pass;

@@ -1,32 +1,30 @@
 //! A training run on a corpus of one or more SAEs, or of a transcoder per layer, all fed by
 //! one model pass per batch of windows: the run directory holds the configuration
-//! (`config.json`), a checkpoint written atomically every `checkpoint_every` steps
-//! (`checkpoint.safetensors`: parameters, Adam's moments, the dead-feature counters, the
-//! mixing buffer's rows and, in its metadata, the step, the data position and the shuffling
-//! state), `metrics.jsonl` (a line per logged step and site) and, at the end, the SAE in
+//! (`config.json`), a checkpoint every `checkpoint_every` steps (`checkpoints/`, see
+//! [`crate::checkpoint`]: parameters, Adam's moments, the dead-feature counters, the mixing
+//! buffer's rows, the step, the data position and the shuffling state), `metrics.jsonl` (a line per logged step and site) and, at the end, the SAE in
 //! SAELens's layout (`sae/cfg.json` + `sae/sae_weights.safetensors`; `sae/{hook}/` for each
 //! of several) or the transcoders in circuit-tracer's per-layer layout (`transcoders/`). Run again with the same
 //! configuration after an interruption (SIGKILL included), it resumes from the checkpoint
 //! and ends bit-identical to an uninterrupted run: the same batches in the same order.
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use burn::tensor::{Device, Tensor, TensorData};
+use burn::tensor::{Device, Tensor};
+use burnlens_lens::dictionary::Dictionary;
 use burnlens_model::{HookPoint, Rng, Transformer};
-use safetensors::Dtype;
 use serde::Serialize;
 
 use crate::cache::CacheReader;
+use crate::checkpoint;
 use crate::config::{RunError, SaeRunConfig, file_err};
 use crate::cross_layer::Blocks;
 use crate::outputs::write_outputs;
-use crate::params::{DECODER_INIT_NORM, Shape, Trainable, init};
+use crate::params::{DECODER_INIT_NORM, Shape, init};
 use crate::pass::WindowSource;
 use crate::store::ActivationStore;
 use crate::trainer::{Batch, SaeTrainer, StepReport};
-use burnlens_lens::dictionary::Dictionary;
 
 /// How a run ended.
 #[derive(Debug, Clone, Serialize)]
@@ -46,12 +44,10 @@ pub struct RunSummary {
     pub stopped: bool,
     /// Where the SAEs (or the transcoder set) were written.
     pub outputs: Vec<PathBuf>,
+    /// The last checkpoint's directory.
+    pub checkpoint: PathBuf,
 }
 
-const CHECKPOINT: &str = "checkpoint.safetensors";
-/// The checkpoint's layout: 2 holds a skip transcoder's `W_skip` as the dictionary does,
-/// `[d_in, d_out]` (1, unmarked, held it transposed).
-const FORMAT: u64 = 2;
 const CONFIG: &str = "config.json";
 const METRICS: &str = "metrics.jsonl";
 
@@ -150,8 +146,7 @@ pub fn train(dir: &Path, cfg: &SaeRunConfig, source: Source, on_step: &mut OnSte
     }
     write_config(dir, cfg)?;
     let units = units(cfg, &h, &store.widths, &store.device);
-    let ckpt = dir.join(CHECKPOINT);
-    let (mut trainers, resumed_from) = start_trainers(&ckpt, cfg, &units, &mut store)?;
+    let (mut trainers, resumed_from) = start_trainers(dir, cfg, &units, &mut store)?;
     let metrics_path = dir.join(METRICS);
     let (start, mut store_s) = (Instant::now(), 0.0);
     let first = trainers[0].step;
@@ -183,11 +178,11 @@ pub fn train(dir: &Path, cfg: &SaeRunConfig, source: Source, on_step: &mut OnSte
             break;
         }
         if step % cfg.checkpoint_every.max(1) == 0 && step < cfg.steps {
-            save_checkpoint(&ckpt, &trainers, &store)?;
+            checkpoint::save(dir, &trainers, &store)?;
         }
         last = reports;
     }
-    save_checkpoint(&ckpt, &trainers, &store)?;
+    let checkpoint = checkpoint::save(dir, &trainers, &store)?;
     let outputs = if stopped { Vec::new() } else { write_outputs(dir, cfg, &trainers, model_name)? };
     Ok(RunSummary {
         steps: trainers[0].step,
@@ -199,6 +194,7 @@ pub fn train(dir: &Path, cfg: &SaeRunConfig, source: Source, on_step: &mut OnSte
         data_ran_out,
         stopped,
         outputs,
+        checkpoint,
     })
 }
 
@@ -215,11 +211,14 @@ fn write_config(dir: &Path, cfg: &SaeRunConfig) -> Result<(), RunError> {
     }
 }
 
-/// The trainers from the checkpoint `ckpt` (and the step it was at), or fresh ones.
-fn start_trainers(ckpt: &Path, cfg: &SaeRunConfig, units: &[Unit], store: &mut ActivationStore) -> Result<(Vec<SaeTrainer>, Option<usize>), RunError> {
+/// The trainers from the run's latest checkpoint (and the step it was at), or fresh ones.
+fn start_trainers(dir: &Path, cfg: &SaeRunConfig, units: &[Unit], store: &mut ActivationStore) -> Result<(Vec<SaeTrainer>, Option<usize>), RunError> {
     let device = store.device.clone();
-    if ckpt.is_file() {
-        let t = load_checkpoint(ckpt, cfg, units, store, &device)?;
+    let sites: Vec<checkpoint::Site> = units
+        .iter()
+        .map(|u| checkpoint::Site { like: init(&cfg.architecture, u.shape, None, &mut Rng::new(0), &device), trainer: Box::new(move |p| u.trainer(cfg, p)) })
+        .collect();
+    if let Some(t) = checkpoint::load(dir, &sites, store)? {
         let at = t[0].step;
         return Ok((t, Some(at)));
     }
@@ -262,141 +261,4 @@ fn append_metrics(path: &Path, cfg: &SaeRunConfig, reports: &[StepReport], clock
         writeln!(f, "{line}").map_err(|e| file_err(path, e))?;
     }
     Ok(())
-}
-
-fn f32_bytes(v: &[f32]) -> Vec<u8> {
-    v.iter().flat_map(|x| x.to_le_bytes()).collect()
-}
-
-fn tensor_bytes<const D: usize>(t: &Tensor<D>) -> (Vec<usize>, Vec<u8>) {
-    (t.dims().to_vec(), f32_bytes(&t.to_data().try_into_vec_as::<f32>().expect("f32")))
-}
-
-type Entry = (String, Dtype, Vec<usize>, Vec<u8>);
-
-/// The checkpoint: one safetensors file, written atomically. Site `i`'s tensors are
-/// `site{i}.param.*`, `site{i}.adam_m.*`, `site{i}.adam_v.*`, `site{i}.since_fired`,
-/// `site{i}.fired_tokens`.
-fn save_checkpoint(path: &Path, trainers: &[SaeTrainer], store: &ActivationStore) -> Result<(), RunError> {
-    let mut tensors: Vec<Entry> = Vec::new();
-    let u64s = |v: Vec<u64>| (vec![v.len()], v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>());
-    for (i, t) in trainers.iter().enumerate() {
-        for (prefix, p) in [("param", &t.params), ("adam_m", &t.adam.m), ("adam_v", &t.adam.v)] {
-            for (name, v) in p.named() {
-                let (shape, bytes) = tensor_bytes(&v);
-                tensors.push((format!("site{i}.{prefix}.{name}"), Dtype::F32, shape, bytes));
-            }
-        }
-        let (s, b) = u64s(t.since_fired.iter().map(|&x| x as u64).collect());
-        tensors.push((format!("site{i}.since_fired"), Dtype::U64, s, b));
-        let (s, b) = u64s(t.fired_tokens.clone());
-        tensors.push((format!("site{i}.fired_tokens"), Dtype::U64, s, b));
-    }
-    let w = store.buffer.width;
-    let serving: Vec<f32> = store.buffer.serving.iter().flatten().copied().collect();
-    for (name, rows) in [("buffer.storage", &store.buffer.storage), ("buffer.serving", &serving)] {
-        tensors.push((name.into(), Dtype::F32, vec![rows.len() / w, w], f32_bytes(rows)));
-    }
-    let meta = serde_json::json!({
-        "format": FORMAT,
-        "step": trainers[0].step,
-        "adam_t": trainers.iter().map(|t| t.adam.t).collect::<Vec<_>>(),
-        "topk_threshold": trainers.iter().map(|t| t.topk_threshold).collect::<Vec<_>>(),
-        "position": store.position,
-        "rng": store.buffer.rng,
-    });
-    let files: Vec<burnlens_model::files::FileTensor> =
-        tensors.iter().map(|(n, d, s, b)| burnlens_model::files::FileTensor { name: n, dtype: *d, shape: s.clone(), bytes: b }).collect();
-    let metadata = HashMap::from([("state".to_string(), meta.to_string())]);
-    Ok(burnlens_model::files::write_safetensors(path, &files, Some(metadata))?)
-}
-
-/// A checkpoint's tensors and training state.
-struct Saved<'a> {
-    path: &'a Path,
-    st: safetensors::SafeTensors<'a>,
-    state: serde_json::Value,
-}
-
-impl Saved<'_> {
-    fn bad(&self, msg: String) -> RunError {
-        file_err(self.path, msg)
-    }
-
-    fn f32s(&self, name: &str) -> Result<(Vec<usize>, Vec<f32>), RunError> {
-        let v = self.st.tensor(name).map_err(|_| self.bad(format!("has no tensor `{name}`")))?;
-        Ok((v.shape().to_vec(), v.data().chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes"))).collect()))
-    }
-
-    fn u64s(&self, name: &str) -> Result<Vec<u64>, RunError> {
-        let v = self.st.tensor(name).map_err(|_| self.bad(format!("has no tensor `{name}`")))?;
-        Ok(v.data().chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes"))).collect())
-    }
-
-    fn num(&self, key: &str, i: Option<usize>) -> Result<serde_json::Value, RunError> {
-        let v = &self.state[key];
-        let v = match i {
-            Some(i) => &v[i],
-            None => v,
-        };
-        if v.is_null() { Err(self.bad(format!("training state has no `{key}`"))) } else { Ok(v.clone()) }
-    }
-
-    /// Parameters shaped like `like`, from tensors `{prefix}.{name}`.
-    fn params(&self, prefix: &str, like: &Dictionary, device: &Device) -> Result<Dictionary, RunError> {
-        let mut err = None;
-        let p = like.map(|name, like| match self.f32s(&format!("{prefix}.{name}")) {
-            Ok((shape, v)) if shape == like.dims() => Tensor::from_data(TensorData::new(v, like.dims()), device),
-            Ok((shape, _)) => {
-                err.get_or_insert(self.bad(format!("tensor `{prefix}.{name}` has shape {shape:?}, the configuration gives {:?}", like.dims())));
-                like
-            }
-            Err(e) => {
-                err.get_or_insert(e);
-                like
-            }
-        });
-        err.map_or(Ok(p), Err)
-    }
-}
-
-fn load_checkpoint(path: &Path, cfg: &SaeRunConfig, units: &[Unit], store: &mut ActivationStore, device: &Device) -> Result<Vec<SaeTrainer>, RunError> {
-    let bytes = std::fs::read(path).map_err(|e| file_err(path, e))?;
-    let unreadable = |e: safetensors::SafeTensorError| file_err(path, format!("not a readable checkpoint: {e}"));
-    let (_, header) = safetensors::SafeTensors::read_metadata(&bytes).map_err(unreadable)?;
-    let state = header
-        .metadata()
-        .as_ref()
-        .and_then(|m| m.get("state"))
-        .and_then(|s| serde_json::from_str(s).ok())
-        .ok_or_else(|| file_err(path, "has no training state"))?;
-    let saved = Saved { path, st: safetensors::SafeTensors::deserialize(&bytes).map_err(unreadable)?, state };
-    if saved.state["format"].as_u64() != Some(FORMAT) && units.iter().any(|u| u.shape.skip) {
-        return Err(saved.bad("was written by an older burnlens, its W_skip transposed; remove it to start again".into()));
-    }
-    let step = saved.num("step", None)?.as_u64().unwrap_or(0) as usize;
-    let mut trainers = Vec::with_capacity(units.len());
-    for (i, unit) in units.iter().enumerate() {
-        let like = init(&cfg.architecture, unit.shape, None, &mut Rng::new(0), device);
-        let prefix = format!("site{i}");
-        let mut t = unit.trainer(cfg, saved.params(&format!("{prefix}.param"), &like, device)?);
-        t.adam.m = saved.params(&format!("{prefix}.adam_m"), &like, device)?;
-        t.adam.v = saved.params(&format!("{prefix}.adam_v"), &like, device)?;
-        t.adam.t = saved.num("adam_t", Some(i))?.as_u64().unwrap_or(0);
-        t.topk_threshold = saved.num("topk_threshold", Some(i))?.as_f64().unwrap_or(0.0);
-        t.step = step;
-        t.since_fired = saved.u64s(&format!("{prefix}.since_fired"))?.into_iter().map(|x| x as u32).collect();
-        t.fired_tokens = saved.u64s(&format!("{prefix}.fired_tokens"))?;
-        if t.since_fired.len() != unit.shape.d_sae {
-            return Err(saved.bad(format!("holds {} features, the configuration {}", t.since_fired.len(), unit.shape.d_sae)));
-        }
-        trainers.push(t);
-    }
-    store.skip_to(saved.num("position", None)?.as_u64().unwrap_or(0))?;
-    let w = store.buffer.width;
-    let batch = store.buffer.batch_size * w;
-    store.buffer.storage = saved.f32s("buffer.storage")?.1;
-    store.buffer.serving = saved.f32s("buffer.serving")?.1.chunks(batch.max(1)).map(|c| c.to_vec()).collect();
-    store.buffer.rng = serde_json::from_value(saved.num("rng", None)?).map_err(|e| saved.bad(format!("training state `rng`: {e}")))?;
-    Ok(trainers)
 }

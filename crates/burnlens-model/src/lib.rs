@@ -6,6 +6,7 @@
 pub mod attention;
 pub mod backend;
 pub mod block;
+pub mod checkpoints;
 pub mod config;
 pub mod error;
 pub mod files;

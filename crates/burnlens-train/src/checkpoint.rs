@@ -1,10 +1,9 @@
-//! A run directory's checkpoints: written whole into a temporary directory and renamed into
-//! place, `LATEST` replaced atomically after that, so a crash at any moment leaves the
-//! previous complete checkpoint loadable; the two newest are kept.
+//! A training run's checkpoints, in the format of every long run
+//! ([`burnlens_model::checkpoints`]: a directory per checkpoint written whole and renamed,
+//! `LATEST` after it, two kept):
 //!
 //! ```text
-//! RUN_DIR/checkpoints/step-000500/{model.bpk, optim.bpk, state.json}
-//! RUN_DIR/checkpoints/LATEST   name of the newest complete checkpoint
+//! RUN_DIR/checkpoints/step-000500/{state.json, model.bpk, optim.bpk}
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -13,14 +12,13 @@ use burn::optim::ModuleOptimizer;
 use burn::tensor::Device;
 use burn_store::{BurnpackStore, ModuleSnapshot};
 use burnlens_hf::{ExportOptions, Tokenizer, WeightDtype, export_hf};
+use burnlens_model::checkpoints::{Checkpoints, read_state};
 use burnlens_model::{Rng, Transformer};
 use serde::{Deserialize, Serialize};
 
 use crate::config::RunConfig;
 use crate::error::{Result, TrainError};
 use crate::spec::ModelSpec;
-
-pub(crate) use burnlens_model::files::write_atomic;
 
 /// What a checkpoint records besides the weights and optimizer state.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -35,18 +33,7 @@ pub struct TrainState {
 
 /// A run directory's latest complete checkpoint, if any.
 pub fn latest_checkpoint(run_dir: &Path) -> Result<Option<PathBuf>> {
-    let latest = run_dir.join("checkpoints/LATEST");
-    match std::fs::read_to_string(&latest) {
-        Ok(name) => {
-            let dir = run_dir.join("checkpoints").join(name.trim());
-            if !dir.join("state.json").is_file() {
-                return Err(TrainError::Checkpoint { path: latest, msg: format!("names {}, which is not a complete checkpoint", dir.display()) });
-            }
-            Ok(Some(dir))
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(TrainError::io(latest, e)),
-    }
+    Checkpoints::of_run(run_dir).latest().map_err(|e| TrainError::Checkpoint { path: e.path, msg: e.source.to_string() })
 }
 
 /// Everything a run directory holds that is needed to use its model.
@@ -71,9 +58,7 @@ pub fn load_run(run_dir: &Path, device: &Device) -> Result<LoadedRun> {
     let weights = checkpoint.join("model.bpk");
     let mut store = BurnpackStore::from_file(&weights);
     model.load_from(&mut store).map_err(|e| TrainError::Checkpoint { path: weights.clone(), msg: e.to_string() })?;
-    let state_path = checkpoint.join("state.json");
-    let text = std::fs::read_to_string(&state_path).map_err(|e| TrainError::io(&state_path, e))?;
-    let state: TrainState = serde_json::from_str(&text).map_err(|e| TrainError::Checkpoint { path: state_path, msg: e.to_string() })?;
+    let state: TrainState = read_state(&checkpoint).map_err(|e| TrainError::Checkpoint { path: e.path, msg: e.source.to_string() })?;
     let tokenizer = Tokenizer::find_in_dir(run_dir).transpose()?;
     Ok(LoadedRun { config, spec, model, tokenizer, checkpoint, state })
 }
@@ -88,42 +73,16 @@ pub fn export_run(run_dir: &Path, out: &Path, dtype: WeightDtype) -> Result<()> 
 
 /// Where the checkpoint of `step` is (or will be) written.
 pub fn checkpoint_dir(run_dir: &Path, step: usize) -> PathBuf {
-    run_dir.join("checkpoints").join(format!("step-{step:06}"))
+    Checkpoints::of_run(run_dir).dir(step as u64)
 }
 
 /// Write a complete checkpoint of `state.step` and point `LATEST` at it.
 pub fn save_checkpoint(run_dir: &Path, model: &Transformer, optim: &ModuleOptimizer, state: &TrainState) -> Result<PathBuf> {
-    let root = run_dir.join("checkpoints");
-    let name = format!("step-{:06}", state.step);
-    debug_assert_eq!(root.join(&name), checkpoint_dir(run_dir, state.step));
-    let tmp = root.join(format!(".tmp-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&tmp);
-    std::fs::create_dir_all(&tmp).map_err(|e| TrainError::io(&tmp, e))?;
-    let fail = |path: &Path, msg: String| TrainError::Checkpoint { path: path.to_path_buf(), msg };
-    let weights = tmp.join("model.bpk");
-    model.save_into(&mut BurnpackStore::from_file(&weights).overwrite(true)).map_err(|e| fail(&weights, e.to_string()))?;
-    let optim_path = tmp.join("optim.bpk");
-    optim.save(&optim_path).map_err(|e| fail(&optim_path, e.to_string()))?;
-    write_atomic(&tmp.join("state.json"), serde_json::to_string_pretty(state).expect("json").as_bytes())?;
-    for f in ["model.bpk", "optim.bpk"] {
-        std::fs::File::open(tmp.join(f)).and_then(|f| f.sync_all()).map_err(|e| TrainError::io(tmp.join(f), e))?;
-    }
-    let dir = root.join(&name);
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::rename(&tmp, &dir).map_err(|e| TrainError::io(&dir, e))?;
-    write_atomic(&root.join("LATEST"), name.as_bytes())?;
-    // Keep the two newest checkpoints.
-    let mut old: Vec<PathBuf> = std::fs::read_dir(&root)
-        .map_err(|e| TrainError::io(&root, e))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("step-")))
-        .collect();
-    old.sort();
-    let keep = old.len().saturating_sub(2);
-    for p in &old[..keep] {
-        if *p != dir {
-            let _ = std::fs::remove_dir_all(p);
-        }
-    }
-    Ok(dir)
+    Checkpoints::of_run(run_dir).save(state.step as u64, state, |dir| {
+        let fail = |path: &Path, msg: String| TrainError::Checkpoint { path: path.to_path_buf(), msg };
+        let weights = dir.join("model.bpk");
+        model.save_into(&mut BurnpackStore::from_file(&weights).overwrite(true)).map_err(|e| fail(&weights, e.to_string()))?;
+        let optim_path = dir.join("optim.bpk");
+        optim.save(&optim_path).map_err(|e| fail(&optim_path, e.to_string()))
+    })
 }

@@ -48,6 +48,6 @@ pub fn fetch(name: &str, out: &Path) -> Result<usize> {
     if let Some(parent) = out.parent().filter(|p| !p.as_os_str().is_empty()) {
         std::fs::create_dir_all(parent).map_err(|e| TrainError::io(parent, e))?;
     }
-    crate::checkpoint::write_atomic(out, &bytes)?;
+    burnlens_model::files::write_atomic(out, &bytes)?;
     Ok(bytes.len())
 }

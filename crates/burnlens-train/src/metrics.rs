@@ -3,9 +3,9 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use crate::checkpoint::write_atomic;
 use crate::error::{Result, TrainError};
 use crate::plot::write_loss_svg;
+use burnlens_model::files::write_atomic;
 
 /// `metrics.jsonl`, appended a line at a time, and the lines so far for the loss plot.
 pub(crate) struct Metrics {

@@ -39,10 +39,11 @@ use burn::tensor::{Device, Int, Tensor, TensorData};
 use burnlens_dist::Ranks;
 use burnlens_hf::{ExportOptions, LoadOptions, WeightDtype, export_hf, load_model_with};
 use burnlens_model::backend;
+use burnlens_model::files::write_atomic;
 use burnlens_model::{Rng, Transformer, cross_entropy};
 use serde_json::json;
 
-use crate::checkpoint::{TrainState, checkpoint_dir, latest_checkpoint, load_run, save_checkpoint, write_atomic};
+use crate::checkpoint::{TrainState, checkpoint_dir, latest_checkpoint, load_run, save_checkpoint};
 use crate::config::{RunConfig, TrainingSection};
 use crate::data::{Dataset, Split};
 use crate::data_parallel::{all_reduce_grads, broadcast_params, params_digest};

@@ -628,7 +628,7 @@ def test_train_sae_stops_when_on_step_raises_and_resumes(tmp_path):
 
     with pytest.raises(RuntimeError, match="enough"):
         burnlens.train_sae(model, tmp_path / "run", on_step=stop, **opts)
-    assert (tmp_path / "run" / "checkpoint.safetensors").exists() and not (tmp_path / "run" / "sae").exists()
+    assert (tmp_path / "run" / "checkpoints" / "LATEST").exists() and not (tmp_path / "run" / "sae").exists()
     summary = burnlens.train_sae(model, tmp_path / "run", **opts)
     assert summary["resumed_from"] == 3 and summary["steps"] == 6
 
@@ -665,7 +665,7 @@ def test_dashboards_of_an_sae_and_of_transcoders_stop_resume_and_refuse_bad_inpu
     opts = dict(transcoders=tc, data="random", seq_len=16, tokens=640, batch=4, checkpoint_every=0.0)
     with pytest.raises(RuntimeError, match="enough"):
         burnlens.dashboards(tmodel, tmp_path / "t", on_progress=stop, **opts)
-    assert (tmp_path / "t" / "checkpoint.cbor").exists()
+    assert (tmp_path / "t" / "checkpoints" / "LATEST").exists()
     s = burnlens.dashboards(tmodel, tmp_path / "t", **opts)
     assert s["resumed"][0] == 2 and s["features"] == 120
     with pytest.raises(ValueError, match="feature 96 does not exist"):
