@@ -403,7 +403,10 @@ fn the_feature_dashboard_browser_lists_features_and_opens_one_with_its_examples_
     let source = FeatureSource::new(&model, &sae, None).unwrap();
     let cfg = DashboardConfig { ignore_tokens: vec![0], ..DashboardConfig::default() };
     let spec = RunSpec { cfg: cfg.clone(), tokens: 48 * 32, batch_windows: 16, spill: None, ranks: Default::default() };
-    let out = run(&source, &spec, None, &mut || Ok(Box::new(tokens.clone().into_iter().map(Ok))), &mut |_| std::ops::ControlFlow::Continue(())).unwrap();
+    let out = run(&source, &spec, None, &mut || Ok(Box::new(burnlens::data::Counted::new(tokens.clone().into_iter().map(Ok)))), &mut |_| {
+        std::ops::ControlFlow::Continue(())
+    })
+    .unwrap();
     let info = RunInfo { model_id: "gpt2", layer: 1, sae_set: "standard_resid", dataset: "fixed", tokens: out.tokens, seq_len: 32, extra: json!({}) };
     // Tokens with markup in them, shown as text.
     let tok = |t: u32| format!("<t{t}>");
@@ -453,7 +456,7 @@ fn a_click_on_a_feature_node_shows_its_dashboard_examples() {
         &source,
         &RunSpec { cfg: cfg.clone(), tokens: 1024, batch_windows: 8, spill: None, ranks: Default::default() },
         None,
-        &mut || Ok(Box::new(windows.clone().into_iter().map(Ok))),
+        &mut || Ok(Box::new(burnlens::data::Counted::new(windows.clone().into_iter().map(Ok)))),
         &mut |_| std::ops::ControlFlow::Continue(()),
     )
     .unwrap();

@@ -39,7 +39,10 @@ fn dashboards(case: &str) -> (Vec<FeatureDashboard>, Value, Vec<Vec<u32>>) {
     let spec =
         RunSpec { cfg, tokens: (tokens.len() * tokens[0].len()) as u64, batch_windows: 7, spill: Some((spill.clone(), 1 << 30)), ranks: Default::default() };
     let windows = tokens.clone();
-    let out = run(&source, &spec, None, &mut || Ok(Box::new(windows.clone().into_iter().map(Ok))), &mut |_| std::ops::ControlFlow::Continue(())).unwrap();
+    let out = run(&source, &spec, None, &mut || Ok(Box::new(burnlens::data::Counted::new(windows.clone().into_iter().map(Ok)))), &mut |_| {
+        std::ops::ControlFlow::Continue(())
+    })
+    .unwrap();
     assert!(!out.ran_out);
     assert!(!spill.exists(), "the spill is removed at the end");
     (out.dashboards, want, tokens)
@@ -380,9 +383,11 @@ fn a_feature_subset_equals_the_full_runs_dashboards() {
         let spec = RunSpec { cfg, tokens: (tokens.len() * tokens[0].len()) as u64, batch_windows: 5, spill: None, ranks: Default::default() };
         let dash = |features: Option<Vec<usize>>| {
             let source = FeatureSource::new(&model, &sae, features).unwrap();
-            run(&source, &spec, None, &mut || Ok(Box::new(tokens.clone().into_iter().map(Ok))), &mut |_| std::ops::ControlFlow::Continue(()))
-                .unwrap()
-                .dashboards
+            run(&source, &spec, None, &mut || Ok(Box::new(burnlens::data::Counted::new(tokens.clone().into_iter().map(Ok)))), &mut |_| {
+                std::ops::ControlFlow::Continue(())
+            })
+            .unwrap()
+            .dashboards
         };
         let all = dash(None);
         let some = dash(Some(vec![30, 3, 17]));

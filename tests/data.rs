@@ -7,7 +7,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use burnlens::data::{Column, DataError, DatasetSpec, Rows, Separator, WindowConfig, Windows};
+use burnlens::data::{Column, DataError, DatasetSpec, Rows, Separator, WindowConfig, WindowStream, Windows};
 use burnlens::hf::Tokenizer;
 use burnlens::hf::hub::Hub;
 use common::hub_server::HubServer;
@@ -75,6 +75,48 @@ fn pretokenized_rows_are_cut_to_the_context() {
 }
 
 /// The corpus's jsonl rows split into shards `data/{split}-0000{i}-of-0000{n}.jsonl`.
+/// After every window `k` of a stream, a fresh stream that seeks to the position the first
+/// reported gives the same windows from there to the end.
+fn assert_seeking_equals_reading(make: &dyn Fn() -> Windows<'static>, what: &str) {
+    let all: Vec<Vec<u32>> = make().collect::<Result<_, _>>().unwrap();
+    assert!(all.len() > 3, "{what}: a corpus of a few windows at least");
+    let mut reading = make();
+    for k in 0..=all.len() {
+        let at = reading.cursor();
+        assert_eq!(at.windows, k as u64);
+        let mut seeking = make();
+        seeking.seek(&at).unwrap();
+        assert_eq!(seeking.cursor(), at, "{what}: the position after seeking");
+        let rest: Vec<Vec<u32>> = seeking.collect::<Result<_, _>>().unwrap();
+        assert_eq!(rest, all[k..], "{what}: the windows after seeking to window {k}");
+        reading.next();
+    }
+    let mut started = make();
+    started.next();
+    assert!(started.seek(&reading.cursor()).unwrap_err().to_string().contains("from its start only"));
+}
+
+#[test]
+fn seeking_to_a_saved_position_gives_the_windows_that_follow_it() {
+    let (bos, cases) = cases();
+    let tokens = fixtures().join("tokens.parquet");
+    let cfg = config(&cases[0], bos);
+    assert_seeking_equals_reading(&|| Windows::new(Rows::new(vec![tokens.clone()], Column::default()), None, Some(bos), &cfg).unwrap(), "pretokenized");
+    // A corpus shorter than the position is an error, not an empty stream.
+    let mut short = Windows::new(Rows::new(vec![tokens.clone()], Column::default()), None, Some(bos), &cfg).unwrap();
+    let far = burnlens::data::WindowPosition { windows: 1_000_000, rows: 1_000_000, offset: 0, row_start: true };
+    assert!(short.seek(&far).unwrap_err().to_string().contains("ends before the position"));
+    let tok: &'static Tokenizer = Box::leak(Box::new(gpt2_tokenizer().expect("the shared GPT-2 tokenizer")));
+    for case in &cases {
+        let cfg = config(case, bos);
+        let file = fixtures().join("corpus.jsonl");
+        assert_seeking_equals_reading(
+            &|| Windows::new(Rows::new(vec![file.clone()], Column::default()), Some(tok), Some(bos), &cfg).unwrap(),
+            &format!("text, case {}", case["name"]),
+        );
+    }
+}
+
 fn write_shards(dir: &Path) {
     let text = std::fs::read_to_string(fixtures().join("corpus.jsonl")).unwrap();
     let lines: Vec<&str> = text.lines().collect();

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use burnlens_model::checkpoints::{Checkpoints, read_state};
 use serde::{Deserialize, Serialize};
 
-use burnlens_data::CorpusOptions;
+use burnlens_data::{CorpusOptions, WindowPosition};
 
 use crate::config::DashboardConfig;
 use crate::error::DashboardError;
@@ -59,6 +59,7 @@ struct State {
     ran_out: bool,
     seq_len: usize,
     seconds: [f64; 2],
+    position: WindowPosition,
 }
 
 const SCAN: &str = "scan.cbor";
@@ -76,6 +77,9 @@ pub struct Checkpoint {
     pub seq_len: usize,
     /// Seconds each pass ran before.
     pub seconds: [f64; 2],
+    /// Where the corpus stood after the current pass's `done` windows (a resumed pass seeks
+    /// there).
+    pub position: WindowPosition,
     pub scan: Scan,
 }
 
@@ -90,6 +94,7 @@ impl Checkpoint {
             ran_out: self.ran_out,
             seq_len: self.seq_len,
             seconds: self.seconds,
+            position: self.position,
         };
         let read = if self.pass == 1 { self.done } else { self.total + self.done };
         Checkpoints::of_run(out).save(read, &state, |dir| -> Result<(), DashboardError> {
@@ -103,6 +108,13 @@ impl Checkpoint {
     /// The latest checkpoint of the run folder `out` if there is one; one made for another
     /// run is an error.
     pub fn load(out: &Path, key: &RunKey) -> Result<Option<Checkpoint>, DashboardError> {
+        let older = out.join("checkpoint.cbor");
+        if older.is_file() {
+            return Err(DashboardError::Input(format!(
+                "{}: a checkpoint of an older burnlens, which this one does not resume; remove it to start again",
+                older.display()
+            )));
+        }
         let Some(dir) = Checkpoints::of_run(out).latest()? else { return Ok(None) };
         let s: State = read_state(&dir)?;
         let differ = s.key.as_ref().map_or(vec!["everything"], |k| k.differences(key));
@@ -117,6 +129,16 @@ impl Checkpoint {
         let f = std::io::BufReader::new(std::fs::File::open(&path).map_err(|e| DashboardError::io(&path, e))?);
         let scan: Scan = ciborium::from_reader(f)
             .map_err(|e| DashboardError::Input(format!("{}: not a dashboards checkpoint ({e}); remove it to start again", path.display())))?;
-        Ok(Some(Checkpoint { key: s.key, pass: s.pass, done: s.done, total: s.total, ran_out: s.ran_out, seq_len: s.seq_len, seconds: s.seconds, scan }))
+        Ok(Some(Checkpoint {
+            key: s.key,
+            pass: s.pass,
+            done: s.done,
+            total: s.total,
+            ran_out: s.ran_out,
+            seq_len: s.seq_len,
+            seconds: s.seconds,
+            position: s.position,
+            scan,
+        }))
     }
 }

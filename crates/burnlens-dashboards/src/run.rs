@@ -2,14 +2,14 @@
 //! time, with progress; then the logit effects; then the dashboards. A corpus that runs out
 //! before the tokens asked for ends the first pass there, and the run says so. With a
 //! checkpoint path, the state is saved every `checkpoint_every` seconds and when the caller
-//! asks to stop, and a run started again with the same inputs resumes from it (the windows
-//! already read are skipped without the model).
+//! asks to stop, and a run started again with the same inputs resumes from it (the corpus
+//! seeks to where the pass stood: the windows before are neither cut nor run again).
 
 use std::ops::ControlFlow;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use burnlens_data::WindowIter;
+use burnlens_data::{WindowIter, WindowPosition};
 use burnlens_model::checkpoints::Checkpoints;
 
 use crate::checkpoint::{Checkpoint, RunKey};
@@ -99,6 +99,7 @@ pub fn run<'w>(
         ran_out: false,
         seq_len,
         seconds: [0.0; 2],
+        position: WindowPosition::default(),
         scan: Scan::new(spec.cfg.clone(), source.features.clone(), seq_len),
     });
     let mut pending = Some(first);
@@ -110,12 +111,11 @@ pub fn run<'w>(
         if st.pass == 2 && pending.is_none() && st.done == 0 {
             it = windows()?;
         }
-        // Windows a resumed pass read already are skipped, without the model.
+        // A resumed pass seeks to where it stood (the windows before are not cut again).
         if st.done > 0 {
-            let left = st.done - u64::from(pending.take().is_some());
-            for w in it.by_ref().take(left as usize) {
-                w?;
-            }
+            pending = None;
+            it = windows()?;
+            it.seek(&st.position)?;
         }
         let target = if st.pass == 1 { want } else { st.total };
         let mut io = Io { pending: &mut pending, it: &mut it, spill: spill.as_mut(), widths: &widths };
@@ -230,6 +230,7 @@ fn read_pass(
             if st.pass == 1 { st.scan.first(&b) } else { st.scan.second(&b) }
         }
         st.done += n;
+        st.position = io.it.cursor();
         if (n as usize) < take {
             if st.pass == 2 {
                 return Err(DashboardError::Input(format!("the corpus gave {} windows on the second pass, {} on the first", st.done, st.total)));

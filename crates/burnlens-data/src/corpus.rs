@@ -7,6 +7,7 @@ use burnlens_hf::hub::Hub;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{DataError, Result};
+use crate::position::{Counted, WindowStream};
 use crate::rows::{Column, Rows};
 use crate::spec::DatasetSpec;
 use crate::synthetic::Synthetic;
@@ -38,8 +39,8 @@ impl Default for CorpusOptions {
     }
 }
 
-/// Windows of token ids, read lazily.
-pub type WindowIter<'a> = Box<dyn Iterator<Item = Result<Vec<u32>>> + 'a>;
+/// Windows of token ids, read lazily, that know their position and seek to one.
+pub type WindowIter<'a> = Box<dyn WindowStream + 'a>;
 
 /// What the windows are cut for: the model's tokenizer, BOS and vocabulary.
 #[derive(Clone, Copy)]
@@ -54,7 +55,7 @@ impl CorpusOptions {
     /// through `hub` first).
     pub fn windows<'a>(&self, model: ForModel<'a>, seed: u64, hub: &Hub) -> Result<WindowIter<'a>> {
         if let Some(kind) = Synthetic::parse(&self.data) {
-            return Ok(Box::new(kind.windows(model.vocab, self.seq_len, seed).map(Ok)));
+            return Ok(Box::new(Counted::new(kind.windows(model.vocab, self.seq_len, seed).map(Ok))));
         }
         let spec = DatasetSpec::parse(&self.data)?;
         let files = spec.files(hub, &mut |_| {})?;

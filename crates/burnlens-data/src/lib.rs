@@ -8,9 +8,13 @@
 //!                           (text: tokenized, then Concat: SAELens's concatenation with BOS;
 //!                            tokens: each row cut to the context)
 //! ```
+//!
+//! A stream of windows knows its position and seeks to one ([`position`]): a resumed run
+//! goes back to where it was without tokenizing the rows before it.
 
 pub mod corpus;
 pub mod error;
+pub mod position;
 pub mod rows;
 pub mod shards;
 pub mod spec;
@@ -19,6 +23,7 @@ pub mod windows;
 
 pub use corpus::{CorpusOptions, ForModel, WindowIter};
 pub use error::{DataError, Result};
+pub use position::{Counted, WindowPosition, WindowStream};
 pub use rows::{Column, Row, Rows};
 pub use shards::shard_files;
 pub use spec::DatasetSpec;

@@ -13,9 +13,13 @@
 //!   `context_size`: BOS and separators were the pretokenizer's business. A row shorter than
 //!   `context_size` is an error (SAELens refuses such a dataset).
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use burnlens_hf::Tokenizer;
 
 use crate::error::{DataError, Result};
+use crate::position::{WindowPosition, WindowStream, ended_before, started};
 use crate::rows::{Row, Rows};
 
 /// SAELens's settings for cutting windows.
@@ -81,6 +85,8 @@ pub struct Concat<I> {
     offset: usize,
     is_start: bool,
     batch: Option<Vec<u32>>,
+    /// Rows taken from `rows` so far.
+    taken: u64,
 }
 
 impl<I: Iterator<Item = Result<Vec<u32>>>> Concat<I> {
@@ -96,7 +102,33 @@ impl<I: Iterator<Item = Result<Vec<u32>>>> Concat<I> {
         if ctx <= prefix.max(1) {
             return Err(DataError::Spec { spec: "context_size".into(), msg: format!("{ctx} is too short: expected more than {} tokens", prefix.max(1)) });
         }
-        Ok(Concat { rows, ctx, ids, disable_concat, row: Vec::new(), offset: 0, is_start: true, batch: None })
+        Ok(Concat { rows, ctx, ids, disable_concat, row: Vec::new(), offset: 0, is_start: true, batch: None, taken: 0 })
+    }
+
+    /// The next row, counted.
+    fn next_row(&mut self) -> Option<Result<Vec<u32>>> {
+        let r = self.rows.next()?;
+        self.taken += 1;
+        Some(r)
+    }
+
+    /// Where the next window begins (at a window's end: nothing is held part-cut besides
+    /// the current row), with `windows` handed out.
+    pub fn cursor(&self, windows: u64) -> WindowPosition {
+        WindowPosition { windows, rows: self.taken, offset: self.offset, row_start: self.is_start }
+    }
+
+    /// Go to `at` from the start: the rows before its row are taken and dropped (whoever
+    /// makes `rows` may give them cheaply), its row taken as the current one.
+    pub fn seek(&mut self, at: &WindowPosition) -> Result<()> {
+        if self.taken != 0 {
+            return Err(started(&self.cursor(0)));
+        }
+        for _ in 0..at.rows {
+            self.row = self.next_row().ok_or_else(|| ended_before(at))??;
+        }
+        (self.offset, self.is_start, self.batch) = (at.offset, at.row_start, None);
+        Ok(())
     }
 
     /// SAELens's `_add_tokens_to_batch`: fill the current window from `row[offset..]`.
@@ -141,7 +173,7 @@ impl<I: Iterator<Item = Result<Vec<u32>>>> Concat<I> {
 
     fn next_unconcatenated(&mut self) -> Option<Result<Vec<u32>>> {
         loop {
-            let mut seq = match self.rows.next()? {
+            let mut seq = match self.next_row()? {
                 Ok(s) => s,
                 Err(e) => return Some(Err(e)),
             };
@@ -169,7 +201,7 @@ impl<I: Iterator<Item = Result<Vec<u32>>>> Iterator for Concat<I> {
         }
         loop {
             while self.offset >= self.row.len() {
-                match self.rows.next()? {
+                match self.next_row()? {
                     Ok(r) => (self.row, self.offset, self.is_start) = (r, 0, true),
                     Err(e) => return Some(Err(e)),
                 }
@@ -183,12 +215,26 @@ impl<I: Iterator<Item = Result<Vec<u32>>>> Iterator for Concat<I> {
     }
 }
 
+/// A corpus's rows as token rows; the next `skip` rows are given empty, not tokenized
+/// (seeking reads past them).
+type TokenRows<'t> = Box<dyn Iterator<Item = Result<Vec<u32>>> + 't>;
+
 /// The windows of a corpus: text rows tokenized and concatenated ([`Concat`]), or
-/// pretokenized rows cut to the context, whichever the first row is.
+/// pretokenized rows cut to the context, whichever the first row is. A [`WindowStream`]:
+/// seeking reads the rows before the position without tokenizing them.
 pub struct Windows<'t> {
-    inner: Box<dyn Iterator<Item = Result<Vec<u32>>> + 't>,
+    cut: Cut<'t>,
+    /// Rows still to give empty (seeking).
+    skip: Arc<AtomicU64>,
+    windows: u64,
     /// Whether the corpus holds token ids (an integer column) rather than text.
     pub pretokenized: bool,
+}
+
+enum Cut<'t> {
+    /// Pretokenized rows, a window each.
+    Rows(TokenRows<'t>),
+    Concat(Concat<TokenRows<'t>>),
 }
 
 impl<'t> Windows<'t> {
@@ -199,15 +245,20 @@ impl<'t> Windows<'t> {
         let path = rows.current_file().map(|p| p.to_path_buf()).unwrap_or_default();
         let all = first.map(Ok).into_iter().chain(rows);
         let ctx = cfg.context_size;
-        let inner: Box<dyn Iterator<Item = Result<Vec<u32>>> + 't> = if pretokenized {
-            Box::new(all.map(move |row| match row? {
+        let skip = Arc::new(AtomicU64::new(0));
+        let skipping = skip.clone();
+        let skipped = move || skipping.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1)).is_ok();
+        let cut = if pretokenized {
+            Cut::Rows(Box::new(all.map(move |row| match row? {
+                _ if skipped() => Ok(Vec::new()),
                 Row::Tokens(t) if t.len() >= ctx => Ok(t[..ctx].to_vec()),
                 Row::Tokens(t) => Err(DataError::file(&path, format!("a pretokenized row has {} tokens, fewer than context_size {ctx}", t.len()))),
                 Row::Text(_) => Err(DataError::file(&path, "mixes text rows with token rows")),
-            }))
+            })))
         } else {
             let encode = move |row: Result<Row>| -> Result<Vec<u32>> {
                 match row? {
+                    _ if skipped() => Ok(Vec::new()),
                     Row::Tokens(t) => Ok(t),
                     Row::Text(text) => match tokenizer {
                         Some(tok) => tok.encode(&text).map_err(|e| DataError::file(&path, format!("cannot tokenize a row: {e}"))),
@@ -215,9 +266,10 @@ impl<'t> Windows<'t> {
                     },
                 }
             };
-            Box::new(Concat::new(all.map(encode), ctx, cfg.special_ids(bos), cfg.disable_concat)?)
+            let rows: TokenRows<'t> = Box::new(all.map(encode));
+            Cut::Concat(Concat::new(rows, ctx, cfg.special_ids(bos), cfg.disable_concat)?)
         };
-        Ok(Windows { inner, pretokenized })
+        Ok(Windows { cut, skip, windows: 0, pretokenized })
     }
 }
 
@@ -225,7 +277,45 @@ impl Iterator for Windows<'_> {
     type Item = Result<Vec<u32>>;
 
     fn next(&mut self) -> Option<Result<Vec<u32>>> {
-        self.inner.next()
+        let w = match &mut self.cut {
+            Cut::Rows(rows) => rows.next()?,
+            Cut::Concat(c) => c.next()?,
+        };
+        self.windows += 1;
+        Some(w)
+    }
+}
+
+impl WindowStream for Windows<'_> {
+    fn cursor(&self) -> WindowPosition {
+        match &self.cut {
+            Cut::Rows(_) => WindowPosition { windows: self.windows, rows: self.windows, offset: 0, row_start: true },
+            Cut::Concat(c) => c.cursor(self.windows),
+        }
+    }
+
+    fn seek(&mut self, at: &WindowPosition) -> Result<()> {
+        if self.windows != 0 {
+            return Err(started(&self.cursor()));
+        }
+        match &mut self.cut {
+            Cut::Rows(rows) => {
+                self.skip.store(at.windows, Ordering::Relaxed);
+                for _ in 0..at.windows {
+                    rows.next().ok_or_else(|| ended_before(at))??;
+                }
+            }
+            Cut::Concat(c) => {
+                // The row the position is in is tokenized again; a run of rows that are each
+                // a window (no concatenation) has none part-cut.
+                let part_cut = !c.disable_concat && at.rows > 0;
+                self.skip.store(at.rows - u64::from(part_cut), Ordering::Relaxed);
+                c.seek(at)?;
+            }
+        }
+        self.skip.store(0, Ordering::Relaxed);
+        self.windows = at.windows;
+        Ok(())
     }
 }
 

@@ -17,6 +17,7 @@
 
 use std::path::{Path, PathBuf};
 
+use burnlens_data::WindowPosition;
 use burnlens_model::{HookPoint, Transformer};
 use safetensors::Dtype;
 use serde::{Deserialize, Serialize};
@@ -48,6 +49,10 @@ pub struct CacheIndex {
     pub windows_per_chunk: usize,
     pub complete: bool,
     pub shards: Vec<Shard>,
+    /// Where the corpus's windows stood after the last shard (an interrupted cache seeks
+    /// there to continue).
+    #[serde(default)]
+    pub position: WindowPosition,
 }
 
 impl CacheIndex {
@@ -111,21 +116,22 @@ pub fn write_cache(dir: &Path, job: &CacheJob, mut windows: WindowSource, progre
         windows_per_chunk: job.windows_per_chunk,
         complete: false,
         shards: Vec::new(),
+        position: WindowPosition::default(),
     };
     let mut index = match CacheIndex::read(dir) {
-        Ok(old) if CacheIndex { complete: false, shards: Vec::new(), ..old.clone() } == fresh => old,
+        Ok(old) if CacheIndex { complete: false, shards: Vec::new(), position: WindowPosition::default(), ..old.clone() } == fresh => old,
         Ok(_) => return Err(file_err(&dir.join(INDEX), "this folder holds a cache of other hooks or windows; use a new folder")),
         Err(_) => fresh,
     };
     if index.complete {
         return Ok(index);
     }
-    // Windows already cached are read past again (the corpus is streamed, not indexed).
-    let done = (index.chunks() * job.windows_per_chunk) as u64;
-    for _ in 0..done {
-        windows.next().transpose().map_err(StoreError::from)?;
+    // The corpus seeks to where the last shard ended.
+    if index.chunks() > 0 && index.position.windows == 0 {
+        return Err(file_err(&dir.join(INDEX), "an unfinished cache of an older burnlens (no position to continue from); use a new folder"));
     }
-    let mut read = done;
+    windows.seek(&index.position)?;
+    let mut read = index.position.windows;
     while !index.complete {
         let mut round = Vec::new();
         let mut mine = Ok(());
@@ -147,6 +153,7 @@ pub fn write_cache(dir: &Path, job: &CacheJob, mut windows: WindowSource, progre
         mine?;
         shared?;
         index.shards.extend(round);
+        index.position = windows.cursor();
         if job.ranks.is_writer() {
             index.write(dir)?;
         }
@@ -225,6 +232,24 @@ impl CacheReader {
     /// The widths of the hooks asked for.
     pub fn widths(&self) -> Vec<usize> {
         self.columns.iter().map(|&c| self.index.widths[c]).collect()
+    }
+
+    /// Go past the first `chunks` chunks (from the start): the shards before them are not
+    /// read.
+    pub fn seek(&mut self, chunks: u64) -> Result<(), StoreError> {
+        if self.chunks_read != 0 || self.shard != 0 {
+            return Err(StoreError::Config("an activation cache seeks from its start only".into()));
+        }
+        let mut left = chunks;
+        while let Some(shard) = self.index.shards.get(self.shard).filter(|s| (s.chunks as u64) <= left) {
+            left -= shard.chunks as u64;
+            self.shard += 1;
+        }
+        self.chunks_read = chunks - left;
+        for _ in 0..left {
+            self.next_chunk()?.ok_or_else(|| StoreError::Config(format!("the cache holds fewer than the {chunks} passes this run had read")))?;
+        }
+        Ok(())
     }
 
     /// The next chunk's rows, or `None` after the last.

@@ -15,6 +15,7 @@
 use std::path::{Path, PathBuf};
 
 use burn::tensor::{Device, Tensor, TensorData};
+use burnlens_data::WindowPosition;
 use burnlens_lens::dictionary::Dictionary;
 use burnlens_model::Rng;
 use burnlens_model::checkpoints::{Checkpoints, read_state};
@@ -28,9 +29,9 @@ use crate::store::ActivationStore;
 use crate::trainer::SaeTrainer;
 
 const TENSORS: &str = "tensors.safetensors";
-/// The checkpoint's layout: 2 holds a skip transcoder's `W_skip` as the dictionary does,
-/// `[d_in, d_out]`.
-const FORMAT: u64 = 2;
+/// The checkpoint's layout: 3 holds a skip transcoder's `W_skip` as the dictionary does
+/// (`[d_in, d_out]`) and the corpus's position as a [`WindowPosition`].
+const FORMAT: u64 = 3;
 
 /// What a checkpoint records besides its tensors.
 #[derive(Debug, Serialize, Deserialize)]
@@ -40,8 +41,8 @@ struct RunState {
     /// Per site.
     adam_t: Vec<u64>,
     topk_threshold: Vec<f64>,
-    /// Windows (or cached passes) the store had read.
-    position: u64,
+    /// Where the store's corpus stood (a cache's: the passes read).
+    position: WindowPosition,
     rng: Rng,
 }
 
@@ -136,6 +137,10 @@ pub struct Site<'a> {
 /// The trainers of the run's latest checkpoint (the store moved to where it was), or `None`
 /// for a run without one.
 pub fn load(run_dir: &Path, sites: &[Site], store: &mut ActivationStore) -> Result<Option<Vec<SaeTrainer>>, RunError> {
+    let older = run_dir.join("checkpoint.safetensors");
+    if older.is_file() {
+        return Err(file_err(&older, "a checkpoint of an older burnlens, which this one does not resume; remove it to start again"));
+    }
     let Some(dir) = Checkpoints::of_run(run_dir).latest()? else { return Ok(None) };
     let state: RunState = read_state(&dir)?;
     if state.format != FORMAT || state.adam_t.len() != sites.len() || state.topk_threshold.len() != sites.len() {
@@ -163,7 +168,7 @@ pub fn load(run_dir: &Path, sites: &[Site], store: &mut ActivationStore) -> Resu
         }
         trainers.push(t);
     }
-    store.skip_to(state.position)?;
+    store.seek(&state.position)?;
     let batch = store.buffer.batch_size * store.buffer.width;
     store.buffer.storage = saved.f32s("buffer.storage")?.1;
     store.buffer.serving = saved.f32s("buffer.serving")?.1.chunks(batch.max(1)).map(|c| c.to_vec()).collect();

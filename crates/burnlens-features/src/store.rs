@@ -13,6 +13,7 @@
 //! ([`StoreConfig::buffer_bytes`]); the corpus itself is streamed.
 
 use burn::tensor::{Tensor, TensorData};
+use burnlens_data::WindowPosition;
 use burnlens_model::{HookPoint, Transformer};
 use serde::{Deserialize, Serialize};
 
@@ -62,9 +63,9 @@ pub struct ActivationStore<'a> {
     pub widths: Vec<usize>,
     pub buffer: MixingBuffer,
     pub cfg: StoreConfig,
-    /// Windows taken from the corpus so far, or chunks from the cache (where a resumed run
-    /// skips to).
-    pub position: u64,
+    /// Where the corpus's windows stand (a cache's: `windows` counts the passes read), which
+    /// a resumed run seeks to.
+    pub position: WindowPosition,
     exhausted: bool,
 }
 
@@ -83,7 +84,15 @@ impl<'a> ActivationStore<'a> {
         let widths: Vec<usize> = probe.iter().map(|t| t.dims()[1]).collect();
         let buffer =
             MixingBuffer::new(cfg.buffer_rows(), cfg.train_batch_size_tokens, cfg.mix_fraction, widths.iter().sum(), seed).map_err(StoreError::Config)?;
-        Ok(ActivationStore { device: model.device(), producer: Producer::Model { model, hooks, windows }, widths, buffer, cfg, position: 0, exhausted: false })
+        Ok(ActivationStore {
+            device: model.device(),
+            producer: Producer::Model { model, hooks, windows },
+            widths,
+            buffer,
+            cfg,
+            position: WindowPosition::default(),
+            exhausted: false,
+        })
     }
 
     /// A store over an activation cache, whose passes must be of `store_batch_size_prompts`
@@ -99,21 +108,17 @@ impl<'a> ActivationStore<'a> {
         let widths = reader.widths();
         let buffer =
             MixingBuffer::new(cfg.buffer_rows(), cfg.train_batch_size_tokens, cfg.mix_fraction, widths.iter().sum(), seed).map_err(StoreError::Config)?;
-        Ok(ActivationStore { device, producer: Producer::Cache(reader), widths, buffer, cfg, position: 0, exhausted: false })
+        Ok(ActivationStore { device, producer: Producer::Cache(reader), widths, buffer, cfg, position: WindowPosition::default(), exhausted: false })
     }
 
-    /// Skip to `position` (a resumed run continues where it stopped).
-    pub fn skip_to(&mut self, position: u64) -> Result<(), StoreError> {
-        for _ in 0..position {
-            let more = match &mut self.producer {
-                Producer::Model { windows, .. } => windows.next().transpose()?.is_some(),
-                Producer::Cache(reader) => reader.next_chunk()?.is_some(),
-            };
-            if !more {
-                return Err(StoreError::Config(format!("the data has less than the {position} windows (or cached passes) this run had read")));
-            }
+    /// Go to `position` (a resumed run continues where it stopped): the corpus's windows
+    /// seek there, a cache skips its shards before it.
+    pub fn seek(&mut self, position: &WindowPosition) -> Result<(), StoreError> {
+        match &mut self.producer {
+            Producer::Model { windows, .. } => windows.seek(position)?,
+            Producer::Cache(reader) => reader.seek(position.windows)?,
         }
-        self.position = position;
+        self.position = *position;
         Ok(())
     }
 
@@ -136,13 +141,13 @@ impl<'a> ActivationStore<'a> {
         let rows = match &mut self.producer {
             Producer::Model { model, hooks, windows } => {
                 let batch: Vec<Vec<u32>> = windows.by_ref().take(self.cfg.store_batch_size_prompts).collect::<Result<_, _>>()?;
-                self.position += batch.len() as u64;
+                self.position = windows.cursor();
                 self.exhausted = batch.len() < self.cfg.store_batch_size_prompts;
                 if batch.is_empty() { None } else { Some(joined(pass(model, hooks, &batch)?)) }
             }
             Producer::Cache(reader) => {
                 let chunk = reader.next_chunk()?;
-                self.position += chunk.is_some() as u64;
+                self.position.windows += chunk.is_some() as u64;
                 self.exhausted = chunk.is_none();
                 chunk
             }
