@@ -303,6 +303,38 @@ fn training_from_an_activation_cache_equals_training_from_the_model() {
     let c = tmp.path().join("c");
     let bad = ["train-sae", "--from-cache", cache.to_str().unwrap(), "--hook", "blocks.1.hook_resid_post", "--out", c.to_str().unwrap()];
     assert_bad_input(&burnlens(&bad), "blocks.1.hook_resid_post");
+
+    // A reader that seeks past k passes gives the passes after them (whole shards skipped).
+    let hooks = ["blocks.1.hook_resid_pre".to_string()];
+    let chunks = |dir: &Path, skip: u64| {
+        let mut r = burnlens::features::CacheReader::open(dir, &hooks).unwrap();
+        r.seek(skip).unwrap();
+        std::iter::from_fn(move || r.next_chunk().unwrap()).collect::<Vec<_>>()
+    };
+    let all = chunks(&cache, 0);
+    assert_eq!(all.len(), 100);
+    for k in [1, 6, 7, 8, 50, 99, 100] {
+        assert!(chunks(&cache, k) == all[k as usize..], "after seeking past {k} passes");
+    }
+    // An unfinished cache continues from the position its index kept: the same passes as
+    // a cache written at once.
+    let part = tmp.path().join("part");
+    let cache_args = |windows: &'static str| -> Vec<String> {
+        let mut v: Vec<String> = ["cache-activations", "--model", MODEL, "--hook", "blocks.1.hook_resid_pre", "--data", "random", "--seq-len", "16", "--batch", "4"]
+            .map(String::from)
+            .to_vec();
+        v.extend(["--windows", windows, "--chunks-per-shard", "7", "--seed", "3", "--out", part.to_str().unwrap()].map(String::from));
+        v
+    };
+    let run = |a: Vec<String>| burnlens(&a.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(run(cache_args("200")).status.success());
+    let index_path = part.join("cache.json");
+    let index = std::fs::read_to_string(&index_path).unwrap();
+    assert!(index.contains("\"position\"") && index.contains("\"complete\": true"), "{index}");
+    std::fs::write(&index_path, index.replace("\"complete\": true", "\"complete\": false")).unwrap();
+    let o = run(cache_args("400"));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(chunks(&part, 0) == all, "a continued cache holds the passes of one written at once");
 }
 
 #[test]
