@@ -320,9 +320,10 @@ fn training_from_an_activation_cache_equals_training_from_the_model() {
     // a cache written at once.
     let part = tmp.path().join("part");
     let cache_args = |windows: &'static str| -> Vec<String> {
-        let mut v: Vec<String> = ["cache-activations", "--model", MODEL, "--hook", "blocks.1.hook_resid_pre", "--data", "random", "--seq-len", "16", "--batch", "4"]
-            .map(String::from)
-            .to_vec();
+        let mut v: Vec<String> =
+            ["cache-activations", "--model", MODEL, "--hook", "blocks.1.hook_resid_pre", "--data", "random", "--seq-len", "16", "--batch", "4"]
+                .map(String::from)
+                .to_vec();
         v.extend(["--windows", windows, "--chunks-per-shard", "7", "--seed", "3", "--out", part.to_str().unwrap()].map(String::from));
         v
     };

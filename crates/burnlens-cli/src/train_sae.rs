@@ -28,7 +28,7 @@ pub struct TrainSaeArgs {
     pub from_cache: Option<PathBuf>,
     /// Take the run's and the corpus's options from a TOML file instead of the flags: a
     /// `[run]` table with the flags' names (`hook`, `architecture`, `k`, `steps`, ...) and a
-    /// `[corpus]` table (`data`, `column`, `seq_len`, `no_prepend_bos`); unnamed keys keep their
+    /// `[corpus]` table (`data`, `column`, `seq_len`, `prepend_bos`); unnamed keys keep their
     /// defaults, unknown keys are refused.
     #[arg(long)]
     pub config: Option<PathBuf>,

@@ -28,14 +28,15 @@ pub struct CorpusOptions {
     /// Tokens per window (SAELens's context_size).
     #[cfg_attr(feature = "clap", arg(long, default_value_t = CorpusOptions::default().seq_len))]
     pub seq_len: usize,
-    /// Do not start each window with BOS (SAELens's prepend_bos=False).
-    #[cfg_attr(feature = "clap", arg(long))]
-    pub no_prepend_bos: bool,
+    /// Start each window with BOS (SAELens's `prepend_bos`); the flag `--no-prepend-bos`
+    /// turns it off.
+    #[cfg_attr(feature = "clap", arg(long = "no-prepend-bos", action = clap::ArgAction::SetFalse))]
+    pub prepend_bos: bool,
 }
 
 impl Default for CorpusOptions {
     fn default() -> Self {
-        CorpusOptions { data: "random".into(), column: None, seq_len: 32, no_prepend_bos: false }
+        CorpusOptions { data: "random".into(), column: None, seq_len: 32, prepend_bos: true }
     }
 }
 
@@ -59,7 +60,7 @@ impl CorpusOptions {
         }
         let spec = DatasetSpec::parse(&self.data)?;
         let files = spec.files(hub, &mut |_| {})?;
-        let cfg = WindowConfig { context_size: self.seq_len, prepend_bos: !self.no_prepend_bos, separator: Separator::Bos, disable_concat: false };
+        let cfg = WindowConfig { context_size: self.seq_len, prepend_bos: self.prepend_bos, separator: Separator::Bos, disable_concat: false };
         let windows = Windows::new(Rows::new(files, Column(self.column.clone())), model.tokenizer, model.bos, &cfg)?;
         Ok(Box::new(windows))
     }
@@ -76,5 +77,32 @@ impl CorpusOptions {
             out.push(batch);
         }
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn options_read_with_saelens_names_and_refuse_unknown_ones() {
+        let o: CorpusOptions = serde_json::from_str(r#"{"data": "x.txt", "prepend_bos": false}"#).unwrap();
+        assert_eq!(o, CorpusOptions { data: "x.txt".into(), prepend_bos: false, ..CorpusOptions::default() });
+        assert!(CorpusOptions::default().prepend_bos);
+        let e = serde_json::from_str::<CorpusOptions>(r#"{"no_prepend_bos": true}"#).unwrap_err().to_string();
+        assert!(e.contains("no_prepend_bos"), "{e}");
+    }
+
+    #[cfg(feature = "clap")]
+    #[test]
+    fn the_flag_turns_bos_off() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            corpus: CorpusOptions,
+        }
+        assert!(Cli::parse_from(["x"]).corpus.prepend_bos);
+        assert!(!Cli::parse_from(["x", "--no-prepend-bos"]).corpus.prepend_bos);
     }
 }

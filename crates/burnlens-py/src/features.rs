@@ -1,7 +1,8 @@
 //! Training and evaluating SAEs and transcoders, and their dashboards, from Python
-//! (`burnlens.train_sae`, `burnlens.evaluate_sae`, `burnlens.dashboards`): the options arrive
-//! as JSON objects with the library's own field names (`features::RunOptions`,
-//! `data::CorpusOptions`, `dashboards::DashboardOptions`), so nothing is spelled twice.
+//! (`burnlens.train_sae`, `burnlens.evaluate_sae`, `burnlens.dashboards`): the keyword
+//! options arrive as one JSON object with the library's own field names, split here into the
+//! corpus's (`data::CorpusOptions`, its fields asked of the struct) and the call's own
+//! (`features::RunOptions`, `dashboards::DashboardOptions`), so nothing is spelled twice.
 
 use std::ops::ControlFlow;
 use std::path::Path;
@@ -17,21 +18,26 @@ fn options<T: serde::de::DeserializeOwned>(json: &str, what: &str) -> PyResult<T
     serde_json::from_str(json).map_err(|e| PyValueError::new_err(format!("{what}: {e}")))
 }
 
+/// One call's keyword options split into the corpus's (the fields [`CorpusOptions`]
+/// serialises, asked of the struct itself) and the rest, each read as its struct.
+fn corpus_and<T: serde::de::DeserializeOwned>(json: &str, what: &str) -> PyResult<(CorpusOptions, T)> {
+    use serde_json::{Map, Value};
+    let mut all: Map<String, Value> = options(json, what)?;
+    let Value::Object(fields) = serde_json::to_value(CorpusOptions::default()).expect("corpus options serialise") else { unreachable!("a struct") };
+    let corpus: Map<String, Value> = fields.keys().filter_map(|k| all.remove_entry(k)).collect();
+    fn read<T: serde::de::DeserializeOwned>(m: Map<String, Value>, what: &str) -> PyResult<T> {
+        serde_json::from_value(Value::Object(m)).map_err(|e| PyValueError::new_err(format!("{what}: {e}")))
+    }
+    Ok((read(corpus, what)?, read(all, what)?))
+}
+
 /// Train (or resume) the run in `out`; `on_step(reports_json)` after every step, where an
 /// exception stops the run after a checkpoint and is raised again. Returns the run's summary
 /// as JSON.
 #[pyfunction]
-#[pyo3(signature = (model, out, run_json, corpus_json, on_step=None))]
-pub fn train_sae<'py>(
-    py: Python<'py>,
-    model: &NativeModel,
-    out: &str,
-    run_json: &str,
-    corpus_json: &str,
-    on_step: Option<Py<PyAny>>,
-) -> PyResult<Bound<'py, PyAny>> {
-    let run: RunOptions = options(run_json, "train_sae options")?;
-    let corpus: CorpusOptions = options(corpus_json, "train_sae corpus options")?;
+#[pyo3(signature = (model, out, options_json, on_step=None))]
+pub fn train_sae<'py>(py: Python<'py>, model: &NativeModel, out: &str, options_json: &str, on_step: Option<Py<PyAny>>) -> PyResult<Bound<'py, PyAny>> {
+    let (corpus, run): (CorpusOptions, RunOptions) = corpus_and(options_json, "train_sae options")?;
     let cfg =
         run.config(model.any.model.config.d_model, model.any.model.config.n_layers(), corpus.seq_len).map_err(|e| PyValueError::new_err(e.to_string()))?;
     let mut error: Option<PyErr> = None;
@@ -71,7 +77,7 @@ pub fn evaluate_sae<'py>(
     batch_size: usize,
     seed: u64,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let corpus: CorpusOptions = options(corpus_json, "evaluate_sae corpus options")?;
+    let corpus: CorpusOptions = options(corpus_json, "evaluate_sae options")?;
     let err = |e: &dyn std::fmt::Display| PyValueError::new_err(e.to_string());
     let mut windows = corpus.windows(model.any.corpus_model(), seed, &burnlens_hf::Hub::from_env()).map_err(|e| err(&e))?;
     let batches = corpus.batches(&mut windows, batches, batch_size).map_err(|e| err(&e))?;
@@ -86,21 +92,18 @@ pub fn evaluate_sae<'py>(
 /// tokens_per_s, seconds_left)` after every batch, where an exception stops the job after a
 /// checkpoint and is raised again. Returns the summary as JSON.
 #[pyfunction]
-#[pyo3(signature = (model, out, options_json, corpus_json, sae=None, transcoders=None, on_progress=None))]
-#[allow(clippy::too_many_arguments)]
+#[pyo3(signature = (model, out, options_json, sae=None, transcoders=None, on_progress=None))]
 pub fn dashboards<'py>(
     py: Python<'py>,
     model: &NativeModel,
     out: &str,
     options_json: &str,
-    corpus_json: &str,
     sae: Option<&NativeSae>,
     transcoders: Option<&NativeTranscoders>,
     on_progress: Option<Py<PyAny>>,
 ) -> PyResult<Bound<'py, PyAny>> {
     use burnlens_dashboards::{Explained, Job};
-    let opts: burnlens_dashboards::DashboardOptions = options(options_json, "dashboards options")?;
-    let corpus: CorpusOptions = options(corpus_json, "dashboards corpus options")?;
+    let (corpus, opts): (CorpusOptions, burnlens_dashboards::DashboardOptions) = corpus_and(options_json, "dashboards options")?;
     let err = |e: &dyn std::fmt::Display| PyValueError::new_err(e.to_string());
     let explained = match (sae, transcoders) {
         (Some(s), None) => Explained::Sae { sae: &s.sae, id: s.sae.cfg.hook_name.clone() },

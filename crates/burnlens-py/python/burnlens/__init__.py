@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -470,44 +471,45 @@ def train(config_path: str, overrides: Optional[Dict[str, Any]] = None, on_step:
     return _native.train(str(config_path), json.dumps(overrides or {}), on_step, resume)
 
 
-def _corpus(data: Any, column: Optional[str], seq_len: int, prepend_bos: bool) -> str:
-    return json.dumps({"data": str(data), "column": column, "seq_len": int(seq_len), "no_prepend_bos": not prepend_bos})
+def _options(options: Dict[str, Any]) -> str:
+    """Keyword options as JSON, with the library's own names; paths as strings."""
+    return json.dumps({k: os.fspath(v) if isinstance(v, os.PathLike) else v for k, v in options.items()})
 
 
-def train_sae(model: "HookedModel", out: str, *, data: Any = "random", column: Optional[str] = None, seq_len: int = 32,
-              prepend_bos: bool = True, on_step: Optional[Callable[[List[Dict[str, Any]]], None]] = None, **options: Any) -> Dict[str, Any]:
-    """Train SAEs as SAELens trains them on `model`'s activations, streamed from `data`
-    (`"random"`, `"repeated"`, a .txt/.jsonl/.parquet file or folder, or a Hub dataset
-    `org/name[@rev][:split]`) in windows of `seq_len` tokens. `options` are `train-sae`'s flags
-    with underscores: `hook="blocks.1.hook_resid_pre"` (or several, comma-separated) or
+def train_sae(model: "HookedModel", out: str, *, on_step: Optional[Callable[[List[Dict[str, Any]]], None]] = None, **options: Any) -> Dict[str, Any]:
+    """Train SAEs as SAELens trains them on `model`'s activations, streamed from a corpus.
+    `options` are `train-sae`'s flags with underscores. The corpus's: `data` (`"random"`,
+    `"repeated"`, a .txt/.jsonl/.parquet file or folder, or a Hub dataset
+    `org/name[@rev][:split]`), `column`, `seq_len` (tokens per window), `prepend_bos`. The
+    run's: `hook="blocks.1.hook_resid_pre"` (or several, comma-separated) or
     `transcoders=True` (one per layer, `skip=True` for W_skip), `architecture` (standard, topk,
-    batchtopk, jumprelu), `k`, `l1` (standard) or `l0` (jumprelu), `d_sae`, `steps`, `batch`, `lr`, `seed`, ... The run lives
-    in `out` (run again to resume); `on_step(reports)` gets each step's loss terms per site, and
-    an exception it raises stops the run after a checkpoint and is raised again. Returns the
-    summary (`outputs`: the SAE or transcoder folders written)."""
-    return _native.train_sae(model._native, str(out), json.dumps(options), _corpus(data, column, seq_len, prepend_bos), on_step)
+    batchtopk, jumprelu), `k`, `l1` (standard) or `l0` (jumprelu), `d_sae`, `steps`, `batch`,
+    `lr`, `seed`, ... The run lives in `out` (run again to resume); `on_step(reports)` gets
+    each step's loss terms per site, and an exception it raises stops the run after a
+    checkpoint and is raised again. Returns the summary (`outputs`: the SAE or transcoder
+    folders written)."""
+    return _native.train_sae(model._native, str(out), _options(options), on_step)
 
 
-def evaluate_sae(model: "HookedModel", sae: "SAE", *, data: Any = "random", column: Optional[str] = None, seq_len: int = 32,
-                 prepend_bos: bool = True, batches: int = 10, batch_size: int = 8, seed: int = 0) -> Dict[str, Any]:
+def evaluate_sae(model: "HookedModel", sae: "SAE", *, batches: int = 10, batch_size: int = 8, seed: int = 0, **corpus: Any) -> Dict[str, Any]:
     """SAELens's `run_evals` metrics of `sae` over `batches` batches of `batch_size` windows of
-    `data` (as `train_sae` reads it), BOS left out: `{"metrics": {...}, "feature_metrics": {...}}`
-    with SAELens's names and nesting."""
-    return _native.evaluate_sae(model._native, sae, _corpus(data, column, seq_len, prepend_bos), int(batches), int(batch_size), int(seed))
+    the corpus `corpus` names (`data`, `column`, `seq_len`, `prepend_bos`, as `train_sae`
+    reads them), BOS left out: `{"metrics": {...}, "feature_metrics": {...}}` with SAELens's
+    names and nesting."""
+    return _native.evaluate_sae(model._native, sae, _options(corpus), int(batches), int(batch_size), int(seed))
 
 
-def dashboards(model: "HookedModel", out: str, *, sae: Optional["SAE"] = None, transcoders: Optional[Transcoders] = None, data: Any = "random",
-               column: Optional[str] = None, seq_len: int = 32, prepend_bos: bool = True,
+def dashboards(model: "HookedModel", out: str, *, sae: Optional["SAE"] = None, transcoders: Optional[Transcoders] = None,
                on_progress: Optional[Callable[[Dict[str, Any]], None]] = None, **options: Any) -> Dict[str, Any]:
     """Feature dashboards as SAEDashboard makes them, for every feature of `sae` or of
-    `transcoders` (each layer's) over `data` (as `train_sae` reads it), written into `out`:
-    `html/index.html` (an offline browser), `neuronpedia/` (Neuronpedia's batch JSON),
-    `circuit-tracer/` (its local feature files) and `features/` (burnlens's JSON per feature).
-    `options` are the `dashboards` command's flags with underscores: `tokens`, `features`
-    ("0-99,512"), `top_k`, `quantiles`, `quantile_size`, `before`, `after`, `whole_window`,
-    `keep_bos`, `batch`, `checkpoint_every`, `seed`. Running again resumes an interrupted job;
-    `on_progress(p)` gets `pass`, `tokens`, `of`, `tokens_per_s` and `seconds_left`, and an
-    exception it raises stops the job after a checkpoint and is raised again. Returns the
-    summary (`features`, `tokens`, `ran_out`, `seconds`, `index`)."""
-    return _native.dashboards(model._native, str(out), json.dumps(options), _corpus(data, column, seq_len, prepend_bos), sae, transcoders, on_progress)
-
+    `transcoders` (each layer's) over a corpus (`data`, `column`, `seq_len`, `prepend_bos`,
+    as `train_sae` reads it), written into `out`: `html/index.html` (an offline browser),
+    `neuronpedia/` (Neuronpedia's batch JSON), `circuit-tracer/` (its local feature files)
+    and `features/` (burnlens's JSON per feature). The other `options` are the `dashboards`
+    command's flags with underscores: `tokens`, `features` ("0-99,512"), `top_k`,
+    `quantiles`, `quantile_size`, `before`, `after`, `whole_window`, `keep_bos`, `batch`,
+    `checkpoint_every`, `seed`. Running again resumes an interrupted job; `on_progress(p)`
+    gets `pass`, `tokens`, `of`, `tokens_per_s` and `seconds_left`, and an exception it raises
+    stops the job after a checkpoint and is raised again. Returns the summary (`features`,
+    `tokens`, `ran_out`, `seconds`, `index`)."""
+    return _native.dashboards(model._native, str(out), _options(options), sae, transcoders, on_progress)

@@ -616,6 +616,14 @@ def test_train_sae_on_a_corpus_then_evaluate_it(tmp_path):
     assert m["metrics"]["sparsity"]["l0"] <= 4.0
     assert m["metrics"]["token_stats"]["total_tokens_eval_sparsity_variance"] == 2 * 4 * 16
     assert len(m["feature_metrics"]["feature_density"]) == 64
+    # The corpus options are the library's own (`prepend_bos` as SAELens names it; this
+    # character model has no BOS, so it changes nothing here); a misspelled one is named.
+    no_bos = burnlens.evaluate_sae(model, sae, data=fixture("data/corpus.jsonl"), seq_len=16, prepend_bos=False, batches=2, batch_size=4)
+    assert no_bos["metrics"]["token_stats"]["total_tokens_eval_sparsity_variance"] == 2 * 4 * 16
+    with pytest.raises(ValueError, match="seq_lenn"):
+        burnlens.evaluate_sae(model, sae, data="random", seq_lenn=16)
+    with pytest.raises(ValueError, match="stepz"):
+        burnlens.train_sae(model, tmp_path / "bad", data="random", seq_len=16, hook="blocks.1.hook_resid_pre", stepz=3)
 
 
 def test_train_sae_stops_when_on_step_raises_and_resumes(tmp_path):
