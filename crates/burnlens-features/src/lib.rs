@@ -24,6 +24,7 @@ pub mod evals;
 pub mod forward;
 pub mod host;
 pub mod inference;
+pub mod metrics;
 pub mod mixing;
 pub mod options;
 pub mod outputs;
@@ -36,6 +37,7 @@ pub mod schedule;
 pub mod sparse_pass;
 pub mod store;
 pub mod trainer;
+pub mod units;
 
 pub use architecture::{Architecture, ArchitectureName, JumpReluSettings, LossTerm, TopKSettings};
 pub use cache::{CacheIndex, CacheJob, CacheReader, write_cache};

@@ -2,29 +2,31 @@
 //! one model pass per batch of windows: the run directory holds the configuration
 //! (`config.json`), a checkpoint every `checkpoint_every` steps (`checkpoints/`, see
 //! [`crate::checkpoint`]: parameters, Adam's moments, the dead-feature counters, the mixing
-//! buffer's rows, the step, the data position and the shuffling state), `metrics.jsonl` (a line per logged step and site) and, at the end, the SAE in
-//! SAELens's layout (`sae/cfg.json` + `sae/sae_weights.safetensors`; `sae/{hook}/` for each
-//! of several) or the transcoders in circuit-tracer's per-layer layout (`transcoders/`). Run again with the same
-//! configuration after an interruption (SIGKILL included), it resumes from the checkpoint
-//! and ends bit-identical to an uninterrupted run: the same batches in the same order.
+//! buffer's rows, the step, the data position and the shuffling state), `metrics.jsonl`
+//! ([`crate::metrics`]) and, at the end, the SAE in SAELens's layout (`sae/cfg.json` +
+//! `sae/sae_weights.safetensors`; `sae/{hook}/` for each of several) or the transcoders in
+//! circuit-tracer's per-layer layout (`transcoders/`). Each trainer reads what its unit says
+//! ([`crate::units`]). Run again with the same configuration after an interruption (SIGKILL
+//! included), it resumes from the checkpoint and ends bit-identical to an uninterrupted
+//! run: the same batches in the same order.
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use burn::tensor::{Device, Tensor};
-use burnlens_lens::dictionary::Dictionary;
-use burnlens_model::{HookPoint, Rng, Transformer};
+use burn::tensor::Device;
+use burnlens_model::{Rng, Transformer};
 use serde::Serialize;
 
 use crate::cache::CacheReader;
 use crate::checkpoint;
 use crate::config::{RunError, SaeRunConfig, file_err};
-use crate::cross_layer::Blocks;
+use crate::metrics::{Clock, append_metrics};
 use crate::outputs::write_outputs;
-use crate::params::{DECODER_INIT_NORM, Shape, init};
+use crate::params::{DECODER_INIT_NORM, init};
 use crate::pass::WindowSource;
 use crate::store::ActivationStore;
-use crate::trainer::{Batch, SaeTrainer, StepReport};
+use crate::trainer::{SaeTrainer, StepReport};
+use crate::units::{Unit, hooks, units};
 
 /// How a run ended.
 #[derive(Debug, Clone, Serialize)]
@@ -51,77 +53,10 @@ pub struct RunSummary {
 const CONFIG: &str = "config.json";
 const METRICS: &str = "metrics.jsonl";
 
-/// The hook points a run reads, each once, and each site's (input, output) among them.
-struct Hooks {
-    points: Vec<HookPoint>,
-    sites: Vec<(usize, Option<usize>)>,
-}
-
-fn hooks(cfg: &SaeRunConfig) -> Result<Hooks, RunError> {
-    let mut points: Vec<HookPoint> = Vec::new();
-    let mut index = |name: &str| -> Result<usize, RunError> {
-        let h = HookPoint::parse(name).ok_or_else(|| RunError::Config(format!("hook `{name}`: not a hook point name")))?;
-        Ok(points.iter().position(|p| *p == h).unwrap_or_else(|| {
-            points.push(h);
-            points.len() - 1
-        }))
-    };
-    let sites = cfg.sites.iter().map(|s| Ok((index(&s.input)?, s.output.as_deref().map(&mut index).transpose()?))).collect::<Result<Vec<_>, RunError>>()?;
-    if sites.is_empty() {
-        return Err(RunError::Config("no hook point to train on".into()));
-    }
-    if cfg.cross_layer && sites.iter().any(|s| s.1.is_none()) {
-        return Err(RunError::Config("cross_layer: every site of a cross-layer transcoder needs an output hook".into()));
-    }
-    Ok(Hooks { points, sites })
-}
-
-/// What one trainer reads: the hook points of its input (side by side) and of its target.
-struct Unit {
-    inputs: Vec<usize>,
-    outputs: Option<Vec<usize>>,
-    shape: Shape,
-    blocks: Option<Blocks>,
-}
-
-/// One trainer per site, or one for all of them as a cross-layer transcoder.
-fn units(cfg: &SaeRunConfig, h: &Hooks, widths: &[usize], device: &Device) -> Vec<Unit> {
-    if cfg.cross_layer {
-        let inputs: Vec<usize> = h.sites.iter().map(|s| s.0).collect();
-        let outputs: Vec<usize> = h.sites.iter().filter_map(|s| s.1).collect();
-        let blocks = Blocks::new(inputs.len(), widths[inputs[0]], widths[outputs[0]], cfg.d_sae, device);
-        return vec![Unit { inputs, outputs: Some(outputs), shape: blocks.shape(), blocks: Some(blocks) }];
-    }
-    let unit = |&(i, o): &(usize, Option<usize>)| {
-        let shape =
-            Shape { d_in: widths[i], d_sae: cfg.d_sae, d_out: o.map_or(widths[i], |o| widths[o]), transcoder: o.is_some(), skip: cfg.skip && o.is_some() };
-        Unit { inputs: vec![i], outputs: o.map(|o| vec![o]), shape, blocks: None }
-    };
-    h.sites.iter().map(unit).collect()
-}
-
-impl Unit {
-    fn batch(&self, acts: &[Tensor<2>]) -> Batch {
-        let side_by_side = |ix: &[usize]| match ix {
-            [i] => acts[*i].clone(),
-            _ => Tensor::cat(ix.iter().map(|&i| acts[i].clone()).collect(), 1),
-        };
-        Batch { x: side_by_side(&self.inputs), target: self.outputs.as_deref().map(side_by_side) }
-    }
-
-    fn trainer(&self, cfg: &SaeRunConfig, params: Dictionary) -> SaeTrainer {
-        let t = SaeTrainer::new(cfg.architecture, cfg.trainer, params);
-        match &self.blocks {
-            Some(b) => t.cross_layer(b.clone()),
-            None => t,
-        }
-    }
-}
-
 /// Where a run's activations come from.
 pub enum Source<'a> {
-    /// `model`'s passes over `windows` (made anew for a resumed run, which skips what it had
-    /// read); `model_name` goes into the SAEs' configs.
+    /// `model`'s passes over `windows` (from their start: a resumed run seeks them to where
+    /// it stood); `model_name` goes into the SAEs' configs.
     Model { model: &'a Transformer, windows: WindowSource<'a>, model_name: Option<String> },
     /// An activation cache's folder, read on `device` ([`crate::cache`]).
     Cache { dir: PathBuf, device: Device },
@@ -239,26 +174,4 @@ pub struct Progress {
     pub steps: usize,
     pub tokens_per_s: f64,
     pub seconds_left: f64,
-}
-
-/// Seconds since this invocation started: in all (`elapsed_s`), and waiting for activations
-/// (`store_s`: the model passes and the mixing buffer).
-#[derive(Debug, Clone, Copy)]
-struct Clock {
-    elapsed_s: f64,
-    store_s: f64,
-}
-
-/// A line per site: the step's loss terms, and the [`Clock`].
-fn append_metrics(path: &Path, cfg: &SaeRunConfig, reports: &[StepReport], clock: Clock) -> Result<(), RunError> {
-    use std::io::Write;
-    let mut f = std::fs::OpenOptions::new().create(true).append(true).open(path).map_err(|e| file_err(path, e))?;
-    for (r, name) in reports.iter().zip(cfg.trainer_names()) {
-        let mut line = serde_json::json!({ "step": r.step + 1, "hook": name, "loss": r.loss, "lr": r.lr, "l0": r.l0, "dead_features": r.dead, "coefficient": r.coefficient, "elapsed_s": clock.elapsed_s, "store_s": clock.store_s });
-        for (t, v) in &r.losses {
-            line[t.name()] = (*v).into();
-        }
-        writeln!(f, "{line}").map_err(|e| file_err(path, e))?;
-    }
-    Ok(())
 }
