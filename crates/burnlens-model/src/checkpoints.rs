@@ -58,21 +58,35 @@ impl Checkpoints {
         self.root.join(format!("step-{step:06}"))
     }
 
-    /// The newest complete checkpoint, if any; a `LATEST` naming no complete checkpoint is
-    /// an error naming it.
+    /// The newest complete checkpoint, if any: the one `LATEST` names, or, where a crash
+    /// came between replacing a checkpoint of the same step and renaming its successor into
+    /// place, the newest complete one there is. A `LATEST` with no complete checkpoint at all
+    /// is an error naming it.
     pub fn latest(&self) -> Result<Option<PathBuf>, FileError> {
         let latest = self.latest_file();
         match std::fs::read_to_string(&latest) {
             Ok(name) => {
                 let dir = self.root.join(name.trim());
-                if !dir.join(STATE).is_file() {
-                    return Err(invalid(&latest, format!("names {}, which is not a complete checkpoint", dir.display())));
+                if dir.join(STATE).is_file() {
+                    return Ok(Some(dir));
                 }
-                Ok(Some(dir))
+                let newest = self.steps()?.into_iter().rev().find(|d| d.join(STATE).is_file());
+                newest.map(Some).ok_or_else(|| invalid(&latest, format!("names {}, which is not a complete checkpoint, and there is none", dir.display())))
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(io_at(&latest)(e)),
         }
+    }
+
+    /// The `step-*` directories, oldest first.
+    fn steps(&self) -> Result<Vec<PathBuf>, FileError> {
+        let mut steps: Vec<PathBuf> = std::fs::read_dir(&self.root)
+            .map_err(io_at(&self.root))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("step-")))
+            .collect();
+        steps.sort();
+        Ok(steps)
     }
 
     /// Write the checkpoint of `step`: `state` as [`STATE`], then `files` writes the run's
@@ -101,12 +115,7 @@ impl Checkpoints {
 
     /// Remove all but the [`KEEP`] newest checkpoints (never `current`).
     fn prune(&self, current: &Path) -> Result<(), FileError> {
-        let mut old: Vec<PathBuf> = std::fs::read_dir(&self.root)
-            .map_err(io_at(&self.root))?
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("step-")))
-            .collect();
-        old.sort();
+        let old = self.steps()?;
         let keep = old.len().saturating_sub(KEEP);
         for p in old[..keep].iter().filter(|p| *p != current) {
             let _ = std::fs::remove_dir_all(p);
@@ -176,7 +185,11 @@ mod tests {
         assert_eq!(std::fs::read_dir(c.latest_file().parent().unwrap()).unwrap().count(), 3, "no temporary directory is left");
         let wrong = read_state::<Vec<u8>>(&c.dir(3)).unwrap_err().to_string();
         assert!(wrong.contains("state.json") && wrong.contains("not this run's checkpoint state"), "{wrong}");
-        std::fs::write(c.latest_file(), "step-000009").unwrap();
+        // A crash between removing a checkpoint of the same step and renaming its successor
+        // leaves LATEST naming nothing: the newest complete one is taken.
+        std::fs::remove_dir_all(c.dir(3)).unwrap();
+        assert_eq!(c.latest().unwrap(), Some(c.dir(2)));
+        std::fs::remove_dir_all(c.dir(2)).unwrap();
         assert!(c.latest().unwrap_err().to_string().contains("not a complete checkpoint"));
         c.remove().unwrap();
         assert!(c.latest().unwrap().is_none());
