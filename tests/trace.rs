@@ -14,7 +14,9 @@ use std::path::{Path, PathBuf};
 use burn::tensor::Device;
 use burnlens::hf::load_model;
 use burnlens::lens::Rule;
-use burnlens::trace::{AttributeOptions, LogitTargets, TraceError, TranscoderSet, attribute};
+use burnlens::lens::dictionary::Dictionary;
+use burnlens::model::{Activation, AttnHook, BlockHook, Forward, HookPoint, Hooks, LayerHook, NormHook, NormSite, Stop};
+use burnlens::trace::{AttributeOptions, InputHook, LogitTargets, OutputHook, TraceError, TranscoderSet, attribute};
 use common::*;
 
 const CASES: [&str; 8] = ["gpt2", "gpt2_clt", "llama_skip", "llama_topk", "gemma2", "gemma2_scope", "gpt2_trained", "gpt2_clt_trained"];
@@ -319,4 +321,245 @@ fn mlp_hook_out_through_a_post_norm_attributes() {
     let rows: &[f32] = &after.rows;
     assert!(rows.iter().all(|v| v.is_finite()) && rows.iter().any(|&v| v != 0.0), "finite, non-trivial attributions");
     assert_ne!(rows, &before.rows[..], "the output hook changes the errors, so the scores");
+}
+
+// ---- QK attributions (`burnlens qk`, `trace::qk`) ----
+
+/// A per-layer (or cross-layer) transcoder set of `f` random ReLU features for `model`, with
+/// or without skip terms, reading `input` and writing `output`: about half the features
+/// fire on any input.
+fn random_set(model: &burnlens::model::Transformer, f: usize, cross_layer: bool, skip: bool, input: InputHook, output: OutputHook) -> TranscoderSet {
+    let device = model.device();
+    let (n, d) = (model.config.n_layers(), model.config.d_model);
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    let mut normal = |len: usize, sd: f32| -> Vec<f32> {
+        (0..len)
+            .map(|_| {
+                // Sum of uniforms: close enough to normal for random weights.
+                (0..4)
+                    .map(|_| {
+                        state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                        (state >> 40) as f32 / (1u64 << 24) as f32 - 0.5
+                    })
+                    .sum::<f32>()
+                    * sd
+                    * 1.7
+            })
+            .collect()
+    };
+    let t2 = |v: Vec<f32>, s: [usize; 2]| burn::tensor::Tensor::<2>::from_data(burn::tensor::TensorData::new(v, s), &device);
+    let t1 = |v: Vec<f32>| burn::tensor::Tensor::<1>::from_data(burn::tensor::TensorData::new(v.clone(), [v.len()]), &device);
+    let layers = (0..n)
+        .map(|l| Dictionary {
+            w_enc: t2(normal(d * f, 1.0 / (d as f32).sqrt()), [d, f]),
+            b_enc: t1(normal(f, 0.1)),
+            w_dec: (0..if cross_layer { n - l } else { 1 }).map(|_| t2(normal(f * d, 0.2), [f, d])).collect(),
+            b_dec: t1(normal(d, 0.1)),
+            threshold: None,
+            w_skip: skip.then(|| t2(normal(d * d, 0.05), [d, d])),
+            rule: Rule::Relu,
+            subtract_b_dec: false,
+        })
+        .collect();
+    TranscoderSet { layers, input, output, scan: None, cross_layer }
+}
+
+/// The keys query `q` of `head` sees: causal, and inside a local window where the layer has one.
+fn visible_pairs(model: &burnlens::model::Transformer, layer: usize, n_pos: usize) -> usize {
+    let span = model.blocks[layer].attn.span;
+    (0..n_pos).map(|q| (0..=q).filter(|&k| span.allows(q, k)).count()).sum()
+}
+
+/// On every family tracing supports (sequential blocks), with per-layer, skip and
+/// cross-layer transcoders writing before or after a post-norm: the parts of each residual
+/// stream add up to the model's `hook_resid_pre`, every visible (query, key) gets a row, and
+/// each row's listed terms plus its remainder — and its feature × feature, error and other
+/// sums — add up to the model's own score within 1e-5 of the largest. Parallel blocks are
+/// refused with one line.
+#[test]
+fn qk_terms_add_up_to_the_models_scores_in_every_family() {
+    use burnlens::trace::{QkOptions, qk_attributions};
+    let device = Device::flex();
+    let ids: Vec<i64> = vec![1, 17, 42, 5, 99, 17, 42, 63, 8, 17, 42];
+    let families = [
+        ("gpt2", false, true, InputHook::MlpIn, OutputHook::MlpOut),
+        ("gpt_neo_local", false, false, InputHook::ResidMid, OutputHook::MlpOut),
+        ("llama_gqa", true, false, InputHook::MlpIn, OutputHook::MlpOut),
+        ("mistral_window", false, true, InputHook::Ln2Normalized, OutputHook::MlpOut),
+        ("qwen2_tied", false, false, InputHook::MlpIn, OutputHook::MlpOut),
+        ("qwen3_qknorm", false, true, InputHook::MlpIn, OutputHook::MlpOut),
+        ("olmo2_postnorm", false, false, InputHook::ResidMid, OutputHook::MlpHookOut),
+        ("phi3_fused", true, true, InputHook::MlpIn, OutputHook::MlpOut),
+        ("gemma2_softcap", false, true, InputHook::Ln2Normalized, OutputHook::MlpHookOut),
+        ("gemma3_local_rope", true, false, InputHook::MlpIn, OutputHook::MlpHookOut),
+        ("neox_sequential", false, false, InputHook::MlpIn, OutputHook::MlpOut),
+    ];
+    for (name, cross_layer, skip, input, output) in families {
+        let model = load_model(&fixture(name), &device).unwrap_or_else(|e| panic!("{name}: {e}")).model;
+        let set = random_set(&model, 24, cross_layer, skip, input, output);
+        let n_layers = model.config.n_layers();
+        for (layer, head) in [(n_layers - 1, 0), (n_layers - 1, model.config.n_heads - 1), (1, model.config.n_heads / 2)] {
+            let opts = QkOptions { top_terms: 5, ..QkOptions::new(layer, head) };
+            let got = qk_attributions(&model, &set, &ids, &opts).unwrap_or_else(|e| panic!("{name} L{layer}.H{head}: {e}"));
+            let at = format!("{name} L{layer}.H{head}");
+            assert!(got.residual_gap < 1e-5, "{at}: the parts miss the residual stream by {:e}", got.residual_gap);
+            assert_eq!(got.rows.len(), visible_pairs(&model, layer, ids.len()), "{at}: one row per visible (query, key)");
+            let largest = got.rows.iter().map(|r| r.score.abs()).fold(1e-6, f32::max);
+            for r in &got.rows {
+                let listed: f64 = r.terms.iter().map(|t| t.contribution as f64).sum();
+                let total = (listed + r.remainder as f64) as f32;
+                assert!((total - r.score).abs() <= 1e-5 * largest, "{at} ({}, {}): terms add up to {total}, the model's score is {}", r.query, r.key, r.score);
+                let parts = r.feature_feature + r.error + r.other;
+                assert!((parts - r.score).abs() <= 1e-5 * largest, "{at} ({}, {}): shares add up to {parts}, not {}", r.query, r.key, r.score);
+                assert_eq!(r.terms.len(), 5, "{at}: the top five terms");
+                assert!(r.terms.windows(2).all(|w| w[0].contribution.abs() >= w[1].contribution.abs()), "{at}: terms largest first");
+                assert!(r.terms.iter().all(|t| t.query_node.pos() == r.query && t.key_node.pos() == r.key), "{at}: parts at their positions");
+            }
+            assert!(got.rows.iter().any(|r| r.feature_feature != 0.0 && r.error != 0.0), "{at}: features and errors both take part");
+        }
+    }
+    for name in ["pythia_like", "gptj_interleaved"] {
+        let model = load_model(&fixture(name), &device).unwrap().model;
+        let set = random_set(&model, 8, false, false, InputHook::MlpIn, OutputHook::MlpOut);
+        let e = qk_attributions(&model, &set, &ids, &QkOptions::new(1, 0)).unwrap_err().to_string();
+        assert!(e.contains("parallel") && !e.contains('\n'), "{name}: {e}");
+    }
+}
+
+/// The model's own score at (`q`, `k`) of `head` at `layer` with `u` added to the residual
+/// stream entering the layer at `q` and `v` at `k`, every norm scale of the layer's attention
+/// held at its value on the unchanged prompt (the frozen scales of the decomposition).
+fn score_with(
+    model: &burnlens::model::Transformer,
+    ids: &[i64],
+    at: (usize, usize, usize, usize),
+    u: &[f32],
+    v: &[f32],
+    frozen: &std::collections::BTreeMap<HookPoint, Activation>,
+) -> f32 {
+    let (layer, head, q, k) = at;
+    let device = model.device();
+    let n = ids.len();
+    let d = model.config.d_model;
+    let mut delta = vec![0f32; n * d];
+    delta[q * d..(q + 1) * d].copy_from_slice(u);
+    delta[k * d..(k + 1) * d].iter_mut().zip(v).for_each(|(a, b)| *a += b);
+    let delta = burn::tensor::Tensor::<3>::from_data(burn::tensor::TensorData::new(delta, [1, n, d]), &device);
+    let scores = AttnHook::AttnScores.at(layer);
+    let mut hooks = Hooks::capture(move |p| p == scores)
+        .with_edit(move |p| p == BlockHook::ResidPre.at(layer), move |_, a| Activation::Rank3(a.rank3().unwrap() + delta.clone()))
+        .with_edit(|p| frozen.contains_key(&p), |p, _| frozen[&p].clone());
+    let ids_t = burn::tensor::Tensor::<2, burn::tensor::Int>::from_data(burn::tensor::TensorData::new(ids.to_vec(), [1, n]), &device);
+    model.forward_with(Forward::new(ids_t).hooks(&mut hooks).stop(Stop::AfterBlock(layer)));
+    let s = hooks.take_cache().remove(&scores).unwrap().rank4().unwrap();
+    s.slice([0..1, head..head + 1, q..q + 1, k..k + 1]).into_data().try_into_vec_as::<f32>().unwrap()[0]
+}
+
+/// A term is what the pair it names adds to the score, through the model's own attention:
+/// adding the query part once more at the query and the key part at the key (norm scales
+/// frozen) changes the score by exactly the term beyond each one alone (the mixed second
+/// difference of a bilinear form). Checked for token × token and the largest feature ×
+/// feature term on GPT-2 (LayerNorm, position embeddings), Llama (rotary, grouped keys,
+/// skip transcoders), Qwen3 (per-head QK-norm) and OLMo 2 (post-norms, QK-norm over all
+/// heads).
+#[test]
+fn qk_terms_equal_the_models_second_differences() {
+    use burnlens::trace::{QkNode, QkOptions, Replacement, qk_attributions};
+    let device = Device::flex();
+    let trace = |name: &str| {
+        let dir = case_dir(name);
+        let case: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("case.json")).unwrap()).unwrap();
+        let ids: Vec<i64> = case["ids"].as_array().unwrap().iter().map(|v| v.as_i64().unwrap()).collect();
+        (load_model(&dir.join("model"), &device).unwrap().model, TranscoderSet::load(&dir.join("transcoders"), &device).unwrap(), ids)
+    };
+    let random = |name: &str| {
+        let model = load_model(&fixture(name), &device).unwrap().model;
+        let set = random_set(&model, 24, false, false, InputHook::MlpIn, OutputHook::MlpOut);
+        (model, set, vec![1, 17, 42, 5, 99, 17, 42, 63])
+    };
+    let cases = [
+        ("gpt2 (trace)", trace("gpt2")),
+        ("llama_skip (trace)", trace("llama_skip")),
+        ("qwen3_qknorm", random("qwen3_qknorm")),
+        ("olmo2_postnorm", random("olmo2_postnorm")),
+    ];
+    for (name, (model, set, ids)) in cases {
+        let n = ids.len();
+        let (layer, head, q, k) = (model.config.n_layers() - 1, model.config.n_heads - 1, n - 1, n - 3);
+        let got = qk_attributions(&model, &set, &ids, &QkOptions { top_terms: usize::MAX, ..QkOptions::new(layer, head) }).unwrap();
+        let row = got.rows.iter().find(|r| r.query == q && r.key == k).unwrap();
+        // The frozen scales and the parts' vectors, from the model itself.
+        let attn = &model.blocks[layer].attn;
+        let mut points: Vec<HookPoint> = [NormSite::Ln1(layer), NormSite::QNorm(layer), NormSite::KNorm(layer)].map(|s| NormHook::Scale.of(s)).to_vec();
+        points.push(HookPoint::Embed);
+        let mut hooks = Hooks::capture(|p| points.contains(&p));
+        let ids_t = burn::tensor::Tensor::<2, burn::tensor::Int>::from_data(burn::tensor::TensorData::new(ids.clone(), [1, n]), &device);
+        model.forward_with(Forward::new(ids_t).hooks(&mut hooks).stop(Stop::AfterBlock(layer)));
+        let mut frozen = hooks.take_cache();
+        let embed: Vec<f32> = frozen.remove(&HookPoint::Embed).unwrap().rank3().unwrap().into_data().try_into_vec_as::<f32>().unwrap();
+        let d = model.config.d_model;
+        let replacement = Replacement::new(&model, &set, &ids, 1, u64::MAX).unwrap();
+        let feature = |layer: usize, feature: usize, pos: usize| -> Vec<f32> {
+            let a = replacement.active.iter().find(|a| (a.layer, a.feature, a.pos) == (layer, feature, pos)).unwrap().activation;
+            let row: Vec<f32> = set.layers[layer].w_dec[0].clone().slice([feature..feature + 1, 0..d]).into_data().try_into_vec_as::<f32>().unwrap();
+            row.iter().map(|x| x * a).collect()
+        };
+        let term = |f: &dyn Fn(&QkNode, &QkNode) -> bool| {
+            row.terms.iter().filter(|t| f(&t.query_node, &t.key_node)).max_by(|a, b| a.contribution.abs().total_cmp(&b.contribution.abs())).unwrap().clone()
+        };
+        let tokens = term(&|a, b| matches!((a, b), (QkNode::Embedding { .. }, QkNode::Embedding { .. })));
+        let features = term(&|a, b| matches!((a, b), (QkNode::Feature { .. }, QkNode::Feature { .. })));
+        for t in [tokens, features] {
+            let vector = |node: QkNode| match node {
+                QkNode::Embedding { pos } => embed[pos * d..(pos + 1) * d].to_vec(),
+                QkNode::Feature { layer, feature: f, pos } => feature(layer, f, pos),
+                other => unreachable!("{other}"),
+            };
+            let (u, v, zero) = (vector(t.query_node), vector(t.key_node), vec![0f32; d]);
+            let at = (layer, head, q, k);
+            let s = |a: &[f32], b: &[f32]| score_with(&model, &ids, at, a, b, &frozen) as f64;
+            let (s11, s10, s01, s00) = (s(&u, &v), s(&u, &zero), s(&zero, &v), s(&zero, &zero));
+            let mixed = (s11 - s10 - s01 + s00) as f32;
+            let size = [s11, s10, s01, s00].iter().fold(t.contribution.abs() as f64, |m, x| m.max(x.abs())) as f32;
+            assert!((s00 as f32 - row.score).abs() <= 1e-5 * size, "{name}: unchanged score {s00} vs the row's {} (scale {})", row.score, attn.scale);
+            assert!(
+                (mixed - t.contribution).abs() <= 2e-5 * size,
+                "{name}: {} · {}: the model's second difference {mixed} against the term {}",
+                t.query_node,
+                t.key_node,
+                t.contribution
+            );
+        }
+    }
+}
+
+#[test]
+fn the_qk_command_writes_rows_and_refuses_bad_input_with_one_line() {
+    let dir = case_dir("gpt2");
+    let (model, tc) = (dir.join("model"), dir.join("transcoders"));
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("qk.json");
+    let run = |extra: &[&str]| {
+        let mut a =
+            vec!["qk", "--model", model.to_str().unwrap(), "--transcoders", tc.to_str().unwrap(), "--ids", "1,5,9,5,9,12", "--out", out.to_str().unwrap()];
+        a.extend_from_slice(extra);
+        burnlens(&a)
+    };
+    let o = run(&["--layer", "1", "--head", "0", "--top-terms", "3"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let rows: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let rows = rows.as_array().unwrap();
+    assert_eq!(rows.len(), 21, "every causal (query, key) of six tokens");
+    for r in rows {
+        let terms = r["terms"].as_array().unwrap();
+        assert_eq!(terms.len(), 3);
+        let sum: f64 = terms.iter().map(|t| t["contribution"].as_f64().unwrap()).sum::<f64>() + r["remainder"].as_f64().unwrap();
+        let score = r["score"].as_f64().unwrap();
+        assert!((sum - score).abs() < 1e-4 * score.abs().max(1.0), "{r}");
+        assert!(terms[0]["query_node"]["kind"].is_string() && r["layer"] == 1 && r["head"] == 0, "{r}");
+    }
+    std::fs::remove_file(&out).unwrap();
+    assert_bad_input(&run(&["--layer", "7", "--head", "0"]), "layer 7 is out of range");
+    assert_bad_input(&run(&["--layer", "1", "--head", "99"]), "head 99 is out of range");
+    assert!(!out.exists(), "nothing is written for a refused run");
 }

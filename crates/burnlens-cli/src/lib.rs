@@ -18,6 +18,7 @@ mod logits;
 mod output;
 mod patch;
 mod progress;
+mod qk;
 mod sae;
 mod sample;
 mod tokenize;
@@ -117,6 +118,11 @@ enum Command {
     /// graph.json (the schema Neuronpedia's viewer loads) and graph.html. Token ids are
     /// attributed as given; text gets the model's BOS first.
     Graph(Box<graph::GraphArgs>),
+    /// QK attributions of one head: each score it attends with as a sum of terms over pairs
+    /// of parts of the query's and key's residual streams (transcoder features, errors,
+    /// tokens, earlier heads' outputs), norm scales frozen as in attribution graphs; prints
+    /// the top terms and writes every (query, key) row as JSON.
+    Qk(Box<qk::QkArgs>),
     /// The logit lens: every layer's residual stream read through the final norm and the
     /// unembedding (report.json and index.html).
     Lens(Box<lens::LensArgs>),
@@ -222,6 +228,7 @@ pub fn run() -> ExitCode {
         Command::Patch(a) => patch::run(&a),
         Command::Attribute(a) => attribute::run(&a),
         Command::Graph(a) => graph::run(&a),
+        Command::Qk(a) => qk::run(&a),
         Command::Lens(a) => lens::run(&a),
         Command::TrainSae(a) => train_sae::run(&a),
         Command::EvalSae(a) => eval_sae::run(&a),

@@ -368,6 +368,20 @@ impl Transformer {
         self.forward_with(Forward::new(ids).hooks(hooks))
     }
 
+    /// The rotary angles layer `layer` rotates queries and keys at `positions[b][p]` by (a
+    /// local-attention layer's own base where the model has one), or none without rotary
+    /// positions.
+    pub fn rotary_angles(&self, layer: usize, positions: &[Vec<usize>]) -> Option<RotaryAngles> {
+        if self.config.positional != Positional::Rotary {
+            return None;
+        }
+        let rotary = match (self.blocks[layer].attn.span, &self.config.rotary_local) {
+            (AttentionSpan::Local(_), Some(local)) => Some(local),
+            _ => self.config.rotary.as_ref(),
+        };
+        rotary.map(|r| r.angles(positions, &self.device()))
+    }
+
     /// Layer `layer`'s attention pattern `[batch, head, query, key]` for the attention input
     /// `x [batch, pos, d_model]` at positions `0..pos` (what `blocks.{layer}.attn` reads: the
     /// `ln1` output, or the residual stream where the norm follows attention). The forward
@@ -378,13 +392,8 @@ impl Transformer {
         let pos = Positions { ids: vec![(0..t).collect(); b], keys_real: None };
         let block = &self.blocks[layer];
         let mask = build_mask(block.attn.span, &pos, t, &device);
-        let is_rotary = self.config.positional == Positional::Rotary;
-        let global = self.config.rotary.as_ref().filter(|_| is_rotary).map(|r| r.angles(&pos.ids, &device));
-        let local = self.config.rotary_local.as_ref().filter(|_| is_rotary).map(|r| r.angles(&pos.ids, &device));
-        let rotary = match (block.attn.span, &local) {
-            (AttentionSpan::Local(_), Some(l)) => Some(l),
-            _ => global.as_ref(),
-        };
+        let angles = self.rotary_angles(layer, &pos.ids);
+        let rotary = angles.as_ref();
         let qk_input = match (self.config.positional, &self.pos_embed) {
             (Positional::QueryKeyOnly, Some(p)) => {
                 let flat: Vec<i64> = pos.ids.iter().flatten().map(|&i| i as i64).collect();

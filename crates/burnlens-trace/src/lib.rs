@@ -14,7 +14,8 @@
 //! Modules, bottom up: [`transcoder`] (each layer a lens [`Dictionary`](burnlens_lens::Dictionary), hook points), [`circuit_tracer`]
 //! (circuit-tracer's files, read and written), [`hub`] (sets by Hub id), [`replacement`] (the frozen forward pass), [`backward`]
 //! (attribution rows), [`attribute`] (targets and the graph; [`attribute_args`], its arguments as users spell them), [`graph`] (pruning, scores,
-//! saving; its rows in a [`store`]), [`json`] and [`html`] (the viewer's files), [`intervene`] (feature interventions).
+//! saving; its rows in a [`store`]), [`json`] and [`html`] (the viewer's files), [`intervene`] (feature interventions), [`qk`] (QK attributions:
+//! why a head attends where it does).
 
 pub mod attribute;
 pub mod attribute_args;
@@ -27,6 +28,7 @@ pub mod hub;
 pub mod intervene;
 pub mod json;
 pub mod output;
+pub mod qk;
 pub mod replacement;
 pub mod store;
 pub mod transcoder;
@@ -38,5 +40,6 @@ pub use graph::{Graph, Pruned, check_thresholds};
 pub use intervene::{Intervened, Intervention, feature_intervention};
 pub use json::{GraphJson, GraphText, Node};
 pub use output::{GraphFiles, write_graph, write_graph_with};
+pub use qk::{QkHead, QkNode, QkOptions, QkRow, QkTerm, qk_attributions};
 pub use replacement::{ActiveFeature, Replacement, layer_inputs};
 pub use transcoder::{InputHook, OutputHook, TranscoderSet};
