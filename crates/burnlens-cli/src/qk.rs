@@ -20,22 +20,8 @@ pub struct QkArgs {
     /// repository org/name[@revision][:folder].
     #[arg(long)]
     pub transcoders: String,
-    #[arg(long)]
-    pub layer: usize,
-    #[arg(long)]
-    pub head: usize,
-    /// Terms listed per (query, key); the rest are summed into `remainder`.
-    #[arg(long, default_value_t = burnlens_trace::QkOptions::new(0, 0).top_terms)]
-    pub top_terms: usize,
-    /// Only keys with at least this attention weight.
-    #[arg(long, default_value_t = burnlens_trace::QkOptions::new(0, 0).min_pattern)]
-    pub min_pattern: f32,
-    /// Only each query's keys with the largest attention weights, at most this many.
-    #[arg(long)]
-    pub top_keys: Option<usize>,
-    /// Leading positions without features (the BOS token).
-    #[arg(long, default_value_t = burnlens_trace::QkOptions::new(0, 0).zero_positions)]
-    pub zero_positions: usize,
+    #[command(flatten)]
+    pub qk: burnlens_trace::QkOptions,
     /// The JSON file of rows `{layer, head, query, key, score, pattern, terms, remainder, ...}`.
     #[arg(long)]
     pub out: std::path::PathBuf,
@@ -52,15 +38,8 @@ pub fn run(a: &QkArgs) -> Result<()> {
         ids.insert(0, bos);
     }
     let set = crate::progress::transcoders(&a.transcoders, &m.model.device())?;
-    let opts = burnlens_trace::QkOptions {
-        top_terms: a.top_terms,
-        min_pattern: a.min_pattern,
-        top_keys: a.top_keys,
-        zero_positions: a.zero_positions,
-        ..burnlens_trace::QkOptions::new(a.layer, a.head)
-    };
     let t0 = std::time::Instant::now();
-    let head = burnlens_trace::qk_attributions(&m.model, &set, &ids, &opts)?;
+    let head = burnlens_trace::qk_attributions(&m.model, &set, &ids, &a.qk)?;
     let seconds = t0.elapsed().as_secs_f64();
     let labels = m.labels(&ids);
     let token = |p: usize| format!("{p}:{:?}", labels[p]);
@@ -75,7 +54,7 @@ pub fn run(a: &QkArgs) -> Result<()> {
             *best.last_mut().expect("a row") = r;
         }
     }
-    println!("L{}.H{}: each query's most attended key (weight, score = feature×feature + with errors + rest), top terms", a.layer, a.head);
+    println!("L{}.H{}: each query's most attended key (weight, score = feature×feature + with errors + rest), top terms", a.qk.layer, a.qk.head);
     for r in best {
         println!(
             "  {} -> {}  w {:.3}  score {:.4} = {:.4} + {:.4} + {:.4}",

@@ -159,6 +159,7 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(lens::accumulated_resid, m)?)?;
     m.add_function(wrap_pyfunction!(trace::attribute, m)?)?;
     m.add_function(wrap_pyfunction!(trace::feature_intervention, m)?)?;
+    m.add_function(wrap_pyfunction!(trace::qk, m)?)?;
     m.add_function(wrap_pyfunction!(train::train, m)?)?;
     m.add_function(wrap_pyfunction!(features::train_sae, m)?)?;
     m.add_function(wrap_pyfunction!(features::evaluate_sae, m)?)?;

@@ -228,6 +228,19 @@ pub(crate) fn attribute(
     Ok(NativeGraph { graph, model })
 }
 
+/// QK attributions of one head on token ids `tokens` (used as given); `options` are
+/// [`burnlens_trace::QkOptions`] as JSON (`layer`, `head` and Python's keyword arguments).
+/// Returns the rows as the `qk` command writes them (JSON) and how close the parts of the
+/// residual streams add up to the model's.
+#[pyfunction]
+#[pyo3(signature = (model, transcoders, tokens, options))]
+pub(crate) fn qk(py: Python<'_>, model: &NativeModel, transcoders: &NativeTranscoders, tokens: Vec<i64>, options: &str) -> PyResult<(String, f32)> {
+    let opts: burnlens_trace::QkOptions = serde_json::from_str(options).map_err(|e| PyValueError::new_err(format!("qk options: {e}")))?;
+    let head = py.detach(|| burnlens_trace::qk_attributions(&model.any.model, &transcoders.set, &tokens, &opts)).map_err(value)?;
+    let rows = serde_json::to_string(&head.rows).map_err(|e| PyValueError::new_err(e.to_string()))?;
+    Ok((rows, head.residual_gap))
+}
+
 /// circuit-tracer's `feature_intervention`: `(logits [pos, vocab], activations [layer, pos,
 /// features])` with each `(layer, pos, feature, value)` set.
 #[pyfunction]

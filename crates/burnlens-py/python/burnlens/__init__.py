@@ -27,7 +27,7 @@ import numpy as np
 
 from . import _native
 
-__all__ = ["HookedModel", "ActivationCache", "HookPoint", "Config", "SAE", "Transcoders", "Graph", "attribute", "feature_intervention", "train", "train_sae",
+__all__ = ["HookedModel", "ActivationCache", "HookPoint", "Config", "SAE", "Transcoders", "Graph", "attribute", "feature_intervention", "qk", "train", "train_sae",
            "evaluate_sae", "dashboards", "get_act_name", "backends", "set_compute_dtype", "compute_dtype"]
 
 Tokens = Union[str, Sequence[str], np.ndarray, Sequence[int], Sequence[Sequence[int]]]
@@ -441,6 +441,12 @@ def attribute(model: "HookedModel", transcoders: Transcoders, prompt: Union[str,
     `zero_positions` (1); attention patterns are kept while they fit `pattern_memory_gb` (4,
     else recomputed), the adjacency rows stay in memory while they fit `rows_memory_gb` (8,
     else they live in a mapped temporary file under TMPDIR)."""
+    return _native.attribute(model._native, transcoders, _prompt_tokens(model, prompt), None if targets is None else [int(t) for t in targets],
+                             json.dumps(options))
+
+
+def _prompt_tokens(model: "HookedModel", prompt: Union[str, Sequence[int], np.ndarray]) -> List[int]:
+    """Text with the model's BOS first, or one sequence of token ids as given."""
     if isinstance(prompt, str):
         tokens = model.to_tokens(prompt)[0]
     else:
@@ -449,8 +455,22 @@ def attribute(model: "HookedModel", transcoders: Transcoders, prompt: Union[str,
             tokens = tokens[0]
         if tokens.ndim != 1 or tokens.dtype.kind not in "iu":
             raise ValueError(f"prompt: expected text or one sequence of token ids, found {tokens.dtype} of shape {tokens.shape}")
-    return _native.attribute(model._native, transcoders, [int(t) for t in tokens], None if targets is None else [int(t) for t in targets],
-                             json.dumps(options))
+    return [int(t) for t in tokens]
+
+
+def qk(model: "HookedModel", transcoders: Transcoders, prompt: Union[str, Sequence[int], np.ndarray], layer: int, head: int,
+       **options: Any) -> List[Dict[str, Any]]:
+    """QK attributions of one head: why it attends where it does. For every (query, key) it
+    attends, the model's pre-softmax score (before any soft-cap) written exactly as a sum
+    of terms over pairs of parts of the two residual streams (transcoder features, error
+    nodes, tokens, earlier heads' outputs, skip terms, constants; norm scales frozen as in
+    attribution graphs). Returns the `qk` command's rows: dicts with `layer`, `head`,
+    `query`, `key`, `score`, `pattern`, `terms` (`query_node`, `key_node`, `contribution`;
+    the largest first), `remainder` (the rest), `feature_feature`, `error`, `other`.
+    Text gets the model's BOS first; token ids are used as given. `options`: `top_terms`
+    (10), `min_pattern` (0), `top_keys` (all), `zero_positions` (1)."""
+    rows, _gap = _native.qk(model._native, transcoders, _prompt_tokens(model, prompt), json.dumps(dict(options, layer=layer, head=head)))
+    return json.loads(rows)
 
 
 def feature_intervention(model: "HookedModel", transcoders: Transcoders, prompt: Union[str, Sequence[int], np.ndarray],

@@ -641,6 +641,27 @@ def test_train_sae_stops_when_on_step_raises_and_resumes(tmp_path):
     assert summary["resumed_from"] == 3 and summary["steps"] == 6
 
 
+def test_qk_rows_add_up_to_the_scores_and_refuse_bad_options():
+    """burnlens.qk on circuit-tracer's GPT-2 fixture: a row per causal (query, key), its
+    terms plus remainder equal to the model's own score (TransformerLens's attn_scores),
+    as the `qk` command writes them; misspelled options and a head out of range raise."""
+    model = burnlens.HookedModel.from_pretrained(fixture("trace/gpt2/model"))
+    tc = burnlens.Transcoders.load(fixture("trace/gpt2/transcoders"))
+    ids = np.array([1, 5, 9, 5, 9, 12])
+    rows = burnlens.qk(model, tc, ids, layer=1, head=0, top_terms=3)
+    assert len(rows) == 21 and all(len(r["terms"]) == 3 for r in rows)
+    _, cache = model.run_with_cache(ids[None, :], names_filter="blocks.1.attn.hook_attn_scores")
+    scores = np.asarray(cache["blocks.1.attn.hook_attn_scores"])[0, 0]
+    for r in rows:
+        total = sum(t["contribution"] for t in r["terms"]) + r["remainder"]
+        assert abs(total - r["score"]) < 1e-4 and abs(r["score"] - scores[r["query"], r["key"]]) < 1e-4, r
+    assert {"kind", "pos"} <= set(rows[-1]["terms"][0]["query_node"])
+    with pytest.raises(ValueError, match="unknown field `top_term`"):
+        burnlens.qk(model, tc, ids, layer=1, head=0, top_term=3)
+    with pytest.raises(ValueError, match="head 9 is out of range"):
+        burnlens.qk(model, tc, ids, layer=1, head=9)
+
+
 def test_train_sae_trains_a_cross_layer_transcoder_that_graph_reads(tmp_path):
     model = burnlens.HookedModel.from_pretrained(fixture("trace/gpt2/model"))
     summary = burnlens.train_sae(model, tmp_path / "run", data="random", seq_len=16, transcoders=True, cross_layer=True,

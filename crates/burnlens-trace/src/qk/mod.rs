@@ -17,7 +17,7 @@ mod stream;
 
 use burn::tensor::{Int, Tensor, TensorData};
 use burnlens_model::{AttnHook, Forward, Hooks, LayerHook, Stop, Transformer};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 pub use node::QkNode;
 use project::{Projection, Side, model_side, projection_points};
@@ -26,25 +26,48 @@ use stream::{for_each_part, stream_points};
 use crate::TraceError;
 use crate::transcoder::{TranscoderSet, tensor};
 
-/// Which head, which pairs, how many terms.
-#[derive(Debug, Clone, PartialEq)]
+/// Which head, which pairs, how many terms: the `qk` command's flags and Python's keyword
+/// arguments (as JSON) both read this struct.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[cfg_attr(feature = "clap", derive(clap::Args))]
+#[serde(deny_unknown_fields)]
 pub struct QkOptions {
+    #[cfg_attr(feature = "clap", arg(long))]
     pub layer: usize,
+    #[cfg_attr(feature = "clap", arg(long))]
     pub head: usize,
-    /// The largest terms listed per (query, key); the rest are summed into `remainder`.
+    /// Terms listed per (query, key), largest first; the rest are summed into `remainder`.
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = defaults::top_terms()))]
+    #[serde(default = "defaults::top_terms")]
     pub top_terms: usize,
     /// Only keys the head gives at least this attention weight.
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = 0.0))]
+    #[serde(default)]
     pub min_pattern: f32,
     /// Only each query's keys with the largest attention weights, at most this many.
+    #[cfg_attr(feature = "clap", arg(long))]
+    #[serde(default)]
     pub top_keys: Option<usize>,
     /// Leading positions without features (the BOS token), as in the graph.
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = defaults::zero_positions()))]
+    #[serde(default = "defaults::zero_positions")]
     pub zero_positions: usize,
+}
+
+mod defaults {
+    pub fn top_terms() -> usize {
+        10
+    }
+
+    pub fn zero_positions() -> usize {
+        1
+    }
 }
 
 impl QkOptions {
     /// Every key of every query of `head` at `layer`, ten terms each, BOS without features.
     pub fn new(layer: usize, head: usize) -> Self {
-        Self { layer, head, top_terms: 10, min_pattern: 0.0, top_keys: None, zero_positions: 1 }
+        Self { layer, head, top_terms: defaults::top_terms(), min_pattern: 0.0, top_keys: None, zero_positions: defaults::zero_positions() }
     }
 }
 
@@ -181,6 +204,23 @@ pub fn qk_attributions(model: &Transformer, set: &TranscoderSet, ids: &[i64], op
         }
     }
     Ok(QkHead { rows, n_parts: sides.nodes.iter().map(Vec::len).sum(), residual_gap: gap })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn options_read_by_name_with_the_librarys_defaults() {
+        let o: QkOptions = serde_json::from_str(r#"{"layer": 2, "head": 3}"#).unwrap();
+        assert_eq!(o, QkOptions::new(2, 3));
+        let o: QkOptions = serde_json::from_str(r#"{"layer": 0, "head": 1, "top_keys": 4, "min_pattern": 0.1}"#).unwrap();
+        assert_eq!((o.top_keys, o.min_pattern, o.top_terms), (Some(4), 0.1, 10));
+        let e = serde_json::from_str::<QkOptions>(r#"{"layer": 0, "head": 1, "top_term": 4}"#).unwrap_err().to_string();
+        assert!(e.contains("unknown field `top_term`"), "{e}");
+        let e = serde_json::from_str::<QkOptions>(r#"{"layer": 0}"#).unwrap_err().to_string();
+        assert!(e.contains("missing field `head`"), "{e}");
+    }
 }
 
 /// Where a row is and what the model says there.
