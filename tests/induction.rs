@@ -5,6 +5,7 @@
 use burn::tensor::Device;
 use burnlens::lens::detect::{induction_circuit, induction_experiment};
 use burnlens::lens::{Metric, NodeKind, compare_patching};
+use burnlens::trace::{QkNode, QkOptions, qk_attributions};
 use burnlens::train::{RunConfig, Silent, TrainOptions, load_run, train};
 
 #[test]
@@ -59,4 +60,34 @@ fn a_short_run_of_induction_2l_forms_an_induction_circuit() {
     // first copy carry effects far from linear (the loss goes from ~0 to ~7), where it is
     // known to be poor.
     assert!(p.correlation_by_kind["head"] > 0.6, "attribution vs activation patching per head: {:?}", p.correlation_by_kind);
+
+    // Why the induction head attends where it does (QK attributions; no MLPs, so the parts
+    // are tokens, heads' outputs and constants): on the second copy, each query's most
+    // attended key is the token after the earlier occurrence of the current token, and the
+    // largest term of that score pairs "the current token is X" at the query with "the
+    // previous token was X" — the previous-token head's output — at the key.
+    let qk = qk_attributions(&model, None, r, &QkOptions { top_keys: Some(1), top_terms: 3, zero_positions: 0, ..QkOptions::new(il, ih) }).unwrap();
+    assert!(qk.residual_gap < 1e-5, "the parts add up to the stream: {}", qk.residual_gap);
+    let second: Vec<_> = qk.rows.iter().filter(|row| row.query >= len).collect();
+    let induction = second.iter().filter(|row| row.key + len == row.query + 1).count();
+    let story = second
+        .iter()
+        .filter(|row| {
+            let t = &row.terms[0];
+            t.query_node == QkNode::Embedding { pos: row.query } && t.key_node == QkNode::Attention { layer: pl, head: ph, pos: row.key }
+        })
+        .count();
+    for row in second.iter().take(4) {
+        eprintln!(
+            "q {} -> k {} (w {:.2}, score {:.2}): {:?}",
+            row.query,
+            row.key,
+            row.pattern,
+            row.score,
+            row.terms.iter().map(|t| format!("{:+.2} {} · {}", t.contribution, t.query_node, t.key_node)).collect::<Vec<_>>()
+        );
+    }
+    eprintln!("QK: {induction} of {} second-copy queries attend to the induction key; the top term is token × L{pl}H{ph} for {story}", second.len());
+    assert!(induction * 10 >= second.len() * 8, "{induction} of {} queries attend to the induction key", second.len());
+    assert!(story * 10 >= second.len() * 7, "the top term is token @q × L{pl}H{ph} @k for only {story} of {} queries", second.len());
 }

@@ -370,15 +370,33 @@ fn visible_pairs(model: &burnlens::model::Transformer, layer: usize, n_pos: usiz
     (0..n_pos).map(|q| (0..=q).filter(|&k| span.allows(q, k)).count()).sum()
 }
 
-/// On every family tracing supports (sequential blocks), with per-layer, skip and
-/// cross-layer transcoders writing before or after a post-norm: the parts of each residual
-/// stream add up to the model's `hook_resid_pre`, every visible (query, key) gets a row, and
-/// each row's listed terms plus its remainder — and its feature × feature, error and other
-/// sums — add up to the model's own score within 1e-5 of the largest. Parallel blocks are
-/// refused with one line.
+/// The rows of one head add up: the parts to the model's residual stream, a row per
+/// visible (query, key), each row's `top` listed terms plus its remainder — and its
+/// feature × feature, error and other sums — to the model's own score within 1e-5 of the
+/// largest.
+fn check_qk_rows(at: &str, got: &burnlens::trace::QkHead, model: &burnlens::model::Transformer, layer: usize, n_pos: usize, top: usize) {
+    assert!(got.residual_gap < 1e-5, "{at}: the parts miss the residual stream by {:e}", got.residual_gap);
+    assert_eq!(got.rows.len(), visible_pairs(model, layer, n_pos), "{at}: one row per visible (query, key)");
+    let largest = got.rows.iter().map(|r| r.score.abs()).fold(1e-6, f32::max);
+    for r in &got.rows {
+        let listed: f64 = r.terms.iter().map(|t| t.contribution as f64).sum();
+        let total = (listed + r.remainder as f64) as f32;
+        assert!((total - r.score).abs() <= 1e-5 * largest, "{at} ({}, {}): terms add up to {total}, the model's score is {}", r.query, r.key, r.score);
+        let parts = r.feature_feature + r.error + r.other;
+        assert!((parts - r.score).abs() <= 1e-5 * largest, "{at} ({}, {}): shares add up to {parts}, not {}", r.query, r.key, r.score);
+        assert_eq!(r.terms.len(), top, "{at}: the top terms");
+        assert!(r.terms.windows(2).all(|w| w[0].contribution.abs() >= w[1].contribution.abs()), "{at}: terms largest first");
+        assert!(r.terms.iter().all(|t| t.query_node.pos() == r.query && t.key_node.pos() == r.key), "{at}: parts at their positions");
+    }
+}
+
+/// QK rows add up ([`check_qk_rows`]) on every family tracing supports (sequential
+/// blocks), with per-layer, skip and cross-layer transcoders writing before or after a
+/// post-norm, and on every family without transcoders (parallel blocks too); transcoders
+/// on parallel blocks are refused with one line.
 #[test]
 fn qk_terms_add_up_to_the_models_scores_in_every_family() {
-    use burnlens::trace::{QkOptions, qk_attributions};
+    use burnlens::trace::{QkNode, QkOptions, qk_attributions};
     let device = Device::flex();
     let ids: Vec<i64> = vec![1, 17, 42, 5, 99, 17, 42, 63, 8, 17, 42];
     let families = [
@@ -400,29 +418,28 @@ fn qk_terms_add_up_to_the_models_scores_in_every_family() {
         let n_layers = model.config.n_layers();
         for (layer, head) in [(n_layers - 1, 0), (n_layers - 1, model.config.n_heads - 1), (1, model.config.n_heads / 2)] {
             let opts = QkOptions { top_terms: 5, ..QkOptions::new(layer, head) };
-            let got = qk_attributions(&model, &set, &ids, &opts).unwrap_or_else(|e| panic!("{name} L{layer}.H{head}: {e}"));
+            let got = qk_attributions(&model, Some(&set), &ids, &opts).unwrap_or_else(|e| panic!("{name} L{layer}.H{head}: {e}"));
             let at = format!("{name} L{layer}.H{head}");
-            assert!(got.residual_gap < 1e-5, "{at}: the parts miss the residual stream by {:e}", got.residual_gap);
-            assert_eq!(got.rows.len(), visible_pairs(&model, layer, ids.len()), "{at}: one row per visible (query, key)");
-            let largest = got.rows.iter().map(|r| r.score.abs()).fold(1e-6, f32::max);
-            for r in &got.rows {
-                let listed: f64 = r.terms.iter().map(|t| t.contribution as f64).sum();
-                let total = (listed + r.remainder as f64) as f32;
-                assert!((total - r.score).abs() <= 1e-5 * largest, "{at} ({}, {}): terms add up to {total}, the model's score is {}", r.query, r.key, r.score);
-                let parts = r.feature_feature + r.error + r.other;
-                assert!((parts - r.score).abs() <= 1e-5 * largest, "{at} ({}, {}): shares add up to {parts}, not {}", r.query, r.key, r.score);
-                assert_eq!(r.terms.len(), 5, "{at}: the top five terms");
-                assert!(r.terms.windows(2).all(|w| w[0].contribution.abs() >= w[1].contribution.abs()), "{at}: terms largest first");
-                assert!(r.terms.iter().all(|t| t.query_node.pos() == r.query && t.key_node.pos() == r.key), "{at}: parts at their positions");
-            }
+            check_qk_rows(&at, &got, &model, layer, ids.len(), 5);
             assert!(got.rows.iter().any(|r| r.feature_feature != 0.0 && r.error != 0.0), "{at}: features and errors both take part");
         }
+    }
+    // Without transcoders (each MLP's output one part), parallel blocks too.
+    for (name, ..) in families
+        .iter()
+        .chain(&[("pythia_like", false, false, InputHook::MlpIn, OutputHook::MlpOut), ("gptj_interleaved", false, false, InputHook::MlpIn, OutputHook::MlpOut)])
+    {
+        let model = load_model(&fixture(name), &device).unwrap().model;
+        let layer = model.config.n_layers() - 1;
+        let got = qk_attributions(&model, None, &ids, &QkOptions { top_terms: 4, ..QkOptions::new(layer, 0) }).unwrap();
+        check_qk_rows(&format!("{name} without transcoders"), &got, &model, layer, ids.len(), 4);
+        assert!(got.rows.iter().any(|r| r.terms.iter().any(|t| matches!(t.key_node, QkNode::Mlp { .. }))), "{name}: MLP outputs take part");
     }
     for name in ["pythia_like", "gptj_interleaved"] {
         let model = load_model(&fixture(name), &device).unwrap().model;
         let set = random_set(&model, 8, false, false, InputHook::MlpIn, OutputHook::MlpOut);
-        let e = qk_attributions(&model, &set, &ids, &QkOptions::new(1, 0)).unwrap_err().to_string();
-        assert!(e.contains("parallel") && !e.contains('\n'), "{name}: {e}");
+        let e = qk_attributions(&model, Some(&set), &ids, &QkOptions::new(1, 0)).unwrap_err().to_string();
+        assert!(e.contains("parallel") && !e.contains('\n'), "{name}: transcoders on parallel blocks: {e}");
     }
 }
 
@@ -486,7 +503,7 @@ fn qk_terms_equal_the_models_second_differences() {
     for (name, (model, set, ids)) in cases {
         let n = ids.len();
         let (layer, head, q, k) = (model.config.n_layers() - 1, model.config.n_heads - 1, n - 1, n - 3);
-        let got = qk_attributions(&model, &set, &ids, &QkOptions { top_terms: usize::MAX, ..QkOptions::new(layer, head) }).unwrap();
+        let got = qk_attributions(&model, Some(&set), &ids, &QkOptions { top_terms: usize::MAX, ..QkOptions::new(layer, head) }).unwrap();
         let row = got.rows.iter().find(|r| r.query == q && r.key == k).unwrap();
         // The frozen scales and the parts' vectors, from the model itself.
         let attn = &model.blocks[layer].attn;

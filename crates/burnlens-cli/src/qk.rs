@@ -7,7 +7,8 @@ use crate::{Common, Input, ModelArgs};
 
 /// QK attributions of one head: each (query, key) score it attends with, written as a sum of
 /// terms over pairs of parts of the two residual streams (transcoder features, error nodes,
-/// tokens, earlier heads' outputs, skip terms, constants), norm scales frozen as attribution
+/// tokens, earlier heads' outputs, skip terms, constants; or whole MLP outputs without
+/// transcoders), norm scales frozen as attribution
 /// graphs freeze them. Prints the strongest keys' top terms and writes every row as JSON.
 /// Token ids are used as given; text gets the model's BOS first.
 #[derive(clap::Args, Clone)]
@@ -17,9 +18,9 @@ pub struct QkArgs {
     #[command(flatten)]
     pub input: Input,
     /// Transcoders: a folder with circuit-tracer's config.yaml and layer files, or a Hub
-    /// repository org/name[@revision][:folder].
+    /// repository org/name[@revision][:folder]. Without, each MLP's output is one part.
     #[arg(long)]
-    pub transcoders: String,
+    pub transcoders: Option<String>,
     #[command(flatten)]
     pub qk: burnlens_trace::QkOptions,
     /// The JSON file of rows `{layer, head, query, key, score, pattern, terms, remainder, ...}`.
@@ -37,9 +38,9 @@ pub fn run(a: &QkArgs) -> Result<()> {
     {
         ids.insert(0, bos);
     }
-    let set = crate::progress::transcoders(&a.transcoders, &m.model.device())?;
+    let set = a.transcoders.as_ref().map(|t| crate::progress::transcoders(t, &m.model.device())).transpose()?;
     let t0 = std::time::Instant::now();
-    let head = burnlens_trace::qk_attributions(&m.model, &set, &ids, &a.qk)?;
+    let head = burnlens_trace::qk_attributions(&m.model, set.as_ref(), &ids, &a.qk)?;
     let seconds = t0.elapsed().as_secs_f64();
     let labels = m.labels(&ids);
     let token = |p: usize| format!("{p}:{:?}", labels[p]);

@@ -234,9 +234,9 @@ pub(crate) fn attribute(
 /// residual streams add up to the model's.
 #[pyfunction]
 #[pyo3(signature = (model, transcoders, tokens, options))]
-pub(crate) fn qk(py: Python<'_>, model: &NativeModel, transcoders: &NativeTranscoders, tokens: Vec<i64>, options: &str) -> PyResult<(String, f32)> {
+pub(crate) fn qk(py: Python<'_>, model: &NativeModel, transcoders: Option<&NativeTranscoders>, tokens: Vec<i64>, options: &str) -> PyResult<(String, f32)> {
     let opts: burnlens_trace::QkOptions = serde_json::from_str(options).map_err(|e| PyValueError::new_err(format!("qk options: {e}")))?;
-    let head = py.detach(|| burnlens_trace::qk_attributions(&model.any.model, &transcoders.set, &tokens, &opts)).map_err(value)?;
+    let head = py.detach(|| burnlens_trace::qk_attributions(&model.any.model, transcoders.map(|t| &t.set), &tokens, &opts)).map_err(value)?;
     let rows = serde_json::to_string(&head.rows).map_err(|e| PyValueError::new_err(e.to_string()))?;
     Ok((rows, head.residual_gap))
 }

@@ -458,13 +458,13 @@ def _prompt_tokens(model: "HookedModel", prompt: Union[str, Sequence[int], np.nd
     return [int(t) for t in tokens]
 
 
-def qk(model: "HookedModel", transcoders: Transcoders, prompt: Union[str, Sequence[int], np.ndarray], layer: int, head: int,
+def qk(model: "HookedModel", transcoders: Optional[Transcoders], prompt: Union[str, Sequence[int], np.ndarray], layer: int, head: int,
        **options: Any) -> List[Dict[str, Any]]:
     """QK attributions of one head: why it attends where it does. For every (query, key) it
     attends, the model's pre-softmax score (before any soft-cap) written exactly as a sum
     of terms over pairs of parts of the two residual streams (transcoder features, error
-    nodes, tokens, earlier heads' outputs, skip terms, constants; norm scales frozen as in
-    attribution graphs). Returns the `qk` command's rows: dicts with `layer`, `head`,
+    nodes, tokens, earlier heads' outputs, skip terms, constants; with `transcoders=None`
+    each MLP's output is one part; norm scales frozen as in attribution graphs). Returns the `qk` command's rows: dicts with `layer`, `head`,
     `query`, `key`, `score`, `pattern`, `terms` (`query_node`, `key_node`, `contribution`;
     the largest first), `remainder` (the rest), `feature_feature`, `error`, `other`.
     Text gets the model's BOS first; token ids are used as given. `options`: `top_terms`

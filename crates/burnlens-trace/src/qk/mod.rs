@@ -132,9 +132,13 @@ fn keys_of(q: usize, pattern: &[f32], n_pos: usize, span: burnlens_model::Attent
     keys
 }
 
-/// The QK attributions of head `opts.head` at layer `opts.layer` on prompt `ids`.
-pub fn qk_attributions(model: &Transformer, set: &TranscoderSet, ids: &[i64], opts: &QkOptions) -> Result<QkHead, TraceError> {
-    set.check(&model.config)?;
+/// The QK attributions of head `opts.head` at layer `opts.layer` on prompt `ids`, through
+/// transcoders `set` (their features and errors as parts), or without (each MLP's output one
+/// part; any model, attention-only and parallel blocks too).
+pub fn qk_attributions(model: &Transformer, set: Option<&TranscoderSet>, ids: &[i64], opts: &QkOptions) -> Result<QkHead, TraceError> {
+    if let Some(set) = set {
+        set.check(&model.config)?;
+    }
     model.check_ids(ids).map_err(|e| TraceError::Input(e.to_string()))?;
     if ids.is_empty() {
         return Err(TraceError::Input("the prompt has no tokens".into()));

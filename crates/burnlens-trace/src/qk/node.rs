@@ -21,6 +21,8 @@ pub enum QkNode {
     Attention { layer: usize, head: usize, pos: usize },
     /// Layer `layer`'s transcoder's skip term.
     Skip { layer: usize, pos: usize },
+    /// Layer `layer`'s whole MLP output, where no transcoders replace the MLPs.
+    Mlp { layer: usize, pos: usize },
     /// Every constant: position embeddings, the transcoders' `b_dec`, the attention output
     /// biases, and the norm and projection biases of the query (key) itself.
     Bias { pos: usize },
@@ -34,6 +36,7 @@ impl QkNode {
             | QkNode::Embedding { pos }
             | QkNode::Attention { pos, .. }
             | QkNode::Skip { pos, .. }
+            | QkNode::Mlp { pos, .. }
             | QkNode::Bias { pos } => pos,
         }
     }
@@ -47,6 +50,7 @@ impl std::fmt::Display for QkNode {
             QkNode::Embedding { pos } => write!(f, "token @{pos}"),
             QkNode::Attention { layer, head, pos } => write!(f, "L{layer}.H{head} output @{pos}"),
             QkNode::Skip { layer, pos } => write!(f, "L{layer} skip @{pos}"),
+            QkNode::Mlp { layer, pos } => write!(f, "L{layer} MLP @{pos}"),
             QkNode::Bias { pos } => write!(f, "biases @{pos}"),
         }
     }

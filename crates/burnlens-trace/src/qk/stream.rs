@@ -33,10 +33,11 @@ impl Part {
 }
 
 /// The hook points [`for_each_part`] reads, for the stream entering `layer`.
-pub(crate) fn stream_points(model: &Transformer, set: &TranscoderSet, layer: usize) -> Vec<HookPoint> {
+pub(crate) fn stream_points(model: &Transformer, set: Option<&TranscoderSet>, layer: usize) -> Vec<HookPoint> {
     let mut points = vec![HookPoint::Embed, HookPoint::PosEmbed, BlockHook::ResidPre.at(layer)];
     for (l, block) in model.blocks.iter().enumerate().take(layer) {
-        points.extend([AttnHook::Result.at(l), BlockHook::MlpOut.at(l), input_source(set.input, block, l).0]);
+        points.extend([AttnHook::Result.at(l), BlockHook::MlpOut.at(l)]);
+        points.extend(set.map(|set| input_source(set.input, block, l).0));
         points.extend(block.norm_after_attention(l).map(|(_, site)| NormHook::Scale.of(site)));
         points.extend(block.norm_after_mlp(l).map(|(_, site)| NormHook::Scale.of(site)));
     }
@@ -70,10 +71,10 @@ fn through(norm: &Option<Frozen>, v: Tensor<2>, positions: &[usize]) -> Tensor<2
 /// Hand every part of the stream entering `layer` to `each`, in order (the constant part
 /// last), from the activations `cache` holds (the points of [`stream_points`]); returns
 /// the model's own `hook_resid_pre` of `layer` and the parts' sum, `[pos, d_model]` each,
-/// row-major.
+/// row-major. Without transcoders, each MLP's output is one part.
 pub(crate) fn for_each_part(
     model: &Transformer,
-    set: &TranscoderSet,
+    set: Option<&TranscoderSet>,
     layer: usize,
     zero_positions: usize,
     cache: &mut Captured,
@@ -103,9 +104,9 @@ pub(crate) fn for_each_part(
     // where the transcoders write before it (`mlp.hook_out`).
     let mut posts = Vec::with_capacity(layer);
     for (l, block) in model.blocks.iter().enumerate().take(layer) {
-        posts.push(match set.output {
-            OutputHook::MlpHookOut => frozen(cache, block.norm_after_mlp(l))?,
-            OutputHook::MlpOut => None,
+        posts.push(match set.map(|s| s.output) {
+            Some(OutputHook::MlpHookOut) => frozen(cache, block.norm_after_mlp(l))?,
+            _ => None,
         });
     }
     let constant_of = |norm: &Option<Frozen>| norm.as_ref().and_then(|n| n.bias(0..d)).map(|b| b.reshape([1, d]).expand([n_pos, d]));
@@ -130,6 +131,13 @@ pub(crate) fn for_each_part(
             bias = bias + b;
         }
 
+        let Some(set) = set else {
+            if block.mlp.is_some() {
+                let v = take_rows(cache, BlockHook::MlpOut.at(l))?;
+                emit(Part { nodes: every.iter().map(|&pos| QkNode::Mlp { layer: l, pos }).collect(), vectors: v, constant: false })?;
+            }
+            continue;
+        };
         // The MLP: this layer's features (into every layer below `layer` they write), the
         // skip term, b_dec, and the error.
         let (point, finish) = input_source(set.input, block, l);
