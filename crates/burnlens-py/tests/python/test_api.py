@@ -656,6 +656,8 @@ def test_qk_rows_add_up_to_the_scores_and_refuse_bad_options():
         total = sum(t["contribution"] for t in r["terms"]) + r["remainder"]
         assert abs(total - r["score"]) < 1e-4 and abs(r["score"] - scores[r["query"], r["key"]]) < 1e-4, r
     assert {"kind", "pos"} <= set(rows[-1]["terms"][0]["query_node"])
+    plain = burnlens.qk(model, None, ids, layer=1, head=0, top_keys=1)
+    assert len(plain) == 6 and any(t["key_node"]["kind"] == "mlp" for r in plain for t in r["terms"])
     with pytest.raises(ValueError, match="unknown field `top_term`"):
         burnlens.qk(model, tc, ids, layer=1, head=0, top_term=3)
     with pytest.raises(ValueError, match="head 9 is out of range"):

@@ -210,23 +210,6 @@ pub fn qk_attributions(model: &Transformer, set: Option<&TranscoderSet>, ids: &[
     Ok(QkHead { rows, n_parts: sides.nodes.iter().map(Vec::len).sum(), residual_gap: gap })
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn options_read_by_name_with_the_librarys_defaults() {
-        let o: QkOptions = serde_json::from_str(r#"{"layer": 2, "head": 3}"#).unwrap();
-        assert_eq!(o, QkOptions::new(2, 3));
-        let o: QkOptions = serde_json::from_str(r#"{"layer": 0, "head": 1, "top_keys": 4, "min_pattern": 0.1}"#).unwrap();
-        assert_eq!((o.top_keys, o.min_pattern, o.top_terms), (Some(4), 0.1, 10));
-        let e = serde_json::from_str::<QkOptions>(r#"{"layer": 0, "head": 1, "top_term": 4}"#).unwrap_err().to_string();
-        assert!(e.contains("unknown field `top_term`"), "{e}");
-        let e = serde_json::from_str::<QkOptions>(r#"{"layer": 0}"#).unwrap_err().to_string();
-        assert!(e.contains("missing field `head`"), "{e}");
-    }
-}
-
 /// Where a row is and what the model says there.
 struct RowAt {
     layer: usize,
@@ -273,5 +256,22 @@ fn row(sides: &Sides, at: RowAt, terms: &[f32], width: usize, start: usize, n_k:
         feature_feature: ff as f32,
         error: err as f32,
         other: other as f32,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn options_read_by_name_with_the_librarys_defaults() {
+        let o: QkOptions = serde_json::from_str(r#"{"layer": 2, "head": 3}"#).unwrap();
+        assert_eq!(o, QkOptions::new(2, 3));
+        let o: QkOptions = serde_json::from_str(r#"{"layer": 0, "head": 1, "top_keys": 4, "min_pattern": 0.1}"#).unwrap();
+        assert_eq!((o.top_keys, o.min_pattern, o.top_terms), (Some(4), 0.1, 10));
+        let e = serde_json::from_str::<QkOptions>(r#"{"layer": 0, "head": 1, "top_term": 4}"#).unwrap_err().to_string();
+        assert!(e.contains("unknown field `top_term`"), "{e}");
+        let e = serde_json::from_str::<QkOptions>(r#"{"layer": 0}"#).unwrap_err().to_string();
+        assert!(e.contains("missing field `head`"), "{e}");
     }
 }
