@@ -230,15 +230,19 @@ pub(crate) fn attribute(
 
 /// QK attributions of one head on token ids `tokens` (used as given); `options` are
 /// [`burnlens_trace::QkOptions`] as JSON (`layer`, `head` and Python's keyword arguments).
-/// Returns the rows as the `qk` command writes them (JSON) and how close the parts of the
-/// residual streams add up to the model's.
+/// Returns the rows as the `qk` command writes them, as Python lists and dicts.
 #[pyfunction]
 #[pyo3(signature = (model, transcoders, tokens, options))]
-pub(crate) fn qk(py: Python<'_>, model: &NativeModel, transcoders: Option<&NativeTranscoders>, tokens: Vec<i64>, options: &str) -> PyResult<(String, f32)> {
+pub(crate) fn qk<'py>(
+    py: Python<'py>,
+    model: &NativeModel,
+    transcoders: Option<&NativeTranscoders>,
+    tokens: Vec<i64>,
+    options: &str,
+) -> PyResult<Bound<'py, PyAny>> {
     let opts: burnlens_trace::QkOptions = serde_json::from_str(options).map_err(|e| PyValueError::new_err(format!("qk options: {e}")))?;
     let head = py.detach(|| burnlens_trace::qk_attributions(&model.any.model, transcoders.map(|t| &t.set), &tokens, &opts)).map_err(value)?;
-    let rows = serde_json::to_string(&head.rows).map_err(|e| PyValueError::new_err(e.to_string()))?;
-    Ok((rows, head.residual_gap))
+    crate::to_python(py, &head.rows)
 }
 
 /// circuit-tracer's `feature_intervention`: `(logits [pos, vocab], activations [layer, pos,

@@ -469,8 +469,7 @@ def qk(model: "HookedModel", transcoders: Optional[Transcoders], prompt: Union[s
     the largest first), `remainder` (the rest), `feature_feature`, `error`, `other`.
     Text gets the model's BOS first; token ids are used as given. `options`: `top_terms`
     (10), `min_pattern` (0), `top_keys` (all), `zero_positions` (1)."""
-    rows, _gap = _native.qk(model._native, transcoders, _prompt_tokens(model, prompt), json.dumps(dict(options, layer=layer, head=head)))
-    return json.loads(rows)
+    return _native.qk(model._native, transcoders, _prompt_tokens(model, prompt), json.dumps(dict(options, layer=layer, head=head)))
 
 
 def feature_intervention(model: "HookedModel", transcoders: Transcoders, prompt: Union[str, Sequence[int], np.ndarray],

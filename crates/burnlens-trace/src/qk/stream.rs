@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 
 use burn::tensor::{Int, Tensor, TensorData};
-use burnlens_model::{Activation, AttnHook, BlockHook, HookPoint, LayerHook, NormHook, Positional, Transformer};
+use burnlens_model::{Activation, AttnHook, Block, BlockHook, HookPoint, LayerHook, NormHook, Positional, Transformer};
 
 use super::frozen::Frozen;
 use super::node::QkNode;
@@ -78,98 +78,145 @@ pub(crate) fn for_each_part(
     layer: usize,
     zero_positions: usize,
     cache: &mut Captured,
-    mut each: impl FnMut(Part) -> Result<(), TraceError>,
+    each: impl FnMut(Part) -> Result<(), TraceError>,
 ) -> Result<(Vec<f32>, Vec<f32>), TraceError> {
     let embed = take_rows(cache, HookPoint::Embed)?;
     let [n_pos, d] = embed.dims();
     let device = embed.device();
-    let every: Vec<usize> = (0..n_pos).collect();
-    let mut sum = vec![0f32; n_pos * d];
-    let mut emit = |part: Part| -> Result<(), TraceError> {
-        let v: Vec<f32> = part.vectors.clone().into_data().try_into_vec_as::<f32>().expect("f32");
-        for (i, node) in part.nodes.iter().enumerate() {
-            let at = node.pos() * d;
-            sum[at..at + d].iter_mut().zip(&v[i * d..(i + 1) * d]).for_each(|(s, x)| *s += x);
-        }
-        each(part)
-    };
-    emit(Part { nodes: every.iter().map(|&pos| QkNode::Embedding { pos }).collect(), vectors: embed, constant: false })?;
-    let mut bias = Tensor::<2>::zeros([n_pos, d], &device);
+    let mut walk = Walk { cache, n_pos, d, sum: vec![0f32; n_pos * d], bias: Tensor::zeros([n_pos, d], &device), each };
+    walk.emit_each(embed, |pos| QkNode::Embedding { pos })?;
     if model.config.positional == Positional::Residual
-        && let Ok(p) = take_rows(cache, HookPoint::PosEmbed)
+        && let Ok(p) = take_rows(walk.cache, HookPoint::PosEmbed)
     {
-        bias = bias + p;
+        walk.bias = walk.bias.clone() + p;
     }
     // What each layer's MLP output passes through before the stream: the frozen post-norm
     // where the transcoders write before it (`mlp.hook_out`).
     let mut posts = Vec::with_capacity(layer);
     for (l, block) in model.blocks.iter().enumerate().take(layer) {
         posts.push(match set.map(|s| s.output) {
-            Some(OutputHook::MlpHookOut) => frozen(cache, block.norm_after_mlp(l))?,
+            Some(OutputHook::MlpHookOut) => frozen(walk.cache, block.norm_after_mlp(l))?,
             _ => None,
         });
     }
-    let constant_of = |norm: &Option<Frozen>| norm.as_ref().and_then(|n| n.bias(0..d)).map(|b| b.reshape([1, d]).expand([n_pos, d]));
     // Every source layer's activations `[pos, features]`, for the CLT decoders into later layers.
     let mut dense: Vec<Tensor<2>> = Vec::with_capacity(layer);
     for (l, block) in model.blocks.iter().enumerate().take(layer) {
-        // Attention: each head's write, and b_O with the constants.
-        let post_attn = frozen(cache, block.norm_after_attention(l))?;
-        let result = cache
-            .remove(&AttnHook::Result.at(l))
-            .and_then(|a| a.rank4())
-            .ok_or_else(|| TraceError::Mismatch(format!("the model has no hook point `{}`", AttnHook::Result.at(l))))?;
-        let h = result.dims()[2];
-        for head in 0..h {
-            let v = through(&post_attn, result.clone().narrow(2, head, 1).reshape([n_pos, d]), &every);
-            emit(Part { nodes: every.iter().map(|&pos| QkNode::Attention { layer: l, head, pos }).collect(), vectors: v, constant: false })?;
+        walk.attention(block, l)?;
+        match set {
+            Some(set) => walk.transcoder(&Layer { block, l, below: layer, zero_positions }, set, &posts, &mut dense)?,
+            None if block.mlp.is_some() => {
+                let v = take_rows(walk.cache, BlockHook::MlpOut.at(l))?;
+                walk.emit_each(v, |pos| QkNode::Mlp { layer: l, pos })?;
+            }
+            None => {}
+        }
+    }
+    let bias = walk.bias.clone();
+    walk.emit(Part { nodes: (0..n_pos).map(|pos| QkNode::Bias { pos }).collect(), vectors: bias, constant: true })?;
+    let resid = take_rows(walk.cache, BlockHook::ResidPre.at(layer))?.into_data().try_into_vec_as::<f32>().expect("f32");
+    Ok((resid, walk.sum))
+}
+
+/// One block of the walk: block `l`, the stream read below layer `below`.
+struct Layer<'m> {
+    block: &'m Block,
+    l: usize,
+    below: usize,
+    zero_positions: usize,
+}
+
+/// The walk down the layers: the parts handed on so far, summed, and the constants gathered.
+struct Walk<'c, F> {
+    cache: &'c mut Captured,
+    n_pos: usize,
+    d: usize,
+    sum: Vec<f32>,
+    /// The constant part so far, `[pos, d_model]`.
+    bias: Tensor<2>,
+    each: F,
+}
+
+impl<F: FnMut(Part) -> Result<(), TraceError>> Walk<'_, F> {
+    fn emit(&mut self, part: Part) -> Result<(), TraceError> {
+        let d = self.d;
+        let v: Vec<f32> = part.vectors.clone().into_data().try_into_vec_as::<f32>().expect("f32");
+        for (i, node) in part.nodes.iter().enumerate() {
+            let at = node.pos() * d;
+            self.sum[at..at + d].iter_mut().zip(&v[i * d..(i + 1) * d]).for_each(|(s, x)| *s += x);
+        }
+        (self.each)(part)
+    }
+
+    /// A part with one row per position, `vectors [pos, d_model]`.
+    fn emit_each(&mut self, vectors: Tensor<2>, node: impl Fn(usize) -> QkNode) -> Result<(), TraceError> {
+        self.emit(Part { nodes: (0..self.n_pos).map(node).collect(), vectors, constant: false })
+    }
+
+    /// `[pos, d_model]` rows of one vector.
+    fn rows(&self, v: Tensor<1>) -> Tensor<2> {
+        v.reshape([1, self.d]).expand([self.n_pos, self.d])
+    }
+
+    /// `v` through `norm` (frozen, linear part) at every position.
+    fn through_all(&self, norm: &Option<Frozen>, v: Tensor<2>) -> Tensor<2> {
+        through(norm, v, &(0..self.n_pos).collect::<Vec<_>>())
+    }
+
+    /// A norm's constant part, added to the constants; returned as rows.
+    fn add_constant(&mut self, norm: &Option<Frozen>) -> Option<Tensor<2>> {
+        let b = self.rows(norm.as_ref()?.bias(0..self.d)?);
+        self.bias = self.bias.clone() + b.clone();
+        Some(b)
+    }
+
+    /// Layer `l`'s attention: each head's write (through the frozen post-attention norm),
+    /// and `b_O` with the constants.
+    fn attention(&mut self, block: &Block, l: usize) -> Result<(), TraceError> {
+        let post = frozen(self.cache, block.norm_after_attention(l))?;
+        let point = AttnHook::Result.at(l);
+        let result = self.cache.remove(&point).and_then(|a| a.rank4()).ok_or_else(|| TraceError::Mismatch(format!("the model has no hook point `{point}`")))?;
+        for head in 0..result.dims()[2] {
+            let v = self.through_all(&post, result.clone().narrow(2, head, 1).reshape([self.n_pos, self.d]));
+            self.emit_each(v, |pos| QkNode::Attention { layer: l, head, pos })?;
         }
         if let Some(b_o) = &block.attn.out.bias {
-            bias = bias + through(&post_attn, b_o.val().reshape([1, d]).expand([n_pos, d]), &every);
+            self.bias = self.bias.clone() + self.through_all(&post, self.rows(b_o.val()));
         }
-        if let Some(b) = constant_of(&post_attn) {
-            bias = bias + b;
-        }
+        self.add_constant(&post);
+        Ok(())
+    }
 
-        let Some(set) = set else {
-            if block.mlp.is_some() {
-                let v = take_rows(cache, BlockHook::MlpOut.at(l))?;
-                emit(Part { nodes: every.iter().map(|&pos| QkNode::Mlp { layer: l, pos }).collect(), vectors: v, constant: false })?;
-            }
-            continue;
-        };
-        // The MLP: this layer's features (into every layer below `layer` they write), the
-        // skip term, b_dec, and the error.
+    /// Layer `l`'s MLP through its transcoder: the features (into every layer below the
+    /// head's they write, through those layers' `posts`), the skip term, `b_dec` with the
+    /// constants, and the error. `dense` gains this layer's activations.
+    fn transcoder(&mut self, at: &Layer, set: &TranscoderSet, posts: &[Option<Frozen>], dense: &mut Vec<Tensor<2>>) -> Result<(), TraceError> {
+        let (block, l, n_pos, d) = (at.block, at.l, self.n_pos, self.d);
         let (point, finish) = input_source(set.input, block, l);
-        let mut x = take_rows(cache, point)?;
+        let mut x = take_rows(self.cache, point)?;
         if finish {
             x = block.ln2.as_ref().ok_or_else(|| TraceError::Mismatch("the block has no ln2".into()))?.finish(x);
         }
+        let device = x.device();
         let tc = &set.layers[l];
         let f = tc.d_sae();
         let mut acts = host_activations(tc, x.clone());
-        acts[..zero_positions.min(n_pos) * f].fill(0.0);
-        let (mut idx, mut values, mut nodes) = (Vec::new(), Vec::new(), Vec::new());
-        for (i, &a) in acts.iter().enumerate() {
-            if a != 0.0 {
-                idx.push((i % f) as i64);
-                values.push(a);
-                nodes.push(QkNode::Feature { layer: l, feature: i % f, pos: i / f });
-            }
-        }
-        if !nodes.is_empty() {
-            let n = nodes.len();
+        acts[..at.zero_positions.min(n_pos) * f].fill(0.0);
+        let active: Vec<(usize, f32)> = acts.iter().copied().enumerate().filter(|&(_, a)| a != 0.0).collect();
+        if !active.is_empty() {
+            let n = active.len();
+            let nodes: Vec<QkNode> = active.iter().map(|&(i, _)| QkNode::Feature { layer: l, feature: i % f, pos: i / f }).collect();
             let positions: Vec<usize> = nodes.iter().map(|n| n.pos()).collect();
-            let sel = Tensor::<1, Int>::from_data(TensorData::new(idx, [n]), &device);
-            let scale = tensor(values, [n, 1], &device);
+            let sel = Tensor::<1, Int>::from_data(TensorData::new(active.iter().map(|&(i, _)| (i % f) as i64).collect::<Vec<_>>(), [n]), &device);
+            let scale = tensor(active.iter().map(|&(_, a)| a).collect(), [n, 1], &device);
             let mut v = Tensor::<2>::zeros([n, d], &device);
-            for (k, w_dec) in tc.w_dec.iter().enumerate().take(layer - l) {
+            for (k, w_dec) in tc.w_dec.iter().enumerate().take(at.below - l) {
                 v = v + through(&posts[l + k], w_dec.clone().select(0, sel.clone()) * scale.clone(), &positions);
             }
-            emit(Part { nodes, vectors: v, constant: false })?;
+            self.emit(Part { nodes, vectors: v, constant: false })?;
         }
         dense.push(tensor(acts, [n_pos, f], &device));
-        let mut recon = tc.b_dec.clone().reshape([1, d]).expand([n_pos, d]);
+        let mut recon = self.rows(tc.b_dec.clone());
         // Layer `s`'s decoder into layer `l`, where it has one (a CLT's earlier layers).
         for (s, acts) in dense.iter().enumerate() {
             if let Some(w_dec) = set.layers[s].w_dec.get(l - s) {
@@ -178,22 +225,15 @@ pub(crate) fn for_each_part(
         }
         if let Some(skip) = tc.skip(x) {
             recon = recon + skip.clone();
-            emit(Part {
-                nodes: every.iter().map(|&pos| QkNode::Skip { layer: l, pos }).collect(),
-                vectors: through(&posts[l], skip, &every),
-                constant: false,
-            })?;
+            let v = self.through_all(&posts[l], skip);
+            self.emit_each(v, |pos| QkNode::Skip { layer: l, pos })?;
         }
-        let mlp_out = take_rows(cache, BlockHook::MlpOut.at(l))?;
-        let mut error = mlp_out - through(&posts[l], recon, &every);
-        bias = bias + through(&posts[l], tc.b_dec.clone().reshape([1, d]).expand([n_pos, d]), &every);
-        if let Some(b) = constant_of(&posts[l]) {
-            error = error - b.clone();
-            bias = bias + b;
+        let mlp_out = take_rows(self.cache, BlockHook::MlpOut.at(l))?;
+        let mut error = mlp_out - self.through_all(&posts[l], recon);
+        self.bias = self.bias.clone() + self.through_all(&posts[l], self.rows(tc.b_dec.clone()));
+        if let Some(b) = self.add_constant(&posts[l]) {
+            error = error - b;
         }
-        emit(Part { nodes: every.iter().map(|&pos| QkNode::Error { layer: l, pos }).collect(), vectors: error, constant: false })?;
+        self.emit_each(error, |pos| QkNode::Error { layer: l, pos })
     }
-    emit(Part { nodes: every.iter().map(|&pos| QkNode::Bias { pos }).collect(), vectors: bias, constant: true })?;
-    let resid = take_rows(cache, BlockHook::ResidPre.at(layer))?.into_data().try_into_vec_as::<f32>().expect("f32");
-    Ok((resid, sum))
 }
