@@ -580,3 +580,45 @@ fn the_qk_command_writes_rows_and_refuses_bad_input_with_one_line() {
     assert_bad_input(&run(&["--layer", "1", "--head", "99"]), "head 99 is out of range");
     assert!(!out.exists(), "nothing is written for a refused run");
 }
+
+/// Head loadings split every edge that crosses positions into the heads that carry it (by
+/// the last head on each path): on every circuit-tracer case, the loadings of all heads add
+/// up to the edge weight within 1e-5 of the row's largest edge, and a short list's rest
+/// holds the others; the pruned graph's edges are a subset.
+#[test]
+fn head_loadings_add_up_to_the_edges_they_carry() {
+    use burnlens::trace::{head_loadings, node_position};
+    let device = Device::flex();
+    for name in CASES {
+        let dir = case_dir(name);
+        let case: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("case.json")).unwrap()).unwrap();
+        let model = load_model(&dir.join("model"), &device).unwrap().model;
+        let set = TranscoderSet::load(&dir.join("transcoders"), &device).unwrap();
+        let ids: Vec<i64> = case["ids"].as_array().unwrap().iter().map(|v| v.as_i64().unwrap()).collect();
+        let opts = options(&case);
+        let g = attribute(&model, &set, &ids, &opts).unwrap();
+        let all = head_loadings(&model, &set, &g, None, &opts, usize::MAX).unwrap();
+        let crossing = (0..g.n_features() + g.n_logits())
+            .map(|r| (0..g.n_nodes()).filter(|&s| g.row(r)[s] != 0.0 && node_position(&g, s) != node_position(&g, g.row_node(r))).count())
+            .sum::<usize>();
+        assert_eq!(all.len(), crossing, "{name}: every edge that crosses positions");
+        for e in &all {
+            let r = g.node_row(e.target).unwrap();
+            let largest = max_abs(g.row(r));
+            let sum: f64 = e.heads.iter().map(|h| h.weight as f64).sum();
+            assert!((sum as f32 - e.weight).abs() <= 1e-5 * largest, "{name}: {} -> {}: heads add up to {sum}, the edge is {}", e.source, e.target, e.weight);
+            assert_eq!(e.rest, 0.0);
+        }
+        let short = head_loadings(&model, &set, &g, None, &opts, 2).unwrap();
+        for (e, s) in all.iter().zip(&short) {
+            let largest = max_abs(g.row(g.node_row(e.target).unwrap()));
+            let sum: f64 = s.heads.iter().map(|h| h.weight as f64).sum::<f64>() + s.rest as f64;
+            assert!(s.heads.len() <= 2 && (sum as f32 - e.weight).abs() <= 1e-5 * largest, "{name}: two heads and the rest add up to {sum}, not {}", e.weight);
+            assert_eq!(s.heads[..], e.heads[..s.heads.len()], "{name}: the largest heads first");
+        }
+        let pruned = g.prune(0.8, 0.98).unwrap();
+        let kept = head_loadings(&model, &set, &g, Some(&pruned), &opts, 3).unwrap();
+        assert!(!kept.is_empty() && kept.len() < all.len(), "{name}: {} kept of {}", kept.len(), all.len());
+        eprintln!("{name}: {} crossing edges, {} kept", all.len(), kept.len());
+    }
+}

@@ -110,7 +110,7 @@ pub fn select_logits(logits: &[f32], targets: &LogitTargets) -> Result<(Vec<i64>
 }
 
 /// `W_U[:, t] − mean_v W_U[:, v]` for each target, `[n, d_model]` row-major.
-fn logit_directions(model: &Transformer, ids: &[i64]) -> Vec<f32> {
+pub(crate) fn logit_directions(model: &Transformer, ids: &[i64]) -> Vec<f32> {
     let w_u = unembedding(model);
     let [d, v] = w_u.dims();
     let host: Vec<f32> = w_u.into_data().try_into_vec_as::<f32>().expect("f32");

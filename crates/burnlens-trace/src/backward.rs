@@ -31,7 +31,7 @@ pub(crate) struct Targets<'a> {
 /// The gradient at a norm's input from the gradient at its output `g`, its scale frozen:
 /// `center(g · w) / scale` for a LayerNorm (no centring for an RMSNorm; no `w` when the
 /// gradient is taken at the value before the gain).
-fn norm_back(norm: &Norm, scale: &Tensor<3>, g: Tensor<3>, with_gain: bool) -> Tensor<3> {
+pub(crate) fn norm_back(norm: &Norm, scale: &Tensor<3>, g: Tensor<3>, with_gain: bool) -> Tensor<3> {
     let [_, p, d] = g.dims();
     let g = if with_gain { g * burnlens_model::f32_val(&norm.weight).reshape([1, 1, d]) } else { g };
     let g = match norm.kind {
@@ -57,7 +57,7 @@ fn attention_back(layer: &FrozenLayer, a: Tensor<3>, g: Tensor<3>) -> Tensor<3> 
 impl Replacement<'_> {
     /// Layer `l`'s attention pattern over the first `p` positions, `[head, p, p]`: kept, or
     /// recomputed from the attention's input.
-    fn pattern(&self, l: usize, p: usize) -> Tensor<3> {
+    pub(crate) fn pattern(&self, l: usize, p: usize) -> Tensor<3> {
         let layer = &self.layers[l];
         match (&layer.pattern, &layer.attn_input) {
             (Some(a), _) => a.clone().narrow(1, 0, p).narrow(2, 0, p),
@@ -71,13 +71,13 @@ impl Replacement<'_> {
         }
     }
 
-    fn scale(&self, site: NormSite) -> &Tensor<3> {
+    pub(crate) fn scale(&self, site: NormSite) -> &Tensor<3> {
         let l = site.layer().expect("a block's norm");
         self.layers[l].scales.get(&site).unwrap_or_else(|| panic!("{site}.hook_scale was captured"))
     }
 
     /// The injected gradients of targets `order[from..to]`, `[to - from, p, d_model]`.
-    fn injected(&self, t: &Targets, order: &[usize], p: usize) -> Tensor<3> {
+    pub(crate) fn injected(&self, t: &Targets, order: &[usize], p: usize) -> Tensor<3> {
         let d = self.d_model();
         let mut host = vec![0f32; order.len() * p * d];
         for (k, &i) in order.iter().enumerate() {
@@ -97,7 +97,7 @@ impl Replacement<'_> {
     }
 
     /// From the gradient at layer `l`'s input hook to the gradient at its `hook_resid_mid`.
-    fn input_hook_to_mid(&self, l: usize, g_in: Tensor<3>) -> Tensor<3> {
+    pub(crate) fn input_hook_to_mid(&self, l: usize, g_in: Tensor<3>) -> Tensor<3> {
         let block = &self.model.blocks[l];
         let ln2 = block.ln2.as_ref().expect("checked: the block has an MLP norm");
         match self.set.input {
@@ -110,7 +110,7 @@ impl Replacement<'_> {
 
     /// From the gradient at layer `l`'s `hook_resid_mid` to the one at its `hook_resid_pre`,
     /// through the frozen attention (and its norms).
-    fn attention_block_back(&self, l: usize, g_mid: Tensor<3>) -> Tensor<3> {
+    pub(crate) fn attention_block_back(&self, l: usize, g_mid: Tensor<3>) -> Tensor<3> {
         let block = &self.model.blocks[l];
         let g_o = match block.norm_after_attention(l) {
             Some((n, site)) => norm_back(n, self.scale(site), g_mid.clone(), true),
@@ -146,13 +146,7 @@ impl Replacement<'_> {
         let mut g: Option<Tensor<3>> = (k > 0).then(|| norm_back(&self.model.ln_final, &self.ln_final_scale, self.injected(t, &order[..k], p), true));
         let top = t.layers.iter().copied().max().expect("a batch has targets").min(n_layers - 1);
         for l in (0..=top).rev() {
-            let mut g_in = None;
-            if let Some(g) = &g {
-                let g_out = self.output_hook_grad(l, g);
-                self.contract_layer(l, &g_out, &order[..k], rows, row);
-                // skip = x · M, so its gradient is g · Mᵀ.
-                g_in = self.set.layers[l].w_skip.as_ref().map(|m| linear(g_out.reshape([k * p, d]), m.clone().transpose(), None).reshape([k, p, d]));
-            }
+            let mut g_in = g.as_ref().and_then(|g| self.mlp_back(l, g, &order[..k], rows, row));
             let k_new = joined(l);
             if k_new > k {
                 let inj = self.injected(t, &order[k..k_new], p);
@@ -174,6 +168,28 @@ impl Replacement<'_> {
         let g = g.expect("every target has joined by layer 0");
         let tok = (g * self.tokens.clone().narrow(0, 0, p).unsqueeze::<3>()).sum_dim(2);
         scatter(rows, row, self.active.len() + n_layers * self.n_pos(), &order, p, tok);
+    }
+
+    /// Layer `l`'s MLP, backwards from the gradient `g` at its `hook_resid_post` for targets
+    /// `order`: its features' and errors' columns written, and the gradient at its input hook
+    /// through the skip connection returned (`skip = x · M`, so `g · Mᵀ`), if it has one.
+    pub(crate) fn mlp_back(&self, l: usize, g: &Tensor<3>, order: &[usize], rows: &mut [f32], row: usize) -> Option<Tensor<3>> {
+        let g_out = self.output_hook_grad(l, g);
+        self.contract_layer(l, &g_out, order, rows, row);
+        self.skip_of(l, g_out)
+    }
+
+    /// [`mlp_back`](Self::mlp_back) without writing columns: only the skip connection's
+    /// gradient.
+    pub(crate) fn skip_back(&self, l: usize, g: &Tensor<3>) -> Option<Tensor<3>> {
+        self.skip_of(l, self.output_hook_grad(l, g))
+    }
+
+    /// The gradient at layer `l`'s input hook through its skip connection from `g_out` at its
+    /// output hook.
+    fn skip_of(&self, l: usize, g_out: Tensor<3>) -> Option<Tensor<3>> {
+        let [k, p, d] = g_out.dims();
+        self.set.layers[l].w_skip.as_ref().map(|m| linear(g_out.reshape([k * p, d]), m.clone().transpose(), None).reshape([k, p, d]))
     }
 
     /// Write the features' and errors' columns of layer `l` for targets `order` from the
@@ -208,7 +224,7 @@ impl Replacement<'_> {
 }
 
 /// Copy `vals [order.len(), p, 1]` into columns `col..col + p` of rows `order`.
-fn scatter(rows: &mut [f32], row: usize, col: usize, order: &[usize], p: usize, vals: Tensor<3>) {
+pub(crate) fn scatter(rows: &mut [f32], row: usize, col: usize, order: &[usize], p: usize, vals: Tensor<3>) {
     let v: Vec<f32> = vals.into_data().try_into_vec_as::<f32>().expect("f32");
     for (k, &i) in order.iter().enumerate() {
         rows[i * row + col..i * row + col + p].copy_from_slice(&v[k * p..(k + 1) * p]);

@@ -15,7 +15,7 @@
 //! (circuit-tracer's files, read and written), [`hub`] (sets by Hub id), [`replacement`] (the frozen forward pass), [`backward`]
 //! (attribution rows), [`attribute`] (targets and the graph; [`attribute_args`], its arguments as users spell them), [`graph`] (pruning, scores,
 //! saving; its rows in a [`store`]), [`json`] and [`html`] (the viewer's files), [`intervene`] (feature interventions), [`qk`] (QK attributions:
-//! why a head attends where it does).
+//! why a head attends where it does), [`head_loadings`] (which heads carry an edge).
 
 pub mod attribute;
 pub mod attribute_args;
@@ -23,6 +23,7 @@ pub mod backward;
 pub mod circuit_tracer;
 pub mod error;
 pub mod graph;
+pub mod head_loadings;
 pub mod html;
 pub mod hub;
 pub mod intervene;
@@ -37,6 +38,7 @@ pub use attribute::{AttributeOptions, LogitTargets, attribute, select_logits};
 pub use attribute_args::AttributeArgs;
 pub use error::TraceError;
 pub use graph::{Graph, Pruned, check_thresholds};
+pub use head_loadings::{EdgeHeads, HeadLoading, head_loadings, node_position};
 pub use intervene::{Intervened, Intervention, feature_intervention};
 pub use json::{GraphJson, GraphText, Node};
 pub use output::{GraphFiles, write_graph, write_graph_with};
