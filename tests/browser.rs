@@ -474,7 +474,7 @@ fn a_click_on_a_feature_node_shows_its_dashboard_examples() {
             (n.clerp, n.dashboard) = (label, Some(dash));
         }
     };
-    let files = write_graph_with(&tmp.path().join("graph"), &graph, &text, 0.8, 0.98, &mut annotate).unwrap();
+    let files = write_graph_with(&tmp.path().join("graph"), &graph, &text, 0.8, 0.98, &mut annotate, None).unwrap();
     let json: Value = serde_json::from_str(&std::fs::read_to_string(&files.json).unwrap()).unwrap();
     let node = json["nodes"].as_array().unwrap().iter().find(|n| n["dashboard"].is_object()).unwrap();
     let id = node["node_id"].as_str().unwrap();
@@ -489,4 +489,66 @@ fn a_click_on_a_feature_node_shows_its_dashboard_examples() {
     assert_eq!(shown[1], examples[0]["tokens"][5]);
     assert_eq!(parse_rgb(shown[2].as_str().unwrap())[3], 1.0, "the top example's own token at full colour");
     assert!(shown[3].as_str().unwrap().starts_with("promotes: "));
+}
+
+/// With `graph --qk`'s extension, a click on a node lists the heads carrying each input edge
+/// that crosses positions; a real click on a head shows its attention row at the edge's
+/// target (largest weight first, as graph.json holds it) and its largest QK terms; a click
+/// on an edge lists the heads that carry it.
+#[test]
+fn a_click_on_a_head_shows_its_attention_row_and_qk_terms() {
+    use burnlens::trace::{AttentionOptions, AttributeOptions, GraphText, Pruned, graph_attention, write_graph_with};
+    let tmp = tempfile::tempdir().unwrap();
+    let (model, set, ids, graph) = gpt2_graph();
+    let tokens: Vec<String> = ids.iter().map(|i| format!("t{i}")).collect();
+    let logit_tokens = graph.logit_token_ids.iter().map(|i| format!("t{i}")).collect();
+    let text = GraphText { slug: "g".into(), prompt: tokens.join(" "), prompt_tokens: tokens, logit_tokens };
+    let attention = |p: &Pruned| graph_attention(&model, &set, &graph, p, &AttributeOptions::default(), &AttentionOptions::default());
+    let files = write_graph_with(&tmp.path().join("graph"), &graph, &text, 0.8, 0.98, &mut |_| {}, Some(&attention)).unwrap();
+    let json: Value = serde_json::from_str(&std::fs::read_to_string(&files.json).unwrap()).unwrap();
+    let links = json["links"].as_array().unwrap();
+    // The node with the most incoming links that have heads, and its strongest such input.
+    let with_heads = |t: &Value| links.iter().filter(|l| &l["target"] == t && l["heads"].is_array()).count();
+    let target = json["nodes"].as_array().unwrap().iter().map(|n| &n["node_id"]).max_by_key(|t| with_heads(t)).unwrap().clone();
+    assert!(with_heads(&target) > 0, "some link carries heads");
+    let q = json["nodes"].as_array().unwrap().iter().find(|n| n["node_id"] == target).unwrap()["ctx_idx"].as_u64().unwrap();
+
+    let Some(d) = Driver::start(&tmp.path().join("profile")) else { return };
+    d.cmd("/url", json!({"url": format!("file://{}", files.html.display())}));
+    click_node(&d, target.as_str().unwrap());
+    let heads = d.js("return [...document.querySelectorAll('#panel a.head')].map(a => [+a.dataset.layer, +a.dataset.head, +a.dataset.query]);");
+    let heads = heads.as_array().unwrap();
+    assert!(!heads.is_empty(), "the inputs list their heads");
+    let (layer, head) = (heads[0][0].as_u64().unwrap(), heads[0][1].as_u64().unwrap());
+    assert_eq!(heads[0][2].as_u64().unwrap(), q, "a head is shown at the edge's target position");
+    let at = d.js("const a = document.querySelector('#panel a.head'); a.scrollIntoView({block: 'center'}); const r = a.getBoundingClientRect(); \
+        return [r.left + r.width / 2, r.top + r.height / 2];");
+    d.click(at[0].as_f64().unwrap(), at[1].as_f64().unwrap());
+    let shown = d.js("const h = document.getElementById('head'); return [h.querySelector('h4').textContent, \
+        [...h.querySelector('table').querySelectorAll('tr')].map(r => +r.cells[1].textContent), h.querySelectorAll('table.qk tr').length, \
+        h.querySelector('table.qk tr').cells[0].textContent];");
+    assert!(shown[0].as_str().unwrap().starts_with(&format!("L{layer}.H{head} at ")), "{shown}");
+    let mut want: Vec<(f64, &Value)> = json["qk"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["layer"].as_u64() == Some(layer) && r["head"].as_u64() == Some(head) && r["query"].as_u64() == Some(q))
+        .map(|r| (r["pattern"].as_f64().unwrap(), r))
+        .collect();
+    want.sort_by(|a, b| b.0.total_cmp(&a.0));
+    let pattern: Vec<f64> = shown[1].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
+    assert_eq!(pattern.len(), want.len().min(8));
+    for (s, (w, _)) in pattern.iter().zip(&want) {
+        assert!((s - w).abs() < 1e-3, "attention {s} against {w}");
+    }
+    assert!(shown[2].as_u64().unwrap() > 0 && !shown[3].as_str().unwrap().is_empty(), "the largest QK terms: {shown}");
+    // An edge's own panel: the heads that carry it.
+    let edge = links.iter().find(|l| l["target"] == target && l["heads"].is_array()).unwrap();
+    d.js(&format!(
+        "document.querySelector('line.edge[data-source=\"{}\"][data-target=\"{}\"]').dispatchEvent(new MouseEvent('click'));",
+        edge["source"].as_str().unwrap(),
+        edge["target"].as_str().unwrap()
+    ));
+    let n = d.js("return document.querySelectorAll('#panel h4#heads + table a.head').length;");
+    assert_eq!(n.as_u64().unwrap() as usize, edge["heads"].as_array().unwrap().len());
 }

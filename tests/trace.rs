@@ -622,3 +622,54 @@ fn head_loadings_add_up_to_the_edges_they_carry() {
         eprintln!("{name}: {} crossing edges, {} kept", all.len(), kept.len());
     }
 }
+
+/// `graph --qk` adds burnlens's extension to graph.json: each kept link that crosses
+/// positions carries its heads (adding up to its weight with `heads_rest`), same-position
+/// links none, and `qk` holds the rows of every listed head at its links' target positions,
+/// each adding up to its score; circuit-tracer's fields are unchanged.
+#[test]
+fn the_graph_command_with_qk_adds_the_heads_of_each_link_and_their_qk_rows() {
+    let dir = case_dir("llama_skip");
+    let tmp = tempfile::tempdir().unwrap();
+    let (plain, with) = (tmp.path().join("plain"), tmp.path().join("qk"));
+    let (model, tc) = (dir.join("model"), dir.join("transcoders"));
+    let run = |out: &Path, extra: &[&str]| {
+        let mut a = vec!["graph", "--model", model.to_str().unwrap(), "--transcoders", tc.to_str().unwrap()];
+        a.extend(["--ids", "1,17,5,60,17,5,71", "--out", out.to_str().unwrap()]);
+        a.extend_from_slice(extra);
+        let o = burnlens(&a);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        serde_json::from_str::<serde_json::Value>(&std::fs::read_to_string(out.join("graph.json")).unwrap()).unwrap()
+    };
+    let (p, q) = (run(&plain, &[]), run(&with, &["--qk"]));
+    assert!(p.get("qk").is_none() && p["links"].as_array().unwrap().iter().all(|l| l.get("heads").is_none()), "no extension without --qk");
+    assert_eq!(p["nodes"], q["nodes"]);
+    let ctx: std::collections::HashMap<&str, u64> =
+        q["nodes"].as_array().unwrap().iter().map(|n| (n["node_id"].as_str().unwrap(), n["ctx_idx"].as_u64().unwrap())).collect();
+    let rows = q["qk"].as_array().unwrap();
+    let mut carried = 0;
+    for (a, b) in p["links"].as_array().unwrap().iter().zip(q["links"].as_array().unwrap()) {
+        assert_eq!((&a["source"], &a["target"], &a["weight"]), (&b["source"], &b["target"], &b["weight"]));
+        let (s, t) = (ctx[b["source"].as_str().unwrap()], ctx[b["target"].as_str().unwrap()]);
+        let Some(heads) = b["heads"].as_array() else {
+            assert_eq!(s, t, "a link across positions has heads: {b}");
+            continue;
+        };
+        carried += 1;
+        assert_ne!(s, t);
+        let sum: f64 = heads.iter().map(|h| h["weight"].as_f64().unwrap()).sum::<f64>() + b["heads_rest"].as_f64().unwrap();
+        let w = b["weight"].as_f64().unwrap();
+        assert!((sum - w).abs() <= 1e-4 * w.abs().max(1e-3), "{b}: heads add up to {sum}");
+        for h in heads {
+            assert!(
+                rows.iter().any(|r| r["layer"] == h["layer"] && r["head"] == h["head"] && r["query"].as_u64() == Some(t) && r["key"].as_u64() == Some(s)),
+                "the QK row of {h} from {t} to {s}"
+            );
+        }
+    }
+    assert!(carried > 0, "some kept links cross positions");
+    for r in rows {
+        let total: f64 = r["terms"].as_array().unwrap().iter().map(|t| t["contribution"].as_f64().unwrap()).sum::<f64>() + r["remainder"].as_f64().unwrap();
+        assert!((total - r["score"].as_f64().unwrap()).abs() <= 1e-4 * r["score"].as_f64().unwrap().abs().max(1.0), "{r}");
+    }
+}

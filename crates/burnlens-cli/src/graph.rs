@@ -48,6 +48,12 @@ pub struct GraphOptions {
     /// graph.html.
     #[arg(long)]
     pub features: Option<std::path::PathBuf>,
+    /// Add the attention side (burnlens's extension of graph.json, shown by graph.html):
+    /// each kept edge that crosses positions gets the heads that carry it (`heads`, which add
+    /// up to its weight with `heads_rest`), and those heads' QK attributions at the edges'
+    /// target positions (`qk`, the `qk` command's rows).
+    #[arg(long)]
+    pub qk: bool,
 }
 
 pub fn run(a: &GraphArgs) -> Result<()> {
@@ -87,7 +93,17 @@ pub fn run(a: &GraphArgs) -> Result<()> {
             Err(e) => failed = Some(e),
         }
     };
-    let files = burnlens_trace::write_graph_with(out, &graph, &text, g.node_threshold, g.edge_threshold, &mut annotate)?;
+    let attention =
+        |pruned: &burnlens_trace::Pruned| burnlens_trace::graph_attention(&m.model, &set, &graph, pruned, &opts, &burnlens_trace::AttentionOptions::default());
+    let files = burnlens_trace::write_graph_with(
+        out,
+        &graph,
+        &text,
+        g.node_threshold,
+        g.edge_threshold,
+        &mut annotate,
+        g.qk.then_some(&attention as burnlens_trace::AttentionOf),
+    )?;
     if let Some(e) = failed {
         return Err(e.into());
     }

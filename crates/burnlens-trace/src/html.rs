@@ -1,7 +1,9 @@
 //! `graph.html`: an offline, self-contained view of a pruned attribution graph. Nodes sit by
 //! layer (rows: token embeddings at the bottom, then each layer's features and errors, the
 //! logits on top) and position (columns); edges are drawn with a width by their weight
-//! (blue positive, red negative). A click on a node lists its strongest inputs and outputs.
+//! (blue positive, red negative). A click on a node lists its strongest inputs and outputs;
+//! with `graph --qk`, each edge that crosses positions lists the heads that carry it, and a
+//! click on a head shows its attention row at the edge's target and its largest QK terms.
 //! The graph's JSON ([`crate::json`]) is embedded in the page; no network is needed.
 
 use crate::json::GraphJson;
@@ -14,7 +16,7 @@ svg{border:1px solid #ddd;background:#fff}.node{cursor:pointer;stroke:#333;strok
 table{border-collapse:collapse}td{padding:1px 6px;border-bottom:1px solid #eee}";
 
 /// The script that draws the embedded graph; it reads `#graph-data`.
-const SCRIPT: &str = r#"
+const SCRIPT: &str = r##"
 const G = JSON.parse(document.getElementById('graph-data').textContent);
 const kinds = {'cross layer transcoder': '#f4a261', 'mlp reconstruction error': '#adb5bd', 'embedding': '#8ecae6', 'logit': '#90be6d'};
 const toks = G.metadata.prompt_tokens, nPos = toks.length;
@@ -44,8 +46,9 @@ const edges = el('g', {}, svg);
 G.links.forEach(l => {
   const a = pos[l.source], b = pos[l.target];
   if (!a || !b) return;
-  el('line', {x1: a[0], y1: a[1], x2: b[0], y2: b[1], class: 'edge', 'data-source': l.source, 'data-target': l.target,
+  const line = el('line', {x1: a[0], y1: a[1], x2: b[0], y2: b[1], class: 'edge', 'data-source': l.source, 'data-target': l.target,
     stroke: l.weight >= 0 ? 'rgba(30,90,200,.45)' : 'rgba(200,40,40,.45)', 'stroke-width': 0.5 + 4 * Math.abs(l.weight) / maxW}, edges);
+  line.addEventListener('click', () => selectEdge(l));
 });
 const label = n => n.feature_type === 'logit' ? n.clerp : n.feature_type === 'embedding' ? 'token ' + JSON.stringify(toks[n.ctx_idx]) + ' @' + n.ctx_idx
   : n.feature_type === 'mlp reconstruction error' ? 'error L' + n.layer + ' @' + n.ctx_idx : 'feature L' + n.layer + ' #' + n.node_id.split('_')[1] + ' @' + n.ctx_idx;
@@ -57,8 +60,39 @@ G.nodes.forEach(n => {
   el('title', {}, c).textContent = label(n);
   c.addEventListener('click', () => select(n.node_id));
 });
+const esc = s => String(s).replace(/&/g, '&amp;').replace(/</g, '&lt;');
+const signed = w => '<span style="color:' + (w >= 0 ? '#1e5ac8' : '#c82828') + '">' + w.toPrecision(3) + '</span>';
+// The heads carrying a link (graph --qk), each a link to its QK attributions at the target's position.
+const headList = l => (l.heads || []).map(h => '<a href="#" class="head" data-layer="' + h.layer + '" data-head="' + h.head + '" data-query="' +
+  byId[l.target].ctx_idx + '">L' + h.layer + '.H' + h.head + '</a> ' + signed(h.weight)).join(', ');
 function rows(list, key) {
-  return '<table>' + list.map(l => '<tr><td>' + label(byId[l[key]]).replace(/</g, '&lt;') + '</td><td style="text-align:right;color:' + (l.weight >= 0 ? '#1e5ac8' : '#c82828') + '">' + l.weight.toPrecision(3) + '</td></tr>').join('') + '</table>';
+  return '<table>' + list.map(l => '<tr><td>' + esc(label(byId[l[key]])) + '</td><td style="text-align:right">' + signed(l.weight) + '</td><td class="heads">' + headList(l) + '</td></tr>').join('') + '</table>';
+}
+document.getElementById('panel').addEventListener('click', e => {
+  const h = e.target.closest('a.head');
+  if (!h) return;
+  e.preventDefault();
+  showHead(+h.dataset.layer, +h.dataset.head, +h.dataset.query);
+});
+function selectEdge(l) {
+  document.getElementById('panel').innerHTML = '<h3>edge</h3><p>' + esc(label(byId[l.source])) + ' → ' + esc(label(byId[l.target])) + ': ' + signed(l.weight) + '</p>' +
+    (l.heads ? '<h4 id="heads">carried by</h4><table>' + l.heads.map(h => '<tr><td>' + headList({heads: [h], target: l.target}) + '</td></tr>').join('') +
+      '</table><p>other heads: ' + signed(l.heads_rest || 0) + '</p>' : '<p>(no head loadings: same position, or the graph was written without --qk)</p>');
+}
+const qkLabel = n => n.kind === 'feature' ? 'feature L' + n.layer + ' #' + n.feature + ' @' + n.pos : n.kind === 'attention' ? 'L' + n.layer + '.H' + n.head + ' output @' + n.pos
+  : n.kind === 'embedding' ? 'token ' + JSON.stringify(toks[n.pos]) + ' @' + n.pos : n.kind === 'error' ? 'error L' + n.layer + ' @' + n.pos : n.kind + (n.layer != null ? ' L' + n.layer : '') + ' @' + n.pos;
+// Head `head` of layer `layer` at query `q`: its attention row and, for its most attended keys, the largest QK terms.
+function showHead(layer, head, q) {
+  const rs = (G.qk || []).filter(r => r.layer === layer && r.head === head && r.query === q).sort((a, b) => b.pattern - a.pattern);
+  let html = '<div id="head"><h4>L' + layer + '.H' + head + ' at ' + esc(JSON.stringify(toks[q])) + ' @' + q + ': attention and why</h4><table>' +
+    rs.slice(0, 8).map(r => '<tr><td>→ ' + esc(JSON.stringify(toks[r.key])) + ' @' + r.key + '</td><td>' + r.pattern.toFixed(3) + '</td><td>score ' + r.score.toPrecision(3) + '</td></tr>').join('') + '</table>';
+  rs.slice(0, 3).forEach(r => {
+    html += '<p>@' + r.key + ' (features × features ' + r.feature_feature.toPrecision(3) + ', with errors ' + r.error.toPrecision(3) + ', rest ' + r.other.toPrecision(3) + ')</p><table class="qk">' +
+      r.terms.slice(0, 5).map(t => '<tr><td>' + esc(qkLabel(t.query_node)) + '</td><td>· ' + esc(qkLabel(t.key_node)) + '</td><td>' + signed(t.contribution) + '</td></tr>').join('') + '</table>';
+  });
+  const old = document.getElementById('head');
+  if (old) old.remove();
+  document.getElementById('panel').insertAdjacentHTML('beforeend', html + '</div>');
 }
 function select(id) {
   document.querySelectorAll('.node').forEach(c => c.classList.toggle('sel', c.dataset.id === id));
@@ -86,7 +120,7 @@ function showDashboard(d) {
   }
   document.getElementById('panel').appendChild(box);
 }
-"#;
+"##;
 
 fn escape(s: &str) -> String {
     s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
@@ -100,7 +134,7 @@ pub fn graph_html(graph: &GraphJson) -> String {
     format!(
         "<!doctype html><html><head><meta charset=\"utf-8\"><title>{title}</title><style>{STYLE}</style></head><body>\
          <h2>Attribution graph: {title}</h2><p>{n} nodes, {e} edges (pruned at node threshold {thr}); transcoders {scan}. \
-         Click a node for its strongest inputs and outputs.</p>\
+         Click a node for its strongest inputs and outputs, an edge or a head for the heads that carry it and why they attend.</p>\
          <div id=\"wrap\"><svg id=\"view\"></svg><div id=\"panel\"></div></div>\
          <script type=\"application/json\" id=\"graph-data\">{data}</script><script>{SCRIPT}</script></body></html>",
         title = escape(&m.prompt),

@@ -1,10 +1,13 @@
 //! The pruned graph as the JSON Neuronpedia's graph viewer and circuit-tracer's local server
 //! load (`metadata`, `qParams`, `nodes`, `links`), node for node what circuit-tracer's
-//! `create_graph_files` writes.
+//! `create_graph_files` writes; with `graph --qk`, burnlens's extension (links' `heads`, a
+//! top-level `qk`), which those viewers ignore.
 
 use serde::Serialize;
 
 use crate::graph::{Graph, Pruned};
+use crate::head_loadings::HeadLoading;
+use crate::qk::QkRow;
 
 /// The text a graph's JSON shows: its name, the prompt and its tokens, the logit targets.
 #[derive(Debug, Clone)]
@@ -77,6 +80,12 @@ pub struct Link {
     pub source: String,
     pub target: String,
     pub weight: f32,
+    /// burnlens's extension (`graph --qk`): the heads that carry an edge that crosses
+    /// positions, largest first, and the others' sum (`Σ heads + heads_rest = weight`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub heads: Option<Vec<HeadLoading>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub heads_rest: Option<f32>,
 }
 
 #[derive(Debug, Serialize)]
@@ -86,6 +95,10 @@ pub struct GraphJson {
     pub qParams: QParams,
     pub nodes: Vec<Node>,
     pub links: Vec<Link>,
+    /// burnlens's extension (`graph --qk`): the QK attributions of the heads that carry the
+    /// links, at the links' target positions (the `qk` command's rows).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub qk: Option<Vec<QkRow>>,
 }
 
 /// Cantor's pairing of two naturals, the viewer's feature id of (layer, feature).
@@ -170,7 +183,7 @@ impl Graph {
                 if pruned.edge_mask[r * n + src]
                     && let (Some(s), Some(t)) = (&kept[src], &kept[dst])
                 {
-                    links.push(Link { source: s.node_id.clone(), target: t.node_id.clone(), weight: self.rows[r * n + src] });
+                    links.push(Link { source: s.node_id.clone(), target: t.node_id.clone(), weight: self.rows[r * n + src], heads: None, heads_rest: None });
                     connected[src] = true;
                     connected[dst] = true;
                 }
@@ -194,6 +207,7 @@ impl Graph {
             qParams: QParams { pinnedIds: vec![], supernodes: vec![], linkType: "both".into(), clickedId: String::new(), sg_pos: String::new() },
             nodes,
             links,
+            qk: None,
         }
     }
 }

@@ -15,7 +15,8 @@
 //! (circuit-tracer's files, read and written), [`hub`] (sets by Hub id), [`replacement`] (the frozen forward pass), [`backward`]
 //! (attribution rows), [`attribute`] (targets and the graph; [`attribute_args`], its arguments as users spell them), [`graph`] (pruning, scores,
 //! saving; its rows in a [`store`]), [`json`] and [`html`] (the viewer's files), [`intervene`] (feature interventions), [`qk`] (QK attributions:
-//! why a head attends where it does), [`head_loadings`] (which heads carry an edge).
+//! why a head attends where it does), [`head_loadings`] (which heads carry an edge), [`graph_attention`]
+//! (both for a pruned graph, `graph --qk`).
 
 pub mod attribute;
 pub mod attribute_args;
@@ -23,6 +24,7 @@ pub mod backward;
 pub mod circuit_tracer;
 pub mod error;
 pub mod graph;
+pub mod graph_attention;
 pub mod head_loadings;
 pub mod html;
 pub mod hub;
@@ -38,10 +40,11 @@ pub use attribute::{AttributeOptions, LogitTargets, attribute, select_logits};
 pub use attribute_args::AttributeArgs;
 pub use error::TraceError;
 pub use graph::{Graph, Pruned, check_thresholds};
+pub use graph_attention::{AttentionOptions, GraphAttention, graph_attention};
 pub use head_loadings::{EdgeHeads, HeadLoading, head_loadings, node_position};
 pub use intervene::{Intervened, Intervention, feature_intervention};
 pub use json::{GraphJson, GraphText, Node};
-pub use output::{GraphFiles, write_graph, write_graph_with};
+pub use output::{AttentionOf, GraphFiles, write_graph, write_graph_with};
 pub use qk::{QkHead, QkNode, QkOptions, QkRow, QkTerm, qk_attributions};
 pub use replacement::{ActiveFeature, Replacement, layer_inputs};
 pub use transcoder::{InputHook, OutputHook, TranscoderSet};

@@ -48,6 +48,10 @@ pub struct QkOptions {
     #[cfg_attr(feature = "clap", arg(long))]
     #[serde(default)]
     pub top_keys: Option<usize>,
+    /// Only these query positions (comma-separated; all by default).
+    #[cfg_attr(feature = "clap", arg(long, value_delimiter = ','))]
+    #[serde(default)]
+    pub queries: Option<Vec<usize>>,
     /// Leading positions without features (the BOS token), as in the graph.
     #[cfg_attr(feature = "clap", arg(long, default_value_t = defaults::zero_positions()))]
     #[serde(default = "defaults::zero_positions")]
@@ -67,7 +71,7 @@ mod defaults {
 impl QkOptions {
     /// Every key of every query of `head` at `layer`, ten terms each, BOS without features.
     pub fn new(layer: usize, head: usize) -> Self {
-        Self { layer, head, top_terms: defaults::top_terms(), min_pattern: 0.0, top_keys: None, zero_positions: defaults::zero_positions() }
+        Self { layer, head, top_terms: defaults::top_terms(), min_pattern: 0.0, top_keys: None, queries: None, zero_positions: defaults::zero_positions() }
     }
 }
 
@@ -153,6 +157,9 @@ pub fn qk_attributions(model: &Transformer, set: Option<&TranscoderSet>, ids: &[
     }
     let device = model.device();
     let n_pos = ids.len();
+    if let Some(bad) = opts.queries.iter().flatten().find(|&&q| q >= n_pos) {
+        return Err(TraceError::Input(format!("query position {bad} is out of range: the prompt has {n_pos} tokens")));
+    }
     let mut points = stream_points(model, set, layer);
     points.extend(projection_points(model, layer));
     let mut hooks = Hooks::capture(move |p| points.contains(&p));
@@ -188,7 +195,7 @@ pub fn qk_attributions(model: &Transformer, set: Option<&TranscoderSet>, ids: &[
 
     let scale = attn.scale as f32;
     let mut rows = Vec::new();
-    for q in 0..n_pos {
+    for q in (0..n_pos).filter(|q| opts.queries.as_ref().is_none_or(|list| list.contains(q))) {
         let keys = keys_of(q, &pattern, n_pos, attn.span, opts);
         if keys.is_empty() {
             continue;

@@ -1,0 +1,82 @@
+//! `graph --qk`: the attention side of a pruned graph — which heads carry its edges that
+//! cross positions ([`crate::head_loadings`]) and why those heads attend where they do at
+//! the edges' target positions ([`crate::qk`]) — added to graph.json as burnlens's
+//! extension (links' `heads` and `heads_rest`, a top-level `qk`) and shown by graph.html.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use burnlens_model::Transformer;
+
+use crate::TraceError;
+use crate::attribute::AttributeOptions;
+use crate::graph::{Graph, Pruned};
+use crate::head_loadings::{EdgeHeads, head_loadings, node_position};
+use crate::json::{GraphJson, GraphText};
+use crate::qk::{QkOptions, QkRow, qk_attributions};
+use crate::transcoder::TranscoderSet;
+
+/// The heads of a pruned graph's edges and their QK attributions.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GraphAttention {
+    pub loadings: Vec<EdgeHeads>,
+    pub qk: Vec<QkRow>,
+}
+
+/// How much of it: heads listed per edge, terms listed per (query, key).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AttentionOptions {
+    pub top_heads: usize,
+    pub top_terms: usize,
+}
+
+impl Default for AttentionOptions {
+    fn default() -> Self {
+        Self { top_heads: 5, top_terms: 10 }
+    }
+}
+
+/// The loadings of `pruned`'s edges that cross positions (the graph's `opts`), and the QK
+/// rows of each listed head at the positions of the edges it carries.
+pub fn graph_attention(
+    model: &Transformer,
+    set: &TranscoderSet,
+    graph: &Graph,
+    pruned: &Pruned,
+    opts: &AttributeOptions,
+    a: &AttentionOptions,
+) -> Result<GraphAttention, TraceError> {
+    let loadings = head_loadings(model, set, graph, Some(pruned), opts, a.top_heads)?;
+    let mut wanted: BTreeMap<(usize, usize), BTreeSet<usize>> = BTreeMap::new();
+    for e in &loadings {
+        let q = node_position(graph, e.target);
+        for h in &e.heads {
+            wanted.entry((h.layer, h.head)).or_default().insert(q);
+        }
+    }
+    let mut qk = Vec::new();
+    for ((layer, head), queries) in wanted {
+        let o = QkOptions {
+            top_terms: a.top_terms,
+            queries: Some(queries.into_iter().collect()),
+            zero_positions: opts.zero_positions,
+            ..QkOptions::new(layer, head)
+        };
+        qk.extend(qk_attributions(model, Some(set), &graph.input_tokens, &o)?.rows);
+    }
+    Ok(GraphAttention { loadings, qk })
+}
+
+impl GraphAttention {
+    /// The loadings on `json`'s links (matched by their nodes' ids) and the rows as its `qk`.
+    pub fn annotate(&self, json: &mut GraphJson, graph: &Graph, text: &GraphText) {
+        let id = |node: usize| graph.json_node(node, 0.0, text).node_id;
+        let by_edge: BTreeMap<(String, String), &EdgeHeads> = self.loadings.iter().map(|e| ((id(e.source), id(e.target)), e)).collect();
+        for link in &mut json.links {
+            if let Some(e) = by_edge.get(&(link.source.clone(), link.target.clone())) {
+                link.heads = Some(e.heads.clone());
+                link.heads_rest = Some(e.rest);
+            }
+        }
+        json.qk = Some(self.qk.clone());
+    }
+}
