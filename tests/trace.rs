@@ -581,14 +581,17 @@ fn the_qk_command_writes_rows_and_refuses_bad_input_with_one_line() {
     assert!(!out.exists(), "nothing is written for a refused run");
 }
 
-/// Head loadings split every edge that crosses positions into the heads that carry it (by
-/// the last head on each path): on every circuit-tracer case, the loadings of all heads add
-/// up to the edge weight within 1e-5 of the row's largest edge, and a short list's rest
-/// holds the others; the pruned graph's edges are a subset.
+/// Head loadings split every edge that crosses positions into its one-hop paths through each
+/// head and the paths through several heads: on every circuit-tracer case they add up to
+/// the edge weight, an edge with one attention layer between its source and target has no
+/// multi-hop part (within 1e-5 of the row's largest edge: the one-hop paths computed
+/// through each head are the whole edge), longer edges have one, a short list's `rest`
+/// holds the other heads, and the pruned graph's edges are a subset.
 #[test]
 fn head_loadings_add_up_to_the_edges_they_carry() {
     use burnlens::trace::{head_loadings, node_position};
     let device = Device::flex();
+    let (mut single, mut longer) = (0, 0);
     for name in CASES {
         let dir = case_dir(name);
         let case: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("case.json")).unwrap()).unwrap();
@@ -597,30 +600,59 @@ fn head_loadings_add_up_to_the_edges_they_carry() {
         let ids: Vec<i64> = case["ids"].as_array().unwrap().iter().map(|v| v.as_i64().unwrap()).collect();
         let opts = options(&case);
         let g = attribute(&model, &set, &ids, &opts).unwrap();
+        let (n_f, n_pos, n_layers) = (g.n_features(), g.n_pos(), g.n_layers);
+        // The attention layers an edge crosses: above the source's first write, up to the
+        // target's layer (a logit's: every layer).
+        let first_write = |s: usize| -> Option<usize> {
+            if s < n_f {
+                Some(g.active_features[g.selected_features[s] as usize][0] as usize)
+            } else if s < n_f + n_layers * n_pos {
+                Some((s - n_f) / n_pos)
+            } else {
+                None
+            }
+        };
+        let target_layer = |t: usize| if t < n_f { g.active_features[g.selected_features[t] as usize][0] as usize } else { n_layers - 1 };
         let all = head_loadings(&model, &set, &g, None, &opts, usize::MAX).unwrap();
         let crossing = (0..g.n_features() + g.n_logits())
             .map(|r| (0..g.n_nodes()).filter(|&s| g.row(r)[s] != 0.0 && node_position(&g, s) != node_position(&g, g.row_node(r))).count())
             .sum::<usize>();
         assert_eq!(all.len(), crossing, "{name}: every edge that crosses positions");
         for e in &all {
-            let r = g.node_row(e.target).unwrap();
-            let largest = max_abs(g.row(r));
-            let sum: f64 = e.heads.iter().map(|h| h.weight as f64).sum();
-            assert!((sum as f32 - e.weight).abs() <= 1e-5 * largest, "{name}: {} -> {}: heads add up to {sum}, the edge is {}", e.source, e.target, e.weight);
+            let largest = max_abs(g.row(g.node_row(e.target).unwrap()));
+            let sum: f64 = e.heads.iter().map(|h| h.weight as f64).sum::<f64>() + e.multi_hop as f64;
+            assert!(
+                (sum as f32 - e.weight).abs() <= 1e-5 * largest,
+                "{name}: {} -> {}: heads and multi-hop add up to {sum}, the edge is {}",
+                e.source,
+                e.target,
+                e.weight
+            );
             assert_eq!(e.rest, 0.0);
+            let layers = target_layer(e.target) + 1 - first_write(e.source).map_or(0, |l| l + 1);
+            if layers == 1 {
+                single += 1;
+                assert!(e.multi_hop.abs() <= 1e-5 * largest, "{name}: {} -> {} crosses one attention layer, yet multi-hop {}", e.source, e.target, e.multi_hop);
+            } else if e.multi_hop.abs() > 1e-4 * largest {
+                longer += 1;
+            }
         }
         let short = head_loadings(&model, &set, &g, None, &opts, 2).unwrap();
         for (e, s) in all.iter().zip(&short) {
             let largest = max_abs(g.row(g.node_row(e.target).unwrap()));
-            let sum: f64 = s.heads.iter().map(|h| h.weight as f64).sum::<f64>() + s.rest as f64;
-            assert!(s.heads.len() <= 2 && (sum as f32 - e.weight).abs() <= 1e-5 * largest, "{name}: two heads and the rest add up to {sum}, not {}", e.weight);
+            let sum: f64 = s.heads.iter().map(|h| h.weight as f64).sum::<f64>() + (s.rest + s.multi_hop) as f64;
+            assert!(
+                s.heads.len() <= 2 && (sum as f32 - e.weight).abs() <= 1e-5 * largest,
+                "{name}: two heads, the rest and multi-hop add up to {sum}, not {}",
+                e.weight
+            );
             assert_eq!(s.heads[..], e.heads[..s.heads.len()], "{name}: the largest heads first");
         }
         let pruned = g.prune(0.8, 0.98).unwrap();
         let kept = head_loadings(&model, &set, &g, Some(&pruned), &opts, 3).unwrap();
         assert!(!kept.is_empty() && kept.len() < all.len(), "{name}: {} kept of {}", kept.len(), all.len());
-        eprintln!("{name}: {} crossing edges, {} kept", all.len(), kept.len());
     }
+    assert!(single > 100 && longer > 100, "one-layer edges {single}, multi-hop edges {longer}");
 }
 
 /// `graph --qk` adds burnlens's extension to graph.json: each kept link that crosses
@@ -657,7 +689,7 @@ fn the_graph_command_with_qk_adds_the_heads_of_each_link_and_their_qk_rows() {
         };
         carried += 1;
         assert_ne!(s, t);
-        let sum: f64 = heads.iter().map(|h| h["weight"].as_f64().unwrap()).sum::<f64>() + b["heads_rest"].as_f64().unwrap();
+        let sum: f64 = heads.iter().map(|h| h["weight"].as_f64().unwrap()).sum::<f64>() + b["heads_rest"].as_f64().unwrap() + b["multi_hop"].as_f64().unwrap();
         let w = b["weight"].as_f64().unwrap();
         assert!((sum - w).abs() <= 1e-4 * w.abs().max(1e-3), "{b}: heads add up to {sum}");
         for h in heads {

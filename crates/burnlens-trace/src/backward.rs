@@ -88,7 +88,7 @@ impl Replacement<'_> {
     }
 
     /// The gradient at layer `l`'s MLP output hook from the gradient `g` at its output.
-    fn output_hook_grad(&self, l: usize, g: &Tensor<3>) -> Tensor<3> {
+    pub(crate) fn output_hook_grad(&self, l: usize, g: &Tensor<3>) -> Tensor<3> {
         let block = &self.model.blocks[l];
         match (self.set.output, block.norm_after_mlp(l)) {
             (OutputHook::MlpHookOut, Some((n, site))) => norm_back(n, self.scale(site), g.clone(), true),

@@ -75,6 +75,7 @@ impl GraphAttention {
             if let Some(e) = by_edge.get(&(link.source.clone(), link.target.clone())) {
                 link.heads = Some(e.heads.clone());
                 link.heads_rest = Some(e.rest);
+                link.multi_hop = Some(e.multi_hop);
             }
         }
         json.qk = Some(self.qk.clone());

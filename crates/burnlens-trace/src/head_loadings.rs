@@ -1,21 +1,23 @@
 //! Head loadings: which attention heads carry an edge of the attribution graph.
 //!
 //! An edge from a source at position `k` to a target at position `q ≠ k` is the sum of the
-//! direct-effect paths between them in the frozen replacement model, and every such path
-//! changes position through at least one attention head. Grouping the paths by the *last*
-//! head they pass (the one that writes into the target's position; after it a path stays
-//! there, through the residual stream, the norms and the skip connections) splits the edge
-//! exactly: the loadings of all heads add up to the edge weight. One backward pass per
-//! target: the gradient along the target's position with attention cut meets each layer's
-//! heads, and what each head passes back continues through the whole frozen model (later
-//! heads included) to the sources.
+//! direct-effect paths between them in the frozen replacement model, each of which changes
+//! position through attention. A head's loading is its one-hop path: from the source along
+//! its own position with attention cut (residual stream, frozen norms, skip connections) to
+//! the head's layer, through the head's value–output circuit with its attention weight
+//! `A[q, k]`, then along the target's position with attention cut to the target. Paths
+//! through two or more heads are the edge's `multi_hop` part, so that the loadings of all
+//! heads plus `multi_hop` add up to the edge weight exactly. An edge whose source and target
+//! have one attention layer between them has no multi-hop part. Cheap: per target, one
+//! pass down its own position meets each layer's heads, and each head's part goes down
+//! with attention cut, read only against the edge's sources.
 
-use burn::tensor::Tensor;
+use burn::tensor::{Int, Tensor, TensorData};
 use serde::Serialize;
 
 use crate::TraceError;
 use crate::attribute::{AttributeOptions, logit_directions};
-use crate::backward::{Targets, norm_back, scatter};
+use crate::backward::{Targets, norm_back};
 use crate::graph::{Graph, Pruned};
 use crate::replacement::Replacement;
 use crate::transcoder::TranscoderSet;
@@ -29,7 +31,8 @@ pub struct HeadLoading {
 }
 
 /// The heads that carry one edge that crosses positions (graph node indices): the largest
-/// loadings first, and the sum of the others, so that `Σ heads + rest = weight`.
+/// loadings first, the sum of the other heads' (`rest`), and the paths through several
+/// heads (`multi_hop`): `Σ heads + rest + multi_hop = weight`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct EdgeHeads {
     pub target: usize,
@@ -37,6 +40,16 @@ pub struct EdgeHeads {
     pub weight: f32,
     pub heads: Vec<HeadLoading>,
     pub rest: f32,
+    pub multi_hop: f32,
+}
+
+/// A source of an edge as the loadings read it: a feature (active index), an error
+/// `(layer, pos)` or a token (pos).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum Source {
+    Feature(usize),
+    Error { layer: usize, pos: usize },
+    Token(usize),
 }
 
 impl Replacement<'_> {
@@ -63,31 +76,29 @@ impl Replacement<'_> {
         }
     }
 
-    /// The head rows of one target (`t` holds one): row `i`, over the columns of
-    /// [`rows_into`](Self::rows_into), holds each source's share of its edge through paths
-    /// whose last head is `heads[i]`; returns the rows (`row` floats each) and `heads`.
-    pub(crate) fn head_rows(&self, t: &Targets, row: usize) -> (Vec<f32>, Vec<(usize, usize)>) {
+    /// The one-hop loadings of one target (`t` holds one) on `sources`: `[heads, sources]`
+    /// row-major, and the heads ((layer, head) in row order).
+    pub(crate) fn one_hop(&self, t: &Targets, sources: &[Source]) -> (Vec<f32>, Vec<(usize, usize)>) {
         let (n_layers, lt, q) = (self.n_layers(), t.layers[0], t.positions[0]);
         let p = q + 1;
         let top = lt.min(n_layers - 1);
-        let n_rows: usize = (0..=top).map(|l| self.model.blocks[l].attn.n_heads).sum();
-        let mut rows = vec![0f32; n_rows * row];
-        let mut heads: Vec<(usize, usize)> = Vec::with_capacity(n_rows);
+        let n_heads: usize = (0..=top).map(|l| self.model.blocks[l].attn.n_heads).sum();
+        let mut out = vec![0f32; n_heads * sources.len()];
+        let mut heads: Vec<(usize, usize)> = Vec::with_capacity(n_heads);
         let injected = self.injected(t, &[0], p);
-        // Along the target's position with attention cut: the gradient at `hook_resid_post`,
-        // or (a feature target) the injection at its layer's input hook.
+        // Along the target's position with attention cut.
         let (mut along, mut inject) =
             if lt == n_layers { (Some(norm_back(&self.model.ln_final, &self.ln_final_scale, injected, true)), None) } else { (None, Some(injected)) };
-        // What the heads passed back so far, one row each, at the current `hook_resid_post`.
-        let mut full: Option<Tensor<3>> = None;
+        // What the heads passed back so far, one row each, at the current `hook_resid_post`,
+        // going down with attention cut.
+        let mut down: Option<Tensor<3>> = None;
         for l in (0..=top).rev() {
-            if let Some(g) = full.take() {
-                let order: Vec<usize> = (0..heads.len()).collect();
-                let g_mid = match self.mlp_back(l, &g, &order, &mut rows, row) {
+            if let Some(g) = down.take() {
+                self.read_sources(l, &self.output_hook_grad(l, &g), sources, &mut out);
+                down = Some(match self.skip_back(l, &g) {
                     Some(g_in) => g + self.input_hook_to_mid(l, g_in),
                     None => g,
-                };
-                full = Some(self.attention_block_back(l, g_mid));
+                });
             }
             let g_in = match (along.as_ref().and_then(|g| self.skip_back(l, g)), inject.take()) {
                 (Some(a), Some(b)) => Some(a + b),
@@ -101,17 +112,59 @@ impl Replacement<'_> {
             };
             let from_heads = self.heads_back(l, g_mid.clone());
             heads.extend((0..from_heads.dims()[0]).map(|h| (l, h)));
-            full = Some(match full {
-                Some(f) => Tensor::cat(vec![f, from_heads], 0),
+            down = Some(match down {
+                Some(d) => Tensor::cat(vec![d, from_heads], 0),
                 None => from_heads,
             });
             along = Some(g_mid);
         }
-        let g = full.expect("layer 0's heads joined");
-        let tok = (g * self.tokens.clone().narrow(0, 0, p).unsqueeze::<3>()).sum_dim(2);
-        let order: Vec<usize> = (0..heads.len()).collect();
-        scatter(&mut rows, row, self.active.len() + n_layers * self.n_pos(), &order, p, tok);
-        (rows, heads)
+        let g = down.expect("layer 0's heads joined");
+        let tokens: Vec<(usize, usize)> = sources.iter().enumerate().filter_map(|(c, s)| if let Source::Token(k) = *s { Some((c, k)) } else { None }).collect();
+        let vectors = tokens.iter().map(|&(_, k)| self.tokens.clone().narrow(0, k, 1)).collect();
+        Self::read_at(&g, &tokens, vectors, &mut out, sources.len());
+        (out, heads)
+    }
+
+    /// Add `g [rows, p, d] · vectors[j]` at `(column, pos) = at[j]` into `out [rows, width]`.
+    fn read_at(g: &Tensor<3>, at: &[(usize, usize)], vectors: Vec<Tensor<2>>, out: &mut [f32], width: usize) {
+        if at.is_empty() {
+            return;
+        }
+        let [b, _, d] = g.dims();
+        let idx: Vec<i64> = at.iter().map(|&(_, k)| k as i64).collect();
+        let picked = g.clone().select(1, Tensor::<1, Int>::from_data(TensorData::new(idx, [at.len()]), &g.device()));
+        let vals: Vec<f32> = (picked * Tensor::cat(vectors, 0).reshape([1, at.len(), d])).sum_dim(2).into_data().try_into_vec_as::<f32>().expect("f32");
+        for r in 0..b {
+            for (j, &(c, _)) in at.iter().enumerate() {
+                out[r * width + c] += vals[r * at.len() + j];
+            }
+        }
+    }
+
+    /// Read layer `l`'s sources (its errors, and the features that write it) against the
+    /// gradient `g_out` at its output hook.
+    fn read_sources(&self, l: usize, g_out: &Tensor<3>, sources: &[Source], out: &mut [f32]) {
+        let p = g_out.dims()[1];
+        let (mut at, mut vectors) = (Vec::new(), Vec::new());
+        for (c, s) in sources.iter().enumerate() {
+            match *s {
+                Source::Error { layer, pos } if layer == l && pos < p => {
+                    at.push((c, pos));
+                    vectors.push(self.layers[l].errors.clone().narrow(0, pos, 1));
+                }
+                Source::Feature(i) => {
+                    let a = self.active[i];
+                    if let Some(w_dec) = l.checked_sub(a.layer).and_then(|k| self.set.layers[a.layer].w_dec.get(k))
+                        && a.pos < p
+                    {
+                        at.push((c, a.pos));
+                        vectors.push(w_dec.clone().narrow(0, a.feature, 1) * a.activation);
+                    }
+                }
+                _ => {}
+            }
+        }
+        Self::read_at(g_out, &at, vectors, out, sources.len());
     }
 }
 
@@ -141,10 +194,16 @@ pub fn head_loadings(
     top_heads: usize,
 ) -> Result<Vec<EdgeHeads>, TraceError> {
     let rm = Replacement::new(model, set, &graph.input_tokens, opts.zero_positions, opts.pattern_budget)?;
-    let (n, n_f, n_active) = (graph.n_nodes(), graph.n_features(), rm.active.len());
-    let width = n_active + (rm.n_layers() + 1) * rm.n_pos();
-    // A graph column's column in the head rows.
-    let column = |s: usize| if s < n_f { graph.selected_features[s] as usize } else { n_active + (s - n_f) };
+    let (n, n_f, n_pos, n_layers) = (graph.n_nodes(), graph.n_features(), graph.n_pos(), graph.n_layers);
+    let source = |s: usize| {
+        if s < n_f {
+            Source::Feature(graph.selected_features[s] as usize)
+        } else if s < n_f + n_layers * n_pos {
+            Source::Error { layer: (s - n_f) / n_pos, pos: (s - n_f) % n_pos }
+        } else {
+            Source::Token(s - n_f - n_layers * n_pos)
+        }
+    };
     let directions = logit_directions(model, &graph.logit_token_ids);
     let d = rm.d_model();
     let mut out = Vec::new();
@@ -163,15 +222,17 @@ pub fn head_loadings(
             let k = r - n_f;
             (rm.n_layers(), directions[k * d..(k + 1) * d].to_vec())
         };
-        let (rows, heads) = rm.head_rows(&Targets { layers: &[layer], positions: &[q], vectors: &vector }, width);
-        for s in edges {
-            let c = column(s);
-            let mut loads: Vec<HeadLoading> =
-                heads.iter().enumerate().map(|(i, &(layer, head))| HeadLoading { layer, head, weight: rows[i * width + c] }).collect();
-            loads.sort_by(|a, b| b.weight.abs().total_cmp(&a.weight.abs()));
-            let rest = loads.iter().skip(top_heads).map(|h| h.weight as f64).sum::<f64>() as f32;
-            loads.truncate(top_heads);
-            out.push(EdgeHeads { target, source: s, weight: graph.row(r)[s], heads: loads, rest });
+        let sources: Vec<Source> = edges.iter().map(|&s| source(s)).collect();
+        let (loads, heads) = rm.one_hop(&Targets { layers: &[layer], positions: &[q], vectors: &vector }, &sources);
+        for (c, &s) in edges.iter().enumerate() {
+            let weight = graph.row(r)[s];
+            let mut list: Vec<HeadLoading> =
+                heads.iter().enumerate().map(|(i, &(layer, head))| HeadLoading { layer, head, weight: loads[i * edges.len() + c] }).collect();
+            let one_hop: f64 = list.iter().map(|h| h.weight as f64).sum();
+            list.sort_by(|a, b| b.weight.abs().total_cmp(&a.weight.abs()));
+            let rest = list.iter().skip(top_heads).map(|h| h.weight as f64).sum::<f64>() as f32;
+            list.truncate(top_heads);
+            out.push(EdgeHeads { target, source: s, weight, heads: list, rest, multi_hop: (weight as f64 - one_hop) as f32 });
         }
     }
     Ok(out)

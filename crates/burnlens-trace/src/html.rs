@@ -77,7 +77,7 @@ document.getElementById('panel').addEventListener('click', e => {
 function selectEdge(l) {
   document.getElementById('panel').innerHTML = '<h3>edge</h3><p>' + esc(label(byId[l.source])) + ' → ' + esc(label(byId[l.target])) + ': ' + signed(l.weight) + '</p>' +
     (l.heads ? '<h4 id="heads">carried by</h4><table>' + l.heads.map(h => '<tr><td>' + headList({heads: [h], target: l.target}) + '</td></tr>').join('') +
-      '</table><p>other heads: ' + signed(l.heads_rest || 0) + '</p>' : '<p>(no head loadings: same position, or the graph was written without --qk)</p>');
+      '</table><p>other heads: ' + signed(l.heads_rest || 0) + '; through several heads: ' + signed(l.multi_hop || 0) + '</p>' : '<p>(no head loadings: same position, or the graph was written without --qk)</p>');
 }
 const qkLabel = n => n.kind === 'feature' ? 'feature L' + n.layer + ' #' + n.feature + ' @' + n.pos : n.kind === 'attention' ? 'L' + n.layer + '.H' + n.head + ' output @' + n.pos
   : n.kind === 'embedding' ? 'token ' + JSON.stringify(toks[n.pos]) + ' @' + n.pos : n.kind === 'error' ? 'error L' + n.layer + ' @' + n.pos : n.kind + (n.layer != null ? ' L' + n.layer : '') + ' @' + n.pos;

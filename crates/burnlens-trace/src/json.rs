@@ -81,11 +81,14 @@ pub struct Link {
     pub target: String,
     pub weight: f32,
     /// burnlens's extension (`graph --qk`): the heads that carry an edge that crosses
-    /// positions, largest first, and the others' sum (`Σ heads + heads_rest = weight`).
+    /// positions (their one-hop paths), largest first, the other heads' sum, and the paths
+    /// through several heads (`Σ heads + heads_rest + multi_hop = weight`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub heads: Option<Vec<HeadLoading>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub heads_rest: Option<f32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub multi_hop: Option<f32>,
 }
 
 #[derive(Debug, Serialize)]
@@ -183,7 +186,14 @@ impl Graph {
                 if pruned.edge_mask[r * n + src]
                     && let (Some(s), Some(t)) = (&kept[src], &kept[dst])
                 {
-                    links.push(Link { source: s.node_id.clone(), target: t.node_id.clone(), weight: self.rows[r * n + src], heads: None, heads_rest: None });
+                    links.push(Link {
+                        source: s.node_id.clone(),
+                        target: t.node_id.clone(),
+                        weight: self.rows[r * n + src],
+                        heads: None,
+                        heads_rest: None,
+                        multi_hop: None,
+                    });
                     connected[src] = true;
                     connected[dst] = true;
                 }
