@@ -3,7 +3,7 @@
 //! the edges' target positions ([`crate::qk`]) — added to graph.json as burnlens's
 //! extension (links' `heads` and `heads_rest`, a top-level `qk`) and shown by graph.html.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use burnlens_model::Transformer;
 
@@ -12,7 +12,7 @@ use crate::attribute::AttributeOptions;
 use crate::graph::{Graph, Pruned};
 use crate::head_loadings::{EdgeHeads, head_loadings, node_position};
 use crate::json::{GraphJson, GraphText};
-use crate::qk::{QkOptions, QkRow, qk_attributions};
+use crate::qk::{QkOptions, QkRow, layer_rows};
 use crate::transcoder::TranscoderSet;
 
 /// The heads of a pruned graph's edges and their QK attributions.
@@ -22,21 +22,24 @@ pub struct GraphAttention {
     pub qk: Vec<QkRow>,
 }
 
-/// How much of it: heads listed per edge, terms listed per (query, key).
+/// How much of it: heads listed per edge; for each of them at an edge's target, the keys it
+/// attends to most (besides the keys of its edges) and the terms listed per (query, key).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct AttentionOptions {
     pub top_heads: usize,
+    pub top_keys: usize,
     pub top_terms: usize,
 }
 
 impl Default for AttentionOptions {
     fn default() -> Self {
-        Self { top_heads: 5, top_terms: 10 }
+        Self { top_heads: 5, top_keys: 8, top_terms: 10 }
     }
 }
 
 /// The loadings of `pruned`'s edges that cross positions (the graph's `opts`), and the QK
-/// rows of each listed head at the positions of the edges it carries.
+/// rows of each listed head at the targets of the edges it carries: for the keys those
+/// edges come from and the keys it attends to most.
 pub fn graph_attention(
     model: &Transformer,
     set: &TranscoderSet,
@@ -46,22 +49,34 @@ pub fn graph_attention(
     a: &AttentionOptions,
 ) -> Result<GraphAttention, TraceError> {
     let loadings = head_loadings(model, set, graph, Some(pruned), opts, a.top_heads)?;
-    let mut wanted: BTreeMap<(usize, usize), BTreeSet<usize>> = BTreeMap::new();
+    // Each listed head's queries (the targets' positions) and, per query, the keys its
+    // edges come from; grouped by layer (one forward pass a layer).
+    let mut wanted: BTreeMap<usize, BTreeMap<usize, BTreeMap<usize, Vec<usize>>>> = BTreeMap::new();
     for e in &loadings {
-        let q = node_position(graph, e.target);
+        let (q, k) = (node_position(graph, e.target), node_position(graph, e.source));
         for h in &e.heads {
-            wanted.entry((h.layer, h.head)).or_default().insert(q);
+            wanted.entry(h.layer).or_default().entry(h.head).or_default().entry(q).or_default().push(k);
         }
     }
     let mut qk = Vec::new();
-    for ((layer, head), queries) in wanted {
-        let o = QkOptions {
-            top_terms: a.top_terms,
-            queries: Some(queries.into_iter().collect()),
-            zero_positions: opts.zero_positions,
-            ..QkOptions::new(layer, head)
-        };
-        qk.extend(qk_attributions(model, Some(set), &graph.input_tokens, &o)?.rows);
+    for (layer, heads) in wanted {
+        let requests: Vec<(QkOptions, BTreeMap<usize, Vec<usize>>)> = heads
+            .into_iter()
+            .map(|(head, keys)| {
+                let queries = Some(keys.keys().copied().collect());
+                (
+                    QkOptions {
+                        top_terms: a.top_terms,
+                        top_keys: Some(a.top_keys),
+                        queries,
+                        zero_positions: opts.zero_positions,
+                        ..QkOptions::new(layer, head)
+                    },
+                    keys,
+                )
+            })
+            .collect();
+        qk.extend(layer_rows(model, set, &graph.input_tokens, &requests)?);
     }
     Ok(GraphAttention { loadings, qk })
 }

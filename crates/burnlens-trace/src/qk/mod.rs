@@ -13,18 +13,23 @@
 mod frozen;
 mod node;
 mod project;
+mod row;
 mod stream;
+
+use std::collections::BTreeMap;
 
 use burn::tensor::{Int, Tensor, TensorData};
 use burnlens_model::{AttnHook, Forward, Hooks, LayerHook, Stop, Transformer};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
 pub use node::QkNode;
 use project::{Projection, Side, model_side, projection_points};
-use stream::{for_each_part, stream_points};
+pub use row::{QkRow, QkTerm};
+use row::{Ranked, RowAt, row};
+use stream::{Captured, for_each_part, stream_points};
 
 use crate::TraceError;
-use crate::transcoder::{TranscoderSet, tensor};
+use crate::transcoder::TranscoderSet;
 
 /// Which head, which pairs, how many terms: the `qk` command's flags and Python's keyword
 /// arguments (as JSON) both read this struct.
@@ -75,71 +80,32 @@ impl QkOptions {
     }
 }
 
-/// One pair of parts and what it adds to the score.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct QkTerm {
-    pub query_node: QkNode,
-    pub key_node: QkNode,
-    pub contribution: f32,
-}
-
-/// One (query, key) of a head: the score, its largest terms, and what the rest add.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct QkRow {
-    pub layer: usize,
-    pub head: usize,
-    pub query: usize,
-    pub key: usize,
-    /// The model's pre-softmax score, scaled as the model scales it, before any soft-cap.
-    pub score: f32,
-    /// The attention weight.
-    pub pattern: f32,
-    /// The largest terms by magnitude, largest first.
-    pub terms: Vec<QkTerm>,
-    /// The sum of every other term: `Σ terms + remainder` is the score.
-    pub remainder: f32,
-    /// The sum of the feature × feature terms...
-    pub feature_feature: f32,
-    /// ...of the terms with an error node on either side...
-    pub error: f32,
-    /// ...and of the rest (token, heads' outputs, skip, constants): the three add up to
-    /// the score.
-    pub other: f32,
-}
-
 /// The QK attributions of one head.
 #[derive(Debug, Clone)]
 pub struct QkHead {
     pub rows: Vec<QkRow>,
-    /// Parts per position, summed over positions.
+    /// Parts of the residual streams, summed over positions.
     pub n_parts: usize,
     /// How far the parts' sum is from the model's residual stream: `max |Σ parts − resid|
     /// / max |resid|`.
     pub residual_gap: f32,
 }
 
-/// The parts of every position and their queries and keys, `[n, d_head]` row-major.
-struct Sides {
-    nodes: Vec<Vec<QkNode>>,
-    queries: Vec<Vec<f32>>,
-    keys: Vec<Vec<f32>>,
-}
-
-/// Which keys of query `q` are decomposed.
-fn keys_of(q: usize, pattern: &[f32], n_pos: usize, span: burnlens_model::AttentionSpan, opts: &QkOptions) -> Vec<usize> {
+/// Which keys of query `q` are decomposed: the visible ones the options choose, and `extra`.
+fn keys_of(q: usize, pattern: &[f32], n_pos: usize, span: burnlens_model::AttentionSpan, opts: &QkOptions, extra: &[usize]) -> Vec<usize> {
     let mut keys: Vec<usize> = (0..=q).filter(|&k| span.allows(q, k) && pattern[q * n_pos + k] >= opts.min_pattern).collect();
     if let Some(top) = opts.top_keys {
         keys.sort_by(|&a, &b| pattern[q * n_pos + b].total_cmp(&pattern[q * n_pos + a]));
         keys.truncate(top);
-        keys.sort_unstable();
     }
+    keys.extend(extra.iter().copied().filter(|&k| k <= q && span.allows(q, k)));
+    keys.sort_unstable();
+    keys.dedup();
     keys
 }
 
-/// The QK attributions of head `opts.head` at layer `opts.layer` on prompt `ids`, through
-/// transcoders `set` (their features and errors as parts), or without (each MLP's output one
-/// part; any model, attention-only and parallel blocks too).
-pub fn qk_attributions(model: &Transformer, set: Option<&TranscoderSet>, ids: &[i64], opts: &QkOptions) -> Result<QkHead, TraceError> {
+/// `opts` against the model, the transcoders and the prompt: one line naming what is wrong.
+fn check(model: &Transformer, set: Option<&TranscoderSet>, ids: &[i64], opts: &QkOptions) -> Result<(), TraceError> {
     if let Some(set) = set {
         set.check(&model.config)?;
     }
@@ -147,26 +113,72 @@ pub fn qk_attributions(model: &Transformer, set: Option<&TranscoderSet>, ids: &[
     if ids.is_empty() {
         return Err(TraceError::Input("the prompt has no tokens".into()));
     }
-    let (n_layers, layer, head) = (model.blocks.len(), opts.layer, opts.head);
+    let (n_layers, layer, head, n_pos) = (model.blocks.len(), opts.layer, opts.head, ids.len());
     if layer >= n_layers {
         return Err(TraceError::Input(format!("layer {layer} is out of range: the model has {n_layers} layers (0..{n_layers})")));
     }
-    let attn = &model.blocks[layer].attn;
-    if head >= attn.n_heads {
-        return Err(TraceError::Input(format!("head {head} is out of range: layer {layer} has {} heads (0..{})", attn.n_heads, attn.n_heads)));
+    let n_heads = model.blocks[layer].attn.n_heads;
+    if head >= n_heads {
+        return Err(TraceError::Input(format!("head {head} is out of range: layer {layer} has {n_heads} heads (0..{n_heads})")));
     }
-    let device = model.device();
-    let n_pos = ids.len();
     if let Some(bad) = opts.queries.iter().flatten().find(|&&q| q >= n_pos) {
         return Err(TraceError::Input(format!("query position {bad} is out of range: the prompt has {n_pos} tokens")));
     }
+    Ok(())
+}
+
+/// One forward pass up to `layer`, keeping what the decomposition of its heads reads.
+fn capture(model: &Transformer, set: Option<&TranscoderSet>, ids: &[i64], layer: usize) -> Captured {
     let mut points = stream_points(model, set, layer);
     points.extend(projection_points(model, layer));
     let mut hooks = Hooks::capture(move |p| points.contains(&p));
-    let ids_t = Tensor::<2, Int>::from_data(TensorData::new(ids.to_vec(), [1, n_pos]), &device);
+    let ids_t = Tensor::<2, Int>::from_data(TensorData::new(ids.to_vec(), [1, ids.len()]), &model.device());
     model.forward_with(Forward::new(ids_t).hooks(&mut hooks).stop(Stop::AfterBlock(layer)));
-    let mut cache = hooks.take_cache();
+    hooks.take_cache()
+}
 
+/// The QK attributions of head `opts.head` at layer `opts.layer` on prompt `ids`, through
+/// transcoders `set` (their features and errors as parts), or without (each MLP's output one
+/// part; any model, attention-only and parallel blocks too).
+pub fn qk_attributions(model: &Transformer, set: Option<&TranscoderSet>, ids: &[i64], opts: &QkOptions) -> Result<QkHead, TraceError> {
+    check(model, set, ids, opts)?;
+    head_rows(model, set, ids, capture(model, set, ids, opts.layer), opts, &BTreeMap::new())
+}
+
+/// The rows of several heads of one layer from one forward pass: each request's options
+/// and, per query, keys to decompose besides those the options choose.
+pub(crate) fn layer_rows(
+    model: &Transformer,
+    set: &TranscoderSet,
+    ids: &[i64],
+    requests: &[(QkOptions, BTreeMap<usize, Vec<usize>>)],
+) -> Result<Vec<QkRow>, TraceError> {
+    let Some((first, _)) = requests.first() else { return Ok(Vec::new()) };
+    for (opts, _) in requests {
+        check(model, Some(set), ids, opts)?;
+        if opts.layer != first.layer {
+            return Err(TraceError::Input(format!("one layer's heads at a time: {} and {}", first.layer, opts.layer)));
+        }
+    }
+    let cache = capture(model, Some(set), ids, first.layer);
+    let mut rows = Vec::new();
+    for (opts, extra) in requests {
+        rows.extend(head_rows(model, Some(set), ids, cache.clone(), opts, extra)?.rows);
+    }
+    Ok(rows)
+}
+
+/// One head's rows from the captured activations `cache`.
+fn head_rows(
+    model: &Transformer,
+    set: Option<&TranscoderSet>,
+    ids: &[i64],
+    mut cache: Captured,
+    opts: &QkOptions,
+    extra: &BTreeMap<usize, Vec<usize>>,
+) -> Result<QkHead, TraceError> {
+    let (layer, head, n_pos) = (opts.layer, opts.head, ids.len());
+    let attn = &model.blocks[layer].attn;
     let pattern_point = AttnHook::Pattern.at(layer);
     let pattern =
         cache.get(&pattern_point).and_then(|a| a.rank4()).ok_or_else(|| TraceError::Mismatch(format!("the model has no hook point `{pattern_point}`")))?;
@@ -175,95 +187,66 @@ pub fn qk_attributions(model: &Transformer, set: Option<&TranscoderSet>, ids: &[
     let model_k = model_side(model, layer, head, Side::Key, &cache)?;
     let queries = Projection::new(model, layer, head, Side::Query, &cache)?;
     let keys = Projection::new(model, layer, head, Side::Key, &cache)?;
+    let chosen: Vec<(usize, Vec<usize>)> = (0..n_pos)
+        .filter(|q| opts.queries.as_ref().is_none_or(|list| list.contains(q)))
+        .map(|q| (q, keys_of(q, &pattern, n_pos, attn.span, opts, extra.get(&q).map_or(&[][..], Vec::as_slice))))
+        .filter(|(_, k)| !k.is_empty())
+        .collect();
+    let (mut as_query, mut as_key) = (vec![false; n_pos], vec![false; n_pos]);
+    for (q, ks) in &chosen {
+        as_query[*q] = true;
+        ks.iter().for_each(|&k| as_key[k] = true);
+    }
 
+    // Each position's parts and their queries (keys), only where a row reads them.
     let dh = attn.d_head;
-    let mut sides = Sides { nodes: vec![Vec::new(); n_pos], queries: vec![Vec::new(); n_pos], keys: vec![Vec::new(); n_pos] };
+    let mut nodes: Vec<Vec<QkNode>> = vec![Vec::new(); n_pos];
+    let (mut qv, mut kv): (Vec<Vec<f32>>, Vec<Vec<f32>>) = (vec![Vec::new(); n_pos], vec![Vec::new(); n_pos]);
+    let mut n_parts = 0;
     let host = |t: Tensor<2>| -> Vec<f32> { t.into_data().try_into_vec_as::<f32>().expect("f32") };
     let (resid, sum) = for_each_part(model, set, layer, opts.zero_positions, &mut cache, |part| {
-        let positions = part.positions();
-        let q = host(queries.project(part.vectors.clone(), &positions, part.constant));
-        let k = host(keys.project(part.vectors, &positions, part.constant));
-        for (i, node) in part.nodes.into_iter().enumerate() {
-            let p = node.pos();
-            sides.nodes[p].push(node);
-            sides.queries[p].extend_from_slice(&q[i * dh..(i + 1) * dh]);
-            sides.keys[p].extend_from_slice(&k[i * dh..(i + 1) * dh]);
+        n_parts += part.nodes.len();
+        let keep: Vec<usize> = (0..part.nodes.len()).filter(|&i| as_query[part.nodes[i].pos()] || as_key[part.nodes[i].pos()]).collect();
+        if keep.is_empty() {
+            return Ok(());
+        }
+        let vectors = if keep.len() == part.nodes.len() {
+            part.vectors
+        } else {
+            let idx: Vec<i64> = keep.iter().map(|&i| i as i64).collect();
+            let device = part.vectors.device();
+            part.vectors.select(0, Tensor::<1, Int>::from_data(TensorData::new(idx, [keep.len()]), &device))
+        };
+        let positions: Vec<usize> = keep.iter().map(|&i| part.nodes[i].pos()).collect();
+        let q = host(queries.project(vectors.clone(), &positions, part.constant));
+        let k = host(keys.project(vectors, &positions, part.constant));
+        for (r, &i) in keep.iter().enumerate() {
+            let p = positions[r];
+            nodes[p].push(part.nodes[i]);
+            if as_query[p] {
+                qv[p].extend_from_slice(&q[r * dh..(r + 1) * dh]);
+            }
+            if as_key[p] {
+                kv[p].extend_from_slice(&k[r * dh..(r + 1) * dh]);
+            }
         }
         Ok(())
     })?;
     let gap = resid.iter().zip(&sum).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max) / resid.iter().map(|a| a.abs()).fold(1e-30, f32::max);
 
+    let rank = |p: usize, v: &mut Vec<Vec<f32>>| Ranked::new(nodes[p].clone(), std::mem::take(&mut v[p]), dh);
+    let ranked_q: Vec<Option<Ranked>> = (0..n_pos).map(|p| as_query[p].then(|| rank(p, &mut qv))).collect();
+    let ranked_k: Vec<Option<Ranked>> = (0..n_pos).map(|p| as_key[p].then(|| rank(p, &mut kv))).collect();
     let scale = attn.scale as f32;
     let mut rows = Vec::new();
-    for q in (0..n_pos).filter(|q| opts.queries.as_ref().is_none_or(|list| list.contains(q))) {
-        let keys = keys_of(q, &pattern, n_pos, attn.span, opts);
-        if keys.is_empty() {
-            continue;
-        }
-        // Every term of this query with every chosen key's parts at once: [n_q, Σ n_k].
-        let n_q = sides.nodes[q].len();
-        let key_rows: Vec<f32> = keys.iter().flat_map(|&k| sides.keys[k].iter().copied()).collect();
-        let width = key_rows.len() / dh;
-        let terms = tensor(sides.queries[q].clone(), [n_q, dh], &device).matmul(tensor(key_rows, [width, dh], &device).transpose()) * scale;
-        let terms: Vec<f32> = terms.into_data().try_into_vec_as::<f32>().expect("f32");
-        let mut start = 0;
-        for &k in &keys {
-            let n_k = sides.nodes[k].len();
+    for (q, ks) in chosen {
+        for k in ks {
             let score = (0..dh).map(|e| model_q[q * dh + e] as f64 * model_k[k * dh + e] as f64).sum::<f64>() as f32 * scale;
-            rows.push(row(&sides, RowAt { layer, head, query: q, key: k, score, pattern: pattern[q * n_pos + k] }, &terms, width, start, n_k, opts.top_terms));
-            start += n_k;
+            let at = RowAt { layer, head, query: q, key: k, score, pattern: pattern[q * n_pos + k] };
+            rows.push(row(at, ranked_q[q].as_ref().expect("a query"), ranked_k[k].as_ref().expect("a key"), dh, scale, opts.top_terms));
         }
     }
-    Ok(QkHead { rows, n_parts: sides.nodes.iter().map(Vec::len).sum(), residual_gap: gap })
-}
-
-/// Where a row is and what the model says there.
-struct RowAt {
-    layer: usize,
-    head: usize,
-    query: usize,
-    key: usize,
-    score: f32,
-    pattern: f32,
-}
-
-/// The row of `at` from its terms: columns `start..start + n_k` of `terms [n_q, width]`.
-fn row(sides: &Sides, at: RowAt, terms: &[f32], width: usize, start: usize, n_k: usize, top_terms: usize) -> QkRow {
-    let (qn, kn) = (&sides.nodes[at.query], &sides.nodes[at.key]);
-    let mut all: Vec<(usize, usize, f32)> = Vec::with_capacity(qn.len() * n_k);
-    let (mut ff, mut err, mut other) = (0f64, 0f64, 0f64);
-    for (i, a) in qn.iter().enumerate() {
-        for (j, b) in kn.iter().enumerate() {
-            let c = terms[i * width + start + j];
-            all.push((i, j, c));
-            match (a, b) {
-                (QkNode::Feature { .. }, QkNode::Feature { .. }) => ff += c as f64,
-                (QkNode::Error { .. }, _) | (_, QkNode::Error { .. }) => err += c as f64,
-                _ => other += c as f64,
-            }
-        }
-    }
-    let top = top_terms.min(all.len());
-    if top > 0 && top < all.len() {
-        all.select_nth_unstable_by(top - 1, |x, y| y.2.abs().total_cmp(&x.2.abs()));
-    }
-    all.truncate(top);
-    all.sort_by(|x, y| y.2.abs().total_cmp(&x.2.abs()));
-    let listed: f64 = all.iter().map(|t| t.2 as f64).sum();
-    let total = ff + err + other;
-    QkRow {
-        layer: at.layer,
-        head: at.head,
-        query: at.query,
-        key: at.key,
-        score: at.score,
-        pattern: at.pattern,
-        terms: all.into_iter().map(|(i, j, c)| QkTerm { query_node: qn[i], key_node: kn[j], contribution: c }).collect(),
-        remainder: (total - listed) as f32,
-        feature_feature: ff as f32,
-        error: err as f32,
-        other: other as f32,
-    }
+    Ok(QkHead { rows, n_parts, residual_gap: gap })
 }
 
 #[cfg(test)]

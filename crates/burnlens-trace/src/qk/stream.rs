@@ -26,12 +26,6 @@ pub(crate) struct Part {
     pub constant: bool,
 }
 
-impl Part {
-    pub fn positions(&self) -> Vec<usize> {
-        self.nodes.iter().map(|n| n.pos()).collect()
-    }
-}
-
 /// The hook points [`for_each_part`] reads, for the stream entering `layer`.
 pub(crate) fn stream_points(model: &Transformer, set: Option<&TranscoderSet>, layer: usize) -> Vec<HookPoint> {
     let mut points = vec![HookPoint::Embed, HookPoint::PosEmbed, BlockHook::ResidPre.at(layer)];
