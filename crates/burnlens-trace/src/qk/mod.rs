@@ -26,7 +26,7 @@ pub use node::QkNode;
 use project::{Projection, Side, model_side, projection_points};
 pub use row::{QkRow, QkTerm};
 use row::{Ranked, RowAt, row};
-use stream::{Captured, for_each_part, stream_points};
+use stream::{Captured, Part, for_each_part, stream_points};
 
 use crate::TraceError;
 use crate::transcoder::TranscoderSet;
@@ -142,11 +142,13 @@ fn capture(model: &Transformer, set: Option<&TranscoderSet>, ids: &[i64], layer:
 /// part; any model, attention-only and parallel blocks too).
 pub fn qk_attributions(model: &Transformer, set: Option<&TranscoderSet>, ids: &[i64], opts: &QkOptions) -> Result<QkHead, TraceError> {
     check(model, set, ids, opts)?;
-    head_rows(model, set, ids, capture(model, set, ids, opts.layer), opts, &BTreeMap::new())
+    let cache = capture(model, set, ids, opts.layer);
+    Ok(heads_rows(model, set, ids, cache, &[(opts.clone(), BTreeMap::new())])?.remove(0))
 }
 
-/// The rows of several heads of one layer from one forward pass: each request's options
-/// and, per query, keys to decompose besides those the options choose.
+/// The rows of several heads of one layer from one forward pass and one decomposition of
+/// its stream: each request's options and, per query, keys to decompose besides those the
+/// options choose.
 pub(crate) fn layer_rows(
     model: &Transformer,
     set: &TranscoderSet,
@@ -156,97 +158,135 @@ pub(crate) fn layer_rows(
     let Some((first, _)) = requests.first() else { return Ok(Vec::new()) };
     for (opts, _) in requests {
         check(model, Some(set), ids, opts)?;
-        if opts.layer != first.layer {
+        if (opts.layer, opts.zero_positions) != (first.layer, first.zero_positions) {
             return Err(TraceError::Input(format!("one layer's heads at a time: {} and {}", first.layer, opts.layer)));
         }
     }
     let cache = capture(model, Some(set), ids, first.layer);
-    let mut rows = Vec::new();
-    for (opts, extra) in requests {
-        rows.extend(head_rows(model, Some(set), ids, cache.clone(), opts, extra)?.rows);
-    }
-    Ok(rows)
+    Ok(heads_rows(model, Some(set), ids, cache, requests)?.into_iter().flat_map(|h| h.rows).collect())
 }
 
-/// One head's rows from the captured activations `cache`.
-fn head_rows(
+/// One head's side of the decomposition: what its rows read, and the parts' queries and keys
+/// at the positions they read.
+struct HeadParts<'m> {
+    opts: &'m QkOptions,
+    pattern: Vec<f32>,
+    /// The model's own queries and keys of the head, `[pos, d_head]`.
+    model_q: Vec<f32>,
+    model_k: Vec<f32>,
+    queries: Projection<'m>,
+    keys: Projection<'m>,
+    chosen: Vec<(usize, Vec<usize>)>,
+    as_query: Vec<bool>,
+    as_key: Vec<bool>,
+    nodes: Vec<Vec<QkNode>>,
+    qv: Vec<Vec<f32>>,
+    kv: Vec<Vec<f32>>,
+}
+
+impl<'m> HeadParts<'m> {
+    fn new(model: &'m Transformer, cache: &Captured, opts: &'m QkOptions, extra: &BTreeMap<usize, Vec<usize>>, n_pos: usize) -> Result<Self, TraceError> {
+        let (layer, head) = (opts.layer, opts.head);
+        let pattern_point = AttnHook::Pattern.at(layer);
+        let pattern =
+            cache.get(&pattern_point).and_then(|a| a.rank4()).ok_or_else(|| TraceError::Mismatch(format!("the model has no hook point `{pattern_point}`")))?;
+        let pattern: Vec<f32> = pattern.narrow(1, head, 1).into_data().try_into_vec_as::<f32>().expect("f32");
+        let span = model.blocks[layer].attn.span;
+        let chosen: Vec<(usize, Vec<usize>)> = (0..n_pos)
+            .filter(|q| opts.queries.as_ref().is_none_or(|list| list.contains(q)))
+            .map(|q| (q, keys_of(q, &pattern, n_pos, span, opts, extra.get(&q).map_or(&[][..], Vec::as_slice))))
+            .filter(|(_, k)| !k.is_empty())
+            .collect();
+        let (mut as_query, mut as_key) = (vec![false; n_pos], vec![false; n_pos]);
+        for (q, ks) in &chosen {
+            as_query[*q] = true;
+            ks.iter().for_each(|&k| as_key[k] = true);
+        }
+        Ok(Self {
+            opts,
+            model_q: model_side(model, layer, head, Side::Query, cache)?,
+            model_k: model_side(model, layer, head, Side::Key, cache)?,
+            queries: Projection::new(model, layer, head, Side::Query, cache)?,
+            keys: Projection::new(model, layer, head, Side::Key, cache)?,
+            pattern,
+            chosen,
+            as_query,
+            as_key,
+            nodes: vec![Vec::new(); n_pos],
+            qv: vec![Vec::new(); n_pos],
+            kv: vec![Vec::new(); n_pos],
+        })
+    }
+
+    /// Keep `part`'s rows at the positions this head's rows read, projected.
+    fn take(&mut self, part: &Part, dh: usize) {
+        let keep: Vec<usize> = (0..part.nodes.len()).filter(|&i| self.as_query[part.nodes[i].pos()] || self.as_key[part.nodes[i].pos()]).collect();
+        if keep.is_empty() {
+            return;
+        }
+        let vectors = if keep.len() == part.nodes.len() {
+            part.vectors.clone()
+        } else {
+            let idx: Vec<i64> = keep.iter().map(|&i| i as i64).collect();
+            let device = part.vectors.device();
+            part.vectors.clone().select(0, Tensor::<1, Int>::from_data(TensorData::new(idx, [keep.len()]), &device))
+        };
+        let positions: Vec<usize> = keep.iter().map(|&i| part.nodes[i].pos()).collect();
+        let host = |t: Tensor<2>| -> Vec<f32> { t.into_data().try_into_vec_as::<f32>().expect("f32") };
+        let q = host(self.queries.project(vectors.clone(), &positions, part.constant));
+        let k = host(self.keys.project(vectors, &positions, part.constant));
+        for (r, &i) in keep.iter().enumerate() {
+            let p = positions[r];
+            self.nodes[p].push(part.nodes[i]);
+            if self.as_query[p] {
+                self.qv[p].extend_from_slice(&q[r * dh..(r + 1) * dh]);
+            }
+            if self.as_key[p] {
+                self.kv[p].extend_from_slice(&k[r * dh..(r + 1) * dh]);
+            }
+        }
+    }
+
+    /// The rows, from the parts taken.
+    fn rows(mut self, model: &Transformer, dh: usize) -> Vec<QkRow> {
+        let (layer, head, n_pos) = (self.opts.layer, self.opts.head, self.nodes.len());
+        let scale = model.blocks[layer].attn.scale as f32;
+        let ranked_q: Vec<Option<Ranked>> =
+            (0..n_pos).map(|p| self.as_query[p].then(|| Ranked::new(self.nodes[p].clone(), std::mem::take(&mut self.qv[p]), dh))).collect();
+        let ranked_k: Vec<Option<Ranked>> =
+            (0..n_pos).map(|p| self.as_key[p].then(|| Ranked::new(self.nodes[p].clone(), std::mem::take(&mut self.kv[p]), dh))).collect();
+        let mut rows = Vec::new();
+        for (q, ks) in &self.chosen {
+            for &k in ks {
+                let score = (0..dh).map(|e| self.model_q[q * dh + e] as f64 * self.model_k[k * dh + e] as f64).sum::<f64>() as f32 * scale;
+                let at = RowAt { layer, head, query: *q, key: k, score, pattern: self.pattern[q * n_pos + k] };
+                rows.push(row(at, ranked_q[*q].as_ref().expect("a query"), ranked_k[k].as_ref().expect("a key"), dh, scale, self.opts.top_terms));
+            }
+        }
+        rows
+    }
+}
+
+/// Each request's rows from the captured activations `cache`: one decomposition of the
+/// layer's stream, each head projecting the parts its rows read.
+fn heads_rows(
     model: &Transformer,
     set: Option<&TranscoderSet>,
     ids: &[i64],
     mut cache: Captured,
-    opts: &QkOptions,
-    extra: &BTreeMap<usize, Vec<usize>>,
-) -> Result<QkHead, TraceError> {
-    let (layer, head, n_pos) = (opts.layer, opts.head, ids.len());
-    let attn = &model.blocks[layer].attn;
-    let pattern_point = AttnHook::Pattern.at(layer);
-    let pattern =
-        cache.get(&pattern_point).and_then(|a| a.rank4()).ok_or_else(|| TraceError::Mismatch(format!("the model has no hook point `{pattern_point}`")))?;
-    let pattern: Vec<f32> = pattern.narrow(1, head, 1).into_data().try_into_vec_as::<f32>().expect("f32");
-    let model_q = model_side(model, layer, head, Side::Query, &cache)?;
-    let model_k = model_side(model, layer, head, Side::Key, &cache)?;
-    let queries = Projection::new(model, layer, head, Side::Query, &cache)?;
-    let keys = Projection::new(model, layer, head, Side::Key, &cache)?;
-    let chosen: Vec<(usize, Vec<usize>)> = (0..n_pos)
-        .filter(|q| opts.queries.as_ref().is_none_or(|list| list.contains(q)))
-        .map(|q| (q, keys_of(q, &pattern, n_pos, attn.span, opts, extra.get(&q).map_or(&[][..], Vec::as_slice))))
-        .filter(|(_, k)| !k.is_empty())
-        .collect();
-    let (mut as_query, mut as_key) = (vec![false; n_pos], vec![false; n_pos]);
-    for (q, ks) in &chosen {
-        as_query[*q] = true;
-        ks.iter().for_each(|&k| as_key[k] = true);
-    }
-
-    // Each position's parts and their queries (keys), only where a row reads them.
-    let dh = attn.d_head;
-    let mut nodes: Vec<Vec<QkNode>> = vec![Vec::new(); n_pos];
-    let (mut qv, mut kv): (Vec<Vec<f32>>, Vec<Vec<f32>>) = (vec![Vec::new(); n_pos], vec![Vec::new(); n_pos]);
+    requests: &[(QkOptions, BTreeMap<usize, Vec<usize>>)],
+) -> Result<Vec<QkHead>, TraceError> {
+    let (first, n_pos) = (&requests[0].0, ids.len());
+    let dh = model.blocks[first.layer].attn.d_head;
+    let mut heads = requests.iter().map(|(opts, extra)| HeadParts::new(model, &cache, opts, extra, n_pos)).collect::<Result<Vec<_>, _>>()?;
     let mut n_parts = 0;
-    let host = |t: Tensor<2>| -> Vec<f32> { t.into_data().try_into_vec_as::<f32>().expect("f32") };
-    let (resid, sum) = for_each_part(model, set, layer, opts.zero_positions, &mut cache, |part| {
+    let (resid, sum) = for_each_part(model, set, first.layer, first.zero_positions, &mut cache, |part| {
         n_parts += part.nodes.len();
-        let keep: Vec<usize> = (0..part.nodes.len()).filter(|&i| as_query[part.nodes[i].pos()] || as_key[part.nodes[i].pos()]).collect();
-        if keep.is_empty() {
-            return Ok(());
-        }
-        let vectors = if keep.len() == part.nodes.len() {
-            part.vectors
-        } else {
-            let idx: Vec<i64> = keep.iter().map(|&i| i as i64).collect();
-            let device = part.vectors.device();
-            part.vectors.select(0, Tensor::<1, Int>::from_data(TensorData::new(idx, [keep.len()]), &device))
-        };
-        let positions: Vec<usize> = keep.iter().map(|&i| part.nodes[i].pos()).collect();
-        let q = host(queries.project(vectors.clone(), &positions, part.constant));
-        let k = host(keys.project(vectors, &positions, part.constant));
-        for (r, &i) in keep.iter().enumerate() {
-            let p = positions[r];
-            nodes[p].push(part.nodes[i]);
-            if as_query[p] {
-                qv[p].extend_from_slice(&q[r * dh..(r + 1) * dh]);
-            }
-            if as_key[p] {
-                kv[p].extend_from_slice(&k[r * dh..(r + 1) * dh]);
-            }
-        }
+        heads.iter_mut().for_each(|h| h.take(&part, dh));
         Ok(())
     })?;
     let gap = resid.iter().zip(&sum).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max) / resid.iter().map(|a| a.abs()).fold(1e-30, f32::max);
-
-    let rank = |p: usize, v: &mut Vec<Vec<f32>>| Ranked::new(nodes[p].clone(), std::mem::take(&mut v[p]), dh);
-    let ranked_q: Vec<Option<Ranked>> = (0..n_pos).map(|p| as_query[p].then(|| rank(p, &mut qv))).collect();
-    let ranked_k: Vec<Option<Ranked>> = (0..n_pos).map(|p| as_key[p].then(|| rank(p, &mut kv))).collect();
-    let scale = attn.scale as f32;
-    let mut rows = Vec::new();
-    for (q, ks) in chosen {
-        for k in ks {
-            let score = (0..dh).map(|e| model_q[q * dh + e] as f64 * model_k[k * dh + e] as f64).sum::<f64>() as f32 * scale;
-            let at = RowAt { layer, head, query: q, key: k, score, pattern: pattern[q * n_pos + k] };
-            rows.push(row(at, ranked_q[q].as_ref().expect("a query"), ranked_k[k].as_ref().expect("a key"), dh, scale, opts.top_terms));
-        }
-    }
-    Ok(QkHead { rows, n_parts, residual_gap: gap })
+    Ok(heads.into_iter().map(|h| QkHead { rows: h.rows(model, dh), n_parts, residual_gap: gap }).collect())
 }
 
 #[cfg(test)]

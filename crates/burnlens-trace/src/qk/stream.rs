@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use burn::tensor::{Int, Tensor, TensorData};
+use burn::tensor::{IndexingUpdateOp, Int, Tensor, TensorData};
 use burnlens_model::{Activation, AttnHook, Block, BlockHook, HookPoint, LayerHook, NormHook, Positional, Transformer};
 
 use super::frozen::Frozen;
@@ -93,12 +93,12 @@ pub(crate) fn for_each_part(
             _ => None,
         });
     }
-    // Every source layer's activations `[pos, features]`, for the CLT decoders into later layers.
-    let mut dense: Vec<Tensor<2>> = Vec::with_capacity(layer);
+    // Every source layer's active features, for the CLT decoders into later layers.
+    let mut actives: Vec<Option<Active>> = Vec::with_capacity(layer);
     for (l, block) in model.blocks.iter().enumerate().take(layer) {
         walk.attention(block, l)?;
         match set {
-            Some(set) => walk.transcoder(&Layer { block, l, below: layer, zero_positions }, set, &posts, &mut dense)?,
+            Some(set) => walk.transcoder(&Layer { block, l, below: layer, zero_positions }, set, &posts, &mut actives)?,
             None if block.mlp.is_some() => {
                 let v = take_rows(walk.cache, BlockHook::MlpOut.at(l))?;
                 walk.emit_each(v, |pos| QkNode::Mlp { layer: l, pos })?;
@@ -118,6 +118,21 @@ struct Layer<'m> {
     l: usize,
     below: usize,
     zero_positions: usize,
+}
+
+/// One layer's active features: their nodes, indices, positions and activations `[n, 1]`.
+struct Active {
+    nodes: Vec<QkNode>,
+    sel: Tensor<1, Int>,
+    at: Tensor<1, Int>,
+    scale: Tensor<2>,
+}
+
+impl Active {
+    /// Each feature's row of decoder `w_dec` times its activation, `[n, d_model]`.
+    fn decoded(&self, w_dec: &Tensor<2>) -> Tensor<2> {
+        w_dec.clone().select(0, self.sel.clone()) * self.scale.clone()
+    }
 }
 
 /// The walk down the layers: the parts handed on so far, summed, and the constants gathered.
@@ -183,8 +198,8 @@ impl<F: FnMut(Part) -> Result<(), TraceError>> Walk<'_, F> {
 
     /// Layer `l`'s MLP through its transcoder: the features (into every layer below the
     /// head's they write, through those layers' `posts`), the skip term, `b_dec` with the
-    /// constants, and the error. `dense` gains this layer's activations.
-    fn transcoder(&mut self, at: &Layer, set: &TranscoderSet, posts: &[Option<Frozen>], dense: &mut Vec<Tensor<2>>) -> Result<(), TraceError> {
+    /// constants, and the error. `actives` gains this layer's active features.
+    fn transcoder(&mut self, at: &Layer, set: &TranscoderSet, posts: &[Option<Frozen>], actives: &mut Vec<Option<Active>>) -> Result<(), TraceError> {
         let (block, l, n_pos, d) = (at.block, at.l, self.n_pos, self.d);
         let (point, finish) = input_source(set.input, block, l);
         let mut x = take_rows(self.cache, point)?;
@@ -197,24 +212,31 @@ impl<F: FnMut(Part) -> Result<(), TraceError>> Walk<'_, F> {
         let mut acts = host_activations(tc, x.clone());
         acts[..at.zero_positions.min(n_pos) * f].fill(0.0);
         let active: Vec<(usize, f32)> = acts.iter().copied().enumerate().filter(|&(_, a)| a != 0.0).collect();
-        if !active.is_empty() {
+        let mine = (!active.is_empty()).then(|| {
             let n = active.len();
-            let nodes: Vec<QkNode> = active.iter().map(|&(i, _)| QkNode::Feature { layer: l, feature: i % f, pos: i / f }).collect();
-            let positions: Vec<usize> = nodes.iter().map(|n| n.pos()).collect();
-            let sel = Tensor::<1, Int>::from_data(TensorData::new(active.iter().map(|&(i, _)| (i % f) as i64).collect::<Vec<_>>(), [n]), &device);
-            let scale = tensor(active.iter().map(|&(_, a)| a).collect(), [n, 1], &device);
-            let mut v = Tensor::<2>::zeros([n, d], &device);
-            for (k, w_dec) in tc.w_dec.iter().enumerate().take(at.below - l) {
-                v = v + through(&posts[l + k], w_dec.clone().select(0, sel.clone()) * scale.clone(), &positions);
+            let int = |v: Vec<i64>| Tensor::<1, Int>::from_data(TensorData::new(v, [n]), &device);
+            Active {
+                nodes: active.iter().map(|&(i, _)| QkNode::Feature { layer: l, feature: i % f, pos: i / f }).collect(),
+                sel: int(active.iter().map(|&(i, _)| (i % f) as i64).collect()),
+                at: int(active.iter().map(|&(i, _)| (i / f) as i64).collect()),
+                scale: tensor(active.iter().map(|&(_, a)| a).collect(), [n, 1], &device),
             }
-            self.emit(Part { nodes, vectors: v, constant: false })?;
+        });
+        if let Some(a) = &mine {
+            let positions: Vec<usize> = a.nodes.iter().map(|n| n.pos()).collect();
+            let mut v = Tensor::<2>::zeros([a.nodes.len(), d], &device);
+            for (k, w_dec) in tc.w_dec.iter().enumerate().take(at.below - l) {
+                v = v + through(&posts[l + k], a.decoded(w_dec), &positions);
+            }
+            self.emit(Part { nodes: a.nodes.clone(), vectors: v, constant: false })?;
         }
-        dense.push(tensor(acts, [n_pos, f], &device));
+        actives.push(mine);
         let mut recon = self.rows(tc.b_dec.clone());
-        // Layer `s`'s decoder into layer `l`, where it has one (a CLT's earlier layers).
-        for (s, acts) in dense.iter().enumerate() {
-            if let Some(w_dec) = set.layers[s].w_dec.get(l - s) {
-                recon = recon + acts.clone().matmul(w_dec.clone());
+        // Layer `s`'s decoder into layer `l`, where it has one (a CLT's earlier layers): each
+        // active feature's row added at its position.
+        for (s, a) in actives.iter().enumerate() {
+            if let (Some(w_dec), Some(a)) = (set.layers[s].w_dec.get(l - s), a) {
+                recon = recon.select_assign(0, a.at.clone(), a.decoded(w_dec), IndexingUpdateOp::Add);
             }
         }
         if let Some(skip) = tc.skip(x) {
