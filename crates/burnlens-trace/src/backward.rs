@@ -13,12 +13,19 @@
 //! Gradients are `[batch, pos, d_model]`, cut to the positions up to the batch's last target
 //! position: attention is causal, so nothing later can reach them.
 
-use burn::tensor::Tensor;
+use burn::tensor::{Int, Tensor};
 use burnlens_model::kernels::linear;
 use burnlens_model::{Norm, NormKind, NormSite};
 
 use crate::replacement::{FrozenLayer, Replacement};
 use crate::transcoder::{InputHook, OutputHook, tensor};
+
+/// Which positions a gradient `[batch, p, d_model]` holds: the first `p`, or these.
+#[derive(Clone, Copy)]
+pub(crate) enum At<'a> {
+    First,
+    Only(&'a Tensor<1, Int>),
+}
 
 /// The targets of one backward pass: where each injects (`layer` = the number of layers for
 /// the unembedding's input), at which position, along which direction (`[batch, d_model]`).
@@ -71,6 +78,15 @@ impl Replacement<'_> {
         }
     }
 
+    /// The scale of `site` at the positions `at` (all of them for [`At::First`]; the norm's
+    /// backward pass cuts them to the gradient's).
+    pub(crate) fn scale_at(&self, site: NormSite, at: At) -> Tensor<3> {
+        match at {
+            At::First => self.scale(site).clone(),
+            At::Only(idx) => self.scale(site).clone().select(1, idx.clone()),
+        }
+    }
+
     pub(crate) fn scale(&self, site: NormSite) -> &Tensor<3> {
         let l = site.layer().expect("a block's norm");
         self.layers[l].scales.get(&site).unwrap_or_else(|| panic!("{site}.hook_scale was captured"))
@@ -88,23 +104,23 @@ impl Replacement<'_> {
     }
 
     /// The gradient at layer `l`'s MLP output hook from the gradient `g` at its output.
-    pub(crate) fn output_hook_grad(&self, l: usize, g: &Tensor<3>) -> Tensor<3> {
+    pub(crate) fn output_hook_grad(&self, l: usize, g: &Tensor<3>, at: At) -> Tensor<3> {
         let block = &self.model.blocks[l];
         match (self.set.output, block.norm_after_mlp(l)) {
-            (OutputHook::MlpHookOut, Some((n, site))) => norm_back(n, self.scale(site), g.clone(), true),
+            (OutputHook::MlpHookOut, Some((n, site))) => norm_back(n, &self.scale_at(site, at), g.clone(), true),
             _ => g.clone(),
         }
     }
 
     /// From the gradient at layer `l`'s input hook to the gradient at its `hook_resid_mid`.
-    pub(crate) fn input_hook_to_mid(&self, l: usize, g_in: Tensor<3>) -> Tensor<3> {
+    pub(crate) fn input_hook_to_mid(&self, l: usize, g_in: Tensor<3>, at: At) -> Tensor<3> {
         let block = &self.model.blocks[l];
         let ln2 = block.ln2.as_ref().expect("checked: the block has an MLP norm");
         match self.set.input {
             InputHook::ResidMid => g_in,
             InputHook::MlpIn if block.norm_before_mlp(l).is_none() => g_in,
-            InputHook::MlpIn => norm_back(ln2, self.scale(NormSite::Ln2(l)), g_in, true),
-            InputHook::Ln2Normalized => norm_back(ln2, self.scale(NormSite::Ln2(l)), g_in, ln2.kind == NormKind::LayerNorm),
+            InputHook::MlpIn => norm_back(ln2, &self.scale_at(NormSite::Ln2(l), at), g_in, true),
+            InputHook::Ln2Normalized => norm_back(ln2, &self.scale_at(NormSite::Ln2(l), at), g_in, ln2.kind == NormKind::LayerNorm),
         }
     }
 
@@ -160,7 +176,7 @@ impl Replacement<'_> {
             }
             let Some(g_post) = g.take() else { continue };
             let g_mid = match g_in {
-                Some(g_in) => g_post + self.input_hook_to_mid(l, g_in),
+                Some(g_in) => g_post + self.input_hook_to_mid(l, g_in, At::First),
                 None => g_post,
             };
             g = Some(self.attention_block_back(l, g_mid));
@@ -174,15 +190,15 @@ impl Replacement<'_> {
     /// `order`: its features' and errors' columns written, and the gradient at its input hook
     /// through the skip connection returned (`skip = x · M`, so `g · Mᵀ`), if it has one.
     pub(crate) fn mlp_back(&self, l: usize, g: &Tensor<3>, order: &[usize], rows: &mut [f32], row: usize) -> Option<Tensor<3>> {
-        let g_out = self.output_hook_grad(l, g);
+        let g_out = self.output_hook_grad(l, g, At::First);
         self.contract_layer(l, &g_out, order, rows, row);
         self.skip_of(l, g_out)
     }
 
     /// [`mlp_back`](Self::mlp_back) without writing columns: only the skip connection's
     /// gradient.
-    pub(crate) fn skip_back(&self, l: usize, g: &Tensor<3>) -> Option<Tensor<3>> {
-        self.skip_of(l, self.output_hook_grad(l, g))
+    pub(crate) fn skip_back(&self, l: usize, g: &Tensor<3>, at: At) -> Option<Tensor<3>> {
+        self.skip_of(l, self.output_hook_grad(l, g, at))
     }
 
     /// The gradient at layer `l`'s input hook through its skip connection from `g_out` at its

@@ -17,7 +17,7 @@ use serde::Serialize;
 
 use crate::TraceError;
 use crate::attribute::{AttributeOptions, logit_directions};
-use crate::backward::{Targets, norm_back};
+use crate::backward::{At, Targets, norm_back};
 use crate::graph::{Graph, Pruned};
 use crate::replacement::Replacement;
 use crate::transcoder::TranscoderSet;
@@ -52,65 +52,86 @@ pub(crate) enum Source {
     Token(usize),
 }
 
+impl Source {
+    fn pos(self, rm: &Replacement) -> usize {
+        match self {
+            Source::Feature(i) => rm.active[i].pos,
+            Source::Error { pos, .. } | Source::Token(pos) => pos,
+        }
+    }
+}
+
 impl Replacement<'_> {
-    /// Layer `l`'s attention backwards head by head: from the gradient `g_mid [1, p, d]` at
-    /// its `hook_resid_mid` to each head's part of the gradient at its `hook_resid_pre`,
-    /// `[heads, p, d]` (through the frozen pattern and norms).
-    fn heads_back(&self, l: usize, g_mid: Tensor<3>) -> Tensor<3> {
+    /// Layer `l`'s heads backwards from a gradient `g_mid [1, p, d]` at its
+    /// `hook_resid_mid` that only position `q` holds (the target's, attention cut above):
+    /// each head's part of the gradient at its `hook_resid_pre`, at the positions `at`
+    /// (`[heads, at.len(), d]`), which is head `h`'s attention weight `A_h[q, k]` times
+    /// one vector per head.
+    fn heads_at(&self, l: usize, g_mid: Tensor<3>, q: usize, at: &Tensor<1, Int>) -> Tensor<3> {
         let block = &self.model.blocks[l];
         let [_, p, d] = g_mid.dims();
         let g_o = match block.norm_after_attention(l) {
-            Some((n, site)) => norm_back(n, self.scale(site), g_mid, true),
+            Some((n, site)) => norm_back(n, &self.scale_at(site, At::First), g_mid, true),
             None => g_mid,
         };
         let layer = &self.layers[l];
         let a = self.pattern(l, p);
         let h = a.dims()[0];
         let dh = layer.w_o.dims()[0] / h;
-        let gz = g_o.reshape([p, d]).matmul(layer.w_o.clone().transpose()).reshape([p, h, dh]).swap_dims(0, 1);
-        let w_v = layer.w_v.clone().reshape([d, h, dh]).permute([1, 2, 0]);
-        let g_x = a.swap_dims(1, 2).matmul(gz).matmul(w_v);
+        let z = g_o.narrow(1, q, 1).reshape([1, d]).matmul(layer.w_o.clone().transpose()).reshape([h, 1, dh]);
+        let u = z.matmul(layer.w_v.clone().reshape([d, h, dh]).permute([1, 2, 0]));
+        let weights = a.narrow(1, q, 1).select(2, at.clone()).swap_dims(1, 2);
+        let g_x = weights * u;
         match block.norm_before_attention(l) {
-            Some((n, site)) => norm_back(n, self.scale(site), g_x, true),
+            Some((n, site)) => norm_back(n, &self.scale_at(site, At::Only(at)), g_x, true),
             None => g_x,
         }
     }
 
     /// The one-hop loadings of one target (`t` holds one) on `sources`: `[heads, sources]`
-    /// row-major, and the heads ((layer, head) in row order).
+    /// row-major, and the heads ((layer, head) in row order). Below a head attention is cut,
+    /// so positions do not mix: only the sources' positions are kept.
     pub(crate) fn one_hop(&self, t: &Targets, sources: &[Source]) -> (Vec<f32>, Vec<(usize, usize)>) {
         let (n_layers, lt, q) = (self.n_layers(), t.layers[0], t.positions[0]);
         let p = q + 1;
         let top = lt.min(n_layers - 1);
+        let mut positions: Vec<usize> = sources.iter().map(|s| s.pos(self)).collect();
+        positions.sort_unstable();
+        positions.dedup();
+        let idx =
+            Tensor::<1, Int>::from_data(TensorData::new(positions.iter().map(|&k| k as i64).collect::<Vec<_>>(), [positions.len()]), &self.model.device());
+        let local = |s: &Source| positions.binary_search(&s.pos(self)).expect("a source's position");
         let n_heads: usize = (0..=top).map(|l| self.model.blocks[l].attn.n_heads).sum();
-        let mut out = vec![0f32; n_heads * sources.len()];
+        let width = sources.len();
+        let mut out = vec![0f32; n_heads * width];
         let mut heads: Vec<(usize, usize)> = Vec::with_capacity(n_heads);
         let injected = self.injected(t, &[0], p);
         // Along the target's position with attention cut.
         let (mut along, mut inject) =
             if lt == n_layers { (Some(norm_back(&self.model.ln_final, &self.ln_final_scale, injected, true)), None) } else { (None, Some(injected)) };
-        // What the heads passed back so far, one row each, at the current `hook_resid_post`,
-        // going down with attention cut.
+        // The heads' parts so far, one row each (`[heads, positions, d]`, small: only the
+        // sources' positions), at the current `hook_resid_post`, going down with attention cut.
         let mut down: Option<Tensor<3>> = None;
         for l in (0..=top).rev() {
             if let Some(g) = down.take() {
-                self.read_sources(l, &self.output_hook_grad(l, &g), sources, &mut out);
-                down = Some(match self.skip_back(l, &g) {
-                    Some(g_in) => g + self.input_hook_to_mid(l, g_in),
+                let g_out = self.output_hook_grad(l, &g, At::Only(&idx));
+                self.read_sources(l, &g_out, sources, &local, &mut out);
+                down = Some(match self.skip_back(l, &g, At::Only(&idx)) {
+                    Some(g_in) => g + self.input_hook_to_mid(l, g_in, At::Only(&idx)),
                     None => g,
                 });
             }
-            let g_in = match (along.as_ref().and_then(|g| self.skip_back(l, g)), inject.take()) {
+            let g_in = match (along.as_ref().and_then(|g| self.skip_back(l, g, At::First)), inject.take()) {
                 (Some(a), Some(b)) => Some(a + b),
                 (a, b) => a.or(b),
             };
             let g_mid = match (along.take(), g_in) {
-                (Some(g), Some(g_in)) => g + self.input_hook_to_mid(l, g_in),
+                (Some(g), Some(g_in)) => g + self.input_hook_to_mid(l, g_in, At::First),
                 (Some(g), None) => g,
-                (None, Some(g_in)) => self.input_hook_to_mid(l, g_in),
+                (None, Some(g_in)) => self.input_hook_to_mid(l, g_in, At::First),
                 (None, None) => unreachable!("the target injects at its layer or above"),
             };
-            let from_heads = self.heads_back(l, g_mid.clone());
+            let from_heads = self.heads_at(l, g_mid.clone(), q, &idx);
             heads.extend((0..from_heads.dims()[0]).map(|h| (l, h)));
             down = Some(match down {
                 Some(d) => Tensor::cat(vec![d, from_heads], 0),
@@ -118,14 +139,19 @@ impl Replacement<'_> {
             });
             along = Some(g_mid);
         }
-        let g = down.expect("layer 0's heads joined");
-        let tokens: Vec<(usize, usize)> = sources.iter().enumerate().filter_map(|(c, s)| if let Source::Token(k) = *s { Some((c, k)) } else { None }).collect();
-        let vectors = tokens.iter().map(|&(_, k)| self.tokens.clone().narrow(0, k, 1)).collect();
-        Self::read_at(&g, &tokens, vectors, &mut out, sources.len());
+        let (mut at, mut vectors) = (Vec::new(), Vec::new());
+        for (c, s) in sources.iter().enumerate() {
+            if let Source::Token(k) = *s {
+                at.push((c, local(s)));
+                vectors.push(self.tokens.clone().narrow(0, k, 1));
+            }
+        }
+        Self::read_at(&down.expect("layer 0's heads joined"), &at, vectors, &mut out, width);
         (out, heads)
     }
 
-    /// Add `g [rows, p, d] · vectors[j]` at `(column, pos) = at[j]` into `out [rows, width]`.
+    /// Add `g [rows, positions, d] · vectors[j]` at `(column, position index) = at[j]` into
+    /// `out [rows, width]`.
     fn read_at(g: &Tensor<3>, at: &[(usize, usize)], vectors: Vec<Tensor<2>>, out: &mut [f32], width: usize) {
         if at.is_empty() {
             return;
@@ -142,22 +168,19 @@ impl Replacement<'_> {
     }
 
     /// Read layer `l`'s sources (its errors, and the features that write it) against the
-    /// gradient `g_out` at its output hook.
-    fn read_sources(&self, l: usize, g_out: &Tensor<3>, sources: &[Source], out: &mut [f32]) {
-        let p = g_out.dims()[1];
+    /// gradient `g_out` at its output hook, at the sources' positions (`local` indexes them).
+    fn read_sources(&self, l: usize, g_out: &Tensor<3>, sources: &[Source], local: &dyn Fn(&Source) -> usize, out: &mut [f32]) {
         let (mut at, mut vectors) = (Vec::new(), Vec::new());
         for (c, s) in sources.iter().enumerate() {
             match *s {
-                Source::Error { layer, pos } if layer == l && pos < p => {
-                    at.push((c, pos));
+                Source::Error { layer, pos } if layer == l => {
+                    at.push((c, local(s)));
                     vectors.push(self.layers[l].errors.clone().narrow(0, pos, 1));
                 }
                 Source::Feature(i) => {
                     let a = self.active[i];
-                    if let Some(w_dec) = l.checked_sub(a.layer).and_then(|k| self.set.layers[a.layer].w_dec.get(k))
-                        && a.pos < p
-                    {
-                        at.push((c, a.pos));
+                    if let Some(w_dec) = l.checked_sub(a.layer).and_then(|k| self.set.layers[a.layer].w_dec.get(k)) {
+                        at.push((c, local(s)));
                         vectors.push(w_dec.clone().narrow(0, a.feature, 1) * a.activation);
                     }
                 }
@@ -204,8 +227,12 @@ pub fn head_loadings(
             Source::Token(s - n_f - n_layers * n_pos)
         }
     };
-    let directions = logit_directions(model, &graph.logit_token_ids);
     let d = rm.d_model();
+    // The targets' directions at once: the logits', and the feature targets' encoder rows
+    // (read in one selection per layer, not one per target).
+    let directions = logit_directions(model, &graph.logit_token_ids);
+    let features: Vec<usize> = graph.selected_features.iter().map(|&i| i as usize).collect();
+    let encoders = rm.encoder_rows(&features);
     let mut out = Vec::new();
     for r in 0..graph.n_features() + graph.n_logits() {
         let target = graph.row_node(r);
@@ -216,14 +243,13 @@ pub fn head_loadings(
             continue;
         }
         let (layer, vector) = if target < n_f {
-            let i = graph.selected_features[target] as usize;
-            (rm.active[i].layer, rm.encoder_rows(&[i]))
+            (rm.active[features[target]].layer, &encoders[target * d..(target + 1) * d])
         } else {
             let k = r - n_f;
-            (rm.n_layers(), directions[k * d..(k + 1) * d].to_vec())
+            (rm.n_layers(), &directions[k * d..(k + 1) * d])
         };
         let sources: Vec<Source> = edges.iter().map(|&s| source(s)).collect();
-        let (loads, heads) = rm.one_hop(&Targets { layers: &[layer], positions: &[q], vectors: &vector }, &sources);
+        let (loads, heads) = rm.one_hop(&Targets { layers: &[layer], positions: &[q], vectors: vector }, &sources);
         for (c, &s) in edges.iter().enumerate() {
             let weight = graph.row(r)[s];
             let mut list: Vec<HeadLoading> =
