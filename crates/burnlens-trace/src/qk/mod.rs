@@ -25,7 +25,7 @@ use serde::Deserialize;
 pub use node::QkNode;
 use project::{Projection, Side, model_side, projection_points};
 pub use row::{QkRow, QkTerm};
-use row::{Ranked, RowAt, row};
+use row::{Ranked, row};
 use stream::{Captured, Part, for_each_part, stream_points};
 
 use crate::TraceError;
@@ -259,7 +259,19 @@ impl<'m> HeadParts<'m> {
         for (q, ks) in &self.chosen {
             for &k in ks {
                 let score = (0..dh).map(|e| self.model_q[q * dh + e] as f64 * self.model_k[k * dh + e] as f64).sum::<f64>() as f32 * scale;
-                let at = RowAt { layer, head, query: *q, key: k, score, pattern: self.pattern[q * n_pos + k] };
+                let at = QkRow {
+                    layer,
+                    head,
+                    query: *q,
+                    key: k,
+                    score,
+                    pattern: self.pattern[q * n_pos + k],
+                    terms: Vec::new(),
+                    remainder: 0.0,
+                    feature_feature: 0.0,
+                    error: 0.0,
+                    other: 0.0,
+                };
                 rows.push(row(at, ranked_q[*q].as_ref().expect("a query"), ranked_k[k].as_ref().expect("a key"), dh, scale, self.opts.top_terms));
             }
         }

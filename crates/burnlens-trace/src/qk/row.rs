@@ -81,19 +81,9 @@ fn dot(a: &[f64], b: &[f64]) -> f64 {
     a.iter().zip(b).map(|(x, y)| x * y).sum()
 }
 
-/// Where a row is and what the model says there.
-pub(crate) struct RowAt {
-    pub layer: usize,
-    pub head: usize,
-    pub query: usize,
-    pub key: usize,
-    pub score: f32,
-    pub pattern: f32,
-}
-
-/// The row at `at` from the query's parts `q` and the key's `k`, the `top` largest terms
-/// listed (`scale` the model's score factor).
-pub(crate) fn row(at: RowAt, q: &Ranked, k: &Ranked, dh: usize, scale: f32, top: usize) -> QkRow {
+/// Row `at` (where it is and what the model says there) with its terms from the query's
+/// parts `q` and the key's `k`, the `top` largest listed (`scale` the model's score factor).
+pub(crate) fn row(at: QkRow, q: &Ranked, k: &Ranked, dh: usize, scale: f32, top: usize) -> QkRow {
     let s = scale as f64;
     let total = dot(&q.all, &k.all) * s;
     let ff = dot(&q.features, &k.features) * s;
@@ -133,16 +123,11 @@ pub(crate) fn row(at: RowAt, q: &Ranked, k: &Ranked, dh: usize, scale: f32, top:
     terms.sort_by(|x, y| y.2.abs().total_cmp(&x.2.abs()));
     let listed: f64 = terms.iter().map(|t| t.2 as f64).sum();
     QkRow {
-        layer: at.layer,
-        head: at.head,
-        query: at.query,
-        key: at.key,
-        score: at.score,
-        pattern: at.pattern,
         terms: terms.into_iter().map(|(i, j, c)| QkTerm { query_node: q.nodes[i], key_node: k.nodes[j], contribution: c }).collect(),
         remainder: (total - listed) as f32,
         feature_feature: ff as f32,
         error: error as f32,
         other: (total - ff - error) as f32,
+        ..at
     }
 }
