@@ -248,6 +248,20 @@ fn wait_ended(child: Child, limit: Duration) -> (std::process::ExitStatus, Strin
     (out.status, String::from_utf8_lossy(&out.stderr).into_owned())
 }
 
+/// Whether no rank process of the run is left, within 5 s: a rank the launcher kills (a
+/// stopped one too) is torn down by the kernel after the launcher itself has exited, and
+/// until then it is still listed (seen once in CI: the stopped rank listed as the job ended).
+fn ranks_gone(run_dir: &Path) -> bool {
+    let start = Instant::now();
+    while !rank_pids(run_dir).is_empty() {
+        if start.elapsed() > Duration::from_secs(5) {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    true
+}
+
 #[test]
 fn a_killed_rank_ends_the_job_and_the_run_resumes_with_other_ranks() {
     let Some(mpiexec) = mpiexec() else { return };
@@ -258,7 +272,7 @@ fn a_killed_rank_ends_the_job_and_the_run_resumes_with_other_ranks() {
     Command::new("kill").args(["-9", &pids[1].to_string()]).status().unwrap();
     let (status, stderr) = wait_ended(child, Duration::from_secs(20));
     assert!(!status.success(), "{stderr}");
-    assert!(rank_pids(&run_dir).is_empty(), "every rank ended");
+    assert!(ranks_gone(&run_dir), "every rank ended");
     // The last checkpoint is complete: resume it on 2 ranks to the end, and the run equals
     // one process's from the start.
     let latest = std::fs::read_to_string(run_dir.join("checkpoints/LATEST")).unwrap();
@@ -287,7 +301,7 @@ fn a_hung_rank_is_named_by_every_other_rank_within_the_timeout() {
         assert!(line.contains("did not complete within 2 s; rank 1 does not answer"), "{line}");
         assert!(line.contains("the last checkpoint is") && line.contains("checkpoints/step-"), "{line}");
     }
-    assert!(rank_pids(&run_dir).is_empty(), "every rank ended, the stopped one too");
+    assert!(ranks_gone(&run_dir), "every rank ended, the stopped one too");
 }
 
 /// A feature's dashboard file without its quantile groups' samples (drawn at random, so
