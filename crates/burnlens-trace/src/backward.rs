@@ -126,7 +126,7 @@ impl Replacement<'_> {
 
     /// From the gradient at layer `l`'s `hook_resid_mid` to the one at its `hook_resid_pre`,
     /// through the frozen attention (and its norms).
-    pub(crate) fn attention_block_back(&self, l: usize, g_mid: Tensor<3>) -> Tensor<3> {
+    fn attention_block_back(&self, l: usize, g_mid: Tensor<3>) -> Tensor<3> {
         let block = &self.model.blocks[l];
         let g_o = match block.norm_after_attention(l) {
             Some((n, site)) => norm_back(n, self.scale(site), g_mid.clone(), true),
@@ -189,7 +189,7 @@ impl Replacement<'_> {
     /// Layer `l`'s MLP, backwards from the gradient `g` at its `hook_resid_post` for targets
     /// `order`: its features' and errors' columns written, and the gradient at its input hook
     /// through the skip connection returned (`skip = x · M`, so `g · Mᵀ`), if it has one.
-    pub(crate) fn mlp_back(&self, l: usize, g: &Tensor<3>, order: &[usize], rows: &mut [f32], row: usize) -> Option<Tensor<3>> {
+    fn mlp_back(&self, l: usize, g: &Tensor<3>, order: &[usize], rows: &mut [f32], row: usize) -> Option<Tensor<3>> {
         let g_out = self.output_hook_grad(l, g, At::First);
         self.contract_layer(l, &g_out, order, rows, row);
         self.skip_of(l, g_out)
@@ -240,7 +240,7 @@ impl Replacement<'_> {
 }
 
 /// Copy `vals [order.len(), p, 1]` into columns `col..col + p` of rows `order`.
-pub(crate) fn scatter(rows: &mut [f32], row: usize, col: usize, order: &[usize], p: usize, vals: Tensor<3>) {
+fn scatter(rows: &mut [f32], row: usize, col: usize, order: &[usize], p: usize, vals: Tensor<3>) {
     let v: Vec<f32> = vals.into_data().try_into_vec_as::<f32>().expect("f32");
     for (k, &i) in order.iter().enumerate() {
         rows[i * row + col..i * row + col + p].copy_from_slice(&v[k * p..(k + 1) * p]);

@@ -1,7 +1,7 @@
 //! The pruned graph as the JSON Neuronpedia's graph viewer and circuit-tracer's local server
 //! load (`metadata`, `qParams`, `nodes`, `links`), node for node what circuit-tracer's
 //! `create_graph_files` writes; with `graph --qk`, burnlens's extension (links' `heads`, a
-//! top-level `qk`), which those viewers ignore.
+//! top-level `qk`): keys outside their schema.
 
 use serde::Serialize;
 
