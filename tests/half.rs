@@ -131,6 +131,7 @@ fn a_truncated_half_checkpoint_is_refused_at_load() {
     }
 }
 
+#[cfg(feature = "ndarray")]
 #[test]
 fn a_backend_without_half_tensors_widens_auto_and_refuses_an_explicit_half() {
     #[allow(deprecated)]
@@ -154,6 +155,7 @@ fn cli_dtype_flag_reports_and_refuses() {
     let o = burnlens(&["info", "--model", d, "--dtype", "f32"]);
     assert!(String::from_utf8_lossy(&o.stdout).contains("weights:     f32 matrices"));
     assert_exit(&burnlens(&["info", "--model", d, "--dtype", "fp8"]), 2, "auto, f32, bf16, f16");
+    #[cfg(feature = "ndarray")]
     assert_bad_input(&burnlens(&["info", "--model", d, "--dtype", "bf16", "--backend", "ndarray"]), "cannot hold bf16");
 
     // The same logits from a bf16 load and an f32 load, through the CLI.

@@ -1,7 +1,8 @@
 //! Data-parallel training over MPI ranks on loopback (`mpiexec -n N burnlens train`): N = 2
 //! and 3 follow the one-process run, every rank's parameters stay bit-identical, a rank
 //! that cannot read its data is named before training, a killed rank ends the job and the
-//! run resumes with another N, and a rank that hangs is named by every other rank.
+//! run resumes with another N, and a rank that hangs is named by every other rank. A command
+//! that cannot share its work (train-sae) refuses several ranks instead of racing.
 //!
 //! Needs the binary built with `--features mpi` and MPICH's `mpiexec` (what `cargo xtask
 //! test` installs and builds); without them these tests fail under CI and skip elsewhere.
@@ -393,4 +394,27 @@ fn an_activation_cache_written_by_ranks_is_the_one_process_cache() {
             assert!(a == b, "{ranks} ranks: {name} differs from one process's");
         }
     }
+}
+
+#[test]
+fn a_command_that_cannot_share_its_work_refuses_several_ranks_and_writes_nothing() {
+    let Some(mpiexec) = mpiexec() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("sae");
+    let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/trace/gpt2/model");
+    let args: Vec<String> = ["train-sae", "--model", model.to_str().unwrap(), "--hook", "blocks.1.hook_resid_pre", "--d-sae", "16", "--steps", "2"]
+        .iter()
+        .chain(&["--batch", "2", "--seq-len", "8", "--data", "random", "--out", out.to_str().unwrap()])
+        .map(|s| s.to_string())
+        .collect();
+    let o = launch(&mpiexec, 2, &args).output().unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "two ranks of train-sae were not refused");
+    let lines: Vec<&str> = stderr.lines().filter(|l| l.starts_with("error: ")).collect();
+    assert_eq!(lines.len(), 2, "one line from each rank: {stderr}");
+    assert!(lines.iter().all(|l| l.contains("`train-sae` does not share its work between MPI ranks")), "{stderr}");
+    assert!(!out.exists(), "a refused job wrote {}", out.display());
+    // The same command as one process runs.
+    run(&mut launch(&mpiexec, 1, &args));
+    assert!(out.read_dir().unwrap().next().is_some(), "one process wrote nothing in {}", out.display());
 }

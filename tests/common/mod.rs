@@ -70,8 +70,8 @@ pub fn all_fixtures() -> Vec<&'static str> {
 }
 
 /// Backends the tests run on: `BURNLENS_TEST_BACKENDS` (comma-separated) if set, else every
-/// backend compiled into this build that runs a small computation here (flex and ndarray in
-/// the default build; wgpu, tch, cuda when their features are on and a device answers).
+/// backend compiled into this build that runs a small computation here (flex in the
+/// default build; ndarray, wgpu, tch, cuda when their features are on and a device answers).
 pub fn backends() -> Vec<(String, Device)> {
     let names: Vec<String> = match std::env::var("BURNLENS_TEST_BACKENDS") {
         Ok(list) => list.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect(),

@@ -62,7 +62,9 @@ pub(crate) fn test(args: Vec<String>) -> Result<()> {
         let rerun =
             |tests: &[&str]| run(Command::new(env!("CARGO")).current_dir(root()).arg("test").args(features).args(tests).env("BURNLENS_ISA", "baseline"));
         rerun(&["--test", "kernels", "--lib"])?;
-        rerun(&["--test", "parity", "--test", "half", "--test", "bf16_compute"])?;
+        // Not bf16 training's two 400-step runs: on this path they took 110 s of CI's time; the
+        // same bf16 products are checked by the forward tests of the file.
+        rerun(&["--test", "parity", "--test", "half", "--test", "bf16_compute", "--", "--skip", "training_in_bf16_follows_the_f32_loss_curve"])?;
     }
     Ok(())
 }

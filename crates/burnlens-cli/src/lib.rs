@@ -220,6 +220,10 @@ pub fn run() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if let Some(refused) = refuse_ranks(&cli.command) {
+        let _ = std::io::Write::write_all(&mut std::io::stderr(), format!("error: {refused}\n").as_bytes());
+        return ExitCode::from(2);
+    }
     let result = std::panic::catch_unwind(|| match cli.command {
         Command::Info(a) => info::run(&a),
         Command::Logits(a) => logits::run(&a),
@@ -254,6 +258,21 @@ pub fn run() -> ExitCode {
         }
         Err(_) => ExitCode::from(1),
     }
+}
+
+/// Under an MPI launcher with several ranks, a command that cannot share its work refuses
+/// (every rank would run it in full, racing on one output); `train`, `dashboards` and
+/// `cache-activations` share theirs.
+fn refuse_ranks(command: &Command) -> Option<String> {
+    let launch = burnlens_dist::launched().filter(|l| l.size > 1)?;
+    if matches!(command, Command::Train(_) | Command::Dashboards(_) | Command::CacheActivations(_)) {
+        return None;
+    }
+    let name = std::env::args().skip(1).find(|a| !a.starts_with('-')).unwrap_or_default();
+    Some(format!(
+        "rank {} of {}: `{name}` does not share its work between MPI ranks (each would run all of it into the same output); run it as one process, without mpiexec (train, dashboards and cache-activations run over ranks)",
+        launch.rank, launch.size
+    ))
 }
 
 /// 130 after Ctrl-C (checkpoint written), 2 for bad input, 1 for everything else.

@@ -90,8 +90,5 @@ mod tests {
         assert_eq!(WeightDtype::Auto.resolve(DType::F64, &flex), Ok(DType::F32));
         assert_eq!(WeightDtype::F32.resolve(DType::BF16, &flex), Ok(DType::F32));
         assert_eq!(WeightDtype::F16.resolve(DType::F32, &flex), Ok(DType::F16));
-        #[allow(deprecated)]
-        let nd = Device::ndarray();
-        assert_eq!(WeightDtype::Auto.resolve(DType::BF16, &nd), Err(DType::BF16));
     }
 }

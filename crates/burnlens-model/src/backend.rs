@@ -12,7 +12,8 @@ pub const DEFAULT_BACKEND: &str = "flex";
 /// Whether this binary was built with backend `name`.
 pub fn is_compiled(name: &str) -> bool {
     match name {
-        "flex" | "ndarray" => true,
+        "flex" => true,
+        "ndarray" => cfg!(feature = "ndarray"),
         "wgpu" => cfg!(feature = "wgpu"),
         "tch" => cfg!(feature = "tch"),
         "cuda" => cfg!(feature = "cuda"),
@@ -64,6 +65,7 @@ pub fn device(name: &str, index: Option<usize>) -> Result<Device, BackendError> 
     #[allow(deprecated)]
     let device = match name.as_str() {
         "flex" => Device::flex(),
+        #[cfg(feature = "ndarray")]
         "ndarray" => Device::ndarray(),
         #[cfg(feature = "wgpu")]
         "wgpu" => match index {

@@ -88,6 +88,11 @@ pub(crate) struct NativeGraph {
     pub(crate) graph: burnlens_trace::Graph,
     /// The model it explains, for the texts of its tokens.
     pub(crate) model: Py<NativeModel>,
+    /// The transcoders and options it was built with, for its attention side.
+    pub(crate) transcoders: Py<NativeTranscoders>,
+    pub(crate) options: burnlens_trace::AttributeOptions,
+    /// Whether `save` adds the attention side (`attribute(..., qk=True)`).
+    pub(crate) qk: bool,
 }
 
 fn ids<'py>(py: Python<'py>, v: &[i64]) -> Bound<'py, PyArray1<i64>> {
@@ -193,6 +198,7 @@ impl NativeGraph {
 
     /// Write graph.safetensors, graph.json (Neuronpedia's schema) and graph.html into the
     /// folder `path` (the graph's `slug` defaults to the folder's name); returns their paths.
+    /// A graph made with `qk=True` adds its attention side (`attention`) to both.
     #[pyo3(signature = (path, node_threshold=0.8, edge_threshold=0.98, slug=None))]
     fn save(&self, py: Python<'_>, path: std::path::PathBuf, node_threshold: f32, edge_threshold: f32, slug: Option<String>) -> PyResult<Vec<String>> {
         let any = &self.model.get().any;
@@ -204,28 +210,57 @@ impl NativeGraph {
             prompt_tokens: any.labels(&g.input_tokens),
             logit_tokens: any.labels(&g.logit_token_ids),
         };
-        let files = py.detach(|| burnlens_trace::write_graph(&path, g, &text, node_threshold, edge_threshold)).map_err(value)?;
+        let files = py
+            .detach(|| {
+                let attention = |pruned: &burnlens_trace::Pruned| self.attention_of(pruned);
+                let attention = self.qk.then_some(&attention as burnlens_trace::AttentionOf);
+                burnlens_trace::write_graph_with(&path, g, &text, node_threshold, edge_threshold, &mut |_| {}, attention)
+            })
+            .map_err(value)?;
         Ok([files.safetensors, files.json, files.html].iter().map(|p| p.display().to_string()).collect())
+    }
+
+    /// The attention side of the graph pruned at these thresholds, as `graph --qk` writes it:
+    /// `{"loadings": [...], "qk": [...]}`. `loadings`: for each kept edge that crosses
+    /// positions (`target`, `source`: node indices), its `weight`, its largest `heads`
+    /// (`layer`, `head`, `weight`), the other heads' sum `rest` and the paths through several
+    /// heads `multi_hop` (they add up to `weight`); `qk`: those heads' QK attribution rows
+    /// (as `qk` returns them) at the edges' target positions.
+    #[pyo3(signature = (node_threshold=0.8, edge_threshold=0.98))]
+    fn attention<'py>(&self, py: Python<'py>, node_threshold: f32, edge_threshold: f32) -> PyResult<Bound<'py, PyAny>> {
+        let found = py
+            .detach(|| -> Result<_, burnlens_trace::TraceError> { self.attention_of(&self.graph.prune(node_threshold, edge_threshold)?) })
+            .map_err(value)?;
+        crate::to_python(py, &found)
+    }
+}
+
+impl NativeGraph {
+    fn attention_of(&self, pruned: &burnlens_trace::Pruned) -> Result<burnlens_trace::GraphAttention, burnlens_trace::TraceError> {
+        let (model, set) = (&self.model.get().any.model, &self.transcoders.get().set);
+        burnlens_trace::graph_attention(model, set, &self.graph, pruned, &self.options, &burnlens_trace::AttentionOptions::default())
     }
 }
 
 /// circuit-tracer's `attribute` on token ids `tokens` (attributed as given); `options` are
 /// [`burnlens_trace::AttributeArgs`] as JSON (Python's keyword arguments), `targets` the next
-/// tokens to explain instead of the most probable ones.
+/// tokens to explain instead of the most probable ones; `qk`: the graph's `save` adds its
+/// attention side.
 #[pyfunction]
-#[pyo3(signature = (model, transcoders, tokens, targets, options))]
+#[pyo3(signature = (model, transcoders, tokens, targets, options, qk=false))]
 pub(crate) fn attribute(
     py: Python<'_>,
     model: Py<NativeModel>,
-    transcoders: &NativeTranscoders,
+    transcoders: Py<NativeTranscoders>,
     tokens: Vec<i64>,
     targets: Option<Vec<i64>>,
     options: &str,
+    qk: bool,
 ) -> PyResult<NativeGraph> {
     let args: burnlens_trace::AttributeArgs = serde_json::from_str(options).map_err(|e| PyValueError::new_err(format!("attribute options: {e}")))?;
     let opts = args.options(targets);
-    let graph = py.detach(|| burnlens_trace::attribute(&model.get().any.model, &transcoders.set, &tokens, &opts)).map_err(value)?;
-    Ok(NativeGraph { graph, model })
+    let graph = py.detach(|| burnlens_trace::attribute(&model.get().any.model, &transcoders.get().set, &tokens, &opts)).map_err(value)?;
+    Ok(NativeGraph { graph, model, transcoders, options: opts, qk })
 }
 
 /// QK attributions of one head on token ids `tokens` (used as given); `options` are

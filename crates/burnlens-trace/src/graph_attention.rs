@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 
 use burnlens_model::Transformer;
+use serde::Serialize;
 
 use crate::TraceError;
 use crate::attribute::AttributeOptions;
@@ -16,7 +17,7 @@ use crate::qk::{QkOptions, QkRow, layer_rows};
 use crate::transcoder::TranscoderSet;
 
 /// The heads of a pruned graph's edges and their QK attributions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct GraphAttention {
     pub loadings: Vec<EdgeHeads>,
     pub qk: Vec<QkRow>,

@@ -432,7 +432,7 @@ Graph = _native.Graph
 
 
 def attribute(model: "HookedModel", transcoders: Transcoders, prompt: Union[str, Sequence[int], np.ndarray],
-              targets: Optional[Sequence[int]] = None, **options: Any) -> Graph:
+              targets: Optional[Sequence[int]] = None, qk: bool = False, **options: Any) -> Graph:
     """circuit-tracer's `attribute`: the attribution graph of one prompt. Text gets the
     model's BOS first; token ids are attributed as given. `targets`: explain these next
     tokens instead of the most probable ones. `options` are the `graph` command's flags with
@@ -440,9 +440,11 @@ def attribute(model: "HookedModel", transcoders: Transcoders, prompt: Union[str,
     (0.95), `batch_size` (512), `max_feature_nodes` (all), `update_interval` (4),
     `zero_positions` (1); attention patterns are kept while they fit `pattern_memory_gb` (4,
     else recomputed), the adjacency rows stay in memory while they fit `rows_memory_gb` (8,
-    else they live in a mapped temporary file under TMPDIR)."""
+    else they live in a mapped temporary file under TMPDIR). `qk=True`: `graph.save` adds the
+    attention side as `graph --qk` does (which heads carry the edges that cross positions,
+    and their QK attributions); `graph.attention()` returns it either way."""
     return _native.attribute(model._native, transcoders, _prompt_tokens(model, prompt), None if targets is None else [int(t) for t in targets],
-                             json.dumps(options))
+                             json.dumps(options), bool(qk))
 
 
 def _prompt_tokens(model: "HookedModel", prompt: Union[str, Sequence[int], np.ndarray]) -> List[int]:

@@ -664,6 +664,35 @@ def test_qk_rows_add_up_to_the_scores_and_refuse_bad_options():
         burnlens.qk(model, tc, ids, layer=1, head=9)
 
 
+def test_attribute_with_qk_saves_the_heads_of_the_edges_and_their_qk_rows(tmp_path):
+    """attribute(..., qk=True): graph.attention() splits each kept edge that crosses
+    positions into heads + rest + multi_hop = the edge's weight in graph.rows, its QK rows
+    add up to their scores, and save() writes both into graph.json; without qk=True the
+    saved graph has neither."""
+    case_dir = os.path.join(FIXTURES, "trace", "gpt2")
+    with open(os.path.join(case_dir, "case.json")) as f:
+        ids = json.load(f)["ids"]
+    model = burnlens.HookedModel.from_pretrained(os.path.join(case_dir, "model"))
+    tc = burnlens.Transcoders.load(os.path.join(case_dir, "transcoders"))
+    g = burnlens.attribute(model, tc, ids, qk=True)
+    a = g.attention()
+    assert a["loadings"] and a["qk"]
+    n_logits, n_selected = len(g.logit_token_ids), len(g.selected_features)
+    for e in a["loadings"]:
+        row = e["target"] if e["target"] < n_selected else e["target"] - (g.n_nodes - n_logits) + n_selected
+        assert abs(g.rows[row, e["source"]] - e["weight"]) <= 1e-6 * max(1.0, abs(e["weight"])), e
+        total = sum(h["weight"] for h in e["heads"]) + e["rest"] + e["multi_hop"]
+        assert abs(total - e["weight"]) <= 1e-4 * max(1.0, abs(e["weight"])), e
+    for r in a["qk"]:
+        assert abs(sum(t["contribution"] for t in r["terms"]) + r["remainder"] - r["score"]) < 1e-4, r
+    with open(g.save(tmp_path / "qk")[1]) as f:
+        j = json.load(f)
+    assert len(j["qk"]) == len(a["qk"]) and sum("heads" in link for link in j["links"]) == len(a["loadings"])
+    with open(burnlens.attribute(model, tc, ids).save(tmp_path / "plain")[1]) as f:
+        j = json.load(f)
+    assert "qk" not in j and not any("heads" in link for link in j["links"])
+
+
 def test_train_sae_trains_a_cross_layer_transcoder_that_graph_reads(tmp_path):
     model = burnlens.HookedModel.from_pretrained(fixture("trace/gpt2/model"))
     summary = burnlens.train_sae(model, tmp_path / "run", data="random", seq_len=16, transcoders=True, cross_layer=True,
