@@ -228,9 +228,8 @@ impl NativeGraph {
     /// (as `qk` returns them) at the edges' target positions.
     #[pyo3(signature = (node_threshold=0.8, edge_threshold=0.98))]
     fn attention<'py>(&self, py: Python<'py>, node_threshold: f32, edge_threshold: f32) -> PyResult<Bound<'py, PyAny>> {
-        let found = py
-            .detach(|| -> Result<_, burnlens_trace::TraceError> { self.attention_of(&self.graph.prune(node_threshold, edge_threshold)?) })
-            .map_err(value)?;
+        let found =
+            py.detach(|| -> Result<_, burnlens_trace::TraceError> { self.attention_of(&self.graph.prune(node_threshold, edge_threshold)?) }).map_err(value)?;
         crate::to_python(py, &found)
     }
 }
