@@ -26,7 +26,7 @@ pub use node::QkNode;
 use project::{Projection, Side, model_side, projection_points};
 pub use row::{QkRow, QkTerm};
 use row::{Ranked, row};
-use stream::{Captured, Part, for_each_part, stream_points};
+use stream::{Captured, Kept, Part, for_each_part, stream_points};
 
 use crate::TraceError;
 use crate::transcoder::TranscoderSet;
@@ -291,8 +291,14 @@ fn heads_rows(
     let (first, n_pos) = (&requests[0].0, ids.len());
     let dh = model.blocks[first.layer].attn.d_head;
     let mut heads = requests.iter().map(|(opts, extra)| HeadParts::new(model, &cache, opts, extra, n_pos)).collect::<Result<Vec<_>, _>>()?;
+    // Only the positions some row reads: a late layer's rows read a fraction of them.
+    let positions: Vec<usize> = (0..n_pos).filter(|&p| heads.iter().any(|h| h.as_query[p] || h.as_key[p])).collect();
+    if positions.is_empty() {
+        return Ok(heads.into_iter().map(|_| QkHead { rows: Vec::new(), n_parts: 0, residual_gap: 0.0 }).collect());
+    }
+    let kept = Kept::new(positions, n_pos, &model.device());
     let mut n_parts = 0;
-    let (resid, sum) = for_each_part(model, set, first.layer, first.zero_positions, &mut cache, |part| {
+    let (resid, sum) = for_each_part(model, set, first.layer, first.zero_positions, &kept, &mut cache, |part| {
         n_parts += part.nodes.len();
         heads.iter_mut().for_each(|h| h.take(&part, dh));
         Ok(())

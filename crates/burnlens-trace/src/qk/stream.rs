@@ -44,6 +44,32 @@ fn take_rows(cache: &mut Captured, point: HookPoint) -> Result<Tensor<2>, TraceE
     Ok(t.reshape([p, d]))
 }
 
+/// The positions a decomposition keeps (sorted), and each position's row among them.
+pub(crate) struct Kept {
+    pub positions: Vec<usize>,
+    row: Vec<Option<usize>>,
+    index: Option<Tensor<1, Int>>,
+}
+
+impl Kept {
+    /// `positions` (sorted, distinct) of a stream of `n_pos`.
+    pub fn new(positions: Vec<usize>, n_pos: usize, device: &burn::tensor::Device) -> Self {
+        let mut row = vec![None; n_pos];
+        positions.iter().enumerate().for_each(|(r, &p)| row[p] = Some(r));
+        let index = (positions.len() < n_pos)
+            .then(|| Tensor::<1, Int>::from_data(TensorData::new(positions.iter().map(|&p| p as i64).collect::<Vec<_>>(), [positions.len()]), device));
+        Self { positions, row, index }
+    }
+
+    /// The kept rows of `[pos, ...]` (along dimension 0 or 1).
+    fn select<const D: usize>(&self, t: Tensor<D>, dim: usize) -> Tensor<D> {
+        match &self.index {
+            Some(i) => t.select(dim, i.clone()),
+            None => t,
+        }
+    }
+}
+
 fn frozen<'m>(cache: &Captured, norm: Option<(&'m burnlens_model::Norm, burnlens_model::NormSite)>) -> Result<Option<Frozen<'m>>, TraceError> {
     norm.map(|(n, site)| {
         let point = NormHook::Scale.of(site);
@@ -62,27 +88,29 @@ fn through(norm: &Option<Frozen>, v: Tensor<2>, positions: &[usize]) -> Tensor<2
     }
 }
 
-/// Hand every part of the stream entering `layer` to `each`, in order (the constant part
-/// last), from the activations `cache` holds (the points of [`stream_points`]); returns
-/// the model's own `hook_resid_pre` of `layer` and the parts' sum, `[pos, d_model]` each,
-/// row-major. Without transcoders, each MLP's output is one part.
+/// Hand every part of the stream entering `layer` at the positions `kept` to `each`, in
+/// order (the constant part last), from the activations `cache` holds (the points of
+/// [`stream_points`]); returns the model's own `hook_resid_pre` of `layer` and the parts'
+/// sum at those positions, `[kept, d_model]` each, row-major. Without transcoders, each
+/// MLP's output is one part.
 pub(crate) fn for_each_part(
     model: &Transformer,
     set: Option<&TranscoderSet>,
     layer: usize,
     zero_positions: usize,
+    kept: &Kept,
     cache: &mut Captured,
     each: impl FnMut(Part) -> Result<(), TraceError>,
 ) -> Result<(Vec<f32>, Vec<f32>), TraceError> {
-    let embed = take_rows(cache, HookPoint::Embed)?;
+    let embed = kept.select(take_rows(cache, HookPoint::Embed)?, 0);
     let [n_pos, d] = embed.dims();
     let device = embed.device();
-    let mut walk = Walk { cache, n_pos, d, sum: vec![0f32; n_pos * d], bias: Tensor::zeros([n_pos, d], &device), each };
+    let mut walk = Walk { cache, kept, n_pos, d, sum: vec![0f32; n_pos * d], bias: Tensor::zeros([n_pos, d], &device), each };
     walk.emit_each(embed, |pos| QkNode::Embedding { pos })?;
     if model.config.positional == Positional::Residual
         && let Ok(p) = take_rows(walk.cache, HookPoint::PosEmbed)
     {
-        walk.bias = walk.bias.clone() + p;
+        walk.bias = walk.bias.clone() + kept.select(p, 0);
     }
     // What each layer's MLP output passes through before the stream: the frozen post-norm
     // where the transcoders write before it (`mlp.hook_out`).
@@ -100,15 +128,15 @@ pub(crate) fn for_each_part(
         match set {
             Some(set) => walk.transcoder(&Layer { block, l, below: layer, zero_positions }, set, &posts, &mut actives)?,
             None if block.mlp.is_some() => {
-                let v = take_rows(walk.cache, BlockHook::MlpOut.at(l))?;
+                let v = walk.take(BlockHook::MlpOut.at(l))?;
                 walk.emit_each(v, |pos| QkNode::Mlp { layer: l, pos })?;
             }
             None => {}
         }
     }
     let bias = walk.bias.clone();
-    walk.emit(Part { nodes: (0..n_pos).map(|pos| QkNode::Bias { pos }).collect(), vectors: bias, constant: true })?;
-    let resid = take_rows(walk.cache, BlockHook::ResidPre.at(layer))?.into_data().try_into_vec_as::<f32>().expect("f32");
+    walk.emit(Part { nodes: kept.positions.iter().map(|&pos| QkNode::Bias { pos }).collect(), vectors: bias, constant: true })?;
+    let resid = walk.take(BlockHook::ResidPre.at(layer))?.into_data().try_into_vec_as::<f32>().expect("f32");
     Ok((resid, walk.sum))
 }
 
@@ -120,7 +148,8 @@ struct Layer<'m> {
     zero_positions: usize,
 }
 
-/// One layer's active features: their nodes, indices, positions and activations `[n, 1]`.
+/// One layer's active features: their nodes, indices, rows (of the kept positions) and
+/// activations `[n, 1]`.
 struct Active {
     nodes: Vec<QkNode>,
     sel: Tensor<1, Int>,
@@ -138,6 +167,8 @@ impl Active {
 /// The walk down the layers: the parts handed on so far, summed, and the constants gathered.
 struct Walk<'c, F> {
     cache: &'c mut Captured,
+    kept: &'c Kept,
+    /// Rows: the kept positions.
     n_pos: usize,
     d: usize,
     sum: Vec<f32>,
@@ -151,15 +182,21 @@ impl<F: FnMut(Part) -> Result<(), TraceError>> Walk<'_, F> {
         let d = self.d;
         let v: Vec<f32> = part.vectors.clone().into_data().try_into_vec_as::<f32>().expect("f32");
         for (i, node) in part.nodes.iter().enumerate() {
-            let at = node.pos() * d;
+            let at = self.kept.row[node.pos()].expect("a part at a kept position") * d;
             self.sum[at..at + d].iter_mut().zip(&v[i * d..(i + 1) * d]).for_each(|(s, x)| *s += x);
         }
         (self.each)(part)
     }
 
-    /// A part with one row per position, `vectors [pos, d_model]`.
+    /// A part with one row per kept position, `vectors [kept, d_model]`.
     fn emit_each(&mut self, vectors: Tensor<2>, node: impl Fn(usize) -> QkNode) -> Result<(), TraceError> {
-        self.emit(Part { nodes: (0..self.n_pos).map(node).collect(), vectors, constant: false })
+        let nodes = self.kept.positions.iter().map(|&p| node(p)).collect();
+        self.emit(Part { nodes, vectors, constant: false })
+    }
+
+    /// The kept rows of a captured `[1, pos, d]` activation.
+    fn take(&mut self, point: HookPoint) -> Result<Tensor<2>, TraceError> {
+        Ok(self.kept.select(take_rows(self.cache, point)?, 0))
     }
 
     /// `[pos, d_model]` rows of one vector.
@@ -167,9 +204,9 @@ impl<F: FnMut(Part) -> Result<(), TraceError>> Walk<'_, F> {
         v.reshape([1, self.d]).expand([self.n_pos, self.d])
     }
 
-    /// `v` through `norm` (frozen, linear part) at every position.
+    /// `v` through `norm` (frozen, linear part) at every kept position.
     fn through_all(&self, norm: &Option<Frozen>, v: Tensor<2>) -> Tensor<2> {
-        through(norm, v, &(0..self.n_pos).collect::<Vec<_>>())
+        through(norm, v, &self.kept.positions)
     }
 
     /// A norm's constant part, added to the constants; returned as rows.
@@ -185,6 +222,7 @@ impl<F: FnMut(Part) -> Result<(), TraceError>> Walk<'_, F> {
         let post = frozen(self.cache, block.norm_after_attention(l))?;
         let point = AttnHook::Result.at(l);
         let result = self.cache.remove(&point).and_then(|a| a.rank4()).ok_or_else(|| TraceError::Mismatch(format!("the model has no hook point `{point}`")))?;
+        let result = self.kept.select(result, 1);
         for head in 0..result.dims()[2] {
             let v = self.through_all(&post, result.clone().narrow(2, head, 1).reshape([self.n_pos, self.d]));
             self.emit_each(v, |pos| QkNode::Attention { layer: l, head, pos })?;
@@ -202,7 +240,7 @@ impl<F: FnMut(Part) -> Result<(), TraceError>> Walk<'_, F> {
     fn transcoder(&mut self, at: &Layer, set: &TranscoderSet, posts: &[Option<Frozen>], actives: &mut Vec<Option<Active>>) -> Result<(), TraceError> {
         let (block, l, n_pos, d) = (at.block, at.l, self.n_pos, self.d);
         let (point, finish) = input_source(set.input, block, l);
-        let mut x = take_rows(self.cache, point)?;
+        let mut x = self.take(point)?;
         if finish {
             x = block.ln2.as_ref().ok_or_else(|| TraceError::Mismatch("the block has no ln2".into()))?.finish(x);
         }
@@ -210,13 +248,14 @@ impl<F: FnMut(Part) -> Result<(), TraceError>> Walk<'_, F> {
         let tc = &set.layers[l];
         let f = tc.d_sae();
         let mut acts = host_activations(tc, x.clone());
-        acts[..at.zero_positions.min(n_pos) * f].fill(0.0);
+        let zeroed = self.kept.positions.iter().take_while(|&&p| p < at.zero_positions).count();
+        acts[..zeroed.min(n_pos) * f].fill(0.0);
         let active: Vec<(usize, f32)> = acts.iter().copied().enumerate().filter(|&(_, a)| a != 0.0).collect();
         let mine = (!active.is_empty()).then(|| {
             let n = active.len();
             let int = |v: Vec<i64>| Tensor::<1, Int>::from_data(TensorData::new(v, [n]), &device);
             Active {
-                nodes: active.iter().map(|&(i, _)| QkNode::Feature { layer: l, feature: i % f, pos: i / f }).collect(),
+                nodes: active.iter().map(|&(i, _)| QkNode::Feature { layer: l, feature: i % f, pos: self.kept.positions[i / f] }).collect(),
                 sel: int(active.iter().map(|&(i, _)| (i % f) as i64).collect()),
                 at: int(active.iter().map(|&(i, _)| (i / f) as i64).collect()),
                 scale: tensor(active.iter().map(|&(_, a)| a).collect(), [n, 1], &device),
@@ -244,7 +283,7 @@ impl<F: FnMut(Part) -> Result<(), TraceError>> Walk<'_, F> {
             let v = self.through_all(&posts[l], skip);
             self.emit_each(v, |pos| QkNode::Skip { layer: l, pos })?;
         }
-        let mlp_out = take_rows(self.cache, BlockHook::MlpOut.at(l))?;
+        let mlp_out = self.take(BlockHook::MlpOut.at(l))?;
         let mut error = mlp_out - self.through_all(&posts[l], recon);
         self.bias = self.bias.clone() + self.through_all(&posts[l], self.rows(tc.b_dec.clone()));
         if let Some(b) = self.add_constant(&posts[l]) {
