@@ -108,9 +108,9 @@ pub(crate) fn for_each_part(
     let mut walk = Walk { cache, kept, n_pos, d, sum: vec![0f32; n_pos * d], bias: Tensor::zeros([n_pos, d], &device), each };
     walk.emit_each(embed, |pos| QkNode::Embedding { pos })?;
     if model.config.positional == Positional::Residual
-        && let Ok(p) = take_rows(walk.cache, HookPoint::PosEmbed)
+        && let Ok(p) = walk.take(HookPoint::PosEmbed)
     {
-        walk.bias = walk.bias.clone() + kept.select(p, 0);
+        walk.bias = walk.bias.clone() + p;
     }
     // What each layer's MLP output passes through before the stream: the frozen post-norm
     // where the transcoders write before it (`mlp.hook_out`).
