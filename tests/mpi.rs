@@ -2,7 +2,8 @@
 //! and 3 follow the one-process run, every rank's parameters stay bit-identical, a rank
 //! that cannot read its data is named before training, a killed rank ends the job and the
 //! run resumes with another N, and a rank that hangs is named by every other rank. A command
-//! that cannot share its work (train-sae) refuses several ranks instead of racing.
+//! that cannot share its work (analyze) refuses several ranks instead of racing. SAE
+//! training over ranks: `mpi_features.rs`.
 //!
 //! Needs the binary built with `--features mpi` and MPICH's `mpiexec` (what `cargo xtask
 //! test` installs and builds); without them these tests fail under CI and skip elsewhere.
@@ -10,10 +11,11 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{missing_prerequisite, read_safetensors};
+use common::mpi_jobs::{launch, mpiexec, rank_pids, ranks_gone, run, wait_ended};
+use common::read_safetensors;
 
 /// A model small enough for a debug build; no dropout, so ranks and one process draw the
 /// same computation; two micro-batches per step; batch 6 splits 3+3 and 2+2+2.
@@ -42,24 +44,6 @@ dropout = 0.0
 dir = "unused"
 "#;
 
-/// MPICH's launcher, the one the `mpi` build links against; `None` (a failure under CI)
-/// when it or the feature is missing.
-fn mpiexec() -> Option<PathBuf> {
-    if !cfg!(feature = "mpi") {
-        missing_prerequisite("burnlens built without the `mpi` feature (cargo xtask test builds it)");
-        return None;
-    }
-    for name in ["mpiexec.mpich", "mpiexec"] {
-        if let Ok(out) = Command::new(name).arg("--version").output()
-            && out.status.success()
-        {
-            return Some(PathBuf::from(name));
-        }
-    }
-    missing_prerequisite("MPICH's mpiexec (Debian: mpich; cargo xtask test installs it)");
-    None
-}
-
 fn write_config(dir: &Path, steps: usize) -> PathBuf {
     let path = dir.join("run.toml");
     let text = CONFIG.replace("steps = 16\nlr_decay_steps = 16", &format!("steps = {steps}\nlr_decay_steps = {steps}"));
@@ -76,26 +60,6 @@ fn train_args(config: &Path, run: &Path) -> Vec<String> {
         format!("output.dir={:?}", run.display().to_string()),
         "--quiet".into(),
     ]
-}
-
-/// `burnlens ARGS` on `ranks` ranks (one plain process for 1).
-fn launch(mpiexec: &Path, ranks: usize, args: &[String]) -> Command {
-    let bin = env!("CARGO_BIN_EXE_burnlens");
-    let mut cmd = if ranks == 1 {
-        Command::new(bin)
-    } else {
-        let mut c = Command::new(mpiexec);
-        c.args(["-n", &ranks.to_string(), bin]);
-        c
-    };
-    cmd.args(args).env_remove("BURNLENS_BACKEND").env("RAYON_NUM_THREADS", "1");
-    cmd
-}
-
-fn run(cmd: &mut Command) -> Output {
-    let out = cmd.output().expect("start the job");
-    assert!(out.status.success(), "{cmd:?} failed: {}\n{}", String::from_utf8_lossy(&out.stderr), String::from_utf8_lossy(&out.stdout));
-    out
 }
 
 fn metrics(run: &Path, kind: &str) -> Vec<serde_json::Value> {
@@ -194,24 +158,9 @@ fn a_malformed_rank_timeout_is_refused_on_every_rank() {
     assert!(lines.iter().all(|l| l.contains("BURNLENS_RANK_TIMEOUT=\"soon\": expected a positive number of seconds")), "{stderr}");
 }
 
-/// The job's rank processes, indexed by rank (the launcher's `PMI_RANK`).
-fn rank_pids(run_dir: &Path) -> Vec<u32> {
-    let needle = format!("output.dir={:?}", run_dir.display().to_string());
-    let mut ranked: Vec<(usize, u32)> = std::fs::read_dir("/proc")
-        .unwrap()
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter_map(|pid| {
-            let read = |what: &str| String::from_utf8_lossy(&std::fs::read(format!("/proc/{pid}/{what}")).unwrap_or_default()).into_owned();
-            let cmdline = read("cmdline").replace('\0', " ");
-            if !(cmdline.starts_with(env!("CARGO_BIN_EXE_burnlens")) && cmdline.contains(&needle)) {
-                return None;
-            }
-            let rank = read("environ").split('\0').find_map(|v| v.strip_prefix("PMI_RANK=")?.parse().ok())?;
-            Some((rank, pid))
-        })
-        .collect();
-    ranked.sort();
-    ranked.into_iter().map(|(_, pid)| pid).collect()
+/// What the command line of a run into `run_dir` holds.
+fn dir_arg(run_dir: &Path) -> String {
+    format!("output.dir={:?}", run_dir.display().to_string())
 }
 
 /// Start a long job on `ranks` ranks and wait until its first checkpoint is written.
@@ -228,39 +177,9 @@ fn start_long_job(mpiexec: &Path, ranks: usize, config: &Path, run_dir: &Path, t
         assert!(child.try_wait().unwrap().is_none(), "the job ended early");
         std::thread::sleep(Duration::from_millis(20));
     }
-    let pids = rank_pids(run_dir);
+    let pids = rank_pids(&dir_arg(run_dir));
     assert_eq!(pids.len(), ranks, "rank processes: {pids:?}");
     (child, pids)
-}
-
-/// Wait for the job to end, at most `limit`; its exit status and stderr.
-fn wait_ended(child: Child, limit: Duration) -> (std::process::ExitStatus, String) {
-    let start = Instant::now();
-    let pid = child.id();
-    let waiter = std::thread::spawn(move || child.wait_with_output().unwrap());
-    while !waiter.is_finished() {
-        if start.elapsed() > limit {
-            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
-            panic!("the job did not end within {limit:?}");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let out = waiter.join().unwrap();
-    (out.status, String::from_utf8_lossy(&out.stderr).into_owned())
-}
-
-/// Whether no rank process of the run is left, within 5 s: a rank the launcher kills (a
-/// stopped one too) is torn down by the kernel after the launcher itself has exited, and
-/// until then it is still listed (seen once in CI: the stopped rank listed as the job ended).
-fn ranks_gone(run_dir: &Path) -> bool {
-    let start = Instant::now();
-    while !rank_pids(run_dir).is_empty() {
-        if start.elapsed() > Duration::from_secs(5) {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    true
 }
 
 #[test]
@@ -271,9 +190,10 @@ fn a_killed_rank_ends_the_job_and_the_run_resumes_with_other_ranks() {
     let run_dir = dir.path().join("run");
     let (child, pids) = start_long_job(&mpiexec, 3, &config, &run_dir, "10");
     Command::new("kill").args(["-9", &pids[1].to_string()]).status().unwrap();
-    let (status, stderr) = wait_ended(child, Duration::from_secs(20));
+    let out = wait_ended(child, Duration::from_secs(20));
+    let (status, stderr) = (out.status, String::from_utf8_lossy(&out.stderr));
     assert!(!status.success(), "{stderr}");
-    assert!(ranks_gone(&run_dir), "every rank ended");
+    assert!(ranks_gone(&dir_arg(&run_dir)), "every rank ended");
     // The last checkpoint is complete: resume it on 2 ranks to the end, and the run equals
     // one process's from the start.
     let latest = std::fs::read_to_string(run_dir.join("checkpoints/LATEST")).unwrap();
@@ -294,7 +214,8 @@ fn a_hung_rank_is_named_by_every_other_rank_within_the_timeout() {
     let (child, pids) = start_long_job(&mpiexec, 3, &config, &run_dir, "2");
     Command::new("kill").args(["-STOP", &pids[1].to_string()]).status().unwrap();
     // 2 s of timeout, 3 s of probing, 1 s for every rank to report.
-    let (status, stderr) = wait_ended(child, Duration::from_secs(30));
+    let out = wait_ended(child, Duration::from_secs(30));
+    let (status, stderr) = (out.status, String::from_utf8_lossy(&out.stderr));
     assert!(!status.success());
     for rank in [0, 2] {
         let line =
@@ -302,7 +223,7 @@ fn a_hung_rank_is_named_by_every_other_rank_within_the_timeout() {
         assert!(line.contains("did not complete within 2 s; rank 1 does not answer"), "{line}");
         assert!(line.contains("the last checkpoint is") && line.contains("checkpoints/step-"), "{line}");
     }
-    assert!(ranks_gone(&run_dir), "every rank ended, the stopped one too");
+    assert!(ranks_gone(&dir_arg(&run_dir)), "every rank ended, the stopped one too");
 }
 
 /// A feature's dashboard file without its quantile groups' samples (drawn at random, so
@@ -400,19 +321,16 @@ fn an_activation_cache_written_by_ranks_is_the_one_process_cache() {
 fn a_command_that_cannot_share_its_work_refuses_several_ranks_and_writes_nothing() {
     let Some(mpiexec) = mpiexec() else { return };
     let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("sae");
+    let out = dir.path().join("report");
     let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/trace/gpt2/model");
-    let args: Vec<String> = ["train-sae", "--model", model.to_str().unwrap(), "--hook", "blocks.1.hook_resid_pre", "--d-sae", "16", "--steps", "2"]
-        .iter()
-        .chain(&["--batch", "2", "--seq-len", "8", "--data", "random", "--out", out.to_str().unwrap()])
-        .map(|s| s.to_string())
-        .collect();
+    let args: Vec<String> =
+        ["analyze", "--model", model.to_str().unwrap(), "--ids", "1,5,7,9", "--out", out.to_str().unwrap()].iter().map(|s| s.to_string()).collect();
     let o = launch(&mpiexec, 2, &args).output().unwrap();
     let stderr = String::from_utf8_lossy(&o.stderr);
-    assert!(!o.status.success(), "two ranks of train-sae were not refused");
+    assert!(!o.status.success(), "two ranks of analyze were not refused");
     let lines: Vec<&str> = stderr.lines().filter(|l| l.starts_with("error: ")).collect();
     assert_eq!(lines.len(), 2, "one line from each rank: {stderr}");
-    assert!(lines.iter().all(|l| l.contains("`train-sae` does not share its work between MPI ranks")), "{stderr}");
+    assert!(lines.iter().all(|l| l.contains("`analyze` does not share its work between MPI ranks")), "{stderr}");
     assert!(!out.exists(), "a refused job wrote {}", out.display());
     // The same command as one process runs.
     run(&mut launch(&mpiexec, 1, &args));

@@ -233,7 +233,7 @@ fn saes_trained_on_streamed_activations_reconstruct_them_and_save_in_saelens_lay
         let dir = tmp.path().join(architecture.name());
         let windows = Box::new(burnlens::data::Counted::new(Synthetic::Random.windows(model.config.vocab_size, 24, 1).map(Ok)));
         let mut losses = Vec::new();
-        let summary = train(&dir, &cfg, Source::Model { model: &model, windows, model_name: None }, &mut |r, _| {
+        let summary = train(burnlens::features::Run::alone(&dir, &cfg), Source::Model { model: &model, windows, model_name: None }, &mut |r, _| {
             losses.push(r[0].loss);
             std::ops::ControlFlow::Continue(())
         })

@@ -111,7 +111,7 @@ fn first_step_losses_and_gradients_equal_saelens() {
     for name in ARCHITECTURES {
         let c = case(name);
         let trainer = SaeTrainer::new(architecture(&c.meta), trainer_config(&c.meta), params(&c, "init", &device));
-        let (grads, values) = trainer.gradients(Batch::sae(batch(&c, 0, &device)));
+        let (grads, values) = trainer.gradients(Batch::sae(batch(&c, 0, &device))).expect("one process");
         assert_params(&grads, &params(&c, "grad", &device), 1e-5, &format!("{name} gradients"));
         let terms: Vec<&str> = c.meta["loss_terms"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
         let want = &c.t["losses"].f32[..terms.len()];
@@ -133,7 +133,7 @@ fn ten_steps_with_schedules_equal_saelens() {
         let n_terms = c.meta["loss_terms"].as_array().unwrap().len();
         let mut trainer = SaeTrainer::new(architecture(&c.meta), trainer_config(&c.meta), params(&c, "init", &device));
         for s in 0..steps {
-            let r = trainer.train_step(Batch::sae(batch(&c, s, &device)));
+            let r = trainer.train_step(Batch::sae(batch(&c, s, &device))).expect("one process");
             assert!((r.lr - c.t["lr"].f32[s] as f64).abs() < 1e-9, "{name} step {s}: lr {} vs {}", r.lr, c.t["lr"].f32[s]);
             assert!((r.coefficient - c.t["coefficient"].f32[s] as f64).abs() < 1e-7, "{name} step {s}: coefficient");
             let want = c.t["losses"].f32[s * n_terms + n_terms - 1];

@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod hub_server;
+pub mod mpi_jobs;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

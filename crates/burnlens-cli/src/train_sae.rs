@@ -8,7 +8,8 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 use burnlens_data::CorpusOptions;
-use burnlens_features::{CacheIndex, Progress, RunOptions, SaeRunConfig, Source, StepReport};
+use burnlens_dist::{DistError, Ranks};
+use burnlens_features::{CacheIndex, Progress, Run, RunError, RunOptions, SaeRunConfig, Source, StepReport};
 
 use crate::{Common, ModelArgs, UserError};
 
@@ -82,16 +83,25 @@ fn run_with(a: &TrainSaeArgs, options: &RunOptions, corpus: &CorpusOptions) -> R
 fn train(a: &TrainSaeArgs, options: &RunOptions, cfg: &SaeRunConfig, source: Source) -> Result<()> {
     // Ctrl-C / SIGTERM: checkpoint, stop, exit 130; the same command resumes.
     burnlens_model::stop::install_interrupt_handler();
-    let tty = std::io::stderr().is_terminal();
+    // One of several ranks when an MPI launcher started this process.
+    let ranks = Ranks::from_launcher()?;
+    let tty = std::io::stderr().is_terminal() && ranks.is_writer();
     let mut on_step = |r: &[StepReport], p: &Progress| {
         if tty && (p.step.is_multiple_of(10) || p.step == p.steps) {
             eprint!("\rstep {}/{}  loss {:.4}  L0 {:.1}  {:.0} tokens/s  {:.0} s left   ", p.step, p.steps, r[0].loss, r[0].l0, p.tokens_per_s, p.seconds_left);
         }
         if burnlens_model::stop::stop_requested() { std::ops::ControlFlow::Break(()) } else { std::ops::ControlFlow::Continue(()) }
     };
-    let s = burnlens_features::train(&a.out, cfg, source, &mut on_step)?;
+    let s = match burnlens_features::train(Run { dir: &a.out, cfg, ranks: ranks.clone() }, source, &mut on_step) {
+        Ok(s) => s,
+        Err(RunError::Ranks(e @ (DistError::Unanswered { .. } | DistError::Diverged { .. }))) => crate::commands::end_job(&ranks, &e),
+        Err(e) => return Err(e.into()),
+    };
     if tty {
         eprintln!();
+    }
+    if !ranks.is_writer() {
+        return Ok(());
     }
     if s.stopped {
         return Err(burnlens_train::TrainError::Interrupted { step: s.steps, checkpoint: s.checkpoint }.into());

@@ -68,6 +68,8 @@ pub enum RunError {
     Store(#[from] StoreError),
     #[error("{0}")]
     Config(String),
+    #[error(transparent)]
+    Ranks(#[from] burnlens_dist::DistError),
 }
 
 pub(crate) fn file_err(path: &Path, e: impl std::fmt::Display) -> RunError {

@@ -10,7 +10,8 @@
 //! training forward pass and its loss terms, as autodiff expressions: the reference),
 //! [`sparse_pass`] and [`dense_pass`] (the same pass with its backward written by hand, the
 //! one the trainer takes; sparse codes are the dictionary's own), [`host`],
-//! [`cross_layer`] (a CLT as one masked transcoder), [`schedule`], [`adam`], [`trainer`];
+//! [`cross_layer`] (a CLT as one masked transcoder), [`schedule`], [`adam`], [`trainer`],
+//! [`share`] (a step shared by the ranks of an MPI job);
 //! [`mixing`] and [`store`] turn a corpus's windows into shuffled activation batches.
 
 pub mod adam;
@@ -34,6 +35,7 @@ pub mod pass;
 mod pass_check;
 pub mod run;
 pub mod schedule;
+pub mod share;
 pub mod sparse_pass;
 pub mod store;
 pub mod trainer;
@@ -49,7 +51,7 @@ pub use mixing::MixingBuffer;
 pub use options::RunOptions;
 pub use params::{Shape, Trainable};
 pub use pass::{StoreError, WindowSource};
-pub use run::{OnStep, Progress, RunSummary, Source, train};
+pub use run::{OnStep, Progress, Run, RunSummary, Source, train};
 pub use schedule::{CoefficientSchedule, LrSchedule, LrScheduler};
 pub use store::{ActivationStore, Producer, StoreConfig};
 pub use trainer::{Batch, SaeTrainer, StepReport, TrainerConfig};

@@ -9,11 +9,18 @@
 //! ([`crate::units`]). Run again with the same configuration after an interruption (SIGKILL
 //! included), it resumes from the checkpoint and ends bit-identical to an uninterrupted
 //! run: the same batches in the same order.
+//!
+//! Over the ranks of an MPI job ([`Run::ranks`]), every rank holds the one process's batches
+//! (each runs its share of every model pass, [`ActivationStore::shared_by`]) and its rows'
+//! part of each step ([`crate::share`]); rank 0 alone writes the run directory, whose
+//! `config.json` records the ranks (`"ranks": N`, not part of what a resume compares: a
+//! run resumes with any number of ranks), and every rank reads the checkpoint it resumes from.
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use burn::tensor::Device;
+use burnlens_dist::Ranks;
 use burnlens_model::{Rng, Transformer};
 use serde::Serialize;
 
@@ -25,7 +32,7 @@ use crate::outputs::write_outputs;
 use crate::params::{DECODER_INIT_NORM, init};
 use crate::pass::WindowSource;
 use crate::store::ActivationStore;
-use crate::trainer::{SaeTrainer, StepReport};
+use crate::trainer::{SaeTrainer, StepReport, params_digest};
 use crate::units::{Unit, hooks, units};
 
 /// How a run ended.
@@ -62,14 +69,63 @@ pub enum Source<'a> {
     Cache { dir: PathBuf, device: Device },
 }
 
-/// Train (or resume) the run in `dir` on activations from `source`. `on_step` sees every
-/// step's reports (one per site); when it breaks, the run stops after writing its
-/// checkpoint, to be resumed.
-pub fn train(dir: &Path, cfg: &SaeRunConfig, source: Source, on_step: &mut OnStep) -> Result<RunSummary, RunError> {
-    // Everything is checked before anything is written.
+/// A run: its directory, its configuration, and the processes that share it.
+pub struct Run<'a> {
+    pub dir: &'a Path,
+    pub cfg: &'a SaeRunConfig,
+    /// [`Ranks::single`] for one process.
+    pub ranks: Ranks,
+}
+
+impl<'a> Run<'a> {
+    /// A run of this process alone.
+    pub fn alone(dir: &'a Path, cfg: &'a SaeRunConfig) -> Self {
+        Run { dir, cfg, ranks: Ranks::single() }
+    }
+}
+
+/// Train (or resume) the run in `run.dir` on activations from `source`. `on_step` sees every
+/// step's reports (one per site); when it breaks (on any rank), the run stops after writing
+/// its checkpoint, to be resumed.
+pub fn train(run: Run, source: Source, on_step: &mut OnStep) -> Result<RunSummary, RunError> {
+    let Run { dir, cfg, ranks } = run;
+    // Everything is checked, on every rank, before anything is written.
+    let prepared = prepare(dir, cfg, source, &ranks);
+    let shared = ranks.agree(prepared.as_ref().map(|_| ()).map_err(|e| e.to_string()));
+    let (mut store, model_name, units) = prepared?;
+    shared?;
+    if ranks.is_writer() {
+        write_config(dir, cfg, ranks.size())?;
+    }
+    let started = start_trainers(dir, cfg, &units, &mut store);
+    let shared = ranks.agree(started.as_ref().map(|_| ()).map_err(|e| e.to_string()));
+    let (trainers, resumed_from) = started?;
+    shared?;
+    let mut trainers: Vec<SaeTrainer> = trainers.into_iter().map(|t| t.shared_by(ranks.clone())).collect();
+    let first = trainers[0].step;
+    let end = steps(Steps { dir, cfg, ranks: &ranks, units: &units }, &mut trainers, &mut store, on_step)?;
+    let checkpoint = save(dir, &ranks, &trainers, &store)?;
+    let outputs = if end.stopped || !ranks.is_writer() { Vec::new() } else { write_outputs(dir, cfg, &trainers, model_name)? };
+    Ok(RunSummary {
+        steps: trainers[0].step,
+        steps_now: trainers[0].step - first,
+        resumed_from,
+        tokens: trainers[0].step as u64 * cfg.store.train_batch_size_tokens as u64,
+        last: end.last,
+        dead_features: trainers.iter().map(|t| t.dead().iter().filter(|&&d| d).count()).collect(),
+        data_ran_out: end.data_ran_out,
+        stopped: end.stopped,
+        outputs,
+        checkpoint,
+    })
+}
+
+/// The store (shared by the ranks), the model's name and the units, with the run's
+/// configuration checked against its directory; nothing written.
+fn prepare<'s>(dir: &Path, cfg: &SaeRunConfig, source: Source<'s>, ranks: &Ranks) -> Result<(ActivationStore<'s>, Option<String>, Vec<Unit>), RunError> {
     let h = hooks(cfg)?;
     let seed = cfg.seed ^ 0x6d69_7869;
-    let (mut store, model_name) = match source {
+    let (store, model_name) = match source {
         Source::Model { model, windows, model_name } => (ActivationStore::new(model, h.points.clone(), windows, cfg.store, seed)?, model_name),
         Source::Cache { dir, device } => {
             let names: Vec<String> = h.points.iter().map(|p| p.name()).collect();
@@ -79,23 +135,46 @@ pub fn train(dir: &Path, cfg: &SaeRunConfig, source: Source, on_step: &mut OnSte
     if cfg.d_sae == 0 || cfg.steps == 0 {
         return Err(RunError::Config("d_sae and steps must be positive".into()));
     }
-    write_config(dir, cfg)?;
+    if cfg.store.train_batch_size_tokens < ranks.size() {
+        let n = cfg.store.train_batch_size_tokens;
+        return Err(RunError::Config(format!("a batch of {n} tokens cannot be shared by {} ranks: each needs at least one", ranks.size())));
+    }
+    check_config(dir, cfg)?;
     let units = units(cfg, &h, &store.widths, &store.device);
-    let (mut trainers, resumed_from) = start_trainers(dir, cfg, &units, &mut store)?;
+    Ok((store.shared_by(ranks.clone()), model_name, units))
+}
+
+/// What the step loop reads.
+struct Steps<'a> {
+    dir: &'a Path,
+    cfg: &'a SaeRunConfig,
+    ranks: &'a Ranks,
+    units: &'a [Unit],
+}
+
+/// How the step loop ended.
+struct End {
+    last: Vec<StepReport>,
+    data_ran_out: bool,
+    stopped: bool,
+}
+
+/// Steps until `cfg.steps`, the corpus's end or a stop, with the metrics and checkpoints.
+fn steps(s: Steps, trainers: &mut [SaeTrainer], store: &mut ActivationStore, on_step: &mut OnStep) -> Result<End, RunError> {
+    let Steps { dir, cfg, ranks, units } = s;
     let metrics_path = dir.join(METRICS);
     let (start, mut store_s) = (Instant::now(), 0.0);
     let first = trainers[0].step;
-    let mut last = Vec::new();
-    let (mut data_ran_out, mut stopped) = (false, false);
+    let mut end = End { last: Vec::new(), data_ran_out: false, stopped: false };
     while trainers[0].step < cfg.steps {
         let fetch = Instant::now();
         let next = store.next_batch()?;
         store_s += fetch.elapsed().as_secs_f64();
         let Some(acts) = next else {
-            data_ran_out = true;
+            end.data_ran_out = true;
             break;
         };
-        let reports: Vec<StepReport> = trainers.iter_mut().zip(&units).map(|(t, u)| t.train_step(u.batch(&acts))).collect();
+        let reports = trainers.iter_mut().zip(units).map(|(t, u)| t.train_step(u.batch(&acts))).collect::<Result<Vec<StepReport>, _>>()?;
         let step = trainers[0].step;
         let done = (step - first) as f64;
         let elapsed = start.elapsed().as_secs_f64().max(1e-9);
@@ -105,45 +184,64 @@ pub fn train(dir: &Path, cfg: &SaeRunConfig, source: Source, on_step: &mut OnSte
             tokens_per_s: done * cfg.store.train_batch_size_tokens as f64 / elapsed,
             seconds_left: elapsed / done * (cfg.steps - step) as f64,
         };
-        stopped = on_step(&reports, &progress).is_break();
-        if step % cfg.log_every.max(1) == 0 || step == cfg.steps {
+        let asked = on_step(&reports, &progress).is_break();
+        end.stopped = ranks.any(asked, &format!("agreeing whether to stop after step {step}"))?;
+        if ranks.is_writer() && (step.is_multiple_of(cfg.log_every.max(1)) || step == cfg.steps) {
             append_metrics(&metrics_path, cfg, &reports, Clock { elapsed_s: elapsed, store_s })?;
         }
-        if stopped {
+        if end.stopped {
             break;
         }
-        if step % cfg.checkpoint_every.max(1) == 0 && step < cfg.steps {
-            checkpoint::save(dir, &trainers, &store)?;
+        if step.is_multiple_of(cfg.checkpoint_every.max(1)) && step < cfg.steps {
+            save(dir, ranks, trainers, store)?;
         }
-        last = reports;
+        end.last = reports;
     }
-    let checkpoint = checkpoint::save(dir, &trainers, &store)?;
-    let outputs = if stopped { Vec::new() } else { write_outputs(dir, cfg, &trainers, model_name)? };
-    Ok(RunSummary {
-        steps: trainers[0].step,
-        steps_now: trainers[0].step - first,
-        resumed_from,
-        tokens: trainers[0].step as u64 * cfg.store.train_batch_size_tokens as u64,
-        last,
-        dead_features: trainers.iter().map(|t| t.dead().iter().filter(|&&d| d).count()).collect(),
-        data_ran_out,
-        stopped,
-        outputs,
-        checkpoint,
-    })
+    Ok(end)
 }
 
-/// The run directory with its `config.json`: written if new, refused if it holds another
-/// configuration.
-fn write_config(dir: &Path, cfg: &SaeRunConfig) -> Result<(), RunError> {
-    std::fs::create_dir_all(dir).map_err(|e| file_err(dir, e))?;
-    let cfg_path = dir.join(CONFIG);
-    let cfg_text = serde_json::to_string_pretty(cfg).expect("config serialises");
-    match std::fs::read_to_string(&cfg_path) {
-        Ok(old) if old != cfg_text => Err(file_err(&cfg_path, "this run directory holds a run with another configuration; use a new directory (or delete it)")),
-        Ok(_) => Ok(()),
-        Err(_) => Ok(burnlens_model::files::write_atomic(&cfg_path, cfg_text.as_bytes())?),
+/// The checkpoint of the trainers' step, written by rank 0 once every rank's parameters are
+/// seen to equal rank 0's; its directory.
+fn save(dir: &Path, ranks: &Ranks, trainers: &[SaeTrainer], store: &ActivationStore) -> Result<PathBuf, RunError> {
+    if ranks.size() > 1 {
+        ranks.check_equal(&params_digest(trainers), &format!("the dictionaries after step {}", trainers[0].step))?;
     }
+    if ranks.is_writer() {
+        return checkpoint::save(dir, trainers, store);
+    }
+    Ok(burnlens_model::checkpoints::Checkpoints::of_run(dir).dir(trainers[0].step as u64))
+}
+
+/// `config.json`: the configuration, then the ranks that ran it (absent in a run written
+/// before ranks were recorded).
+#[derive(Serialize)]
+struct Recorded<'a> {
+    #[serde(flatten)]
+    cfg: &'a SaeRunConfig,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ranks: Option<u64>,
+}
+
+fn config_text(cfg: &SaeRunConfig, ranks: Option<u64>) -> String {
+    serde_json::to_string_pretty(&Recorded { cfg, ranks }).expect("config serialises")
+}
+
+/// The run directory with its `config.json`, recording `ranks` (the latest invocation's).
+fn write_config(dir: &Path, cfg: &SaeRunConfig, ranks: usize) -> Result<(), RunError> {
+    std::fs::create_dir_all(dir).map_err(|e| file_err(dir, e))?;
+    Ok(burnlens_model::files::write_atomic(&dir.join(CONFIG), config_text(cfg, Some(ranks as u64)).as_bytes())?)
+}
+
+/// A run directory's `config.json` must be absent or hold `cfg` (its `ranks` aside): a
+/// directory holding another run is refused.
+fn check_config(dir: &Path, cfg: &SaeRunConfig) -> Result<(), RunError> {
+    let path = dir.join(CONFIG);
+    let Ok(old) = std::fs::read_to_string(&path) else { return Ok(()) };
+    let ranks = serde_json::from_str::<serde_json::Value>(&old).ok().and_then(|v| v.get("ranks")?.as_u64());
+    if old != config_text(cfg, ranks) {
+        return Err(file_err(&path, "this run directory holds a run with another configuration; use a new directory (or delete it)"));
+    }
+    Ok(())
 }
 
 /// The trainers from the run's latest checkpoint (and the step it was at), or fresh ones.

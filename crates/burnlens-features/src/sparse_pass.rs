@@ -12,12 +12,14 @@
 
 use burn::tensor::{Tensor, TensorData};
 
-use burnlens_lens::dictionary::select::{Scores, kth_largest_per_row};
+use burnlens_dist::DistError;
+use burnlens_lens::dictionary::select::{Scores, kth_largest_per_row, kth_or_lowest};
 use burnlens_lens::dictionary::{Codes, Dictionary};
 
 use crate::architecture::{Architecture, LossTerm, TopKSettings};
 use crate::forward::TrainPassValues;
 use crate::host::{Scratch, host, tensor};
+use crate::share::{Share, batch_kth};
 
 /// The inputs of a sparse pass besides the parameters.
 pub struct SparseInput<'a> {
@@ -29,12 +31,16 @@ pub struct SparseInput<'a> {
     pub dead: &'a [bool],
     /// Where the pre-activations go.
     pub scratch: &'a Scratch,
+    /// When these rows are one rank's part of the step's batch: the ranks (BatchTopK
+    /// chooses over the whole batch).
+    pub share: Option<Share<'a>>,
 }
 
-/// The gradients of the loss at `p` (plain tensors, not autodiff) and the pass's values.
-pub fn gradients(p: &Dictionary, arch: &Architecture, input: SparseInput) -> (Dictionary, TrainPassValues) {
+/// The gradients of the loss at `p` (plain tensors, not autodiff) and the pass's values
+/// (an error only from the ranks sharing a BatchTopK choice).
+pub fn gradients(p: &Dictionary, arch: &Architecture, input: SparseInput) -> Result<(Dictionary, TrainPassValues), DistError> {
     let t = arch.topk().expect("a sparse pass is for TopK and BatchTopK SAEs");
-    let SparseInput { x, target, dead, scratch } = input;
+    let SparseInput { x, target, dead, scratch, share } = input;
     let device = x.device();
     let (d_in, m) = (p.d_in(), p.d_sae());
     let [n, d] = target.dims();
@@ -47,7 +53,7 @@ pub fn gradients(p: &Dictionary, arch: &Architecture, input: SparseInput) -> (Di
     let main = match arch {
         // The dictionary's own sparse encoding: each token's k largest scores.
         Architecture::TopK(_) => p.codes(&pre),
-        _ => Scores { pre: &pre, m, scale: norms.as_deref() }.batch_top_k(((t.k * n as f64) as usize).clamp(1, n * m)),
+        _ => batch_choice(Scores { pre: &pre, m, scale: norms.as_deref() }, t.k, share.as_ref())?,
     };
 
     // out − target, then the MSE and its gradient.
@@ -106,7 +112,22 @@ pub fn gradients(p: &Dictionary, arch: &Architecture, input: SparseInput) -> (Di
         min_positive,
     };
     scratch.give(pre);
-    (grads, values)
+    Ok((grads, values))
+}
+
+/// BatchTopK's choice: the `k · rows` largest scores of the whole batch (every rank's part
+/// of it when it is shared).
+fn batch_choice(scores: Scores, k: f64, share: Option<&Share>) -> Result<Codes, DistError> {
+    let n = scores.pre.len() / scores.m;
+    let rows = share.map_or(n, |s| s.rows);
+    let kk = ((k * rows as f64) as usize).clamp(1, rows * scores.m);
+    let mut c = scores.batch_candidates(kk);
+    let values = std::mem::take(&mut c.values);
+    let kth = match share {
+        Some(s) => batch_kth(s.ranks, values, kk, s.step)?,
+        None => kth_or_lowest(values, kk),
+    };
+    Ok(scores.batch_at_least(&c, kth))
 }
 
 /// The auxiliary loss's codes (each token's `k_aux` largest scores among dead features), the

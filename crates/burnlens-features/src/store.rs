@@ -14,6 +14,7 @@
 
 use burn::tensor::{Tensor, TensorData};
 use burnlens_data::WindowPosition;
+use burnlens_dist::Ranks;
 use burnlens_model::{HookPoint, Transformer};
 use serde::{Deserialize, Serialize};
 
@@ -66,6 +67,8 @@ pub struct ActivationStore<'a> {
     /// Where the corpus's windows stand (a cache's: `windows` counts the passes read), which
     /// a resumed run seeks to.
     pub position: WindowPosition,
+    /// The ranks sharing the model passes ([`ActivationStore::shared_by`]).
+    ranks: Ranks,
     exhausted: bool,
 }
 
@@ -91,6 +94,7 @@ impl<'a> ActivationStore<'a> {
             buffer,
             cfg,
             position: WindowPosition::default(),
+            ranks: Ranks::single(),
             exhausted: false,
         })
     }
@@ -108,7 +112,26 @@ impl<'a> ActivationStore<'a> {
         let widths = reader.widths();
         let buffer =
             MixingBuffer::new(cfg.buffer_rows(), cfg.train_batch_size_tokens, cfg.mix_fraction, widths.iter().sum(), seed).map_err(StoreError::Config)?;
-        Ok(ActivationStore { device, producer: Producer::Cache(reader), widths, buffer, cfg, position: WindowPosition::default(), exhausted: false })
+        Ok(ActivationStore {
+            device,
+            producer: Producer::Cache(reader),
+            widths,
+            buffer,
+            cfg,
+            position: WindowPosition::default(),
+            ranks: Ranks::single(),
+            exhausted: false,
+        })
+    }
+
+    /// The same store with its model passes shared by `ranks`: every rank reads every window,
+    /// runs the model on its share of each pass's windows ([`Ranks::rows`]), and the rows
+    /// are gathered in window order, so that every rank's buffer is the one process's
+    /// (the same batches in the same order, whatever the number of ranks). A cache is read
+    /// whole by every rank.
+    pub fn shared_by(mut self, ranks: Ranks) -> Self {
+        self.ranks = ranks;
+        self
     }
 
     /// Go to `position` (a resumed run continues where it stopped): the corpus's windows
@@ -143,7 +166,7 @@ impl<'a> ActivationStore<'a> {
                 let batch: Vec<Vec<u32>> = windows.by_ref().take(self.cfg.store_batch_size_prompts).collect::<Result<_, _>>()?;
                 self.position = windows.cursor();
                 self.exhausted = batch.len() < self.cfg.store_batch_size_prompts;
-                if batch.is_empty() { None } else { Some(joined(pass(model, hooks, &batch)?)) }
+                if batch.is_empty() { None } else { Some(shared_pass(&self.ranks, model, hooks, &batch, self.position.windows)?) }
             }
             Producer::Cache(reader) => {
                 let chunk = reader.next_chunk()?;
@@ -175,6 +198,20 @@ impl<'a> ActivationStore<'a> {
             })
             .collect()
     }
+}
+
+/// One pass's activations over `windows`, laid side by side: this rank's share of the
+/// windows run, every rank's gathered in rank order (`at`: the windows read so far, for
+/// the messages).
+fn shared_pass(ranks: &Ranks, model: &Transformer, hooks: &[HookPoint], windows: &[Vec<u32>], at: u64) -> Result<Vec<f32>, StoreError> {
+    if ranks.size() == 1 {
+        return Ok(joined(pass(model, hooks, windows)?));
+    }
+    let mine = ranks.rows(windows.len());
+    let rows = if mine.is_empty() { Vec::new() } else { joined(pass(model, hooks, &windows[mine])?) };
+    let bytes: Vec<u8> = rows.iter().flat_map(|x| x.to_le_bytes()).collect();
+    let all = ranks.all_gather_bytes(&bytes, &format!("the activations of the windows before {at}"))?;
+    Ok(all.iter().flat_map(|b| b.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes")))).collect())
 }
 
 /// One pass's activations laid side by side, row-major on the host.

@@ -5,6 +5,7 @@
 //! pass, BatchTopK's inference threshold moved towards the batch's smallest kept activation.
 
 use burn::tensor::{Bool, Device, Tensor, TensorData};
+use burnlens_dist::{DistError, Ranks};
 use burnlens_lens::dictionary::Dictionary;
 use serde::{Deserialize, Serialize};
 
@@ -16,6 +17,7 @@ use crate::forward::{PassInput, TrainPassValues, training_pass};
 use crate::host::Scratch;
 use crate::params::Trainable;
 use crate::schedule::{CoefficientSchedule, LrSchedule};
+use crate::share::{self, Share};
 use crate::sparse_pass::{self, SparseInput};
 
 /// SAELens's trainer settings (`SAETrainerConfig`'s optimisation fields).
@@ -61,6 +63,8 @@ pub struct SaeTrainer {
     pub topk_threshold: f64,
     /// A cross-layer transcoder's blocks: gradients outside them are dropped.
     pub blocks: Option<Blocks>,
+    /// The ranks sharing each step's batch ([`crate::share`]); one process by default.
+    pub ranks: Ranks,
     /// The sparse pass's pre-activations, kept between steps.
     scratch: Scratch,
 }
@@ -79,8 +83,16 @@ impl SaeTrainer {
             fired_tokens: vec![0; d_sae],
             topk_threshold: 0.0,
             blocks: None,
+            ranks: Ranks::single(),
             scratch: Scratch::default(),
         }
+    }
+
+    /// The same trainer with each step's batch shared by `ranks`: every rank is given the
+    /// whole batch and computes its rows' part.
+    pub fn shared_by(mut self, ranks: Ranks) -> Self {
+        self.ranks = ranks;
+        self
     }
 
     fn coefficient(&self) -> f64 {
@@ -94,7 +106,7 @@ impl SaeTrainer {
 
     /// The gradients of the loss at the current parameters on `batch` (before clipping),
     /// with the pass's report; nothing changes.
-    pub fn gradients(&self, batch: Batch) -> (Dictionary, TrainPassValues) {
+    pub fn gradients(&self, batch: Batch) -> Result<(Dictionary, TrainPassValues), DistError> {
         self.backward(&thresholds_clamped(&self.params), batch)
     }
 
@@ -105,28 +117,34 @@ impl SaeTrainer {
         self
     }
 
-    fn backward(&self, params: &Dictionary, batch: Batch) -> (Dictionary, TrainPassValues) {
-        let (g, values) = self.unmasked_backward(params, batch);
-        match &self.blocks {
-            Some(b) => (b.mask(g), values),
-            None => (g, values),
-        }
+    /// The whole batch's gradients: this rank's rows', masked to a CLT's blocks, summed over
+    /// the ranks.
+    fn backward(&self, params: &Dictionary, batch: Batch) -> Result<(Dictionary, TrainPassValues), DistError> {
+        let (mine, rows) = batch.part(&self.ranks);
+        let n = mine.x.dims()[0];
+        let (g, values) = self.unmasked_backward(params, mine, rows)?;
+        let g = match &self.blocks {
+            Some(b) => b.mask(g),
+            None => g,
+        };
+        share::all_reduce(&self.ranks, (g, values), (n, rows), self.step)
     }
 
     /// TopK and BatchTopK SAEs take the sparse pass, standard and JumpReLU the hand-written
     /// dense one; Burn's autodiff what is left (JumpReLU's pre-activation loss on dead
     /// features).
-    fn unmasked_backward(&self, params: &Dictionary, batch: Batch) -> (Dictionary, TrainPassValues) {
+    fn unmasked_backward(&self, params: &Dictionary, batch: Batch, rows: usize) -> Result<(Dictionary, TrainPassValues), DistError> {
         let Batch { x, target } = batch;
         debug_assert_eq!(target.is_none(), params.subtract_b_dec, "an SAE's batch has no target, a transcoder's has one");
         let target = target.unwrap_or_else(|| x.clone());
         let dead = self.dead();
         if self.arch.topk().is_some() {
-            return sparse_pass::gradients(params, &self.arch, SparseInput { x, target, dead: &dead, scratch: &self.scratch });
+            let share = (self.ranks.size() > 1).then_some(Share { ranks: &self.ranks, rows, step: self.step });
+            return sparse_pass::gradients(params, &self.arch, SparseInput { x, target, dead: &dead, scratch: &self.scratch, share });
         }
         let n_dead = dead.iter().filter(|&&d| d).count();
         if dense_pass::handles(&self.arch, n_dead) {
-            return dense_pass::gradients(params, &self.arch, DenseInput { x, target, coefficient: self.coefficient(), dead: &dead });
+            return Ok(dense_pass::gradients(params, &self.arch, DenseInput { x, target, coefficient: self.coefficient(), dead: &dead }));
         }
         let device: Device = x.device();
         let mask = Tensor::<1, Bool>::from_data(TensorData::new(dead, [self.since_fired.len()]), &device);
@@ -154,15 +172,15 @@ impl SaeTrainer {
             min_positive,
         };
         let grads = pass.loss.backward();
-        (leaves.grads(&grads), values)
+        Ok((leaves.grads(&grads), values))
     }
 
-    /// One training step on `batch`.
-    pub fn train_step(&mut self, batch: Batch) -> StepReport {
+    /// One training step on `batch` (an error only from the ranks sharing it).
+    pub fn train_step(&mut self, batch: Batch) -> Result<StepReport, DistError> {
         let (lr, coefficient) = (self.cfg.lr.at(self.step), self.coefficient());
         // SAELens clamps the thresholds in place before each pass.
         self.params = thresholds_clamped(&self.params);
-        let (g, v) = self.backward(&self.params, batch);
+        let (g, v) = self.backward(&self.params, batch)?;
         for (i, &c) in v.fired.iter().enumerate() {
             self.since_fired[i] = if c > 0 { 0 } else { self.since_fired[i] + 1 };
             self.fired_tokens[i] += c;
@@ -173,7 +191,7 @@ impl SaeTrainer {
         }
         let report = StepReport { step: self.step, lr, coefficient, losses: v.losses, loss: v.loss, l0: v.l0, dead: v.dead };
         self.step += 1;
-        report
+        Ok(report)
     }
 }
 
@@ -194,4 +212,28 @@ impl Batch {
     pub fn sae(x: Tensor<2>) -> Self {
         Batch { x, target: None }
     }
+
+    /// This rank's rows of the whole batch ([`Ranks::rows`]), and how many rows the whole
+    /// batch has.
+    fn part(self, ranks: &Ranks) -> (Batch, usize) {
+        let n = self.x.dims()[0];
+        if ranks.size() == 1 {
+            return (self, n);
+        }
+        let rows = ranks.rows(n);
+        let take = |t: Tensor<2>| t.narrow(0, rows.start, rows.len());
+        (Batch { x: take(self.x), target: self.target.map(take) }, n)
+    }
+}
+
+/// A digest of the trainers' parameters (every rank's must equal rank 0's).
+pub(crate) fn params_digest(trainers: &[SaeTrainer]) -> [u8; 32] {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    for t in trainers {
+        for (_, p) in t.params.named() {
+            h.update(crate::host::host(p).iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>());
+        }
+    }
+    h.finalize().into()
 }

@@ -55,7 +55,7 @@ pub fn train_sae<'py>(py: Python<'py>, model: &NativeModel, out: &str, options_j
             }
         };
         let source = burnlens_features::Source::Model { model: &model.any.model, windows, model_name: Some(model.any.dir.display().to_string()) };
-        burnlens_features::train(Path::new(out), &cfg, source, &mut step).map_err(|e| e.to_string())
+        burnlens_features::train(burnlens_features::Run::alone(Path::new(out), &cfg), source, &mut step).map_err(|e| e.to_string())
     });
     if let Some(e) = error {
         return Err(e);

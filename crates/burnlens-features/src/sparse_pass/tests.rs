@@ -6,7 +6,8 @@ use crate::host::Scratch;
 use crate::params::Shape;
 use crate::pass_check::{Case, Pass, check, dead_every};
 
-const SPARSE: Pass = &|p, arch, (x, target, _, dead)| gradients(p, arch, SparseInput { x, target, dead, scratch: &Scratch::default() });
+const SPARSE: Pass =
+    &|p, arch, (x, target, _, dead)| gradients(p, arch, SparseInput { x, target, dead, scratch: &Scratch::default(), share: None }).expect("one process");
 
 #[test]
 fn topk_gradients_equal_the_dense_pass() {

@@ -12,7 +12,6 @@ use super::codes::Codes;
 /// A long `v` is narrowed first: the `k`-th largest of its blocks' maxima is a lower bound
 /// (`k` distinct values reach it), so only the values at or above it are selected among.
 pub fn kth_largest(v: &mut [f32], k: usize) -> f32 {
-    const BLOCK: usize = 64;
     let desc = |a: &f32, b: &f32| b.total_cmp(a);
     if v.len() < 4 * k * BLOCK || v.iter().any(|x| x.is_nan()) {
         return *v.select_nth_unstable_by(k - 1, desc).1;
@@ -81,7 +80,6 @@ impl Scores<'_> {
     /// above that bound, among which the `k`-th largest is selected. NaN scores are never
     /// kept.
     pub fn top_k_per_row(&self, k: usize) -> Codes {
-        const BLOCK: usize = 64;
         let m = self.m;
         let k = k.clamp(1, m);
         let rows: Vec<Vec<(u32, f32)>> = (0..self.rows())
@@ -110,43 +108,43 @@ impl Scores<'_> {
     }
 
     /// The `kk` largest positive scores of the whole batch (all of those tied with the
-    /// `kk`-th), BatchTopK's choice, with their `pre` as the value. Nothing of size `[n, m]` is
-    /// copied: the maxima of every row's 64-wide blocks come first (the `kk`-th largest of
-    /// them bounds the `kk`-th score from below), then only the blocks reaching that bound
-    /// are read for candidates, and only those reaching the final threshold for entries.
+    /// `kk`-th), BatchTopK's choice, with their `pre` as the value: this batch's
+    /// [candidates](Scores::batch_candidates), their `kk`-th largest, the entries reaching it.
     pub fn batch_top_k(&self, kk: usize) -> Codes {
-        const BLOCK: usize = 64;
-        let m = self.m;
-        let n = self.rows();
-        let nb = m.div_ceil(BLOCK);
-        let per_row = |f: &(dyn Fn(usize, &[f32], &mut Vec<f32>) + Sync)| -> Vec<Vec<f32>> {
-            (0..n)
-                .into_par_iter()
-                .map_init(
-                    || vec![0.0f32; m],
-                    |s, r| {
-                        self.row_into(r, s);
-                        let mut out = Vec::new();
-                        f(r, s, &mut out);
-                        out
-                    },
-                )
-                .collect()
-        };
-        let maxima: Vec<f32> = per_row(&|_, s, out| out.extend(s.chunks(BLOCK).map(block_max))).concat();
-        let kk = kk.clamp(1, n * m);
+        let c = self.batch_candidates(kk);
+        let kth = kth_or_lowest(c.values.clone(), kk);
+        self.batch_at_least(&c, kth)
+    }
+
+    /// The values that can be among the `kk` largest scores of the batch, or of a larger
+    /// batch this one is a part of (a superset of this part's `kk` largest). Nothing of size
+    /// `[n, m]` is copied: the maxima of every row's 64-wide blocks come first (the `kk`-th
+    /// largest of them bounds the `kk`-th score from below), then only the blocks reaching
+    /// that bound are read.
+    pub fn batch_candidates(&self, kk: usize) -> BatchCandidates {
+        let (m, n) = (self.m, self.rows());
+        let kk = kk.max(1);
+        let maxima: Vec<f32> = self.per_row(&|_, s, out| out.extend(s.chunks(BLOCK).map(block_max))).concat();
         let lower = if maxima.len() >= kk { kth_largest(&mut maxima.clone(), kk) } else { f32::NEG_INFINITY };
-        let maxima = &maxima;
-        let blocks_at_least = move |r: usize, t: f32| (0..nb).filter(move |&b| maxima[r * nb + b] >= t);
-        let mut candidates: Vec<f32> = per_row(&|r, s, out| {
-            for b in blocks_at_least(r, lower) {
-                out.extend(s[b * BLOCK..((b + 1) * BLOCK).min(m)].iter().copied().filter(|&v| v >= lower));
-            }
-        })
-        .concat();
-        let kth = if candidates.len() >= kk { kth_largest(&mut candidates, kk) } else { f32::NEG_INFINITY };
+        let nb = m.div_ceil(BLOCK);
+        let values = self
+            .per_row(&|r, s, out| {
+                for b in (0..nb).filter(|&b| maxima[r * nb + b] >= lower) {
+                    out.extend(s[b * BLOCK..((b + 1) * BLOCK).min(m)].iter().copied().filter(|&v| v >= lower));
+                }
+            })
+            .concat();
+        debug_assert_eq!(maxima.len(), n * nb);
+        BatchCandidates { values, maxima }
+    }
+
+    /// The entries whose score is positive and at least `kth` (the batch's `kk`-th largest,
+    /// found from `c`'s values, or from every part's when the batch is shared).
+    pub fn batch_at_least(&self, c: &BatchCandidates, kth: f32) -> Codes {
+        let m = self.m;
+        let nb = m.div_ceil(BLOCK);
         let threshold = kth.max(0.0);
-        let rows: Vec<Vec<(u32, f32)>> = (0..n)
+        let rows: Vec<Vec<(u32, f32)>> = (0..self.rows())
             .into_par_iter()
             .map_init(
                 || vec![0.0f32; m],
@@ -154,7 +152,7 @@ impl Scores<'_> {
                     self.row_into(r, s);
                     let pre = &self.pre[r * m..(r + 1) * m];
                     let mut out = Vec::new();
-                    for b in blocks_at_least(r, threshold) {
+                    for b in (0..nb).filter(|&b| c.maxima[r * nb + b] >= threshold) {
                         let lo = b * BLOCK;
                         for (j, &v) in s[lo..(lo + BLOCK).min(m)].iter().enumerate() {
                             if v > 0.0 && v >= threshold {
@@ -168,6 +166,38 @@ impl Scores<'_> {
             .collect();
         Codes::from_rows(rows)
     }
+
+    /// `f` over every row's scores, rows in parallel; what each row pushes, in row order.
+    fn per_row(&self, f: &(dyn Fn(usize, &[f32], &mut Vec<f32>) + Sync)) -> Vec<Vec<f32>> {
+        (0..self.rows())
+            .into_par_iter()
+            .map_init(
+                || vec![0.0f32; self.m],
+                |s, r| {
+                    self.row_into(r, s);
+                    let mut out = Vec::new();
+                    f(r, s, &mut out);
+                    out
+                },
+            )
+            .collect()
+    }
+}
+
+/// Block width of the narrowed selections.
+const BLOCK: usize = 64;
+
+/// What [`Scores::batch_candidates`] found: the values that can be among the batch's
+/// largest, and each row's block maxima.
+pub struct BatchCandidates {
+    pub values: Vec<f32>,
+    maxima: Vec<f32>,
+}
+
+/// The `kk`-th largest of `values` (`kk` at least 1), or `NEG_INFINITY` when there are fewer.
+pub fn kth_or_lowest(mut values: Vec<f32>, kk: usize) -> f32 {
+    let kk = kk.max(1);
+    if values.len() >= kk { kth_largest(&mut values, kk) } else { f32::NEG_INFINITY }
 }
 
 /// The largest of `v` (NEG_INFINITY if empty; NaNs ignored), sixteen lanes at a time.
