@@ -143,3 +143,49 @@ fn a_killed_rank_ends_the_job_and_the_run_resumes_with_other_ranks() {
     let (x, y) = (a.last().unwrap().1, b.last().unwrap().1);
     assert!((x - y).abs() <= 1e-4 * x.abs(), "last loss {y} vs one process's {x}");
 }
+
+#[test]
+fn eval_sae_over_two_and_three_ranks_gives_the_one_process_metrics() {
+    let Some(mpiexec) = mpiexec() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let sae_run = dir.path().join("sae");
+    run(&mut launch(&mpiexec, 1, &args(&sae_run, &["--hook", "blocks.1.hook_resid_pre", "--architecture", "topk", "--k", "4", "--steps", "8"])));
+    let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/trace/gpt2/model");
+    let eval = |out: &Path| -> Vec<String> {
+        let fixed = ["eval-sae", "--data", "random", "--seq-len", "8", "--batches", "7", "--batch-size", "3"];
+        let mut a: Vec<String> = fixed.iter().map(|s| s.to_string()).collect();
+        a.extend(["--model".into(), model.display().to_string(), "--sae".into(), sae_run.join("sae").display().to_string()]);
+        a.extend(["--out".into(), out.display().to_string()]);
+        a
+    };
+    let read = |p: &Path| -> serde_json::Value { serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap() };
+    let one = dir.path().join("one.json");
+    run(&mut launch(&mpiexec, 1, &eval(&one)));
+    let expected = read(&one);
+    for ranks in [2, 3] {
+        let many = dir.path().join(format!("ranks-{ranks}.json"));
+        let out = run(&mut launch(&mpiexec, ranks, &eval(&many)));
+        assert_eq!(String::from_utf8_lossy(&out.stdout).matches("wrote ").count(), 1, "rank 0 alone reports");
+        assert_same_numbers(&expected, &read(&many), &format!("{ranks} ranks"));
+    }
+}
+
+/// Every number of `a` and `b` (the same shape) within 1e-12 relative.
+fn assert_same_numbers(a: &serde_json::Value, b: &serde_json::Value, at: &str) {
+    use serde_json::Value;
+    match (a, b) {
+        (Value::Object(x), Value::Object(y)) => {
+            assert_eq!(x.keys().collect::<Vec<_>>(), y.keys().collect::<Vec<_>>(), "{at}");
+            x.iter().for_each(|(k, v)| assert_same_numbers(v, &y[k], &format!("{at}.{k}")));
+        }
+        (Value::Array(x), Value::Array(y)) => {
+            assert_eq!(x.len(), y.len(), "{at}");
+            x.iter().zip(y).enumerate().for_each(|(i, (v, w))| assert_same_numbers(v, w, &format!("{at}[{i}]")));
+        }
+        (Value::Number(x), Value::Number(y)) => {
+            let (x, y) = (x.as_f64().unwrap(), y.as_f64().unwrap());
+            assert!((x - y).abs() <= 1e-12 * x.abs().max(1e-300), "{at}: {y} vs one process's {x}");
+        }
+        _ => assert_eq!(a, b, "{at}"),
+    }
+}

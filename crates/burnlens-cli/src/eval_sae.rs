@@ -1,11 +1,13 @@
 //! `burnlens eval-sae`: SAELens's `run_evals` metrics of an SAE on a model over windows of a
-//! corpus, printed and written as JSON in SAELens's nesting.
+//! corpus, printed and written as JSON in SAELens's nesting. Under an MPI launcher
+//! (`mpiexec -n N`) the ranks share the batches (`features::eval_ranks`) and rank 0 writes.
 
 use std::path::PathBuf;
 
 use anyhow::Result;
 use burnlens_data::CorpusOptions;
-use burnlens_features::{EvalInput, evaluate};
+use burnlens_dist::{DistError, Ranks};
+use burnlens_features::{EvalError, EvalInput, evaluate_over};
 use serde_json::json;
 
 use crate::output::write_atomic;
@@ -47,7 +49,16 @@ pub fn run(a: &EvalSaeArgs) -> Result<()> {
     let mut windows = a.corpus.windows(m.corpus_model(), a.seed, &burnlens_hf::Hub::from_env())?;
     let batches = a.corpus.batches(&mut windows, a.batches, a.batch_size)?;
     let ignore: Vec<u32> = m.bos.map(|b| b as u32).into_iter().collect();
-    let (metrics, features) = evaluate(&EvalInput { model: &m.model, sae: &sae, batches: &batches, ignore_tokens: &ignore })?;
+    // One of several ranks when an MPI launcher started this process.
+    let ranks = Ranks::from_launcher()?;
+    let (metrics, features) = match evaluate_over(&ranks, &EvalInput { model: &m.model, sae: &sae, batches: &batches, ignore_tokens: &ignore }) {
+        Ok(m) => m,
+        Err(EvalError::Ranks(e @ (DistError::Unanswered { .. } | DistError::Diverged { .. }))) => crate::commands::end_job(&ranks, &e),
+        Err(e) => return Err(e.into()),
+    };
+    if !ranks.is_writer() {
+        return Ok(());
+    }
     let out = json!({ "metrics": metrics, "feature_metrics": features });
     write_atomic(&a.out, serde_json::to_string_pretty(&out)?.as_bytes())?;
     let (p, r, s) = (&metrics.model_performance_preservation, &metrics.reconstruction_quality, &metrics.sparsity);

@@ -265,12 +265,12 @@ pub fn run() -> ExitCode {
 /// `cache-activations` share theirs.
 fn refuse_ranks(command: &Command) -> Option<String> {
     let launch = burnlens_dist::launched().filter(|l| l.size > 1)?;
-    if matches!(command, Command::Train(_) | Command::TrainSae(_) | Command::Dashboards(_) | Command::CacheActivations(_)) {
+    if matches!(command, Command::Train(_) | Command::TrainSae(_) | Command::EvalSae(_) | Command::Dashboards(_) | Command::CacheActivations(_)) {
         return None;
     }
     let name = std::env::args().skip(1).find(|a| !a.starts_with('-')).unwrap_or_default();
     Some(format!(
-        "rank {} of {}: `{name}` does not share its work between MPI ranks (each would run all of it into the same output); run it as one process, without mpiexec (train, train-sae, dashboards and cache-activations run over ranks)",
+        "rank {} of {}: `{name}` does not share its work between MPI ranks (each would run all of it into the same output); run it as one process, without mpiexec (train, train-sae, eval-sae, dashboards and cache-activations run over ranks)",
         launch.rank, launch.size
     ))
 }
@@ -305,6 +305,7 @@ fn exit_code(err: &anyhow::Error) -> u8 {
             || c.is::<burnlens_data::DataError>()
             || c.is::<burnlens_features::RunError>()
             || c.is::<burnlens_features::StoreError>()
+            || c.is::<burnlens_features::EvalError>()
             || c.downcast_ref::<burnlens_dashboards::DashboardError>().is_some_and(|e| e.is_user_error())
         {
             return 2;

@@ -108,6 +108,33 @@ struct Lists {
     cossim: Vec<f64>,
 }
 
+impl Lists {
+    fn all(&self) -> [&Vec<f64>; 14] {
+        let l = self;
+        [&l.kl_sae, &l.kl_zero, &l.ce_clean, &l.ce_sae, &l.ce_zero, &l.l2_in, &l.l2_out, &l.l2_ratio, &l.bias, &l.l0, &l.l1, &l.ev_legacy, &l.mse, &l.cossim]
+    }
+
+    fn all_mut(&mut self) -> [&mut Vec<f64>; 14] {
+        let l = self;
+        [
+            &mut l.kl_sae,
+            &mut l.kl_zero,
+            &mut l.ce_clean,
+            &mut l.ce_sae,
+            &mut l.ce_zero,
+            &mut l.l2_in,
+            &mut l.l2_out,
+            &mut l.l2_ratio,
+            &mut l.bias,
+            &mut l.l0,
+            &mut l.l1,
+            &mut l.ev_legacy,
+            &mut l.mse,
+            &mut l.cossim,
+        ]
+    }
+}
+
 fn mean(v: &[f64]) -> f64 {
     v.iter().sum::<f64>() / v.len() as f64
 }
@@ -118,69 +145,138 @@ fn host<const D: usize>(t: Tensor<D>) -> Vec<f32> {
 
 /// Evaluate `input.sae` as SAELens's `run_evals` does, every metric on.
 pub fn evaluate(input: &EvalInput) -> Result<(EvalMetrics, FeatureMetrics), SaeError> {
-    let EvalInput { model, sae, batches, ignore_tokens } = *input;
-    sae.check_model(model)?;
+    input.sae.check_model(input.model)?;
+    let part = evaluate_part(input, input.batches)?;
+    Ok(part.finish(input))
+}
+
+/// What the metrics are made of, gathered batch by batch: the per-token lists, the streamed
+/// explained variance, and per feature the tokens and prompts it fired on. The parts of
+/// consecutive runs of batches joined in order are the part of all of them.
+#[derive(Default)]
+pub(crate) struct EvalPart {
+    lists: Lists,
+    ev: ExplainedVariance,
+    fired_tokens: Vec<f64>,
+    fired_prompts: Vec<f64>,
+    tokens: usize,
+}
+
+/// The part of `batches` (some of `input.batches`).
+pub(crate) fn evaluate_part(input: &EvalInput, batches: &[Vec<Vec<u32>>]) -> Result<EvalPart, SaeError> {
+    let EvalInput { model, sae, ignore_tokens, .. } = *input;
     let d_sae = sae.cfg.d_sae;
-    let mut l = Lists::default();
-    let mut ev = ExplainedVariance::new(sae.cfg.d_in);
-    let (mut fired_tokens, mut fired_prompts, mut tokens) = (vec![0f64; d_sae], vec![0f64; d_sae], 0usize);
+    let mut part = EvalPart::empty(sae.cfg.d_in, d_sae);
+    let l = &mut part.lists;
     for batch in batches {
         let (b, t) = (batch.len(), batch[0].len());
         let keep: Vec<bool> = batch.iter().flatten().map(|id| !ignore_tokens.contains(id)).collect();
-        reconstruction_pass(model, sae, batch, &keep, &mut l)?;
+        reconstruction_pass(model, sae, batch, &keep, l)?;
         let x = sae_input(model, sae, batch)?;
         let (f, r) = sae.forward(x.clone());
         let (x, r, f) = (host(x), host(r), host(f));
         let rows: Vec<usize> = (0..b * t).filter(|&i| keep[i]).collect();
-        variance_metrics(&x, &r, &f, &rows, sae.cfg.d_in, d_sae, &mut l, &mut ev);
+        variance_metrics(&x, &r, &f, &rows, sae.cfg.d_in, d_sae, l, &mut part.ev);
         for p in 0..b {
             let mut in_prompt = vec![false; d_sae];
             for i in (p * t..(p + 1) * t).filter(|&i| keep[i]) {
                 for (j, &a) in f[i * d_sae..(i + 1) * d_sae].iter().enumerate() {
                     if a != 0.0 {
-                        fired_tokens[j] += 1.0;
+                        part.fired_tokens[j] += 1.0;
                         in_prompt[j] = true;
                     }
                 }
-                tokens += 1;
+                part.tokens += 1;
             }
-            in_prompt.iter().enumerate().filter(|(_, x)| **x).for_each(|(j, _)| fired_prompts[j] += 1.0);
+            in_prompt.iter().enumerate().filter(|(_, x)| **x).for_each(|(j, _)| part.fired_prompts[j] += 1.0);
         }
     }
-    let (kl_sae, kl_zero) = (mean(&l.kl_sae), mean(&l.kl_zero));
-    let (ce_clean, ce_sae, ce_zero) = (mean(&l.ce_clean), mean(&l.ce_sae), mean(&l.ce_zero));
-    let per_batch = batches.iter().map(|b| b.len() * b[0].len()).sum::<usize>();
-    let metrics = EvalMetrics {
-        model_behavior_preservation: BehaviorPreservation {
-            kl_div_score: (kl_zero - kl_sae) / kl_zero,
-            kl_div_with_ablation: kl_zero,
-            kl_div_with_sae: kl_sae,
-        },
-        model_performance_preservation: PerformancePreservation {
-            ce_loss_score: (ce_zero - ce_sae) / (ce_zero - ce_clean),
-            ce_loss_with_ablation: ce_zero,
-            ce_loss_with_sae: ce_sae,
-            ce_loss_without_sae: ce_clean,
-        },
-        reconstruction_quality: ReconstructionQuality {
-            explained_variance: ev.value(),
-            explained_variance_legacy: mean(&l.ev_legacy),
-            mse: mean(&l.mse),
-            cossim: mean(&l.cossim),
-        },
-        shrinkage: Shrinkage {
-            l2_norm_in: mean(&l.l2_in),
-            l2_norm_out: mean(&l.l2_out),
-            l2_ratio: mean(&l.l2_ratio),
-            relative_reconstruction_bias: mean(&l.bias),
-        },
-        sparsity: Sparsity { l0: mean(&l.l0), l1: mean(&l.l1) },
-        token_stats: TokenStats { total_tokens_eval_reconstruction: per_batch, total_tokens_eval_sparsity_variance: per_batch },
-    };
-    let mut features = weight_metrics(sae);
-    features.feature_density = fired_tokens.iter().map(|c| c / tokens as f64).collect();
-    features.consistent_activation_heuristic = fired_tokens.iter().zip(&fired_prompts).map(|(a, p)| a / p).collect();
-    Ok((metrics, features))
+    Ok(part)
+}
+
+impl EvalPart {
+    /// The part of no batch.
+    pub(crate) fn empty(d_in: usize, d_sae: usize) -> Self {
+        EvalPart { ev: ExplainedVariance::new(d_in), fired_tokens: vec![0.0; d_sae], fired_prompts: vec![0.0; d_sae], ..Default::default() }
+    }
+
+    /// The metrics of all of `input.batches`, this being their part.
+    pub(crate) fn finish(self, input: &EvalInput) -> (EvalMetrics, FeatureMetrics) {
+        let EvalPart { lists: l, ev, fired_tokens, fired_prompts, tokens } = self;
+        let (kl_sae, kl_zero) = (mean(&l.kl_sae), mean(&l.kl_zero));
+        let (ce_clean, ce_sae, ce_zero) = (mean(&l.ce_clean), mean(&l.ce_sae), mean(&l.ce_zero));
+        let per_batch = input.batches.iter().map(|b| b.len() * b[0].len()).sum::<usize>();
+        let metrics = EvalMetrics {
+            model_behavior_preservation: BehaviorPreservation {
+                kl_div_score: (kl_zero - kl_sae) / kl_zero,
+                kl_div_with_ablation: kl_zero,
+                kl_div_with_sae: kl_sae,
+            },
+            model_performance_preservation: PerformancePreservation {
+                ce_loss_score: (ce_zero - ce_sae) / (ce_zero - ce_clean),
+                ce_loss_with_ablation: ce_zero,
+                ce_loss_with_sae: ce_sae,
+                ce_loss_without_sae: ce_clean,
+            },
+            reconstruction_quality: ReconstructionQuality {
+                explained_variance: ev.value(),
+                explained_variance_legacy: mean(&l.ev_legacy),
+                mse: mean(&l.mse),
+                cossim: mean(&l.cossim),
+            },
+            shrinkage: Shrinkage {
+                l2_norm_in: mean(&l.l2_in),
+                l2_norm_out: mean(&l.l2_out),
+                l2_ratio: mean(&l.l2_ratio),
+                relative_reconstruction_bias: mean(&l.bias),
+            },
+            sparsity: Sparsity { l0: mean(&l.l0), l1: mean(&l.l1) },
+            token_stats: TokenStats { total_tokens_eval_reconstruction: per_batch, total_tokens_eval_sparsity_variance: per_batch },
+        };
+        let mut features = weight_metrics(input.sae);
+        features.feature_density = fired_tokens.iter().map(|c| c / tokens as f64).collect();
+        features.consistent_activation_heuristic = fired_tokens.iter().zip(&fired_prompts).map(|(a, p)| a / p).collect();
+        (metrics, features)
+    }
+
+    /// As numbers: each list's length then its values, the explained variance's sums, the
+    /// feature counts, the tokens ([`EvalPart::join`] reads them back).
+    pub(crate) fn to_numbers(&self) -> Vec<f64> {
+        let mut v = Vec::new();
+        for list in self.lists.all() {
+            v.push(list.len() as f64);
+            v.extend_from_slice(list);
+        }
+        v.extend([self.ev.sum_sq, self.ev.sum_resid, self.ev.n as f64]);
+        v.extend(&self.ev.sum_x);
+        v.extend(&self.fired_tokens);
+        v.extend(&self.fired_prompts);
+        v.push(self.tokens as f64);
+        v
+    }
+
+    /// `self` followed by the part `numbers` holds (as [`EvalPart::to_numbers`] wrote it).
+    pub(crate) fn join(mut self, numbers: &[f64]) -> Self {
+        let mut at = 0;
+        let mut take = |n: usize| {
+            at += n;
+            &numbers[at - n..at]
+        };
+        for list in self.lists.all_mut() {
+            let n = take(1)[0] as usize;
+            list.extend_from_slice(take(n));
+        }
+        let [sum_sq, sum_resid, n] = take(3).try_into().expect("three numbers");
+        self.ev.sum_sq += sum_sq;
+        self.ev.sum_resid += sum_resid;
+        self.ev.n += n as usize;
+        let (d_in, d_sae) = (self.ev.sum_x.len(), self.fired_tokens.len());
+        self.ev.sum_x.iter_mut().zip(take(d_in)).for_each(|(s, x)| *s += x);
+        self.fired_tokens.iter_mut().zip(take(d_sae)).for_each(|(s, x)| *s += x);
+        self.fired_prompts.iter_mut().zip(take(d_sae)).for_each(|(s, x)| *s += x);
+        self.tokens += take(1)[0] as usize;
+        self
+    }
 }
 
 /// The activation at the SAE's hook for `batch`, flattened to `[tokens, d_in]` (the model
@@ -286,6 +382,7 @@ fn variance_metrics(x: &[f32], r: &[f32], f: &[f32], rows: &[usize], d: usize, d
 }
 
 /// SAELens's streamed explained variance: `1 − E‖x − x̂‖² / (E‖x‖² − ‖E x‖²)`.
+#[derive(Default)]
 struct ExplainedVariance {
     sum_x: Vec<f64>,
     sum_sq: f64,

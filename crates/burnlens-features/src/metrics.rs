@@ -1,5 +1,5 @@
 //! A run's `metrics.jsonl`: a line per logged step and site, with SAELens's loss names and
-//! where the time went.
+//! where the time went (over several ranks, the step's all-reduce too).
 
 use std::path::Path;
 
@@ -22,6 +22,9 @@ pub fn append_metrics(path: &Path, cfg: &SaeRunConfig, reports: &[StepReport], c
         let mut line = serde_json::json!({ "step": r.step + 1, "hook": name, "loss": r.loss, "lr": r.lr, "l0": r.l0, "dead_features": r.dead, "coefficient": r.coefficient, "elapsed_s": clock.elapsed_s, "store_s": clock.store_s });
         for (t, v) in &r.losses {
             line[t.name()] = (*v).into();
+        }
+        if let Some(s) = r.allreduce_s {
+            line["allreduce_s"] = s.into();
         }
         writeln!(f, "{line}").map_err(|e| file_err(path, e))?;
     }

@@ -43,6 +43,9 @@ pub struct StepReport {
     pub l0: f64,
     /// Features dead before the step.
     pub dead: usize,
+    /// Over several ranks: seconds this rank spent in the step's collectives (the gradient
+    /// all-reduce and the shared values, waiting for the slowest rank included).
+    pub allreduce_s: Option<f64>,
 }
 
 /// A dictionary (an SAE, a transcoder, a CLT as one masked transcoder) being trained and
@@ -67,6 +70,8 @@ pub struct SaeTrainer {
     pub ranks: Ranks,
     /// The sparse pass's pre-activations, kept between steps.
     scratch: Scratch,
+    /// The last step's time in the gradient all-reduce.
+    reduce_s: std::cell::Cell<f64>,
 }
 
 impl SaeTrainer {
@@ -85,6 +90,7 @@ impl SaeTrainer {
             blocks: None,
             ranks: Ranks::single(),
             scratch: Scratch::default(),
+            reduce_s: std::cell::Cell::new(0.0),
         }
     }
 
@@ -127,7 +133,10 @@ impl SaeTrainer {
             Some(b) => b.mask(g),
             None => g,
         };
-        share::all_reduce(&self.ranks, (g, values), (n, rows), self.step)
+        let start = std::time::Instant::now();
+        let reduced = share::all_reduce(&self.ranks, (g, values), (n, rows), self.step)?;
+        self.reduce_s.set(start.elapsed().as_secs_f64());
+        Ok(reduced)
     }
 
     /// TopK and BatchTopK SAEs take the sparse pass, standard and JumpReLU the hand-written
@@ -189,7 +198,8 @@ impl SaeTrainer {
         if let (Architecture::BatchTopK { threshold_lr, .. }, Some(m)) = (self.arch, v.min_positive) {
             self.topk_threshold = (1.0 - threshold_lr) * self.topk_threshold + threshold_lr * m;
         }
-        let report = StepReport { step: self.step, lr, coefficient, losses: v.losses, loss: v.loss, l0: v.l0, dead: v.dead };
+        let allreduce_s = (self.ranks.size() > 1).then(|| self.reduce_s.get());
+        let report = StepReport { step: self.step, lr, coefficient, losses: v.losses, loss: v.loss, l0: v.l0, dead: v.dead, allreduce_s };
         self.step += 1;
         Ok(report)
     }
