@@ -26,7 +26,8 @@ pub(crate) fn ensure_browser() -> Result<()> {
 /// Debian's packages for the `mpi` feature and its multi-process tests: MPICH (its
 /// `mpiexec` runs as root and puts more ranks than cores on loopback without the flags Open
 /// MPI needs for both), its headers for the `mpi` crate's C shim, and libclang and
-/// pkg-config for its bindgen build script. Whether the `mpi` feature can be built.
+/// pkg-config for its bindgen build script; iproute2 for the two-host test's network
+/// namespaces. Whether the `mpi` feature can be built.
 pub(crate) fn ensure_mpi() -> bool {
     let present = || {
         let ok = |cmd: &mut Command| cmd.output().map(|o| o.status.success()).unwrap_or(false);
@@ -35,13 +36,16 @@ pub(crate) fn ensure_mpi() -> bool {
             .flatten()
             .flatten()
             .any(|e| e.file_name().to_string_lossy().starts_with("llvm-") && e.path().join("lib/libclang.so").exists());
-        ok(Command::new("pkg-config").args(["--exists", "mpich"])) && ok(Command::new("mpiexec.mpich").arg("--version")) && libclang
+        ok(Command::new("pkg-config").args(["--exists", "mpich"]))
+            && ok(Command::new("mpiexec.mpich").arg("--version"))
+            && libclang
+            && ok(Command::new("ip").arg("-V"))
     };
     if present() {
         return true;
     }
-    eprintln!("installing mpich, libmpich-dev, libclang-dev and pkg-config (Debian packages) for the MPI tests");
-    if apt_install(&["mpich", "libmpich-dev", "libclang-dev", "pkg-config"]) && present() {
+    eprintln!("installing mpich, libmpich-dev, libclang-dev, pkg-config and iproute2 (Debian packages) for the MPI tests");
+    if apt_install(&["mpich", "libmpich-dev", "libclang-dev", "pkg-config", "iproute2"]) && present() {
         return true;
     }
     eprintln!(
