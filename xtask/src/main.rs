@@ -26,9 +26,10 @@
 //!   (`scripts/bench_sae.py`).
 //! - `bench-bf16`: bf16 compute against f32 and PyTorch's bf16 (products, training steps,
 //!   shakespeare-char's 2,000 steps, an attribution graph; `bench_bf16.rs`).
-//! - `bench-mpi [STEPS] [GPT2_STEPS]`: data-parallel training, 2 MPI ranks × 1 thread
-//!   against 1 process × 2 threads, on the shakespeare-char config and GPT-2 small's shape
-//!   (steps/s, the all-reduce's share of a step, the final losses), and the all-reduce's
+//! - `bench-mpi [STEPS] [GPT2_STEPS] [SAE_STEPS]`: data-parallel training, 2 MPI ranks × 1
+//!   thread against 1 process × 2 threads, on the shakespeare-char config and GPT-2 small's
+//!   shape (steps/s, the all-reduce's share of a step, the final losses), `train-sae` of a
+//!   TopK SAE (24,576 features) on the random GPT-2 small the same way, and the all-reduce's
 //!   bandwidth on loopback beside one core's copy bandwidth (`burnlens-dist`'s `allreduce`
 //!   example). Builds the binary with the `mpi` feature (dev profile, as the tests).
 //! - `venv`: only make the venv.
@@ -82,7 +83,7 @@ fn main() -> Result<()> {
         "bench-mpi" => bench::mpi::bench_mpi(rest)?,
         "parity-tch" => tch::parity_tch(rest)?,
         _ => bail!(
-            "usage: cargo xtask <test [CARGO TEST ARGS]|{}|venv|cuda-llvm|bench [WORKLOAD...]|bench-train|bench-scale [MODEL...]|bench-bf16|bench-trace [TOKENS...]|bench-sae [STEPS] [ARCH...]|bench-dashboards [TOKENS] [FEATURES]|bench-mpi [STEPS] [GPT2_STEPS]|parity-tch>",
+            "usage: cargo xtask <test [CARGO TEST ARGS]|{}|venv|cuda-llvm|bench [WORKLOAD...]|bench-train|bench-scale [MODEL...]|bench-bf16|bench-trace [TOKENS...]|bench-sae [STEPS] [ARCH...]|bench-dashboards [TOKENS] [FEATURES]|bench-mpi [STEPS] [GPT2_STEPS] [SAE_STEPS]|parity-tch>",
             fixtures::RECIPES.iter().map(|r| if r.task == "trace-fixtures" { "trace-fixtures [CASE...]" } else { r.task }).collect::<Vec<_>>().join("|")
         ),
     }

@@ -6,7 +6,6 @@
 
 use std::ffi::{c_int, c_void};
 use std::mem::MaybeUninit;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use mpi::environment::Universe;
@@ -17,6 +16,7 @@ use mpi::traits::*;
 
 use crate::error::DistError;
 use crate::launcher::Launch;
+use crate::turns::Turns;
 
 /// The tag of the liveness probe.
 const PROBE_TAG: c_int = 0x6275;
@@ -30,14 +30,14 @@ const PROBE_WAIT: Duration = Duration::from_secs(3);
 pub(crate) struct MpiGroup {
     _universe: Universe,
     world: SimpleCommunicator,
-    /// One collective at a time, whichever thread asks.
-    lock: Mutex<()>,
+    /// One collective at a time, in the order the program asks, whichever thread runs it.
+    pub(crate) turns: Turns,
     pub(crate) rank: usize,
     pub(crate) size: usize,
 }
 
 // MPI is initialised with `MPI_THREAD_SERIALIZED` (or better) and every call below holds
-// `lock`: any thread may use the group, one at a time.
+// a turn: any thread may use the group, one at a time.
 unsafe impl Send for MpiGroup {}
 unsafe impl Sync for MpiGroup {}
 
@@ -56,12 +56,12 @@ impl MpiGroup {
         // instead of MPI's default of aborting with its own message.
         unsafe { ffi::MPI_Comm_set_errhandler(world.as_raw(), ffi::RSMPI_ERRORS_RETURN) };
         let (rank, size) = (world.rank() as usize, world.size() as usize);
-        Ok(MpiGroup { _universe: universe, world, lock: Mutex::new(()), rank, size })
+        Ok(MpiGroup { _universe: universe, world, turns: Turns::default(), rank, size })
     }
 
     /// Element-wise sum over ranks, in place: `MPI_Iallreduce` from a copy.
     pub(crate) fn sum<T: Element>(&self, buf: &mut [T], what: &str, timeout: Duration) -> Result<(), DistError> {
-        let _held = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        let _turn = self.turns.enter();
         let send = buf.to_vec();
         let ty = T::equivalent_datatype();
         let op = mpi::collective::SystemOperation::sum();
@@ -85,7 +85,7 @@ impl MpiGroup {
 
     /// Rank 0's `buf` on every rank (`MPI_Ibcast`).
     pub(crate) fn broadcast<T: Element>(&self, buf: &mut [T], what: &str, timeout: Duration) -> Result<(), DistError> {
-        let _held = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        let _turn = self.turns.enter();
         let ty = T::equivalent_datatype();
         self.wait(what, timeout, |req| unsafe {
             ffi::MPI_Ibcast(buf.as_mut_ptr() as *mut c_void, buf.len() as c_int, ty.as_raw(), 0, self.world.as_raw(), req)
@@ -100,7 +100,7 @@ impl MpiGroup {
     /// where its non-blocking `MPI_Iallreduce` ran at 0.4x of its blocking one (measured on 2
     /// ranks, 16 MB).
     pub(crate) fn ring_sum(&self, buf: &mut [f32], what: &str, timeout: Duration) -> Result<(), DistError> {
-        let _held = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        let _turn = self.turns.enter();
         let (n, r) = (self.size, self.rank);
         let len = buf.len();
         let chunk = |i: usize| crate::shard(len, i % n, n);
@@ -151,7 +151,7 @@ impl MpiGroup {
 
     /// Every rank's `mine`, in rank order (all the same length).
     pub(crate) fn gather<T: Element>(&self, mine: &[T], what: &str, timeout: Duration) -> Result<Vec<T>, DistError> {
-        let _held = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        let _turn = self.turns.enter();
         let mut all = vec![T::default(); mine.len() * self.size];
         let ty = T::equivalent_datatype();
         let done = self.wait(what, timeout, |req| unsafe {

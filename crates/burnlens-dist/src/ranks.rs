@@ -214,6 +214,24 @@ impl Ranks {
         Ok(())
     }
 
+    /// Run `op` (collectives on the ranks it is given) on a thread of its own while this one
+    /// goes on; its place in the order of the job's collectives is taken now, so collectives
+    /// asked for after this call run after it. [`Pending::wait`] gives its result. Alone,
+    /// `op` runs here and now.
+    pub fn in_background<T: Send + 'static>(&self, op: impl FnOnce(&Ranks) -> Result<T, DistError> + Send + 'static) -> Pending<T> {
+        #[cfg(feature = "mpi")]
+        if let Some(g) = self.group.as_ref().filter(|g| g.size > 1) {
+            let ticket = g.turns.ticket();
+            let ranks = self.clone();
+            let group = g.clone();
+            return Pending(PendingState::Running(std::thread::spawn(move || {
+                let _turn = group.turns.wait(ticket);
+                op(&ranks)
+            })));
+        }
+        Pending(PendingState::Done(op(self)))
+    }
+
     /// End the whole job with `code` (`MPI_Abort` on every rank; the process alone exits).
     pub fn abort(&self, code: i32) -> ! {
         #[cfg(feature = "mpi")]
@@ -221,6 +239,25 @@ impl Ranks {
             g.abort(code)
         }
         std::process::exit(code)
+    }
+}
+
+/// Collectives running in the background ([`Ranks::in_background`]).
+pub struct Pending<T>(PendingState<T>);
+
+enum PendingState<T> {
+    Done(Result<T, DistError>),
+    #[cfg_attr(not(feature = "mpi"), allow(dead_code))]
+    Running(std::thread::JoinHandle<Result<T, DistError>>),
+}
+
+impl<T> Pending<T> {
+    /// Wait for the collectives to end; their result.
+    pub fn wait(self) -> Result<T, DistError> {
+        match self.0 {
+            PendingState::Done(r) => r,
+            PendingState::Running(h) => h.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+        }
     }
 }
 

@@ -72,7 +72,8 @@ pub fn save(run_dir: &Path, trainers: &[SaeTrainer], store: &ActivationStore) ->
         tensors.push(u64_entry(format!("site{i}.fired_tokens"), &t.fired_tokens));
     }
     let w = store.buffer.width;
-    let serving: Vec<f32> = store.buffer.serving.iter().flatten().copied().collect();
+    // A batch made ahead of its step is the first to serve.
+    let serving: Vec<f32> = store.ahead.iter().chain(&store.buffer.serving).flatten().copied().collect();
     for (name, rows) in [("buffer.storage", &store.buffer.storage), ("buffer.serving", &serving)] {
         tensors.push((name.into(), Dtype::F32, vec![rows.len() / w, w], f32_bytes(rows)));
     }

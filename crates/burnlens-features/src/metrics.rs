@@ -23,8 +23,9 @@ pub fn append_metrics(path: &Path, cfg: &SaeRunConfig, reports: &[StepReport], c
         for (t, v) in &r.losses {
             line[t.name()] = (*v).into();
         }
-        if let Some(s) = r.allreduce_s {
-            line["allreduce_s"] = s.into();
+        if let (Some(exposed), Some(total)) = (r.allreduce_s, r.allreduce_total_s) {
+            line["allreduce_s"] = exposed.into();
+            line["allreduce_total_s"] = total.into();
         }
         writeln!(f, "{line}").map_err(|e| file_err(path, e))?;
     }

@@ -174,7 +174,14 @@ fn steps(s: Steps, trainers: &mut [SaeTrainer], store: &mut ActivationStore, on_
             end.data_ran_out = true;
             break;
         };
-        let reports = trainers.iter_mut().zip(units).map(|(t, u)| t.train_step(u.batch(&acts))).collect::<Result<Vec<StepReport>, _>>()?;
+        let begun = trainers.iter_mut().zip(units).map(|(t, u)| t.begin_step(u.batch(&acts))).collect::<Result<Vec<_>, _>>()?;
+        // The next batch is made while the step's all-reduce runs (over several ranks).
+        if trainers[0].step + 1 < cfg.steps {
+            let fetch = Instant::now();
+            store.prefetch()?;
+            store_s += fetch.elapsed().as_secs_f64();
+        }
+        let reports = trainers.iter_mut().zip(begun).map(|(t, b)| t.finish_step(b)).collect::<Result<Vec<StepReport>, _>>()?;
         let step = trainers[0].step;
         let done = (step - first) as f64;
         let elapsed = start.elapsed().as_secs_f64().max(1e-9);

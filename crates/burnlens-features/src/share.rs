@@ -5,9 +5,10 @@
 //! with the one-process gradient of the whole batch. Feature counts are summed (the
 //! dead-feature counters agree), BatchTopK's smallest kept activation is the minimum over
 //! ranks, and BatchTopK's selection itself is the whole batch's: its threshold comes from
-//! every rank's candidates ([`batch_kth`]).
+//! every rank's candidates ([`batch_kth`]). The sums run in the background
+//! ([`start_all_reduce`]) while the rank goes on (the run makes its next batch meanwhile).
 
-use burnlens_dist::{DistError, Ranks};
+use burnlens_dist::{DistError, Pending, Ranks};
 use burnlens_lens::dictionary::Dictionary;
 use burnlens_lens::dictionary::select::kth_or_lowest;
 
@@ -36,17 +37,21 @@ pub(crate) fn batch_kth(ranks: &Ranks, candidates: Vec<f32>, kk: usize, step: us
     Ok(kth_or_lowest(values, kk))
 }
 
-/// The whole batch's gradients and values from this rank's (`rows` of `total`): each
-/// weighted by `rows / total` and summed over the ranks.
-pub(crate) fn all_reduce(
-    ranks: &Ranks,
-    local: (Dictionary, TrainPassValues),
-    share: (usize, usize),
-    step: usize,
-) -> Result<(Dictionary, TrainPassValues), DistError> {
-    let (g, mut v) = local;
+/// A step's all-reduce under way ([`start_all_reduce`]).
+pub(crate) struct InFlight {
+    /// This rank's gradients, whose shapes the sums take.
+    local: Dictionary,
+    values: TrainPassValues,
+    pending: Option<Pending<(Vec<f32>, Vec<Vec<u8>>, f64)>>,
+}
+
+/// Start summing the whole batch's gradients and values from this rank's (`rows` of
+/// `total`) in the background: each weighted by `rows / total` and summed over the ranks.
+/// Alone, nothing to do.
+pub(crate) fn start_all_reduce(ranks: &Ranks, local: (Dictionary, TrainPassValues), share: (usize, usize), step: usize) -> InFlight {
+    let (g, v) = local;
     if ranks.size() == 1 {
-        return Ok((g, v));
+        return InFlight { local: g, values: v, pending: None };
     }
     let weight = share.0 as f64 / share.1 as f64;
     let named = g.named();
@@ -54,35 +59,56 @@ pub(crate) fn all_reduce(
     for (_, t) in &named {
         flat.extend(host(t.clone()).into_iter().map(|x| (x as f64 * weight) as f32));
     }
-    ranks.sum_f32(&mut flat, &format!("the gradient all-reduce of step {}", step + 1))?;
-    let mut at = 0;
-    let device = named[0].1.device();
-    let g = g.map(|_, t| {
-        let dims = t.dims();
-        let len = dims[0] * dims[1];
-        at += len;
-        tensor(flat[at - len..at].to_vec(), dims, &device)
-    });
-    // The loss terms, the loss and L0 weighted and summed, BatchTopK's smallest activation
-    // the least, the feature counts summed: every rank's, added up in rank order on each.
+    // The loss terms, the loss and L0 weighted, BatchTopK's smallest activation, the
+    // feature counts: every rank's, added up in rank order on each.
     let mut mine: Vec<f64> = v.losses.iter().map(|(_, x)| x * weight).chain([v.loss * weight, v.l0 * weight]).collect();
     mine.push(v.min_positive.unwrap_or(f64::INFINITY));
     mine.extend(v.fired.iter().map(|&c| c as f64));
     let bytes: Vec<u8> = mine.iter().flat_map(|x| x.to_le_bytes()).collect();
-    let all = ranks.all_gather_bytes(&bytes, &format!("the loss and feature counts of step {}", step + 1))?;
-    let mut sums = vec![0.0f64; mine.len()];
+    let pending = ranks.in_background(move |ranks| {
+        let start = std::time::Instant::now();
+        ranks.sum_f32(&mut flat, &format!("the gradient all-reduce of step {}", step + 1))?;
+        let all = ranks.all_gather_bytes(&bytes, &format!("the loss and feature counts of step {}", step + 1))?;
+        Ok((flat, all, start.elapsed().as_secs_f64()))
+    });
+    InFlight { local: g, values: v, pending: Some(pending) }
+}
+
+impl InFlight {
+    /// Wait for the sums: the whole batch's gradients and values, and the seconds the
+    /// all-reduce ran (in the background; `None` alone).
+    pub(crate) fn finish(self) -> Result<(Dictionary, TrainPassValues, Option<f64>), DistError> {
+        let InFlight { local, mut values, pending } = self;
+        let Some(pending) = pending else { return Ok((local, values, None)) };
+        let (flat, all, seconds) = pending.wait()?;
+        let mut at = 0;
+        let device = local.w_enc.device();
+        let g = local.map(|_, t| {
+            let dims = t.dims();
+            let len = dims[0] * dims[1];
+            at += len;
+            tensor(flat[at - len..at].to_vec(), dims, &device)
+        });
+        sum_values(&mut values, &all);
+        Ok((g, values, Some(seconds)))
+    }
+}
+
+/// `v` from every rank's values (as [`start_all_reduce`] sent them, in rank order): the
+/// loss terms, loss, L0 and feature counts summed, the smallest activation the least.
+fn sum_values(v: &mut TrainPassValues, all: &[Vec<u8>]) {
+    let terms = v.losses.len();
+    let at_min = terms + 2;
+    let mut sums = vec![0.0f64; at_min + 1 + v.fired.len()];
     let mut least = f64::INFINITY;
-    let at_min = mine.len() - v.fired.len() - 1;
-    for part in &all {
+    for part in all {
         for (i, c) in part.chunks_exact(8).enumerate() {
             let x = f64::from_le_bytes(c.try_into().expect("8 bytes"));
             if i == at_min { least = least.min(x) } else { sums[i] += x }
         }
     }
-    let terms = v.losses.len();
     v.losses.iter_mut().zip(&sums).for_each(|((_, x), s)| *x = *s);
     (v.loss, v.l0) = (sums[terms], sums[terms + 1]);
     v.min_positive = least.is_finite().then_some(least);
     v.fired.iter_mut().zip(&sums[at_min + 1..]).for_each(|(c, s)| *c = *s as u64);
-    Ok((g, v))
 }

@@ -69,6 +69,9 @@ pub struct ActivationStore<'a> {
     pub position: WindowPosition,
     /// The ranks sharing the model passes ([`ActivationStore::shared_by`]).
     ranks: Ranks,
+    /// A batch taken from the buffer ahead of its step ([`ActivationStore::prefetch`]); a
+    /// checkpoint holds it as the first batch to serve.
+    pub(crate) ahead: Option<Vec<f32>>,
     exhausted: bool,
 }
 
@@ -95,6 +98,7 @@ impl<'a> ActivationStore<'a> {
             cfg,
             position: WindowPosition::default(),
             ranks: Ranks::single(),
+            ahead: None,
             exhausted: false,
         })
     }
@@ -120,6 +124,7 @@ impl<'a> ActivationStore<'a> {
             cfg,
             position: WindowPosition::default(),
             ranks: Ranks::single(),
+            ahead: None,
             exhausted: false,
         })
     }
@@ -148,15 +153,26 @@ impl<'a> ActivationStore<'a> {
     /// The next training batch, one `[train_batch_size_tokens, width]` tensor per hook, or
     /// `None` once the corpus is used up (what was left served first).
     pub fn next_batch(&mut self) -> Result<Option<Vec<Tensor<2>>>, StoreError> {
-        loop {
-            if let Some(rows) = self.buffer.pop() {
-                return Ok(Some(self.split(rows)));
-            }
-            if self.exhausted {
-                return Ok(None);
-            }
-            self.refill()?;
+        if self.ahead.is_none() {
+            self.prefetch()?;
         }
+        Ok(self.ahead.take().map(|rows| self.split(rows)))
+    }
+
+    /// Make the next batch now (model passes as needed), to be served by the next
+    /// [`ActivationStore::next_batch`]; nothing when one is made already or the corpus is
+    /// used up.
+    pub fn prefetch(&mut self) -> Result<(), StoreError> {
+        while self.ahead.is_none() {
+            if let Some(rows) = self.buffer.pop() {
+                self.ahead = Some(rows);
+            } else if self.exhausted {
+                break;
+            } else {
+                self.refill()?;
+            }
+        }
+        Ok(())
     }
 
     /// One model pass over the next windows (or one cached pass), into the buffer.

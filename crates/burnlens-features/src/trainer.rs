@@ -17,7 +17,7 @@ use crate::forward::{PassInput, TrainPassValues, training_pass};
 use crate::host::Scratch;
 use crate::params::Trainable;
 use crate::schedule::{CoefficientSchedule, LrSchedule};
-use crate::share::{self, Share};
+use crate::share::{self, InFlight, Share};
 use crate::sparse_pass::{self, SparseInput};
 
 /// SAELens's trainer settings (`SAETrainerConfig`'s optimisation fields).
@@ -43,9 +43,12 @@ pub struct StepReport {
     pub l0: f64,
     /// Features dead before the step.
     pub dead: usize,
-    /// Over several ranks: seconds this rank spent in the step's collectives (the gradient
-    /// all-reduce and the shared values, waiting for the slowest rank included).
+    /// Over several ranks: seconds this rank waited for the step's all-reduce (of the
+    /// gradients and the shared values) after making the next batch: its exposed part.
     pub allreduce_s: Option<f64>,
+    /// Over several ranks: seconds the all-reduce ran in the background, waiting for the
+    /// slowest rank included.
+    pub allreduce_total_s: Option<f64>,
 }
 
 /// A dictionary (an SAE, a transcoder, a CLT as one masked transcoder) being trained and
@@ -70,8 +73,6 @@ pub struct SaeTrainer {
     pub ranks: Ranks,
     /// The sparse pass's pre-activations, kept between steps.
     scratch: Scratch,
-    /// The last step's time in the gradient all-reduce.
-    reduce_s: std::cell::Cell<f64>,
 }
 
 impl SaeTrainer {
@@ -90,7 +91,6 @@ impl SaeTrainer {
             blocks: None,
             ranks: Ranks::single(),
             scratch: Scratch::default(),
-            reduce_s: std::cell::Cell::new(0.0),
         }
     }
 
@@ -113,7 +113,8 @@ impl SaeTrainer {
     /// The gradients of the loss at the current parameters on `batch` (before clipping),
     /// with the pass's report; nothing changes.
     pub fn gradients(&self, batch: Batch) -> Result<(Dictionary, TrainPassValues), DistError> {
-        self.backward(&thresholds_clamped(&self.params), batch)
+        let (g, v, _) = self.backward(&thresholds_clamped(&self.params), batch)?.finish()?;
+        Ok((g, v))
     }
 
     /// A cross-layer transcoder: `params` masked to its blocks, as its gradients will be.
@@ -123,9 +124,9 @@ impl SaeTrainer {
         self
     }
 
-    /// The whole batch's gradients: this rank's rows', masked to a CLT's blocks, summed over
-    /// the ranks.
-    fn backward(&self, params: &Dictionary, batch: Batch) -> Result<(Dictionary, TrainPassValues), DistError> {
+    /// The whole batch's gradients: this rank's rows', masked to a CLT's blocks, their sum
+    /// over the ranks started.
+    fn backward(&self, params: &Dictionary, batch: Batch) -> Result<InFlight, DistError> {
         let (mine, rows) = batch.part(&self.ranks);
         let n = mine.x.dims()[0];
         let (g, values) = self.unmasked_backward(params, mine, rows)?;
@@ -133,10 +134,7 @@ impl SaeTrainer {
             Some(b) => b.mask(g),
             None => g,
         };
-        let start = std::time::Instant::now();
-        let reduced = share::all_reduce(&self.ranks, (g, values), (n, rows), self.step)?;
-        self.reduce_s.set(start.elapsed().as_secs_f64());
-        Ok(reduced)
+        Ok(share::start_all_reduce(&self.ranks, (g, values), (n, rows), self.step))
     }
 
     /// TopK and BatchTopK SAEs take the sparse pass, standard and JumpReLU the hand-written
@@ -186,10 +184,24 @@ impl SaeTrainer {
 
     /// One training step on `batch` (an error only from the ranks sharing it).
     pub fn train_step(&mut self, batch: Batch) -> Result<StepReport, DistError> {
-        let (lr, coefficient) = (self.cfg.lr.at(self.step), self.coefficient());
+        let begun = self.begin_step(batch)?;
+        self.finish_step(begun)
+    }
+
+    /// A step's first half: the pass on this rank's rows, its sums over the ranks started.
+    /// [`SaeTrainer::finish_step`] ends it; other work may go between.
+    pub fn begin_step(&mut self, batch: Batch) -> Result<StepBegun, DistError> {
         // SAELens clamps the thresholds in place before each pass.
         self.params = thresholds_clamped(&self.params);
-        let (g, v) = self.backward(&self.params, batch)?;
+        Ok(StepBegun(self.backward(&self.params, batch)?))
+    }
+
+    /// A step's second half: the sums waited for, the counters, Adam.
+    pub fn finish_step(&mut self, begun: StepBegun) -> Result<StepReport, DistError> {
+        let (lr, coefficient) = (self.cfg.lr.at(self.step), self.coefficient());
+        let waited = std::time::Instant::now();
+        let (g, v, ran) = begun.0.finish()?;
+        let allreduce_s = ran.map(|_| waited.elapsed().as_secs_f64());
         for (i, &c) in v.fired.iter().enumerate() {
             self.since_fired[i] = if c > 0 { 0 } else { self.since_fired[i] + 1 };
             self.fired_tokens[i] += c;
@@ -198,12 +210,15 @@ impl SaeTrainer {
         if let (Architecture::BatchTopK { threshold_lr, .. }, Some(m)) = (self.arch, v.min_positive) {
             self.topk_threshold = (1.0 - threshold_lr) * self.topk_threshold + threshold_lr * m;
         }
-        let allreduce_s = (self.ranks.size() > 1).then(|| self.reduce_s.get());
-        let report = StepReport { step: self.step, lr, coefficient, losses: v.losses, loss: v.loss, l0: v.l0, dead: v.dead, allreduce_s };
+        let report =
+            StepReport { step: self.step, lr, coefficient, losses: v.losses, loss: v.loss, l0: v.l0, dead: v.dead, allreduce_s, allreduce_total_s: ran };
         self.step += 1;
         Ok(report)
     }
 }
+
+/// A step begun ([`SaeTrainer::begin_step`]): its sums over the ranks under way.
+pub struct StepBegun(InFlight);
 
 /// `p` with JumpReLU thresholds clamped at 0 (SAELens's `threshold.data.clamp_(min=0.0)`).
 fn thresholds_clamped(p: &Dictionary) -> Dictionary {

@@ -1,4 +1,5 @@
-//! `cargo xtask bench-mpi`: data-parallel training over MPI ranks against one process.
+//! `cargo xtask bench-mpi`: data-parallel training (`train`, and `train-sae` on GPT-2 small's
+//! shape) over MPI ranks against one process.
 
 use std::path::Path;
 use std::process::Command;
@@ -37,9 +38,53 @@ pub(crate) fn mpi_run(ranks: usize, config: &Path, sets: &[String], run_dir: &Pa
     Ok((steps / seconds, reduce / seconds, f(last, "loss")))
 }
 
+/// One `train-sae` run of `bench_mpi` on `ranks` ranks (the cores shared out): a TopK SAE of
+/// 24,576 features on the random GPT-2 small's `blocks.6.hook_resid_pre`, 4,096 activations
+/// a step. Over the steady steps (from the third): steps/s, and the shares of that time in
+/// the all-reduce and in the store (model passes, and over ranks their activations'
+/// gathering); the last loss.
+fn sae_run(ranks: usize, steps: usize, run_dir: &Path) -> Result<[f64; 4]> {
+    let model = crate::bench::sae::bench_model()?;
+    let _ = std::fs::remove_dir_all(run_dir);
+    let bin = root().join("target/debug/burnlens");
+    let mut cmd = if ranks == 1 {
+        Command::new(&bin)
+    } else {
+        let mut c = Command::new("mpiexec.mpich");
+        c.args(["-n", &ranks.to_string()]).arg(&bin);
+        c
+    };
+    let threads = (std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2) / ranks).max(1);
+    cmd.args(["train-sae", "--model"]).arg(&model).args(["--hook", "blocks.6.hook_resid_pre", "--architecture", "topk", "--k", "32", "--d-sae", "24576"]);
+    cmd.args([
+        "--steps",
+        &steps.to_string(),
+        "--batch",
+        "32",
+        "--seq-len",
+        "128",
+        "--n-batches-in-buffer",
+        "2",
+        "--data",
+        "random",
+        "--checkpoint-every",
+        "100000",
+    ]);
+    cmd.arg("--out").arg(run_dir).env("RAYON_NUM_THREADS", threads.to_string());
+    run(&mut cmd)?;
+    let lines: Vec<serde_json::Value> = std::fs::read_to_string(run_dir.join("metrics.jsonl"))?.lines().map(serde_json::from_str).collect::<Result<_, _>>()?;
+    let (first, last) = (lines.get(1).context("at least 3 steps")?, lines.last().context("no steps")?);
+    let f = |v: &serde_json::Value, k: &str| v[k].as_f64().unwrap_or(0.0);
+    let seconds = f(last, "elapsed_s") - f(first, "elapsed_s");
+    let reduce: f64 = lines.iter().skip(2).map(|v| f(v, "allreduce_s")).sum();
+    let store = f(last, "store_s") - f(first, "store_s");
+    Ok([(f(last, "step") - f(first, "step")) / seconds, reduce / seconds, store / seconds, f(last, "loss")])
+}
+
 pub(crate) fn bench_mpi(args: Vec<String>) -> Result<()> {
     let steps: usize = args.first().map(|s| s.parse()).transpose()?.unwrap_or(200);
     let gpt2_steps: usize = args.get(1).map(|s| s.parse()).transpose()?.unwrap_or(8);
+    let sae_steps: usize = args.get(2).map(|s| s.parse()).transpose()?.unwrap_or(8);
     if !ensure_mpi() {
         bail!("bench-mpi needs MPICH and the `mpi` feature's build dependencies");
     }
@@ -75,6 +120,19 @@ pub(crate) fn bench_mpi(args: Vec<String>) -> Result<()> {
     for r in rows {
         println!("{r}");
     }
+    let [one_rate, _, one_store, one_loss] = sae_run(1, sae_steps, &out.join("sae-1"))?;
+    let [two_rate, reduce, two_store, two_loss] = sae_run(2, sae_steps, &out.join("sae-2"))?;
+    println!(
+        "\n| train-sae | 1 process × 2 threads, steps/s | 2 ranks × 1 thread, steps/s | ratio | all-reduce share | store share (1 / 2) | final loss (1 / 2) |"
+    );
+    println!("|---|---|---|---|---|---|---|");
+    println!(
+        "| TopK, 24,576 features, 4,096 activations | {one_rate:.4} | {two_rate:.4} | {:.2}x | {:.1}% | {:.1}% / {:.1}% | {one_loss:.4} / {two_loss:.4} |",
+        two_rate / one_rate,
+        100.0 * reduce,
+        100.0 * one_store,
+        100.0 * two_store
+    );
     run(Command::new("mpiexec.mpich").args(["-n", "2"]).arg(root().join("target/debug/examples/allreduce")))?;
     Ok(())
 }

@@ -8,6 +8,17 @@ use crate::machine::machine_report;
 use crate::process::{root, run};
 use crate::venvs::{Venv, python};
 
+/// The random GPT-2 small the SAE benchmarks read (`target/bench/gpt2-small`), made by
+/// transformers (seed 0) if it is not there yet.
+pub(crate) fn bench_model() -> Result<std::path::PathBuf> {
+    let model = root().join("target/bench/gpt2-small");
+    if !model.join("model.safetensors").is_file() {
+        let py = python(Venv::SaeLens)?;
+        run(Command::new(&py).args(["-c", "import sys, torch; from transformers import GPT2Config, GPT2LMHeadModel; torch.manual_seed(0); GPT2LMHeadModel(GPT2Config()).save_pretrained(sys.argv[1])"]).arg(&model))?;
+    }
+    Ok(model)
+}
+
 /// SAE training against sae-lens (`scripts/bench_sae.py`): the random GPT-2 small of `bench`
 /// (`target/bench/gpt2-small`), `blocks.6.hook_resid_pre`, 24,576 features, batches of 32
 /// windows of 128 random tokens (4,096 activations), a mixing buffer of two model passes, the
@@ -16,10 +27,7 @@ use crate::venvs::{Venv, python};
 /// Arguments: steps per run (default 6). Writes `target/bench/sae.json` and prints a table.
 pub(crate) fn bench_sae(args: Vec<String>) -> Result<()> {
     let py = python(Venv::SaeLens)?;
-    let model = root().join("target/bench/gpt2-small");
-    if !model.join("model.safetensors").is_file() {
-        run(Command::new(&py).args(["-c", "import sys, torch; from transformers import GPT2Config, GPT2LMHeadModel; torch.manual_seed(0); GPT2LMHeadModel(GPT2Config()).save_pretrained(sys.argv[1])"]).arg(&model))?;
-    }
+    let model = bench_model()?;
     run(Command::new(env!("CARGO")).current_dir(root()).args(["build", "--quiet", "--bin", "burnlens"]))?;
     let bin = root().join("target/debug/burnlens");
     let machine = machine_report(&bin)?;
