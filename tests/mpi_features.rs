@@ -1,8 +1,9 @@
 //! SAE, transcoder and CLT training over MPI ranks on loopback (`mpiexec -n N burnlens
 //! train-sae`): on N = 2 and 3 ranks every architecture follows the one-process run step by
 //! step (the ranks hold the one process's batches and sum their rows' gradients), rank 0
-//! alone writes, `config.json` records the ranks, and a run whose rank was killed resumes
-//! with another number of ranks and ends where one process ends.
+//! alone writes, `config.json` records the ranks, a run from an activation cache follows the
+//! one-process run too, a run whose rank was killed resumes with another number of ranks
+//! and ends where one process ends, and `eval-sae` over ranks gives the one process's metrics.
 //!
 //! Needs the binary built with `--features mpi` and MPICH's `mpiexec` (what `cargo xtask
 //! test` installs and builds); without them these tests fail under CI and skip elsewhere.
@@ -187,5 +188,36 @@ fn assert_same_numbers(a: &serde_json::Value, b: &serde_json::Value, at: &str) {
             assert!((x - y).abs() <= 1e-12 * x.abs().max(1e-300), "{at}: {y} vs one process's {x}");
         }
         _ => assert_eq!(a, b, "{at}"),
+    }
+}
+
+#[test]
+fn a_run_from_an_activation_cache_over_ranks_follows_the_one_process_run() {
+    let Some(mpiexec) = mpiexec() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/trace/gpt2/model");
+    let cache = dir.path().join("cache");
+    let cache_args = ["cache-activations", "--data", "random", "--seq-len", "16", "--batch", "4", "--chunks-per-shard", "2", "--windows", "90"];
+    let mut a: Vec<String> = cache_args.iter().map(|s| s.to_string()).collect();
+    a.extend(["--hook".into(), "blocks.1.hook_resid_pre".into(), "--model".into(), model.display().to_string(), "--out".into(), cache.display().to_string()]);
+    run(&mut launch(&mpiexec, 1, &a));
+    let train = |out: &Path| -> Vec<String> {
+        let fixed = ["train-sae", "--hook", "blocks.1.hook_resid_pre", "--d-sae", "64", "--steps", "10", "--batch", "4", "--architecture", "topk", "--k", "4"];
+        let mut a: Vec<String> = fixed.iter().map(|s| s.to_string()).collect();
+        a.extend(["--n-batches-in-buffer".into(), "4".into(), "--from-cache".into(), cache.display().to_string(), "--out".into(), out.display().to_string()]);
+        a
+    };
+    let one = dir.path().join("one");
+    run(&mut launch(&mpiexec, 1, &train(&one)));
+    for ranks in [2, 3] {
+        let many = dir.path().join(format!("ranks-{ranks}"));
+        run(&mut launch(&mpiexec, ranks, &train(&many)));
+        let (a, b) = (losses(&one), losses(&many));
+        assert_eq!(a.len(), 10);
+        assert_eq!(a.len(), b.len());
+        for ((_, x), (_, y)) in a.iter().zip(&b) {
+            assert!((x - y).abs() <= 1e-5 * x.abs(), "{ranks} ranks from the cache: loss {y} vs one process's {x}");
+        }
+        assert_same_outputs(&one, &many, 1e-5);
     }
 }
