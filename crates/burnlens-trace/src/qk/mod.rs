@@ -174,6 +174,8 @@ struct HeadParts<'m> {
     /// The model's own queries and keys of the head, `[pos, d_head]`.
     model_q: Vec<f32>,
     model_k: Vec<f32>,
+    queries: Projection<'m>,
+    keys: Projection<'m>,
     chosen: Vec<(usize, Vec<usize>)>,
     as_query: Vec<bool>,
     as_key: Vec<bool>,
@@ -204,6 +206,8 @@ impl<'m> HeadParts<'m> {
             opts,
             model_q: model_side(model, layer, head, Side::Query, cache)?,
             model_k: model_side(model, layer, head, Side::Key, cache)?,
+            queries: Projection::new(model, layer, head, Side::Query, cache)?,
+            keys: Projection::new(model, layer, head, Side::Key, cache)?,
             pattern,
             chosen,
             as_query,
@@ -214,15 +218,26 @@ impl<'m> HeadParts<'m> {
         })
     }
 
-    /// Keep `part`'s rows at the positions this head's rows read, with their queries `q`
-    /// and keys `k` (`[rows, dh]`, row-major).
-    fn take(&mut self, part: &Part, q: &[f32], k: &[f32], dh: usize) {
-        for (r, node) in part.nodes.iter().enumerate() {
-            let p = node.pos();
-            if !(self.as_query[p] || self.as_key[p]) {
-                continue;
-            }
-            self.nodes[p].push(*node);
+    /// Keep `part`'s rows at the positions this head's rows read, projected.
+    fn take(&mut self, part: &Part, dh: usize) {
+        let keep: Vec<usize> = (0..part.nodes.len()).filter(|&i| self.as_query[part.nodes[i].pos()] || self.as_key[part.nodes[i].pos()]).collect();
+        if keep.is_empty() {
+            return;
+        }
+        let vectors = if keep.len() == part.nodes.len() {
+            part.vectors.clone()
+        } else {
+            let idx: Vec<i64> = keep.iter().map(|&i| i as i64).collect();
+            let device = part.vectors.device();
+            part.vectors.clone().select(0, Tensor::<1, Int>::from_data(TensorData::new(idx, [keep.len()]), &device))
+        };
+        let positions: Vec<usize> = keep.iter().map(|&i| part.nodes[i].pos()).collect();
+        let host = |t: Tensor<2>| -> Vec<f32> { t.into_data().try_into_vec_as::<f32>().expect("f32") };
+        let q = host(self.queries.project(vectors.clone(), &positions, part.constant));
+        let k = host(self.keys.project(vectors, &positions, part.constant));
+        for (r, &i) in keep.iter().enumerate() {
+            let p = positions[r];
+            self.nodes[p].push(part.nodes[i]);
             if self.as_query[p] {
                 self.qv[p].extend_from_slice(&q[r * dh..(r + 1) * dh]);
             }
@@ -282,20 +297,10 @@ fn heads_rows(
         return Ok(heads.into_iter().map(|_| QkHead { rows: Vec::new(), n_parts: 0, residual_gap: 0.0 }).collect());
     }
     let kept = Kept::new(positions, n_pos, &model.device());
-    // Every head's queries and keys of a part from one norm and one product a side.
-    let ids_of: Vec<usize> = requests.iter().map(|(o, _)| o.head).collect();
-    let (queries, keys) =
-        (Projection::new(model, first.layer, &ids_of, Side::Query, &cache)?, Projection::new(model, first.layer, &ids_of, Side::Key, &cache)?);
-    let host = |t: Tensor<2>| -> Vec<f32> { t.into_data().try_into_vec_as::<f32>().expect("f32") };
     let mut n_parts = 0;
     let (resid, sum) = for_each_part(model, set, first.layer, first.zero_positions, &kept, &mut cache, |part| {
         n_parts += part.nodes.len();
-        let positions: Vec<usize> = part.nodes.iter().map(|n| n.pos()).collect();
-        let qs = queries.project(part.vectors.clone(), &positions, part.constant);
-        let ks = keys.project(part.vectors.clone(), &positions, part.constant);
-        for ((h, q), k) in heads.iter_mut().zip(qs).zip(ks) {
-            h.take(&part, &host(q), &host(k), dh);
-        }
+        heads.iter_mut().for_each(|h| h.take(&part, dh));
         Ok(())
     })?;
     let gap = resid.iter().zip(&sum).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max) / resid.iter().map(|a| a.abs()).fold(1e-30, f32::max);

@@ -1,5 +1,5 @@
-//! One side of some heads of a layer: what turns a part of the residual stream at a position
-//! into each head's query (or key) there, with the norms' scales frozen — the attention's norm, the
+//! One side of one head: what turns a part of the residual stream at a position into that
+//! head's query (or key) there, with the norms' scales frozen — the attention's norm, the
 //! shortformer position embedding, the head's projection and bias, its QK-norm, its rotary
 //! rotation for the position. Linear in the part, plus the constants (norm and projection
 //! biases), which only the constant part carries; so the query of the whole stream is the
@@ -21,20 +21,18 @@ pub(crate) enum Side {
     Key,
 }
 
-/// The map of one side of some heads of `layer`: the norm and the product shared, each
-/// head's QK-norm and rotation its own.
+/// The map of one side of head `head` at `layer`.
 pub(crate) struct Projection<'m> {
     model: &'m Transformer,
     layer: usize,
     norm: Option<Frozen<'m>>,
     /// Shortformer position embeddings `[pos, d_model]`, added to what queries and keys read.
     positions: Option<Tensor<2>>,
-    /// `[d_model, heads · d_head]`, `[heads · d_head]`: the heads' columns side by side.
+    /// `[d_model, d_head]`, `[d_head]`
     w: Tensor<2>,
     b: Tensor<1>,
-    d_head: usize,
-    /// The QK-norm, and each head's index into its scales and elements of its gain.
-    qk: Option<(Frozen<'m>, Vec<(usize, Range<usize>)>)>,
+    /// The QK-norm, with the scale's head index and the gain's elements of this head.
+    qk: Option<(Frozen<'m>, usize, Range<usize>)>,
 }
 
 /// The hook points [`Projection::new`] reads at `layer`, and those of the model's own
@@ -56,7 +54,7 @@ fn scale_of<'m>(cache: &Captured, norm: &'m burnlens_model::Norm, site: NormSite
 }
 
 impl<'m> Projection<'m> {
-    pub fn new(model: &'m Transformer, layer: usize, heads: &[usize], side: Side, cache: &Captured) -> Result<Self, TraceError> {
+    pub fn new(model: &'m Transformer, layer: usize, head: usize, side: Side, cache: &Captured) -> Result<Self, TraceError> {
         let block = &model.blocks[layer];
         let attn = &block.attn;
         let norm = block.norm_before_attention(layer).map(|(n, site)| scale_of(cache, n, site)).transpose()?;
@@ -73,34 +71,34 @@ impl<'m> Projection<'m> {
             Side::Key => (w.w_k, w.b_k),
         };
         let [_, d, dh] = w.dims();
+        let w = w.narrow(0, head, 1).reshape([d, dh]);
+        let b = b.narrow(0, head, 1).reshape([dh]);
         // The key head of a group is `head / (n_heads / n_kv_heads)`.
-        let index = |head: usize| match side {
+        let index = match side {
             Side::Query => head,
             Side::Key => head / (attn.n_heads / attn.n_kv_heads),
         };
-        let (ws, bs): (Vec<Tensor<2>>, Vec<Tensor<1>>) =
-            heads.iter().map(|&h| (w.clone().narrow(0, h, 1).reshape([d, dh]), b.clone().narrow(0, h, 1).reshape([dh]))).unzip();
         let qk = match (&attn.q_norm, &attn.k_norm, attn.qk_norm) {
             (Some(qn), Some(kn), Some(kind)) => {
                 let (n, site) = match side {
                     Side::Query => (qn, NormSite::QNorm(layer)),
                     Side::Key => (kn, NormSite::KNorm(layer)),
                 };
-                let each = match kind {
-                    QkNorm::PerHead => heads.iter().map(|&h| (index(h), 0..dh)).collect(),
-                    QkNorm::Whole if n.kind == NormKind::RmsNorm => heads.iter().map(|&h| (0, index(h) * dh..(index(h) + 1) * dh)).collect(),
+                let frozen = scale_of(cache, n, site)?;
+                Some(match kind {
+                    QkNorm::PerHead => (frozen, index, 0..dh),
+                    QkNorm::Whole if n.kind == NormKind::RmsNorm => (frozen, 0, index * dh..(index + 1) * dh),
                     QkNorm::Whole => return Err(TraceError::Input("QK attributions through a LayerNorm over all heads' queries are not supported".into())),
-                };
-                Some((scale_of(cache, n, site)?, each))
+                })
             }
             _ => None,
         };
-        Ok(Self { model, layer, norm, positions, w: Tensor::cat(ws, 1), b: Tensor::cat(bs, 0), d_head: dh, qk })
+        Ok(Self { model, layer, norm, positions, w, b, qk })
     }
 
-    /// Each head's vectors `[n, d_head]` of `rows [n, d_model]` at `positions`; with
+    /// The side's vectors `[n, d_head]` of `rows [n, d_model]` at `positions`; with
     /// `constant`, the norm and projection biases are added (the constant part).
-    pub fn project(&self, rows: Tensor<2>, positions: &[usize], constant: bool) -> Vec<Tensor<2>> {
+    pub fn project(&self, rows: Tensor<2>, positions: &[usize], constant: bool) -> Tensor<2> {
         let [n, d] = rows.dims();
         let mut x = rows;
         if let Some(norm) = &self.norm {
@@ -113,28 +111,21 @@ impl<'m> Projection<'m> {
             let idx: Vec<i64> = positions.iter().map(|&p| p as i64).collect();
             x = x + p.clone().select(0, Tensor::<1, Int>::from_data(TensorData::new(idx, [n]), &p.device()));
         }
-        let (dh, width) = (self.d_head, self.b.dims()[0]);
-        let mut all = x.matmul(self.w.clone());
+        let dh = self.w.dims()[1];
+        let mut y = x.matmul(self.w.clone());
         if constant {
-            all = all + self.b.clone().reshape([1, width]);
+            y = y + self.b.clone().reshape([1, dh]);
         }
-        let angles = self.model.rotary_angles(self.layer, &[positions.to_vec()]);
-        (0..width / dh)
-            .map(|i| {
-                let mut y = all.clone().narrow(1, i * dh, dh);
-                if let Some((norm, each)) = &self.qk {
-                    let (head, range) = &each[i];
-                    y = norm.linear(y, positions, *head, range.clone());
-                    if constant && let Some(b) = norm.bias(range.clone()) {
-                        y = y + b.reshape([1, dh]);
-                    }
-                }
-                match &angles {
-                    Some(angles) => apply_rotary(y.reshape([1, n, 1, dh]), angles).reshape([n, dh]),
-                    None => y,
-                }
-            })
-            .collect()
+        if let Some((norm, head, range)) = &self.qk {
+            y = norm.linear(y, positions, *head, range.clone());
+            if constant && let Some(b) = norm.bias(range.clone()) {
+                y = y + b.reshape([1, dh]);
+            }
+        }
+        match self.model.rotary_angles(self.layer, &[positions.to_vec()]) {
+            Some(angles) => apply_rotary(y.reshape([1, n, 1, dh]), &angles).reshape([n, dh]),
+            None => y,
+        }
     }
 }
 
