@@ -88,11 +88,16 @@ impl<'a> ActivationStore<'a> {
         }
         let probe = pass(model, &hooks, &[vec![0; 2]])?;
         let widths: Vec<usize> = probe.iter().map(|t| t.dims()[1]).collect();
+        Self::over(Producer::Model { model, hooks, windows }, widths, cfg, seed, model.device())
+    }
+
+    /// A store reading `producer`'s rows of `widths`, at the corpus's start.
+    fn over(producer: Producer<'a>, widths: Vec<usize>, cfg: StoreConfig, seed: u64, device: burn::tensor::Device) -> Result<Self, StoreError> {
         let buffer =
             MixingBuffer::new(cfg.buffer_rows(), cfg.train_batch_size_tokens, cfg.mix_fraction, widths.iter().sum(), seed).map_err(StoreError::Config)?;
         Ok(ActivationStore {
-            device: model.device(),
-            producer: Producer::Model { model, hooks, windows },
+            device,
+            producer,
             widths,
             buffer,
             cfg,
@@ -114,19 +119,7 @@ impl<'a> ActivationStore<'a> {
             )));
         }
         let widths = reader.widths();
-        let buffer =
-            MixingBuffer::new(cfg.buffer_rows(), cfg.train_batch_size_tokens, cfg.mix_fraction, widths.iter().sum(), seed).map_err(StoreError::Config)?;
-        Ok(ActivationStore {
-            device,
-            producer: Producer::Cache(reader),
-            widths,
-            buffer,
-            cfg,
-            position: WindowPosition::default(),
-            ranks: Ranks::single(),
-            ahead: None,
-            exhausted: false,
-        })
+        Self::over(Producer::Cache(reader), widths, cfg, seed, device)
     }
 
     /// The same store with its model passes shared by `ranks`: every rank reads every window,

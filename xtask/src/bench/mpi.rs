@@ -9,11 +9,10 @@ use anyhow::{Context, Result, bail};
 use crate::packages::ensure_mpi;
 use crate::process::{data_dir, root, run};
 
-/// One training run of `bench_mpi`: its steps/s after the first two steps, the all-reduce's
-/// share of that time and the last training loss.
-pub(crate) fn mpi_run(ranks: usize, config: &Path, sets: &[String], run_dir: &Path) -> Result<(f64, f64, f64)> {
+/// The dev binary on `ranks` ranks (one plain process for 1), the machine's cores shared
+/// out: 2 threads for one process, 1 per rank for two.
+fn on_ranks(ranks: usize) -> Command {
     let bin = root().join("target/debug/burnlens");
-    let _ = std::fs::remove_dir_all(run_dir);
     let mut cmd = if ranks == 1 {
         Command::new(&bin)
     } else {
@@ -21,9 +20,17 @@ pub(crate) fn mpi_run(ranks: usize, config: &Path, sets: &[String], run_dir: &Pa
         c.args(["-n", &ranks.to_string()]).arg(&bin);
         c
     };
-    // The machine's cores shared out: 2 threads for one process, 1 per rank for two.
     let threads = (std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2) / ranks).max(1);
-    cmd.args(["train", "--quiet", "--config"]).arg(config).env("RAYON_NUM_THREADS", threads.to_string());
+    cmd.env("RAYON_NUM_THREADS", threads.to_string());
+    cmd
+}
+
+/// One training run of `bench_mpi`: its steps/s after the first two steps, the all-reduce's
+/// share of that time and the last training loss.
+pub(crate) fn mpi_run(ranks: usize, config: &Path, sets: &[String], run_dir: &Path) -> Result<(f64, f64, f64)> {
+    let _ = std::fs::remove_dir_all(run_dir);
+    let mut cmd = on_ranks(ranks);
+    cmd.args(["train", "--quiet", "--config"]).arg(config);
     for s in sets.iter().cloned().chain([format!("output.dir={:?}", run_dir.display().to_string())]) {
         cmd.args(["--set", &s]);
     }
@@ -46,15 +53,7 @@ pub(crate) fn mpi_run(ranks: usize, config: &Path, sets: &[String], run_dir: &Pa
 fn sae_run(ranks: usize, steps: usize, run_dir: &Path) -> Result<[f64; 4]> {
     let model = crate::bench::sae::bench_model()?;
     let _ = std::fs::remove_dir_all(run_dir);
-    let bin = root().join("target/debug/burnlens");
-    let mut cmd = if ranks == 1 {
-        Command::new(&bin)
-    } else {
-        let mut c = Command::new("mpiexec.mpich");
-        c.args(["-n", &ranks.to_string()]).arg(&bin);
-        c
-    };
-    let threads = (std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2) / ranks).max(1);
+    let mut cmd = on_ranks(ranks);
     cmd.args(["train-sae", "--model"]).arg(&model).args(["--hook", "blocks.6.hook_resid_pre", "--architecture", "topk", "--k", "32", "--d-sae", "24576"]);
     cmd.args([
         "--steps",
@@ -70,7 +69,7 @@ fn sae_run(ranks: usize, steps: usize, run_dir: &Path) -> Result<[f64; 4]> {
         "--checkpoint-every",
         "100000",
     ]);
-    cmd.arg("--out").arg(run_dir).env("RAYON_NUM_THREADS", threads.to_string());
+    cmd.arg("--out").arg(run_dir);
     run(&mut cmd)?;
     let lines: Vec<serde_json::Value> = std::fs::read_to_string(run_dir.join("metrics.jsonl"))?.lines().map(serde_json::from_str).collect::<Result<_, _>>()?;
     let (first, last) = (lines.get(1).context("at least 3 steps")?, lines.last().context("no steps")?);
