@@ -201,6 +201,20 @@ impl Ranks {
         Ok(vec![mine.to_vec()])
     }
 
+    /// Every rank's `mine` (of any length) of f32 values, in rank order.
+    pub fn all_gather_f32(&self, mine: &[f32], what: &str) -> Result<Vec<Vec<f32>>, DistError> {
+        let bytes: Vec<u8> = mine.iter().flat_map(|x| x.to_le_bytes()).collect();
+        let all = self.all_gather_bytes(&bytes, what)?;
+        Ok(all.iter().map(|b| b.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes"))).collect()).collect())
+    }
+
+    /// Every rank's `mine` (of any length) of f64 values, in rank order.
+    pub fn all_gather_f64(&self, mine: &[f64], what: &str) -> Result<Vec<Vec<f64>>, DistError> {
+        let bytes: Vec<u8> = mine.iter().flat_map(|x| x.to_le_bytes()).collect();
+        let all = self.all_gather_bytes(&bytes, what)?;
+        Ok(all.iter().map(|b| b.chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().expect("8 bytes"))).collect()).collect())
+    }
+
     /// Check that every rank holds the same `digest` of `what` (parameters, say).
     pub fn check_equal(&self, digest: &[u8; 32], what: &str) -> Result<(), DistError> {
         #[cfg(feature = "mpi")]

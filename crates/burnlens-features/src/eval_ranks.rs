@@ -28,12 +28,10 @@ pub fn evaluate_over(ranks: &Ranks, input: &EvalInput) -> Result<(EvalMetrics, F
     let shared = ranks.agree(part.as_ref().map(|_| ()).map_err(|e| e.to_string()));
     let part = part?;
     shared?;
-    let bytes: Vec<u8> = part.to_numbers().iter().flat_map(|x| x.to_le_bytes()).collect();
-    let all = ranks.all_gather_bytes(&bytes, "the evaluation's parts")?;
+    let all = ranks.all_gather_f64(&part.to_numbers(), "the evaluation's parts")?;
     let mut joined = EvalPart::empty(input.sae.cfg.d_in, input.sae.cfg.d_sae);
-    for b in &all {
-        let numbers: Vec<f64> = b.chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().expect("8 bytes"))).collect();
-        joined = joined.join(&numbers);
+    for numbers in &all {
+        joined = joined.join(numbers);
     }
     Ok(joined.finish(input))
 }

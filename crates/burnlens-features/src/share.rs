@@ -31,10 +31,8 @@ pub(crate) fn batch_kth(ranks: &Ranks, candidates: Vec<f32>, kk: usize, step: us
     if ranks.size() == 1 {
         return Ok(kth_or_lowest(candidates, kk));
     }
-    let bytes: Vec<u8> = candidates.iter().flat_map(|v| v.to_le_bytes()).collect();
-    let all = ranks.all_gather_bytes(&bytes, &format!("BatchTopK's candidates of step {}", step + 1))?;
-    let values = all.iter().flat_map(|b| b.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes")))).collect();
-    Ok(kth_or_lowest(values, kk))
+    let all = ranks.all_gather_f32(&candidates, &format!("BatchTopK's candidates of step {}", step + 1))?;
+    Ok(kth_or_lowest(all.concat(), kk))
 }
 
 /// A step's all-reduce under way ([`start_all_reduce`]).
@@ -42,7 +40,7 @@ pub(crate) struct InFlight {
     /// This rank's gradients, whose shapes the sums take.
     local: Dictionary,
     values: TrainPassValues,
-    pending: Option<Pending<(Vec<f32>, Vec<Vec<u8>>, f64)>>,
+    pending: Option<Pending<(Vec<f32>, Vec<Vec<f64>>, f64)>>,
 }
 
 /// Start summing the whole batch's gradients and values from this rank's (`rows` of
@@ -64,11 +62,10 @@ pub(crate) fn start_all_reduce(ranks: &Ranks, local: (Dictionary, TrainPassValue
     let mut mine: Vec<f64> = v.losses.iter().map(|(_, x)| x * weight).chain([v.loss * weight, v.l0 * weight]).collect();
     mine.push(v.min_positive.unwrap_or(f64::INFINITY));
     mine.extend(v.fired.iter().map(|&c| c as f64));
-    let bytes: Vec<u8> = mine.iter().flat_map(|x| x.to_le_bytes()).collect();
     let pending = ranks.in_background(move |ranks| {
         let start = std::time::Instant::now();
         ranks.sum_f32(&mut flat, &format!("the gradient all-reduce of step {}", step + 1))?;
-        let all = ranks.all_gather_bytes(&bytes, &format!("the loss and feature counts of step {}", step + 1))?;
+        let all = ranks.all_gather_f64(&mine, &format!("the loss and feature counts of step {}", step + 1))?;
         Ok((flat, all, start.elapsed().as_secs_f64()))
     });
     InFlight { local: g, values: v, pending: Some(pending) }
@@ -96,14 +93,13 @@ impl InFlight {
 
 /// `v` from every rank's values (as [`start_all_reduce`] sent them, in rank order): the
 /// loss terms, loss, L0 and feature counts summed, the smallest activation the least.
-fn sum_values(v: &mut TrainPassValues, all: &[Vec<u8>]) {
+fn sum_values(v: &mut TrainPassValues, all: &[Vec<f64>]) {
     let terms = v.losses.len();
     let at_min = terms + 2;
     let mut sums = vec![0.0f64; at_min + 1 + v.fired.len()];
     let mut least = f64::INFINITY;
     for part in all {
-        for (i, c) in part.chunks_exact(8).enumerate() {
-            let x = f64::from_le_bytes(c.try_into().expect("8 bytes"));
+        for (i, &x) in part.iter().enumerate() {
             if i == at_min { least = least.min(x) } else { sums[i] += x }
         }
     }

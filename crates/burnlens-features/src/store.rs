@@ -218,9 +218,7 @@ fn shared_pass(ranks: &Ranks, model: &Transformer, hooks: &[HookPoint], windows:
     }
     let mine = ranks.rows(windows.len());
     let rows = if mine.is_empty() { Vec::new() } else { joined(pass(model, hooks, &windows[mine])?) };
-    let bytes: Vec<u8> = rows.iter().flat_map(|x| x.to_le_bytes()).collect();
-    let all = ranks.all_gather_bytes(&bytes, &format!("the activations of the windows before {at}"))?;
-    Ok(all.iter().flat_map(|b| b.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes")))).collect())
+    Ok(ranks.all_gather_f32(&rows, &format!("the activations of the windows before {at}"))?.concat())
 }
 
 /// One pass's activations laid side by side, row-major on the host.
