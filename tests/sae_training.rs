@@ -2,7 +2,8 @@
 //! `scripts/gen_sae_train_fixtures.py` with sae-lens's `SAETrainer`): from the same initial
 //! weights and activation batches, each architecture's first step (loss terms and gradients)
 //! within 1e-5 relative and ten steps with the learning-rate warm-up/decay, the coefficient
-//! warm-up, dead-feature terms and gradient clipping within 1e-4.
+//! warm-up, dead-feature terms and gradient clipping within 1e-4 — on both of a step's paths,
+//! the host passes and Burn's tensors (the GPU's path, run here on the CPU backend).
 
 mod common;
 
@@ -10,7 +11,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 
 use burn::tensor::{Device, Tensor, TensorData};
-use burnlens::features::{Architecture, Batch, JumpReluSettings, LrSchedule, LrScheduler, SaeTrainer, Shape, TopKSettings, Trainable, TrainerConfig};
+use burnlens::features::{Architecture, Batch, JumpReluSettings, LrSchedule, LrScheduler, PassPath, SaeTrainer, Shape, TopKSettings, Trainable, TrainerConfig};
 use burnlens::lens::dictionary::Dictionary;
 use common::{Stored, read_safetensors};
 use serde_json::Value;
@@ -105,12 +106,24 @@ fn assert_params(got: &Dictionary, want: &Dictionary, tol: f32, what: &str) {
     }
 }
 
+/// Both of a step's paths: the host passes (the CPU's) and Burn's tensors (a GPU's), here
+/// on the CPU backend.
+const PATHS: [PassPath; 2] = [PassPath::Host, PassPath::Tensors];
+
+#[test]
+fn the_cpu_backend_takes_the_host_passes() {
+    assert_eq!(PassPath::for_device(&Device::default()), PassPath::Host);
+    assert_eq!(PassPath::for_device(&Device::default().autodiff()), PassPath::Host);
+}
+
 #[test]
 fn first_step_losses_and_gradients_equal_saelens() {
     let device = Device::default();
-    for name in ARCHITECTURES {
+    for (name, path) in ARCHITECTURES.into_iter().flat_map(|a| PATHS.map(|p| (a, p))) {
         let c = case(name);
-        let trainer = SaeTrainer::new(architecture(&c.meta), trainer_config(&c.meta), params(&c, "init", &device));
+        let name = format!("{name} ({path:?})");
+        let name = name.as_str();
+        let trainer = SaeTrainer::new(architecture(&c.meta), trainer_config(&c.meta), params(&c, "init", &device)).on_path(path);
         let (grads, values) = trainer.gradients(Batch::sae(batch(&c, 0, &device))).expect("one process");
         assert_params(&grads, &params(&c, "grad", &device), 1e-5, &format!("{name} gradients"));
         let terms: Vec<&str> = c.meta["loss_terms"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
@@ -127,11 +140,13 @@ fn first_step_losses_and_gradients_equal_saelens() {
 #[test]
 fn ten_steps_with_schedules_equal_saelens() {
     let device = Device::default();
-    for name in ARCHITECTURES {
+    for (name, path) in ARCHITECTURES.into_iter().flat_map(|a| PATHS.map(|p| (a, p))) {
         let c = case(name);
+        let name = format!("{name} ({path:?})");
+        let name = name.as_str();
         let steps = c.meta["steps"].as_u64().unwrap() as usize;
         let n_terms = c.meta["loss_terms"].as_array().unwrap().len();
-        let mut trainer = SaeTrainer::new(architecture(&c.meta), trainer_config(&c.meta), params(&c, "init", &device));
+        let mut trainer = SaeTrainer::new(architecture(&c.meta), trainer_config(&c.meta), params(&c, "init", &device)).on_path(path);
         for s in 0..steps {
             let r = trainer.train_step(Batch::sae(batch(&c, s, &device))).expect("one process");
             assert!((r.lr - c.t["lr"].f32[s] as f64).abs() < 1e-9, "{name} step {s}: lr {} vs {}", r.lr, c.t["lr"].f32[s]);

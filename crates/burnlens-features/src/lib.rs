@@ -39,6 +39,7 @@ pub mod schedule;
 pub mod share;
 pub mod sparse_pass;
 pub mod store;
+pub mod tensor_pass;
 pub mod trainer;
 pub mod units;
 
@@ -56,4 +57,5 @@ pub use pass::{StoreError, WindowSource};
 pub use run::{OnStep, Progress, Run, RunSummary, Source, train};
 pub use schedule::{CoefficientSchedule, LrSchedule, LrScheduler};
 pub use store::{ActivationStore, Producer, StoreConfig};
+pub use tensor_pass::PassPath;
 pub use trainer::{Batch, SaeTrainer, StepReport, TrainerConfig};

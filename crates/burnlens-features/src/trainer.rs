@@ -4,7 +4,7 @@
 //! backward, global gradient clipping, Adam; JumpReLU thresholds clamped at 0 before the
 //! pass, BatchTopK's inference threshold moved towards the batch's smallest kept activation.
 
-use burn::tensor::{Bool, Device, Tensor, TensorData};
+use burn::tensor::Tensor;
 use burnlens_dist::{DistError, Ranks};
 use burnlens_lens::dictionary::Dictionary;
 use serde::{Deserialize, Serialize};
@@ -13,12 +13,13 @@ use crate::adam::Adam;
 use crate::architecture::{Architecture, LossTerm};
 use crate::cross_layer::Blocks;
 use crate::dense_pass::{self, DenseInput};
-use crate::forward::{PassInput, TrainPassValues, training_pass};
+use crate::forward::TrainPassValues;
 use crate::host::Scratch;
 use crate::params::Trainable;
 use crate::schedule::{CoefficientSchedule, LrSchedule};
 use crate::share::{self, InFlight, Share};
 use crate::sparse_pass::{self, SparseInput};
+use crate::tensor_pass::{self, PassPath, TensorInput};
 
 /// SAELens's trainer settings (`SAETrainerConfig`'s optimisation fields).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -71,6 +72,8 @@ pub struct SaeTrainer {
     pub blocks: Option<Blocks>,
     /// The ranks sharing each step's batch ([`crate::share`]); one process by default.
     pub ranks: Ranks,
+    /// Where each step's pass runs; `None`: chosen by the batch's device.
+    pub path: Option<PassPath>,
     /// The sparse pass's pre-activations, kept between steps.
     scratch: Scratch,
 }
@@ -90,6 +93,7 @@ impl SaeTrainer {
             topk_threshold: 0.0,
             blocks: None,
             ranks: Ranks::single(),
+            path: None,
             scratch: Scratch::default(),
         }
     }
@@ -98,6 +102,12 @@ impl SaeTrainer {
     /// whole batch and computes its rows' part.
     pub fn shared_by(mut self, ranks: Ranks) -> Self {
         self.ranks = ranks;
+        self
+    }
+
+    /// The same trainer with every step's pass on `path`, whatever the batch's device.
+    pub fn on_path(mut self, path: PassPath) -> Self {
+        self.path = Some(path);
         self
     }
 
@@ -137,49 +147,29 @@ impl SaeTrainer {
         Ok(share::start_all_reduce(&self.ranks, (g, values), (n, rows), self.step))
     }
 
-    /// TopK and BatchTopK SAEs take the sparse pass, standard and JumpReLU the hand-written
-    /// dense one; Burn's autodiff what is left (JumpReLU's pre-activation loss on dead
-    /// features).
+    /// On the host ([`PassPath::Host`]), TopK and BatchTopK SAEs take the sparse pass,
+    /// standard and JumpReLU the hand-written dense one, Burn's autodiff what is left
+    /// (JumpReLU's pre-activation loss on dead features); on [`PassPath::Tensors`] every
+    /// architecture takes Burn's autodiff on the batch's device — except BatchTopK over
+    /// several ranks, whose choice across the ranks' rows only the sparse pass makes.
     fn unmasked_backward(&self, params: &Dictionary, batch: Batch, rows: usize) -> Result<(Dictionary, TrainPassValues), DistError> {
         let Batch { x, target } = batch;
         debug_assert_eq!(target.is_none(), params.subtract_b_dec, "an SAE's batch has no target, a transcoder's has one");
         let target = target.unwrap_or_else(|| x.clone());
         let dead = self.dead();
-        if self.arch.topk().is_some() {
-            let share = (self.ranks.size() > 1).then_some(Share { ranks: &self.ranks, rows, step: self.step });
-            return sparse_pass::gradients(params, &self.arch, SparseInput { x, target, dead: &dead, scratch: &self.scratch, share });
-        }
-        let n_dead = dead.iter().filter(|&&d| d).count();
-        if dense_pass::handles(&self.arch, n_dead) {
-            return Ok(dense_pass::gradients(params, &self.arch, DenseInput { x, target, coefficient: self.coefficient(), dead: &dead }));
-        }
-        let device: Device = x.device();
-        let mask = Tensor::<1, Bool>::from_data(TensorData::new(dead, [self.since_fired.len()]), &device);
-        let leaves = params.leaves();
-        let input = PassInput { x: x.autodiff(), target: target.autodiff(), coefficient: self.coefficient(), dead: Some((&mask.autodiff(), n_dead)) };
-        let pass = training_pass(&leaves, &self.arch, input);
-        let acts = pass.feature_acts.clone().inner();
-        let fired = acts.clone().not_equal_elem(0.0);
-        let counts: Vec<i64> = fired.clone().int().sum_dim(0).into_data().convert::<i64>().try_into_vec::<i64>().expect("counts");
-        let l0 = fired.int().sum().into_scalar::<i64>() as f64 / acts.dims()[0] as f64;
-        let min_positive = match self.arch {
-            Architecture::BatchTopK { .. } => {
-                let pos = acts.clone().greater_elem(0.0);
-                let any = pos.clone().any().into_scalar::<bool>();
-                any.then(|| acts.mask_fill(pos.bool_not(), f32::INFINITY).min().into_scalar::<f32>() as f64)
+        let path = self.path.unwrap_or_else(|| PassPath::for_device(&x.device()));
+        let shared_choice = self.ranks.size() > 1 && matches!(self.arch, Architecture::BatchTopK { .. });
+        if path == PassPath::Host || shared_choice {
+            if self.arch.topk().is_some() {
+                let share = (self.ranks.size() > 1).then_some(Share { ranks: &self.ranks, rows, step: self.step });
+                return sparse_pass::gradients(params, &self.arch, SparseInput { x, target, dead: &dead, scratch: &self.scratch, share });
             }
-            _ => None,
-        };
-        let values = TrainPassValues {
-            losses: pass.terms.iter().map(|(t, v)| (*t, v.clone().inner().into_scalar::<f32>() as f64)).collect(),
-            loss: pass.loss.clone().inner().into_scalar::<f32>() as f64,
-            l0,
-            dead: n_dead,
-            fired: counts.iter().map(|&c| c as u64).collect(),
-            min_positive,
-        };
-        let grads = pass.loss.backward();
-        Ok((leaves.grads(&grads), values))
+            let n_dead = dead.iter().filter(|&&d| d).count();
+            if dense_pass::handles(&self.arch, n_dead) {
+                return Ok(dense_pass::gradients(params, &self.arch, DenseInput { x, target, coefficient: self.coefficient(), dead: &dead }));
+            }
+        }
+        Ok(tensor_pass::gradients(params, &self.arch, TensorInput { x, target, coefficient: self.coefficient(), dead: &dead }))
     }
 
     /// One training step on `batch` (an error only from the ranks sharing it).

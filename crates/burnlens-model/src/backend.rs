@@ -84,6 +84,21 @@ pub fn device(name: &str, index: Option<usize>) -> Result<Device, BackendError> 
     Ok(device)
 }
 
+/// Whether `device` computes on this machine's CPU (flex, ndarray, LibTorch's CPU device; an
+/// autodiff device answers for the one it wraps): where the hand-written passes over host
+/// slices are the fast path. A GPU's tensors stay on the GPU instead.
+pub fn is_host(device: &Device) -> bool {
+    #[allow(unreachable_patterns)]
+    match device.clone().inner().as_dispatch() {
+        burn::backend::DispatchDevice::Flex(_) => true,
+        #[cfg(feature = "ndarray")]
+        burn::backend::DispatchDevice::NdArray(_) => true,
+        #[cfg(feature = "tch")]
+        burn::backend::DispatchDevice::LibTorch(d) => matches!(d, burn::backend::libtorch::LibTorchDevice::Cpu),
+        _ => false,
+    }
+}
+
 /// The backend named by the first of `choices` that is set, else `BURNLENS_BACKEND`, else
 /// [`DEFAULT_BACKEND`].
 pub fn resolve_name(choices: &[Option<&str>]) -> String {

@@ -1,6 +1,6 @@
-//! Selections (no sort): the `k`-th largest value of a slice, of each row of a matrix on the
-//! host, of each row of a tensor; and the entries TopK and BatchTopK keep, as sparse codes
-//! ([`Scores`]). TopK's choice (inference and training), BatchTopK's, and the auxiliary
+//! Selections (no sort on the host): the `k`-th largest value of a slice, of each row of a
+//! matrix on the host, of each row of a tensor (the backend's `topk` on a GPU); and the
+//! entries TopK and BatchTopK keep, as sparse codes ([`Scores`]). TopK's choice (inference and training), BatchTopK's, and the auxiliary
 //! loss's all ask this.
 
 use burn::tensor::{Tensor, TensorData};
@@ -37,16 +37,26 @@ pub fn kth_largest_per_row(n: usize, m: usize, k: usize, score: impl Fn(usize, u
         .collect()
 }
 
-/// The `k`-th largest value of each row of `x`, `[rows, 1]`, rows in parallel on the host
-/// (read back once). On an autodiff tensor the result is a constant of the graph.
+/// The `k`-th largest value of each row of `x`, `[rows, 1]`: on a host device rows in
+/// parallel on the host (read back once), on a GPU by the backend's own `topk` (nothing
+/// read back). On an autodiff tensor the result is a constant of the graph.
 pub fn kth_largest_rows(x: &Tensor<2>, k: usize) -> Tensor<2> {
     let [n, m] = x.dims();
     let plain = if x.is_autodiff() { x.clone().detach().inner() } else { x.clone() };
     let device = plain.device();
+    if !burnlens_model::backend::is_host(&device) {
+        let t = kth_largest_rows_on_device(plain, k);
+        return if x.is_autodiff() { t.autodiff() } else { t };
+    }
     let mut v: Vec<f32> = plain.into_data().try_into_vec_as::<f32>().expect("f32");
     let kth: Vec<f32> = v.par_chunks_mut(m).map(|row| kth_largest(row, k)).collect();
     let t = Tensor::<2>::from_data(TensorData::new(kth, [n, 1]), &device);
     if x.is_autodiff() { t.autodiff() } else { t }
+}
+
+/// [`kth_largest_rows`] on the tensor's device: the backend's `topk`, its last column.
+fn kth_largest_rows_on_device(x: Tensor<2>, k: usize) -> Tensor<2> {
+    x.topk(k, 1).narrow(1, k - 1, 1)
 }
 
 /// Scores: `pre` itself, or `pre · scale[j]` column by column (TopK's choice on
@@ -231,6 +241,14 @@ mod tests {
         let x = Tensor::<2>::from_data(TensorData::new(vec![3.0f32, -1.0, 2.0, 0.5, 0.25, 4.0], [2, 3]), &Default::default());
         let rows: Vec<f32> = kth_largest_rows(&x, 2).into_data().try_into_vec_as::<f32>().unwrap();
         assert_eq!(rows, vec![2.0, 0.5]);
+        // The GPU's route (the backend's `topk`), run here on the CPU backend: the same values,
+        // ties included.
+        let wide = Tensor::<2>::from_data(TensorData::new(long[..4000].to_vec(), [4, 1000]), &Default::default());
+        for k in [1, 5, 77] {
+            let host: Vec<f32> = kth_largest_rows(&wide, k).into_data().try_into_vec_as::<f32>().unwrap();
+            let device: Vec<f32> = kth_largest_rows_on_device(wide.clone(), k).into_data().try_into_vec_as::<f32>().unwrap();
+            assert_eq!(device, host, "k {k}");
+        }
     }
 
     /// The plain references: every score of `all`, and the entries positive and at least

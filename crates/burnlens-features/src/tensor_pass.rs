@@ -1,0 +1,70 @@
+//! The step's pass on Burn's tensors with autodiff, wherever the batch lives: a GPU's path
+//! (nothing but the loss terms, L0 and the per-feature firing counts comes back to the host),
+//! and the CPU's for what the hand-written host passes leave (JumpReLU's pre-activation loss
+//! on dead features). Which of the two a step takes is [`PassPath`].
+
+use burn::tensor::{Bool, Device, Tensor, TensorData};
+use burnlens_lens::dictionary::Dictionary;
+
+use crate::architecture::Architecture;
+use crate::forward::{PassInput, TrainPassValues, training_pass};
+use crate::params::Trainable;
+
+/// Where a training step's pass runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PassPath {
+    /// The hand-written passes over host slices (`sparse_pass`, `dense_pass`): the CPU's
+    /// fast path.
+    Host,
+    /// Burn's tensors with autodiff ([`gradients`]): the tensors stay on their device.
+    Tensors,
+}
+
+impl PassPath {
+    /// The host passes on a CPU device, the tensors on a GPU.
+    pub fn for_device(device: &Device) -> Self {
+        if burnlens_model::backend::is_host(device) { PassPath::Host } else { PassPath::Tensors }
+    }
+}
+
+/// What the tensor pass is given: the batch (`target` is `x` for an SAE), the sparsity
+/// coefficient and the dead features.
+pub struct TensorInput<'a> {
+    pub x: Tensor<2>,
+    pub target: Tensor<2>,
+    pub coefficient: f64,
+    pub dead: &'a [bool],
+}
+
+/// The gradients of the loss at `params` on the batch, and the pass's report.
+pub fn gradients(params: &Dictionary, arch: &Architecture, input: TensorInput) -> (Dictionary, TrainPassValues) {
+    let TensorInput { x, target, coefficient, dead } = input;
+    let device: Device = x.device();
+    let n_dead = dead.iter().filter(|&&d| d).count();
+    let mask = Tensor::<1, Bool>::from_data(TensorData::new(dead.to_vec(), [dead.len()]), &device);
+    let leaves = params.leaves();
+    let input = PassInput { x: x.autodiff(), target: target.autodiff(), coefficient, dead: Some((&mask.autodiff(), n_dead)) };
+    let pass = training_pass(&leaves, arch, input);
+    let acts = pass.feature_acts.clone().inner();
+    let fired = acts.clone().not_equal_elem(0.0);
+    let counts: Vec<i64> = fired.clone().int().sum_dim(0).into_data().convert::<i64>().try_into_vec::<i64>().expect("counts");
+    let l0 = fired.int().sum().into_scalar::<i64>() as f64 / acts.dims()[0] as f64;
+    let min_positive = match arch {
+        Architecture::BatchTopK { .. } => {
+            let pos = acts.clone().greater_elem(0.0);
+            let any = pos.clone().any().into_scalar::<bool>();
+            any.then(|| acts.mask_fill(pos.bool_not(), f32::INFINITY).min().into_scalar::<f32>() as f64)
+        }
+        _ => None,
+    };
+    let values = TrainPassValues {
+        losses: pass.terms.iter().map(|(t, v)| (*t, v.clone().inner().into_scalar::<f32>() as f64)).collect(),
+        loss: pass.loss.clone().inner().into_scalar::<f32>() as f64,
+        l0,
+        dead: n_dead,
+        fired: counts.iter().map(|&c| c as u64).collect(),
+        min_positive,
+    };
+    let grads = pass.loss.backward();
+    (leaves.grads(&grads), values)
+}
