@@ -112,8 +112,9 @@ const PATHS: [PassPath; 2] = [PassPath::Host, PassPath::Tensors];
 
 #[test]
 fn the_cpu_backend_takes_the_host_passes() {
-    assert_eq!(PassPath::for_device(&Device::default()), PassPath::Host);
-    assert_eq!(PassPath::for_device(&Device::default().autodiff()), PassPath::Host);
+    let cpu = burnlens::model::backend::device("flex", None).expect("flex");
+    assert_eq!(PassPath::for_device(&cpu), PassPath::Host);
+    assert_eq!(PassPath::for_device(&cpu.autodiff()), PassPath::Host);
 }
 
 #[test]
@@ -139,30 +140,54 @@ fn first_step_losses_and_gradients_equal_saelens() {
 
 #[test]
 fn ten_steps_with_schedules_equal_saelens() {
-    let device = Device::default();
-    for (name, path) in ARCHITECTURES.into_iter().flat_map(|a| PATHS.map(|p| (a, p))) {
+    for path in PATHS {
+        ten_steps_equal_saelens(&Device::default(), Some(path));
+    }
+}
+
+/// Every architecture's ten steps on `device`, on `path` (`None`: the one the device picks),
+/// against sae-lens's.
+fn ten_steps_equal_saelens(device: &Device, path: Option<PassPath>) {
+    for name in ARCHITECTURES {
         let c = case(name);
-        let name = format!("{name} ({path:?})");
+        let name = format!("{name} ({path:?} on {device:?})");
         let name = name.as_str();
         let steps = c.meta["steps"].as_u64().unwrap() as usize;
         let n_terms = c.meta["loss_terms"].as_array().unwrap().len();
-        let mut trainer = SaeTrainer::new(architecture(&c.meta), trainer_config(&c.meta), params(&c, "init", &device)).on_path(path);
+        let mut trainer = SaeTrainer::new(architecture(&c.meta), trainer_config(&c.meta), params(&c, "init", device));
+        if let Some(path) = path {
+            trainer = trainer.on_path(path);
+        }
         for s in 0..steps {
-            let r = trainer.train_step(Batch::sae(batch(&c, s, &device))).expect("one process");
+            let r = trainer.train_step(Batch::sae(batch(&c, s, device))).expect("one process");
             assert!((r.lr - c.t["lr"].f32[s] as f64).abs() < 1e-9, "{name} step {s}: lr {} vs {}", r.lr, c.t["lr"].f32[s]);
             assert!((r.coefficient - c.t["coefficient"].f32[s] as f64).abs() < 1e-7, "{name} step {s}: coefficient");
             let want = c.t["losses"].f32[s * n_terms + n_terms - 1];
             assert!((r.loss as f32 - want).abs() <= 1e-4 * want.abs(), "{name} step {s}: loss {} vs sae-lens {want}", r.loss);
             if s == 0 {
-                assert_params(&trainer.params, &params(&c, "step1", &device), 1e-5, &format!("{name} after one step"));
+                assert_params(&trainer.params, &params(&c, "step1", device), 1e-5, &format!("{name} after one step"));
             }
         }
-        assert_params(&trainer.params, &params(&c, "final", &device), 1e-4, &format!("{name} after {steps} steps"));
+        assert_params(&trainer.params, &params(&c, "final", device), 1e-4, &format!("{name} after {steps} steps"));
         let since: Vec<u32> = c.t["n_forward_passes_since_fired"].f32.iter().map(|&v| v as u32).collect();
         assert_eq!(trainer.since_fired, since, "{name}: steps since each feature fired");
         if let Some(t) = c.meta["topk_threshold"].as_f64() {
             assert!((trainer.topk_threshold - t).abs() <= 1e-4 * t.abs(), "{name}: threshold {} vs {t}", trainer.topk_threshold);
         }
+    }
+}
+
+/// On a GPU backend the trainer takes the tensor path by itself, and its steps still equal
+/// sae-lens's: wgpu (with Mesa's lavapipe it runs on the CPU where there is no GPU; not in CI,
+/// which does not build the feature), and cuda on an NVIDIA GPU (f32 products there run on
+/// TF32 tensor cores unless burn is told otherwise: ~1e-3, beyond these bounds).
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+#[test]
+fn on_a_gpu_backend_the_steps_take_the_tensor_path_and_equal_saelens() {
+    for name in ["wgpu", "cuda"].into_iter().filter(|n| burnlens::model::backend::is_compiled(n)) {
+        let device = burnlens::model::backend::device(name, None).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(PassPath::for_device(&device), PassPath::Tensors, "{name}");
+        ten_steps_equal_saelens(&device, None);
     }
 }
 

@@ -1,5 +1,5 @@
 //! Selections (no sort on the host): the `k`-th largest value of a slice, of each row of a
-//! matrix on the host, of each row of a tensor (the backend's `topk` on a GPU); and the
+//! matrix on the host, of each row of a tensor (a bisection on a GPU); and the
 //! entries TopK and BatchTopK keep, as sparse codes ([`Scores`]). TopK's choice (inference and training), BatchTopK's, and the auxiliary
 //! loss's all ask this.
 
@@ -38,8 +38,8 @@ pub fn kth_largest_per_row(n: usize, m: usize, k: usize, score: impl Fn(usize, u
 }
 
 /// The `k`-th largest value of each row of `x`, `[rows, 1]`: on a host device rows in
-/// parallel on the host (read back once), on a GPU by the backend's own `topk` (nothing
-/// read back). On an autodiff tensor the result is a constant of the graph.
+/// parallel on the host (read back once), on a GPU by a bisection on the device
+/// ([`kth_largest_rows_on_device`]: one boolean read back). On an autodiff tensor the result is a constant of the graph.
 pub fn kth_largest_rows(x: &Tensor<2>, k: usize) -> Tensor<2> {
     let [n, m] = x.dims();
     let plain = if x.is_autodiff() { x.clone().detach().inner() } else { x.clone() };
@@ -54,9 +54,47 @@ pub fn kth_largest_rows(x: &Tensor<2>, k: usize) -> Tensor<2> {
     if x.is_autodiff() { t.autodiff() } else { t }
 }
 
-/// [`kth_largest_rows`] on the tensor's device: the backend's `topk`, its last column.
+/// Bisection steps between the device selection's exactness checks.
+const BISECTION_STEPS: usize = 32;
+/// Checks before the device selection gives up and reads the rows back.
+const BISECTION_ROUNDS: usize = 4;
+
+/// [`kth_largest_rows`] on the tensor's device, by bisection on the values (no sort, and
+/// not the backend's `topk`: burn 0.22's on wgpu returned `-f32::MAX` for 119 of 127 values
+/// at k = 127 of 2,048, and its kernels grow as k² — cubek #570): per row,
+/// `count(x ≥ lo) ≥ k > count(x ≥ hi)` narrowed by halving `[lo, hi]` (the finite values'
+/// range at first: the auxiliary loss masks live features with −∞), then the answer is
+/// `hi` where `count(x ≥ hi) ≥ k`, else the smallest value at or above `lo`. It is the
+/// `k`-th largest exactly when `count(x > v) < k`, checked (one boolean read back) every
+/// [`BISECTION_STEPS`] steps; rows still unsettled after [`BISECTION_ROUNDS`] checks are
+/// read back and selected on the host.
 fn kth_largest_rows_on_device(x: Tensor<2>, k: usize) -> Tensor<2> {
-    x.topk(k, 1).narrow(1, k - 1, 1)
+    let [n, m] = x.dims();
+    let k = k as i64;
+    let at_least = |t: &Tensor<2>| x.clone().greater_equal(t.clone().expand([n, m])).int().sum_dim(1).greater_equal_elem(k);
+    let finite = x.clone().equal_elem(f32::NEG_INFINITY);
+    let mut lo = x.clone().mask_fill(finite, f32::INFINITY).min_dim(1);
+    let mut hi = x.clone().max_dim(1);
+    let too_few = at_least(&lo).bool_not();
+    for _ in 0..BISECTION_ROUNDS {
+        for _ in 0..BISECTION_STEPS {
+            let mid = lo.clone() + (hi.clone() - lo.clone()) * 0.5;
+            let enough = at_least(&mid);
+            lo = lo.mask_where(enough.clone(), mid.clone());
+            hi = hi.mask_where(enough.bool_not(), mid);
+        }
+        let from_lo = x.clone().mask_fill(x.clone().lower(lo.clone().expand([n, m])), f32::INFINITY).min_dim(1);
+        // Rows with fewer than k finite values: the k-th largest is −∞.
+        let v = from_lo.mask_where(at_least(&hi), hi.clone()).mask_fill(too_few.clone(), f32::NEG_INFINITY);
+        let exact = x.clone().greater(v.clone().expand([n, m])).int().sum_dim(1).lower_elem(k).all().into_scalar::<bool>();
+        if exact {
+            return v;
+        }
+    }
+    let device = x.device();
+    let mut rows: Vec<f32> = x.into_data().try_into_vec_as::<f32>().expect("f32");
+    let kth: Vec<f32> = rows.par_chunks_mut(m).map(|row| kth_largest(row, k as usize)).collect();
+    Tensor::from_data(TensorData::new(kth, [n, 1]), &device)
 }
 
 /// Scores: `pre` itself, or `pre · scale[j]` column by column (TopK's choice on
@@ -241,10 +279,14 @@ mod tests {
         let x = Tensor::<2>::from_data(TensorData::new(vec![3.0f32, -1.0, 2.0, 0.5, 0.25, 4.0], [2, 3]), &Default::default());
         let rows: Vec<f32> = kth_largest_rows(&x, 2).into_data().try_into_vec_as::<f32>().unwrap();
         assert_eq!(rows, vec![2.0, 0.5]);
-        // The GPU's route (the backend's `topk`), run here on the CPU backend: the same values,
-        // ties included.
-        let wide = Tensor::<2>::from_data(TensorData::new(long[..4000].to_vec(), [4, 1000]), &Default::default());
-        for k in [1, 5, 77] {
+        // The GPU's route, run here on the CPU backend: the same values, ties, negative values
+        // and rows masked with −∞ included.
+        let mut v = long[..4000].to_vec();
+        v[1000..1990].fill(f32::NEG_INFINITY);
+        v[3000..3500].fill(0.0);
+        let cpu = burnlens_model::backend::device("flex", None).expect("flex");
+        let wide = Tensor::<2>::from_data(TensorData::new(v, [4, 1000]), &cpu);
+        for k in [1, 5, 10, 77, 600, 1000] {
             let host: Vec<f32> = kth_largest_rows(&wide, k).into_data().try_into_vec_as::<f32>().unwrap();
             let device: Vec<f32> = kth_largest_rows_on_device(wide.clone(), k).into_data().try_into_vec_as::<f32>().unwrap();
             assert_eq!(device, host, "k {k}");
