@@ -72,8 +72,8 @@ fn kth_largest_rows_on_device(x: Tensor<2>, k: usize) -> Tensor<2> {
     let [n, m] = x.dims();
     let k = k as i64;
     let at_least = |t: &Tensor<2>| x.clone().greater_equal(t.clone().expand([n, m])).int().sum_dim(1).greater_equal_elem(k);
-    let finite = x.clone().equal_elem(f32::NEG_INFINITY);
-    let mut lo = x.clone().mask_fill(finite, f32::INFINITY).min_dim(1);
+    let masked = x.clone().equal_elem(f32::NEG_INFINITY);
+    let mut lo = x.clone().mask_fill(masked, f32::INFINITY).min_dim(1);
     let mut hi = x.clone().max_dim(1);
     let too_few = at_least(&lo).bool_not();
     for _ in 0..BISECTION_ROUNDS {
