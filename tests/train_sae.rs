@@ -24,6 +24,9 @@ fn a_corpus_run_writes_an_sae_in_saelens_layout_and_metrics() {
     let corpus = fixture("data").join("corpus.parquet");
     let o = burnlens(&args(out.to_str().unwrap(), &["--architecture", "jumprelu", "--l0", "0.01", "--steps", "12", "--data", corpus.to_str().unwrap()]));
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // On the CPU backend the steps take the host passes, and the summary says so.
+    let said = String::from_utf8_lossy(&o.stdout);
+    assert!(said.contains("each step ran as the hand-written passes over host memory"), "{said}");
     let cfg: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out.join("sae/cfg.json")).unwrap()).unwrap();
     assert_eq!(cfg["architecture"], "jumprelu");
     assert_eq!(cfg["metadata"]["hook_name"], "blocks.1.hook_resid_pre");

@@ -85,6 +85,11 @@ fn train(a: &TrainSaeArgs, options: &RunOptions, cfg: &SaeRunConfig, source: Sou
     burnlens_model::stop::install_interrupt_handler();
     // One of several ranks when an MPI launcher started this process.
     let ranks = Ranks::from_launcher()?;
+    let device = match &source {
+        Source::Model { model, .. } => model.device(),
+        Source::Cache { device, .. } => device.clone(),
+    };
+    let path = burnlens_features::PassPath::of_step(None, &device, &cfg.architecture, ranks.size());
     let tty = std::io::stderr().is_terminal() && ranks.is_writer();
     let mut on_step = |r: &[StepReport], p: &Progress| {
         if tty && (p.step.is_multiple_of(10) || p.step == p.steps) {
@@ -122,6 +127,7 @@ fn train(a: &TrainSaeArgs, options: &RunOptions, cfg: &SaeRunConfig, source: Sou
         (false, false) => (cfg.sites.len(), "SAEs".to_string()),
     };
     println!("trained {n} {} {what} ({} features per layer or SAE) over {} activations", cfg.architecture.name(), cfg.d_sae, s.tokens);
+    println!("each step ran as {} ({device:?})", path.describe());
     let outs: Vec<String> = s.outputs.iter().map(|p| p.display().to_string()).collect();
     println!(
         "wrote {} ({}), metrics.jsonl and checkpoints/ in {}",

@@ -25,6 +25,24 @@ impl PassPath {
     pub fn for_device(device: &Device) -> Self {
         if burnlens_model::backend::is_host(device) { PassPath::Host } else { PassPath::Tensors }
     }
+
+    /// The path a step of `arch` on `device` shared by `ranks` processes takes: `forced` if
+    /// given, else by device — but BatchTopK over several ranks on the host, whose choice
+    /// across the ranks' rows only the sparse pass makes.
+    pub fn of_step(forced: Option<PassPath>, device: &Device, arch: &Architecture, ranks: usize) -> Self {
+        if ranks > 1 && matches!(arch, Architecture::BatchTopK { .. }) {
+            return PassPath::Host;
+        }
+        forced.unwrap_or_else(|| PassPath::for_device(device))
+    }
+
+    /// How a run's summary says it.
+    pub fn describe(self) -> &'static str {
+        match self {
+            PassPath::Host => "the hand-written passes over host memory",
+            PassPath::Tensors => "autodiff tensors kept on the device",
+        }
+    }
 }
 
 /// What the tensor pass is given: the batch (`target` is `x` for an SAE), the sparsity

@@ -150,16 +150,13 @@ impl SaeTrainer {
     /// On the host ([`PassPath::Host`]), TopK and BatchTopK SAEs take the sparse pass,
     /// standard and JumpReLU the hand-written dense one, Burn's autodiff what is left
     /// (JumpReLU's pre-activation loss on dead features); on [`PassPath::Tensors`] every
-    /// architecture takes Burn's autodiff on the batch's device — except BatchTopK over
-    /// several ranks, whose choice across the ranks' rows only the sparse pass makes.
+    /// architecture takes Burn's autodiff on the batch's device ([`PassPath::of_step`]).
     fn unmasked_backward(&self, params: &Dictionary, batch: Batch, rows: usize) -> Result<(Dictionary, TrainPassValues), DistError> {
         let Batch { x, target } = batch;
         debug_assert_eq!(target.is_none(), params.subtract_b_dec, "an SAE's batch has no target, a transcoder's has one");
         let target = target.unwrap_or_else(|| x.clone());
         let dead = self.dead();
-        let path = self.path.unwrap_or_else(|| PassPath::for_device(&x.device()));
-        let shared_choice = self.ranks.size() > 1 && matches!(self.arch, Architecture::BatchTopK { .. });
-        if path == PassPath::Host || shared_choice {
+        if PassPath::of_step(self.path, &x.device(), &self.arch, self.ranks.size()) == PassPath::Host {
             if self.arch.topk().is_some() {
                 let share = (self.ranks.size() > 1).then_some(Share { ranks: &self.ranks, rows, step: self.step });
                 return sparse_pass::gradients(params, &self.arch, SparseInput { x, target, dead: &dead, scratch: &self.scratch, share });
