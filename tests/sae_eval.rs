@@ -18,7 +18,21 @@ fn close(got: f64, want: f64, what: &str) {
 
 #[test]
 fn metrics_equal_saelens_run_evals() {
-    let device = Device::flex();
+    metrics_equal_saelens_on(&Device::flex());
+}
+
+/// On a GPU backend (the feature activations reduced on the device): the same metrics. wgpu
+/// runs on Mesa's lavapipe where there is no GPU; neither feature is built in CI.
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+#[test]
+fn on_a_gpu_backend_the_metrics_still_equal_saelens() {
+    for name in ["wgpu", "cuda"].into_iter().filter(|n| burnlens::model::backend::is_compiled(n)) {
+        metrics_equal_saelens_on(&burnlens::model::backend::device(name, None).unwrap_or_else(|e| panic!("{name}: {e}")));
+    }
+}
+
+fn metrics_equal_saelens_on(device: &Device) {
+    let device = device.clone();
     for case in ["standard_gpt2_resid", "layernorm_gpt2_hook_z", "jumprelu_llama_resid"] {
         let dir = fixture("sae_eval").join(case);
         let tokens: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("tokens.json")).unwrap()).unwrap();

@@ -13,6 +13,9 @@ use burn::tensor::{Bool, Int, Tensor, TensorData};
 use burnlens_lens::hook_pass::{hook_activations, window_ids};
 use burnlens_lens::sae::{Sae, SaeError};
 use burnlens_model::{Activation, Hooks, Transformer};
+
+use crate::eval_reads::feature_reads;
+use crate::tensor_pass::PassPath;
 use serde::Serialize;
 
 /// `run_evals`'s first dictionary.
@@ -174,22 +177,16 @@ pub(crate) fn evaluate_part(input: &EvalInput, batches: &[Vec<Vec<u32>>]) -> Res
         reconstruction_pass(model, sae, batch, &keep, l)?;
         let x = sae_input(model, sae, batch)?;
         let (f, r) = sae.forward(x.clone());
-        let (x, r, f) = (host(x), host(r), host(f));
+        let path = PassPath::for_device(&f.device());
+        let reads = feature_reads(f, &keep, b, path);
+        let (x, r) = (host(x), host(r));
         let rows: Vec<usize> = (0..b * t).filter(|&i| keep[i]).collect();
-        variance_metrics(&x, &r, &f, &rows, sae.cfg.d_in, d_sae, l, &mut part.ev);
-        for p in 0..b {
-            let mut in_prompt = vec![false; d_sae];
-            for i in (p * t..(p + 1) * t).filter(|&i| keep[i]) {
-                for (j, &a) in f[i * d_sae..(i + 1) * d_sae].iter().enumerate() {
-                    if a != 0.0 {
-                        part.fired_tokens[j] += 1.0;
-                        in_prompt[j] = true;
-                    }
-                }
-                part.tokens += 1;
-            }
-            in_prompt.iter().enumerate().filter(|(_, x)| **x).for_each(|(j, _)| part.fired_prompts[j] += 1.0);
-        }
+        variance_metrics(&x, &r, &rows, sae.cfg.d_in, l, &mut part.ev);
+        l.l0.extend(&reads.l0);
+        l.l1.extend(&reads.l1);
+        part.fired_tokens.iter_mut().zip(&reads.fired_tokens).for_each(|(a, b)| *a += b);
+        part.fired_prompts.iter_mut().zip(&reads.fired_prompts).for_each(|(a, b)| *a += b);
+        part.tokens += rows.len();
     }
     Ok(part)
 }
@@ -353,7 +350,7 @@ fn next_token_losses(logp: Tensor<3>, ids: Tensor<2, Int>) -> Tensor<2> {
 
 /// The shrinkage, sparsity and variance metrics of one batch's kept `rows`.
 #[allow(clippy::too_many_arguments)]
-fn variance_metrics(x: &[f32], r: &[f32], f: &[f32], rows: &[usize], d: usize, d_sae: usize, l: &mut Lists, ev: &mut ExplainedVariance) {
+fn variance_metrics(x: &[f32], r: &[f32], rows: &[usize], d: usize, l: &mut Lists, ev: &mut ExplainedVariance) {
     let row = |v: &[f32], i: usize, w: usize| v[i * w..(i + 1) * w].iter().map(|&a| a as f64).collect::<Vec<f64>>();
     let norm = |v: &[f64]| v.iter().map(|a| a * a).sum::<f64>().sqrt();
     let mut batch_mean = vec![0f64; d];
@@ -362,7 +359,7 @@ fn variance_metrics(x: &[f32], r: &[f32], f: &[f32], rows: &[usize], d: usize, d
     }
     let (mut out_sq, mut dot) = (0.0, 0.0);
     for &i in rows {
-        let (xi, ri, fi) = (row(x, i, d), row(r, i, d), row(f, i, d_sae));
+        let (xi, ri) = (row(x, i, d), row(r, i, d));
         let (nx, nr) = (norm(&xi), norm(&ri));
         let resid: f64 = xi.iter().zip(&ri).map(|(a, b)| (a - b) * (a - b)).sum();
         let centred: f64 = xi.iter().zip(&batch_mean).map(|(a, m)| (a - m) * (a - m)).sum();
@@ -371,8 +368,6 @@ fn variance_metrics(x: &[f32], r: &[f32], f: &[f32], rows: &[usize], d: usize, d
         l.l2_ratio.push(nr / if nx.abs() < 1e-4 { 1.0 } else { nx });
         out_sq += nr * nr;
         dot += xi.iter().zip(&ri).map(|(a, b)| a * b).sum::<f64>();
-        l.l0.push(fi.iter().filter(|&&a| a != 0.0).count() as f64);
-        l.l1.push(fi.iter().map(|a| a.abs()).sum());
         l.ev_legacy.push(1.0 - resid / centred);
         l.mse.push(resid);
         l.cossim.push(xi.iter().zip(&ri).map(|(a, b)| a * b).sum::<f64>() / (nx * nr));

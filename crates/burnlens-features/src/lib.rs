@@ -22,6 +22,7 @@ pub mod config;
 pub mod cross_layer;
 pub mod dense_pass;
 pub mod eval_ranks;
+pub mod eval_reads;
 pub mod evals;
 pub mod forward;
 pub mod host;
