@@ -20,7 +20,7 @@ cd "$(dirname "$0")/.."
 pack() {
     set -e
     local bins
-    bins=$(cargo build --features "$FEATURES" --bin burnlens --test parity --test attribution --test sae_training --message-format=json \
+    bins=$(cargo build --features "$FEATURES" --bin burnlens --test parity --test attribution --test sae_training --test sae_eval --message-format=json \
         | python3 -c 'import json,sys
 for l in sys.stdin:
     m = json.loads(l)
@@ -60,6 +60,7 @@ run() {
     # SAE training's steps on the GPU backends (the tensor path, chosen by the device) against
     # sae-lens's; on cuda TF32 products may put them past the 1e-4 bounds: the log says.
     [ -n "${SKIP_TESTS:-}" ] || { echo "== SAE steps on $backends"; timeout 180 $bin/sae_training on_a_gpu_backend 2>&1 | grep -E "test result|panicked|FAILED|differs" | head -20; }
+    [ -n "${SKIP_TESTS:-}" ] || { echo "== SAE evals on $backends"; timeout 120 $bin/sae_eval on_a_gpu_backend 2>&1 | grep -E "test result|panicked|FAILED|vs sae-lens" | head -20; }
     echo "== bench"
     local model=/tmp/gpt2-small
     python3 -c "
