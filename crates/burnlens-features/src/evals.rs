@@ -15,6 +15,7 @@ use burnlens_lens::sae::{Sae, SaeError};
 use burnlens_model::{Activation, Hooks, Transformer};
 
 use crate::eval_reads::feature_reads;
+use crate::host::host;
 use crate::tensor_pass::PassPath;
 use serde::Serialize;
 
@@ -140,10 +141,6 @@ impl Lists {
 
 fn mean(v: &[f64]) -> f64 {
     v.iter().sum::<f64>() / v.len() as f64
-}
-
-fn host<const D: usize>(t: Tensor<D>) -> Vec<f32> {
-    t.into_data().try_into_vec_as::<f32>().expect("f32")
 }
 
 /// Evaluate `input.sae` as SAELens's `run_evals` does, every metric on.
