@@ -102,6 +102,41 @@ for row, t in rows.items():
     ratio = lambda k: f"{t['torch-lean'] / t[k]:.2f}x" if k in t and "torch-lean" in t else "-"
     print(f"| {row} | {ms('cuda')} | {ms('wgpu')} | {ms('torch-lean')} | {ms('torch-hf')} | {ratio('wgpu')} | {ratio('cuda')} |")
 EOF
+    sae_rows "$model" "$backends" "$out"
+}
+
+# SAE training at GPT-2 small's shape (24,576 features, 4,096 activations a step, hook
+# blocks.6.hook_resid_pre, model passes included): `train-sae` on each GPU backend (its
+# steps on the tensor path, chosen by the device) against scripts/peer_sae_step.py, a
+# PyTorch loop of SAELens's step on cuda. Seconds a step over the steady steps.
+sae_rows() {
+    local model=$1 backends=$2 out=$3 steps=${SAE_STEPS:-20}
+    echo "| SAE step | burnlens backend | burnlens s / step | PyTorch s / step | burnlens / PyTorch |"
+    echo "|---|---|---|---|---|"
+    for arch in topk standard; do
+        local peer
+        peer=$(timeout 240 python3 scripts/peer_sae_step.py "$model" $arch $steps 24576 32 6 cuda 2>/dev/null | tail -1)
+        echo "$peer" >>"$out/sae.jsonl"
+        for backend in $backends; do
+            rm -rf "/tmp/sae-$backend"
+            timeout 240 .gpu/bin/burnlens train-sae --backend "$backend" --model "$model" --hook blocks.6.hook_resid_pre --architecture $arch \
+                --k 32 --d-sae 24576 --steps $steps --batch 32 --seq-len 128 --n-batches-in-buffer 2 --data random --checkpoint-every 100000 \
+                $([ $arch = standard ] && echo --l1 1) --out "/tmp/sae-$backend" >"$out/sae-$arch-$backend.log" 2>&1
+            python3 - "/tmp/sae-$backend/metrics.jsonl" "$peer" $arch $backend <<'EOF'
+import json, statistics, sys
+try:
+    lines = [json.loads(l) for l in open(sys.argv[1])]
+    ours = (lines[-1]["elapsed_s"] - lines[1]["elapsed_s"]) / (len(lines) - 2)
+except (OSError, ValueError, IndexError, KeyError, ZeroDivisionError):
+    ours = float("nan")
+try:
+    theirs = statistics.median(json.loads(sys.argv[2])["times"])
+except (ValueError, KeyError):
+    theirs = float("nan")
+print(f"| {sys.argv[3]} | {sys.argv[4]} | {ours:.4f} | {theirs:.4f} | {theirs / ours:.2f}x |")
+EOF
+        done
+    done
 }
 
 case "${1:-}" in
