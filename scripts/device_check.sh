@@ -12,8 +12,8 @@
 # The test binaries read their fixtures through the path they were built in (/work/main), so
 # `run` links that path to the checkout it runs in. Results: $OUT/log and $OUT/bench.jsonl.
 set -uo pipefail
-# cuda: burn 0.22's cubecl-cuda builds LLVM (tracel-llvm-bundler), which it downloads from the
-# network at build time; where that is reachable, pack with FEATURES=cuda,wgpu.
+# cuda: burn 0.22's cubecl-cuda links LLVM (tracel-llvm-bundler); `cargo xtask cuda-llvm` puts
+# it where the bundler looks (no network at build time), then pack with FEATURES=cuda,wgpu.
 FEATURES=${FEATURES:-wgpu}
 cd "$(dirname "$0")/.."
 
