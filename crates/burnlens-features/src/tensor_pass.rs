@@ -1,5 +1,6 @@
 //! The step's pass on Burn's tensors with autodiff, wherever the batch lives: a GPU's path
-//! (nothing but the loss terms, L0 and the per-feature firing counts comes back to the host),
+//! (what comes back to the host is scalars — the loss terms, L0, BatchTopK's smallest kept
+//! activation, the gradients' norm Adam clips by — and the per-feature firing counts),
 //! and the CPU's for what the hand-written host passes leave (JumpReLU's pre-activation loss
 //! on dead features). Which of the two a step takes is [`PassPath`].
 
