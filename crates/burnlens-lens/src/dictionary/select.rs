@@ -41,17 +41,18 @@ pub fn kth_largest_per_row(n: usize, m: usize, k: usize, score: impl Fn(usize, u
 /// parallel on the host (read back once), on a GPU by a bisection on the device
 /// ([`kth_largest_rows_on_device`]: one boolean read back). On an autodiff tensor the result is a constant of the graph.
 pub fn kth_largest_rows(x: &Tensor<2>, k: usize) -> Tensor<2> {
-    let [n, m] = x.dims();
     let plain = if x.is_autodiff() { x.clone().detach().inner() } else { x.clone() };
-    let device = plain.device();
-    if !burnlens_model::backend::is_host(&device) {
-        let t = kth_largest_rows_on_device(plain, k);
-        return if x.is_autodiff() { t.autodiff() } else { t };
-    }
-    let mut v: Vec<f32> = plain.into_data().try_into_vec_as::<f32>().expect("f32");
-    let kth: Vec<f32> = v.par_chunks_mut(m).map(|row| kth_largest(row, k)).collect();
-    let t = Tensor::<2>::from_data(TensorData::new(kth, [n, 1]), &device);
+    let t = if burnlens_model::backend::is_host(&plain.device()) { kth_largest_rows_on_host(plain, k) } else { kth_largest_rows_on_device(plain, k) };
     if x.is_autodiff() { t.autodiff() } else { t }
+}
+
+/// [`kth_largest_rows`] read back once, rows in parallel on the host.
+fn kth_largest_rows_on_host(x: Tensor<2>, k: usize) -> Tensor<2> {
+    let [n, m] = x.dims();
+    let device = x.device();
+    let mut v: Vec<f32> = x.into_data().try_into_vec_as::<f32>().expect("f32");
+    let kth: Vec<f32> = v.par_chunks_mut(m).map(|row| kth_largest(row, k)).collect();
+    Tensor::from_data(TensorData::new(kth, [n, 1]), &device)
 }
 
 /// Bisection steps between the device selection's exactness checks.
@@ -91,10 +92,7 @@ fn kth_largest_rows_on_device(x: Tensor<2>, k: usize) -> Tensor<2> {
             return v;
         }
     }
-    let device = x.device();
-    let mut rows: Vec<f32> = x.into_data().try_into_vec_as::<f32>().expect("f32");
-    let kth: Vec<f32> = rows.par_chunks_mut(m).map(|row| kth_largest(row, k as usize)).collect();
-    Tensor::from_data(TensorData::new(kth, [n, 1]), &device)
+    kth_largest_rows_on_host(x, k as usize)
 }
 
 /// Scores: `pre` itself, or `pre · scale[j]` column by column (TopK's choice on
