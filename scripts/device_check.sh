@@ -20,7 +20,7 @@ cd "$(dirname "$0")/.."
 pack() {
     set -e
     local bins
-    bins=$(cargo build --features "$FEATURES" --bin burnlens --test parity --test attribution --test sae_training --test sae_eval --message-format=json \
+    bins=$(cargo build --features "$FEATURES" --bin burnlens --test parity --test attribution --test sae_training --test sae_eval --test gpu_kernels --message-format=json \
         | python3 -c 'import json,sys
 for l in sys.stdin:
     m = json.loads(l)
@@ -59,6 +59,8 @@ run() {
     done
     # SAE training's steps on the GPU backends (the tensor path, chosen by the device) against
     # sae-lens's; on cuda TF32 products may put them past the 1e-4 bounds: the log says.
+    # burnlens's own CubeCL kernels (model::gpu) against the host rules, bit for bit.
+    [ -n "${SKIP_TESTS:-}" ] || { echo "== own kernels on $backends"; timeout 120 $bin/gpu_kernels 2>&1 | grep -E "test result|panicked|FAILED|left|right" | head -20; }
     [ -n "${SKIP_TESTS:-}" ] || { echo "== SAE steps on $backends"; timeout 180 $bin/sae_training on_a_gpu_backend 2>&1 | grep -E "test result|panicked|FAILED|differs" | head -20; }
     [ -n "${SKIP_TESTS:-}" ] || { echo "== SAE evals on $backends"; timeout 120 $bin/sae_eval on_a_gpu_backend 2>&1 | grep -E "test result|panicked|FAILED|vs sae-lens" | head -20; }
     echo "== bench"

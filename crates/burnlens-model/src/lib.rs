@@ -11,6 +11,7 @@ pub mod config;
 pub mod error;
 pub mod files;
 pub mod generate;
+pub mod gpu;
 pub mod hook_point;
 pub mod hooks;
 pub mod kernels;

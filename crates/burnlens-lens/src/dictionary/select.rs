@@ -38,11 +38,17 @@ pub fn kth_largest_per_row(n: usize, m: usize, k: usize, score: impl Fn(usize, u
 }
 
 /// The `k`-th largest value of each row of `x`, `[rows, 1]`: on a host device rows in
-/// parallel on the host (read back once), on a GPU by a bisection on the device
-/// ([`kth_largest_rows_on_device`]: one boolean read back). On an autodiff tensor the result is a constant of the graph.
+/// parallel on the host (read back once); on a GPU burnlens's radix-selection kernel
+/// ([`burnlens_model::gpu::kth_largest_rows`]: nothing read back) where it runs (the Cube
+/// backend: wgpu, CUDA), else a bisection on the device ([`kth_largest_rows_on_device`]:
+/// one boolean read back). On an autodiff tensor the result is a constant of the graph.
 pub fn kth_largest_rows(x: &Tensor<2>, k: usize) -> Tensor<2> {
     let plain = if x.is_autodiff() { x.clone().detach().inner() } else { x.clone() };
-    let t = if burnlens_model::backend::is_host(&plain.device()) { kth_largest_rows_on_host(plain, k) } else { kth_largest_rows_on_device(plain, k) };
+    let t = if burnlens_model::backend::is_host(&plain.device()) {
+        kth_largest_rows_on_host(plain, k)
+    } else {
+        burnlens_model::gpu::kth_largest_rows(&plain, k).unwrap_or_else(|| kth_largest_rows_on_device(plain, k))
+    };
     if x.is_autodiff() { t.autodiff() } else { t }
 }
 
