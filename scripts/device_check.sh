@@ -105,6 +105,41 @@ for row, t in rows.items():
     print(f"| {row} | {ms('cuda')} | {ms('wgpu')} | {ms('torch-lean')} | {ms('torch-hf')} | {ratio('wgpu')} | {ratio('cuda')} |")
 EOF
     sae_rows "$model" "$backends" "$out"
+    select_rows "$backends"
+}
+
+# TopK's choice alone at GPT-2 small's SAE shape (the k-th largest of each of 4,096 rows of
+# 24,576 scores) and BatchTopK's (one row of 4,096 x 24,576, k = 32 x 4,096): burnlens's
+# radix kernel and the bisection it replaced, against torch.topk on the same GPU. Median ms.
+select_rows() {
+    local backends=$1
+    echo "| selection | route | ms |"
+    echo "|---|---|---|"
+    for spec in "4096x24576 32" "1x100663296 131072"; do
+        set -- $spec
+        for backend in $backends; do
+            for route in chosen bisection; do
+                timeout 120 .gpu/bin/burnlens bench select --backend "$backend" --shape "$1" --k "$2" --route $route --reps 10 2>/dev/null | python3 -c '
+import json, statistics, sys
+d = json.loads(sys.stdin.read())
+rows, width, k, route, ms = d["rows"], d["width"], d["k"], d["route"], statistics.median(d["times"]) * 1e3
+print(f"| {rows}x{width} k {k} | burnlens {sys.argv[1]} {route} | {ms:.2f} |")' "$backend"
+            done
+        done
+        timeout 120 python3 - "$1" "$2" <<'EOF'
+import sys, time, torch
+rows, width = map(int, sys.argv[1].split("x"))
+k = int(sys.argv[2])
+x = torch.randn(rows, width, device="cuda")
+ts = []
+for i in range(11):
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    v = torch.topk(x, k, dim=1).values[:, -1].cpu()
+    ts.append(time.perf_counter() - t)
+print(f"| {rows}x{width} k {k} | torch.topk cuda | {sorted(ts[1:])[5] * 1e3:.2f} |")
+EOF
+    done
 }
 
 # SAE training at GPT-2 small's shape (24,576 features, 4,096 activations a step, hook

@@ -73,6 +73,23 @@ fn the_radix_selection_equals_the_host_selection_bit_for_bit() {
     }
 }
 
+/// Calls in a row on one matrix, alternating `k`: each answer read back is its own call's
+/// (none read before its kernels ran, none left over from the call before).
+#[test]
+fn back_to_back_selections_each_read_their_own_answer() {
+    let (rows, width) = (512, 24_576);
+    let v = values(rows * width, 99);
+    let want: Vec<Vec<u32>> = [1, 64].iter().map(|&k| bits(&host(&v, width, k))).collect();
+    for (name, device) in devices() {
+        let x = Tensor::<2>::from_data(TensorData::new(v.clone(), [rows, width]), &device);
+        for i in 0..12 {
+            let k = [1, 64][i % 2];
+            let got: Vec<f32> = gpu::kth_largest_rows(&x, k).expect("the kernel runs").into_data().try_into_vec_as::<f32>().unwrap();
+            assert_eq!(bits(&got), want[i % 2], "{name}: call {i}, k {k}");
+        }
+    }
+}
+
 #[test]
 fn the_radix_selection_declines_what_it_does_not_handle() {
     for (name, device) in devices() {

@@ -20,7 +20,7 @@ use crate::UserError;
 /// Which workload and its sizes.
 #[derive(clap::Args, Clone)]
 pub struct BenchArgs {
-    /// forward | generate | train | load | scale | attention | gemm | machine
+    /// forward | generate | train | load | scale | attention | gemm | select | machine
     pub workload: String,
     /// Model directory (forward, generate, load, scale).
     #[arg(long)]
@@ -51,6 +51,14 @@ pub struct BenchArgs {
     /// train: the model and batch trained (the PyTorch peer has the same three).
     #[arg(long, value_enum, default_value_t = TrainShape::Cpu)]
     pub train_shape: TrainShape,
+    /// select: the `k`-th largest of each row of a `--shape ROWSxWIDTH` matrix (TopK's
+    /// choice at `k`; BatchTopK's is one row of the whole batch at `k · rows`).
+    #[arg(long, default_value_t = 64)]
+    pub k: usize,
+    /// select: the route timed, `chosen` (what the trainer takes on this device) or
+    /// `bisection` (the composed-ops route a GPU without burnlens's kernel takes).
+    #[arg(long, default_value = "chosen")]
+    pub route: String,
 }
 
 /// What `bench train` trains, on random tokens: nanoGPT's sizes.
@@ -216,9 +224,12 @@ pub fn run(a: &BenchArgs, device: Device, options: &LoadOptions) -> Result<()> {
         "scale" => scale(a, &device, options)?,
         "attention" => bench_attention(a, &device)?,
         "gemm" => bench_gemm(a, options.dtype)?,
+        "select" => bench_select(a, &device)?,
         "machine" => burnlens_model::kernels::bench::machine(),
         other => {
-            return Err(UserError(format!("unknown workload \"{other}\"; expected forward, generate, train, load, scale, attention, gemm or machine")).into());
+            return Err(
+                UserError(format!("unknown workload \"{other}\"; expected forward, generate, train, load, scale, attention, gemm, select or machine")).into()
+            );
         }
     };
     let mut out = out;
@@ -296,6 +307,34 @@ fn bench_attention(a: &BenchArgs, device: &Device) -> Result<serde_json::Value> 
     let (t, d) = (a.seq as f64, 768.0);
     let flops = a.batch as f64 * (2.0 * t * 4.0 * d * d + 4.0 * d * t * (t + 1.0) / 2.0);
     Ok(json!({"times": times, "tokens": a.batch * a.seq, "flops": flops, "scores_bytes": a.batch * 12 * a.seq * a.seq * 4, "peak_rss_bytes": peak_rss()}))
+}
+
+/// `bench select --shape ROWSxWIDTH --k K`: the `k`-th largest of each row of a random
+/// matrix on the device, by the route the trainer takes there (on a GPU with Burn's `Cube`
+/// backend burnlens's radix kernel) or, with `--route bisection`, the composed-ops
+/// bisection; the answer read back once per repetition (a few bytes a row).
+fn bench_select(a: &BenchArgs, device: &Device) -> Result<serde_json::Value> {
+    use burnlens_lens::dictionary::select;
+    let spec = a.shape.as_deref().unwrap_or("4096x24576");
+    let dims: Vec<usize> =
+        spec.split('x').map(|v| v.parse()).collect::<Result<_, _>>().map_err(|_| UserError(format!("bench select: --shape {spec} is not ROWSxWIDTH")))?;
+    let [rows, width] = dims[..] else { return Err(UserError(format!("bench select: --shape {spec} is not ROWSxWIDTH")).into()) };
+    if a.k == 0 || a.k > width {
+        return Err(UserError(format!("bench select: --k {} is not in 1..={width} (the row width)", a.k)).into());
+    }
+    let x = Tensor::<2>::random([rows, width], Distribution::Normal(0.0, 1.0), device);
+    let route = match a.route.as_str() {
+        "chosen" => select::route(&x),
+        "bisection" => "bisection",
+        other => return Err(UserError(format!("bench select: --route {other}: expected chosen or bisection")).into()),
+    };
+    let times = timed(a.reps, || {
+        let t = if route == "bisection" { select::kth_largest_rows_by_bisection(x.clone(), a.k) } else { select::kth_largest_rows(&x, a.k) };
+        let _ = t.into_data();
+    });
+    Ok(
+        json!({"times": times, "rows": rows, "width": width, "k": a.k, "route": route, "values_per_s": (rows * width) as f64 / times.iter().cloned().fold(f64::INFINITY, f64::min)}),
+    )
 }
 
 /// `bench gemm --shape MxKxN[t]`: one product as a model's linear layer takes it (see

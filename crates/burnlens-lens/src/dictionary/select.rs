@@ -40,16 +40,27 @@ pub fn kth_largest_per_row(n: usize, m: usize, k: usize, score: impl Fn(usize, u
 /// The `k`-th largest value of each row of `x`, `[rows, 1]`: on a host device rows in
 /// parallel on the host (read back once); on a GPU burnlens's radix-selection kernel
 /// ([`burnlens_model::gpu::kth_largest_rows`]: nothing read back) where it runs (the Cube
-/// backend: wgpu, CUDA), else a bisection on the device ([`kth_largest_rows_on_device`]:
+/// backend: wgpu, CUDA), else a bisection on the device ([`kth_largest_rows_by_bisection`]:
 /// one boolean read back). On an autodiff tensor the result is a constant of the graph.
 pub fn kth_largest_rows(x: &Tensor<2>, k: usize) -> Tensor<2> {
     let plain = if x.is_autodiff() { x.clone().detach().inner() } else { x.clone() };
     let t = if burnlens_model::backend::is_host(&plain.device()) {
         kth_largest_rows_on_host(plain, k)
     } else {
-        burnlens_model::gpu::kth_largest_rows(&plain, k).unwrap_or_else(|| kth_largest_rows_on_device(plain, k))
+        burnlens_model::gpu::kth_largest_rows(&plain, k).unwrap_or_else(|| kth_largest_rows_by_bisection(plain, k))
     };
     if x.is_autodiff() { t.autodiff() } else { t }
+}
+
+/// Which route [`kth_largest_rows`] takes for `x`: `host`, `radix kernel` or `bisection`.
+pub fn route(x: &Tensor<2>) -> &'static str {
+    if burnlens_model::backend::is_host(&x.device()) {
+        "host"
+    } else if burnlens_model::gpu::kth_largest_rows_runs(x, 1) {
+        "radix kernel"
+    } else {
+        "bisection"
+    }
 }
 
 /// [`kth_largest_rows`] read back once, rows in parallel on the host.
@@ -75,7 +86,7 @@ const BISECTION_ROUNDS: usize = 4;
 /// `k`-th largest exactly when `count(x > v) < k`, checked (one boolean read back) every
 /// [`BISECTION_STEPS`] steps; rows still unsettled after [`BISECTION_ROUNDS`] checks are
 /// read back and selected on the host.
-fn kth_largest_rows_on_device(x: Tensor<2>, k: usize) -> Tensor<2> {
+pub fn kth_largest_rows_by_bisection(x: Tensor<2>, k: usize) -> Tensor<2> {
     let [n, m] = x.dims();
     let k = k as i64;
     let at_least = |t: &Tensor<2>| x.clone().greater_equal(t.clone().expand([n, m])).int().sum_dim(1).greater_equal_elem(k);
@@ -292,7 +303,7 @@ mod tests {
         let wide = Tensor::<2>::from_data(TensorData::new(v, [4, 1000]), &cpu);
         for k in [1, 5, 10, 77, 600, 1000] {
             let host: Vec<f32> = kth_largest_rows(&wide, k).into_data().try_into_vec_as::<f32>().unwrap();
-            let device: Vec<f32> = kth_largest_rows_on_device(wide.clone(), k).into_data().try_into_vec_as::<f32>().unwrap();
+            let device: Vec<f32> = kth_largest_rows_by_bisection(wide.clone(), k).into_data().try_into_vec_as::<f32>().unwrap();
             assert_eq!(device, host, "k {k}");
         }
     }

@@ -30,3 +30,16 @@ pub fn kth_largest_rows(x: &Tensor<2>, k: usize) -> Option<Tensor<2>> {
         None
     }
 }
+
+/// Whether [`kth_largest_rows`] runs its kernel for `x` and `k` (rather than answer `None`).
+pub fn kth_largest_rows_runs(x: &Tensor<2>, k: usize) -> bool {
+    #[cfg(any(feature = "wgpu", feature = "cuda"))]
+    {
+        radix_select::applies(x, k)
+    }
+    #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
+    {
+        let _ = (x, k);
+        false
+    }
+}

@@ -44,12 +44,18 @@ impl RadixSelect for Cube {
     }
 }
 
-/// See [`super::kth_largest_rows`].
-pub fn kth_largest_rows(x: &Tensor<2>, k: usize) -> Option<Tensor<2>> {
+/// See [`super::kth_largest_rows_runs`]: a plain f32 tensor on a `Cube` device, `1 ≤ k ≤`
+/// its width, and a grid within the launch limits.
+pub fn applies(x: &Tensor<2>, k: usize) -> bool {
     let [rows, width] = x.dims();
     let on_cube = matches!(x.device().inner().as_dispatch(), DispatchDevice::Cube(_));
     let fits = (1..=GRID_LIMIT).contains(&rows) && width.div_ceil(PER_CUBE as usize) <= GRID_LIMIT && width < u32::MAX as usize;
-    if !on_cube || !fits || x.is_autodiff() || x.dtype() != DType::F32 || k == 0 || k > width {
+    on_cube && fits && !x.is_autodiff() && x.dtype() == DType::F32 && k >= 1 && k <= width
+}
+
+/// See [`super::kth_largest_rows`].
+pub fn kth_largest_rows(x: &Tensor<2>, k: usize) -> Option<Tensor<2>> {
+    if !applies(x, k) {
         return None;
     }
     Some(Tensor::from_dispatch(<burn::backend::Dispatch as RadixSelect>::radix_kth_largest_rows(x.clone().into_dispatch(), k)))
