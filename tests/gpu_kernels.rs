@@ -5,7 +5,7 @@
 #![cfg(any(feature = "wgpu", feature = "cuda"))]
 
 use burn::tensor::{Device, Tensor, TensorData};
-use burnlens::lens::dictionary::select::{kth_largest, kth_largest_rows};
+use burnlens::lens::dictionary::select::{SelectRoute, kth_largest, kth_largest_rows};
 use burnlens::model::gpu;
 
 fn devices() -> Vec<(&'static str, Device)> {
@@ -66,6 +66,7 @@ fn the_radix_selection_equals_the_host_selection_bit_for_bit() {
                 let got: Vec<f32> = got.into_data().try_into_vec_as::<f32>().unwrap();
                 assert_eq!(bits(&got), bits(&want), "{name} [{rows}, {width}] k {k}");
                 // The selection the dictionaries call takes the kernel on this device.
+                assert_eq!(SelectRoute::of(&x, k), SelectRoute::RadixKernel, "{name}");
                 let via: Vec<f32> = kth_largest_rows(&x, k).into_data().try_into_vec_as::<f32>().unwrap();
                 assert_eq!(bits(&via), bits(&want), "{name} [{rows}, {width}] k {k} through kth_largest_rows");
             }
@@ -101,4 +102,5 @@ fn the_radix_selection_declines_what_it_does_not_handle() {
     let cpu = burnlens::model::backend::device("flex", None).expect("flex");
     let x = Tensor::<2>::from_data(TensorData::new(vec![1.0f32, 2.0, 3.0], [1, 3]), &cpu);
     assert!(gpu::kth_largest_rows(&x, 1).is_none(), "a host tensor keeps the host selection");
+    assert_eq!(SelectRoute::of(&x, 1), SelectRoute::Host);
 }

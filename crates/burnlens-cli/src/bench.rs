@@ -324,14 +324,18 @@ fn bench_select(a: &BenchArgs, device: &Device) -> Result<serde_json::Value> {
     }
     let x = Tensor::<2>::random([rows, width], Distribution::Normal(0.0, 1.0), device);
     let route = match a.route.as_str() {
-        "chosen" => select::route(&x),
-        "bisection" => "bisection",
+        "chosen" => select::SelectRoute::of(&x, a.k),
+        "bisection" => select::SelectRoute::Bisection,
         other => return Err(UserError(format!("bench select: --route {other}: expected chosen or bisection")).into()),
     };
     let times = timed(a.reps, || {
-        let t = if route == "bisection" { select::kth_largest_rows_by_bisection(x.clone(), a.k) } else { select::kth_largest_rows(&x, a.k) };
+        let t = match route {
+            select::SelectRoute::Bisection => select::kth_largest_rows_by_bisection(x.clone(), a.k),
+            _ => select::kth_largest_rows(&x, a.k),
+        };
         let _ = t.into_data();
     });
+    let route = route.name();
     Ok(
         json!({"times": times, "rows": rows, "width": width, "k": a.k, "route": route, "values_per_s": (rows * width) as f64 / times.iter().cloned().fold(f64::INFINITY, f64::min)}),
     )

@@ -37,29 +37,50 @@ pub fn kth_largest_per_row(n: usize, m: usize, k: usize, score: impl Fn(usize, u
         .collect()
 }
 
-/// The `k`-th largest value of each row of `x`, `[rows, 1]`: on a host device rows in
-/// parallel on the host (read back once); on a GPU burnlens's radix-selection kernel
-/// ([`burnlens_model::gpu::kth_largest_rows`]: nothing read back) where it runs (the Cube
-/// backend: wgpu, CUDA), else a bisection on the device ([`kth_largest_rows_by_bisection`]:
-/// one boolean read back). On an autodiff tensor the result is a constant of the graph.
+/// The `k`-th largest value of each row of `x`, `[rows, 1]`, by the [`SelectRoute`] its
+/// device takes. On an autodiff tensor the result is a constant of the graph.
 pub fn kth_largest_rows(x: &Tensor<2>, k: usize) -> Tensor<2> {
     let plain = if x.is_autodiff() { x.clone().detach().inner() } else { x.clone() };
-    let t = if burnlens_model::backend::is_host(&plain.device()) {
-        kth_largest_rows_on_host(plain, k)
-    } else {
-        burnlens_model::gpu::kth_largest_rows(&plain, k).unwrap_or_else(|| kth_largest_rows_by_bisection(plain, k))
+    let t = match SelectRoute::of(&plain, k) {
+        SelectRoute::Host => kth_largest_rows_on_host(plain, k),
+        SelectRoute::RadixKernel => burnlens_model::gpu::kth_largest_rows(&plain, k).expect("the kernel takes what it said it runs"),
+        SelectRoute::Bisection => kth_largest_rows_by_bisection(plain, k),
     };
     if x.is_autodiff() { t.autodiff() } else { t }
 }
 
-/// Which route [`kth_largest_rows`] takes for `x`: `host`, `radix kernel` or `bisection`.
-pub fn route(x: &Tensor<2>) -> &'static str {
-    if burnlens_model::backend::is_host(&x.device()) {
-        "host"
-    } else if burnlens_model::gpu::kth_largest_rows_runs(x, 1) {
-        "radix kernel"
-    } else {
-        "bisection"
+/// How [`kth_largest_rows`] finds its values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SelectRoute {
+    /// On a host device: read back once, rows in parallel on the host.
+    Host,
+    /// On a GPU with Burn's `Cube` backend (wgpu, CUDA): burnlens's radix-selection kernel
+    /// ([`burnlens_model::gpu::kth_largest_rows`]), nothing read back.
+    RadixKernel,
+    /// On any other GPU (LibTorch's CUDA): a bisection on the device in Burn's ops
+    /// ([`kth_largest_rows_by_bisection`]), one boolean read back every 32 steps.
+    Bisection,
+}
+
+impl SelectRoute {
+    /// The route for `x` (plain, not tracked) and `k`.
+    pub fn of(x: &Tensor<2>, k: usize) -> Self {
+        if burnlens_model::backend::is_host(&x.device()) {
+            SelectRoute::Host
+        } else if burnlens_model::gpu::kth_largest_rows_runs(x, k) {
+            SelectRoute::RadixKernel
+        } else {
+            SelectRoute::Bisection
+        }
+    }
+
+    /// Its name in reports (`bench select`).
+    pub fn name(self) -> &'static str {
+        match self {
+            SelectRoute::Host => "host",
+            SelectRoute::RadixKernel => "radix kernel",
+            SelectRoute::Bisection => "bisection",
+        }
     }
 }
 
@@ -294,7 +315,7 @@ mod tests {
         let x = Tensor::<2>::from_data(TensorData::new(vec![3.0f32, -1.0, 2.0, 0.5, 0.25, 4.0], [2, 3]), &Default::default());
         let rows: Vec<f32> = kth_largest_rows(&x, 2).into_data().try_into_vec_as::<f32>().unwrap();
         assert_eq!(rows, vec![2.0, 0.5]);
-        // The GPU's route, run here on the CPU backend: the same values, ties, negative values
+        // The bisection (a GPU without burnlens's kernel), run here on the CPU backend: the same values, ties, negative values
         // and rows masked with −∞ included.
         let mut v = long[..4000].to_vec();
         v[1000..1990].fill(f32::NEG_INFINITY);
