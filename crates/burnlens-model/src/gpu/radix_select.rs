@@ -83,6 +83,7 @@ fn launch(x: CubeTensor, k: u32) -> CubeTensor {
             width as u32,
             high,
             shift,
+            PER_CUBE / UNITS,
         );
         radix_choose::launch(
             &client,
@@ -118,18 +119,19 @@ fn order_key(v: f32) -> u32 {
     key
 }
 
-/// One round's counts: cube `(c, r)` counts row `r`'s values `c·PER_CUBE ..` whose bits
-/// under `high` equal the answer's so far, by their digit `(key >> shift) & 255`.
+/// One round's counts: cube `(c, r)` counts row `r`'s values `c·PER_CUBE ..` (`steps`
+/// strides of its 256 units) whose bits under `high` equal the answer's so far, by their
+/// digit `(key >> shift) & 255`.
 #[cube(launch)]
-fn radix_count(x: &[f32], prefix: &[u32], hist: &[Atomic<u32>], width: u32, high: u32, shift: u32) {
+fn radix_count(x: &[f32], prefix: &[u32], hist: &[Atomic<u32>], width: u32, high: u32, shift: u32, #[comptime] steps: u32) {
     let row = CUBE_POS_Y;
     let local = Shared::<[Atomic<u32>]>::new_slice(256usize);
     local[UNIT_POS as usize].store(0u32);
     sync_cube();
     let want = prefix[row as usize] & high;
-    let start = CUBE_POS_X * 4096u32;
+    let start = CUBE_POS_X * steps * 256u32;
     let base = row as usize * width as usize;
-    for step in 0..16u32 {
+    for step in 0..steps {
         let i = start + step * 256u32 + UNIT_POS;
         if i < width {
             let key = order_key(x[base + i as usize]);
