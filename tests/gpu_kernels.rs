@@ -104,3 +104,120 @@ fn the_radix_selection_declines_what_it_does_not_handle() {
     assert!(gpu::kth_largest_rows(&x, 1).is_none(), "a host tensor keeps the host selection");
     assert_eq!(SelectRoute::of(&x, 1), SelectRoute::Host);
 }
+
+/// Uniform values in [-1, 1).
+fn uniform(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+        })
+        .collect()
+}
+
+/// `a · b` per batch in f64, and `Σ |a||b|` per entry (the scale of its rounding error):
+/// `a: [batch, m, k]`, `b: [batch, k, n]` row-major.
+fn product_f64(a: &[f32], b: &[f32], [batch, m, k, n]: [usize; 4]) -> (Vec<f64>, Vec<f64>) {
+    let (mut out, mut scale) = (vec![0.0f64; batch * m * n], vec![0.0f64; batch * m * n]);
+    for z in 0..batch {
+        for i in 0..m {
+            for p in 0..k {
+                let x = a[(z * m + i) * k + p] as f64;
+                for j in 0..n {
+                    let y = b[(z * k + p) * n + j] as f64;
+                    out[(z * m + i) * n + j] += x * y;
+                    scale[(z * m + i) * n + j] += (x * y).abs();
+                }
+            }
+        }
+    }
+    (out, scale)
+}
+
+/// The worst error of `got` against `want`, relative to each entry's `Σ |a||b|`. f32
+/// arithmetic stays near 1e-7 times `k`'s square root; TF32's 10-bit inputs give ~1e-4.
+fn worst(got: &[f32], (want, scale): &(Vec<f64>, Vec<f64>)) -> f64 {
+    got.iter().zip(want).zip(scale).map(|((g, w), s)| (*g as f64 - w).abs() / s.max(1e-30)).fold(0.0, f64::max)
+}
+
+fn read(t: Tensor<3>) -> Vec<f32> {
+    t.into_data().try_into_vec_as::<f32>().unwrap()
+}
+
+/// One test, so that setting the compute dtype (process-wide) at its end races with nothing.
+#[test]
+fn the_exact_product_is_f32_arithmetic_forward_and_backward_and_tf32_is_asked_for() {
+    use burnlens::model::kernels::{Compute, set_compute};
+    use burnlens::model::matmul::{MatmulRoute, matmul};
+    const TOL: f64 = 1e-5;
+    // Odd sizes, a batch, a vector times a matrix and a matrix times a vector.
+    let shapes = [[1, 37, 61, 29], [3, 17, 130, 9], [2, 64, 64, 64], [1, 1, 768, 300], [1, 300, 768, 1]];
+    for (name, device) in devices() {
+        for (seed, &[batch, m, k, n]) in shapes.iter().enumerate() {
+            let (av, bv) = (uniform(batch * m * k, 2 * seed as u64 + 1), uniform(batch * k * n, 2 * seed as u64 + 2));
+            let want = product_f64(&av, &bv, [batch, m, k, n]);
+            let a = Tensor::<3>::from_data(TensorData::new(av.clone(), [batch, m, k]), &device);
+            let b = Tensor::<3>::from_data(TensorData::new(bv.clone(), [batch, k, n]), &device);
+            assert_eq!(MatmulRoute::of(&a, &b), MatmulRoute::ExactKernel, "{name}");
+            let e = worst(&read(matmul(a.clone(), b.clone())), &want);
+            assert!(e <= TOL, "{name} {batch}x{m}x{k}x{n}: worst error {e:e} of Σ|a||b|");
+            // Transposed views, as the backward passes them.
+            let at = Tensor::<3>::from_data(a.clone().swap_dims(1, 2).into_data(), &device).swap_dims(1, 2);
+            let bt = Tensor::<3>::from_data(b.clone().swap_dims(1, 2).into_data(), &device).swap_dims(1, 2);
+            let e = worst(&read(matmul(at, bt)), &want);
+            assert!(e <= TOL, "{name} {batch}x{m}x{k}x{n} from transposed views: worst error {e:e}");
+
+            // Backward of Σ (a·b) ⊙ w: dA = w bᵀ, dB = aᵀ w, each an exact product too.
+            let wv = uniform(batch * m * n, 2 * seed as u64 + 3);
+            let w = Tensor::<3>::from_data(TensorData::new(wv.clone(), [batch, m, n]), &device);
+            let (ta, tb) = (a.clone().autodiff().require_grad(), b.clone().autodiff().require_grad());
+            let grads = (matmul(ta.clone(), tb.clone()) * w.autodiff()).sum().backward();
+            let (ga, gb) = (ta.grad(&grads).expect("dA"), tb.grad(&grads).expect("dB"));
+            let transpose =
+                |v: &[f32], [z, r, c]: [usize; 3]| -> Vec<f32> { (0..z * r * c).map(|i| v[(i / (r * c)) * r * c + (i % r) * c + (i % (r * c)) / r]).collect() };
+            let want_da = product_f64(&wv, &transpose(&bv, [batch, k, n]), [batch, m, n, k]);
+            let want_db = product_f64(&transpose(&av, [batch, m, k]), &wv, [batch, k, m, n]);
+            let (ea, eb) = (worst(&read(ga), &want_da), worst(&read(gb), &want_db));
+            assert!(ea <= TOL && eb <= TOL, "{name} {batch}x{m}x{k}x{n}: backward worst errors dA {ea:e}, dB {eb:e}");
+        }
+        // The model's products take it: a linear layer (leading dimensions folded) and the
+        // composed attention, each equal to the host's.
+        let cpu = burnlens::model::backend::device("flex", None).expect("flex");
+        let on = |v: Vec<f32>, shape: Vec<usize>, d: &Device| Tensor::<3>::from_data(TensorData::new(v, shape), d);
+        let (x, w) = (uniform(2 * 5 * 24, 11), uniform(24 * 7, 12));
+        let before = gpu::exact_matmul_calls();
+        let lin = |d: &Device| {
+            let w = Tensor::<2>::from_data(TensorData::new(w.clone(), [24, 7]), d);
+            read(burnlens::model::kernels::linear(on(x.clone(), vec![2, 5, 24], d), w, Some(Tensor::<1>::ones([7], d))))
+        };
+        let (got, want) = (lin(&device), lin(&cpu));
+        assert!(gpu::exact_matmul_calls() > before, "{name}: linear took the exact kernel");
+        assert!(got.iter().zip(&want).all(|(g, w)| (g - w).abs() <= 1e-5 * (1.0 + w.abs())), "{name}: linear differs from the host's");
+        let qkv = uniform(3 * 2 * 4 * 9 * 8, 13);
+        let attn = |d: &Device| {
+            let t = |i: usize| Tensor::<4>::from_data(TensorData::new(qkv[i * 576..(i + 1) * 576].to_vec(), [2, 4, 9, 8]), d);
+            let z = burnlens::model::kernels::attention_reference(t(0), t(1), t(2), 0.35, burnlens::model::kernels::AttentionMask::causal());
+            z.into_data().try_into_vec_as::<f32>().unwrap()
+        };
+        let before = gpu::exact_matmul_calls();
+        let (got, want) = (attn(&device), attn(&cpu));
+        assert_eq!(gpu::exact_matmul_calls(), before + 2, "{name}: attention's two products took the exact kernel");
+        assert!(got.iter().zip(&want).all(|(g, w)| (g - w).abs() <= 1e-5 * (1.0 + w.abs())), "{name}: attention differs from the host's");
+        // Broadcast leading dimensions are Burn's.
+        let a = Tensor::<3>::from_data(TensorData::new(uniform(2 * 3 * 4, 7), [2, 3, 4]), &device);
+        let b = Tensor::<3>::from_data(TensorData::new(uniform(4 * 5, 8), [1, 4, 5]), &device);
+        assert_eq!(MatmulRoute::of(&a, &b), MatmulRoute::Burn, "{name}: broadcast");
+    }
+    let cpu = burnlens::model::backend::device("flex", None).expect("flex");
+    let x = Tensor::<3>::from_data(TensorData::new(uniform(4, 9), [1, 2, 2]), &cpu);
+    assert_eq!(MatmulRoute::of(&x, &x), MatmulRoute::Burn, "the host keeps its own products");
+    set_compute(Compute::Tf32);
+    for (name, device) in devices() {
+        let x = Tensor::<3>::from_data(TensorData::new(uniform(4, 9), [1, 2, 2]), &device);
+        assert_eq!(MatmulRoute::of(&x, &x), MatmulRoute::Burn, "{name}: --compute tf32 asks for Burn's products");
+    }
+    set_compute(Compute::F32);
+}

@@ -361,10 +361,45 @@ fn call_arguments<'a>(code: &'a str, name: &str) -> Vec<&'a str> {
     out
 }
 
+/// The second of a call's arguments (after the first comma outside brackets), or the whole
+/// text for a method call's one argument.
+fn second_argument(args: &str) -> &str {
+    let mut depth = 0i32;
+    for (i, c) in args.char_indices() {
+        match c {
+            '(' | '[' | '{' | '<' => depth += 1,
+            ')' | ']' | '}' | '>' => depth -= 1,
+            ',' if depth == 0 => return args[i + 1..].trim(),
+            _ => {}
+        }
+    }
+    args
+}
+
 #[test]
 fn the_call_finder_reads_whole_arguments() {
-    let code = "let a = x.matmul(p.w_enc.clone()); let b = p.w_enc.clone().matmul(g.reshape([m, 1]));";
-    assert_eq!(call_arguments(code, ".matmul"), vec!["p.w_enc.clone()", "g.reshape([m, 1])"]);
+    let code = "let a = matmul(x, p.w_enc.clone()); let b = matmul(p.w_enc.clone(), g.reshape([m, 1]));";
+    let args = call_arguments(code, "matmul");
+    assert_eq!(args, vec!["x, p.w_enc.clone()", "p.w_enc.clone(), g.reshape([m, 1])"]);
+    assert_eq!(args.iter().map(|a| second_argument(a)).collect::<Vec<_>>(), vec!["p.w_enc.clone()", "g.reshape([m, 1])"]);
+}
+
+/// Every product of tensors goes through `burnlens_model::matmul` (which keeps TF32 out on a
+/// GPU unless asked for): no Burn `.matmul(` call elsewhere in the crates.
+#[test]
+fn every_product_takes_burnlens_matmul() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let home = root.join("crates/burnlens-model/src/matmul.rs");
+    let direct: Vec<String> = crate_sources(root)
+        .iter()
+        .filter(|f| **f != home)
+        .flat_map(|f| {
+            let text = code(&std::fs::read_to_string(f).unwrap());
+            let name = f.strip_prefix(root).unwrap().display().to_string();
+            call_arguments(&text, ".matmul").into_iter().map(move |a| format!("{name}: .matmul({a})")).collect::<Vec<_>>()
+        })
+        .collect();
+    assert!(direct.is_empty(), "Burn's matmul called directly (use burnlens_model::matmul::matmul):\n{}", direct.join("\n"));
 }
 
 /// One sparse dictionary encodes, and folds its decoder norms, for every tool: outside
@@ -380,9 +415,10 @@ fn one_encode_and_one_decoder_norm_fold_in_the_workspace() {
         let text = code(&std::fs::read_to_string(f).unwrap());
         let name = f.strip_prefix(root).unwrap().display().to_string();
         let ours = f.starts_with(&dictionary);
-        for arg in call_arguments(&text, ".matmul") {
-            if !ours && (arg.contains("w_enc") || arg.contains("W_enc")) {
-                copies.push(format!("{name}: .matmul({arg})"));
+        for args in call_arguments(&text, "matmul") {
+            let rhs = second_argument(args);
+            if !ours && (rhs.contains("w_enc") || rhs.contains("W_enc")) {
+                copies.push(format!("{name}: matmul({args})"));
             }
         }
         folds.extend(text.matches("fn fold_decoder_norms").map(|_| name.clone()));

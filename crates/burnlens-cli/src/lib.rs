@@ -57,9 +57,10 @@ pub struct Common {
     /// stores them), f32, bf16 or f16. Activations are f32 either way (see --compute).
     #[arg(long, global = true, default_value = "auto")]
     pub dtype: burnlens_hf::WeightDtype,
-    /// The arithmetic of the linear layers' products: f32 (default, exact) or bf16 (operands
-    /// rounded to bf16, sums in f32; fast on CPUs with AVX512_BF16). Residual stream, norms,
-    /// attention, losses and every output stay f32. Overrides BURNLENS_COMPUTE.
+    /// The arithmetic of the products: f32 (default, exact, on a GPU too), bf16 (operands
+    /// rounded to bf16, sums in f32; fast on CPUs with AVX512_BF16) or tf32 (a GPU's tensor
+    /// cores, TF32 where it has them; f32 on the CPU). Residual stream, norms, attention's
+    /// softmax, losses and every output stay f32. Overrides BURNLENS_COMPUTE.
     #[arg(long, global = true)]
     pub compute: Option<burnlens_model::kernels::Compute>,
 }

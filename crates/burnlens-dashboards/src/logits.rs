@@ -6,6 +6,7 @@
 //! the largest and smallest make the tables.
 
 use burn::tensor::Tensor;
+use burnlens_model::matmul::matmul;
 use burnlens_model::{AttnHook, HookPoint, MlpHook, NormHook, Transformer};
 use serde::{Deserialize, Serialize};
 
@@ -52,10 +53,10 @@ pub fn resid_directions(model: &Transformer, hook: HookPoint, w_dec: Tensor<2>) 
     let f32_of = |p: &burn::module::Param<Tensor<2>>| burnlens_model::f32_val(p);
     match hook {
         HookPoint::Mlp(l, MlpHook::Post | MlpHook::Pre | MlpHook::PreLinear) => match &model.blocks[l].mlp {
-            Some(mlp) => Ok(w_dec.matmul(f32_of(&mlp.fc_out.weight))),
+            Some(mlp) => Ok(matmul(w_dec, f32_of(&mlp.fc_out.weight))),
             None => Err(format!("hook point `{}`: block {l} has no MLP", hook.name())),
         },
-        HookPoint::Attn(l, AttnHook::Z) => Ok(w_dec.matmul(f32_of(&model.blocks[l].attn.out.weight))),
+        HookPoint::Attn(l, AttnHook::Z) => Ok(matmul(w_dec, f32_of(&model.blocks[l].attn.out.weight))),
         h if is_residual(h) => Ok(w_dec),
         h => Err(format!("hook point `{}`: SAEDashboard finds no residual-stream direction for its features", h.name())),
     }
@@ -75,7 +76,7 @@ pub fn logit_effects(dirs: Tensor<2>, w_u: Tensor<2>, rows: usize, n_bins: usize
     let mut out = Vec::with_capacity(n);
     for s in (0..n).step_by(chunk.max(1)) {
         let e = (s + chunk).min(n);
-        let block = dirs.clone().slice([s..e]).matmul(w_u.clone());
+        let block = matmul(dirs.clone().slice([s..e]), w_u.clone());
         let host = block.into_data().try_to_vec::<f32>().expect("f32 logits");
         use rayon::prelude::*;
         out.par_extend(host.par_chunks(vocab).map(|l| LogitEffects::of(l, rows, n_bins)).collect::<Vec<_>>());

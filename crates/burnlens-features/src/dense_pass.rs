@@ -13,6 +13,7 @@
 //!   non-zero, is left to autodiff ([`handles`]).
 
 use burn::tensor::Tensor;
+use burnlens_model::matmul::matmul;
 use rayon::prelude::*;
 
 use crate::architecture::{Architecture, LossTerm};
@@ -65,33 +66,33 @@ pub fn gradients(p: &Dictionary, arch: &Architecture, input: DenseInput) -> (Dic
     let fired_total: f64 = fired.iter().map(|&f| f as f64).sum();
     let acts_t = tensor(acts, [n, m], &device);
 
-    let mut out = acts_t.clone().matmul(p.decoder().clone()) + p.b_dec.clone().unsqueeze::<2>();
+    let mut out = matmul(acts_t.clone(), p.decoder().clone()) + p.b_dec.clone().unsqueeze::<2>();
     if let Some(s) = p.skip(x.clone()) {
         out = out + s;
     }
     let diff = out - target;
     let mse = diff.clone().square().sum().into_scalar::<f32>() as f64 / n as f64;
     let g_out = diff * (2.0 / n as f64);
-    let mut g = host(g_out.clone().matmul(p.decoder().clone().transpose()));
+    let mut g = host(matmul(g_out.clone(), p.decoder().clone().transpose()));
     let g_theta = backward_elementwise(&mut g, &mut pre, m, theta.as_deref(), &norms, c, arch);
     let g_pre = tensor(g, [n, m], &device);
 
     let g_b_enc = g_pre.clone().sum_dim(0).reshape([m]);
-    let mut g_w_dec = acts_t.clone().transpose().matmul(g_out.clone());
+    let mut g_w_dec = matmul(acts_t.clone().transpose(), g_out.clone());
     if theta.is_none() {
         // The L1's pull on each decoder row through its norm.
         let per_row: Vec<f32> = act_sums.iter().zip(&norms).map(|(s, nj)| c * s / nj).collect();
         g_w_dec = g_w_dec + p.decoder().clone() * tensor(per_row, [m, 1], &device);
     }
     let g_b_dec = g_out.clone().sum_dim(0).reshape([p.b_dec.dims()[0]]);
-    let g_b_dec = if p.subtract_b_dec { g_b_dec - p.w_enc.clone().matmul(g_b_enc.clone().reshape([m, 1])).reshape([d_in]) } else { g_b_dec };
+    let g_b_dec = if p.subtract_b_dec { g_b_dec - matmul(p.w_enc.clone(), g_b_enc.clone().reshape([m, 1])).reshape([d_in]) } else { g_b_dec };
     let grads = Dictionary {
-        w_enc: sae_in.transpose().matmul(g_pre),
+        w_enc: matmul(sae_in.transpose(), g_pre),
         b_enc: g_b_enc,
         w_dec: vec![g_w_dec],
         b_dec: g_b_dec,
         threshold: g_theta.map(|t| tensor(t, [m], &device)),
-        w_skip: p.w_skip.as_ref().map(|_| x.transpose().matmul(g_out)),
+        w_skip: p.w_skip.as_ref().map(|_| matmul(x.transpose(), g_out)),
         ..p.clone()
     };
     (grads, values(arch, mse, sparsity, fired, fired_total / n as f64, dead))

@@ -12,6 +12,7 @@
 use burn::tensor::activation::relu;
 use burn::tensor::{Bool, Tensor};
 use burnlens_lens::dictionary::select::kth_largest_rows;
+use burnlens_model::matmul::matmul;
 
 use crate::architecture::{Architecture, LossTerm, TopKSettings};
 use burnlens_lens::dictionary::Dictionary;
@@ -60,7 +61,7 @@ pub fn training_pass(p: &Dictionary, arch: &Architecture, input: PassInput) -> T
     let (acts, out, extra): (Tensor<2>, Tensor<2>, Vec<(LossTerm, Tensor<1>)>) = match arch {
         Architecture::Standard { .. } => {
             let acts = relu(pre);
-            let out = acts.clone().matmul(p.decoder().clone()) + p.b_dec.clone().unsqueeze::<2>();
+            let out = matmul(acts.clone(), p.decoder().clone()) + p.b_dec.clone().unsqueeze::<2>();
             let l1 = (acts.clone() * norms()).abs().sum_dim(1).mean() * coefficient;
             (acts, out, vec![(LossTerm::L1, l1)])
         }
@@ -77,7 +78,7 @@ pub fn training_pass(p: &Dictionary, arch: &Architecture, input: PassInput) -> T
         Architecture::JumpRelu(j) => {
             let theta = p.threshold.clone().expect("a JumpReLU SAE has thresholds").reshape([1, d_sae]);
             let acts = jump_relu(pre.clone(), theta.clone(), j.bandwidth);
-            let out = acts.clone().matmul(p.decoder().clone()) + p.b_dec.clone().unsqueeze::<2>();
+            let out = matmul(acts.clone(), p.decoder().clone()) + p.b_dec.clone().unsqueeze::<2>();
             let l0 = step(pre.clone(), theta.clone(), j.bandwidth).sum_dim(1).mean() * coefficient;
             let mut terms = vec![(LossTerm::L0, l0)];
             if let Some(c) = j.pre_act_loss_coefficient {
@@ -114,7 +115,7 @@ fn with_skip(p: &Dictionary, x: &Tensor<2>, out: Tensor<2>) -> Tensor<2> {
 fn decode_rescaled(p: &Dictionary, t: &TopKSettings, acts: Tensor<2>) -> Tensor<2> {
     let d_sae = p.d_sae();
     let acts = if t.rescale_acts_by_decoder_norm { acts * p.decoder_norms().reshape([1, d_sae]).recip() } else { acts };
-    acts.matmul(p.decoder().clone())
+    matmul(acts, p.decoder().clone())
 }
 
 /// The ReLU of the `k` largest entries of each row, zero elsewhere.

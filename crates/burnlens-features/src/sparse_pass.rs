@@ -11,6 +11,7 @@
 //! gradient, so the decoded coefficient is `pre` itself.
 
 use burn::tensor::{Tensor, TensorData};
+use burnlens_model::matmul::matmul;
 
 use burnlens_dist::DistError;
 use burnlens_lens::dictionary::select::{Scores, kth_largest_per_row, kth_or_lowest};
@@ -87,7 +88,7 @@ pub fn gradients(p: &Dictionary, arch: &Architecture, input: SparseInput) -> Res
     g_out.chunks(d).for_each(|row| g_b_dec.iter_mut().zip(row).for_each(|(s, g)| *s += g));
     let g_b_dec = tensor(g_b_dec, [d], &device);
     let g_b_enc = tensor(g_b_enc, [m], &device);
-    let g_b_dec = if p.subtract_b_dec { g_b_dec - p.w_enc.clone().matmul(g_b_enc.clone().reshape([m, 1])).reshape([d_in]) } else { g_b_dec };
+    let g_b_dec = if p.subtract_b_dec { g_b_dec - matmul(p.w_enc.clone(), g_b_enc.clone().reshape([m, 1])).reshape([d_in]) } else { g_b_dec };
     let g_out_t = Tensor::<2>::from_data(TensorData::new(g_out, [n, d]), &device);
     let grads = Dictionary {
         w_enc: Tensor::from_data(TensorData::new(g_w_enc, [d_in, m]), &device),
@@ -95,7 +96,7 @@ pub fn gradients(p: &Dictionary, arch: &Architecture, input: SparseInput) -> Res
         w_dec: vec![Tensor::from_data(TensorData::new(g_w_dec, [m, d]), &device)],
         b_dec: g_b_dec,
         threshold: None,
-        w_skip: p.w_skip.as_ref().map(|_| x.transpose().matmul(g_out_t)),
+        w_skip: p.w_skip.as_ref().map(|_| matmul(x.transpose(), g_out_t)),
         ..p.clone()
     };
     let aux_loss = aux.as_ref().map_or(0.0, |a| a.loss);

@@ -6,6 +6,7 @@
 
 use burn::tensor::{Distribution, Tensor};
 use burnlens_model::Transformer;
+use burnlens_model::matmul::matmul;
 use serde::Serialize;
 
 use crate::circuits::{all_head_weights, ov, qk};
@@ -61,9 +62,9 @@ fn pair_scores(left: &FactoredMatrix, right: &FactoredMatrix) -> Vec<f32> {
     let b1 = left.b.clone().unsqueeze_dim::<4>(1).expand([h1, h2, m1, d]);
     let a2 = right.a.clone().unsqueeze_dim::<4>(0).expand([h1, h2, d, m2]);
     let b2 = right.b.clone().unsqueeze_dim::<4>(0).expand([h1, h2, m2, d]);
-    let c = b1.matmul(a2).matmul(b2);
-    let cct = c.clone().matmul(c.swap_dims(2, 3));
-    let gram_a1 = left.a.clone().swap_dims(1, 2).matmul(left.a.clone()).unsqueeze_dim::<4>(1).expand([h1, h2, m1, m1]);
+    let c = matmul(matmul(b1, a2), b2);
+    let cct = matmul(c.clone(), c.swap_dims(2, 3));
+    let gram_a1 = matmul(left.a.clone().swap_dims(1, 2), left.a.clone()).unsqueeze_dim::<4>(1).expand([h1, h2, m1, m1]);
     let prod_sq: Tensor<2> = (gram_a1 * cct).sum_dims_squeeze::<2, _>(&[2, 3]);
     let left_norm: Tensor<1> = left.norm_sq().sqrt();
     let right_norm: Tensor<1> = right.norm_sq().sqrt();

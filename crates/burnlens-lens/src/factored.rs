@@ -6,6 +6,7 @@
 //! through `m × m` matrices, materialising `l × r` only when [`FactoredMatrix::ab`] is asked.
 
 use burn::tensor::{Tensor, TensorData};
+use burnlens_model::matmul::matmul;
 use nalgebra::{Complex, DMatrix};
 
 /// `A B` for a batch of `n` pairs: `A [n, l, m]`, `B [n, m, r]`.
@@ -68,14 +69,14 @@ impl FactoredMatrix {
 
     /// The full product `AB`, `[n, l, r]`.
     pub fn ab(&self) -> Tensor<3> {
-        self.a.clone().matmul(self.b.clone())
+        matmul(self.a.clone(), self.b.clone())
     }
 
     /// `BA`, `[n, m, m]` (needs `l == r`): same non-zero eigenvalues as `AB`.
     pub fn ba(&self) -> Tensor<3> {
         let [_, l, r] = self.shape();
         assert_eq!(l, r, "BA needs a square AB, found {l} x {r}");
-        self.b.clone().matmul(self.a.clone())
+        matmul(self.b.clone(), self.a.clone())
     }
 
     /// `(AB)ᵀ = Bᵀ Aᵀ`.
@@ -90,8 +91,8 @@ impl FactoredMatrix {
 
     /// Squared Frobenius norm per batch element, `[n]`: `‖AB‖² = Σ (AᵀA) ∘ (BBᵀ)`.
     pub fn norm_sq(&self) -> Tensor<1> {
-        let gram_a = self.a.clone().swap_dims(1, 2).matmul(self.a.clone());
-        let gram_b = self.b.clone().matmul(self.b.clone().swap_dims(1, 2));
+        let gram_a = matmul(self.a.clone().swap_dims(1, 2), self.a.clone());
+        let gram_b = matmul(self.b.clone(), self.b.clone().swap_dims(1, 2));
         let n = self.a.dims()[0];
         (gram_a * gram_b).sum_dims_squeeze::<1, _>(&[1, 2]).reshape([n])
     }
@@ -106,23 +107,23 @@ impl FactoredMatrix {
     pub fn matmul_right(&self, m: Tensor<2>) -> Self {
         let n = self.a.dims()[0];
         let [r, k] = m.dims();
-        Self { a: self.a.clone(), b: self.b.clone().matmul(m.unsqueeze::<3>().expand([n, r, k])) }
+        Self { a: self.a.clone(), b: matmul(self.b.clone(), m.unsqueeze::<3>().expand([n, r, k])) }
     }
 
     /// `M (AB)` for `M [k, l]`, still factored: `(M A) B`.
     pub fn matmul_left(&self, m: Tensor<2>) -> Self {
         let n = self.a.dims()[0];
         let [k, l] = m.dims();
-        Self { a: m.unsqueeze::<3>().expand([n, k, l]).matmul(self.a.clone()), b: self.b.clone() }
+        Self { a: matmul(m.unsqueeze::<3>().expand([n, k, l]), self.a.clone()), b: self.b.clone() }
     }
 
     /// `(A₁B₁)(A₂B₂)`, factored through the smaller inner dimension.
     pub fn matmul(&self, other: &Self) -> Self {
-        let middle = self.b.clone().matmul(other.a.clone()); // [n, m1, m2]
+        let middle = matmul(self.b.clone(), other.a.clone()); // [n, m1, m2]
         if self.inner() <= other.inner() {
-            Self { a: self.a.clone(), b: middle.matmul(other.b.clone()) }
+            Self { a: self.a.clone(), b: matmul(middle, other.b.clone()) }
         } else {
-            Self { a: self.a.clone().matmul(middle), b: other.b.clone() }
+            Self { a: matmul(self.a.clone(), middle), b: other.b.clone() }
         }
     }
 

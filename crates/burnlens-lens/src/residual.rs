@@ -13,6 +13,7 @@
 
 use burn::tensor::Tensor;
 use burn::tensor::activation::log_softmax;
+use burnlens_model::matmul::matmul;
 use burnlens_model::{AttnHook, BlockHook, HookPoint, Hooks, NormHook, NormKind, NormSite, Positional, Transformer};
 use serde::Serialize;
 
@@ -218,7 +219,7 @@ pub fn direct_logit_attribution(model: &Transformer, ids: &[i64], right: i64, wr
     let normed = apply_final_norm(model, comps.stack, scale);
     let [n, t, d] = normed.dims();
     let (dir, b_u) = logit_direction(model, right, wrong);
-    let contrib: Tensor<2> = normed.reshape([n * t, d]).matmul(dir.clone().reshape([d, 1])).reshape([n, t]);
+    let contrib: Tensor<2> = matmul(normed.reshape([n * t, d]), dir.clone().reshape([d, 1])).reshape([n, t]);
     let norm_bias = model.ln_final.bias.as_ref().map_or(0.0, |b| (b.val() * dir).sum().into_scalar::<f32>() as f64);
     let values: Vec<f32> = contrib.into_data().try_into_vec_as::<f32>().expect("f32");
     let contributions: Vec<Vec<f64>> = values.chunks(t).map(|r| r.iter().map(|&x| x as f64).collect()).collect();

@@ -1,6 +1,7 @@
 //! Masked multi-head self-attention (grouped keys and values, rotary, QK norms, local windows),
 //! the paths that compute it, its per-head weights, and what a layer reads besides its weights.
 
+use crate::matmul::matmul;
 use burn::module::Module;
 use burn::nn::{Dropout, Linear};
 use burn::tensor::{Bool, Device, Tensor};
@@ -146,7 +147,9 @@ impl Attention {
             return AttentionPath::Kernel { window };
         }
         let no_mask_needed = self.span == AttentionSpan::Global && (t == s || t == 1);
-        if fused && no_mask_needed && !device.is_autodiff() {
+        // On a GPU whose products take the exact kernel, Burn's fused attention would multiply
+        // in TF32 (its fallback composes Burn's own products).
+        if fused && no_mask_needed && !device.is_autodiff() && !crate::matmul::exact_on(device) {
             return AttentionPath::Backend { causal: t == s && t > 1 };
         }
         AttentionPath::Explicit
@@ -218,7 +221,7 @@ impl Attention {
         let [b, h, t, dh] = q.dims();
         let s = k.dims()[2];
         let hd = h * dh;
-        let scores = q.matmul(k.swap_dims(2, 3)) * self.scale;
+        let scores = matmul(q, k.swap_dims(2, 3)) * self.scale;
         let scores = match self.softcap {
             Some(c) => (scores / c).tanh() * c,
             None => scores,
@@ -229,7 +232,7 @@ impl Attention {
         let pattern = hooks.at(HookPoint::Attn(layer, AttnHook::Pattern), pattern);
         let pattern = self.attn_dropout.forward(pattern);
 
-        let z = pattern.matmul(v).swap_dims(1, 2); // [batch, pos, head, d_head]
+        let z = matmul(pattern, v).swap_dims(1, 2); // [batch, pos, head, d_head]
         let z = hooks.at(HookPoint::Attn(layer, AttnHook::Z), z);
 
         let result_point = HookPoint::Attn(layer, AttnHook::Result);
@@ -237,7 +240,7 @@ impl Attention {
             // Per-head writes into the residual stream, without b_O: [batch, pos, head, d_model].
             let w_o = f32_val(&self.out.weight);
             let d = w_o.dims()[1];
-            let per_head = z.clone().swap_dims(1, 2).matmul(w_o.reshape([1, h, dh, d]).expand([b, h, dh, d]));
+            let per_head = matmul(z.clone().swap_dims(1, 2), w_o.reshape([1, h, dh, d]).expand([b, h, dh, d]));
             let result = hooks.at(result_point, per_head.swap_dims(1, 2));
             let summed: Tensor<3> = result.sum_dim(2).reshape([b, t, d]);
             return match &self.out.bias {

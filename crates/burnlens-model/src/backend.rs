@@ -137,7 +137,7 @@ pub fn probe_all() -> Vec<BackendReport> {
                     other => other.to_string(),
                 })?;
                 let a = burn::tensor::Tensor::<2>::from_floats([[1.0, 2.0], [3.0, 4.0]], &device);
-                let v: Vec<f32> = a.clone().matmul(a).into_data().try_into_vec_as::<f32>().map_err(|e| format!("{e:?}"))?;
+                let v: Vec<f32> = crate::matmul::matmul(a.clone(), a).into_data().try_into_vec_as::<f32>().map_err(|e| format!("{e:?}"))?;
                 if v != [7.0, 10.0, 15.0, 22.0] {
                     return Err(format!("wrong result {v:?}"));
                 }

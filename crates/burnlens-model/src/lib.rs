@@ -17,6 +17,7 @@ pub mod hooks;
 pub mod kernels;
 pub mod kv_cache;
 pub mod loss;
+pub mod matmul;
 pub mod mlp;
 pub mod norm;
 pub mod rng;

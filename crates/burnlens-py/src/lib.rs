@@ -116,9 +116,9 @@ fn get_act_name(name: &str, layer: Option<usize>, sub: Option<&str>) -> PyResult
     burnlens_model::act_name(name, layer, sub).map_err(pyo3::exceptions::PyKeyError::new_err)
 }
 
-/// The arithmetic of the linear layers' products for every later call in this process:
-/// `f32` (exact) or `bf16` (operands rounded to bf16, sums in f32); activations, hooks and
-/// results stay float32 either way.
+/// The arithmetic of the products for every later call in this process: `f32` (exact),
+/// `bf16` (operands rounded to bf16, sums in f32) or `tf32` (a GPU's tensor cores; f32 on
+/// the CPU); activations, hooks and results stay float32 either way.
 #[pyfunction]
 pub(crate) fn set_compute_dtype(name: &str) -> PyResult<()> {
     burnlens_model::kernels::set_compute(name.parse().map_err(pyo3::exceptions::PyValueError::new_err)?);

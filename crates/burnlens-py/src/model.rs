@@ -65,7 +65,7 @@ fn resolve(spec: &str) -> Result<PathBuf, Fail> {
 impl NativeModel {
     /// Load `spec` (a `save_pretrained` directory, a burnlens run directory, or a Hub id
     /// `org/name[@revision]`) on `backend` (`flex` by default), the weight matrices in
-    /// `dtype` (`auto`: as stored; `f32`, `bf16`, `f16`). `compute_dtype` (`f32`, `bf16`), when
+    /// `dtype` (`auto`: as stored; `f32`, `bf16`, `f16`). `compute_dtype` (`f32`, `bf16`, `tf32`), when
     /// given, sets the arithmetic of every later product in this process (see
     /// [`crate::set_compute_dtype`]).
     #[staticmethod]

@@ -15,6 +15,7 @@
 
 use burn::tensor::{Int, Tensor};
 use burnlens_model::kernels::linear;
+use burnlens_model::matmul::matmul;
 use burnlens_model::{Norm, NormKind, NormSite};
 
 use crate::replacement::{FrozenLayer, Replacement};
@@ -57,7 +58,7 @@ fn attention_back(layer: &FrozenLayer, a: Tensor<3>, g: Tensor<3>) -> Tensor<3> 
     let [h, _, _] = a.dims();
     let dh = layer.w_o.dims()[0] / h;
     let gz = linear(g.reshape([b * p, d]), layer.w_o.clone().transpose(), None).reshape([b, p, h, dh]).permute([2, 1, 0, 3]).reshape([h, p, b * dh]);
-    let gv = a.swap_dims(1, 2).matmul(gz).reshape([h, p, b, dh]).permute([2, 1, 0, 3]).reshape([b * p, h * dh]);
+    let gv = matmul(a.swap_dims(1, 2), gz).reshape([h, p, b, dh]).permute([2, 1, 0, 3]).reshape([b * p, h * dh]);
     linear(gv, layer.w_v.clone().transpose(), None).reshape([b, p, d])
 }
 

@@ -13,6 +13,7 @@
 //! with attention cut, read only against the edge's sources.
 
 use burn::tensor::{Int, Tensor, TensorData};
+use burnlens_model::matmul::matmul;
 use serde::Serialize;
 
 use crate::TraceError;
@@ -78,8 +79,8 @@ impl Replacement<'_> {
         let a = self.pattern(l, p);
         let h = a.dims()[0];
         let dh = layer.w_o.dims()[0] / h;
-        let z = g_o.narrow(1, q, 1).reshape([1, d]).matmul(layer.w_o.clone().transpose()).reshape([h, 1, dh]);
-        let u = z.matmul(layer.w_v.clone().reshape([d, h, dh]).permute([1, 2, 0]));
+        let z = matmul(g_o.narrow(1, q, 1).reshape([1, d]), layer.w_o.clone().transpose()).reshape([h, 1, dh]);
+        let u = matmul(z, layer.w_v.clone().reshape([d, h, dh]).permute([1, 2, 0]));
         let weights = a.narrow(1, q, 1).select(2, at.clone()).swap_dims(1, 2);
         let g_x = weights * u;
         match block.norm_before_attention(l) {

@@ -8,6 +8,7 @@
 //! held at its value on the unchanged prompt. Activations at the first `zero_positions`
 //! positions read as zero, as in circuit-tracer.
 
+use burnlens_model::matmul::matmul;
 use std::cell::RefCell;
 
 use burn::tensor::{Int, Tensor, TensorData};
@@ -106,7 +107,7 @@ impl Run<'_> {
             for iv in mine.iter().filter(|iv| iv.layer == src) {
                 delta[iv.pos * f + iv.feature] = iv.value - acts[src][iv.pos * f + iv.feature];
             }
-            out = out + tensor(delta, [p, f], &self.model.device()).matmul(tc.w_dec[l - src].clone());
+            out = out + matmul(tensor(delta, [p, f], &self.model.device()), tc.w_dec[l - src].clone());
         }
         Activation::Rank3(out.reshape([1, p, d]))
     }

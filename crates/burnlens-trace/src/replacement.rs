@@ -8,6 +8,7 @@
 //! The first `zero_positions` positions (the BOS token) get no features and no error, as in
 //! circuit-tracer.
 
+use burnlens_model::matmul::matmul;
 use std::collections::BTreeMap;
 
 use burn::tensor::{Int, Tensor, TensorData};
@@ -300,7 +301,7 @@ fn encode_layer(
     });
     for (k, w_dec) in tc.w_dec.iter().enumerate() {
         let out = l + k;
-        let part = dense.clone().matmul(w_dec.clone());
+        let part = matmul(dense.clone(), w_dec.clone());
         recon[out] = Some(match recon[out].take() {
             Some(r) => r + part,
             None => part,

@@ -22,6 +22,7 @@ mod rule;
 pub mod select;
 
 use burn::tensor::{Int, Tensor};
+use burnlens_model::matmul::matmul;
 
 pub use codes::Codes;
 pub use rule::Rule;
@@ -81,7 +82,7 @@ impl Dictionary {
 
     /// Pre-activations `[n, d_sae]` of inputs `x: [n, d_in]`.
     pub fn pre(&self, x: Tensor<2>) -> Tensor<2> {
-        self.input(x).matmul(self.w_enc.clone()) + self.b_enc.clone().reshape([1, self.d_sae()])
+        matmul(self.input(x), self.w_enc.clone()) + self.b_enc.clone().reshape([1, self.d_sae()])
     }
 
     /// [`pre`](Self::pre) on the host, into `out` (`[n, d_sae]`, a buffer the caller keeps
@@ -141,12 +142,12 @@ impl Dictionary {
     /// decoder (divided by the decoder norms first where the TopK choice was rescaled).
     pub fn decode(&self, f: Tensor<2>) -> Tensor<2> {
         let f = if self.rule.rescales() { f / self.decoder_norms().reshape([1, self.d_sae()]) } else { f };
-        f.matmul(self.decoder().clone()) + self.b_dec.clone().reshape([1, self.d_out()])
+        matmul(f, self.decoder().clone()) + self.b_dec.clone().reshape([1, self.d_out()])
     }
 
     /// The skip term `x · M` `[n, d_out]`, if the dictionary has one.
     pub fn skip(&self, x: Tensor<2>) -> Option<Tensor<2>> {
-        self.w_skip.as_ref().map(|w| x.matmul(w.clone()))
+        self.w_skip.as_ref().map(|w| matmul(x, w.clone()))
     }
 
     /// The same dictionary with each first-decoder row scaled to norm 1 and the encoder

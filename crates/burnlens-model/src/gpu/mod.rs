@@ -9,11 +9,14 @@
 //! | kernel | does | module |
 //! |---|---|---|
 //! | radix selection | the `k`-th largest value of each row (TopK, BatchTopK and the auxiliary loss's choice), four passes and no read-back | `radix_select` |
+//! | exact f32 product | `a · b` in f32 arithmetic on cubek's unit-level kernel (never TF32), forward and autodiff backward: every product [`crate::matmul`] routes here by default | `exact_matmul` |
 
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+mod exact_matmul;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 mod radix_select;
 
-use burn::tensor::Tensor;
+use burn::tensor::{Device, Tensor};
 
 /// The `k`-th largest value of each row of `x` (`1 ≤ k ≤` its width), `[rows, 1]`, in
 /// [`f32::total_cmp`]'s order, computed on the tensor's GPU by burnlens's radix-selection
@@ -41,5 +44,60 @@ pub fn kth_largest_rows_runs(x: &Tensor<2>, k: usize) -> bool {
     {
         let _ = (x, k);
         false
+    }
+}
+
+/// `a · b` over the last two dimensions in exact f32 arithmetic on the tensors' GPU (tracked
+/// by autodiff or not; see `exact_matmul`), or `None` where that route does not run: a build
+/// without `wgpu`/`cuda`, another backend, a dtype other than f32, a rank outside 2..=4, or
+/// leading dimensions that would broadcast.
+pub fn exact_matmul<const D: usize>(a: Tensor<D>, b: Tensor<D>) -> Option<Tensor<D>> {
+    #[cfg(any(feature = "wgpu", feature = "cuda"))]
+    {
+        exact_matmul::applies(&a, &b).then(|| exact_matmul::exact_matmul(a, b))
+    }
+    #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
+    {
+        let _ = (a, b);
+        None
+    }
+}
+
+/// Whether [`exact_matmul`] runs its kernel for `a` and `b`.
+pub fn exact_matmul_runs<const D: usize>(a: &Tensor<D>, b: &Tensor<D>) -> bool {
+    #[cfg(any(feature = "wgpu", feature = "cuda"))]
+    {
+        exact_matmul::applies(a, b)
+    }
+    #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
+    {
+        let _ = (a, b);
+        false
+    }
+}
+
+/// Whether `device` is one [`exact_matmul`] runs on (a `Cube` GPU, under autodiff or not).
+pub fn exact_matmul_on(device: &Device) -> bool {
+    #[cfg(any(feature = "wgpu", feature = "cuda"))]
+    {
+        exact_matmul::on_cube(device)
+    }
+    #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
+    {
+        let _ = device;
+        false
+    }
+}
+
+/// How many products this process ran on [`exact_matmul`]'s kernel (forward and backward):
+/// tests prove a path went through it.
+pub fn exact_matmul_calls() -> usize {
+    #[cfg(any(feature = "wgpu", feature = "cuda"))]
+    {
+        exact_matmul::calls()
+    }
+    #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
+    {
+        0
     }
 }

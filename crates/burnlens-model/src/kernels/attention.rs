@@ -21,6 +21,7 @@
 //! accumulates `dk`, `dv` per key/value head. Tolerance against the composed ops: 1e-5
 //! relative (values), 1e-4 (gradients).
 
+use crate::matmul::matmul;
 use burn::backend::flex::FlexTensor;
 use burn::backend::tensor::FloatTensor;
 use burn::backend::{Backend, Dispatch, Flex, backend_extension};
@@ -111,12 +112,12 @@ pub fn attention_reference(q: Tensor<4>, k: Tensor<4>, v: Tensor<4>, scale: f64,
         })
         .collect();
     let hidden = Tensor::<4, Bool>::from_data(TensorData::new(hidden, [1, 1, t, s]), &q.device());
-    let scores = (q.matmul(k.swap_dims(2, 3)) * scale).mask_fill(hidden.clone().expand([b, h, t, s]), f32::NEG_INFINITY);
+    let scores = (matmul(q, k.swap_dims(2, 3)) * scale).mask_fill(hidden.clone().expand([b, h, t, s]), f32::NEG_INFINITY);
     let pattern = softmax(scores, 3);
     // Rows with no visible key are NaN after the softmax; the kernel gives them zeros.
     let pattern = pattern.clone().mask_fill(pattern.is_nan(), 0.0);
     let _ = dh;
-    pattern.matmul(v)
+    matmul(pattern, v)
 }
 
 /// `[b, hk, s, dh]` -> `[b, hk * g, s, dh]`, each key/value head repeated for its `g` query heads.

@@ -1,11 +1,15 @@
 //! The compute dtype: which arithmetic the linear layers' products use, chosen apart from
 //! the dtype the weights are stored in.
 //!
-//! [`Compute::F32`] (the default) is the exact f32 path. [`Compute::Bf16`] rounds both
+//! [`Compute::F32`] (the default) is the exact f32 path, on the CPU and on a GPU (where
+//! [`crate::matmul`] keeps Burn's TF32 tensor cores out). [`Compute::Bf16`] rounds both
 //! operands of a product to bf16 (round-to-nearest-even) and accumulates in f32, as
 //! PyTorch's `autocast` and oneDNN's `vdpbf16ps` kernels do; residual stream, norms,
 //! softmax, attention, losses, hooks and every returned value stay f32. Decoding's few rows
 //! are bound by the weight's bytes, not by arithmetic, and keep the f32 path either way.
+//! [`Compute::Tf32`] lets a GPU's tensor cores take f32 products as TF32 (Burn's own
+//! products on the device: 10-bit mantissas in, f32 sums, ~1e-3 relative); on the CPU it is
+//! f32. On a GPU, `bf16` also means Burn's products (no bf16 product of burnlens's there).
 //!
 //! The choice is process-wide (like [`super::set_enabled`]): the CLI's `--compute`, Python's
 //! `compute_dtype=` and a run config's `training.compute` set it, `BURNLENS_COMPUTE` is read
@@ -22,16 +26,19 @@ pub enum Compute {
     F32,
     /// bf16 operands (rounded to nearest even), f32 accumulation.
     Bf16,
+    /// On a GPU, TF32 tensor cores where the device has them; f32 on the CPU.
+    Tf32,
 }
 
 impl Compute {
     /// Every name, as the CLI, Python and configs spell them.
-    pub const NAMES: [&'static str; 2] = ["f32", "bf16"];
+    pub const NAMES: [&'static str; 3] = ["f32", "bf16", "tf32"];
 
     pub fn name(self) -> &'static str {
         match self {
             Compute::F32 => "f32",
             Compute::Bf16 => "bf16",
+            Compute::Tf32 => "tf32",
         }
     }
 }
@@ -49,6 +56,7 @@ impl std::str::FromStr for Compute {
         match s.trim() {
             "f32" | "float32" => Ok(Compute::F32),
             "bf16" | "bfloat16" => Ok(Compute::Bf16),
+            "tf32" | "tfloat32" => Ok(Compute::Tf32),
             other => Err(format!("compute dtype {other:?}: expected one of {}", Compute::NAMES.join(", "))),
         }
     }
@@ -62,6 +70,7 @@ pub fn compute() -> Compute {
     match COMPUTE.load(Ordering::Relaxed) {
         0 => Compute::F32,
         1 => Compute::Bf16,
+        2 => Compute::Tf32,
         _ => {
             let from_env = match std::env::var("BURNLENS_COMPUTE") {
                 Ok(v) => v.parse().unwrap_or_else(|e| {
@@ -95,7 +104,7 @@ mod tests {
             assert_eq!(name.parse::<Compute>().unwrap().name(), name);
         }
         let e = "fp8".parse::<Compute>().unwrap_err();
-        assert!(e.contains("\"fp8\"") && e.contains("f32, bf16"), "{e}");
+        assert!(e.contains("\"fp8\"") && e.contains("f32, bf16, tf32"), "{e}");
         assert_eq!(serde_json::to_string(&Compute::Bf16).unwrap(), "\"bf16\"");
     }
 }

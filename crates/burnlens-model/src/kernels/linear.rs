@@ -55,9 +55,17 @@ pub fn linear<const D: usize>(x: Tensor<D>, weight: Tensor<2>, bias: Option<Tens
 }
 
 /// The composed reference (a half weight widened to `x`'s dtype first: Burn's products
-/// take one dtype).
+/// take one dtype); on a GPU whose products take the exact kernel, its product folds the
+/// leading dimensions into one of those ([`crate::matmul::matmul_weight`]).
 pub fn linear_reference<const D: usize>(x: Tensor<D>, weight: Tensor<2>, bias: Option<Tensor<1>>) -> Tensor<D> {
     let weight = weight.cast(x.dtype());
+    if crate::matmul::exact_on(&x.device()) {
+        let y = crate::matmul::matmul_weight(x, weight);
+        return match bias {
+            Some(b) => y + b.unsqueeze(),
+            None => y,
+        };
+    }
     burn::tensor::module::linear(x, weight, bias)
 }
 

@@ -41,14 +41,15 @@ def backends() -> List[str]:
 
 
 def set_compute_dtype(dtype: Any) -> None:
-    """The arithmetic of the linear layers' products for this process: `"f32"` (default,
-    exact) or `"bf16"` (`torch.bfloat16` accepted by name): operands rounded to bf16, sums
-    in f32, as `torch.autocast`; activations, hooks and results stay float32."""
+    """The arithmetic of the products for this process: `"f32"` (default, exact, on a GPU
+    too), `"bf16"` (`torch.bfloat16` accepted by name): operands rounded to bf16, sums in
+    f32, as `torch.autocast`; or `"tf32"`: a GPU's tensor cores take f32 products as TF32
+    (f32 on the CPU). Activations, hooks and results stay float32."""
     _native.set_compute_dtype(_dtype_name(dtype))
 
 
 def compute_dtype() -> str:
-    """The compute dtype in force, `"f32"` or `"bf16"`."""
+    """The compute dtype in force, `"f32"`, `"bf16"` or `"tf32"`."""
     return _native.compute_dtype()
 
 

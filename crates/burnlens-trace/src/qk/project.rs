@@ -5,6 +5,7 @@
 //! biases), which only the constant part carries; so the query of the whole stream is the
 //! sum of its parts' queries, and the score `q·k · scale` a sum over pairs of parts.
 
+use burnlens_model::matmul::matmul;
 use std::ops::Range;
 
 use burn::tensor::{Int, Tensor, TensorData};
@@ -112,7 +113,7 @@ impl<'m> Projection<'m> {
             x = x + p.clone().select(0, Tensor::<1, Int>::from_data(TensorData::new(idx, [n]), &p.device()));
         }
         let dh = self.w.dims()[1];
-        let mut y = x.matmul(self.w.clone());
+        let mut y = matmul(x, self.w.clone());
         if constant {
             y = y + self.b.clone().reshape([1, dh]);
         }
