@@ -58,7 +58,7 @@ run() {
         BURNLENS_TEST_BACKENDS=$backend timeout 120 $bin/attribution every_backend 2>&1 | grep -E "test result|panicked|FAILED" | head -20
     done
     # SAE training's steps on the GPU backends (the tensor path, chosen by the device) against
-    # sae-lens's; on cuda TF32 products may put them past the 1e-4 bounds: the log says.
+    # sae-lens's, through the exact f32 products (never TF32).
     # burnlens's own CubeCL kernels (model::gpu) against the host rules, bit for bit.
     [ -n "${SKIP_TESTS:-}" ] || { echo "== own kernels on $backends"; timeout 120 $bin/gpu_kernels 2>&1 | grep -E "test result|panicked|FAILED|left|right" | head -20; }
     [ -n "${SKIP_TESTS:-}" ] || { echo "== SAE steps on $backends"; timeout 180 $bin/sae_training on_a_gpu_backend 2>&1 | grep -E "test result|panicked|FAILED|differs" | head -20; }
@@ -84,6 +84,8 @@ transformers.GPT2LMHeadModel(transformers.GPT2Config()).save_pretrained('$model'
     }
     row "forward 1x128" forward --model $model --batch 1 --seq 128 --reps 20 -- forward --model $model --batch 1 --seq 128 --reps 20
     row "forward 8x1024" forward --model $model --batch 8 --seq 1024 --reps 10 -- forward --model $model --batch 8 --seq 1024 --reps 10
+    # The same with TF32 asked for on both sides (burnlens's default is its exact f32 kernel).
+    row "forward 8x1024 tf32" forward --model $model --batch 8 --seq 1024 --reps 10 --compute tf32 -- forward --model $model --batch 8 --seq 1024 --reps 10 --tf32
     row "generate 64" generate --model $model --new-tokens 64 --reps 3 -- generate --model $model --new 64 --reps 3
     row "train shakespeare-char" train --train-shape shakespeare-char --reps 5 -- train-steps --train-shape shakespeare-char --reps 5
     row "train gpt2 ctx256" train --train-shape gpt2 --reps 5 -- train-steps --train-shape gpt2 --reps 5

@@ -361,10 +361,13 @@ def main():
         p.add_argument("--dtype", choices=["f32", "bf16"], default="f32")
         p.add_argument("--train-shape", choices=sorted(TRAIN_SHAPES), default="cpu")
         p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+        p.add_argument("--tf32", action="store_true", help="let CUDA's f32 products run as TF32 (PyTorch's default is off)")
     args = ap.parse_args()
     global DTYPE, DEVICE
     DEVICE = torch.device(getattr(args, "device", "cpu"))
     DTYPE = {"f32": torch.float32, "bf16": torch.bfloat16}[getattr(args, "dtype", "f32")]
+    torch.backends.cuda.matmul.allow_tf32 = bool(getattr(args, "tf32", False))
+    torch.backends.cudnn.allow_tf32 = bool(getattr(args, "tf32", False))
     if getattr(args, "threads", 0):
         torch.set_num_threads(args.threads)
     if args.cmd == "train":
