@@ -221,3 +221,61 @@ fn the_exact_product_is_f32_arithmetic_forward_and_backward_and_tf32_is_asked_fo
     }
     set_compute(Compute::F32);
 }
+
+/// Activations `[n, m]` with `k` non-zeros in most rows (features spread, values of both
+/// signs), one row of `3k` (past the kernel's list: read whole) and one row of zeros.
+fn sparse_acts(n: usize, m: usize, k: usize, seed: u64) -> Vec<f32> {
+    let mut v = vec![0.0f32; n * m];
+    let vals = uniform(n * 3 * k, seed);
+    for r in 0..n {
+        let count = match r % 7 {
+            3 => 3 * k,
+            5 => 0,
+            _ => k,
+        };
+        for j in 0..count {
+            let f = (r * 131 + j * 977 + j * j * 31) % m;
+            v[r * m + f] = vals[r * 3 * k + j] * 4.0;
+        }
+    }
+    v
+}
+
+#[test]
+fn the_sparse_decode_is_the_product_and_its_gradients_are_exact_on_the_support() {
+    const TOL: f64 = 1e-5;
+    for (name, device) in devices() {
+        for &(n, m, d, k) in &[(37, 1000, 70, 8), (9, 3000, 300, 32)] {
+            let (av, wv, gv) = (sparse_acts(n, m, k, n as u64), uniform(m * d, 21), uniform(n * d, 22));
+            let a = Tensor::<2>::from_data(TensorData::new(av.clone(), [n, m]), &device);
+            let w = Tensor::<2>::from_data(TensorData::new(wv.clone(), [m, d]), &device);
+            let want = product_f64(&av, &wv, [1, n, m, d]);
+            let out = gpu::decode_sparse(a.clone(), w.clone(), k).expect("the kernels run");
+            let e = worst(&out.into_data().try_into_vec_as::<f32>().unwrap(), &want);
+            assert!(e <= TOL, "{name} {n}x{m}x{d} k {k}: worst error {e:e} of Σ|a||w|");
+
+            let (ta, tw) = (a.clone().autodiff().require_grad(), w.clone().autodiff().require_grad());
+            let g = Tensor::<2>::from_data(TensorData::new(gv.clone(), [n, d]), &device).autodiff();
+            let out = gpu::decode_sparse(ta.clone(), tw.clone(), k).expect("the kernels run under autodiff");
+            let grads = (out * g).sum().backward();
+            let ga: Vec<f32> = ta.grad(&grads).expect("d acts").into_data().try_into_vec_as::<f32>().unwrap();
+            let gw: Vec<f32> = tw.grad(&grads).expect("d W").into_data().try_into_vec_as::<f32>().unwrap();
+            // d acts = g Wᵀ on the support, zero off it; d W = actsᵀ g.
+            let wt: Vec<f32> = (0..d * m).map(|i| wv[(i % m) * d + i / m]).collect();
+            let (full, scale) = product_f64(&gv, &wt, [1, n, d, m]);
+            let on_support: (Vec<f64>, Vec<f64>) = (
+                full.iter().zip(&av).map(|(x, a)| if *a != 0.0 { *x } else { 0.0 }).collect(),
+                scale.iter().zip(&av).map(|(s, a)| if *a != 0.0 { *s } else { 1.0 }).collect(),
+            );
+            let e = worst(&ga, &on_support);
+            assert!(e <= TOL, "{name} {n}x{m}x{d}: d acts worst error {e:e}");
+            assert!(ga.iter().zip(&av).all(|(g, a)| *a != 0.0 || *g == 0.0), "{name}: d acts is zero off the support");
+            let at: Vec<f32> = (0..m * n).map(|i| av[(i % n) * m + i / n]).collect();
+            let e = worst(&gw, &product_f64(&at, &gv, [1, m, n, d]));
+            assert!(e <= TOL, "{name} {n}x{m}x{d}: d W worst error {e:e}");
+        }
+        let cpu = burnlens::model::backend::device("flex", None).expect("flex");
+        let x = Tensor::<2>::from_data(TensorData::new(vec![1.0f32; 4], [2, 2]), &cpu);
+        assert!(gpu::decode_sparse(x.clone(), x, 1).is_none(), "a host tensor keeps the dense product");
+    }
+}

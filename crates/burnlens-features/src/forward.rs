@@ -71,7 +71,11 @@ pub fn training_pass(p: &Dictionary, arch: &Architecture, input: PassInput) -> T
                 Architecture::TopK(_) => top_k(hidden.clone(), t.k as usize),
                 _ => batch_top_k(hidden.clone(), t.k),
             };
-            let out = decode_rescaled(p, t, acts.clone()) + p.b_dec.clone().unsqueeze::<2>();
+            let cap = match arch {
+                Architecture::TopK(_) => t.k as usize,
+                _ => (4.0 * t.k).ceil() as usize,
+            };
+            let out = decode_rescaled(p, t, acts.clone(), Some(cap)) + p.b_dec.clone().unsqueeze::<2>();
             let aux = aux_k_loss(p, t, &target, &with_skip(p, &x, out.clone()), hidden, dead);
             (acts, out, vec![(LossTerm::AuxiliaryReconstruction, aux)])
         }
@@ -111,11 +115,20 @@ fn with_skip(p: &Dictionary, x: &Tensor<2>, out: Tensor<2>) -> Tensor<2> {
 }
 
 /// `acts · W_dec`, the activations divided by the decoder rows' norms first when the TopK
-/// choice was made on rescaled pre-activations (SAELens's `act_times_W_dec`).
-fn decode_rescaled(p: &Dictionary, t: &TopKSettings, acts: Tensor<2>) -> Tensor<2> {
+/// choice was made on rescaled pre-activations (SAELens's `act_times_W_dec`). With `cap`, on
+/// a GPU, the sparse decode reads only the `cap` (or so) decoder rows each token uses; its
+/// gradient of the activations on their support alone is exact for TopK's and BatchTopK's
+/// activations: their mask and ReLU pass none through the zeros. (The auxiliary loss's
+/// pre-activations are not ReLU'd, so a kept one that is exactly zero would still need its
+/// gradient: it decodes densely.)
+fn decode_rescaled(p: &Dictionary, t: &TopKSettings, acts: Tensor<2>, cap: Option<usize>) -> Tensor<2> {
     let d_sae = p.d_sae();
     let acts = if t.rescale_acts_by_decoder_norm { acts * p.decoder_norms().reshape([1, d_sae]).recip() } else { acts };
-    matmul(acts, p.decoder().clone())
+    let w = p.decoder().clone();
+    match cap.and_then(|cap| burnlens_model::gpu::decode_sparse(acts.clone(), w.clone(), cap)) {
+        Some(out) => out,
+        None => matmul(acts, w),
+    }
 }
 
 /// The ReLU of the `k` largest entries of each row, zero elsewhere.
@@ -151,7 +164,7 @@ fn aux_k_loss(p: &Dictionary, t: &TopKSettings, target: &Tensor<2>, out: &Tensor
     let kth = kth_largest_rows(&masked, k_aux).expand([n, m]);
     let keep = masked.greater_equal(kth).float();
     let residual = (target.clone() - out.clone()).detach();
-    let recons = decode_rescaled(p, t, hidden * keep);
+    let recons = decode_rescaled(p, t, hidden * keep, None);
     (recons - residual).square().sum_dim(1).mean() * (t.aux_loss_coefficient * scale)
 }
 

@@ -83,7 +83,7 @@ pub fn calls() -> usize {
 }
 
 /// `a · b` on the device; operands cubek cannot read in their layout go contiguous first.
-fn product(a: CubeTensor, b: CubeTensor) -> CubeTensor {
+pub(super) fn product(a: CubeTensor, b: CubeTensor) -> CubeTensor {
     CALLS.fetch_add(1, Ordering::Relaxed);
     match launch(a.clone(), b.clone()) {
         Some(out) => out,
@@ -103,7 +103,7 @@ fn launch(a: CubeTensor, b: CubeTensor) -> Option<CubeTensor> {
 }
 
 /// `t` with its last two dimensions swapped (a view).
-fn transposed(t: CubeTensor) -> CubeTensor {
+pub(super) fn transposed(t: CubeTensor) -> CubeTensor {
     let d = t.meta.shape().num_dims();
     <Cube as FloatTensorOps<Cube>>::float_swap_dims(t, d - 2, d - 1)
 }

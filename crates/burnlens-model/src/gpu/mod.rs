@@ -9,12 +9,15 @@
 //! | kernel | does | module |
 //! |---|---|---|
 //! | radix selection | the `k`-th largest value of each row (TopK, BatchTopK and the auxiliary loss's choice), four passes and no read-back | `radix_select` |
+//! | sparse decode | `acts · W_dec` from each row's listed non-zeros (TopK's `k`), and under autodiff the activations' gradient on their support; the decoder's gradient an exact product | `sparse_decode` |
 //! | exact f32 product | `a · b` in f32 arithmetic on cubek's unit-level kernel (never TF32), forward and autodiff backward: every product [`crate::matmul`] routes here by default | `exact_matmul` |
 
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 mod exact_matmul;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 mod radix_select;
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+mod sparse_decode;
 
 use burn::tensor::{Device, Tensor};
 
@@ -99,5 +102,23 @@ pub fn exact_matmul_calls() -> usize {
     #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
     {
         0
+    }
+}
+
+/// A sparse dictionary's decode `acts · w` (`acts: [rows, d_sae]`, `w: [d_sae, d]`) on the
+/// tensors' GPU from each row's non-zeros, expecting at most `cap` per row (a row with more
+/// is read whole); or `None` where the kernels do not run (as [`exact_matmul`]). Under
+/// autodiff the gradient of `acts` is computed **on its support only** (zero where `acts` is
+/// zero): exact where what made `acts` passes no gradient through its zeros (TopK, BatchTopK,
+/// ReLU); the gradient of `w` is the exact `actsᵀ · g`.
+pub fn decode_sparse(acts: Tensor<2>, w: Tensor<2>, cap: usize) -> Option<Tensor<2>> {
+    #[cfg(any(feature = "wgpu", feature = "cuda"))]
+    {
+        sparse_decode::applies(&acts, &w, cap).then(|| sparse_decode::decode_sparse(acts, w, cap))
+    }
+    #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
+    {
+        let _ = (acts, w, cap);
+        None
     }
 }
