@@ -279,3 +279,30 @@ fn the_sparse_decode_is_the_product_and_its_gradients_are_exact_on_the_support()
         assert!(gpu::decode_sparse(x.clone(), x, 1).is_none(), "a host tensor keeps the dense product");
     }
 }
+
+#[test]
+fn the_product_with_a_sparse_gradient_has_the_exact_gradients_of_any_gradient() {
+    const TOL: f64 = 1e-5;
+    for (name, device) in devices() {
+        // The encoder's shape, small: a [n, k] · [k, m]; gradients of the output sparse (with
+        // overflowing and empty rows) and dense.
+        let (n, k, m, cap) = (37, 50, 1000, 8);
+        let (av, bv) = (uniform(n * k, 31), uniform(k * m, 32));
+        for (what, gv) in [("sparse", sparse_acts(n, m, cap, 33)), ("dense", uniform(n * m, 34))] {
+            let a = Tensor::<2>::from_data(TensorData::new(av.clone(), [n, k]), &device).autodiff().require_grad();
+            let b = Tensor::<2>::from_data(TensorData::new(bv.clone(), [k, m]), &device).autodiff().require_grad();
+            let g = Tensor::<2>::from_data(TensorData::new(gv.clone(), [n, m]), &device).autodiff();
+            let out = gpu::product_sparse_grad(a.clone(), b.clone(), cap).expect("the kernels run");
+            let values: Vec<f32> = out.clone().inner().into_data().try_into_vec_as::<f32>().unwrap();
+            let e = worst(&values, &product_f64(&av, &bv, [1, n, k, m]));
+            assert!(e <= TOL, "{name}: forward worst error {e:e}");
+            let grads = (out * g).sum().backward();
+            let ga: Vec<f32> = a.grad(&grads).expect("dA").into_data().try_into_vec_as::<f32>().unwrap();
+            let gb: Vec<f32> = b.grad(&grads).expect("dB").into_data().try_into_vec_as::<f32>().unwrap();
+            let bt: Vec<f32> = (0..m * k).map(|i| bv[(i % k) * m + i / k]).collect();
+            let at: Vec<f32> = (0..k * n).map(|i| av[(i % n) * k + i / n]).collect();
+            let (ea, eb) = (worst(&ga, &product_f64(&gv, &bt, [1, n, m, k])), worst(&gb, &product_f64(&at, &gv, [1, k, n, m])));
+            assert!(ea <= TOL && eb <= TOL, "{name}, {what} gradient: dA worst error {ea:e}, dB {eb:e}");
+        }
+    }
+}

@@ -56,7 +56,14 @@ pub struct PassInput<'a> {
 pub fn training_pass(p: &Dictionary, arch: &Architecture, input: PassInput) -> TrainPass {
     let PassInput { x, target, coefficient, dead } = input;
     let d_sae = p.d_sae();
-    let pre = p.pre(x.clone());
+    // TopK's and BatchTopK's kept features (and the auxiliary loss's, with dead features)
+    // alone get a gradient of their pre-activations.
+    let aux = dead.map_or(0, |(_, n)| n.min((target.dims()[1] / 2).max(1)));
+    let pre = match arch {
+        Architecture::TopK(t) => p.pre_with_sparse_gradient(x.clone(), t.k as usize + aux),
+        Architecture::BatchTopK { topk: t, .. } => p.pre_with_sparse_gradient(x.clone(), (4.0 * t.k).ceil() as usize + aux),
+        _ => p.pre(x.clone()),
+    };
     let norms = || p.decoder_norms().reshape([1, d_sae]);
     let (acts, out, extra): (Tensor<2>, Tensor<2>, Vec<(LossTerm, Tensor<1>)>) = match arch {
         Architecture::Standard { .. } => {

@@ -82,7 +82,19 @@ impl Dictionary {
 
     /// Pre-activations `[n, d_sae]` of inputs `x: [n, d_in]`.
     pub fn pre(&self, x: Tensor<2>) -> Tensor<2> {
-        matmul(self.input(x), self.w_enc.clone()) + self.b_enc.clone().reshape([1, self.d_sae()])
+        self.pre_by(x, matmul)
+    }
+
+    /// [`pre`](Self::pre) for a training pass whose gradient of the pre-activations holds
+    /// about `cap` non-zeros a row (TopK's, BatchTopK's): on a GPU the encoder's gradients
+    /// read only those ([`burnlens_model::gpu::product_sparse_grad`]); the same values and
+    /// gradients as [`pre`](Self::pre).
+    pub fn pre_with_sparse_gradient(&self, x: Tensor<2>, cap: usize) -> Tensor<2> {
+        self.pre_by(x, |a, b| burnlens_model::gpu::product_sparse_grad(a.clone(), b.clone(), cap).unwrap_or_else(|| matmul(a, b)))
+    }
+
+    fn pre_by(&self, x: Tensor<2>, product: impl FnOnce(Tensor<2>, Tensor<2>) -> Tensor<2>) -> Tensor<2> {
+        product(self.input(x), self.w_enc.clone()) + self.b_enc.clone().reshape([1, self.d_sae()])
     }
 
     /// [`pre`](Self::pre) on the host, into `out` (`[n, d_sae]`, a buffer the caller keeps

@@ -9,7 +9,9 @@
 //! | kernel | does | module |
 //! |---|---|---|
 //! | radix selection | the `k`-th largest value of each row (TopK, BatchTopK and the auxiliary loss's choice), four passes and no read-back | `radix_select` |
-//! | sparse decode | `acts · W_dec` from each row's listed non-zeros (TopK's `k`), and under autodiff the activations' gradient on their support; the decoder's gradient an exact product | `sparse_decode` |
+//! | sparse decode | `acts · W_dec` from each row's listed non-zeros (TopK's `k`), and under autodiff the activations' gradient on their support and the decoder's from the non-zeros | `sparse_decode` |
+//! | sparse-transpose product | `Sᵀ · D` for a mostly-zero `S`, walking each column of `S` once: the decoder's and encoder's gradients in a TopK step | `sparse_t_product` |
+//! | product with a sparse gradient | `a · b` exactly, its backward reading only the output gradient's non-zeros (the encoder's product in a TopK step) | `sparse_grad_product` |
 //! | exact f32 product | `a · b` in f32 arithmetic on cubek's unit-level kernel (never TF32), forward and autodiff backward: every product [`crate::matmul`] routes here by default | `exact_matmul` |
 
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
@@ -18,6 +20,10 @@ mod exact_matmul;
 mod radix_select;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 mod sparse_decode;
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+mod sparse_grad_product;
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+mod sparse_t_product;
 
 use burn::tensor::{Device, Tensor};
 
@@ -110,7 +116,7 @@ pub fn exact_matmul_calls() -> usize {
 /// is read whole); or `None` where the kernels do not run (as [`exact_matmul`]). Under
 /// autodiff the gradient of `acts` is computed **on its support only** (zero where `acts` is
 /// zero): exact where what made `acts` passes no gradient through its zeros (TopK, BatchTopK,
-/// ReLU); the gradient of `w` is the exact `actsᵀ · g`.
+/// ReLU); the gradient of `w`, `actsᵀ · g`, reads only the non-zeros of `acts` too.
 pub fn decode_sparse(acts: Tensor<2>, w: Tensor<2>, cap: usize) -> Option<Tensor<2>> {
     #[cfg(any(feature = "wgpu", feature = "cuda"))]
     {
@@ -119,6 +125,22 @@ pub fn decode_sparse(acts: Tensor<2>, w: Tensor<2>, cap: usize) -> Option<Tensor
     #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
     {
         let _ = (acts, w, cap);
+        None
+    }
+}
+
+/// `a · b` (`[n, k] · [k, m]`) in exact f32 on the tensors' GPU, for a product whose output
+/// gradient holds about `cap` non-zeros a row (the encoder's in a TopK step): under autodiff
+/// both operands' gradients read only that gradient's non-zeros, exactly for any gradient.
+/// `None` where the kernels do not run (as [`exact_matmul`]).
+pub fn product_sparse_grad(a: Tensor<2>, b: Tensor<2>, cap: usize) -> Option<Tensor<2>> {
+    #[cfg(any(feature = "wgpu", feature = "cuda"))]
+    {
+        sparse_grad_product::applies(&a, &b, cap).then(|| sparse_grad_product::product_sparse_grad(a, b, cap))
+    }
+    #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
+    {
+        let _ = (a, b, cap);
         None
     }
 }

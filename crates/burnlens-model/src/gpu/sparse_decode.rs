@@ -10,7 +10,7 @@
 //! entry, zero elsewhere):
 //! exact wherever what made the activations passes no gradient through its zeros (TopK's and
 //! BatchTopK's mask, a ReLU), which is how the trainer uses it. The decoder's gradient
-//! `actsᵀ · g` is the exact dense product ([`super::exact_matmul`]). A row with more than `cap`
+//! `actsᵀ · g` reads only the activations' non-zeros too ([`super::sparse_t_product`]). A row with more than `cap`
 //! non-zeros (ties at TopK's threshold, a busy BatchTopK row) is read whole instead: slower,
 //! the same result.
 
@@ -26,6 +26,7 @@ use burn_cubecl::tensor::CubeTensor;
 use cubecl::prelude::*;
 
 use super::exact_matmul::{on_cube, product, transposed};
+use super::sparse_t_product::{fits, sparse_t_product};
 
 /// Units per cube.
 const UNITS: u32 = 256;
@@ -44,7 +45,7 @@ pub trait SparseDecode: Backend {
 /// Each row's listed non-zeros: `idx`, `val` `[rows, cap]`, `cnt` `[rows]` (the true count,
 /// above `cap` for a row read whole).
 #[derive(Debug, Clone)]
-struct Lists {
+pub(super) struct Lists {
     idx: CubeTensor,
     val: CubeTensor,
     cnt: CubeTensor,
@@ -77,8 +78,8 @@ fn shape2(t: &CubeTensor) -> (usize, usize) {
     (t.meta.shape()[0], t.meta.shape()[1])
 }
 
-/// `compact_rows` on contiguous `acts`.
-fn compact(acts: &CubeTensor, cap: usize) -> Lists {
+/// `compact_rows` on contiguous `acts` (rows within the grid).
+pub(super) fn compact(acts: &CubeTensor, cap: usize) -> Lists {
     let (rows, m) = shape2(acts);
     let (client, device) = (acts.client.clone(), acts.device.clone());
     let idx = empty_device_dtype(client.clone(), device.clone(), [rows, cap].into(), DType::U32);
@@ -98,8 +99,8 @@ fn compact(acts: &CubeTensor, cap: usize) -> Lists {
     Lists { idx, val, cnt, cap }
 }
 
-/// `decode_rows`: `[rows, d]`.
-fn decode(acts: &CubeTensor, w: &CubeTensor, l: &Lists) -> CubeTensor {
+/// `decode_rows` of contiguous `acts` and `w`: `acts · w`, `[rows, d]`.
+pub(super) fn decode(acts: &CubeTensor, w: &CubeTensor, l: &Lists) -> CubeTensor {
     let ((rows, m), d) = (shape2(acts), shape2(w).1);
     let client = acts.client.clone();
     let out = empty_device_dtype(client.clone(), acts.device.clone(), [rows, d].into(), DType::F32);
@@ -262,7 +263,9 @@ impl Backward<Cube, 2> for SparseDecodeBackward {
             grads.register::<Cube>(node.id, support_gradient(&acts, &w, g.clone(), &lists));
         }
         if let Some(node) = node_w {
-            grads.register::<Cube>(node.id, product(transposed(acts), g));
+            let ((n, m), d) = (shape2(&acts), shape2(&g).1);
+            let dw = if fits(n, m, d) { sparse_t_product(acts, g) } else { product(transposed(acts), g) };
+            grads.register::<Cube>(node.id, dw);
         }
     }
 }
