@@ -108,6 +108,42 @@ for row, t in rows.items():
 EOF
     sae_rows "$model" "$backends" "$out"
     select_rows "$backends"
+    matmul_rows "$backends"
+}
+
+# One f32 product at the SAE's encode shape and GPT-2's: burnlens's exact kernel (its
+# default) and Burn's (`--compute tf32`), beside torch.matmul with TF32 off and on. Median ms.
+matmul_rows() {
+    local backends=$1
+    echo "| product | route | ms | TFLOP/s |"
+    echo "|---|---|---|---|"
+    for shape in 4096x768x24576 1024x768x3072 4096x24576x768; do
+        for backend in $backends; do
+            for compute in f32 tf32; do
+                timeout 120 .gpu/bin/burnlens bench matmul --backend "$backend" --compute $compute --shape $shape --reps 10 2>/dev/null | python3 -c '
+import json, statistics, sys
+d = json.loads(sys.stdin.read())
+ms = statistics.median(d["times"]) * 1e3
+shape, route, tflops = "x".join(str(d[v]) for v in "mkn"), d["route"], d["flops"] / ms / 1e9
+print(f"| {shape} | burnlens {sys.argv[1]} {route} | {ms:.2f} | {tflops:.1f} |")' "$backend"
+            done
+        done
+        timeout 120 python3 - "$shape" <<'EOF'
+import sys, time, torch
+m, k, n = map(int, sys.argv[1].split("x"))
+a, b = torch.randn(m, k, device="cuda"), torch.randn(k, n, device="cuda")
+for tf32 in (False, True):
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    ts = []
+    for i in range(11):
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        c = (a @ b)[0, 0].item()
+        ts.append(time.perf_counter() - t)
+    ms = sorted(ts[1:])[5] * 1e3
+    print(f"| {m}x{k}x{n} | torch.matmul cuda tf32 {'on' if tf32 else 'off'} | {ms:.2f} | {2 * m * k * n / ms / 1e9:.1f} |")
+EOF
+    done
 }
 
 # TopK's choice alone at GPT-2 small's SAE shape (the k-th largest of each of 4,096 rows of

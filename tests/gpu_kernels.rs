@@ -274,6 +274,26 @@ fn the_sparse_decode_is_the_product_and_its_gradients_are_exact_on_the_support()
             let e = worst(&gw, &product_f64(&at, &gv, [1, m, n, d]));
             assert!(e <= TOL, "{name} {n}x{m}x{d}: d W worst error {e:e}");
         }
+        // Listed by a mask: values of zero inside it still get their gradient.
+        let (n, m, d, k) = (37, 1000, 70, 8);
+        let mask: Vec<f32> = sparse_acts(n, m, k, 41).iter().map(|v| (*v != 0.0) as u8 as f32).collect();
+        let xv: Vec<f32> = uniform(n * m, 42).iter().enumerate().map(|(i, v)| if i % 3 == 0 { 0.0 } else { *v }).collect();
+        let av: Vec<f32> = xv.iter().zip(&mask).map(|(x, s)| x * s).collect();
+        let (wv, gv) = (uniform(m * d, 43), uniform(n * d, 44));
+        let x = Tensor::<2>::from_data(TensorData::new(xv, [n, m]), &device).autodiff().require_grad();
+        let s = Tensor::<2>::from_data(TensorData::new(mask.clone(), [n, m]), &device);
+        let w = Tensor::<2>::from_data(TensorData::new(wv.clone(), [m, d]), &device).autodiff();
+        let out = gpu::decode_sparse_on(x.clone() * s.clone().autodiff(), s, w, k).expect("the kernels run");
+        let e = worst(&out.clone().inner().into_data().try_into_vec_as::<f32>().unwrap(), &product_f64(&av, &wv, [1, n, m, d]));
+        assert!(e <= TOL, "{name}: masked decode worst error {e:e}");
+        let g = Tensor::<2>::from_data(TensorData::new(gv.clone(), [n, d]), &device).autodiff();
+        let gx: Vec<f32> = x.grad(&(out * g).sum().backward()).expect("dx").into_data().try_into_vec_as::<f32>().unwrap();
+        let wt: Vec<f32> = (0..d * m).map(|i| wv[(i % m) * d + i / m]).collect();
+        let (full, scale) = product_f64(&gv, &wt, [1, n, d, m]);
+        let want = (full.iter().zip(&mask).map(|(x, s)| x * *s as f64).collect(), scale);
+        let e = worst(&gx, &want);
+        assert!(e <= TOL, "{name}: masked decode's input gradient worst error {e:e} (zeros inside the mask included)");
+
         let cpu = burnlens::model::backend::device("flex", None).expect("flex");
         let x = Tensor::<2>::from_data(TensorData::new(vec![1.0f32; 4], [2, 2]), &cpu);
         assert!(gpu::decode_sparse(x.clone(), x, 1).is_none(), "a host tensor keeps the dense product");

@@ -20,7 +20,7 @@ use crate::UserError;
 /// Which workload and its sizes.
 #[derive(clap::Args, Clone)]
 pub struct BenchArgs {
-    /// forward | generate | train | load | scale | attention | gemm | select | machine
+    /// forward | generate | train | load | scale | attention | gemm | matmul | select | machine
     pub workload: String,
     /// Model directory (forward, generate, load, scale).
     #[arg(long)]
@@ -35,7 +35,7 @@ pub struct BenchArgs {
     /// generate: new tokens after a 16-token prompt.
     #[arg(long, default_value_t = 64)]
     pub new_tokens: usize,
-    /// gemm: the product's shape `MxKxN`; a trailing `t` reads the `[K, N]` operand through a
+    /// gemm, matmul: the product's shape `MxKxN`; (gemm) a trailing `t` reads the `[K, N]` operand through a
     /// transposed view of an `[N, K]` matrix (the tied unembedding's layout).
     #[arg(long)]
     pub shape: Option<String>,
@@ -225,11 +225,13 @@ pub fn run(a: &BenchArgs, device: Device, options: &LoadOptions) -> Result<()> {
         "attention" => bench_attention(a, &device)?,
         "gemm" => bench_gemm(a, options.dtype)?,
         "select" => bench_select(a, &device)?,
+        "matmul" => bench_matmul(a, &device)?,
         "machine" => burnlens_model::kernels::bench::machine(),
         other => {
-            return Err(
-                UserError(format!("unknown workload \"{other}\"; expected forward, generate, train, load, scale, attention, gemm, select or machine")).into()
-            );
+            return Err(UserError(format!(
+                "unknown workload \"{other}\"; expected forward, generate, train, load, scale, attention, gemm, matmul, select or machine"
+            ))
+            .into());
         }
     };
     let mut out = out;
@@ -339,6 +341,26 @@ fn bench_select(a: &BenchArgs, device: &Device) -> Result<serde_json::Value> {
     Ok(
         json!({"times": times, "rows": rows, "width": width, "k": a.k, "route": route, "values_per_s": (rows * width) as f64 / times.iter().cloned().fold(f64::INFINITY, f64::min)}),
     )
+}
+
+/// `bench matmul --shape MxKxN`: one product of two random f32 matrices on the device by
+/// `burnlens_model::matmul`'s route under the compute dtype in force (on a GPU: the exact
+/// kernel, or with `--compute tf32` Burn's); one value of the result read back per
+/// repetition, to wait for it.
+fn bench_matmul(a: &BenchArgs, device: &Device) -> Result<serde_json::Value> {
+    use burnlens_model::matmul::{MatmulRoute, matmul};
+    let spec = a.shape.as_deref().unwrap_or("4096x768x24576");
+    let bad = || UserError(format!("bench matmul: --shape {spec} is not MxKxN"));
+    let dims: Vec<usize> = spec.split('x').map(|v| v.parse()).collect::<Result<_, _>>().map_err(|_| bad())?;
+    let [m, k, n] = dims[..] else { return Err(bad().into()) };
+    let x = Tensor::<2>::random([m, k], Distribution::Normal(0.0, 1.0), device);
+    let w = Tensor::<2>::random([k, n], Distribution::Normal(0.0, 1.0), device);
+    let route = MatmulRoute::of(&x, &w).name();
+    let times = timed(a.reps, || {
+        let _ = matmul(x.clone(), w.clone()).slice([0..1, 0..1]).into_data();
+    });
+    let flops = 2.0 * (m * k * n) as f64;
+    Ok(json!({"times": times, "m": m, "k": k, "n": n, "route": route, "flops": flops}))
 }
 
 /// `bench gemm --shape MxKxN[t]`: one product as a model's linear layer takes it (see

@@ -82,7 +82,7 @@ pub fn training_pass(p: &Dictionary, arch: &Architecture, input: PassInput) -> T
                 Architecture::TopK(_) => t.k as usize,
                 _ => (4.0 * t.k).ceil() as usize,
             };
-            let out = decode_rescaled(p, t, acts.clone(), Some(cap)) + p.b_dec.clone().unsqueeze::<2>();
+            let out = decode_rescaled(p, t, acts.clone(), Sparsity::NonZeros(cap)) + p.b_dec.clone().unsqueeze::<2>();
             let aux = aux_k_loss(p, t, &target, &with_skip(p, &x, out.clone()), hidden, dead);
             (acts, out, vec![(LossTerm::AuxiliaryReconstruction, aux)])
         }
@@ -121,21 +121,30 @@ fn with_skip(p: &Dictionary, x: &Tensor<2>, out: Tensor<2>) -> Tensor<2> {
     }
 }
 
+/// Which entries of a TopK decode's activations may be non-zero, for the sparse decode on a
+/// GPU (about `cap` a row; a row with more is read whole).
+enum Sparsity {
+    /// Their own non-zeros: TopK's and BatchTopK's activations, whose mask and ReLU pass no
+    /// gradient through the zeros, so their gradient is wanted there alone.
+    NonZeros(usize),
+    /// The non-zeros of a mask they were multiplied by (the auxiliary loss's kept
+    /// pre-activations, not ReLU'd: a kept one that is exactly zero still gets its gradient).
+    Mask(Tensor<2>, usize),
+}
+
 /// `acts · W_dec`, the activations divided by the decoder rows' norms first when the TopK
-/// choice was made on rescaled pre-activations (SAELens's `act_times_W_dec`). With `cap`, on
-/// a GPU, the sparse decode reads only the `cap` (or so) decoder rows each token uses; its
-/// gradient of the activations on their support alone is exact for TopK's and BatchTopK's
-/// activations: their mask and ReLU pass none through the zeros. (The auxiliary loss's
-/// pre-activations are not ReLU'd, so a kept one that is exactly zero would still need its
-/// gradient: it decodes densely.)
-fn decode_rescaled(p: &Dictionary, t: &TopKSettings, acts: Tensor<2>, cap: Option<usize>) -> Tensor<2> {
+/// choice was made on rescaled pre-activations (SAELens's `act_times_W_dec`); on a GPU the
+/// sparse decode reads only the decoder rows each token uses ([`Sparsity`]).
+fn decode_rescaled(p: &Dictionary, t: &TopKSettings, acts: Tensor<2>, sparsity: Sparsity) -> Tensor<2> {
+    use burnlens_model::gpu::{decode_sparse, decode_sparse_on};
     let d_sae = p.d_sae();
     let acts = if t.rescale_acts_by_decoder_norm { acts * p.decoder_norms().reshape([1, d_sae]).recip() } else { acts };
     let w = p.decoder().clone();
-    match cap.and_then(|cap| burnlens_model::gpu::decode_sparse(acts.clone(), w.clone(), cap)) {
-        Some(out) => out,
-        None => matmul(acts, w),
-    }
+    let sparse = match sparsity {
+        Sparsity::NonZeros(cap) => decode_sparse(acts.clone(), w.clone(), cap),
+        Sparsity::Mask(mask, cap) => decode_sparse_on(acts.clone(), mask, w.clone(), cap),
+    };
+    sparse.unwrap_or_else(|| matmul(acts, w))
 }
 
 /// The ReLU of the `k` largest entries of each row, zero elsewhere.
@@ -171,7 +180,7 @@ fn aux_k_loss(p: &Dictionary, t: &TopKSettings, target: &Tensor<2>, out: &Tensor
     let kth = kth_largest_rows(&masked, k_aux).expand([n, m]);
     let keep = masked.greater_equal(kth).float();
     let residual = (target.clone() - out.clone()).detach();
-    let recons = decode_rescaled(p, t, hidden * keep, None);
+    let recons = decode_rescaled(p, t, hidden * keep.clone(), Sparsity::Mask(keep, k_aux));
     (recons - residual).square().sum_dim(1).mean() * (t.aux_loss_coefficient * scale)
 }
 

@@ -9,7 +9,7 @@
 //! | kernel | does | module |
 //! |---|---|---|
 //! | radix selection | the `k`-th largest value of each row (TopK, BatchTopK and the auxiliary loss's choice), four passes and no read-back | `radix_select` |
-//! | sparse decode | `acts · W_dec` from each row's listed non-zeros (TopK's `k`), and under autodiff the activations' gradient on their support and the decoder's from the non-zeros | `sparse_decode` |
+//! | sparse decode | `acts · W_dec` from each row's listed non-zeros (TopK's `k`; or a mask's, for the auxiliary loss), and under autodiff the activations' gradient on their support and the decoder's from the non-zeros | `sparse_decode` |
 //! | sparse-transpose product | `Sᵀ · D` for a mostly-zero `S`, walking each column of `S` once: the decoder's and encoder's gradients in a TopK step | `sparse_t_product` |
 //! | product with a sparse gradient | `a · b` exactly, its backward reading only the output gradient's non-zeros (the encoder's product in a TopK step) | `sparse_grad_product` |
 //! | exact f32 product | `a · b` in f32 arithmetic on cubek's unit-level kernel (never TF32), forward and autodiff backward: every product [`crate::matmul`] routes here by default | `exact_matmul` |
@@ -25,6 +25,8 @@ mod sparse_grad_product;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 mod sparse_t_product;
 
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+use burn::tensor::DType;
 use burn::tensor::{Device, Tensor};
 
 /// The `k`-th largest value of each row of `x` (`1 ≤ k ≤` its width), `[rows, 1]`, in
@@ -120,11 +122,32 @@ pub fn exact_matmul_calls() -> usize {
 pub fn decode_sparse(acts: Tensor<2>, w: Tensor<2>, cap: usize) -> Option<Tensor<2>> {
     #[cfg(any(feature = "wgpu", feature = "cuda"))]
     {
-        sparse_decode::applies(&acts, &w, cap).then(|| sparse_decode::decode_sparse(acts, w, cap))
+        sparse_decode::applies(&acts, &w, cap).then(|| sparse_decode::decode_sparse(acts, None, w, cap))
     }
     #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
     {
         let _ = (acts, w, cap);
+        None
+    }
+}
+
+/// [`decode_sparse`] for activations that are zero off the non-zeros of `support` (a mask of
+/// their shape, not tracked), with their gradient on all of that support — zeros of `acts`
+/// inside it included: exact for `x ⊙ mask` whatever `x` (the auxiliary loss's kept
+/// pre-activations).
+pub fn decode_sparse_on(acts: Tensor<2>, support: Tensor<2>, w: Tensor<2>, cap: usize) -> Option<Tensor<2>> {
+    #[cfg(any(feature = "wgpu", feature = "cuda"))]
+    {
+        let same = support.dims() == acts.dims() && support.dtype() == DType::F32 && exact_matmul::on_cube(&support.device());
+        (same && sparse_decode::applies(&acts, &w, cap)).then(|| {
+            let support = if support.is_autodiff() { support.inner() } else { support };
+            let support = if acts.is_autodiff() { support.autodiff() } else { support };
+            sparse_decode::decode_sparse(acts, Some(support), w, cap)
+        })
+    }
+    #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
+    {
+        let _ = (acts, support, w, cap);
         None
     }
 }

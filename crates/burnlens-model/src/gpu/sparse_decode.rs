@@ -17,7 +17,7 @@
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::autodiff::grads::Gradients;
-use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
+use burn::backend::autodiff::ops::{Backward, NodeGuard, Ops, OpsKind};
 use burn::backend::{Autodiff, Backend, Cube, backend_extension, tensor::FloatTensor};
 use burn::tensor::{DType, Tensor};
 use burn_cubecl::kernel::into_contiguous;
@@ -40,22 +40,31 @@ pub trait SparseDecode: Backend {
     /// `acts · w` for `acts: [rows, d_sae]` with at most `cap` non-zeros in most rows and
     /// `w: [d_sae, d]`.
     fn bl_decode_sparse(acts: FloatTensor<Self>, w: FloatTensor<Self>, cap: usize) -> FloatTensor<Self>;
+    /// The same where `acts` is zero off the non-zeros of `support` (a mask), and its
+    /// gradient wanted on all of that support, zeros of `acts` inside it included.
+    fn bl_decode_sparse_on(acts: FloatTensor<Self>, support: FloatTensor<Self>, w: FloatTensor<Self>, cap: usize) -> FloatTensor<Self>;
 }
 
-/// Each row's listed non-zeros: `idx`, `val` `[rows, cap]`, `cnt` `[rows]` (the true count,
-/// above `cap` for a row read whole).
+/// Each row's listed entries, the non-zeros of `support`: `idx`, `val` (the values') `[rows,
+/// cap]`, `cnt` `[rows]` (the true count, above `cap` for a row read whole).
 #[derive(Debug, Clone)]
 pub(super) struct Lists {
     idx: CubeTensor,
     val: CubeTensor,
     cnt: CubeTensor,
+    support: CubeTensor,
     cap: usize,
 }
 
 impl SparseDecode for Cube {
     fn bl_decode_sparse(acts: CubeTensor, w: CubeTensor, cap: usize) -> CubeTensor {
         let (acts, w) = (into_contiguous(acts), into_contiguous(w));
-        let lists = compact(&acts, cap);
+        let lists = compact(&acts, &acts, cap);
+        decode(&acts, &w, &lists)
+    }
+    fn bl_decode_sparse_on(acts: CubeTensor, support: CubeTensor, w: CubeTensor, cap: usize) -> CubeTensor {
+        let (acts, support, w) = (into_contiguous(acts), into_contiguous(support), into_contiguous(w));
+        let lists = compact(&acts, &support, cap);
         decode(&acts, &w, &lists)
     }
 }
@@ -69,17 +78,23 @@ pub fn applies(acts: &Tensor<2>, w: &Tensor<2>, cap: usize) -> bool {
     fits && cap >= 1 && on_cube(&acts.device()) && on_cube(&w.device()) && acts.dtype() == DType::F32 && w.dtype() == DType::F32
 }
 
-/// See [`super::decode_sparse`]; the caller checked [`applies`].
-pub fn decode_sparse(acts: Tensor<2>, w: Tensor<2>, cap: usize) -> Tensor<2> {
-    Tensor::from_dispatch(<burn::backend::Dispatch as SparseDecode>::bl_decode_sparse(acts.into_dispatch(), w.into_dispatch(), cap))
+/// See [`super::decode_sparse`]; the caller checked [`applies`] (and, with a `support`, that
+/// it is an f32 tensor of `acts`'s shape on its device).
+pub fn decode_sparse(acts: Tensor<2>, support: Option<Tensor<2>>, w: Tensor<2>, cap: usize) -> Tensor<2> {
+    use burn::backend::Dispatch;
+    Tensor::from_dispatch(match support {
+        None => <Dispatch as SparseDecode>::bl_decode_sparse(acts.into_dispatch(), w.into_dispatch(), cap),
+        Some(s) => <Dispatch as SparseDecode>::bl_decode_sparse_on(acts.into_dispatch(), s.into_dispatch(), w.into_dispatch(), cap),
+    })
 }
 
 fn shape2(t: &CubeTensor) -> (usize, usize) {
     (t.meta.shape()[0], t.meta.shape()[1])
 }
 
-/// `compact_rows` on contiguous `acts` (rows within the grid).
-pub(super) fn compact(acts: &CubeTensor, cap: usize) -> Lists {
+/// `compact_rows`: the non-zeros of contiguous `support`, with `acts`'s values (rows within
+/// the grid; `support` may be `acts` itself).
+pub(super) fn compact(acts: &CubeTensor, support: &CubeTensor, cap: usize) -> Lists {
     let (rows, m) = shape2(acts);
     let (client, device) = (acts.client.clone(), acts.device.clone());
     let idx = empty_device_dtype(client.clone(), device.clone(), [rows, cap].into(), DType::U32);
@@ -90,13 +105,14 @@ pub(super) fn compact(acts: &CubeTensor, cap: usize) -> Lists {
         CubeCount::Static(rows as u32, 1, 1),
         CubeDim::new_1d(UNITS),
         unsafe { BufferArg::from_raw_parts(acts.handle.clone(), rows * m) },
+        unsafe { BufferArg::from_raw_parts(support.handle.clone(), rows * m) },
         unsafe { BufferArg::from_raw_parts(idx.handle.clone(), rows * cap) },
         unsafe { BufferArg::from_raw_parts(val.handle.clone(), rows * cap) },
         unsafe { BufferArg::from_raw_parts(cnt.handle.clone(), rows) },
         m as u32,
         cap as u32,
     );
-    Lists { idx, val, cnt, cap }
+    Lists { idx, val, cnt, support: support.clone(), cap }
 }
 
 /// `decode_rows` of contiguous `acts` and `w`: `acts · w`, `[rows, d]`.
@@ -109,6 +125,7 @@ pub(super) fn decode(acts: &CubeTensor, w: &CubeTensor, l: &Lists) -> CubeTensor
         CubeCount::Static(d.div_ceil(UNITS as usize) as u32, rows as u32, 1),
         CubeDim::new_1d(UNITS),
         unsafe { BufferArg::from_raw_parts(acts.handle.clone(), rows * m) },
+        unsafe { BufferArg::from_raw_parts(l.support.handle.clone(), rows * m) },
         unsafe { BufferArg::from_raw_parts(l.idx.handle.clone(), rows * l.cap) },
         unsafe { BufferArg::from_raw_parts(l.val.handle.clone(), rows * l.cap) },
         unsafe { BufferArg::from_raw_parts(l.cnt.handle.clone(), rows) },
@@ -131,7 +148,7 @@ fn support_gradient(acts: &CubeTensor, w: &CubeTensor, g: CubeTensor, l: &Lists)
         &client,
         CubeCount::Static(rows as u32, 1, 1),
         CubeDim::new_1d(UNITS),
-        unsafe { BufferArg::from_raw_parts(acts.handle.clone(), rows * m) },
+        unsafe { BufferArg::from_raw_parts(l.support.handle.clone(), rows * m) },
         unsafe { BufferArg::from_raw_parts(l.idx.handle.clone(), rows * l.cap) },
         unsafe { BufferArg::from_raw_parts(l.cnt.handle.clone(), rows) },
         unsafe { BufferArg::from_raw_parts(g.handle.clone(), rows * d) },
@@ -147,7 +164,8 @@ fn support_gradient(acts: &CubeTensor, w: &CubeTensor, g: CubeTensor, l: &Lists)
 /// Row `CUBE_POS_X`'s non-zeros: unit `u` reads entries `u, u + 256, …` (coalesced), the
 /// units' counts are scanned in shared memory, and each unit writes its own in order.
 #[cube(launch)]
-fn compact_rows(acts: &[f32], idx: &mut [u32], val: &mut [f32], cnt: &mut [u32], width: u32, cap: u32) {
+#[allow(clippy::collapsible_if)]
+fn compact_rows(acts: &[f32], support: &[f32], idx: &mut [u32], val: &mut [f32], cnt: &mut [u32], width: u32, cap: u32) {
     let row = CUBE_POS_X as usize;
     let base = row * width as usize;
     let mut counts = Shared::<[u32]>::new_slice(256usize);
@@ -155,8 +173,11 @@ fn compact_rows(acts: &[f32], idx: &mut [u32], val: &mut [f32], cnt: &mut [u32],
     let mut c = 0u32;
     for chunk in 0..chunks {
         let i = chunk * 256u32 + UNIT_POS;
-        if i < width && acts[base + i as usize] != 0.0f32 {
-            c += 1u32;
+        // Nested: a kernel's `&&` reads both sides, and `i` may be past the row's end.
+        if i < width {
+            if support[base + i as usize] != 0.0f32 {
+                c += 1u32;
+            }
         }
     }
     counts[UNIT_POS as usize] = c;
@@ -175,12 +196,11 @@ fn compact_rows(acts: &[f32], idx: &mut [u32], val: &mut [f32], cnt: &mut [u32],
     for chunk in 0..chunks {
         let i = chunk * 256u32 + UNIT_POS;
         if i < width {
-            let v = acts[base + i as usize];
-            if v != 0.0f32 {
+            if support[base + i as usize] != 0.0f32 {
                 if at < cap {
                     let slot = row * cap as usize + at as usize;
                     idx[slot] = i;
-                    val[slot] = v;
+                    val[slot] = acts[base + i as usize];
                 }
                 at += 1u32;
             }
@@ -191,7 +211,7 @@ fn compact_rows(acts: &[f32], idx: &mut [u32], val: &mut [f32], cnt: &mut [u32],
 /// Output column `CUBE_POS_X · 256 + UNIT_POS` of row `CUBE_POS_Y`: the listed decoder rows
 /// weighted by their activations (the whole row of activations where it overflowed).
 #[cube(launch)]
-fn decode_rows(acts: &[f32], idx: &[u32], val: &[f32], cnt: &[u32], w: &[f32], out: &mut [f32], width: u32, d: u32, cap: u32) {
+fn decode_rows(acts: &[f32], support: &[f32], idx: &[u32], val: &[f32], cnt: &[u32], w: &[f32], out: &mut [f32], width: u32, d: u32, cap: u32) {
     let row = CUBE_POS_Y as usize;
     let col = CUBE_POS_X * 256u32 + UNIT_POS;
     if col < d {
@@ -204,9 +224,9 @@ fn decode_rows(acts: &[f32], idx: &[u32], val: &[f32], cnt: &[u32], w: &[f32], o
             }
         } else {
             for f in 0..width {
-                let v = acts[row * width as usize + f as usize];
-                if v != 0.0f32 {
-                    acc += v * w[f as usize * d as usize + col as usize];
+                let at = row * width as usize + f as usize;
+                if support[at] != 0.0f32 {
+                    acc += acts[at] * w[f as usize * d as usize + col as usize];
                 }
             }
         }
@@ -218,7 +238,7 @@ fn decode_rows(acts: &[f32], idx: &[u32], val: &[f32], cnt: &[u32], w: &[f32], o
 /// …` (every feature of an overflowed row), each the dot product of `g[row]` (read by every
 /// unit at once) and its decoder row. No barrier: the entries a unit takes depend on the data.
 #[cube(launch)]
-fn grad_support(acts: &[f32], idx: &[u32], cnt: &[u32], g: &[f32], w: &[f32], out: &mut [f32], width: u32, d: u32, cap: u32) {
+fn grad_support(support: &[f32], idx: &[u32], cnt: &[u32], g: &[f32], w: &[f32], out: &mut [f32], width: u32, d: u32, cap: u32) {
     let row = CUBE_POS_X as usize;
     let n = cnt[row];
     let listed = n <= cap;
@@ -235,7 +255,7 @@ fn grad_support(acts: &[f32], idx: &[u32], cnt: &[u32], g: &[f32], w: &[f32], ou
             if listed {
                 f = idx[row * cap as usize + j as usize];
             } else {
-                live = acts[row * width as usize + j as usize] != 0.0f32;
+                live = support[row * width as usize + j as usize] != 0.0f32;
             }
             if live {
                 let mut s = 0.0f32;
@@ -275,11 +295,23 @@ impl<C: CheckpointStrategy> SparseDecode for Autodiff<Cube, C> {
         let (acts, ga) = acts.into_parts();
         let (w, gw) = w.into_parts();
         let (acts, w) = (into_contiguous(acts), into_contiguous(w));
-        let lists = compact(&acts, cap);
-        let out = decode(&acts, &w, &lists);
-        match SparseDecodeBackward.prepare::<C>([ga, gw]).compute_bound().stateful() {
-            OpsKind::Tracked(prep) => prep.finish((acts, w, lists), out),
-            OpsKind::UnTracked(prep) => prep.finish(out),
-        }
+        let lists = compact(&acts, &acts, cap);
+        tracked::<C>(acts, w, lists, [ga, gw])
+    }
+    fn bl_decode_sparse_on(acts: FloatTensor<Self>, support: FloatTensor<Self>, w: FloatTensor<Self>, cap: usize) -> FloatTensor<Self> {
+        let (acts, ga) = acts.into_parts();
+        let (w, gw) = w.into_parts();
+        let (acts, support, w) = (into_contiguous(acts), into_contiguous(support.into_primitive()), into_contiguous(w));
+        let lists = compact(&acts, &support, cap);
+        tracked::<C>(acts, w, lists, [ga, gw])
+    }
+}
+
+/// The decode of listed entries, with its backward where an operand is tracked.
+fn tracked<C: CheckpointStrategy>(acts: CubeTensor, w: CubeTensor, lists: Lists, parents: [NodeGuard; 2]) -> FloatTensor<Autodiff<Cube, C>> {
+    let out = decode(&acts, &w, &lists);
+    match SparseDecodeBackward.prepare::<C>(parents).compute_bound().stateful() {
+        OpsKind::Tracked(prep) => prep.finish((acts, w, lists), out),
+        OpsKind::UnTracked(prep) => prep.finish(out),
     }
 }

@@ -59,7 +59,7 @@ impl Backward<Cube, 2> for SparseGradBackward {
         let g = into_contiguous(grads.consume::<Cube>(&ops.node));
         let (a, b, cap) = ops.state;
         if let Some(node) = node_a {
-            let lists = compact(&g, cap);
+            let lists = compact(&g, &g, cap);
             grads.register::<Cube>(node.id, decode(&g, &into_contiguous(transposed(b)), &lists));
         }
         if let Some(node) = node_b {

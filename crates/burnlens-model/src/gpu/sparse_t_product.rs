@@ -52,14 +52,18 @@ pub(super) fn sparse_t_product(s: CubeTensor, dense: CubeTensor) -> CubeTensor {
 fn sparse_t_rows(s: &[f32], dense: &[f32], out: &mut [f32], n: u32, m: u32, d: u32) {
     let f = CUBE_POS_Y as usize;
     let col = CUBE_POS_X * 256u32 + UNIT_POS;
+    // Past the last column a unit still walks the rows (the cube's branch stays uniform) but
+    // reads no `D` (a kernel's `&&` reads both sides).
+    let live = col < d;
+    let at = col.min(d - 1u32) as usize;
     let mut acc = 0.0f32;
     for r in 0..n {
         let v = s[r as usize * m as usize + f];
-        if v != 0.0f32 && col < d {
-            acc += v * dense[r as usize * d as usize + col as usize];
+        if v != 0.0f32 {
+            acc += v * dense[r as usize * d as usize + at];
         }
     }
-    if col < d {
+    if live {
         out[f * d as usize + col as usize] = acc;
     }
 }
