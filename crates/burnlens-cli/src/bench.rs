@@ -145,14 +145,14 @@ fn scale(a: &BenchArgs, device: &Device, options: &LoadOptions) -> Result<serde_
     // when the file is not cached); the second is the compute.
     let forward = || {
         let t = Instant::now();
-        let _ = m.forward(m.ids_tensor(&prompt)).into_data();
+        settle(m.forward(m.ids_tensor(&prompt)));
         t.elapsed().as_secs_f64()
     };
     let first_forward_s = forward();
     let forward_s = forward();
     let t = Instant::now();
     let mut hooks = Hooks::capture(BlockHook::ResidPost.every_layer());
-    let _ = m.forward_hooked(m.ids_tensor(&prompt), &mut hooks).into_data();
+    settle(m.forward_hooked(m.ids_tensor(&prompt), &mut hooks));
     let cached: usize = hooks.cache.values().map(|v| v.dims().iter().product::<usize>() * 4).sum();
     let cache_s = t.elapsed().as_secs_f64();
     drop(hooks);
@@ -196,7 +196,7 @@ pub fn run(a: &BenchArgs, device: Device, options: &LoadOptions) -> Result<()> {
             let x = Tensor::<2, Int>::from_data(TensorData::new(ids(a.batch * a.seq, m.config.vocab_size, 1), [a.batch, a.seq]), &device);
             let before = burnlens_model::kernels::pool::stats();
             let times = timed(a.reps, || {
-                let _ = m.forward(x.clone()).into_data();
+                settle(m.forward(x.clone()));
             });
             let pool = burnlens_model::kernels::pool::stats();
             json!({"times": times, "tokens": a.batch * a.seq, "flops": m.config.forward_flops(a.batch, a.seq)?,
@@ -304,7 +304,7 @@ fn bench_attention(a: &BenchArgs, device: &Device) -> Result<serde_json::Value> 
     let attn = &m.blocks[0].attn;
     let times = timed(a.reps, || {
         let layer = LayerInput { fused: true, ..LayerInput::new(mask.clone(), 0) };
-        let _ = attn.forward(AttentionInput { x: x.clone(), qk_input: None, layer }, &mut Hooks::none()).into_data();
+        settle(attn.forward(AttentionInput { x: x.clone(), qk_input: None, layer }, &mut Hooks::none()));
     });
     let (t, d) = (a.seq as f64, 768.0);
     let flops = a.batch as f64 * (2.0 * t * 4.0 * d * d + 4.0 * d * t * (t + 1.0) / 2.0);
@@ -335,7 +335,7 @@ fn bench_select(a: &BenchArgs, device: &Device) -> Result<serde_json::Value> {
             select::SelectRoute::Bisection => select::kth_largest_rows_by_bisection(x.clone(), a.k),
             _ => select::kth_largest_rows(&x, a.k),
         };
-        let _ = t.into_data();
+        settle(t);
     });
     let route = route.name();
     Ok(
@@ -345,8 +345,7 @@ fn bench_select(a: &BenchArgs, device: &Device) -> Result<serde_json::Value> {
 
 /// `bench matmul --shape MxKxN`: one product of two random f32 matrices on the device by
 /// `burnlens_model::matmul`'s route under the compute dtype in force (on a GPU: the exact
-/// kernel, or with `--compute tf32` Burn's); one value of the result read back per
-/// repetition, to wait for it.
+/// kernel, or with `--compute tf32` Burn's), waited for each repetition ([`settle`]).
 fn bench_matmul(a: &BenchArgs, device: &Device) -> Result<serde_json::Value> {
     use burnlens_model::matmul::{MatmulRoute, matmul};
     let spec = a.shape.as_deref().unwrap_or("4096x768x24576");
@@ -357,10 +356,20 @@ fn bench_matmul(a: &BenchArgs, device: &Device) -> Result<serde_json::Value> {
     let w = Tensor::<2>::random([k, n], Distribution::Normal(0.0, 1.0), device);
     let route = MatmulRoute::of(&x, &w).name();
     let times = timed(a.reps, || {
-        let _ = matmul(x.clone(), w.clone()).slice([0..1, 0..1]).into_data();
+        settle(matmul(x.clone(), w.clone()));
     });
     let flops = 2.0 * (m * k * n) as f64;
     Ok(json!({"times": times, "m": m, "k": k, "n": n, "route": route, "flops": flops}))
+}
+
+/// Wait until `t` is computed, reading it back. On a GPU Burn's `into_data` returns at once
+/// and fetches the bytes when they are first touched, so a benchmark that dropped them would
+/// time the launches alone (the numbers come back far too fast): the device is synchronised.
+fn settle<const D: usize>(t: Tensor<D>) {
+    let device = t.device();
+    let data = t.into_data();
+    device.sync().expect("the device ran the benchmark's work");
+    drop(data);
 }
 
 /// `bench gemm --shape MxKxN[t]`: one product as a model's linear layer takes it (see
