@@ -54,13 +54,15 @@ run() {
     for backend in ${SKIP_TESTS:+}$( [ -n "${SKIP_TESTS:-}" ] || echo "$backends"); do
         echo "== parity on $backend"
         BURNLENS_TEST_BACKENDS=$backend timeout 240 $bin/parity --test-threads 1 --nocapture 2>&1 | grep -oE "parity .*|test result.*|panicked.*|FAILED.*|error.*" | head -60
+        echo "== parity on $backend with --compute tf32 (Burn's products: TF32 where the GPU has it; expected past 1e-4)"
+        BURNLENS_COMPUTE=tf32 BURNLENS_TEST_BACKENDS=$backend timeout 90 $bin/parity gpt2 --test-threads 1 --nocapture 2>&1 | grep -oE "parity .*" | head -8
         echo "== attribution on $backend"
         BURNLENS_TEST_BACKENDS=$backend timeout 120 $bin/attribution every_backend 2>&1 | grep -E "test result|panicked|FAILED" | head -20
     done
     # SAE training's steps on the GPU backends (the tensor path, chosen by the device) against
     # sae-lens's, through the exact f32 products (never TF32).
     # burnlens's own CubeCL kernels (model::gpu) against the host rules, bit for bit.
-    [ -n "${SKIP_TESTS:-}" ] || { echo "== own kernels on $backends"; timeout 120 $bin/gpu_kernels 2>&1 | grep -E "test result|panicked|FAILED|left|right" | head -20; }
+    [ -n "${SKIP_TESTS:-}" ] || { echo "== own kernels on $backends"; timeout 240 $bin/gpu_kernels 2>&1 | grep -E "test result|panicked|FAILED|left|right" | head -20; }
     [ -n "${SKIP_TESTS:-}" ] || { echo "== SAE steps on $backends"; timeout 180 $bin/sae_training on_a_gpu_backend 2>&1 | grep -E "test result|panicked|FAILED|differs" | head -20; }
     [ -n "${SKIP_TESTS:-}" ] || { echo "== SAE evals on $backends"; timeout 120 $bin/sae_eval on_a_gpu_backend 2>&1 | grep -E "test result|panicked|FAILED|vs sae-lens" | head -20; }
     echo "== bench"
