@@ -57,7 +57,7 @@ run() {
         echo "== parity on $backend with --compute tf32 (Burn's products: TF32 where the GPU has it; expected past 1e-4)"
         BURNLENS_COMPUTE=tf32 BURNLENS_TEST_BACKENDS=$backend timeout 90 $bin/parity gpt2 --test-threads 1 --nocapture 2>&1 | grep -oE "parity .*" | head -8
         echo "== attribution on $backend"
-        BURNLENS_TEST_BACKENDS=$backend timeout 120 $bin/attribution every_backend 2>&1 | grep -E "test result|panicked|FAILED" | head -20
+        BURNLENS_TEST_BACKENDS=$backend timeout 240 $bin/attribution every_backend 2>&1 | grep -E "test result|panicked|FAILED" | head -20
     done
     # SAE training's steps on the GPU backends (the tensor path, chosen by the device) against
     # sae-lens's, through the exact f32 products (never TF32).

@@ -37,12 +37,14 @@ fn host(t: Tensor<2>) -> Vec<f32> {
     t.into_data().try_into_vec_as::<f32>().unwrap()
 }
 
+/// On every test backend (flex; also wgpu in a `--features wgpu` build, where a TopK SAE
+/// decodes through the sparse kernel).
 #[test]
 fn feature_activations_and_reconstructions_match_sae_lens() {
-    let device = Device::flex();
-    for name in SAE_FIXTURES {
-        let sae = Sae::load(&sae_dir(name), &device).unwrap();
-        let e = read_safetensors(&sae_dir(name).join("expected.safetensors"));
+    for ((backend, device), fixture) in backends().into_iter().flat_map(|b| SAE_FIXTURES.iter().map(move |n| (b.clone(), *n))) {
+        let name = &format!("{fixture} on {backend}");
+        let sae = Sae::load(&sae_dir(fixture), &device).unwrap();
+        let e = read_safetensors(&sae_dir(fixture).join("expected.safetensors"));
         let x = &e["sae_in"];
         let input = Tensor::<2>::from_data(TensorData::new(x.f32.clone(), [x.shape[0], x.shape[1]]), &device);
         let (f, r) = sae.forward(input);

@@ -151,10 +151,19 @@ impl Dictionary {
     }
 
     /// The reconstruction `[n, d_out]` of activations `f: [n, d_sae]` through the first
-    /// decoder (divided by the decoder norms first where the TopK choice was rescaled).
+    /// decoder (divided by the decoder norms first where the TopK choice was rescaled). A TopK
+    /// dictionary's on a GPU reads only the decoder rows each token uses
+    /// ([`burnlens_model::gpu::decode_sparse`], `k` listed a row, a row with more read whole:
+    /// the same values for any `f`); not for tracked activations, whose gradient it would
+    /// give on their non-zeros alone.
     pub fn decode(&self, f: Tensor<2>) -> Tensor<2> {
         let f = if self.rule.rescales() { f / self.decoder_norms().reshape([1, self.d_sae()]) } else { f };
-        matmul(f, self.decoder().clone()) + self.b_dec.clone().reshape([1, self.d_out()])
+        let w = self.decoder().clone();
+        let sparse = match self.rule {
+            Rule::TopK { k, .. } if !f.is_autodiff() => burnlens_model::gpu::decode_sparse(f.clone(), w.clone(), k),
+            _ => None,
+        };
+        sparse.unwrap_or_else(|| matmul(f, w)) + self.b_dec.clone().reshape([1, self.d_out()])
     }
 
     /// The skip term `x · M` `[n, d_out]`, if the dictionary has one.
