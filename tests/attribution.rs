@@ -23,20 +23,6 @@ fn ids_for(m: &Transformer, salt: usize) -> Vec<i64> {
     (0..14).map(|i| ((i * 37 + 5 + salt * (i % 3)) % m.config.vocab_size) as i64).collect()
 }
 
-/// A deterministic pseudo-random direction with entries in [-1, 1].
-fn direction(dims: &[usize], seed: u64) -> Vec<f32> {
-    let n: usize = dims.iter().product();
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            ((s >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0) as f32
-        })
-        .collect()
-}
-
 fn vec_of(a: &Activation) -> Vec<f32> {
     a.to_vec()
 }
@@ -99,7 +85,7 @@ fn gradients_at_hook_points_match_central_finite_differences() {
             for (pi, point) in points.iter().enumerate() {
                 let grad = vec_of(&g.gradients[&HookPoint::parse(point).unwrap()]);
                 assert_eq!(g.gradients[&HookPoint::parse(point).unwrap()].dims(), g.activations[&HookPoint::parse(point).unwrap()].dims());
-                let u = direction(&g.gradients[&HookPoint::parse(point).unwrap()].dims(), (mi * 100 + pi) as u64 + 1);
+                let u = uniform(g.gradients[&HookPoint::parse(point).unwrap()].dims().iter().product(), (mi * 100 + pi) as u64 + 1);
                 let analytic: f64 = grad.iter().zip(&u).map(|(a, b)| *a as f64 * *b as f64).sum();
                 let eps = 2e-3;
                 let fd = (nudged(&m, &ids, metric, point, &u, eps) - nudged(&m, &ids, metric, point, &u, -eps)) / (2.0 * eps as f64);

@@ -4,9 +4,12 @@
 //! `scripts/device_check.sh`).
 #![cfg(any(feature = "wgpu", feature = "cuda"))]
 
+mod common;
+
 use burn::tensor::{Device, Tensor, TensorData};
 use burnlens::lens::dictionary::select::{SelectRoute, kth_largest, kth_largest_rows};
 use burnlens::model::gpu;
+use common::uniform;
 
 fn devices() -> Vec<(&'static str, Device)> {
     ["wgpu", "cuda"]
@@ -103,19 +106,6 @@ fn the_radix_selection_declines_what_it_does_not_handle() {
     let x = Tensor::<2>::from_data(TensorData::new(vec![1.0f32, 2.0, 3.0], [1, 3]), &cpu);
     assert!(gpu::kth_largest_rows(&x, 1).is_none(), "a host tensor keeps the host selection");
     assert_eq!(SelectRoute::of(&x, 1), SelectRoute::Host);
-}
-
-/// Uniform values in [-1, 1).
-fn uniform(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-        })
-        .collect()
 }
 
 /// `a · b` per batch in f64, and `Σ |a||b|` per entry (the scale of its rounding error):
