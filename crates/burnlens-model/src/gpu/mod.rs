@@ -120,21 +120,13 @@ pub fn exact_matmul_calls() -> usize {
 /// zero): exact where what made `acts` passes no gradient through its zeros (TopK, BatchTopK,
 /// ReLU); the gradient of `w`, `actsᵀ · g`, reads only the non-zeros of `acts` too.
 pub fn decode_sparse(acts: Tensor<2>, w: Tensor<2>, cap: usize) -> Option<Tensor<2>> {
-    #[cfg(any(feature = "wgpu", feature = "cuda"))]
-    {
-        sparse_decode::applies(&acts, &w, cap).then(|| sparse_decode::decode_sparse(acts, None, w, cap))
-    }
-    #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
-    {
-        let _ = (acts, w, cap);
-        None
-    }
+    decode_sparse_on(acts.clone(), acts, w, cap)
 }
 
 /// [`decode_sparse`] for activations that are zero off the non-zeros of `support` (a mask of
-/// their shape, not tracked), with their gradient on all of that support — zeros of `acts`
-/// inside it included: exact for `x ⊙ mask` whatever `x` (the auxiliary loss's kept
-/// pre-activations).
+/// their shape, or the activations themselves; never given a gradient), with their gradient
+/// on all of that support — zeros of `acts` inside it included: exact for `x ⊙ mask`
+/// whatever `x` (the auxiliary loss's kept pre-activations).
 pub fn decode_sparse_on(acts: Tensor<2>, support: Tensor<2>, w: Tensor<2>, cap: usize) -> Option<Tensor<2>> {
     #[cfg(any(feature = "wgpu", feature = "cuda"))]
     {
@@ -142,7 +134,7 @@ pub fn decode_sparse_on(acts: Tensor<2>, support: Tensor<2>, w: Tensor<2>, cap: 
         (same && sparse_decode::applies(&acts, &w, cap)).then(|| {
             let support = if support.is_autodiff() { support.inner() } else { support };
             let support = if acts.is_autodiff() { support.autodiff() } else { support };
-            sparse_decode::decode_sparse(acts, Some(support), w, cap)
+            sparse_decode::decode_sparse(acts, support, w, cap)
         })
     }
     #[cfg(not(any(feature = "wgpu", feature = "cuda")))]

@@ -17,7 +17,7 @@
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::autodiff::grads::Gradients;
-use burn::backend::autodiff::ops::{Backward, NodeGuard, Ops, OpsKind};
+use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::backend::{Autodiff, Backend, Cube, backend_extension, tensor::FloatTensor};
 use burn::tensor::{DType, Tensor};
 use burn_cubecl::kernel::into_contiguous;
@@ -37,12 +37,10 @@ const GRID_LIMIT: usize = 65_535;
 /// backward is `grad_support` and one exact product).
 #[backend_extension(Cube, Autodiff)]
 pub trait SparseDecode: Backend {
-    /// `acts · w` for `acts: [rows, d_sae]` with at most `cap` non-zeros in most rows and
-    /// `w: [d_sae, d]`.
-    fn bl_decode_sparse(acts: FloatTensor<Self>, w: FloatTensor<Self>, cap: usize) -> FloatTensor<Self>;
-    /// The same where `acts` is zero off the non-zeros of `support` (a mask), and its
-    /// gradient wanted on all of that support, zeros of `acts` inside it included.
-    fn bl_decode_sparse_on(acts: FloatTensor<Self>, support: FloatTensor<Self>, w: FloatTensor<Self>, cap: usize) -> FloatTensor<Self>;
+    /// `acts · w` for `acts: [rows, d_sae]`, zero off the non-zeros of `support` (a mask, or
+    /// `acts` itself) with at most `cap` of them in most rows, and `w: [d_sae, d]`; the
+    /// gradient of `acts` is wanted on all of that support.
+    fn bl_decode_sparse(acts: FloatTensor<Self>, support: FloatTensor<Self>, w: FloatTensor<Self>, cap: usize) -> FloatTensor<Self>;
 }
 
 /// Each row's listed entries, the non-zeros of `support`: `idx`, `val` (the values') `[rows,
@@ -57,12 +55,7 @@ pub(super) struct Lists {
 }
 
 impl SparseDecode for Cube {
-    fn bl_decode_sparse(acts: CubeTensor, w: CubeTensor, cap: usize) -> CubeTensor {
-        let (acts, w) = (into_contiguous(acts), into_contiguous(w));
-        let lists = compact(&acts, &acts, cap);
-        decode(&acts, &w, &lists)
-    }
-    fn bl_decode_sparse_on(acts: CubeTensor, support: CubeTensor, w: CubeTensor, cap: usize) -> CubeTensor {
+    fn bl_decode_sparse(acts: CubeTensor, support: CubeTensor, w: CubeTensor, cap: usize) -> CubeTensor {
         let (acts, support, w) = (into_contiguous(acts), into_contiguous(support), into_contiguous(w));
         let lists = compact(&acts, &support, cap);
         decode(&acts, &w, &lists)
@@ -78,14 +71,10 @@ pub fn applies(acts: &Tensor<2>, w: &Tensor<2>, cap: usize) -> bool {
     fits && cap >= 1 && on_cube(&acts.device()) && on_cube(&w.device()) && acts.dtype() == DType::F32 && w.dtype() == DType::F32
 }
 
-/// See [`super::decode_sparse`]; the caller checked [`applies`] (and, with a `support`, that
-/// it is an f32 tensor of `acts`'s shape on its device).
-pub fn decode_sparse(acts: Tensor<2>, support: Option<Tensor<2>>, w: Tensor<2>, cap: usize) -> Tensor<2> {
-    use burn::backend::Dispatch;
-    Tensor::from_dispatch(match support {
-        None => <Dispatch as SparseDecode>::bl_decode_sparse(acts.into_dispatch(), w.into_dispatch(), cap),
-        Some(s) => <Dispatch as SparseDecode>::bl_decode_sparse_on(acts.into_dispatch(), s.into_dispatch(), w.into_dispatch(), cap),
-    })
+/// See [`super::decode_sparse_on`]; the caller checked [`applies`] and that `support` is an
+/// f32 tensor of `acts`'s shape on its device, tracked or not as `acts` is.
+pub fn decode_sparse(acts: Tensor<2>, support: Tensor<2>, w: Tensor<2>, cap: usize) -> Tensor<2> {
+    Tensor::from_dispatch(<burn::backend::Dispatch as SparseDecode>::bl_decode_sparse(acts.into_dispatch(), support.into_dispatch(), w.into_dispatch(), cap))
 }
 
 fn shape2(t: &CubeTensor) -> (usize, usize) {
@@ -291,27 +280,15 @@ impl Backward<Cube, 2> for SparseDecodeBackward {
 }
 
 impl<C: CheckpointStrategy> SparseDecode for Autodiff<Cube, C> {
-    fn bl_decode_sparse(acts: FloatTensor<Self>, w: FloatTensor<Self>, cap: usize) -> FloatTensor<Self> {
-        let (acts, ga) = acts.into_parts();
-        let (w, gw) = w.into_parts();
-        let (acts, w) = (into_contiguous(acts), into_contiguous(w));
-        let lists = compact(&acts, &acts, cap);
-        tracked::<C>(acts, w, lists, [ga, gw])
-    }
-    fn bl_decode_sparse_on(acts: FloatTensor<Self>, support: FloatTensor<Self>, w: FloatTensor<Self>, cap: usize) -> FloatTensor<Self> {
+    fn bl_decode_sparse(acts: FloatTensor<Self>, support: FloatTensor<Self>, w: FloatTensor<Self>, cap: usize) -> FloatTensor<Self> {
         let (acts, ga) = acts.into_parts();
         let (w, gw) = w.into_parts();
         let (acts, support, w) = (into_contiguous(acts), into_contiguous(support.into_primitive()), into_contiguous(w));
         let lists = compact(&acts, &support, cap);
-        tracked::<C>(acts, w, lists, [ga, gw])
-    }
-}
-
-/// The decode of listed entries, with its backward where an operand is tracked.
-fn tracked<C: CheckpointStrategy>(acts: CubeTensor, w: CubeTensor, lists: Lists, parents: [NodeGuard; 2]) -> FloatTensor<Autodiff<Cube, C>> {
-    let out = decode(&acts, &w, &lists);
-    match SparseDecodeBackward.prepare::<C>(parents).compute_bound().stateful() {
-        OpsKind::Tracked(prep) => prep.finish((acts, w, lists), out),
-        OpsKind::UnTracked(prep) => prep.finish(out),
+        let out = decode(&acts, &w, &lists);
+        match SparseDecodeBackward.prepare::<C>([ga, gw]).compute_bound().stateful() {
+            OpsKind::Tracked(prep) => prep.finish((acts, w, lists), out),
+            OpsKind::UnTracked(prep) => prep.finish(out),
+        }
     }
 }
