@@ -58,11 +58,11 @@ pub fn training_pass(p: &Dictionary, arch: &Architecture, input: PassInput) -> T
     let d_sae = p.d_sae();
     // TopK's and BatchTopK's kept features (and the auxiliary loss's, with dead features)
     // alone get a gradient of their pre-activations.
+    let kept = kept_per_row(arch);
     let aux = dead.map_or(0, |(_, n)| n.min((target.dims()[1] / 2).max(1)));
-    let pre = match arch {
-        Architecture::TopK(t) => p.pre_with_sparse_gradient(x.clone(), t.k as usize + aux),
-        Architecture::BatchTopK { topk: t, .. } => p.pre_with_sparse_gradient(x.clone(), (4.0 * t.k).ceil() as usize + aux),
-        _ => p.pre(x.clone()),
+    let pre = match kept {
+        Some(k) => p.pre_with_sparse_gradient(x.clone(), k + aux),
+        None => p.pre(x.clone()),
     };
     let norms = || p.decoder_norms().reshape([1, d_sae]);
     let (acts, out, extra): (Tensor<2>, Tensor<2>, Vec<(LossTerm, Tensor<1>)>) = match arch {
@@ -78,10 +78,7 @@ pub fn training_pass(p: &Dictionary, arch: &Architecture, input: PassInput) -> T
                 Architecture::TopK(_) => top_k(hidden.clone(), t.k as usize),
                 _ => batch_top_k(hidden.clone(), t.k),
             };
-            let cap = match arch {
-                Architecture::TopK(_) => t.k as usize,
-                _ => (4.0 * t.k).ceil() as usize,
-            };
+            let cap = kept.expect("TopK and BatchTopK keep a number of features a row");
             let out = decode_rescaled(p, t, acts.clone(), Sparsity::NonZeros(cap)) + p.b_dec.clone().unsqueeze::<2>();
             let aux = aux_k_loss(p, t, &target, &with_skip(p, &x, out.clone()), hidden, dead);
             (acts, out, vec![(LossTerm::AuxiliaryReconstruction, aux)])
@@ -118,6 +115,17 @@ fn with_skip(p: &Dictionary, x: &Tensor<2>, out: Tensor<2>) -> Tensor<2> {
     match p.skip(x.clone()) {
         Some(s) => out + s,
         None => out,
+    }
+}
+
+/// How many features a row keeps, about: TopK's `k`, BatchTopK's `k` on average (a row's
+/// share of the batch's `k · n`, up to four times it listed before a row is read whole);
+/// `None` for the architectures whose activations are not chosen by count.
+fn kept_per_row(arch: &Architecture) -> Option<usize> {
+    match arch {
+        Architecture::TopK(t) => Some(t.k as usize),
+        Architecture::BatchTopK { topk: t, .. } => Some((4.0 * t.k).ceil() as usize),
+        _ => None,
     }
 }
 
