@@ -704,4 +704,25 @@ fn the_graph_command_with_qk_adds_the_heads_of_each_link_and_their_qk_rows() {
         let total: f64 = r["terms"].as_array().unwrap().iter().map(|t| t["contribution"].as_f64().unwrap()).sum::<f64>() + r["remainder"].as_f64().unwrap();
         assert!((total - r["score"].as_f64().unwrap()).abs() <= 1e-4 * r["score"].as_f64().unwrap().abs().max(1.0), "{r}");
     }
+    // The graph's rows (its active features, one forward pass for every layer) are the `qk`
+    // command's (the transcoders encoding again, a forward pass for the head's layer).
+    let out = tmp.path().join("one.json");
+    let r0 = &rows[rows.len() / 2];
+    let (layer, head, query) = (r0["layer"].to_string(), r0["head"].to_string(), r0["query"].to_string());
+    let mut a = vec!["qk", "--model", model.to_str().unwrap(), "--transcoders", tc.to_str().unwrap(), "--ids", "1,17,5,60,17,5,71"];
+    a.extend(["--layer", &layer, "--head", &head, "--queries", &query, "--out", out.to_str().unwrap()]);
+    let o = burnlens(&a);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let alone: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    for r in rows.iter().filter(|r| (r["layer"].to_string(), r["head"].to_string(), r["query"].to_string()) == (layer.clone(), head.clone(), query.clone())) {
+        let same = alone.as_array().unwrap().iter().find(|x| x["key"] == r["key"]).expect("the key's row");
+        json_close(&same["score"], &r["score"], 1e-6, "score");
+        let (a, b) = (same["terms"].as_array().unwrap(), r["terms"].as_array().unwrap());
+        assert_eq!((a[0]["query_node"].clone(), a[0]["key_node"].clone()), (b[0]["query_node"].clone(), b[0]["key_node"].clone()), "{same} vs {r}");
+        let scale = r["score"].as_f64().unwrap().abs().max(1.0);
+        for k in ["feature_feature", "error", "other", "remainder"] {
+            let (x, y) = (same[k].as_f64().unwrap(), r[k].as_f64().unwrap());
+            assert!((x - y).abs() <= 1e-5 * scale, "{k}: {x} alone, {y} in the graph");
+        }
+    }
 }

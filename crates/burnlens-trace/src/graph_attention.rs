@@ -13,7 +13,7 @@ use crate::attribute::AttributeOptions;
 use crate::graph::{Graph, Pruned};
 use crate::head_loadings::{EdgeHeads, head_loadings, node_position};
 use crate::json::{GraphJson, GraphText};
-use crate::qk::{QkOptions, QkRow, layer_rows};
+use crate::qk::{LayerRequests, QkOptions, QkRow, graph_rows};
 use crate::transcoder::TranscoderSet;
 
 /// The heads of a pruned graph's edges and their QK attributions.
@@ -59,26 +59,26 @@ pub fn graph_attention(
             wanted.entry(h.layer).or_default().entry(h.head).or_default().entry(q).or_default().push(k);
         }
     }
-    let mut qk = Vec::new();
-    for (layer, heads) in wanted {
-        let requests: Vec<(QkOptions, BTreeMap<usize, Vec<usize>>)> = heads
-            .into_iter()
-            .map(|(head, keys)| {
-                let queries = Some(keys.keys().copied().collect());
-                (
-                    QkOptions {
+    let by_layer: Vec<LayerRequests> = wanted
+        .into_iter()
+        .map(|(layer, heads)| {
+            heads
+                .into_iter()
+                .map(|(head, keys)| {
+                    let queries = Some(keys.keys().copied().collect());
+                    let opts = QkOptions {
                         top_terms: a.top_terms,
                         top_keys: Some(a.top_keys),
                         queries,
                         zero_positions: opts.zero_positions,
                         ..QkOptions::new(layer, head)
-                    },
-                    keys,
-                )
-            })
-            .collect();
-        qk.extend(layer_rows(model, set, &graph.input_tokens, &requests)?);
-    }
+                    };
+                    (opts, keys)
+                })
+                .collect()
+        })
+        .collect();
+    let qk = graph_rows(model, set, graph, &by_layer)?;
     Ok(GraphAttention { loadings, qk })
 }
 

@@ -46,6 +46,23 @@ impl<'m> Frozen<'m> {
         rows / tensor(s, [n, 1], &device) * gain
     }
 
+    /// `w [d, n]` with the linear part's position-free factors folded in: the gain, and a
+    /// LayerNorm's centring (`(v − mean v)·g·w = v·(g·w − its column means)`), so that
+    /// `linear(v)·w = (v · fold(w)) / s` at each position.
+    pub fn fold(&self, w: Tensor<2>) -> Tensor<2> {
+        let d = w.dims()[0];
+        let gained = w * f32_val(&self.norm.weight).reshape([d, 1]);
+        match self.norm.kind {
+            NormKind::LayerNorm => gained.clone() - gained.mean_dim(0),
+            NormKind::RmsNorm => gained,
+        }
+    }
+
+    /// The frozen scales `s` at `positions` (per position; `[n, 1]`), that `fold`'s product divides by.
+    pub fn scales_at(&self, positions: &[usize], device: &burn::tensor::Device) -> Tensor<2> {
+        tensor(positions.iter().map(|&p| self.scales[p * self.per]).collect(), [positions.len(), 1], device)
+    }
+
     /// The constant part, `[w]`: the bias's elements `range`, if the norm has a bias.
     pub fn bias(&self, range: Range<usize>) -> Option<Tensor<1>> {
         self.norm.bias.as_ref().map(|b| b.val().slice([range]))

@@ -19,16 +19,17 @@ mod stream;
 use std::collections::BTreeMap;
 
 use burn::tensor::{Int, Tensor, TensorData};
-use burnlens_model::{AttnHook, Forward, Hooks, LayerHook, Stop, Transformer};
+use burnlens_model::{AttnHook, BlockHook, Forward, Hooks, LayerHook, Stop, Transformer};
 use serde::Deserialize;
 
 pub use node::QkNode;
-use project::{Projection, Side, model_side, projection_points};
+use project::{HeadSides, Side, model_side, projection_points};
 pub use row::{QkRow, QkTerm};
 use row::{Ranked, row};
-use stream::{Captured, Kept, Part, for_each_part, stream_points};
+use stream::{Captured, Kept, Known, Part, StreamOf, for_each_part, stream_points};
 
 use crate::TraceError;
+use crate::graph::Graph;
 use crate::transcoder::TranscoderSet;
 
 /// Which head, which pairs, how many terms: the `qk` command's flags and Python's keyword
@@ -127,13 +128,15 @@ fn check(model: &Transformer, set: Option<&TranscoderSet>, ids: &[i64], opts: &Q
     Ok(())
 }
 
-/// One forward pass up to `layer`, keeping what the decomposition of its heads reads.
-fn capture(model: &Transformer, set: Option<&TranscoderSet>, ids: &[i64], layer: usize) -> Captured {
-    let mut points = stream_points(model, set, layer);
-    points.extend(projection_points(model, layer));
+/// One forward pass up to the last of `layers`, keeping what the decomposition of their
+/// heads reads.
+fn capture(model: &Transformer, set: Option<&TranscoderSet>, ids: &[i64], layers: &[usize]) -> Captured {
+    let last = layers.iter().copied().max().unwrap_or(0);
+    let mut points = stream_points(model, set, last);
+    layers.iter().for_each(|&l| points.extend([BlockHook::ResidPre.at(l)].into_iter().chain(projection_points(model, l))));
     let mut hooks = Hooks::capture(move |p| points.contains(&p));
     let ids_t = Tensor::<2, Int>::from_data(TensorData::new(ids.to_vec(), [1, ids.len()]), &model.device());
-    model.forward_with(Forward::new(ids_t).hooks(&mut hooks).stop(Stop::AfterBlock(layer)));
+    model.forward_with(Forward::new(ids_t).hooks(&mut hooks).stop(Stop::AfterBlock(last)));
     hooks.take_cache()
 }
 
@@ -142,28 +145,49 @@ fn capture(model: &Transformer, set: Option<&TranscoderSet>, ids: &[i64], layer:
 /// part; any model, attention-only and parallel blocks too).
 pub fn qk_attributions(model: &Transformer, set: Option<&TranscoderSet>, ids: &[i64], opts: &QkOptions) -> Result<QkHead, TraceError> {
     check(model, set, ids, opts)?;
-    let cache = capture(model, set, ids, opts.layer);
-    Ok(heads_rows(model, set, ids, cache, &[(opts.clone(), BTreeMap::new())])?.remove(0))
+    let cache = capture(model, set, ids, &[opts.layer]);
+    Ok(heads_rows(&Walked { model, set, ids, cache: &cache, known: None }, &[(opts.clone(), BTreeMap::new())])?.remove(0))
 }
 
-/// The rows of several heads of one layer from one forward pass and one decomposition of
-/// its stream: each request's options and, per query, keys to decompose besides those the
-/// options choose.
-pub(crate) fn layer_rows(
-    model: &Transformer,
-    set: &TranscoderSet,
-    ids: &[i64],
-    requests: &[(QkOptions, BTreeMap<usize, Vec<usize>>)],
-) -> Result<Vec<QkRow>, TraceError> {
-    let Some((first, _)) = requests.first() else { return Ok(Vec::new()) };
-    for (opts, _) in requests {
-        check(model, Some(set), ids, opts)?;
-        if (opts.layer, opts.zero_positions) != (first.layer, first.zero_positions) {
-            return Err(TraceError::Input(format!("one layer's heads at a time: {} and {}", first.layer, opts.layer)));
+/// Heads of an attribution graph, one layer's at a time: each request's options and, per
+/// query, keys to decompose besides those the options choose.
+pub(crate) type LayerRequests = Vec<(QkOptions, BTreeMap<usize, Vec<usize>>)>;
+
+/// The rows of the heads `by_layer` asks for on `graph`'s prompt, from one forward pass and,
+/// per layer, one decomposition of its stream; the graph's active features stand for the
+/// transcoders' (no encoding again: any activations would do, the error nodes take up the
+/// difference, so the terms still add up to the score).
+pub(crate) fn graph_rows(model: &Transformer, set: &TranscoderSet, graph: &Graph, by_layer: &[LayerRequests]) -> Result<Vec<QkRow>, TraceError> {
+    let ids = &graph.input_tokens;
+    let mut layers = Vec::new();
+    for requests in by_layer.iter().filter(|r| !r.is_empty()) {
+        let first = &requests[0].0;
+        for (opts, _) in requests {
+            check(model, Some(set), ids, opts)?;
+            if (opts.layer, opts.zero_positions) != (first.layer, first.zero_positions) {
+                return Err(TraceError::Input(format!("one layer's heads at a time: {} and {}", first.layer, opts.layer)));
+            }
         }
+        layers.push(first.layer);
     }
-    let cache = capture(model, Some(set), ids, first.layer);
-    Ok(heads_rows(model, Some(set), ids, cache, requests)?.into_iter().flat_map(|h| h.rows).collect())
+    let cache = capture(model, Some(set), ids, &layers);
+    let walked =
+        Walked { model, set: Some(set), ids, cache: &cache, known: Some(Known { features: &graph.active_features, values: &graph.activation_values }) };
+    let mut rows = Vec::new();
+    for requests in by_layer.iter().filter(|r| !r.is_empty()) {
+        rows.extend(heads_rows(&walked, requests)?.into_iter().flat_map(|h| h.rows));
+    }
+    Ok(rows)
+}
+
+/// What the decompositions of one prompt read: the model, the transcoders, the captured
+/// activations, and active features found before.
+struct Walked<'a> {
+    model: &'a Transformer,
+    set: Option<&'a TranscoderSet>,
+    ids: &'a [i64],
+    cache: &'a Captured,
+    known: Option<Known<'a>>,
 }
 
 /// One head's side of the decomposition: what its rows read, and the parts' queries and keys
@@ -174,8 +198,7 @@ struct HeadParts<'m> {
     /// The model's own queries and keys of the head, `[pos, d_head]`.
     model_q: Vec<f32>,
     model_k: Vec<f32>,
-    queries: Projection<'m>,
-    keys: Projection<'m>,
+    sides: HeadSides<'m>,
     chosen: Vec<(usize, Vec<usize>)>,
     as_query: Vec<bool>,
     as_key: Vec<bool>,
@@ -206,8 +229,7 @@ impl<'m> HeadParts<'m> {
             opts,
             model_q: model_side(model, layer, head, Side::Query, cache)?,
             model_k: model_side(model, layer, head, Side::Key, cache)?,
-            queries: Projection::new(model, layer, head, Side::Query, cache)?,
-            keys: Projection::new(model, layer, head, Side::Key, cache)?,
+            sides: HeadSides::new(model, layer, head, cache)?,
             pattern,
             chosen,
             as_query,
@@ -233,8 +255,8 @@ impl<'m> HeadParts<'m> {
         };
         let positions: Vec<usize> = keep.iter().map(|&i| part.nodes[i].pos()).collect();
         let host = |t: Tensor<2>| -> Vec<f32> { t.into_data().try_into_vec_as::<f32>().expect("f32") };
-        let q = host(self.queries.project(vectors.clone(), &positions, part.constant));
-        let k = host(self.keys.project(vectors, &positions, part.constant));
+        let (q, k) = self.sides.project(vectors, &positions, part.constant);
+        let (q, k) = (host(q), host(k));
         for (r, &i) in keep.iter().enumerate() {
             let p = positions[r];
             self.nodes[p].push(part.nodes[i]);
@@ -279,26 +301,21 @@ impl<'m> HeadParts<'m> {
     }
 }
 
-/// Each request's rows from the captured activations `cache`: one decomposition of the
-/// layer's stream, each head projecting the parts its rows read.
-fn heads_rows(
-    model: &Transformer,
-    set: Option<&TranscoderSet>,
-    ids: &[i64],
-    mut cache: Captured,
-    requests: &[(QkOptions, BTreeMap<usize, Vec<usize>>)],
-) -> Result<Vec<QkHead>, TraceError> {
-    let (first, n_pos) = (&requests[0].0, ids.len());
+/// Each request's rows (one layer's heads): one decomposition of the layer's stream, each
+/// head projecting the parts its rows read.
+fn heads_rows(w: &Walked, requests: &[(QkOptions, BTreeMap<usize, Vec<usize>>)]) -> Result<Vec<QkHead>, TraceError> {
+    let (model, first, n_pos) = (w.model, &requests[0].0, w.ids.len());
     let dh = model.blocks[first.layer].attn.d_head;
-    let mut heads = requests.iter().map(|(opts, extra)| HeadParts::new(model, &cache, opts, extra, n_pos)).collect::<Result<Vec<_>, _>>()?;
+    let mut heads = requests.iter().map(|(opts, extra)| HeadParts::new(model, w.cache, opts, extra, n_pos)).collect::<Result<Vec<_>, _>>()?;
     // Only the positions some row reads: a late layer's rows read a fraction of them.
     let positions: Vec<usize> = (0..n_pos).filter(|&p| heads.iter().any(|h| h.as_query[p] || h.as_key[p])).collect();
     if positions.is_empty() {
         return Ok(heads.into_iter().map(|_| QkHead { rows: Vec::new(), n_parts: 0, residual_gap: 0.0 }).collect());
     }
     let kept = Kept::new(positions, n_pos, &model.device());
+    let stream = StreamOf { model, set: w.set, layer: first.layer, zero_positions: first.zero_positions, kept: &kept, cache: w.cache, known: w.known };
     let mut n_parts = 0;
-    let (resid, sum) = for_each_part(model, set, first.layer, first.zero_positions, &kept, &mut cache, |part| {
+    let (resid, sum) = for_each_part(&stream, |part| {
         n_parts += part.nodes.len();
         heads.iter_mut().for_each(|h| h.take(&part, dh));
         Ok(())

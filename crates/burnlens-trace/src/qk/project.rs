@@ -117,6 +117,13 @@ impl<'m> Projection<'m> {
         if constant {
             y = y + self.b.clone().reshape([1, dh]);
         }
+        self.finish(y, positions, constant)
+    }
+
+    /// What follows the projection `y [n, d_head]` at `positions`: the QK-norm (its bias
+    /// with `constant`) and the rotation.
+    fn finish(&self, mut y: Tensor<2>, positions: &[usize], constant: bool) -> Tensor<2> {
+        let [n, dh] = y.dims();
         if let Some((norm, head, range)) = &self.qk {
             y = norm.linear(y, positions, *head, range.clone());
             if constant && let Some(b) = norm.bias(range.clone()) {
@@ -160,4 +167,40 @@ pub(crate) fn model_side(model: &Transformer, layer: usize, head: usize, side: S
         heads(cache.get(&raw.at(layer)).and_then(|a| a.rank4()).ok_or_else(|| missing(raw.at(layer)))?)
     };
     Ok(t.into_data().try_into_vec_as::<f32>().expect("f32"))
+}
+
+/// Both sides of one head, for the parts that are not constant: the norm before attention
+/// folded into the two projections side by side (`[d_model, 2·d_head]`, [`Frozen::fold`]),
+/// so a part's rows take one product, divided by the positions' frozen scales — the same
+/// map as [`Projection::project`], without normalising every part once per head and side.
+pub(crate) struct HeadSides<'m> {
+    pub query: Projection<'m>,
+    pub key: Projection<'m>,
+    folded: Tensor<2>,
+}
+
+impl<'m> HeadSides<'m> {
+    pub fn new(model: &'m Transformer, layer: usize, head: usize, cache: &Captured) -> Result<Self, TraceError> {
+        let (query, key) = (Projection::new(model, layer, head, Side::Query, cache)?, Projection::new(model, layer, head, Side::Key, cache)?);
+        let both = Tensor::cat(vec![query.w.clone(), key.w.clone()], 1);
+        let folded = match &query.norm {
+            Some(norm) => norm.fold(both),
+            None => both,
+        };
+        Ok(Self { query, key, folded })
+    }
+
+    /// The queries and keys `[n, d_head]` of `rows [n, d_model]` at `positions`.
+    pub fn project(&self, rows: Tensor<2>, positions: &[usize], constant: bool) -> (Tensor<2>, Tensor<2>) {
+        if constant {
+            return (self.query.project(rows.clone(), positions, true), self.key.project(rows, positions, true));
+        }
+        let mut y = matmul(rows, self.folded.clone());
+        if let Some(norm) = &self.query.norm {
+            let s = norm.scales_at(positions, &y.device());
+            y = y / s;
+        }
+        let dh = self.folded.dims()[1] / 2;
+        (self.query.finish(y.clone().narrow(1, 0, dh), positions, false), self.key.finish(y.narrow(1, dh, dh), positions, false))
+    }
 }

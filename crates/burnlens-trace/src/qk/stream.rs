@@ -38,8 +38,8 @@ pub(crate) fn stream_points(model: &Transformer, set: Option<&TranscoderSet>, la
     points
 }
 
-fn take_rows(cache: &mut Captured, point: HookPoint) -> Result<Tensor<2>, TraceError> {
-    let t = cache.remove(&point).and_then(|a| a.rank3()).ok_or_else(|| TraceError::Mismatch(format!("the model has no hook point `{point}`")))?;
+fn take_rows(cache: &Captured, point: HookPoint) -> Result<Tensor<2>, TraceError> {
+    let t = cache.get(&point).and_then(|a| a.rank3()).ok_or_else(|| TraceError::Mismatch(format!("the model has no hook point `{point}`")))?;
     let [_, p, d] = t.dims();
     Ok(t.reshape([p, d]))
 }
@@ -88,24 +88,53 @@ fn through(norm: &Option<Frozen>, v: Tensor<2>, positions: &[usize]) -> Tensor<2
     }
 }
 
-/// Hand every part of the stream entering `layer` at the positions `kept` to `each`, in
-/// order (the constant part last), from the activations `cache` holds (the points of
-/// [`stream_points`]); returns the model's own `hook_resid_pre` of `layer` and the parts'
-/// sum at those positions, `[kept, d_model]` each, row-major. Without transcoders, each
-/// MLP's output is one part.
-pub(crate) fn for_each_part(
-    model: &Transformer,
-    set: Option<&TranscoderSet>,
-    layer: usize,
-    zero_positions: usize,
-    kept: &Kept,
-    cache: &mut Captured,
-    each: impl FnMut(Part) -> Result<(), TraceError>,
-) -> Result<(Vec<f32>, Vec<f32>), TraceError> {
+/// What a walk down the stream reads: the stream entering `layer` at the positions `kept`,
+/// from the activations `cache` holds (the points of [`stream_points`]), with the first
+/// `zero_positions` positions' features zeroed; `known`, where given, the active features
+/// already found (else each transcoder encodes its input again).
+pub(crate) struct StreamOf<'a> {
+    pub model: &'a Transformer,
+    pub set: Option<&'a TranscoderSet>,
+    pub layer: usize,
+    pub zero_positions: usize,
+    pub kept: &'a Kept,
+    pub cache: &'a Captured,
+    pub known: Option<Known<'a>>,
+}
+
+/// Active features found before (an attribution graph's): `[layer, pos, feature]` and the
+/// activation of each.
+#[derive(Clone, Copy)]
+pub(crate) struct Known<'a> {
+    pub features: &'a [[i64; 3]],
+    pub values: &'a [f32],
+}
+
+impl Known<'_> {
+    /// Layer `l`'s features at the kept positions (at or after `zero_positions`), as
+    /// `(kept row · n_features + feature, activation)` in that order.
+    fn at(&self, l: usize, kept: &Kept, zero_positions: usize, n_features: usize) -> Vec<(usize, f32)> {
+        let mut found: Vec<(usize, f32)> = self
+            .features
+            .iter()
+            .zip(self.values)
+            .filter(|&(f, &a)| f[0] as usize == l && f[1] as usize >= zero_positions && a != 0.0)
+            .filter_map(|(f, &a)| Some((kept.row.get(f[1] as usize).copied().flatten()? * n_features + f[2] as usize, a)))
+            .collect();
+        found.sort_unstable_by_key(|&(i, _)| i);
+        found
+    }
+}
+
+/// Hand every part of `stream` to `each`, in order (the constant part last); returns the
+/// model's own `hook_resid_pre` of the layer and the parts' sum at the kept positions,
+/// `[kept, d_model]` each, row-major. Without transcoders, each MLP's output is one part.
+pub(crate) fn for_each_part(stream: &StreamOf, each: impl FnMut(Part) -> Result<(), TraceError>) -> Result<(Vec<f32>, Vec<f32>), TraceError> {
+    let StreamOf { model, set, layer, zero_positions, kept, cache, known } = *stream;
     let embed = kept.select(take_rows(cache, HookPoint::Embed)?, 0);
     let [n_pos, d] = embed.dims();
     let device = embed.device();
-    let mut walk = Walk { cache, kept, n_pos, d, sum: vec![0f32; n_pos * d], bias: Tensor::zeros([n_pos, d], &device), each };
+    let mut walk = Walk { cache, kept, known, n_pos, d, sum: vec![0f32; n_pos * d], bias: Tensor::zeros([n_pos, d], &device), each };
     walk.emit_each(embed, |pos| QkNode::Embedding { pos })?;
     if model.config.positional == Positional::Residual
         && let Ok(p) = walk.take(HookPoint::PosEmbed)
@@ -166,8 +195,9 @@ impl Active {
 
 /// The walk down the layers: the parts handed on so far, summed, and the constants gathered.
 struct Walk<'c, F> {
-    cache: &'c mut Captured,
+    cache: &'c Captured,
     kept: &'c Kept,
+    known: Option<Known<'c>>,
     /// Rows: the kept positions.
     n_pos: usize,
     d: usize,
@@ -221,7 +251,7 @@ impl<F: FnMut(Part) -> Result<(), TraceError>> Walk<'_, F> {
     fn attention(&mut self, block: &Block, l: usize) -> Result<(), TraceError> {
         let post = frozen(self.cache, block.norm_after_attention(l))?;
         let point = AttnHook::Result.at(l);
-        let result = self.cache.remove(&point).and_then(|a| a.rank4()).ok_or_else(|| TraceError::Mismatch(format!("the model has no hook point `{point}`")))?;
+        let result = self.cache.get(&point).and_then(|a| a.rank4()).ok_or_else(|| TraceError::Mismatch(format!("the model has no hook point `{point}`")))?;
         let result = self.kept.select(result, 1);
         for head in 0..result.dims()[2] {
             let v = self.through_all(&post, result.clone().narrow(2, head, 1).reshape([self.n_pos, self.d]));
@@ -247,10 +277,15 @@ impl<F: FnMut(Part) -> Result<(), TraceError>> Walk<'_, F> {
         let device = x.device();
         let tc = &set.layers[l];
         let f = tc.d_sae();
-        let mut acts = host_activations(tc, x.clone());
-        let zeroed = self.kept.positions.iter().take_while(|&&p| p < at.zero_positions).count();
-        acts[..zeroed.min(n_pos) * f].fill(0.0);
-        let active: Vec<(usize, f32)> = acts.iter().copied().enumerate().filter(|&(_, a)| a != 0.0).collect();
+        let active: Vec<(usize, f32)> = match &self.known {
+            Some(known) => known.at(l, self.kept, at.zero_positions, f),
+            None => {
+                let mut acts = host_activations(tc, x.clone());
+                let zeroed = self.kept.positions.iter().take_while(|&&p| p < at.zero_positions).count();
+                acts[..zeroed.min(n_pos) * f].fill(0.0);
+                acts.iter().copied().enumerate().filter(|&(_, a)| a != 0.0).collect()
+            }
+        };
         let mine = (!active.is_empty()).then(|| {
             let n = active.len();
             let int = |v: Vec<i64>| Tensor::<1, Int>::from_data(TensorData::new(v, [n]), &device);
