@@ -82,10 +82,15 @@ impl Replacement<'_> {
         let z = matmul(g_o.narrow(1, q, 1).reshape([1, d]), layer.w_o.clone().transpose()).reshape([h, 1, dh]);
         let u = matmul(z, layer.w_v.clone().reshape([d, h, dh]).permute([1, 2, 0]));
         let weights = a.narrow(1, q, 1).select(2, at.clone()).swap_dims(1, 2);
-        let g_x = weights * u;
+        // Head `h`'s gradient at position `k` is `A_h[q, k] · u_h`, and the frozen norm's
+        // backward is its position-free part (gain, centring) then `/ s_k`: so the norm
+        // runs on the `[h, 1, d]` vectors and the positions are one product.
         match block.norm_before_attention(l) {
-            Some((n, site)) => norm_back(n, &self.scale_at(site, At::Only(at)), g_x, true),
-            None => g_x,
+            Some((n, site)) => {
+                let unit = Tensor::<3>::ones([1, 1, 1], &u.device());
+                weights / self.scale_at(site, At::Only(at)) * norm_back(n, &unit, u, true)
+            }
+            None => weights * u,
         }
     }
 
