@@ -497,13 +497,15 @@ fn a_click_on_a_feature_node_shows_its_dashboard_examples() {
 /// on an edge lists the heads that carry it.
 #[test]
 fn a_click_on_a_head_shows_its_attention_row_and_qk_terms() {
-    use burnlens::trace::{AttentionOptions, AttributeOptions, GraphText, Pruned, graph_attention, write_graph_with};
+    use burnlens::trace::{AttentionOptions, AttributeOptions, GraphText, Pruned, Replacement, graph_attention, write_graph_with};
     let tmp = tempfile::tempdir().unwrap();
     let (model, set, ids, graph) = gpt2_graph();
     let tokens: Vec<String> = ids.iter().map(|i| format!("t{i}")).collect();
     let logit_tokens = graph.logit_token_ids.iter().map(|i| format!("t{i}")).collect();
     let text = GraphText { slug: "g".into(), prompt: tokens.join(" "), prompt_tokens: tokens, logit_tokens };
-    let attention = |p: &Pruned| graph_attention(&model, &set, &graph, p, &AttributeOptions::default(), &AttentionOptions::default());
+    let opts = AttributeOptions::default();
+    let rm = Replacement::new(&model, &set, &graph.input_tokens, opts.zero_positions, opts.pattern_budget).unwrap();
+    let attention = |p: &Pruned| graph_attention(&rm, &graph, p, &opts, &AttentionOptions::default());
     let files = write_graph_with(&tmp.path().join("graph"), &graph, &text, 0.8, 0.98, &mut |_| {}, Some(&attention)).unwrap();
     let json: Value = serde_json::from_str(&std::fs::read_to_string(&files.json).unwrap()).unwrap();
     let links = json["links"].as_array().unwrap();

@@ -16,7 +16,7 @@ use burnlens::hf::load_model;
 use burnlens::lens::Rule;
 use burnlens::lens::dictionary::Dictionary;
 use burnlens::model::{Activation, AttnHook, BlockHook, Forward, HookPoint, Hooks, LayerHook, NormHook, NormSite, Stop};
-use burnlens::trace::{AttributeOptions, InputHook, LogitTargets, OutputHook, TraceError, TranscoderSet, attribute};
+use burnlens::trace::{AttributeOptions, InputHook, LogitTargets, OutputHook, Replacement, TraceError, TranscoderSet, attribute, attribute_on};
 use common::*;
 
 const CASES: [&str; 8] = ["gpt2", "gpt2_clt", "llama_skip", "llama_topk", "gemma2", "gemma2_scope", "gpt2_trained", "gpt2_clt_trained"];
@@ -599,7 +599,8 @@ fn head_loadings_add_up_to_the_edges_they_carry() {
         let set = TranscoderSet::load(&dir.join("transcoders"), &device).unwrap();
         let ids: Vec<i64> = case["ids"].as_array().unwrap().iter().map(|v| v.as_i64().unwrap()).collect();
         let opts = options(&case);
-        let g = attribute(&model, &set, &ids, &opts).unwrap();
+        let rm = Replacement::new(&model, &set, &ids, opts.zero_positions, opts.pattern_budget).unwrap();
+        let g = attribute_on(&rm, &opts).unwrap();
         let (n_f, n_pos, n_layers) = (g.n_features(), g.n_pos(), g.n_layers);
         // The attention layers an edge crosses: above the source's first write, up to the
         // target's layer (a logit's: every layer).
@@ -613,7 +614,7 @@ fn head_loadings_add_up_to_the_edges_they_carry() {
             }
         };
         let target_layer = |t: usize| if t < n_f { g.active_features[g.selected_features[t] as usize][0] as usize } else { n_layers - 1 };
-        let all = head_loadings(&model, &set, &g, None, &opts, usize::MAX).unwrap();
+        let all = head_loadings(&rm, &g, None, usize::MAX).unwrap();
         let crossing = (0..g.n_features() + g.n_logits())
             .map(|r| (0..g.n_nodes()).filter(|&s| g.row(r)[s] != 0.0 && node_position(&g, s) != node_position(&g, g.row_node(r))).count())
             .sum::<usize>();
@@ -637,7 +638,7 @@ fn head_loadings_add_up_to_the_edges_they_carry() {
                 longer += 1;
             }
         }
-        let short = head_loadings(&model, &set, &g, None, &opts, 2).unwrap();
+        let short = head_loadings(&rm, &g, None, 2).unwrap();
         for (e, s) in all.iter().zip(&short) {
             let largest = max_abs(g.row(g.node_row(e.target).unwrap()));
             let sum: f64 = s.heads.iter().map(|h| h.weight as f64).sum::<f64>() + (s.rest + s.multi_hop) as f64;
@@ -649,8 +650,11 @@ fn head_loadings_add_up_to_the_edges_they_carry() {
             assert_eq!(s.heads[..], e.heads[..s.heads.len()], "{name}: the largest heads first");
         }
         let pruned = g.prune(0.8, 0.98).unwrap();
-        let kept = head_loadings(&model, &set, &g, Some(&pruned), &opts, 3).unwrap();
+        let kept = head_loadings(&rm, &g, Some(&pruned), 3).unwrap();
         assert!(!kept.is_empty() && kept.len() < all.len(), "{name}: {} kept of {}", kept.len(), all.len());
+        let other = Replacement::new(&model, &set, &ids[..ids.len() - 1], opts.zero_positions, opts.pattern_budget).unwrap();
+        let e = head_loadings(&other, &g, None, 3).unwrap_err().to_string();
+        assert!(e.contains("another prompt"), "{name}: {e}");
     }
     assert!(single > 100 && longer > 100, "one-layer edges {single}, multi-hop edges {longer}");
 }

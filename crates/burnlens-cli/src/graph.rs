@@ -71,7 +71,8 @@ pub fn run(a: &GraphArgs) -> Result<()> {
     let targets = g.targets.as_ref().map(|list| list.split(',').map(|t| parse_token(&m, "--targets", t)).collect::<Result<Vec<_>>>()).transpose()?;
     let opts = g.attribute.options(targets);
     let t0 = std::time::Instant::now();
-    let graph = burnlens_trace::attribute(&m.model, &set, &ids, &opts)?;
+    let rm = burnlens_trace::Replacement::new(&m.model, &set, &ids, opts.zero_positions, opts.pattern_budget)?;
+    let graph = burnlens_trace::attribute_on(&rm, &opts)?;
     let seconds = t0.elapsed().as_secs_f64();
     let prompt = m.text(&ids);
     let slug = out.file_name().map_or("graph".into(), |n| n.to_string_lossy().into_owned());
@@ -93,8 +94,8 @@ pub fn run(a: &GraphArgs) -> Result<()> {
             Err(e) => failed = Some(e),
         }
     };
-    let attention =
-        |pruned: &burnlens_trace::Pruned| burnlens_trace::graph_attention(&m.model, &set, &graph, pruned, &opts, &burnlens_trace::AttentionOptions::default());
+    // The attention side reads the replacement model the graph was attributed on.
+    let attention = |pruned: &burnlens_trace::Pruned| burnlens_trace::graph_attention(&rm, &graph, pruned, &opts, &burnlens_trace::AttentionOptions::default());
     let files = burnlens_trace::write_graph_with(
         out,
         &graph,

@@ -237,7 +237,8 @@ impl NativeGraph {
 impl NativeGraph {
     fn attention_of(&self, pruned: &burnlens_trace::Pruned) -> Result<burnlens_trace::GraphAttention, burnlens_trace::TraceError> {
         let (model, set) = (&self.model.get().any.model, &self.transcoders.get().set);
-        burnlens_trace::graph_attention(model, set, &self.graph, pruned, &self.options, &burnlens_trace::AttentionOptions::default())
+        let rm = burnlens_trace::Replacement::new(model, set, &self.graph.input_tokens, self.options.zero_positions, self.options.pattern_budget)?;
+        burnlens_trace::graph_attention(&rm, &self.graph, pruned, &self.options, &burnlens_trace::AttentionOptions::default())
     }
 }
 

@@ -189,10 +189,23 @@ impl Rows {
 
 /// The attribution graph of `ids` (attributed as given: add the BOS yourself).
 pub fn attribute(model: &Transformer, set: &TranscoderSet, ids: &[i64], opts: &AttributeOptions) -> Result<Graph, TraceError> {
+    check_options(opts)?;
+    attribute_on(&Replacement::new(model, set, ids, opts.zero_positions, opts.pattern_budget)?, opts)
+}
+
+fn check_options(opts: &AttributeOptions) -> Result<(), TraceError> {
     if opts.batch_size == 0 || opts.update_interval == 0 {
         return Err(TraceError::Input("batch_size and update_interval must be at least 1".into()));
     }
-    let rm = Replacement::new(model, set, ids, opts.zero_positions, opts.pattern_budget)?;
+    Ok(())
+}
+
+/// The attribution graph of the prompt of replacement model `rm` (built with `opts`'s
+/// `zero_positions` and `pattern_budget`), which the graph's attention side can read again
+/// ([`crate::graph_attention`]).
+pub fn attribute_on(rm: &Replacement, opts: &AttributeOptions) -> Result<Graph, TraceError> {
+    check_options(opts)?;
+    let (model, set, ids) = (rm.model, rm.set, &rm.ids);
     let (n_layers, n_pos, d) = (rm.n_layers(), rm.n_pos(), rm.d_model());
     let n_active = rm.active.len();
     let (logit_ids, logit_probs) = select_logits(&rm.logits, &opts.targets)?;
@@ -211,7 +224,7 @@ pub fn attribute(model: &Transformer, set: &TranscoderSet, ids: &[i64], opts: &A
         let end = (start + opts.batch_size).min(n_logits);
         let (layers, positions) = (vec![n_layers; end - start], vec![n_pos - 1; end - start]);
         let nodes: Vec<usize> = (start..end).map(|i| logit_offset + i).collect();
-        rows.compute(&rm, Targets { layers: &layers, positions: &positions, vectors: &directions[start * d..end * d] }, &nodes);
+        rows.compute(rm, Targets { layers: &layers, positions: &positions, vectors: &directions[start * d..end * d] }, &nodes);
     }
 
     let mut visited = vec![false; n_active];
@@ -235,7 +248,7 @@ pub fn attribute(model: &Transformer, set: &TranscoderSet, ids: &[i64], opts: &A
             let layers: Vec<usize> = batch.iter().map(|&i| rm.active[i].layer).collect();
             let positions: Vec<usize> = batch.iter().map(|&i| rm.active[i].pos).collect();
             let vectors = rm.encoder_rows(batch);
-            rows.compute(&rm, Targets { layers: &layers, positions: &positions, vectors: &vectors }, batch);
+            rows.compute(rm, Targets { layers: &layers, positions: &positions, vectors: &vectors }, batch);
             batch.iter().for_each(|&i| visited[i] = true);
             n_visited += batch.len();
         }

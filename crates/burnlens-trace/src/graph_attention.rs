@@ -5,7 +5,6 @@
 
 use std::collections::BTreeMap;
 
-use burnlens_model::Transformer;
 use serde::Serialize;
 
 use crate::TraceError;
@@ -14,7 +13,7 @@ use crate::graph::{Graph, Pruned};
 use crate::head_loadings::{EdgeHeads, head_loadings, node_position};
 use crate::json::{GraphJson, GraphText};
 use crate::qk::{LayerRequests, QkOptions, QkRow, graph_rows};
-use crate::transcoder::TranscoderSet;
+use crate::replacement::Replacement;
 
 /// The heads of a pruned graph's edges and their QK attributions.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -38,18 +37,13 @@ impl Default for AttentionOptions {
     }
 }
 
-/// The loadings of `pruned`'s edges that cross positions (the graph's `opts`), and the QK
-/// rows of each listed head at the targets of the edges it carries: for the keys those
-/// edges come from and the keys it attends to most.
-pub fn graph_attention(
-    model: &Transformer,
-    set: &TranscoderSet,
-    graph: &Graph,
-    pruned: &Pruned,
-    opts: &AttributeOptions,
-    a: &AttentionOptions,
-) -> Result<GraphAttention, TraceError> {
-    let loadings = head_loadings(model, set, graph, Some(pruned), opts, a.top_heads)?;
+/// The loadings of `pruned`'s edges that cross positions, and the QK rows of each listed
+/// head at the targets of the edges it carries: for the keys those edges come from and the
+/// keys it attends to most. `rm`: the replacement model the graph was attributed on (or
+/// one built again on its prompt with the graph's `opts`).
+pub fn graph_attention(rm: &Replacement, graph: &Graph, pruned: &Pruned, opts: &AttributeOptions, a: &AttentionOptions) -> Result<GraphAttention, TraceError> {
+    let (model, set) = (rm.model, rm.set);
+    let loadings = head_loadings(rm, graph, Some(pruned), a.top_heads)?;
     // Each listed head's queries (the targets' positions) and, per query, the keys its
     // edges come from; grouped by layer (one forward pass a layer).
     let mut wanted: BTreeMap<usize, BTreeMap<usize, BTreeMap<usize, Vec<usize>>>> = BTreeMap::new();

@@ -17,11 +17,10 @@ use burnlens_model::matmul::matmul;
 use serde::Serialize;
 
 use crate::TraceError;
-use crate::attribute::{AttributeOptions, logit_directions};
+use crate::attribute::logit_directions;
 use crate::backward::{At, Targets, norm_back};
 use crate::graph::{Graph, Pruned};
 use crate::replacement::Replacement;
-use crate::transcoder::TranscoderSet;
 
 /// One head's share of an edge.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -234,17 +233,17 @@ pub fn node_position(graph: &Graph, node: usize) -> usize {
 }
 
 /// The head loadings of every edge of `graph` that crosses positions (those `pruned` keeps,
-/// or all), at most `top_heads` heads listed each, built from `set` and the model again
-/// (one forward pass, `opts.zero_positions` and `opts.pattern_budget` as the graph's).
-pub fn head_loadings(
-    model: &burnlens_model::Transformer,
-    set: &TranscoderSet,
-    graph: &Graph,
-    pruned: Option<&Pruned>,
-    opts: &AttributeOptions,
-    top_heads: usize,
-) -> Result<Vec<EdgeHeads>, TraceError> {
-    let rm = Replacement::new(model, set, &graph.input_tokens, opts.zero_positions, opts.pattern_budget)?;
+/// or all), at most `top_heads` heads listed each, read from `rm`: the replacement model
+/// the graph was attributed on (or one built again on its prompt with the same options).
+pub fn head_loadings(rm: &Replacement, graph: &Graph, pruned: Option<&Pruned>, top_heads: usize) -> Result<Vec<EdgeHeads>, TraceError> {
+    if rm.ids != graph.input_tokens {
+        return Err(TraceError::Input(format!(
+            "the replacement model was built on another prompt ({} tokens) than the graph's ({} tokens)",
+            rm.ids.len(),
+            graph.input_tokens.len()
+        )));
+    }
+    let model = rm.model;
     let (n, n_f, n_pos, n_layers) = (graph.n_nodes(), graph.n_features(), graph.n_pos(), graph.n_layers);
     let source = |s: usize| {
         if s < n_f {

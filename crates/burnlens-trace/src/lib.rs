@@ -36,7 +36,7 @@ pub mod replacement;
 pub mod store;
 pub mod transcoder;
 
-pub use attribute::{AttributeOptions, LogitTargets, attribute, select_logits};
+pub use attribute::{AttributeOptions, LogitTargets, attribute, attribute_on, select_logits};
 pub use attribute_args::AttributeArgs;
 pub use error::TraceError;
 pub use graph::{Graph, Pruned, check_thresholds};
