@@ -267,6 +267,25 @@ fn transcoder_activations_equal_the_attribution_graphs() {
         }
         assert_eq!(b.acts.iter().filter(|&&a| a != 0.0).count(), active, "{case}: the same features are active");
         assert!(active > 10);
+        // A few features (the transcoders cut down to them, nothing else encoded) read as the
+        // whole set's columns do.
+        let ids_of = |k: usize| graph.active_features[k * graph.active_features.len() / 3][2] as usize;
+        let some = vec![ids_of(2), 0, ids_of(1), ids_of(0)];
+        let set = TranscoderSet::load(&dir.join("transcoders"), &device).unwrap();
+        let cut = FeatureSource::transcoders(&model, set, Some(some.clone())).unwrap();
+        let c = cut.batch(&[ids.iter().map(|&i| i as u32).collect()], 0).unwrap();
+        assert_eq!(c.n_features, some.len() * graph.n_layers);
+        let mut fired = 0;
+        for r in 0..c.rows() {
+            for l in 0..graph.n_layers {
+                for (k, &f) in some.iter().enumerate() {
+                    let (got, want) = (c.acts[r * c.n_features + l * some.len() + k], b.acts[r * b.n_features + l * d + f]);
+                    assert!((got - want).abs() <= 1e-6 * want.abs().max(1.0), "{case}: L{l} #{f} @{r}: {got} cut down, {want} whole");
+                    fired += (got != 0.0) as usize;
+                }
+            }
+        }
+        assert!(fired > 0, "{case}: some of the features asked for fire");
     }
 }
 

@@ -1,9 +1,11 @@
 //! Where feature activations come from: the model run over windows (stopping after the last
 //! layer read), then an SAE's encoder at its hook, or every layer's transcoder (a per-layer
 //! set or a cross-layer transcoder, circuit-tracer's) at its input; read back to the host for
-//! the features asked for, one column each.
+//! the features asked for, one column each (a few features of a wide SAE or transcoder set
+//! are the only ones encoded: the others' columns are never computed).
 
 use burn::tensor::{Int, Tensor, TensorData};
+use burnlens_lens::Dictionary;
 use burnlens_lens::sae::Sae;
 use burnlens_model::Transformer;
 use burnlens_trace::TranscoderSet;
@@ -55,6 +57,10 @@ pub struct FeatureSource<'a> {
     /// Each feature's column in the encoder's output (an SAE cut down to the features asked
     /// for has them in order).
     columns: Vec<usize>,
+    /// A few features of wide transcoders: each layer's transcoder cut down to them (in the
+    /// order asked for), so a batch encodes and reads back only those columns; empty when
+    /// every feature is asked for, or when the rule needs every feature (TopK).
+    cut: Vec<Dictionary>,
 }
 
 impl<'a> FeatureSource<'a> {
@@ -84,7 +90,17 @@ impl<'a> FeatureSource<'a> {
     /// (every feature of every layer when `None`).
     pub fn transcoders(model: &'a Transformer, set: TranscoderSet, features: Option<Vec<usize>>) -> Result<Self, DashboardError> {
         set.check(&model.config).map_err(|e| DashboardError::Input(e.to_string()))?;
-        Self::with(model, Encoder::Transcoders(set), features)
+        let mut source = Self::with(model, Encoder::Transcoders(set), features)?;
+        let d = source.encoder.per_layer();
+        let asked: Vec<usize> = source.features.iter().filter(|&&f| f < d).copied().collect();
+        if let Encoder::Transcoders(set) = &source.encoder
+            && asked.len() < d
+            && set.layers.iter().all(|t| !matches!(t.rule, burnlens_lens::Rule::TopK { .. }))
+        {
+            let idx = source.index_tensor(asked.into_iter());
+            source.cut = set.layers.iter().map(|t| t.restrict(idx.clone())).collect();
+        }
+        Ok(source)
     }
 
     fn with(model: &'a Transformer, encoder: Encoder, features: Option<Vec<usize>>) -> Result<Self, DashboardError> {
@@ -98,7 +114,7 @@ impl<'a> FeatureSource<'a> {
             return Err(DashboardError::Input("no features were asked for".into()));
         }
         let features: Vec<usize> = (0..encoder.n_layers()).flat_map(|l| ids.iter().map(move |&i| l * d + i)).collect();
-        Ok(FeatureSource { model, encoder, columns: features.clone(), features })
+        Ok(FeatureSource { model, encoder, columns: features.clone(), features, cut: Vec::new() })
     }
 
     /// The activations of `windows` (corpus index of the first: `first_window`).
@@ -147,13 +163,15 @@ impl<'a> FeatureSource<'a> {
                     if cols.is_empty() {
                         continue;
                     }
-                    let a = set.layers[l]
-                        .encode(x)
-                        .into_data()
-                        .try_into_vec_as::<f32>()
-                        .map_err(|e| DashboardError::Input(format!("feature activations: {e:?}")))?;
+                    // Cut down, the layer's columns are the features asked for, in order.
+                    let (a, width) = match self.cut.get(l) {
+                        Some(cut) => (cut.encode(x), cols.len()),
+                        None => (set.layers[l].encode(x), d),
+                    };
+                    let a = a.into_data().try_into_vec_as::<f32>().map_err(|e| DashboardError::Input(format!("feature activations: {e:?}")))?;
+                    let column = |k: usize, i: usize| if self.cut.is_empty() { i } else { k };
                     for r in 0..rows {
-                        cols.iter().for_each(|&(j, i)| acts[r * nf + j] = a[r * d + i]);
+                        cols.iter().enumerate().for_each(|(k, &(j, i))| acts[r * nf + j] = a[r * width + column(k, i)]);
                     }
                 }
                 acts
