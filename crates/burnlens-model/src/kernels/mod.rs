@@ -30,7 +30,8 @@
 //!
 //! The boundary: the op functions below (each picks its kernel or Burn's composed ops
 //! itself), [`runs_on`] for callers choosing between a kernel and a backend's own fused op,
-//! and the modules another crate or the kernel tests reach are public; the rest (packing
+//! [`dot`] (the vectorised dot product, for host loops elsewhere), and the modules another
+//! crate or the kernel tests reach are public; the rest (packing
 //! layouts, rounding rules, SIMD helpers, the flex plumbing) are the kernels' own.
 
 pub mod activation;
@@ -73,5 +74,6 @@ pub use embedding::embedding;
 pub use flex::{Op, calls, enabled, is_flex, runs_on, set_enabled};
 pub use layer_norm::{layer_norm, layer_norm_reference, rms_norm, rms_norm_reference};
 pub use linear::{linear, linear_reference};
+pub use simd::dot_here as dot;
 pub use softmax::{softmax, softmax_reference};
 pub use sum_squares::{scale, sum_squares, sum_squares_reference};

@@ -210,6 +210,12 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
     sum_by2(a, b, |x, y| x * y)
 }
 
+/// [`dot`] compiled for the CPU it runs on, for callers outside the kernels (one call a
+/// product: short vectors, many of them).
+pub fn dot_here(a: &[f32], b: &[f32]) -> f32 {
+    dispatch!(|a: &[f32], b: &[f32]| -> f32 { dot(a, b) })
+}
+
 /// `Σ a[i]` over all kernel threads, vectorised: reads `a` once at full bandwidth (the bench
 /// uses it to measure the read bandwidth that bounds decoding).
 pub fn parallel_sum(a: &[f32]) -> f32 {
@@ -227,6 +233,17 @@ pub fn parallel_sum(a: &[f32]) -> f32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_dispatched_dot_is_the_sum_of_products_at_every_length() {
+        for n in 0..70 {
+            let a: Vec<f32> = (0..n).map(|i| (i as f32 * 0.37).sin()).collect();
+            let b: Vec<f32> = (0..n).map(|i| (i as f32 * 0.11).cos() - 0.5).collect();
+            let want: f64 = a.iter().zip(&b).map(|(&x, &y)| x as f64 * y as f64).sum();
+            let got = dot_here(&a, &b) as f64;
+            assert!((got - want).abs() <= 1e-5 * (1.0 + want.abs()), "n = {n}: {got} against {want}");
+        }
+    }
 
     #[test]
     fn exp_matches_libm_to_two_ulp_relative() {

@@ -77,20 +77,6 @@ impl Ranked {
     }
 }
 
-/// `Σ a[i] b[i]` in sixteen independent sums (which the compiler keeps in vector
-/// registers: a pair's term takes a few instructions, not a chain of dependent additions).
-fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
-    let mut acc = [0f32; 16];
-    let (ca, cb) = (a.chunks_exact(16), b.chunks_exact(16));
-    let tail: f32 = ca.remainder().iter().zip(cb.remainder()).map(|(x, y)| x * y).sum();
-    for (x, y) in ca.zip(cb) {
-        for l in 0..16 {
-            acc[l] += x[l] * y[l];
-        }
-    }
-    acc.iter().sum::<f32>() + tail
-}
-
 fn dot(a: &[f64], b: &[f64]) -> f64 {
     a.iter().zip(b).map(|(x, y)| x * y).sum()
 }
@@ -113,7 +99,7 @@ pub(crate) fn row(at: QkRow, q: &Ranked, k: &Ranked, dh: usize, scale: f32, top:
         for &i in &q.order[..mq] {
             let a = q.vector(i, dh);
             for &j in &k.order[..mk] {
-                let c = dot_f32(a, k.vector(j, dh)) * scale;
+                let c = burnlens_model::kernels::dot(a, k.vector(j, dh)) * scale;
                 block.push((i, j, c));
             }
         }
