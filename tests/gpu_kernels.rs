@@ -9,7 +9,7 @@ mod common;
 use burn::tensor::{Device, Tensor, TensorData};
 use burnlens::lens::dictionary::select::{SelectRoute, kth_largest, kth_largest_rows};
 use burnlens::model::gpu;
-use common::uniform;
+use common::{uniform, xorshift};
 
 fn devices() -> Vec<(&'static str, Device)> {
     ["wgpu", "cuda"]
@@ -22,12 +22,10 @@ fn devices() -> Vec<(&'static str, Device)> {
 /// Values with everything an order has to get right: ties, both signs, both zeros, −∞ runs,
 /// a few +∞, and spread magnitudes.
 fn values(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|i| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
+    xorshift(seed)
+        .take(n)
+        .enumerate()
+        .map(|(i, s)| {
             match s % 23 {
                 0 => f32::NEG_INFINITY,
                 1 => 0.0,

@@ -190,15 +190,18 @@ pub fn copy_fixture(name: &str) -> (tempfile::TempDir, PathBuf) {
     (tmp, dir)
 }
 
-/// `n` deterministic pseudo-random values in [-1, 1] (xorshift from `seed`).
-pub fn uniform(n: usize, seed: u64) -> Vec<f32> {
+/// The states of an xorshift generator started from `seed` (deterministic test values).
+pub fn xorshift(seed: u64) -> impl Iterator<Item = u64> {
     let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            ((s >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0) as f32
-        })
-        .collect()
+    std::iter::repeat_with(move || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        s
+    })
+}
+
+/// `n` deterministic pseudo-random values in [-1, 1] ([`xorshift`] from `seed`).
+pub fn uniform(n: usize, seed: u64) -> Vec<f32> {
+    xorshift(seed).take(n).map(|s| ((s >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0) as f32).collect()
 }
