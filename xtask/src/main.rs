@@ -47,8 +47,8 @@
 //!
 //! One file a concern: `process` (running commands), `venvs` (the Python environments),
 //! `packages` (Debian's), `cuda_llvm`, `fixtures` (the recipes, as data), `test_runner`,
-//! `machine` (what a benchmark ran on), `tch` (the LibTorch build), `bench/` (one driver a
-//! file).
+//! `machine` (what a benchmark ran on), `rounds` (a bench's rounds and their ratios), `tch`
+//! (the LibTorch build), `bench/` (one driver a file).
 
 mod bench;
 mod cuda_llvm;
@@ -56,6 +56,7 @@ mod fixtures;
 mod machine;
 mod packages;
 mod process;
+mod rounds;
 mod tch;
 mod test_runner;
 mod venvs;
@@ -83,7 +84,7 @@ fn main() -> Result<()> {
         "bench-mpi" => bench::mpi::bench_mpi(rest)?,
         "parity-tch" => tch::parity_tch(rest)?,
         _ => bail!(
-            "usage: cargo xtask <test [CARGO TEST ARGS]|{}|venv|cuda-llvm|bench [WORKLOAD...]|bench-train|bench-scale [MODEL...]|bench-bf16|bench-trace [TOKENS...]|bench-sae [STEPS] [ARCH...]|bench-dashboards [TOKENS] [FEATURES]|bench-mpi [STEPS] [GPT2_STEPS] [SAE_STEPS]|parity-tch>",
+            "usage: cargo xtask <test [CARGO TEST ARGS]|{}|venv|cuda-llvm|bench [--rounds N] [WORKLOAD...]|bench-train|bench-scale [MODEL...]|bench-bf16|bench-trace [TOKENS...]|bench-sae [STEPS] [ARCH...]|bench-dashboards [TOKENS] [FEATURES]|bench-mpi [STEPS] [GPT2_STEPS] [SAE_STEPS]|parity-tch>",
             fixtures::RECIPES.iter().map(|r| if r.task == "trace-fixtures" { "trace-fixtures [CASE...]" } else { r.task }).collect::<Vec<_>>().join("|")
         ),
     }

@@ -8,6 +8,7 @@ use anyhow::{Context, Result};
 
 use crate::machine::machine_report;
 use crate::process::{floats, median, root, run, run_json};
+use crate::rounds::{Rounds, rounds_option};
 use crate::tch::tch_env;
 use crate::venvs::{Venv, python};
 
@@ -73,6 +74,7 @@ impl Drop for BusyNeighbour {
 /// neighbour process. Writes `target/bench/report.md`.
 pub(crate) fn bench(args: Vec<String>) -> Result<()> {
     let with_tch = args.iter().any(|a| a == "--tch");
+    let (rounds_override, args) = rounds_option(args)?;
     let only: Vec<String> = args.into_iter().filter(|a| a != "--tch").collect();
     let py = python(Venv::Main)?;
     let out_dir = root().join("target/bench");
@@ -115,7 +117,7 @@ pub(crate) fn bench(args: Vec<String>) -> Result<()> {
             burn[i] = "--new-tokens".into();
         }
         let compile = ["forward", "train"].contains(&args[0].as_str()) && !args.iter().any(|a| a == "bf16");
-        Workload { label: label.into(), burnlens: burn, peer, rounds, compile, contended: false }
+        Workload { label: label.into(), burnlens: burn, peer, rounds: rounds_override.unwrap_or(rounds), compile, contended: false }
     };
     let mut workloads = vec![
         w("forward 1x128", &["forward", "--batch", "1", "--seq", "128", "--reps", "3"], 3),
@@ -177,7 +179,7 @@ pub(crate) fn bench(args: Vec<String>) -> Result<()> {
         if tch.is_some() {
             impls.push(Impl::Tch);
         }
-        let mut results: Vec<(Impl, Vec<f64>, serde_json::Value)> = impls.iter().map(|&i| (i, vec![], serde_json::Value::Null)).collect();
+        let mut results: Vec<(Impl, Rounds, serde_json::Value)> = impls.iter().map(|&i| (i, Rounds::default(), serde_json::Value::Null)).collect();
         for _ in 0..wl.rounds {
             for (which, times, last) in results.iter_mut() {
                 let _neighbour = if wl.contended { Some(BusyNeighbour::start()?) } else { None };
@@ -195,7 +197,7 @@ pub(crate) fn bench(args: Vec<String>) -> Result<()> {
                         &threads,
                     ]))?,
                 };
-                times.extend(floats(&v, "times")?);
+                times.push(floats(&v, "times")?);
                 *last = v;
             }
         }
@@ -211,7 +213,7 @@ pub(crate) fn bench(args: Vec<String>) -> Result<()> {
         let load = wl.burnlens[0] == "load";
         let cell = |which: Impl| -> Option<(f64, String)> {
             let (_, times, last) = results.iter().find(|r| r.0 == which)?;
-            let t = median(times.to_vec());
+            let t = times.median();
             Some(if load {
                 let rss = last["peak_rss_bytes"].as_f64().unwrap_or(f64::NAN) - last["rss_before_bytes"].as_f64().unwrap_or(0.0);
                 let size = last["checkpoint_bytes"].as_f64().unwrap_or(f64::NAN);
@@ -224,6 +226,10 @@ pub(crate) fn bench(args: Vec<String>) -> Result<()> {
         let (tb, cb) = cell(Impl::Burnlens).expect("burnlens ran");
         let (th, ch) = cell(Impl::Hf).expect("HF ran");
         let (tl, cl) = cell(Impl::Lean).expect("lean ran");
+        // Speed ratios (above 1: burnlens faster), each the median of the rounds' own
+        // ratios: a slow minute of the machine moves one round, not the row.
+        let times_of = |which: Impl| &results.iter().find(|r| r.0 == which).expect("it ran").1;
+        let ratio = |peer: Impl| times_of(peer).ratio_to(times_of(Impl::Burnlens));
         let compiled = cell(Impl::Compile);
         let first = &results[0].2;
         // Achieved compute (or, for decoding, memory traffic) of each implementation.
@@ -275,12 +281,12 @@ pub(crate) fn bench(args: Vec<String>) -> Result<()> {
         }
         // Ratios of speed: > 1 means burnlens is faster.
         let (cc, rc) = match &compiled {
-            Some((tc, cc)) => (cc.clone(), format!("{:.2}x", tc / tb)),
+            Some((_, cc)) => (cc.clone(), ratio(Impl::Compile)),
             None => ("-".into(), "-".into()),
         };
-        table.push_str(&format!("| {} | {cb} | {ch} | {cl} | {cc} | {:.2}x | {:.2}x | {rc} | {rates} |", wl.label, th / tb, tl / tb));
-        if let Some((tt, ct)) = cell(Impl::Tch) {
-            table.push_str(&format!(" {ct} | {:.2}x |", tl / tt));
+        table.push_str(&format!("| {} | {cb} | {ch} | {cl} | {cc} | {} | {} | {rc} | {rates} |", wl.label, ratio(Impl::Hf), ratio(Impl::Lean)));
+        if let Some((_, ct)) = cell(Impl::Tch) {
+            table.push_str(&format!(" {ct} | {} |", times_of(Impl::Lean).ratio_to(times_of(Impl::Tch))));
         }
         table.push('\n');
         burnlens_times.push((wl.label.clone(), tb));
@@ -328,11 +334,11 @@ pub(crate) fn bench(args: Vec<String>) -> Result<()> {
             ("768x128x384", "qkv, nanoGPT training"),
             ("1536x1536x1536", "square"),
         ] {
-            let (mut ours, mut repacking, mut theirs, mut blas) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-            for _ in 0..3 {
+            let (mut ours, mut repacking, mut theirs, mut blas) = (Rounds::default(), Rounds::default(), Rounds::default(), Rounds::default());
+            for _ in 0..rounds_override.unwrap_or(3) {
                 let v = run_json(Command::new(&bin).args(["bench", "gemm", "--shape", shape, "--reps", "20"]))?;
-                ours.extend(floats(&v, "times")?);
-                repacking.extend(floats(&v, "times_repacking")?);
+                ours.push(floats(&v, "times")?);
+                repacking.push(floats(&v, "times_repacking")?);
                 let v = run_json(Command::new(&py).current_dir(root()).args([
                     "scripts/peer_nanogpt.py",
                     "gemm",
@@ -345,7 +351,7 @@ pub(crate) fn bench(args: Vec<String>) -> Result<()> {
                     "--threads",
                     &threads,
                 ]))?;
-                theirs.extend(floats(&v, "times")?);
+                theirs.push(floats(&v, "times")?);
                 let v = run_json(
                     Command::new(&py)
                         .current_dir(root())
@@ -353,13 +359,14 @@ pub(crate) fn bench(args: Vec<String>) -> Result<()> {
                         .env("OPENBLAS_NUM_THREADS", &threads),
                 )?;
                 blas_name = v["blas"].as_str().unwrap_or("OpenBLAS").to_string();
-                blas.extend(floats(&v, "times")?);
+                blas.push(floats(&v, "times")?);
             }
             let dims: Vec<f64> = shape.trim_end_matches('t').split('x').filter_map(|d| d.parse().ok()).collect();
             let flops = 2.0 * dims.iter().product::<f64>();
-            let (a, r, b, o) = (flops / median(ours) / 1e9, flops / median(repacking) / 1e9, flops / median(theirs) / 1e9, flops / median(blas) / 1e9);
+            let rate = |t: &Rounds| flops / t.median() / 1e9;
+            let (a, r, b, o) = (rate(&ours), rate(&repacking), rate(&theirs), rate(&blas));
             println!("gemm {shape}: burnlens {a:.0} GFLOP/s (repacking {r:.0}) | torch.matmul {b:.0} GFLOP/s | {blas_name} {o:.0} GFLOP/s");
-            gemm_table.push_str(&format!("| {shape} | {what} | {a:.0} | {r:.0} | {b:.0} | {o:.0} | {:.2}x | {:.2}x |\n", a / b, a / o));
+            gemm_table.push_str(&format!("| {shape} | {what} | {a:.0} | {r:.0} | {b:.0} | {o:.0} | {} | {} |\n", theirs.ratio_to(&ours), blas.ratio_to(&ours)));
         }
         gemm_table.push_str(&format!(
             "\nOpenBLAS: {blas_name}, the build numpy's wheel bundles, `OPENBLAS_NUM_THREADS={threads}`; every product after 0.3 s of warm-up.\n"
