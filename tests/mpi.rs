@@ -15,7 +15,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::mpi_jobs::{launch, mpiexec, rank_pids, ranks_gone, run, wait_ended};
-use common::read_safetensors;
+use common::{assert_close, read_safetensors};
 
 /// A model small enough for a debug build; no dropout, so ranks and one process draw the
 /// same computation; two micro-batches per step; batch 6 splits 3+3 and 2+2+2.
@@ -101,15 +101,6 @@ fn assert_same_run(a: &Path, b: &Path, tol: f64) {
             assert_close(name, x, y, tol);
         }
     }
-}
-
-/// `x` and `y` within `tol` relative in L2 norm.
-fn assert_close(name: &str, x: &[f32], y: &[f32], tol: f64) {
-    let norm = |v: &mut dyn Iterator<Item = f64>| v.map(|x| x * x).sum::<f64>().sqrt();
-    let diff = norm(&mut x.iter().zip(y).map(|(x, y)| (x - y) as f64));
-    let size = norm(&mut x.iter().map(|&x| x as f64));
-    eprintln!("{name}: {:.2e}", diff / size);
-    assert!(diff <= tol * size, "{name}: weights differ by {diff} (norm {size})");
 }
 
 #[test]

@@ -15,7 +15,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use common::mpi_jobs::{launch, mpiexec, rank_pids, ranks_gone, run, wait_ended};
-use common::read_safetensors;
+use common::{assert_close, read_safetensors};
 
 /// `train-sae` on the small GPT-2 fixture into `out`, with `extra` options: batches of 6
 /// windows of 8 tokens (48 rows: 24 + 24, 16 + 16 + 16), a buffer of 4 passes, features dead
@@ -65,10 +65,7 @@ fn assert_same_outputs(a: &Path, b: &Path, tol: f64) {
         let (wa, wb) = (read_safetensors(&a.join(f)), read_safetensors(&b.join(f)));
         assert_eq!(wa.len(), wb.len(), "{}", f.display());
         for (name, t) in &wa {
-            let norm = |v: &mut dyn Iterator<Item = f64>| v.map(|x| x * x).sum::<f64>().sqrt();
-            let diff = norm(&mut t.f32.iter().zip(&wb[name].f32).map(|(x, y)| (x - y) as f64));
-            let size = norm(&mut t.f32.iter().map(|&x| x as f64));
-            assert!(diff <= tol * size.max(1e-12), "{} {name}: differs by {diff} (norm {size})", f.display());
+            assert_close(&format!("{} {name}", f.display()), &t.f32, &wb[name].f32, tol);
         }
     }
 }

@@ -124,6 +124,17 @@ pub fn max_abs(a: &[f32]) -> f32 {
     a.iter().map(|x| x.abs()).fold(0.0, f32::max)
 }
 
+/// `x` within `tol` of `y` in relative L2 (`‖x − y‖ ≤ tol · ‖x‖`, in f64; a zero `x` must
+/// equal `y`), the relative difference printed under `name`.
+pub fn assert_close(name: &str, x: &[f32], y: &[f32], tol: f64) {
+    assert_eq!(x.len(), y.len(), "{name}: {} values against {}", x.len(), y.len());
+    let norm = |v: &mut dyn Iterator<Item = f64>| v.map(|x| x * x).sum::<f64>().sqrt();
+    let diff = norm(&mut x.iter().zip(y).map(|(x, y)| (x - y) as f64));
+    let size = norm(&mut x.iter().map(|&x| x as f64));
+    eprintln!("{name}: {:.2e}", diff / size);
+    assert!(diff <= tol * size, "{name}: differs by {diff} (norm {size}, tolerance {tol} relative)");
+}
+
 /// `../shared/data` or `BURNLENS_DATA`; `None` (with a note on stderr) if it is absent, and
 /// a failure under CI (`CI` set), where a missing prerequisite must not pass as a skip.
 pub fn shared_data() -> Option<PathBuf> {
