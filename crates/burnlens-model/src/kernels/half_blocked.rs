@@ -20,7 +20,8 @@ thread_local! {
 pub(super) fn blocked(dst: &mut [f32], dst_rs: usize, a: MatRef, w: HalfRef, accumulate: bool, isa: packed::Isa) {
     let (m, k, n) = (a.rows, a.cols, w.cols);
     let p = isa.panel();
-    let split = Split::new([m, k, n], p);
+    // Its own column groups (the widened blocks' buffer is sized for them), on any ISA.
+    let split = Split::new([m, k, n], p, packed::GROUP_COLS);
     let ptr = SendPtr(dst.as_mut_ptr());
     split.run(|t| {
         let dst = ptr;
