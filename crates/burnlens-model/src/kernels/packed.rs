@@ -35,10 +35,10 @@ pub(crate) const GROUP_COLS: usize = 512;
 /// The AVX2 blocking: deeper blocks over narrower groups. Each block's six rows of `x`
 /// (`6 × 768` floats, 18 KiB) stay in L1 and the group's panels (`768 × 128` floats, 384
 /// KiB) in a 512 KiB L2; `dst` is read and written once per 768 of depth instead of once per
-/// 256. On an AVX2 Zen 3 (BENCHMARKS.md, twentieth), alternated against 256 × 512 in 7
-/// pairs per shape, every product of `cargo xtask bench`'s GEMM table and three training
-/// shapes ran 1.02–1.14x as fast (median 1.06x). AVX-512 machines, not measured with it,
-/// keep 256 × 512.
+/// 256. On an AVX2 Zen 3 (BENCHMARKS.md, twentieth), against 256 × 512 in 8 alternated
+/// pairs (order swapped every pair): the packed products 128×768×2304, 128×3072×768,
+/// 1024×768×2304 and 1536³ 1.20, 1.19, 1.15 and 1.05x as fast; a GPT-2 small forward 1.03x
+/// at 1×128 and 1.08x at 4×256. AVX-512 machines, not measured with it, keep 256 × 512.
 const AVX2_BLOCKING: Blocking = Blocking { kc: 768, group_cols: 128 };
 
 /// A product's blocking: depth blocks of `kc`, column groups of `group_cols`.
