@@ -38,8 +38,11 @@ pub(crate) const GROUP_COLS: usize = 512;
 /// 256. On an AVX2 Zen 3 (BENCHMARKS.md, twentieth), against 256 × 512 in 8 alternated
 /// pairs (order swapped every pair): the packed products 128×768×2304, 128×3072×768,
 /// 1024×768×2304 and 1536³ 1.20, 1.19, 1.15 and 1.05x as fast; a GPT-2 small forward 1.03x
-/// at 1×128 and 1.08x at 4×256. AVX-512 machines, not measured with it, keep 256 × 512.
+/// at 1×128 and 1.08x at 4×256. AVX-512 machines, not measured with it, keep
+/// [`AVX512_BLOCKING`].
 const AVX2_BLOCKING: Blocking = Blocking { kc: 768, group_cols: 128 };
+/// The AVX-512 blocking: [`KC`] deep over [`GROUP_COLS`].
+const AVX512_BLOCKING: Blocking = Blocking { kc: KC, group_cols: GROUP_COLS };
 
 /// A product's blocking: depth blocks of `kc`, column groups of `group_cols`.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -47,6 +50,7 @@ pub(crate) struct Blocking {
     pub kc: usize,
     pub group_cols: usize,
 }
+
 /// Rows of `x` per micro-kernel call (the micro-kernels' `nr`).
 pub(crate) const NR: usize = 6;
 /// Tasks per thread in a split product.
@@ -81,8 +85,7 @@ pub(crate) fn isa() -> Option<Isa> {
         #[cfg(target_arch = "x86_64")]
         if !super::simd::baseline() {
             if std::arch::is_x86_feature_detected!("avx512f") {
-                let blocking = Blocking { kc: KC, group_cols: GROUP_COLS };
-                return Some(Isa { lanes: 16, ukr: &gemm_f32::microkernel::avx512f::f32::UKR, blocking });
+                return Some(Isa { lanes: 16, ukr: &gemm_f32::microkernel::avx512f::f32::UKR, blocking: AVX512_BLOCKING });
             }
             if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
                 return Some(Isa { lanes: 8, ukr: &gemm_f32::microkernel::fma::f32::UKR, blocking: AVX2_BLOCKING });
