@@ -8,7 +8,7 @@ use anyhow::{Context, Result};
 
 use crate::machine::machine_report;
 use crate::process::{floats, median, root, run, run_json};
-use crate::rounds::{Rounds, rounds_option};
+use crate::rounds::{Rounds, order, rounds_option};
 use crate::tch::tch_env;
 use crate::venvs::{Venv, python};
 
@@ -180,13 +180,8 @@ pub(crate) fn bench(args: Vec<String>) -> Result<()> {
             impls.push(Impl::Tch);
         }
         let mut results: Vec<(Impl, Rounds, serde_json::Value)> = impls.iter().map(|&i| (i, Rounds::default(), serde_json::Value::Null)).collect();
-        let n_impls = results.len();
         for round in 0..wl.rounds {
-            // Each round starts with another implementation: on a shared 2-vCPU machine the
-            // first run of a sequence was seen up to 25% off its neighbours.
-            let mut order: Vec<usize> = (0..n_impls).collect();
-            order.rotate_left(round % n_impls);
-            for i in order {
+            for i in order(results.len(), round) {
                 let (which, times, last) = &mut results[i];
                 let _neighbour = if wl.contended { Some(BusyNeighbour::start()?) } else { None };
                 let v = match *which {
@@ -341,31 +336,41 @@ pub(crate) fn bench(args: Vec<String>) -> Result<()> {
             ("1536x1536x1536", "square"),
         ] {
             let (mut ours, mut repacking, mut theirs, mut blas) = (Rounds::default(), Rounds::default(), Rounds::default(), Rounds::default());
-            for _ in 0..rounds_override.unwrap_or(3) {
-                let v = run_json(Command::new(&bin).args(["bench", "gemm", "--shape", shape, "--reps", "20"]))?;
-                ours.push(floats(&v, "times")?);
-                repacking.push(floats(&v, "times_repacking")?);
-                let v = run_json(Command::new(&py).current_dir(root()).args([
-                    "scripts/peer_nanogpt.py",
-                    "gemm",
-                    "--impl",
-                    "lean",
-                    "--shape",
-                    shape,
-                    "--reps",
-                    "20",
-                    "--threads",
-                    &threads,
-                ]))?;
-                theirs.push(floats(&v, "times")?);
-                let v = run_json(
-                    Command::new(&py)
-                        .current_dir(root())
-                        .args(["scripts/peer_nanogpt.py", "gemm", "--impl", "openblas", "--shape", shape, "--reps", "20"])
-                        .env("OPENBLAS_NUM_THREADS", &threads),
-                )?;
-                blas_name = v["blas"].as_str().unwrap_or("OpenBLAS").to_string();
-                blas.push(floats(&v, "times")?);
+            for round in 0..rounds_override.unwrap_or(3) {
+                for side in order(3, round) {
+                    match side {
+                        0 => {
+                            let v = run_json(Command::new(&bin).args(["bench", "gemm", "--shape", shape, "--reps", "20"]))?;
+                            ours.push(floats(&v, "times")?);
+                            repacking.push(floats(&v, "times_repacking")?);
+                        }
+                        1 => {
+                            let v = run_json(Command::new(&py).current_dir(root()).args([
+                                "scripts/peer_nanogpt.py",
+                                "gemm",
+                                "--impl",
+                                "lean",
+                                "--shape",
+                                shape,
+                                "--reps",
+                                "20",
+                                "--threads",
+                                &threads,
+                            ]))?;
+                            theirs.push(floats(&v, "times")?);
+                        }
+                        _ => {
+                            let v = run_json(
+                                Command::new(&py)
+                                    .current_dir(root())
+                                    .args(["scripts/peer_nanogpt.py", "gemm", "--impl", "openblas", "--shape", shape, "--reps", "20"])
+                                    .env("OPENBLAS_NUM_THREADS", &threads),
+                            )?;
+                            blas_name = v["blas"].as_str().unwrap_or("OpenBLAS").to_string();
+                            blas.push(floats(&v, "times")?);
+                        }
+                    }
+                }
             }
             let dims: Vec<f64> = shape.trim_end_matches('t').split('x').filter_map(|d| d.parse().ok()).collect();
             let flops = 2.0 * dims.iter().product::<f64>();
