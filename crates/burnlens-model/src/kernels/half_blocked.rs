@@ -4,7 +4,7 @@
 use std::cell::RefCell;
 
 use super::gemm::MatRef;
-use super::half_format::{HalfRef, Runs, prefetch_runs, widen_one, widen_runs};
+use super::half_format::{HalfRef, Rows, Runs, prefetch_runs, widen_one, widen_runs, widen_to_panels};
 use super::packed::{self, KC, Out, Split};
 use super::pool::{self, SendPtr};
 
@@ -26,29 +26,36 @@ pub(super) fn blocked(dst: &mut [f32], dst_rs: usize, a: MatRef, w: HalfRef, acc
     split.run(|t| {
         let dst = ptr;
         let (panels, rows) = split.task(t);
+        let group = packed::GROUP_COLS.div_ceil(p);
+        // Each column group's depth blocks in turn: (first row of the block, its panels).
+        let mut blocks = panels.clone().step_by(group).flat_map(|g0| (0..k).step_by(KC).map(move |p0| (p0, g0..(g0 + group).min(panels.end)))).peekable();
         PANELS.with(|buf| {
             let mut buf = buf.borrow_mut();
-            let mut g0 = panels.start;
-            while g0 < panels.end {
-                let g1 = (g0 + packed::GROUP_COLS.div_ceil(p)).min(panels.end);
-                let mut p0 = 0;
-                while p0 < k {
-                    let kc = KC.min(k - p0);
-                    fill_panels(&mut buf, w, p0..p0 + kc, g0 * p..(g1 * p).min(n), p);
-                    if w.cs == 1 && p0 + kc < k {
-                        // The next depth block's rows, fetched while this one multiplies.
-                        let (c0, c1) = (g0 * p, (g1 * p).min(n));
-                        prefetch_runs(w.data, Runs { start: w.at(p0 + kc, c0), stride: w.rs, count: KC.min(k - p0 - kc), len: c1 - c0 });
-                    }
-                    let out = Out { dst: dst.0, dst_rs, col0: 0, col_end: n };
-                    let panel0 = buf.as_ptr();
+            while let Some((p0, g)) = blocks.next() {
+                let kc = KC.min(k - p0);
+                fill_panels(&mut buf, w, p0..p0 + kc, g.start * p..(g.end * p).min(n), p);
+                // The next block's rows, fetched a share after each strip of rows multiplies
+                // (all at once, most of the requests found no free slot).
+                let next = blocks.peek().filter(|_| w.cs == 1).map(|(q0, h)| Runs {
+                    start: w.at(*q0, h.start * p),
+                    stride: w.rs,
+                    count: KC.min(k - q0),
+                    len: (h.end * p).min(n) - h.start * p,
+                });
+                let out = Out { dst: dst.0, dst_rs, col0: 0, col_end: n };
+                let panel0 = buf.as_ptr();
+                let strips = rows.len().div_ceil(packed::NR);
+                for s in 0..strips {
+                    let strip = rows.start + s * packed::NR..(rows.start + (s + 1) * packed::NR).min(rows.end);
                     // SAFETY: tasks write disjoint (rows × panel columns) blocks of `dst`,
-                    // inside it (checked by the caller); `buf` holds `g1 - g0` whole
+                    // inside it (checked by the caller); `buf` holds `g.len()` whole
                     // zero-padded `kc × p` panels.
-                    unsafe { packed::depth_block(isa, &out, a.cols(p0, kc), g0..g1, rows.clone(), p0 > 0 || accumulate, |j| panel0.add((j - g0) * kc * p)) };
-                    p0 += kc;
+                    unsafe { packed::depth_block(isa, &out, a.cols(p0, kc), g.clone(), strip, p0 > 0 || accumulate, |j| panel0.add((j - g.start) * kc * p)) };
+                    if let Some(next) = next {
+                        let (i0, i1) = (next.count * s / strips, next.count * (s + 1) / strips);
+                        prefetch_runs(w.data, Runs { start: (next.start as isize + i0 as isize * next.stride) as usize, count: i1 - i0, ..next });
+                    }
                 }
-                g0 = g1;
             }
         });
     });
@@ -210,6 +217,15 @@ fn fill_panels(buf: &mut Vec<f32>, w: HalfRef, depth: std::ops::Range<usize>, co
     // Every value is written below but a partial panel's padding, zeroed here (zeroing the
     // whole buffer each depth block cost as much as a tenth of the widening).
     buf.resize(panels * kc * p, 0.0);
+    if w.cs == 1 && w.rs > 0 {
+        if cols.len() % p != 0 {
+            let (j, width) = (panels - 1, cols.len() % p);
+            buf[j * kc * p..].chunks_exact_mut(p).for_each(|row| row[width..].fill(0.0));
+        }
+        let rows = Rows { start: w.at(depth.start, cols.start), rs: w.rs as usize, rows: kc, cols: cols.len() };
+        widen_to_panels(w.kind, w.data, rows, buf, p);
+        return;
+    }
     for j in 0..panels {
         let c0 = cols.start + j * p;
         let width = p.min(cols.end - c0);

@@ -101,6 +101,57 @@ pub(crate) fn widen_runs(kind: Half, src: &[u16], runs: Runs, dst: &mut [f32], d
     }
 }
 
+/// Where [`widen_to_panels`] reads: `rows` rows of `cols` bits, the `r`-th starting at
+/// `start + r · rs` (each row contiguous).
+#[derive(Clone, Copy)]
+pub(crate) struct Rows {
+    pub(crate) start: usize,
+    pub(crate) rs: usize,
+    pub(crate) rows: usize,
+    pub(crate) cols: usize,
+}
+
+/// Widen `src` row by row into panels of `p` columns: panel `j` at `dst[j · rows · p..]`, its
+/// row `r` at `+ r · p` (a partial last panel's padding is left as it is). Every row is read
+/// front to back, so the hardware prefetcher streams it (reading one panel's few columns
+/// down all rows missed the cache on every row).
+pub(crate) fn widen_to_panels(kind: Half, src: &[u16], rows: Rows, dst: &mut [f32], p: usize) {
+    if rows.rows == 0 || rows.cols == 0 {
+        return;
+    }
+    assert!(rows.start + (rows.rows - 1) * rows.rs + rows.cols <= src.len(), "widen_to_panels: source out of bounds");
+    assert!(rows.cols.div_ceil(p) * rows.rows * p <= dst.len(), "widen_to_panels: destination out of bounds");
+    match kind {
+        Half::Bf16 => dispatch!(|src: &[u16], rows: Rows, dst: &mut [f32], p: usize| -> () { to_panels_body::<true>(src, rows, dst, p) }),
+        Half::F16 => dispatch!(|src: &[u16], rows: Rows, dst: &mut [f32], p: usize| -> () { to_panels_body::<false>(src, rows, dst, p) }),
+    }
+}
+
+#[inline(always)]
+fn to_panels_body<const BF16: bool>(src: &[u16], rows: Rows, dst: &mut [f32], p: usize) {
+    /// Values widened per step: a whole number of vectors on every ISA (`p` is a multiple).
+    const STEP: usize = 16;
+    let panel_len = rows.rows * p;
+    for r in 0..rows.rows {
+        let row = &src[rows.start + r * rows.rs..][..rows.cols];
+        for (j, seg) in row.chunks(p).enumerate() {
+            let d = &mut dst[j * panel_len + r * p..][..seg.len()];
+            let mut ds = d.chunks_exact_mut(STEP);
+            let mut ss = seg.chunks_exact(STEP);
+            for (d, s) in (&mut ds).zip(&mut ss) {
+                let d: &mut [f32; STEP] = d.try_into().expect("a whole step");
+                let s: &[u16; STEP] = s.try_into().expect("a whole step");
+                for i in 0..STEP {
+                    d[i] = wide::<BF16>(s[i]);
+                }
+            }
+            for (d, &b) in ds.into_remainder().iter_mut().zip(ss.remainder()) {
+                *d = wide::<BF16>(b);
+            }
+        }
+    }
+}
+
 /// Ask for the cache lines of `runs` ahead of their use (a hint: never faults; nothing off
 /// x86), so that widening the next block does not wait for memory.
 pub(crate) fn prefetch_runs(src: &[u16], runs: Runs) {
