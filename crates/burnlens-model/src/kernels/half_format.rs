@@ -131,22 +131,34 @@ pub(crate) fn widen_to_panels(kind: Half, src: &[u16], rows: Rows, dst: &mut [f3
 fn to_panels_body<const BF16: bool>(src: &[u16], rows: Rows, dst: &mut [f32], p: usize) {
     /// Values widened per step: a whole number of vectors on every ISA (`p` is a multiple).
     const STEP: usize = 16;
+    /// Rows widened together, panel by panel: their source (a few KiB) stays in L1 while
+    /// each panel gets a run of whole cache lines. Row by row across all panels, every
+    /// row's stores went to lines 16 KiB apart (one L1 set); panel by panel down all rows,
+    /// the loads did.
+    const CHUNK: usize = 16;
     let panel_len = rows.rows * p;
-    for r in 0..rows.rows {
-        let row = &src[rows.start + r * rows.rs..][..rows.cols];
-        for (j, seg) in row.chunks(p).enumerate() {
-            let d = &mut dst[j * panel_len + r * p..][..seg.len()];
-            let mut ds = d.chunks_exact_mut(STEP);
-            let mut ss = seg.chunks_exact(STEP);
-            for (d, s) in (&mut ds).zip(&mut ss) {
-                let d: &mut [f32; STEP] = d.try_into().expect("a whole step");
-                let s: &[u16; STEP] = s.try_into().expect("a whole step");
-                for i in 0..STEP {
-                    d[i] = wide::<BF16>(s[i]);
+    for r0 in (0..rows.rows).step_by(CHUNK) {
+        // The next chunk's rows asked for now, widened after this chunk's (the first block
+        // of a task has nothing fetched ahead of it).
+        let ahead = r0 + CHUNK..(r0 + 2 * CHUNK).min(rows.rows);
+        prefetch_runs(src, Runs { start: rows.start + ahead.start * rows.rs, stride: rows.rs as isize, count: ahead.len(), len: rows.cols });
+        for j in 0..rows.cols.div_ceil(p) {
+            let (c0, width) = (j * p, p.min(rows.cols - j * p));
+            for r in r0..(r0 + CHUNK).min(rows.rows) {
+                let seg = &src[rows.start + r * rows.rs + c0..][..width];
+                let d = &mut dst[j * panel_len + r * p..][..width];
+                let mut ds = d.chunks_exact_mut(STEP);
+                let mut ss = seg.chunks_exact(STEP);
+                for (d, s) in (&mut ds).zip(&mut ss) {
+                    let d: &mut [f32; STEP] = d.try_into().expect("a whole step");
+                    let s: &[u16; STEP] = s.try_into().expect("a whole step");
+                    for i in 0..STEP {
+                        d[i] = wide::<BF16>(s[i]);
+                    }
                 }
-            }
-            for (d, &b) in ds.into_remainder().iter_mut().zip(ss.remainder()) {
-                *d = wide::<BF16>(b);
+                for (d, &b) in ds.into_remainder().iter_mut().zip(ss.remainder()) {
+                    *d = wide::<BF16>(b);
+                }
             }
         }
     }
