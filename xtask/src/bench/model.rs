@@ -400,7 +400,8 @@ pub(crate) fn bench(args: Vec<String>) -> Result<()> {
 pub(crate) const PAIRS: usize = 5;
 
 /// bf16 weights against f32 ones, measured in pairs: the bf16 workload and the same
-/// workload with `--dtype f32` (and f32 compute) run one right after the other, [`PAIRS`] times; the median of
+/// workload with `--dtype f32` (and f32 compute) run one right after the other, [`PAIRS`] times,
+/// either first in turn; the median of
 /// the pairs' speed ratios. (The table's rows run minutes apart, and on the 2-vCPU virtual
 /// machines the second core is sometimes slow to take work for minutes at a time — the
 /// kernel pool's revoked seats show it — which moved a row's time by 20%.)
@@ -413,10 +414,14 @@ pub(crate) fn paired_half_ratio(bin: &Path, wl: &Workload) -> Result<f64> {
         f32_args.drain(j..j + 2);
     }
     let mut ratios = Vec::new();
-    for _ in 0..PAIRS {
-        let full = median(floats(&run_json(Command::new(bin).arg("bench").args(&f32_args))?, "times")?);
-        let half = median(floats(&run_json(Command::new(bin).arg("bench").args(&wl.burnlens))?, "times")?);
-        ratios.push(full / half);
+    for pair in 0..PAIRS {
+        // Either side first in turn ([`crate::rounds::order`]).
+        let mut times = [0.0; 2];
+        for side in crate::rounds::order(2, pair) {
+            let args = if side == 0 { &f32_args } else { &wl.burnlens };
+            times[side] = median(floats(&run_json(Command::new(bin).arg("bench").args(args))?, "times")?);
+        }
+        ratios.push(times[0] / times[1]);
     }
     Ok(median(ratios))
 }
