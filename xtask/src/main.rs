@@ -17,16 +17,17 @@
 //! - `dashboard-fixtures`: make `target/venv-dash` with sae-dashboard (pinned below) and
 //!   regenerate the feature-dashboard fixtures in `tests/fixtures/dashboards` with
 //!   `scripts/gen_dashboard_fixtures.py`.
-//! - `bench-dashboards [TOKENS] [FEATURES]`: feature dashboards against SAEDashboard on
+//! - `bench-dashboards [--rounds N] [TOKENS] [FEATURES]`: feature dashboards against SAEDashboard on
 //!   GPT-2 small's shape with a random 24,576-feature SAE (`scripts/bench_dashboards.py`).
 //! - `bench-trace [TOKENS...]`: attribution graphs against circuit-tracer on GPT-2 small's
 //!   shape with random 24k-feature transcoders (`scripts/bench_trace.py`).
-//! - `bench-sae [STEPS] [ARCH...]`: SAE training against sae-lens on GPT-2 small's shape,
-//!   24,576 features, TopK, BatchTopK, standard and JumpReLU unless named
-//!   (`scripts/bench_sae.py`).
+//! - `bench-sae [--rounds N] [STEPS] [ARCH...]`: SAE training against sae-lens on GPT-2
+//!   small's shape, 24,576 features, TopK, BatchTopK, standard and JumpReLU unless named
+//!   (`scripts/bench_sae.py`); with N rounds, the sides alternate and the ratio is the median
+//!   of the rounds' own.
 //! - `bench-bf16`: bf16 compute against f32 and PyTorch's bf16 (products, training steps,
 //!   shakespeare-char's 2,000 steps, an attribution graph; `bench_bf16.rs`).
-//! - `bench-mpi [STEPS] [GPT2_STEPS] [SAE_STEPS]`: data-parallel training, 2 MPI ranks × 1
+//! - `bench-mpi [--rounds N] [STEPS] [GPT2_STEPS] [SAE_STEPS]`: data-parallel training, 2 MPI ranks × 1
 //!   thread against 1 process × 2 threads, on the shakespeare-char config and GPT-2 small's
 //!   shape (steps/s, the all-reduce's share of a step, the final losses), `train-sae` of a
 //!   TopK SAE (24,576 features) on the random GPT-2 small the same way, and the all-reduce's
@@ -84,7 +85,7 @@ fn main() -> Result<()> {
         "bench-mpi" => bench::mpi::bench_mpi(rest)?,
         "parity-tch" => tch::parity_tch(rest)?,
         _ => bail!(
-            "usage: cargo xtask <test [CARGO TEST ARGS]|{}|venv|cuda-llvm|bench [--rounds N] [WORKLOAD...]|bench-train|bench-scale [MODEL...]|bench-bf16|bench-trace [TOKENS...]|bench-sae [STEPS] [ARCH...]|bench-dashboards [TOKENS] [FEATURES]|bench-mpi [STEPS] [GPT2_STEPS] [SAE_STEPS]|parity-tch>",
+            "usage: cargo xtask <test [CARGO TEST ARGS]|{}|venv|cuda-llvm|bench [--rounds N] [WORKLOAD...]|bench-train|bench-scale [MODEL...]|bench-bf16|bench-trace [TOKENS...]|bench-sae [--rounds N] [STEPS] [ARCH...]|bench-dashboards [--rounds N] [TOKENS] [FEATURES]|bench-mpi [--rounds N] [STEPS] [GPT2_STEPS] [SAE_STEPS]|parity-tch>",
             fixtures::RECIPES.iter().map(|r| if r.task == "trace-fixtures" { "trace-fixtures [CASE...]" } else { r.task }).collect::<Vec<_>>().join("|")
         ),
     }

@@ -8,6 +8,7 @@ use anyhow::{Context, Result, bail};
 
 use crate::packages::ensure_mpi;
 use crate::process::{data_dir, root, run};
+use crate::rounds::{Rounds, order, rounds_option};
 
 /// The dev binary on `ranks` ranks (one plain process for 1), the machine's cores shared
 /// out: 2 threads for one process, 1 per rank for two.
@@ -80,7 +81,12 @@ fn sae_run(ranks: usize, steps: usize, run_dir: &Path) -> Result<[f64; 4]> {
     Ok([(f(last, "step") - f(first, "step")) / seconds, reduce / seconds, store / seconds, f(last, "loss")])
 }
 
+/// `[--rounds N] [STEPS] [GPT2_STEPS] [SAE_STEPS]`: the training cases with one process and
+/// two ranks alternating for N rounds (default 1), the ratio the median of the rounds' own;
+/// `train-sae` and the all-reduce once.
 pub(crate) fn bench_mpi(args: Vec<String>) -> Result<()> {
+    let (rounds, args) = rounds_option(args)?;
+    let rounds = rounds.unwrap_or(1);
     let steps: usize = args.first().map(|s| s.parse()).transpose()?.unwrap_or(200);
     let gpt2_steps: usize = args.get(1).map(|s| s.parse()).transpose()?.unwrap_or(8);
     let sae_steps: usize = args.get(2).map(|s| s.parse()).transpose()?.unwrap_or(8);
@@ -110,9 +116,23 @@ pub(crate) fn bench_mpi(args: Vec<String>) -> Result<()> {
     let cases = [("shakespeare-char", root().join("configs/shakespeare-char-cpu.toml"), common(steps)), ("gpt2-small", gpt2, common(gpt2_steps))];
     let mut rows = Vec::new();
     for (name, config, sets) in &cases {
-        let (one_rate, _, one_loss) = mpi_run(1, config, sets, &out.join(format!("{name}-1")))?;
-        let (two_rate, share, two_loss) = mpi_run(2, config, sets, &out.join(format!("{name}-2")))?;
-        rows.push(format!("| {name} | {one_rate:.3} | {two_rate:.3} | {:.2}x | {:.1}% | {one_loss:.5} / {two_loss:.5} |", two_rate / one_rate, 100.0 * share));
+        // One process and two ranks alternating, each round starting with the other side.
+        let (mut runs, mut times): ([Vec<(f64, f64, f64)>; 2], [Rounds; 2]) = Default::default();
+        for round in 0..rounds {
+            for side in order(2, round) {
+                let run = mpi_run(side + 1, config, sets, &out.join(format!("{name}-{}", side + 1)))?;
+                times[side].push(vec![1.0 / run.0]);
+                runs[side].push(run);
+            }
+        }
+        let middle = |runs: &[(f64, f64, f64)]| {
+            let mut r = runs.to_vec();
+            r.sort_by(|a, b| a.0.total_cmp(&b.0));
+            r[(r.len() - 1) / 2]
+        };
+        let ((one_rate, _, one_loss), (two_rate, share, two_loss)) = (middle(&runs[0]), middle(&runs[1]));
+        let ratio = times[0].ratio_to(&times[1]);
+        rows.push(format!("| {name} | {one_rate:.3} | {two_rate:.3} | {ratio} | {:.1}% | {one_loss:.5} / {two_loss:.5} |", 100.0 * share));
     }
     println!("| config | 1 process × 2 threads, steps/s | 2 ranks × 1 thread, steps/s | ratio | all-reduce share | final loss (1 / 2) |");
     println!("|---|---|---|---|---|---|");
