@@ -120,7 +120,7 @@ pub(crate) mod tests {
     #[test]
     fn half_products_match_the_widened_f32_product_on_every_path_and_edge() {
         // m ≤ STREAM_ROWS streams, larger m goes through widened panels; partial panels,
-        // several depth blocks, both layouts of `w`, a strided `a`, both half kinds; columns
+        // several depth blocks (1,600: three of AVX2's 768), several passes of rows (130), both layouts of `w`, a strided `a`, both half kinds; columns
         // deep enough to be read DEEP_GROUP at a time, with a partial group and a tail.
         for &(m, k, n) in &[
             (1, 5, 3),
@@ -130,6 +130,7 @@ pub(crate) mod tests {
             (5, 300, 70),
             (13, 600, 130),
             (130, 64, 1100),
+            (9, 1600, 40),
             (0, 3, 4),
             (4, 0, 5),
             (2, DEEP_COLUMNS + 8, 21),

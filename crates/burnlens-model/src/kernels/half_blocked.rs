@@ -61,9 +61,21 @@ pub(super) fn blocked(dst: &mut [f32], dst_rs: usize, a: MatRef, w: HalfRef, acc
     });
 }
 
-/// Rows of `a` per pass of [`by_columns`]: their packed `KC`-deep slices (`ROW_BLOCK × KC`
-/// floats, 256 KiB) stay in L2 while the weight's columns stream past.
+/// At most this many rows of `a` per pass of [`by_columns`].
 const ROW_BLOCK: usize = 256;
+/// Floats of `a`'s packed slices per pass of [`by_columns`] (rows × depth block): 384 KiB,
+/// which stay in L2 while the weight's columns stream past.
+const ROW_BLOCK_FLOATS: usize = 96 * 1024;
+
+/// [`by_columns`]'s depth block (the ISA's: 768 with AVX2, 256 with AVX-512) and rows per
+/// pass (AVX2: 128; AVX-512: [`ROW_BLOCK`]). On the AVX2 Zen 3 (BENCHMARKS.md,
+/// twenty-first), against 256 deep over 256 rows, alternated with the order swapped: the
+/// tied unembedding's product 1.06x at 128 rows (12 pairs) and 1.15x at 1,024 (8 pairs):
+/// a third of the micro-kernel calls, each adding into its tile a third as often.
+fn columns_blocking(isa: packed::Isa) -> (usize, usize) {
+    let kc = isa.blocking.kc;
+    (kc, (ROW_BLOCK_FLOATS / kc).min(ROW_BLOCK))
+}
 /// Column groups (of [`NR`](packed::NR)) computed together into one tile by [`by_columns`].
 const TILE_GROUPS: usize = 16;
 
@@ -77,8 +89,8 @@ thread_local! {
 /// transposed view, the tied unembedding `W_Eᵀ`): the roles of the operands swap. `a` is
 /// packed once into panels of `P` rows (`a` is the small operand: positions × width), and
 /// the weight is widened [`NR`](packed::NR) columns at a time, each a contiguous run of
-/// `KC` values, into a buffer the micro-kernel broadcasts from (`kc × 6` floats, in L1).
-/// Every weight element is widened once per [`ROW_BLOCK`] rows and read in order: no
+/// `kc` values, into a buffer the micro-kernel broadcasts from (`kc × 6` floats, in L1).
+/// Every weight element is widened once per pass of rows ([`columns_blocking`]) and read in order: no
 /// transposing scatter into panels. The micro-kernels write a tile whose columns are
 /// contiguous (their fast path); it is added to `dst` once its whole depth is summed, so
 /// `dst`'s row stride (a power of two for most models: every row of a block in one cache
@@ -91,14 +103,15 @@ pub(super) fn by_columns(dst: &mut [f32], dst_rs: usize, a: MatRef, w: HalfRef, 
     let threads = pool::threads();
     let parallel = threads > 1 && m.saturating_mul(k).saturating_mul(n) >= packed::SPLIT_MIN_MACS;
     let per_task = if parallel { groups.div_ceil(threads * packed::TASKS_PER_THREAD) } else { groups };
-    let panels_per_block = (ROW_BLOCK / p).max(1);
+    let (kc, block_rows) = columns_blocking(isa);
+    let panels_per_block = (block_rows / p).max(1);
     let ptr = SendPtr(dst.as_mut_ptr());
-    let job = ColumnsJob { lhs: &lhs, w, m, isa };
+    let job = ColumnsJob { lhs: &lhs, w, m, isa, kc };
     let task = |t: usize| {
         let dst = ptr;
         let task_groups = t * per_task..((t + 1) * per_task).min(groups);
         let (mut buf, mut tile) = (PANELS.take(), TILE.take());
-        buf.resize(nr * KC, 0.0);
+        buf.resize(nr * kc, 0.0);
         tile.resize(TILE_GROUPS * nr * panels_per_block * p, 0.0);
         for g0 in task_groups.clone().step_by(TILE_GROUPS) {
             let cols = g0 * nr..((g0 + TILE_GROUPS).min(task_groups.end) * nr).min(n);
@@ -153,6 +166,8 @@ struct ColumnsJob<'a> {
     w: HalfRef<'a>,
     m: usize,
     isa: packed::Isa,
+    /// The depth block ([`columns_blocking`]).
+    kc: usize,
 }
 
 impl ColumnsJob<'_> {
@@ -163,8 +178,8 @@ impl ColumnsJob<'_> {
         let (w, isa) = (self.w, self.isa);
         let (k, p, nr) = (w.rows, isa.panel(), packed::NR);
         let ts = panels.len() * p;
-        for p0 in (0..k).step_by(KC) {
-            let kc = KC.min(k - p0);
+        for p0 in (0..k).step_by(self.kc) {
+            let kc = self.kc.min(k - p0);
             for c0 in cols.clone().step_by(nr) {
                 let width = nr.min(cols.end - c0);
                 widen_runs(w.kind, w.data, Runs { start: w.at(p0, c0), stride: w.cs, count: width, len: kc }, buf, kc);
