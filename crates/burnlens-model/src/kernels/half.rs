@@ -15,8 +15,9 @@
 //!   weight is up to twice the speed.
 //! - **More rows** (prefill, training-free forward passes), rows of `W` contiguous: each
 //!   task widens the `KC × P` panels of its columns for one depth block into a buffer of its
-//!   own (at most `KC × GROUP_COLS` floats, 512 KiB) and runs gemm-f32's micro-kernels over
-//!   it, as gemm-f16 does when it packs, prefetching the next block meanwhile; the weight's
+//!   own (at most `KC × GROUP_COLS` floats, 512 KiB; sixteen rows at a time, each read front
+//!   to back) and runs gemm-f32's micro-kernels over it, as gemm-f16 does when it packs,
+//!   prefetching the next block a share per strip of rows meanwhile; the weight's
 //!   own bytes are all that stays in memory. Columns contiguous ([`by_columns`]): the
 //!   operands swap roles, `a` packed once into panels of rows and the weight widened six
 //!   columns at a time into a small buffer the micro-kernels broadcast from.
