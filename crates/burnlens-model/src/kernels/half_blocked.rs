@@ -233,7 +233,7 @@ fn fill_panels(buf: &mut Vec<f32>, w: HalfRef, depth: std::ops::Range<usize>, co
     // whole buffer each depth block cost as much as a tenth of the widening).
     buf.resize(panels * kc * p, 0.0);
     if w.cs == 1 && w.rs > 0 {
-        if cols.len() % p != 0 {
+        if !cols.len().is_multiple_of(p) {
             let (j, width) = (panels - 1, cols.len() % p);
             buf[j * kc * p..].chunks_exact_mut(p).for_each(|row| row[width..].fill(0.0));
         }
