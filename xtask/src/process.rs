@@ -46,3 +46,9 @@ pub(crate) fn median(mut v: Vec<f64>) -> f64 {
 pub(crate) fn data_dir() -> PathBuf {
     std::env::var("BURNLENS_DATA").map(PathBuf::from).unwrap_or_else(|_| root().join("../shared/data"))
 }
+
+/// The peak RSS, in bytes, that `/usr/bin/time -f %M -o FILE` wrote (its last line, in KiB);
+/// NaN where there is none.
+pub(crate) fn peak_rss(file: &std::path::Path) -> f64 {
+    std::fs::read_to_string(file).ok().and_then(|t| t.lines().last().and_then(|l| l.trim().parse::<f64>().ok())).unwrap_or(f64::NAN) * 1024.0
+}

@@ -7,7 +7,7 @@ use anyhow::{Result, bail};
 use serde_json::Value;
 
 use crate::machine::machine_report;
-use crate::process::{root, run};
+use crate::process::{peak_rss, root, run};
 use crate::rounds::{Rounds, order, rounds_option};
 use crate::venvs::{Venv, python};
 
@@ -125,9 +125,9 @@ impl Peer {
 }
 
 impl Runs {
-    /// The peak RSS `/usr/bin/time` wrote for the last run, in GB (it writes KB).
+    /// The peak RSS of the last run, in GB.
     fn peak(&self) -> f64 {
-        std::fs::read_to_string(&self.rss_file).ok().and_then(|t| t.lines().last().and_then(|l| l.trim().parse::<f64>().ok())).unwrap_or(f64::NAN) / 1e6
+        peak_rss(&self.rss_file) / 1e9
     }
 
     fn burnlens(&self) -> Result<Ours> {

@@ -7,7 +7,7 @@ use anyhow::{Result, bail};
 use serde_json::Value;
 
 use crate::machine::machine_report;
-use crate::process::{root, run};
+use crate::process::{peak_rss, root, run};
 use crate::rounds::{Rounds, order, rounds_option};
 use crate::venvs::{Venv, python};
 
@@ -83,7 +83,7 @@ struct Runs {
 impl Runs {
     /// The peak RSS `/usr/bin/time` wrote for the last run, in bytes.
     fn peak(&self) -> f64 {
-        std::fs::read_to_string(&self.rss_file).ok().and_then(|t| t.lines().last().and_then(|l| l.trim().parse::<f64>().ok())).unwrap_or(f64::NAN) * 1024.0
+        peak_rss(&self.rss_file)
     }
 
     fn burnlens(&self, arch: &str) -> Result<Value> {
