@@ -400,11 +400,11 @@ pub(crate) fn bench(args: Vec<String>) -> Result<()> {
 pub(crate) const PAIRS: usize = 5;
 
 /// bf16 weights against f32 ones, measured in pairs: the bf16 workload and the same
-/// workload with `--dtype f32` (and f32 compute) run one right after the other, [`PAIRS`] times,
-/// either first in turn; the median of
-/// the pairs' speed ratios. (The table's rows run minutes apart, and on the 2-vCPU virtual
-/// machines the second core is sometimes slow to take work for minutes at a time — the
-/// kernel pool's revoked seats show it — which moved a row's time by 20%.)
+/// workload with `--dtype f32` (and f32 compute) run one right after the other, [`PAIRS`]
+/// times, either first in turn; the median of the pairs' speed ratios. (The table's rows run
+/// minutes apart, and on the 2-vCPU virtual machines the second core is sometimes slow to
+/// take work for minutes at a time — the kernel pool's revoked seats show it — which moved a
+/// row's time by 20%.)
 pub(crate) fn paired_half_ratio(bin: &Path, wl: &Workload) -> Result<f64> {
     let mut f32_args = wl.burnlens.clone();
     let i = f32_args.iter().position(|a| a == "--dtype").context("a bf16 workload names --dtype")?;

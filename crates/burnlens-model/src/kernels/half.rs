@@ -121,8 +121,9 @@ pub(crate) mod tests {
     #[test]
     fn half_products_match_the_widened_f32_product_on_every_path_and_edge() {
         // m ≤ STREAM_ROWS streams, larger m goes through widened panels; partial panels,
-        // several depth blocks (1,600: three of AVX2's 768), several passes of rows (130), both layouts of `w`, a strided `a`, both half kinds; columns
-        // deep enough to be read DEEP_GROUP at a time, with a partial group and a tail.
+        // several depth blocks (1,600: three of AVX2's 768), several passes of rows (130),
+        // both layouts of `w`, a strided `a`, both half kinds; columns deep enough to be
+        // read DEEP_GROUP at a time, with a partial group and a tail.
         for &(m, k, n) in &[
             (1, 5, 3),
             (1, 700, 300),

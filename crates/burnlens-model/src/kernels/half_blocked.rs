@@ -35,7 +35,7 @@ pub(super) fn blocked(dst: &mut [f32], dst_rs: usize, a: MatRef, w: HalfRef, acc
                 let kc = KC.min(k - p0);
                 fill_panels(&mut buf, w, p0..p0 + kc, g.start * p..(g.end * p).min(n), p);
                 // The next block's rows, fetched a share after each strip of rows multiplies
-                // (all at once, most of the requests found no free slot).
+                // (asked for in one burst before, the widening still waited on memory).
                 let next = blocks.peek().filter(|_| w.cs == 1).map(|(q0, h)| Runs {
                     start: w.at(*q0, h.start * p),
                     stride: w.rs,
@@ -70,8 +70,9 @@ const ROW_BLOCK_FLOATS: usize = 96 * 1024;
 /// [`by_columns`]'s depth block (the ISA's: 768 with AVX2, 256 with AVX-512) and rows per
 /// pass (AVX2: 128; AVX-512: [`ROW_BLOCK`]). On the AVX2 Zen 3 (BENCHMARKS.md,
 /// twenty-first), against 256 deep over 256 rows, alternated with the order swapped: the
-/// tied unembedding's product 1.06x at 128 rows (12 pairs) and 1.15x at 1,024 (8 pairs):
-/// a third of the micro-kernel calls, each adding into its tile a third as often.
+/// tied unembedding's product 1.06x at 128 rows (10 pairs; 1.06–1.09x in three earlier
+/// runs), level at 1,024 (1.02x): a third of the micro-kernel calls, each adding into its
+/// tile a third as often.
 fn columns_blocking(isa: packed::Isa) -> (usize, usize) {
     let kc = isa.blocking.kc;
     (kc, (ROW_BLOCK_FLOATS / kc).min(ROW_BLOCK))
