@@ -25,7 +25,7 @@
 //!   small's shape, 24,576 features, TopK, BatchTopK, standard and JumpReLU unless named
 //!   (`scripts/bench_sae.py`); with N rounds, the sides alternate and the ratio is the median
 //!   of the rounds' own.
-//! - `bench-bf16`: bf16 compute against f32 and PyTorch's bf16 (products, training steps,
+//! - `bench-bf16 [--rounds N]`: bf16 compute against f32 and PyTorch's bf16 (products, training steps,
 //!   shakespeare-char's 2,000 steps, an attribution graph; `bench_bf16.rs`).
 //! - `bench-mpi [--rounds N] [STEPS] [GPT2_STEPS] [SAE_STEPS]`: data-parallel training, 2 MPI ranks × 1
 //!   thread against 1 process × 2 threads, on the shakespeare-char config and GPT-2 small's
@@ -78,14 +78,14 @@ fn main() -> Result<()> {
         "bench" => bench::model::bench(rest)?,
         "bench-python" => bench::python::bench_python()?,
         "bench-scale" => bench::scale::bench_scale(rest)?,
-        "bench-bf16" => bench::bf16::bench_bf16()?,
+        "bench-bf16" => bench::bf16::bench_bf16(rest)?,
         "bench-trace" => bench::trace::bench_trace(rest)?,
         "bench-sae" => bench::sae::bench_sae(rest)?,
         "bench-dashboards" => bench::dashboards::bench_dashboards(rest)?,
         "bench-mpi" => bench::mpi::bench_mpi(rest)?,
         "parity-tch" => tch::parity_tch(rest)?,
         _ => bail!(
-            "usage: cargo xtask <test [CARGO TEST ARGS]|{}|venv|cuda-llvm|bench [--rounds N] [WORKLOAD...]|bench-train|bench-scale [MODEL...]|bench-bf16|bench-trace [TOKENS...]|bench-sae [--rounds N] [STEPS] [ARCH...]|bench-dashboards [--rounds N] [TOKENS] [FEATURES]|bench-mpi [--rounds N] [STEPS] [GPT2_STEPS] [SAE_STEPS]|parity-tch>",
+            "usage: cargo xtask <test [CARGO TEST ARGS]|{}|venv|cuda-llvm|bench [--rounds N] [WORKLOAD...]|bench-train|bench-scale [MODEL...]|bench-bf16 [--rounds N]|bench-trace [TOKENS...]|bench-sae [--rounds N] [STEPS] [ARCH...]|bench-dashboards [--rounds N] [TOKENS] [FEATURES]|bench-mpi [--rounds N] [STEPS] [GPT2_STEPS] [SAE_STEPS]|parity-tch>",
             fixtures::RECIPES.iter().map(|r| if r.task == "trace-fixtures" { "trace-fixtures [CASE...]" } else { r.task }).collect::<Vec<_>>().join("|")
         ),
     }

@@ -47,6 +47,18 @@ pub(crate) fn order(n: usize, round: usize) -> Vec<usize> {
     order
 }
 
+/// Run each of `sides` once a round for `rounds` rounds, each round starting with the next
+/// side ([`order`]): every side's times, a list per round.
+pub(crate) fn alternate(rounds: usize, sides: usize, mut run: impl FnMut(usize) -> Result<Vec<f64>>) -> Result<Vec<Rounds>> {
+    let mut out = vec![Rounds::default(); sides];
+    for round in 0..rounds {
+        for side in order(sides, round) {
+            out[side].push(run(side)?);
+        }
+    }
+    Ok(out)
+}
+
 /// The median of sorted values, the mean of the middle two for an even count (a ratio's
 /// median should not lean towards either side).
 fn middle(sorted: &[f64]) -> f64 {
@@ -93,6 +105,20 @@ mod tests {
     fn each_round_starts_with_the_next_implementation() {
         assert_eq!((0..4).map(|r| order(3, r)).collect::<Vec<_>>(), [[0, 1, 2], [1, 2, 0], [2, 0, 1], [0, 1, 2]]);
         assert!(order(0, 5).is_empty());
+    }
+
+    #[test]
+    fn alternating_sides_keeps_each_sides_times_by_round() {
+        let mut ran = Vec::new();
+        let t = alternate(2, 3, |side| {
+            ran.push(side);
+            Ok(vec![(ran.len() * 10 + side) as f64])
+        })
+        .unwrap();
+        assert_eq!(ran, [0, 1, 2, 1, 2, 0]);
+        assert_eq!(t[0].0, [vec![10.0], vec![60.0]]);
+        assert_eq!(t[2].0, [vec![32.0], vec![52.0]]);
+        assert!(alternate(1, 2, |side| if side == 1 { anyhow::bail!("side 1 failed") } else { Ok(vec![1.0]) }).is_err());
     }
 
     #[test]

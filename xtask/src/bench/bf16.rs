@@ -11,7 +11,8 @@ use std::process::Command;
 use anyhow::Result;
 
 use crate::machine::machine_report;
-use crate::process::{data_dir, floats, median, root, run, run_json};
+use crate::process::{data_dir, floats, root, run, run_json};
+use crate::rounds::{alternate, rounds_option};
 use crate::venvs::{Venv, python};
 
 /// The product shapes: a Llama-3.1-8B-shaped prefill of 128 tokens, GPT-2 small's forward
@@ -28,7 +29,12 @@ const GEMMS: [(&str, &str); 9] = [
     ("1536x1536x1536", "square"),
 ];
 
-pub(crate) fn bench_bf16() -> Result<()> {
+/// `[--rounds N]`: the products and training steps, their four sides alternating round by
+/// round (each round starting with the next side) for N rounds (default 2), each ratio the
+/// median of the rounds' own.
+pub(crate) fn bench_bf16(args: Vec<String>) -> Result<()> {
+    let (rounds, _) = rounds_option(args)?;
+    let rounds = rounds.unwrap_or(2);
     let py = python(Venv::Main)?;
     run(Command::new(env!("CARGO")).current_dir(root()).args(["build", "--quiet", "--bin", "burnlens"]))?;
     let bin = root().join("target/debug/burnlens");
@@ -41,46 +47,46 @@ pub(crate) fn bench_bf16() -> Result<()> {
         "| GEMM m×k×n | what | burnlens f32 GFLOP/s | burnlens bf16 | torch.matmul f32 | torch.matmul bf16 | burnlens bf16 / f32 | burnlens bf16 / torch bf16 |\n|---|---|---|---|---|---|---|---|\n",
     );
     for (shape, what) in GEMMS {
-        let mut times: [Vec<f64>; 4] = Default::default();
-        for _ in 0..2 {
-            for (i, compute) in ["f32", "bf16"].iter().enumerate() {
-                let v = run_json(Command::new(&bin).args(["bench", "gemm", "--shape", shape, "--reps", "10", "--compute", compute]))?;
-                times[i].extend(floats(&v, "times")?);
-                let v = peer(&py, &["gemm", "--shape", shape, "--reps", "10", "--threads", &threads, "--dtype", compute])?;
-                times[2 + i].extend(floats(&v, "times")?);
-            }
-        }
+        // burnlens f32, burnlens bf16, torch f32, torch bf16, alternating round by round.
+        let t = alternate(rounds, 4, |side| {
+            let compute = ["f32", "bf16"][side % 2];
+            let v = if side < 2 {
+                run_json(Command::new(&bin).args(["bench", "gemm", "--shape", shape, "--reps", "10", "--compute", compute]))?
+            } else {
+                peer(&py, &["gemm", "--shape", shape, "--reps", "10", "--threads", &threads, "--dtype", compute])?
+            };
+            floats(&v, "times")
+        })?;
         let dims: Vec<f64> = shape.trim_end_matches('t').split('x').filter_map(|d| d.parse().ok()).collect();
         let flops = 2.0 * dims.iter().product::<f64>();
-        let rate = |t: &Vec<f64>| flops / median(t.clone()) / 1e9;
-        let [a, b, c, d] = [rate(&times[0]), rate(&times[1]), rate(&times[2]), rate(&times[3])];
+        let [a, b, c, d] = [0, 1, 2, 3].map(|i| flops / t[i].median() / 1e9);
         println!("gemm {shape}: burnlens f32 {a:.0} bf16 {b:.0} | torch f32 {c:.0} bf16 {d:.0} GFLOP/s");
-        report.push_str(&format!("| {shape} | {what} | {a:.0} | {b:.0} | {c:.0} | {d:.0} | {:.2}x | {:.2}x |\n", b / a, b / d));
+        report.push_str(&format!("| {shape} | {what} | {a:.0} | {b:.0} | {c:.0} | {d:.0} | {} | {} |\n", t[0].ratio_to(&t[1]), t[3].ratio_to(&t[1])));
     }
 
     report.push_str(
         "\n| training step | burnlens f32 | burnlens bf16 | torch f32 | torch autocast bf16 | burnlens bf16 / f32 | burnlens bf16 / torch bf16 |\n|---|---|---|---|---|---|---|\n",
     );
     for (shape, peer_shape) in [("shakespeare-char", "shakespeare-char"), ("gpt2", "gpt2")] {
-        let mut times: [Vec<f64>; 4] = Default::default();
-        for _ in 0..2 {
-            for (i, compute) in ["f32", "bf16"].iter().enumerate() {
-                let v = run_json(Command::new(&bin).args(["bench", "train", "--train-shape", shape, "--reps", "2", "--compute", compute]))?;
-                times[i].extend(floats(&v, "times")?);
-                let v = peer(&py, &["train-steps", "--train-shape", peer_shape, "--reps", "2", "--threads", &threads, "--dtype", compute])?;
-                times[2 + i].extend(floats(&v, "times")?);
-            }
-        }
-        let [a, b, c, d] = [median(times[0].clone()), median(times[1].clone()), median(times[2].clone()), median(times[3].clone())];
+        let t = alternate(rounds, 4, |side| {
+            let compute = ["f32", "bf16"][side % 2];
+            let v = if side < 2 {
+                run_json(Command::new(&bin).args(["bench", "train", "--train-shape", shape, "--reps", "2", "--compute", compute]))?
+            } else {
+                peer(&py, &["train-steps", "--train-shape", peer_shape, "--reps", "2", "--threads", &threads, "--dtype", compute])?
+            };
+            floats(&v, "times")
+        })?;
+        let [a, b, c, d] = [0, 1, 2, 3].map(|i| t[i].median());
         println!("train {shape}: burnlens f32 {a:.3} s bf16 {b:.3} s | torch f32 {c:.3} s autocast {d:.3} s");
         report.push_str(&format!(
-            "| {shape} | {:.0} ms | {:.0} ms | {:.0} ms | {:.0} ms | {:.2}x | {:.2}x |\n",
+            "| {shape} | {:.0} ms | {:.0} ms | {:.0} ms | {:.0} ms | {} | {} |\n",
             a * 1e3,
             b * 1e3,
             c * 1e3,
             d * 1e3,
-            a / b,
-            d / b
+            t[0].ratio_to(&t[1]),
+            t[3].ratio_to(&t[1])
         ));
     }
 
