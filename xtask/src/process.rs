@@ -52,3 +52,11 @@ pub(crate) fn data_dir() -> PathBuf {
 pub(crate) fn peak_rss(file: &std::path::Path) -> f64 {
     std::fs::read_to_string(file).ok().and_then(|t| t.lines().last().and_then(|l| l.trim().parse::<f64>().ok())).unwrap_or(f64::NAN) * 1024.0
 }
+
+/// `/usr/bin/time -f %M -o FILE`, ready for the command it measures: read its peak RSS back
+/// with [`peak_rss`].
+pub(crate) fn timed_rss(file: &std::path::Path) -> Command {
+    let mut cmd = Command::new("/usr/bin/time");
+    cmd.args(["-f", "%M", "-o"]).arg(file);
+    cmd
+}

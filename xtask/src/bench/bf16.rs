@@ -12,7 +12,7 @@ use anyhow::Result;
 
 use crate::machine::machine_report;
 use crate::process::{data_dir, floats, root, run, run_json};
-use crate::rounds::{alternate, rounds_option};
+use crate::rounds::{Rounds, alternate, rounds_option};
 use crate::venvs::{Venv, python};
 
 /// The product shapes: a Llama-3.1-8B-shaped prefill of 128 tokens, GPT-2 small's forward
@@ -47,16 +47,7 @@ pub(crate) fn bench_bf16(args: Vec<String>) -> Result<()> {
         "| GEMM m×k×n | what | burnlens f32 GFLOP/s | burnlens bf16 | torch.matmul f32 | torch.matmul bf16 | burnlens bf16 / f32 | burnlens bf16 / torch bf16 |\n|---|---|---|---|---|---|---|---|\n",
     );
     for (shape, what) in GEMMS {
-        // burnlens f32, burnlens bf16, torch f32, torch bf16, alternating round by round.
-        let t = alternate(rounds, 4, |side| {
-            let compute = ["f32", "bf16"][side % 2];
-            let v = if side < 2 {
-                run_json(Command::new(&bin).args(["bench", "gemm", "--shape", shape, "--reps", "10", "--compute", compute]))?
-            } else {
-                peer(&py, &["gemm", "--shape", shape, "--reps", "10", "--threads", &threads, "--dtype", compute])?
-            };
-            floats(&v, "times")
-        })?;
+        let t = four_sides(rounds, &bin, &py, &["gemm", "--shape", shape, "--reps", "10"], &["gemm", "--shape", shape, "--reps", "10", "--threads", &threads])?;
         let dims: Vec<f64> = shape.trim_end_matches('t').split('x').filter_map(|d| d.parse().ok()).collect();
         let flops = 2.0 * dims.iter().product::<f64>();
         let [a, b, c, d] = [0, 1, 2, 3].map(|i| flops / t[i].median() / 1e9);
@@ -68,15 +59,13 @@ pub(crate) fn bench_bf16(args: Vec<String>) -> Result<()> {
         "\n| training step | burnlens f32 | burnlens bf16 | torch f32 | torch autocast bf16 | burnlens bf16 / f32 | burnlens bf16 / torch bf16 |\n|---|---|---|---|---|---|---|\n",
     );
     for (shape, peer_shape) in [("shakespeare-char", "shakespeare-char"), ("gpt2", "gpt2")] {
-        let t = alternate(rounds, 4, |side| {
-            let compute = ["f32", "bf16"][side % 2];
-            let v = if side < 2 {
-                run_json(Command::new(&bin).args(["bench", "train", "--train-shape", shape, "--reps", "2", "--compute", compute]))?
-            } else {
-                peer(&py, &["train-steps", "--train-shape", peer_shape, "--reps", "2", "--threads", &threads, "--dtype", compute])?
-            };
-            floats(&v, "times")
-        })?;
+        let t = four_sides(
+            rounds,
+            &bin,
+            &py,
+            &["train", "--train-shape", shape, "--reps", "2"],
+            &["train-steps", "--train-shape", peer_shape, "--reps", "2", "--threads", &threads],
+        )?;
         let [a, b, c, d] = [0, 1, 2, 3].map(|i| t[i].median());
         println!("train {shape}: burnlens f32 {a:.3} s bf16 {b:.3} s | torch f32 {c:.3} s autocast {d:.3} s");
         report.push_str(&format!(
@@ -97,6 +86,20 @@ pub(crate) fn bench_bf16(args: Vec<String>) -> Result<()> {
     std::fs::write(&out, &report)?;
     println!("\n{report}\nwritten to {}", out.display());
     Ok(())
+}
+
+/// burnlens f32, burnlens bf16, torch f32, torch bf16 ([`alternate`]): `burnlens bench OURS
+/// --compute C` and the lean peer's `THEIRS --dtype C`, their times by round.
+fn four_sides(rounds: usize, bin: &std::path::Path, py: &std::path::Path, ours: &[&str], theirs: &[&str]) -> Result<Vec<Rounds>> {
+    alternate(rounds, 4, |side| {
+        let compute = ["f32", "bf16"][side % 2];
+        let v = if side < 2 {
+            run_json(Command::new(bin).arg("bench").args(ours).args(["--compute", compute]))?
+        } else {
+            peer(py, &[theirs, &["--dtype", compute]].concat())?
+        };
+        floats(&v, "times")
+    })
 }
 
 /// The lean PyTorch peer (`scripts/peer_nanogpt.py CMD --impl lean ...`), its JSON report.

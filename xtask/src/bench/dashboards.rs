@@ -7,7 +7,7 @@ use anyhow::{Result, bail};
 use serde_json::Value;
 
 use crate::machine::machine_report;
-use crate::process::{peak_rss, root, run};
+use crate::process::{peak_rss, root, run, timed_rss};
 use crate::rounds::{Rounds, order, rounds_option};
 use crate::venvs::{Venv, python};
 
@@ -133,9 +133,7 @@ impl Runs {
     fn burnlens(&self) -> Result<Ours> {
         let out = root().join("target/bench/dash-run");
         let _ = std::fs::remove_dir_all(&out);
-        let ours = Command::new("/usr/bin/time")
-            .args(["-f", "%M", "-o"])
-            .arg(&self.rss_file)
+        let ours = timed_rss(&self.rss_file)
             .arg(&self.bin)
             .args(["dashboards", "--process-weights", "--data", "random", "--seq-len", "128", "--tokens", &self.tokens.to_string(), "--model"])
             .arg(&self.model)
@@ -161,9 +159,7 @@ impl Runs {
     }
 
     fn saedashboard(&self) -> Result<Peer> {
-        let peer = Command::new("/usr/bin/time")
-            .args(["-f", "%M", "-o"])
-            .arg(&self.rss_file)
+        let peer = timed_rss(&self.rss_file)
             .arg(&self.py)
             .current_dir(root())
             .arg("scripts/bench_dashboards.py")

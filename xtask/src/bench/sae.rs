@@ -7,7 +7,7 @@ use anyhow::{Result, bail};
 use serde_json::Value;
 
 use crate::machine::machine_report;
-use crate::process::{peak_rss, root, run};
+use crate::process::{peak_rss, root, run, timed_rss};
 use crate::rounds::{Rounds, order, rounds_option};
 use crate::venvs::{Venv, python};
 
@@ -90,9 +90,7 @@ impl Runs {
         let (hook, d_sae, k) = (HOOK, D_SAE, K);
         let out_dir = root().join("target/bench/sae-run");
         let _ = std::fs::remove_dir_all(&out_dir);
-        let ours = Command::new("/usr/bin/time")
-            .args(["-f", "%M", "-o"])
-            .arg(&self.rss_file)
+        let ours = timed_rss(&self.rss_file)
             .arg(&self.bin)
             .args(["train-sae", "--model"])
             .arg(&self.model)
@@ -124,9 +122,7 @@ impl Runs {
     }
 
     fn sae_lens(&self, arch: &str) -> Result<Value> {
-        let peer = Command::new("/usr/bin/time")
-            .args(["-f", "%M", "-o"])
-            .arg(&self.rss_file)
+        let peer = timed_rss(&self.rss_file)
             .arg(&self.py)
             .current_dir(root())
             .args(["scripts/bench_sae.py"])

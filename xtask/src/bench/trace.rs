@@ -5,7 +5,7 @@ use std::process::Command;
 use anyhow::Result;
 
 use crate::machine::machine_report;
-use crate::process::{root, run, run_json};
+use crate::process::{peak_rss, root, run, run_json, timed_rss};
 use crate::venvs::{Venv, python};
 
 /// Attribution graphs against circuit-tracer (`scripts/bench_trace.py`): GPT-2 small's
@@ -50,9 +50,7 @@ pub(crate) fn bench_trace(args: Vec<String>) -> Result<()> {
         for b in [16usize, 64] {
             let rss_file = root().join("target/bench/trace-rss.txt");
             std::fs::create_dir_all(root().join("target/bench"))?;
-            let out = Command::new("/usr/bin/time")
-                .args(["-f", "%M", "-o"])
-                .arg(&rss_file)
+            let out = timed_rss(&rss_file)
                 .arg(&bin)
                 .args(["graph", "--model"])
                 .arg(dir.join("model"))
@@ -64,10 +62,10 @@ pub(crate) fn bench_trace(args: Vec<String>) -> Result<()> {
             let text = String::from_utf8_lossy(&out.stdout).to_string();
             let seconds = text.split("attributed in ").nth(1).and_then(|t| t.split(' ').next()).and_then(|t| t.parse::<f64>().ok());
             let active = text.split(" active features").next().and_then(|t| t.rsplit(' ').next()).and_then(|t| t.parse::<u64>().ok());
-            let rss_kb: f64 = std::fs::read_to_string(&rss_file).ok().and_then(|t| t.lines().last().and_then(|l| l.trim().parse().ok())).unwrap_or(f64::NAN);
+            let rss = peak_rss(&rss_file);
             let v = match (out.status.success(), seconds) {
                 (true, Some(s)) => {
-                    serde_json::json!({"tool": "burnlens", "tokens": n, "batch": b, "seconds": s, "peak_rss": rss_kb * 1024.0, "active_features": active})
+                    serde_json::json!({"tool": "burnlens", "tokens": n, "batch": b, "seconds": s, "peak_rss": rss, "active_features": active})
                 }
                 _ => {
                     serde_json::json!({"tool": "burnlens", "tokens": n, "batch": b, "failed": String::from_utf8_lossy(&out.stderr).lines().last().unwrap_or("").to_string()})
