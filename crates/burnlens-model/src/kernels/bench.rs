@@ -10,7 +10,8 @@ use super::bf16_gemm;
 use super::bf16_pack::ColsBuf;
 use super::gemm::{MatRef, matmul};
 use super::half::{Half, HalfRef, matmul_half};
-use super::half_panels::{HalfPanels, matmul_half_panels};
+use super::half_panels::HalfPanels;
+use super::half_panels_prefill::matmul_from_panels;
 use super::pages::PageBuf;
 use super::{packed, pool, simd};
 
@@ -144,7 +145,7 @@ fn gemm_half(a: &GemmBench, kind: Half, x: &[f32]) -> Value {
         drop(bits);
         timed_warm(a.reps, warm, || {
             turn = (turn + 1) % copies;
-            matmul_half_panels(&mut c, n, MatRef::row_major(x, m, k), &panels[turn], false)
+            matmul_from_panels(&mut c, n, MatRef::row_major(x, m, k), &panels[turn], false)
         })
     } else {
         timed_warm(a.reps, warm, || {

@@ -13,7 +13,10 @@
 //!   rows of `W` contiguous (GPT-2's `Conv1D`), a range of whole rows per task summed into
 //!   partial outputs that are added at the end. Memory-bound, so half the bytes of an f32
 //!   weight is up to twice the speed.
-//! - **More rows** (prefill, training-free forward passes), rows of `W` contiguous: each
+//! - **More rows** (prefill, training-free forward passes) on AVX2 CPUs, when the weight has
+//!   decoding panels (`linear` makes them there while their budget has room): a micro-kernel
+//!   widening them in registers ([`super::half_panels_prefill`]). Otherwise, as follows.
+//! - **More rows**, rows of `W` contiguous: each
 //!   task widens the `KC × P` panels of its columns for one depth block into a buffer of its
 //!   own (at most `KC × GROUP_COLS` floats, 512 KiB; sixteen rows at a time, each read front
 //!   to back) and runs gemm-f32's micro-kernels over it, as gemm-f16 does when it packs,

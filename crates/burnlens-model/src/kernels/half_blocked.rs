@@ -145,7 +145,7 @@ pub(super) fn by_columns(dst: &mut [f32], dst_rs: usize, a: MatRef, w: HalfRef, 
 }
 
 /// `a` in panels of `p` rows, each `k × p` with a row's values `p` apart (zero-padded).
-fn pack_row_panels(a: MatRef, p: usize) -> Vec<f32> {
+pub(super) fn pack_row_panels(a: MatRef, p: usize) -> Vec<f32> {
     let (m, k) = (a.rows, a.cols);
     let mut lhs = vec![0.0f32; m.div_ceil(p) * k * p];
     pool::for_chunks(&mut lhs, k * p, |rp, panel| {

@@ -18,8 +18,9 @@
 //! weights); all kept copies share `BURNLENS_PACKED_MB` (default 1024), so a model larger
 //! than that gets panels for the weights first used until the budget is spent and reads the
 //! rest in place (an 8B model: 1 GB more than its 16 GB), and `BURNLENS_PACKED_MB=0` keeps
-//! every weight as stored. Prefill (more than [`super::half::STREAM_ROWS`] rows) never makes or
-//! reads one.
+//! every weight as stored. Prefill (more than [`super::half::STREAM_ROWS`] rows) makes and reads
+//! them only on AVX2 CPUs ([`super::half_panels_prefill`], where widening the stored layout
+//! cost the most); elsewhere it reads the weight as stored.
 //!
 //! Widening is exact (bf16: a shift; f16: [`super::half::f16_to_f32`]) and the sums are f32
 //! in depth order: within 1e-5 relative of the widened f32 product.
@@ -92,6 +93,15 @@ impl HalfPanels {
     pub fn cols(&self) -> usize {
         self.n
     }
+
+    pub fn kind(&self) -> Half {
+        self.kind
+    }
+
+    /// The panels, one after another.
+    pub(super) fn data(&self) -> &[u16] {
+        &self.data
+    }
 }
 
 /// Panel starting at column `c0`: row `i` of the panel is `w[i, c0..c0 + PANEL]`.
@@ -113,7 +123,9 @@ fn fill_panel(panel: &mut [u16], w: HalfRef, c0: usize) {
 }
 
 /// `dst[m, n] (+)= a[m, k] · w`, `dst` row-major with row stride `dst_rs`. Meant for few
-/// rows (at most [`super::half::STREAM_ROWS`]); correct for any number.
+/// rows (at most [`super::half::STREAM_ROWS`]); correct for any number. Products call
+/// [`super::half_panels_prefill::matmul_from_panels`], which sends more rows to its
+/// micro-kernel where the CPU has it.
 pub fn matmul_half_panels(dst: &mut [f32], dst_rs: usize, a: MatRef, w: &HalfPanels, accumulate: bool) {
     let (m, k, n) = (a.rows, a.cols, w.n);
     assert_eq!(w.k, k, "matmul_half_panels: inner dimensions {k} and {}", w.k);

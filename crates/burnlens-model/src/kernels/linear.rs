@@ -25,7 +25,8 @@ use super::compute::{Compute, compute};
 use super::flex::{contiguous, flex_strided, flex_vec, use_kernels};
 use super::gemm::{MatRef, matmul};
 use super::half::{Half, HalfRef, STREAM_ROWS, matmul_half};
-use super::half_panels::{half_panels, matmul_half_panels};
+use super::half_panels::half_panels;
+use super::half_panels_prefill::{available as reads_prefill, matmul_from_panels};
 use super::packed::{matmul_packed, packed_weight};
 use super::pool;
 
@@ -74,14 +75,15 @@ pub fn linear_reference<const D: usize>(x: Tensor<D>, weight: Tensor<2>, bias: O
 /// [`super::packed`]) where the CPU has micro-kernels for it; a weight an optimizer is about
 /// to change, or one packing does not apply to, through one `gemm` call that packs it again.
 /// A half weight is read as stored, except by decoding's few rows, which read its decoding
-/// panels ([`super::half_panels`]) while the copies' budget has room.
+/// panels ([`super::half_panels`]) while the copies' budget has room, and on AVX2 CPUs by
+/// prefill too ([`super::half_panels_prefill`]).
 fn weight_product(dst: &mut [f32], dst_rs: usize, a: MatRef, owner: &FlexTensor, w: WeightRef, accumulate: bool, pack: bool) {
     if compute() == Compute::Bf16 && a.rows > STREAM_ROWS && runs_bf16() {
         return weight_product_bf16(dst, dst_rs, a, owner, w, accumulate, pack);
     }
     match w {
-        WeightRef::Half(w) => match (pack && a.rows <= STREAM_ROWS).then(|| half_panels(owner, w)).flatten() {
-            Some(p) => matmul_half_panels(dst, dst_rs, a, &p, accumulate),
+        WeightRef::Half(w) => match (pack && (a.rows <= STREAM_ROWS || reads_prefill(w.kind))).then(|| half_panels(owner, w)).flatten() {
+            Some(p) => matmul_from_panels(dst, dst_rs, a, &p, accumulate),
             None => matmul_half(dst, dst_rs, a, w, accumulate),
         },
         WeightRef::F32(w) => match pack.then(|| packed_weight(owner, w)).flatten() {
