@@ -314,3 +314,31 @@ fn the_product_with_a_sparse_gradient_has_the_exact_gradients_of_any_gradient() 
         }
     }
 }
+
+/// Batches of a mixing buffer held on `device` (`None`: the host) over passes of 7 rows of
+/// width 3 pushed as tensors on `pass_device`, buffer 10, batches of 4, half kept.
+fn mixed_batches(device: Option<Device>, pass_device: &Device) -> Vec<f32> {
+    use burnlens::features::{MixingBuffer, Rows};
+    let mut b = MixingBuffer::new(10, 4, 0.5, 3, 11, device).unwrap();
+    let mut out = Vec::new();
+    for pass in 0..6 {
+        let rows: Vec<f32> = (pass * 21..pass * 21 + 21).map(|v| v as f32).collect();
+        b.push(Rows::Device(Tensor::<2>::from_data(TensorData::new(rows, [7, 3]), pass_device)));
+        while let Some(r) = b.pop() {
+            out.extend(r.to_host());
+        }
+    }
+    b.finish();
+    while let Some(r) = b.pop() {
+        out.extend(r.to_host());
+    }
+    out
+}
+
+#[test]
+fn the_mixing_buffer_on_a_gpu_serves_the_host_buffers_batches() {
+    let want = mixed_batches(None, &Device::default());
+    for (name, device) in devices() {
+        assert_eq!(mixed_batches(Some(device.clone()), &device), want, "{name}");
+    }
+}

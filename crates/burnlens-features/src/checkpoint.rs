@@ -73,8 +73,8 @@ pub fn save(run_dir: &Path, trainers: &[SaeTrainer], store: &ActivationStore) ->
     }
     let w = store.buffer.width;
     // A batch made ahead of its step is the first to serve.
-    let serving: Vec<f32> = store.ahead.iter().chain(&store.buffer.serving).flatten().copied().collect();
-    for (name, rows) in [("buffer.storage", &store.buffer.storage), ("buffer.serving", &serving)] {
+    let (storage, serving) = store.buffer.saved(store.ahead.as_ref());
+    for (name, rows) in [("buffer.storage", &storage), ("buffer.serving", &serving)] {
         tensors.push((name.into(), Dtype::F32, vec![rows.len() / w, w], f32_bytes(rows)));
     }
     let state = RunState {
@@ -170,9 +170,6 @@ pub fn load(run_dir: &Path, sites: &[Site], store: &mut ActivationStore) -> Resu
         trainers.push(t);
     }
     store.seek(&state.position)?;
-    let batch = store.buffer.batch_size * store.buffer.width;
-    store.buffer.storage = saved.f32s("buffer.storage")?.1;
-    store.buffer.serving = saved.f32s("buffer.serving")?.1.chunks(batch.max(1)).map(|c| c.to_vec()).collect();
-    store.buffer.rng = state.rng;
+    store.buffer.restore(saved.f32s("buffer.storage")?.1, saved.f32s("buffer.serving")?.1, state.rng);
     Ok(Some(trainers))
 }

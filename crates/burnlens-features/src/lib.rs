@@ -51,7 +51,7 @@ pub use eval_ranks::{EvalError, evaluate_over};
 pub use evals::{EvalInput, EvalMetrics, FeatureMetrics, evaluate};
 pub use forward::TrainPassValues;
 pub use inference::{SaeSite, inference_sae};
-pub use mixing::MixingBuffer;
+pub use mixing::{MixingBuffer, Rows};
 pub use options::RunOptions;
 pub use params::{Shape, Trainable};
 pub use pass::{StoreError, WindowSource};

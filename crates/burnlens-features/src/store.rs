@@ -12,14 +12,14 @@
 //! (`store_batch_size_prompts × context_size`), each row the hooks' widths summed, in f32
 //! ([`StoreConfig::buffer_bytes`]); the corpus itself is streamed.
 
-use burn::tensor::{Tensor, TensorData};
+use burn::tensor::Tensor;
 use burnlens_data::WindowPosition;
 use burnlens_dist::Ranks;
 use burnlens_model::{HookPoint, Transformer};
 use serde::{Deserialize, Serialize};
 
 use crate::cache::CacheReader;
-use crate::mixing::MixingBuffer;
+use crate::mixing::{MixingBuffer, Rows};
 use crate::pass::{StoreError, WindowSource, pass};
 
 /// SAELens's activation-store settings.
@@ -71,7 +71,7 @@ pub struct ActivationStore<'a> {
     ranks: Ranks,
     /// A batch taken from the buffer ahead of its step ([`ActivationStore::prefetch`]); a
     /// checkpoint holds it as the first batch to serve.
-    pub(crate) ahead: Option<Vec<f32>>,
+    pub(crate) ahead: Option<Rows>,
     exhausted: bool,
 }
 
@@ -93,8 +93,10 @@ impl<'a> ActivationStore<'a> {
 
     /// A store reading `producer`'s rows of `widths`, at the corpus's start.
     fn over(producer: Producer<'a>, widths: Vec<usize>, cfg: StoreConfig, seed: u64, device: burn::tensor::Device) -> Result<Self, StoreError> {
+        // A GPU run keeps its activations there ([`Rows`]); a CPU run's are host slices.
+        let held = (!burnlens_model::backend::is_host(&device)).then(|| device.clone());
         let buffer =
-            MixingBuffer::new(cfg.buffer_rows(), cfg.train_batch_size_tokens, cfg.mix_fraction, widths.iter().sum(), seed).map_err(StoreError::Config)?;
+            MixingBuffer::new(cfg.buffer_rows(), cfg.train_batch_size_tokens, cfg.mix_fraction, widths.iter().sum(), seed, held).map_err(StoreError::Config)?;
         Ok(ActivationStore {
             device,
             producer,
@@ -175,17 +177,18 @@ impl<'a> ActivationStore<'a> {
                 let batch: Vec<Vec<u32>> = windows.by_ref().take(self.cfg.store_batch_size_prompts).collect::<Result<_, _>>()?;
                 self.position = windows.cursor();
                 self.exhausted = batch.len() < self.cfg.store_batch_size_prompts;
-                if batch.is_empty() { None } else { Some(shared_pass(&self.ranks, model, hooks, &batch, self.position.windows)?) }
+                let on_host = burnlens_model::backend::is_host(&self.device);
+                if batch.is_empty() { None } else { Some(shared_pass(&self.ranks, model, hooks, &batch, self.position.windows, on_host)?) }
             }
             Producer::Cache(reader) => {
                 let chunk = reader.next_chunk()?;
                 self.position.windows += chunk.is_some() as u64;
                 self.exhausted = chunk.is_none();
-                chunk
+                chunk.map(Rows::Host)
             }
         };
         if let Some(rows) = rows {
-            self.buffer.push(&rows);
+            self.buffer.push(rows);
         }
         if self.exhausted {
             self.buffer.finish();
@@ -193,10 +196,8 @@ impl<'a> ActivationStore<'a> {
         Ok(())
     }
 
-    fn split(&self, rows: Vec<f32>) -> Vec<Tensor<2>> {
-        let device = self.device.clone();
-        let n = rows.len() / self.buffer.width;
-        let all = Tensor::<2>::from_data(TensorData::new(rows, [n, self.buffer.width]), &device);
+    fn split(&self, rows: Rows) -> Vec<Tensor<2>> {
+        let all = rows.into_tensor(self.buffer.width, &self.device);
         let mut start = 0;
         self.widths
             .iter()
@@ -211,18 +212,23 @@ impl<'a> ActivationStore<'a> {
 
 /// One pass's activations over `windows`, laid side by side: this rank's share of the
 /// windows run, every rank's gathered in rank order (`at`: the windows read so far, for
-/// the messages).
-fn shared_pass(ranks: &Ranks, model: &Transformer, hooks: &[HookPoint], windows: &[Vec<u32>], at: u64) -> Result<Vec<f32>, StoreError> {
+/// the messages). One process on a GPU (`on_host` false) keeps them there.
+fn shared_pass(ranks: &Ranks, model: &Transformer, hooks: &[HookPoint], windows: &[Vec<u32>], at: u64, on_host: bool) -> Result<Rows, StoreError> {
     if ranks.size() == 1 {
-        return Ok(joined(pass(model, hooks, windows)?));
+        let acts = joined(pass(model, hooks, windows)?);
+        return Ok(if on_host { Rows::Host(host(acts)) } else { Rows::Device(acts) });
     }
     let mine = ranks.rows(windows.len());
-    let rows = if mine.is_empty() { Vec::new() } else { joined(pass(model, hooks, &windows[mine])?) };
-    Ok(ranks.all_gather_f32(&rows, &format!("the activations of the windows before {at}"))?.concat())
+    let rows = if mine.is_empty() { Vec::new() } else { host(joined(pass(model, hooks, &windows[mine])?)) };
+    Ok(Rows::Host(ranks.all_gather_f32(&rows, &format!("the activations of the windows before {at}"))?.concat()))
 }
 
-/// One pass's activations laid side by side, row-major on the host.
-fn joined(acts: Vec<Tensor<2>>) -> Vec<f32> {
-    let joined = if acts.len() == 1 { acts.into_iter().next().expect("one") } else { Tensor::cat(acts, 1) };
-    joined.into_data().try_into_vec_as::<f32>().expect("f32 activations")
+/// One pass's activations laid side by side.
+fn joined(acts: Vec<Tensor<2>>) -> Tensor<2> {
+    if acts.len() == 1 { acts.into_iter().next().expect("one") } else { Tensor::cat(acts, 1) }
+}
+
+/// A pass's activations row-major on the host.
+fn host(acts: Tensor<2>) -> Vec<f32> {
+    acts.into_data().try_into_vec_as::<f32>().expect("f32 activations")
 }
