@@ -275,10 +275,42 @@ pub fn panels_made_on_this_thread() -> usize {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::kernels::gemm::tests::vals;
     use crate::kernels::half::tests::to_bits as bits;
+
+    /// A product's operands for the panel tests: `a` (`m × k`) at an offset with rows wider
+    /// than its width, and a half `k × n` weight stored both ways.
+    pub(crate) struct Operands {
+        kind: Half,
+        mkn: [usize; 3],
+        a: Vec<f32>,
+        w: Vec<u16>,
+        wt: Vec<u16>,
+    }
+
+    impl Operands {
+        pub(crate) fn new(kind: Half, [m, k, n]: [usize; 3]) -> Self {
+            let w = bits(kind, &vals(k * n, 2));
+            let wt = (0..n * k).map(|i| w[(i % k) * n + i / k]).collect();
+            Operands { kind, mkn: [m, k, n], a: vals(m * (k + 3) + 1, 1), w, wt }
+        }
+
+        pub(crate) fn a(&self) -> MatRef<'_> {
+            let [m, k, _] = self.mkn;
+            MatRef { data: &self.a, offset: 1, rows: m, cols: k, rs: (k + 3) as isize, cs: 1 }
+        }
+
+        /// The weight with its rows contiguous, and as the transposed view of `[n, k]`.
+        pub(crate) fn views(&self) -> [HalfRef<'_>; 2] {
+            let ([_, k, n], kind) = (self.mkn, self.kind);
+            [
+                HalfRef { data: &self.w, kind, offset: 0, rows: k, cols: n, rs: n as isize, cs: 1 },
+                HalfRef { data: &self.wt, kind, offset: 0, rows: n, cols: k, rs: k as isize, cs: 1 }.t(),
+            ]
+        }
+    }
 
     #[test]
     fn panel_products_match_the_half_product_on_every_layout_and_edge() {
@@ -286,16 +318,9 @@ mod tests {
             // One partial panel, several panels, a partial last panel, depth 1, rows 1..=5
             // (a second group of rows), big enough to split over threads.
             for &(m, k, n) in &[(1, 5, 3), (1, 768, 300), (3, 1, 70), (4, 600, 130), (5, 64, 129), (2, 768, 2304), (0, 4, 5), (2, 0, 7)] {
-                let w_bits = bits(kind, &vals(k * n, 2));
-                let wt_bits: Vec<u16> = (0..n * k).map(|i| w_bits[(i % k) * n + i / k]).collect();
-                let a_data = vals(m * (k + 3) + 1, 1);
-                // `a` at an offset, its rows wider than its width.
-                let a = MatRef { data: &a_data, offset: 1, rows: m, cols: k, rs: (k + 3) as isize, cs: 1 };
-                let views = [
-                    HalfRef { data: &w_bits, kind, offset: 0, rows: k, cols: n, rs: n as isize, cs: 1 },
-                    HalfRef { data: &wt_bits, kind, offset: 0, rows: n, cols: k, rs: k as isize, cs: 1 }.t(),
-                ];
-                for w in views {
+                let ops = Operands::new(kind, [m, k, n]);
+                let a = ops.a();
+                for w in ops.views() {
                     let panels = HalfPanels::new(w);
                     assert_eq!((panels.rows(), panels.cols()), (k, n));
                     for accumulate in [false, true] {

@@ -246,9 +246,8 @@ unsafe fn store(tile: &Tile, sums: &[[std::arch::x86_64::__m256; 2]; MR], out: *
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::gemm::tests::vals;
-    use crate::kernels::half::tests::to_bits as bits;
-    use crate::kernels::half::{HalfRef, matmul_half};
+    use crate::kernels::half::matmul_half;
+    use crate::kernels::half_panels::tests::Operands;
 
     #[test]
     fn prefill_from_panels_matches_the_widened_product_on_every_edge() {
@@ -261,15 +260,9 @@ mod tests {
             // One row and one column; a whole tile; partial strips and slices past several
             // depth blocks; rows across two row blocks; a panel's columns exactly.
             for &(m, k, n) in &[(1, 1, 1), (6, 256, 16), (7, 600, 129), (13, 1600, 300), (130, 768, 70), (200, 300, 64)] {
-                let w_bits = bits(kind, &vals(k * n, 2));
-                let wt_bits: Vec<u16> = (0..n * k).map(|i| w_bits[(i % k) * n + i / k]).collect();
-                let a_data = vals(m * (k + 3) + 1, 1);
-                let a = MatRef { data: &a_data, offset: 1, rows: m, cols: k, rs: (k + 3) as isize, cs: 1 };
-                let views = [
-                    HalfRef { data: &w_bits, kind, offset: 0, rows: k, cols: n, rs: n as isize, cs: 1 },
-                    HalfRef { data: &wt_bits, kind, offset: 0, rows: n, cols: k, rs: k as isize, cs: 1 }.t(),
-                ];
-                for w in views {
+                let ops = Operands::new(kind, [m, k, n]);
+                let a = ops.a();
+                for w in ops.views() {
                     let panels = HalfPanels::new(w);
                     for accumulate in [false, true] {
                         // `dst` wider than the product: columns past `n` stay untouched.
