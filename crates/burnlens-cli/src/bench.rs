@@ -45,7 +45,8 @@ pub struct BenchArgs {
     #[arg(long)]
     pub in_cache: bool,
     /// gemm with a half `--dtype`: multiply the decoding panels made from each copy
-    /// (`kernels::half_panels`, what decoding reads), not the weight as stored.
+    /// (`kernels::half_panels`, what decoding reads, and prefill too on AVX2 CPUs without
+    /// AVX-512, through `kernels::half_panels_prefill`), not the weight as stored.
     #[arg(long)]
     pub panels: bool,
     /// train: the model and batch trained (the PyTorch peer has the same three).

@@ -20,8 +20,7 @@
 //! Loops, outermost first: tasks (ranges of 16-column slices), blocks of rows ([`ROW_BLOCK`]),
 //! depth blocks ([`KC`]), the task's slices, six rows at a time.
 
-use super::gemm::MatRef;
-use super::gemm::nothing_to_multiply;
+use super::gemm::{MatRef, nothing_to_multiply};
 use super::half::{Half, STREAM_ROWS};
 use super::half_blocked::pack_row_panels;
 use super::half_panels::{HalfPanels, PANEL, matmul_half_panels};
@@ -37,6 +36,7 @@ const NR: usize = 16;
 /// alternated rounds, medians): 768 deep read 1.04–1.27x 256 deep at GPT-2's prefill shapes
 /// (the tied unembedding's most, 1.27x), level at 3,072 deep; rows per block within the noise.
 const KC: usize = 768;
+/// See [`KC`].
 const ROW_BLOCK: usize = 192;
 /// Tasks per thread.
 const TASKS_PER_THREAD: usize = 4;
