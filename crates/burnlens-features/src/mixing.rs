@@ -105,9 +105,11 @@ impl MixingBuffer {
     pub fn push(&mut self, rows: Rows) {
         self.storage = match (std::mem::replace(&mut self.storage, Rows::Host(Vec::new())), &self.device) {
             (Rows::Host(mut held), None) => {
-                let rows = rows.to_host();
-                debug_assert_eq!(rows.len() % self.width.max(1), 0);
-                held.extend_from_slice(&rows);
+                match rows {
+                    Rows::Host(rows) => held.extend_from_slice(&rows),
+                    rows => held.extend(rows.to_host()),
+                }
+                debug_assert_eq!(held.len() % self.width.max(1), 0);
                 Rows::Host(held)
             }
             (held, device) => {
@@ -136,12 +138,18 @@ impl MixingBuffer {
         self.serve(self.rows() / self.batch_size * self.batch_size);
     }
 
-    /// The first `n` held rows (whole batches) move to the batches ready.
+    /// The first `n` held rows (whole batches) move to the batches ready (each row copied
+    /// once on the host, sliced on a device).
     fn serve(&mut self, n: usize) {
-        let (held, w) = (self.rows(), self.width);
-        let served = self.storage.range(0..n, w);
+        let (held, w, batch) = (self.rows(), self.width, self.batch_size);
+        let storage = &self.storage;
+        self.serving.extend((0..n).step_by(batch).map(|r| storage.range(r..r + batch, w)));
         self.storage = self.storage.range(n..held, w);
-        self.serving.extend((0..n).step_by(self.batch_size).map(|r| served.range(r..r + self.batch_size, w)));
+    }
+
+    /// Whether the rows are held on the host (a CPU run).
+    pub fn on_host(&self) -> bool {
+        self.device.is_none()
     }
 
     /// The next batch (`batch_size` rows), if one is ready.

@@ -177,7 +177,7 @@ impl<'a> ActivationStore<'a> {
                 let batch: Vec<Vec<u32>> = windows.by_ref().take(self.cfg.store_batch_size_prompts).collect::<Result<_, _>>()?;
                 self.position = windows.cursor();
                 self.exhausted = batch.len() < self.cfg.store_batch_size_prompts;
-                let on_host = burnlens_model::backend::is_host(&self.device);
+                let on_host = self.buffer.on_host();
                 if batch.is_empty() { None } else { Some(shared_pass(&self.ranks, model, hooks, &batch, self.position.windows, on_host)?) }
             }
             Producer::Cache(reader) => {
