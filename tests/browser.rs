@@ -402,7 +402,7 @@ fn the_feature_dashboard_browser_lists_features_and_opens_one_with_its_examples_
     let sae = Sae::load(&dir.join("sae"), &device).unwrap();
     let source = FeatureSource::new(&model, &sae, None).unwrap();
     let cfg = DashboardConfig { ignore_tokens: vec![0], ..DashboardConfig::default() };
-    let spec = RunSpec { cfg: cfg.clone(), tokens: 48 * 32, batch_windows: 16, spill: None, ranks: Default::default() };
+    let spec = RunSpec { cfg: cfg.clone(), tokens: 48 * 32, batch_windows: 16, spill: None, ranks: Default::default(), place: None };
     let out = run(&source, &spec, None, &mut || Ok(Box::new(burnlens::data::Counted::new(tokens.clone().into_iter().map(Ok)))), &mut |_| {
         std::ops::ControlFlow::Continue(())
     })
@@ -454,7 +454,7 @@ fn a_click_on_a_feature_node_shows_its_dashboard_examples() {
     let cfg = DashboardConfig::default();
     let out = run(
         &source,
-        &RunSpec { cfg: cfg.clone(), tokens: 1024, batch_windows: 8, spill: None, ranks: Default::default() },
+        &RunSpec { cfg: cfg.clone(), tokens: 1024, batch_windows: 8, spill: None, ranks: Default::default(), place: None },
         None,
         &mut || Ok(Box::new(burnlens::data::Counted::new(windows.clone().into_iter().map(Ok)))),
         &mut |_| std::ops::ControlFlow::Continue(()),

@@ -8,7 +8,7 @@
 mod common;
 
 use burn::tensor::Device;
-use burnlens::dashboards::{DashboardConfig, FeatureDashboard, FeatureSource, RunSpec, run};
+use burnlens::dashboards::{DashboardConfig, FeatureDashboard, FeatureSource, RunSpec, ScanPlace, run};
 use burnlens::hf::load_model;
 use burnlens::lens::sae::Sae;
 use burnlens::lens::{ProcessOptions, process_weights};
@@ -23,7 +23,7 @@ fn ints(v: &Value) -> Vec<u64> {
     v.as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as u64).collect()
 }
 
-fn dashboards(case: &str) -> (Vec<FeatureDashboard>, Value, Vec<Vec<u32>>) {
+fn dashboards(case: &str, place: Option<ScanPlace>) -> (Vec<FeatureDashboard>, Value, Vec<Vec<u32>>) {
     let device = Device::flex();
     let dir = fixture("dashboards").join(case);
     let want: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("expected.json")).unwrap()).unwrap();
@@ -35,9 +35,15 @@ fn dashboards(case: &str) -> (Vec<FeatureDashboard>, Value, Vec<Vec<u32>>) {
     let source = FeatureSource::new(&model, &sae, None).unwrap();
     let cfg = DashboardConfig { ignore_tokens: vec![0], ..DashboardConfig::default() };
     // The second pass reads the first's inputs back from disk (the spill), as the CLI does.
-    let spill = std::env::temp_dir().join(format!("burnlens-dash-spill-{case}-{}", std::process::id()));
-    let spec =
-        RunSpec { cfg, tokens: (tokens.len() * tokens[0].len()) as u64, batch_windows: 7, spill: Some((spill.clone(), 1 << 30)), ranks: Default::default() };
+    let spill = std::env::temp_dir().join(format!("burnlens-dash-spill-{case}-{place:?}-{}", std::process::id()));
+    let spec = RunSpec {
+        cfg,
+        tokens: (tokens.len() * tokens[0].len()) as u64,
+        batch_windows: 7,
+        spill: Some((spill.clone(), 1 << 30)),
+        ranks: Default::default(),
+        place,
+    };
     let windows = tokens.clone();
     let out = run(&source, &spec, None, &mut || Ok(Box::new(burnlens::data::Counted::new(windows.clone().into_iter().map(Ok)))), &mut |_| {
         std::ops::ControlFlow::Continue(())
@@ -54,7 +60,7 @@ fn interval_title(lower: f32, upper: f32, contains: f64) -> String {
 }
 
 fn check_case(case: &str) {
-    let (got, want, tokens) = dashboards(case);
+    let (got, want, tokens) = dashboards(case, None);
     let want = want["features"].as_array().unwrap();
     assert_eq!(got.len(), want.len());
     let (mut compared_top, mut compared_samples) = (0, 0);
@@ -117,6 +123,18 @@ fn standard_sae_on_the_residual_stream_equals_saedashboard() {
 #[test]
 fn jumprelu_sae_on_mlp_neurons_equals_saedashboard() {
     check_case("jumprelu_mlp_post");
+}
+
+/// A GPU's first pass (reductions on the device, only the columns that can enter a top group
+/// read back), run here by the CPU backend: the same dashboards as the host's pass, exactly.
+#[test]
+fn the_first_pass_on_the_device_makes_the_host_passs_dashboards() {
+    for case in ["standard_resid", "jumprelu_mlp_post"] {
+        let (host, ..) = dashboards(case, Some(ScanPlace::Host));
+        let (device, ..) = dashboards(case, Some(ScanPlace::Device));
+        assert!(host.iter().any(|d| d.top.iter().filter(|e| e.value > 0.0).count() > 5), "{case}: features fire");
+        assert_eq!(device, host, "{case}");
+    }
 }
 
 /// The fields of SAEDashboard 0.8.0's `NeuronpediaDashboardFeature.to_dict` and
@@ -399,7 +417,7 @@ fn a_feature_subset_equals_the_full_runs_dashboards() {
         let model = load_model(&fixture("gpt2"), &device).unwrap().model;
         let sae = Sae::load(&dir.join("sae"), &device).unwrap();
         let cfg = DashboardConfig { ignore_tokens: vec![0], ..DashboardConfig::default() };
-        let spec = RunSpec { cfg, tokens: (tokens.len() * tokens[0].len()) as u64, batch_windows: 5, spill: None, ranks: Default::default() };
+        let spec = RunSpec { cfg, tokens: (tokens.len() * tokens[0].len()) as u64, batch_windows: 5, spill: None, ranks: Default::default(), place: None };
         let dash = |features: Option<Vec<usize>>| {
             let source = FeatureSource::new(&model, &sae, features).unwrap();
             run(&source, &spec, None, &mut || Ok(Box::new(burnlens::data::Counted::new(tokens.clone().into_iter().map(Ok)))), &mut |_| {

@@ -4,6 +4,7 @@
 
 use crate::batch::ActBatch;
 use crate::config::DashboardConfig;
+use crate::device_batch::Extremes;
 use crate::top::TopGroups;
 
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
@@ -76,6 +77,39 @@ impl FirstPass {
                         self.top.offer(j, b, r, self.f0 + j, cfg);
                         self.bar[j] = self.top.bar(j);
                     }
+                }
+            }
+        }
+    }
+
+    /// The smallest value that enters feature `j`'s top group (−∞ while it is not full).
+    pub fn bar(&self, j: usize) -> f32 {
+        self.bar[j]
+    }
+
+    /// Adds a batch's statistics taken on its device (columns `f0..f0 + n` of `e`): what
+    /// [`Self::scan`] counts, without the top groups.
+    pub fn add_extremes(&mut self, e: &Extremes) {
+        let cols = self.f0..self.f0 + self.n;
+        for (j, c) in cols.enumerate() {
+            self.max[j] = self.max[j].max(e.max[c]);
+            self.min_nonzero[j] = self.min_nonzero[j].min(e.min_positive[c]);
+            self.nonzero[j] += e.positive[c];
+            self.zeros[j] += e.zeros[c];
+        }
+    }
+
+    /// Offers a batch's centre rows to the top groups of some of the block's features: `cols`
+    /// pairs a feature `j` of the block with its column in `b` (a batch of those columns
+    /// alone). The same offers, in the same order, as [`Self::scan`] makes for them.
+    pub fn offer_columns(&mut self, b: &ActBatch, cols: &[(usize, usize)], cfg: &DashboardConfig) {
+        let centre = cfg.centre_range(b.seq_len);
+        for r in (0..b.rows()).filter(|r| centre.contains(&(r % b.seq_len))) {
+            let row = b.row(r);
+            for &(j, c) in cols {
+                if row[c] > self.bar[j] {
+                    self.top.offer(j, b, r, c, cfg);
+                    self.bar[j] = self.top.bar(j);
                 }
             }
         }

@@ -95,7 +95,7 @@ pub fn make(job: &Job, control: &mut dyn FnMut(&Progress) -> ControlFlow<()>) ->
     let ranks = &job.ranks;
     let spill_name = if ranks.size() > 1 { format!("inputs.rank-{}.spill", ranks.rank()) } else { "inputs.spill".into() };
     let spill = (o.spill_gb > 0.0).then(|| (job.out.join(spill_name), (o.spill_gb * 1e9) as u64));
-    let spec = RunSpec { cfg: cfg.clone(), tokens: o.tokens, batch_windows: o.batch, spill, ranks: ranks.clone() };
+    let spec = RunSpec { cfg: cfg.clone(), tokens: o.tokens, batch_windows: o.batch, spill, ranks: ranks.clone(), place: None };
     let key = RunKey {
         model: job.model_id.clone(),
         encoder: job.encoder_id.clone(),

@@ -20,6 +20,7 @@ pub mod checkpoint;
 pub mod circuit_tracer;
 pub mod config;
 pub mod dashboard;
+pub mod device_batch;
 pub mod error;
 pub mod first_pass;
 pub mod graph_node;
@@ -41,6 +42,7 @@ pub mod write;
 
 pub use config::{Context, DashboardConfig};
 pub use dashboard::{Example, FeatureDashboard, FeatureKey, QuantileGroup};
+pub use device_batch::ScanPlace;
 pub use error::DashboardError;
 pub use graph_node::{node_fields, read_config};
 pub use histogram::Histogram;

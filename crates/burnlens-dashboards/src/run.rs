@@ -15,6 +15,7 @@ use burnlens_model::checkpoints::Checkpoints;
 use crate::checkpoint::{Checkpoint, RunKey};
 use crate::config::DashboardConfig;
 use crate::dashboard::FeatureDashboard;
+use crate::device_batch::{DeviceBatch, ScanPlace, read_back};
 use crate::error::DashboardError;
 use crate::logits::logit_effects;
 use crate::over_ranks::{merge_pass, scans_batch};
@@ -35,6 +36,9 @@ pub struct RunSpec {
     pub spill: Option<(PathBuf, u64)>,
     /// The processes sharing the passes ([`crate::over_ranks`]); rank 0 gets the dashboards.
     pub ranks: Ranks,
+    /// Where the first pass reads each batch; by the model's device when `None` (a GPU's
+    /// batches stay on it: [`crate::device_batch`]).
+    pub place: Option<ScanPlace>,
 }
 
 /// Where a resumable run keeps its state.
@@ -225,9 +229,15 @@ fn read_pass(
                     inputs
                 }
             };
-            let mut b = source.encode(inputs, &batch, st.done)?;
-            b.mask(&spec.cfg);
-            if st.pass == 1 { st.scan.first(&b) } else { st.scan.second(&b) }
+            let acts = source.encode(inputs);
+            let place = spec.place.unwrap_or_else(|| ScanPlace::for_device(&source.model.device()));
+            if st.pass == 1 && place == ScanPlace::Device {
+                st.scan.first_on_device(&DeviceBatch::new(acts, &batch, st.done, &spec.cfg))?;
+            } else {
+                let mut b = read_back(acts, &batch, st.done)?;
+                b.mask(&spec.cfg);
+                if st.pass == 1 { st.scan.first(&b) } else { st.scan.second(&b) }
+            }
         }
         st.done += n;
         st.position = io.it.cursor();

@@ -9,6 +9,8 @@ use rayon::prelude::*;
 use crate::batch::ActBatch;
 use crate::config::DashboardConfig;
 use crate::dashboard::{FeatureDashboard, assemble};
+use crate::device_batch::DeviceBatch;
+use crate::error::DashboardError;
 use crate::first_pass::FirstPass;
 use crate::logits::LogitEffects;
 use crate::second_pass::SecondPass;
@@ -50,6 +52,28 @@ impl Scan {
         let cfg = &self.cfg;
         self.first.par_iter_mut().for_each(|p| p.scan(b, cfg));
         self.positions[0] += b.rows() as u64;
+    }
+
+    /// The first pass over a batch on its device: the extremes and counts are reductions
+    /// there; read back are those and the columns in which a centre row passes its feature's
+    /// top-group bar, whose rows are offered as [`Self::first`] offers them. The state after
+    /// is [`Self::first`]'s, bit for bit.
+    pub fn first_on_device(&mut self, b: &DeviceBatch) -> Result<(), DashboardError> {
+        assert_eq!((b.n_features(), b.seq_len), (self.features.len(), self.seq_len), "a batch of another shape than the scan's");
+        let e = b.extremes(self.cfg.centre_range(b.seq_len))?;
+        let cols: Vec<usize> = self.first.iter().flat_map(|p| (0..p.n).filter(|&j| e.centre_max[p.f0 + j] > p.bar(j)).map(move |j| p.f0 + j)).collect();
+        let sub = if cols.is_empty() { None } else { Some(b.columns(&cols)?) };
+        let cfg = &self.cfg;
+        self.first.par_iter_mut().for_each(|p| {
+            p.add_extremes(&e);
+            let Some(sub) = &sub else { return };
+            // `cols` is sorted: the block's are one run of it.
+            let (lo, hi) = (cols.partition_point(|&c| c < p.f0), cols.partition_point(|&c| c < p.f0 + p.n));
+            let mine: Vec<(usize, usize)> = (lo..hi).map(|c| (cols[c] - p.f0, c)).collect();
+            p.offer_columns(sub, &mine, cfg);
+        });
+        self.positions[0] += b.rows() as u64;
+        Ok(())
     }
 
     /// Ends the first pass: the second's intervals and bins are placed.

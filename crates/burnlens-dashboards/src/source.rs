@@ -1,7 +1,7 @@
 //! Where feature activations come from: the model run over windows (stopping after the last
 //! layer read), then an SAE's encoder at its hook, or every layer's transcoder (a per-layer
-//! set or a cross-layer transcoder, circuit-tracer's) at its input; read back to the host for
-//! the features asked for, one column each (a few features of a wide SAE or transcoder set
+//! set or a cross-layer transcoder, circuit-tracer's) at its input, for the features asked
+//! for, one column each (a few features of a wide SAE or transcoder set
 //! are the only ones encoded: the others' columns are never computed).
 
 use burn::tensor::{Int, Tensor, TensorData};
@@ -117,10 +117,10 @@ impl<'a> FeatureSource<'a> {
         Ok(FeatureSource { model, encoder, columns: features.clone(), features, cut: Vec::new() })
     }
 
-    /// The activations of `windows` (corpus index of the first: `first_window`).
+    /// The activations of `windows` (corpus index of the first: `first_window`), read back.
     pub fn batch(&self, windows: &[Vec<u32>], first_window: u64) -> Result<ActBatch, DashboardError> {
         let inputs = self.inputs(windows)?;
-        self.encode(inputs, windows, first_window)
+        crate::device_batch::read_back(self.encode(inputs), windows, first_window)
     }
 
     /// What the encoders read for `windows`, each `[tokens, width]` (one model pass): the
@@ -143,41 +143,30 @@ impl<'a> FeatureSource<'a> {
         }
     }
 
-    /// The features' activations from the encoders' inputs.
-    pub fn encode(&self, inputs: Vec<Tensor<2>>, windows: &[Vec<u32>], first_window: u64) -> Result<ActBatch, DashboardError> {
-        let (rows, nf) = (windows.len() * windows[0].len(), self.features.len());
-        let acts = match &self.encoder {
+    /// The features' activations from the encoders' inputs, `[tokens, features]` in the
+    /// order of [`Self::features`], on the inputs' device.
+    pub fn encode(&self, inputs: Vec<Tensor<2>>) -> Tensor<2> {
+        match &self.encoder {
             Encoder::Sae(sae) => {
                 let x = inputs.into_iter().next().expect("the SAE's input");
-                let mut f = sae.encode(x);
-                if nf != sae.cfg.d_sae || self.columns.iter().enumerate().any(|(i, &c)| i != c) {
-                    f = f.select(1, self.index_tensor(self.columns.iter().copied()));
-                }
-                f.into_data().try_to_vec::<f32>().map_err(|e| DashboardError::Input(format!("feature activations: {e:?}")))?
+                let f = sae.encode(x);
+                let in_order = self.features.len() == sae.cfg.d_sae && self.columns.iter().enumerate().all(|(i, &c)| i == c);
+                if in_order { f } else { f.select(1, self.index_tensor(self.columns.iter().copied())) }
             }
             Encoder::Transcoders(set) => {
+                // Every layer shows the same features (`Self::with`), in the order asked for.
                 let d = self.encoder.per_layer();
-                let mut acts = vec![0f32; rows * nf];
-                for (l, x) in inputs.into_iter().enumerate() {
-                    let cols: Vec<(usize, usize)> = self.features.iter().enumerate().filter(|(_, f)| **f / d == l).map(|(j, f)| (j, f % d)).collect();
-                    if cols.is_empty() {
-                        continue;
-                    }
+                let ids: Vec<usize> = self.features[..self.features.len() / set.n_layers()].to_vec();
+                let every = ids.iter().enumerate().all(|(i, &f)| i == f) && ids.len() == d;
+                let layers = inputs.into_iter().enumerate().map(|(l, x)| match self.cut.get(l) {
                     // Cut down, the layer's columns are the features asked for, in order.
-                    let (a, width) = match self.cut.get(l) {
-                        Some(cut) => (cut.encode(x), cols.len()),
-                        None => (set.layers[l].encode(x), d),
-                    };
-                    let a = a.into_data().try_into_vec_as::<f32>().map_err(|e| DashboardError::Input(format!("feature activations: {e:?}")))?;
-                    let column = |k: usize, i: usize| if self.cut.is_empty() { i } else { k };
-                    for r in 0..rows {
-                        cols.iter().enumerate().for_each(|(k, &(j, i))| acts[r * nf + j] = a[r * width + column(k, i)]);
-                    }
-                }
-                acts
+                    Some(cut) => cut.encode(x),
+                    None if every => set.layers[l].encode(x),
+                    None => set.layers[l].encode(x).select(1, self.index_tensor(ids.iter().copied())),
+                });
+                Tensor::cat(layers.collect(), 1)
             }
-        };
-        Ok(ActBatch { acts, n_features: nf, tokens: windows.concat(), seq_len: windows[0].len(), first_window })
+        }
     }
 
     fn index_tensor(&self, ids: impl Iterator<Item = usize>) -> Tensor<1, Int> {
