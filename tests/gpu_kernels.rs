@@ -342,3 +342,40 @@ fn the_mixing_buffer_on_a_gpu_serves_the_host_buffers_batches() {
         assert_eq!(mixed_batches(Some(device.clone()), &device), want, "{name}");
     }
 }
+
+/// The dashboards' first pass on the device (its reductions, the columns read back, their
+/// rows offered to the top groups) leaves the state of the host's pass over the same batches.
+#[test]
+fn the_dashboards_first_pass_on_a_gpu_leaves_the_host_passs_state() {
+    use burnlens::dashboards::DashboardConfig;
+    use burnlens::dashboards::device_batch::{DeviceBatch, read_back};
+    use burnlens::dashboards::scan::Scan;
+    let cfg = DashboardConfig { ignore_tokens: vec![7], ignore_positions: vec![2], top_k: 4, ..DashboardConfig::default() };
+    let (n, seq_len, windows) = (300, 16, 8);
+    let rows = windows * seq_len;
+    for (name, device) in devices() {
+        let (mut host, mut dev) = (Scan::new(cfg.clone(), (0..n).collect(), seq_len), Scan::new(cfg.clone(), (0..n).collect(), seq_len));
+        for batch in 0..5u64 {
+            let tokens: Vec<Vec<u32>> = (0..windows as u32).map(|w| (0..seq_len as u32).map(|p| (p * 5 + w + batch as u32) % 11).collect()).collect();
+            // Mostly zeros, ties at 0, 1 and 2 (the groups' order among equals), negatives.
+            let a: Vec<f32> = xorshift(batch + 1)
+                .take(rows * n)
+                .map(|s| match s % 10 {
+                    0..=5 => 0.0,
+                    6 => ((s >> 20) % 3) as f32,
+                    7 => -1.5,
+                    _ => ((s >> 20) % 100_000) as f32 / 1000.0,
+                })
+                .collect();
+            let first = batch * windows as u64;
+            let mut b = read_back(Tensor::<2>::from_data(TensorData::new(a.clone(), [rows, n]), &Device::flex()), &tokens, first).unwrap();
+            b.mask(&cfg);
+            host.first(&b);
+            let on = DeviceBatch::new(Tensor::<2>::from_data(TensorData::new(a, [rows, n]), &device), &tokens, first, &cfg);
+            dev.first_on_device(&on).unwrap_or_else(|e| panic!("{name}: {e}"));
+        }
+        assert!(host.first.iter().all(|p| p.top.len.iter().all(|&l| l == 4)), "the top groups fill");
+        // Debug prints every float exactly (and ±∞ apart).
+        assert_eq!(format!("{:?} {:?}", dev.first, dev.positions), format!("{:?} {:?}", host.first, host.positions), "{name}");
+    }
+}
