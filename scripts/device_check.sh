@@ -109,6 +109,7 @@ for row, t in rows.items():
     print(f"| {row} | {ms('cuda')} | {ms('wgpu')} | {ms('torch-lean')} | {ms('torch-hf')} | {ratio('wgpu')} | {ratio('cuda')} |")
 EOF
     sae_rows "$model" "$backends" "$out"
+    dashboard_rows "$model" "$backends" "$out"
     select_rows "$backends"
     matmul_rows "$backends"
 }
@@ -186,6 +187,29 @@ EOF
 # blocks.6.hook_resid_pre, model passes included): `train-sae` on each GPU backend (its
 # steps on the tensor path, chosen by the device) against scripts/peer_sae_step.py, a
 # PyTorch loop of SAELens's step on cuda. Seconds a step over the steady steps.
+# Dashboards of every feature of the SAE `sae_rows` trained (24,576 features), over random
+# windows: the first pass reduces each batch on the device and reads back the columns that
+# can enter a top group, the second still reads every batch back (`device_batch.rs`).
+dashboard_rows() {
+    local model=$1 backends=$2 out=$3 tokens=${DASH_TOKENS:-262144}
+    echo "| dashboards, $tokens tokens | burnlens backend | pass 1 (s) | pass 2 (s) | logit effects (s) | tokens/s, pass 1 / pass 2 |"
+    echo "|---|---|---|---|---|---|"
+    for backend in $backends; do
+        rm -rf "/tmp/dash-$backend"
+        timeout 300 .gpu/bin/burnlens dashboards --backend "$backend" --model "$model" --sae "/tmp/sae-$backend/sae" --data random --seq-len 128 \
+            --tokens "$tokens" --batch 32 --out "/tmp/dash-$backend" >"$out/dash-$backend.log" 2>&1
+        python3 - "/tmp/dash-$backend/run.json" "$backend" "$tokens" <<'EOF'
+import json, sys
+try:
+    s = json.load(open(sys.argv[1]))["run"]["seconds"]
+    a, b, c = s["first_pass"], s["second_pass"], s["logits"]
+    print(f"| | {sys.argv[2]} | {a:.1f} | {b:.1f} | {c:.1f} | {int(sys.argv[3]) / a:,.0f} / {int(sys.argv[3]) / b:,.0f} |")
+except (OSError, ValueError, KeyError, ZeroDivisionError) as e:
+    print(f"| | {sys.argv[2]} | failed: {e} | | | |")
+EOF
+    done
+}
+
 sae_rows() {
     local model=$1 backends=$2 out=$3 steps=${SAE_STEPS:-20}
     echo "| SAE step | burnlens backend | burnlens s / step | PyTorch s / step | burnlens / PyTorch |"
