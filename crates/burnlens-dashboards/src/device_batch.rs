@@ -88,17 +88,8 @@ impl DeviceBatch {
     /// The columns `cols` (in that order) read back as a host batch of `cols.len()` features.
     pub fn columns(&self, cols: &[usize]) -> Result<ActBatch, DashboardError> {
         let idx = Tensor::<1, Int>::from_data(TensorData::new(cols.iter().map(|&c| c as i64).collect::<Vec<_>>(), [cols.len()]), &self.acts.device());
-        self.host(self.acts.clone().select(1, idx))
-    }
-
-    /// The whole batch read back.
-    pub fn into_host(self) -> Result<ActBatch, DashboardError> {
-        self.host(self.acts.clone())
-    }
-
-    fn host(&self, acts: Tensor<2>) -> Result<ActBatch, DashboardError> {
-        let n_features = acts.dims()[1];
-        Ok(ActBatch { acts: floats(acts)?, n_features, tokens: self.tokens.clone(), seq_len: self.seq_len, first_window: self.first_window })
+        let acts = self.acts.clone().select(1, idx);
+        Ok(ActBatch { acts: floats(acts)?, n_features: cols.len(), tokens: self.tokens.clone(), seq_len: self.seq_len, first_window: self.first_window })
     }
 }
 
