@@ -125,10 +125,11 @@ fn jumprelu_sae_on_mlp_neurons_equals_saedashboard() {
     check_case("jumprelu_mlp_post");
 }
 
-/// A GPU's first pass (reductions on the device, only the columns that can enter a top group
-/// read back), run here by the CPU backend: the same dashboards as the host's pass, exactly.
+/// A GPU's passes (reductions and comparisons on the device, only the columns that can enter
+/// a top group or a quantile sample read back), run here by the CPU backend: the same
+/// dashboards as the host's passes, exactly.
 #[test]
-fn the_first_pass_on_the_device_makes_the_host_passs_dashboards() {
+fn the_passes_on_the_device_make_the_host_passes_dashboards() {
     for case in ["standard_resid", "jumprelu_mlp_post"] {
         let (host, ..) = dashboards(case, Some(ScanPlace::Host));
         let (device, ..) = dashboards(case, Some(ScanPlace::Device));

@@ -343,39 +343,64 @@ fn the_mixing_buffer_on_a_gpu_serves_the_host_buffers_batches() {
     }
 }
 
-/// The dashboards' first pass on the device (its reductions, the columns read back, their
-/// rows offered to the top groups) leaves the state of the host's pass over the same batches.
+/// The dashboards' passes on the device (the first's reductions and the columns it reads
+/// back; the second's comparisons against each feature's bin thresholds and quantile
+/// boundaries, and the columns whose samples take) leave the state of the host's passes.
 #[test]
-fn the_dashboards_first_pass_on_a_gpu_leaves_the_host_passs_state() {
+fn the_dashboards_passes_on_a_gpu_leave_the_host_passes_state() {
     use burnlens::dashboards::DashboardConfig;
     use burnlens::dashboards::device_batch::{DeviceBatch, read_back};
     use burnlens::dashboards::scan::Scan;
-    let cfg = DashboardConfig { ignore_tokens: vec![7], ignore_positions: vec![2], top_k: 4, ..DashboardConfig::default() };
+    let cfg = DashboardConfig { ignore_tokens: vec![7], ignore_positions: vec![2], top_k: 4, quantile_size: 3, ..DashboardConfig::default() };
     let (n, seq_len, windows) = (300, 16, 8);
     let rows = windows * seq_len;
-    for (name, device) in devices() {
-        let (mut host, mut dev) = (Scan::new(cfg.clone(), (0..n).collect(), seq_len), Scan::new(cfg.clone(), (0..n).collect(), seq_len));
-        for batch in 0..5u64 {
-            let tokens: Vec<Vec<u32>> = (0..windows as u32).map(|w| (0..seq_len as u32).map(|p| (p * 5 + w + batch as u32) % 11).collect()).collect();
-            // Mostly zeros, ties at 0, 1 and 2 (the groups' order among equals), negatives.
-            let a: Vec<f32> = xorshift(batch + 1)
+    // Mostly zeros, ties at 0, 1 and 2 (the groups' order among equals), values on the
+    // quantile boundaries (every feature's maximum is 100), negatives.
+    let batches: Vec<(Vec<Vec<u32>>, Vec<f32>)> = (0..5u64)
+        .map(|batch| {
+            let tokens = (0..windows as u32).map(|w| (0..seq_len as u32).map(|p| (p * 5 + w + batch as u32) % 11).collect()).collect();
+            let a = xorshift(batch + 1)
                 .take(rows * n)
                 .map(|s| match s % 10 {
-                    0..=5 => 0.0,
+                    0..=4 => 0.0,
+                    5 => ((s >> 20) % 11) as f32 * 10.0,
                     6 => ((s >> 20) % 3) as f32,
                     7 => -1.5,
                     _ => ((s >> 20) % 100_000) as f32 / 1000.0,
                 })
                 .collect();
-            let first = batch * windows as u64;
-            let mut b = read_back(Tensor::<2>::from_data(TensorData::new(a.clone(), [rows, n]), &Device::flex()), &tokens, first).unwrap();
-            b.mask(&cfg);
-            host.first(&b);
-            let on = DeviceBatch::new(Tensor::<2>::from_data(TensorData::new(a, [rows, n]), &device), &tokens, first, &cfg);
-            dev.first_on_device(&on).unwrap_or_else(|e| panic!("{name}: {e}"));
+            (tokens, a)
+        })
+        .collect();
+    for (name, device) in devices() {
+        let (mut host, mut dev) = (Scan::new(cfg.clone(), (0..n).collect(), seq_len), Scan::new(cfg.clone(), (0..n).collect(), seq_len));
+        for pass in 1..=2 {
+            let targets = (pass == 2).then(|| dev.second_targets(&device));
+            for (i, (tokens, a)) in batches.iter().enumerate() {
+                let first = (i * windows) as u64;
+                let mut b = read_back(Tensor::<2>::from_data(TensorData::new(a.clone(), [rows, n]), &Device::flex()), tokens, first).unwrap();
+                b.mask(&cfg);
+                let on = DeviceBatch::new(Tensor::<2>::from_data(TensorData::new(a.clone(), [rows, n]), &device), tokens, first, &cfg);
+                let done = match &targets {
+                    None => {
+                        host.first(&b);
+                        dev.first_on_device(&on)
+                    }
+                    Some(t) => {
+                        host.second(&b);
+                        dev.second_on_device(&on, t)
+                    }
+                };
+                done.unwrap_or_else(|e| panic!("{name}: {e}"));
+            }
+            // Debug prints every float exactly (and ±∞ apart).
+            let state = |s: &Scan| format!("{:?} {:?} {:?}", s.first, s.second, s.positions);
+            assert_eq!(state(&dev), state(&host), "{name}: after pass {pass}");
+            if pass == 1 {
+                assert!(host.first.iter().all(|p| p.top.len.iter().all(|&l| l == 4)), "the top groups fill");
+                host.start_second();
+                dev.start_second();
+            }
         }
-        assert!(host.first.iter().all(|p| p.top.len.iter().all(|&l| l == 4)), "the top groups fill");
-        // Debug prints every float exactly (and ±∞ apart).
-        assert_eq!(format!("{:?} {:?}", dev.first, dev.positions), format!("{:?} {:?}", host.first, host.positions), "{name}");
     }
 }

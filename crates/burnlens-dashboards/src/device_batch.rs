@@ -93,6 +93,86 @@ impl DeviceBatch {
     }
 }
 
+/// What the second pass compares a batch with on the device, `[_, features]` each: every
+/// feature's histogram thresholds (one row per bin), its histogram's upper end, and its
+/// quantile intervals' boundaries (one row per boundary).
+pub struct SecondTargets {
+    thresholds: Tensor<2>,
+    top: Tensor<2>,
+    bounds: Tensor<2>,
+}
+
+impl SecondTargets {
+    /// From per-feature rows: `thresholds` `[features, n_bins]`, `top` `[features]`,
+    /// `bounds` `[features, n_quantiles + 1]`.
+    pub fn new(thresholds: &[f32], top: &[f32], bounds: &[f32], device: &Device) -> Self {
+        let n = top.len();
+        let by_row = |v: &[f32]| Tensor::<2>::from_data(TensorData::new(v.to_vec(), [n, v.len() / n]), device).transpose();
+        SecondTargets { thresholds: by_row(thresholds), top: by_row(top), bounds: by_row(bounds) }
+    }
+}
+
+/// A batch's second-pass counts, per feature (column), taken on the device: positives at or
+/// above each histogram threshold (so, per bin), positives in each quantile interval over
+/// all rows and over the rows an example may be centred on, and the centre's zeros.
+pub struct BinCounts {
+    n: usize,
+    bins: usize,
+    intervals: usize,
+    /// `[bins + 2 · intervals + 1, n]`: the rows above in that order.
+    counts: Vec<u64>,
+}
+
+impl BinCounts {
+    fn at(&self, row: usize, col: usize) -> u64 {
+        self.counts[row * self.n + col]
+    }
+
+    /// Positives in histogram bin `b`.
+    pub fn bin(&self, col: usize, b: usize) -> u64 {
+        self.at(b, col) - if b + 1 < self.bins { self.at(b + 1, col) } else { 0 }
+    }
+
+    /// Positives in quantile interval `i` (both ends inclusive), over all rows.
+    pub fn contains(&self, col: usize, i: usize) -> u64 {
+        self.at(self.bins + 2 * i, col)
+    }
+
+    /// Positives in interval `i` on the rows an example may be centred on.
+    pub fn offers(&self, col: usize, i: usize) -> u64 {
+        self.at(self.bins + 2 * i + 1, col)
+    }
+
+    /// Zeros on the rows an example may be centred on.
+    pub fn centre_zeros(&self, col: usize) -> u64 {
+        self.at(self.bins + 2 * self.intervals, col)
+    }
+}
+
+impl DeviceBatch {
+    /// The second pass's counts of this batch against `t` (one `[rows, features]`
+    /// comparison per threshold and boundary, every count read back at once).
+    pub fn bin_counts(&self, t: &SecondTargets, centre: Range<usize>) -> Result<BinCounts, DashboardError> {
+        let a = &self.acts;
+        let [rows, n] = a.dims();
+        let row = |m: &Tensor<2>, i: usize| m.clone().narrow(0, i, 1).expand([rows, n]);
+        let positive = a.clone().greater_elem(0.0);
+        let outside: Vec<bool> = (0..rows).map(|r| !centre.contains(&(r % self.seq_len))).collect();
+        let centre = row_mask(outside, a).bool_not();
+        let in_range = positive.clone().bool_and(a.clone().lower_equal(row(&t.top, 0)));
+        let (bins, intervals) = (t.thresholds.dims()[0], t.bounds.dims()[0] - 1);
+        let mut sums: Vec<Tensor<2, Int>> =
+            (0..bins).map(|b| in_range.clone().bool_and(a.clone().greater_equal(row(&t.thresholds, b))).int().sum_dim(0)).collect();
+        for i in 0..intervals {
+            let inside = positive.clone().bool_and(a.clone().greater_equal(row(&t.bounds, i))).bool_and(a.clone().lower_equal(row(&t.bounds, i + 1)));
+            sums.push(inside.clone().int().sum_dim(0));
+            sums.push(inside.bool_and(centre.clone()).int().sum_dim(0));
+        }
+        sums.push(a.clone().equal_elem(0.0).bool_and(centre).int().sum_dim(0));
+        Ok(BinCounts { n, bins, intervals, counts: counts(Tensor::cat(sums, 0))? })
+    }
+}
+
 /// A CPU run's batch: `acts` (one row per token of `windows`) read back whole, as the host
 /// passes read it (not yet masked: [`ActBatch::mask`]).
 pub fn read_back(acts: Tensor<2>, windows: &[Vec<u32>], first_window: u64) -> Result<ActBatch, DashboardError> {
@@ -121,7 +201,8 @@ mod tests {
     use crate::scan::Scan;
 
     /// Activations as a pass meets them: mostly zeros, ties at a few values (the top groups'
-    /// order among equals), some negatives, a column that never fires.
+    /// order among equals), values on the quantile boundaries, some negatives, a column that
+    /// never fires.
     fn acts(rows: usize, n: usize, seed: u64) -> Vec<f32> {
         let mut s = seed | 1;
         (0..rows * n)
@@ -134,41 +215,71 @@ mod tests {
                     (_, 0..=5) => 0.0,
                     (_, 6) => ((s >> 20) % 3) as f32,
                     (_, 7) => -(((s >> 20) % 100) as f32) / 50.0,
+                    // On the quantile boundaries (each feature's maximum is 100: 0, 10, ...).
+                    (_, 8) => ((s >> 20) % 11) as f32 * 10.0,
                     _ => ((s >> 20) % 100_000) as f32 / 1000.0,
                 }
             })
             .collect()
     }
 
+    /// Windows of 16 tokens, three a batch, and their activations.
+    fn batches(n: usize) -> Vec<(Vec<Vec<u32>>, Vec<f32>)> {
+        (0..8u64)
+            .map(|batch| {
+                let tokens = (0..3).map(|w| (0..16u32).map(|p| (p * 5 + w + batch as u32) % 11).collect()).collect();
+                (tokens, acts(48, n, batch + 1))
+            })
+            .collect()
+    }
+
+    fn state(s: &Scan) -> Vec<u8> {
+        let mut v = Vec::new();
+        ciborium::into_writer(&(&s.first, &s.second, s.positions), &mut v).unwrap();
+        v
+    }
+
+    /// Both passes over the same batches, on the host and on the device (the CPU backend
+    /// standing in): the same state after each, and the columns read back fewer as the top
+    /// groups and quantile samples fill.
     #[test]
-    fn the_device_first_pass_leaves_the_host_passs_state() {
+    fn the_device_passes_leave_the_host_passes_state() {
         let device = Device::flex();
-        let cfg = DashboardConfig { ignore_tokens: vec![7], ignore_positions: vec![2], top_k: 4, ..DashboardConfig::default() };
-        // Two blocks of features (the second a partial one), windows of 16 tokens.
-        let (n, seq_len, windows) = (150, 16, 3);
-        let mut host = Scan::new(cfg.clone(), (0..n).collect(), seq_len);
-        let mut dev = Scan::new(cfg.clone(), (0..n).collect(), seq_len);
-        let mut read_back_columns = Vec::new();
-        for batch in 0..6u64 {
-            let tokens: Vec<Vec<u32>> = (0..windows).map(|w| (0..seq_len as u32).map(|p| (p * 5 + w as u32 + batch as u32) % 11).collect()).collect();
-            let a = acts(windows * seq_len, n, batch + 1);
-            let t = Tensor::<2>::from_data(TensorData::new(a.clone(), [windows * seq_len, n]), &device);
-            let mut b = read_back(t.clone(), &tokens, batch * windows as u64).unwrap();
-            b.mask(&cfg);
-            host.first(&b);
-            let d = DeviceBatch::new(t, &tokens, batch * windows as u64, &cfg);
-            let e = d.extremes(cfg.centre_range(seq_len)).unwrap();
-            read_back_columns.push((0..n).filter(|&c| e.centre_max[c] > dev.first[c / 128].bar(c % 128)).count());
-            dev.first_on_device(&d).unwrap();
+        let cfg = DashboardConfig { ignore_tokens: vec![7], ignore_positions: vec![2], top_k: 4, quantile_size: 3, ..DashboardConfig::default() };
+        // Two blocks of features (the second a partial one).
+        let n = 150;
+        let (mut host, mut dev) = (Scan::new(cfg.clone(), (0..n).collect(), 16), Scan::new(cfg.clone(), (0..n).collect(), 16));
+        let data = batches(n);
+        let tensor = |a: &[f32]| Tensor::<2>::from_data(TensorData::new(a.to_vec(), [48, n]), &device);
+        let (mut first_read, mut second_read) = (Vec::new(), Vec::new());
+        for pass in 1..=2 {
+            let t = (pass == 2).then(|| dev.second_targets(&device));
+            for (i, (tokens, a)) in data.iter().enumerate() {
+                let mut b = read_back(tensor(a), tokens, 3 * i as u64).unwrap();
+                b.mask(&cfg);
+                let d = DeviceBatch::new(tensor(a), tokens, 3 * i as u64, &cfg);
+                let centre = cfg.centre_range(16);
+                if let Some(t) = &t {
+                    host.second(&b);
+                    let c = d.bin_counts(t, centre).unwrap();
+                    second_read.push(dev.second.iter().map(|p| (0..p.n).filter(|&j| p.takes(j, &c, &cfg)).count()).sum::<usize>());
+                    dev.second_on_device(&d, t).unwrap();
+                } else {
+                    host.first(&b);
+                    let e = d.extremes(centre).unwrap();
+                    first_read.push((0..n).filter(|&c| e.centre_max[c] > dev.first[c / 128].bar(c % 128)).count());
+                    dev.first_on_device(&d).unwrap();
+                }
+            }
+            assert_eq!(state(&dev), state(&host), "after pass {pass}");
+            if pass == 1 {
+                host.start_second();
+                dev.start_second();
+            }
         }
-        let bytes = |s: &Scan| {
-            let mut v = Vec::new();
-            ciborium::into_writer(&(&s.first, s.positions), &mut v).unwrap();
-            v
-        };
-        assert_eq!(bytes(&dev), bytes(&host));
         assert!(host.first[0].top.len.iter().all(|&l| l == 4), "the top groups fill");
-        assert_eq!(read_back_columns[0], n, "the first batch reads every column back");
-        assert!(read_back_columns[5] < n / 2, "later batches read few columns back: {read_back_columns:?}");
+        assert_eq!((first_read[0], second_read[0]), (n, n), "the first batch reads every column back");
+        assert!(first_read[7] < n / 2, "later batches read few columns back: {first_read:?}");
+        assert!(second_read[7] < n, "later batches skip some columns: {second_read:?}");
     }
 }

@@ -40,6 +40,33 @@ impl Binning {
     }
 }
 
+impl Binning {
+    /// Each bin's smallest member: `t[b]` is the least f32 in `[lo, hi]` that [`Self::bin`]
+    /// puts in bin `b` or above (+∞ where none), so a value `x` in `[lo, hi]` is in bin `b`
+    /// exactly when `t[b] <= x < t[b + 1]`. Counting by these comparisons gives the bins
+    /// where the arithmetic itself may round otherwise (a GPU's division).
+    pub fn thresholds(&self) -> Vec<f32> {
+        // f32 in value order as u32 (negatives reversed below the positives).
+        let key = |x: f32| if x.is_sign_negative() { !x.to_bits() } else { x.to_bits() | 0x8000_0000 };
+        let value = |k: u32| if k & 0x8000_0000 != 0 { f32::from_bits(k & 0x7FFF_FFFF) } else { f32::from_bits(!k) };
+        let (lo, hi) = (key(self.lo), key(self.hi));
+        (0..self.n)
+            .map(|b| {
+                if self.bin(self.hi).is_none_or(|top| top < b) {
+                    return f32::INFINITY;
+                }
+                // The least key in [lo, hi] whose value's bin is at least b.
+                let (mut a, mut z) = (lo, hi);
+                while a < z {
+                    let mid = a + (z - a) / 2;
+                    if self.bin(value(mid)).is_some_and(|m| m >= b) { z = mid } else { a = mid + 1 }
+                }
+                value(a)
+            })
+            .collect()
+    }
+}
+
 /// A histogram's bars: counts and the values they stand at.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Histogram {
@@ -103,6 +130,34 @@ mod tests {
         let b = Binning::new(2.0, 2.0, 4);
         assert_eq!(b.bin(2.0), Some(2));
         assert_eq!(b.bin(5.0), None);
+    }
+
+    /// Around each threshold the bins change exactly there: the float below is in a lower
+    /// bin, the threshold in its own; over ranges wide, narrow, negative and a widened point.
+    #[test]
+    fn thresholds_are_each_bins_least_member() {
+        let below = |x: f32| if x > 0.0 { f32::from_bits(x.to_bits() - 1) } else { f32::from_bits(x.to_bits() + 1) };
+        for (lo, hi, n) in [(0.013f32, 97.31f32, 50), (1.0, 1.0 + 3e-6, 50), (-2.5, 7.0, 7), (2.0, 2.0, 4), (0.1, 0.3, 10)] {
+            let b = Binning::new(lo, hi, n);
+            let t = b.thresholds();
+            assert_eq!(t[0], b.lo);
+            for (i, &x) in t.iter().enumerate().filter(|(_, x)| x.is_finite()) {
+                assert!(b.bin(x).unwrap() >= i, "[{lo}, {hi}] bin {i}");
+                if i > 0 {
+                    assert!(b.bin(below(x)).unwrap() < i, "[{lo}, {hi}] bin {i}: {} below {x}", below(x));
+                }
+            }
+            assert!(t.windows(2).all(|w| w[0] <= w[1]));
+            // Every float of a narrow range lands where the thresholds say.
+            if hi - lo < 1e-5 {
+                let mut x = b.lo;
+                while x <= b.hi {
+                    let by_t = t.iter().rposition(|&s| s <= x).unwrap();
+                    assert_eq!(Some(by_t), b.bin(x), "{x}");
+                    x = f32::from_bits(x.to_bits() + 1);
+                }
+            }
+        }
     }
 
     #[test]

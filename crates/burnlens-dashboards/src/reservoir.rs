@@ -97,6 +97,17 @@ impl Reservoir {
         all
     }
 
+    /// Whether offering the next `n` items to a reservoir of `k` would take any of them (or
+    /// draw: the `k`-th offer draws the first gap); if not, offering them is `skip(n)`.
+    pub fn takes_within(&self, n: u64, k: usize) -> bool {
+        n > 0 && (self.seen < k as u64 || (self.next >= self.seen && self.next - self.seen < n))
+    }
+
+    /// `n` offers none of which [`Self::takes_within`] says is taken.
+    pub fn skip(&mut self, n: u64) {
+        self.seen += n;
+    }
+
     /// Slots filled.
     pub fn len(&self, k: usize) -> usize {
         (self.seen as usize).min(k)
@@ -126,6 +137,42 @@ mod tests {
         for (item, &h) in hits.iter().enumerate() {
             let p = h as f64 / runs as f64;
             assert!((p - 0.25).abs() < 0.012, "item {item} kept {p}");
+        }
+    }
+
+    /// Skipping what `takes_within` says is not taken leaves the reservoir offering item by
+    /// item would: the same state, and the same takes after.
+    #[test]
+    fn skipping_untaken_offers_is_offering_them() {
+        let k = 5;
+        for seed in 0..50 {
+            let (mut one, mut runs) = (Reservoir::new(seed), Reservoir::new(seed));
+            let mut s = seed | 1;
+            let mut taken_one = Vec::new();
+            let mut taken_runs = Vec::new();
+            let mut item = 0u64;
+            for _ in 0..200 {
+                s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                let n = (s >> 40) % 40;
+                for i in item..item + n {
+                    if let Take::Into(slot) = one.offer(k) {
+                        taken_one.push((i, slot));
+                    }
+                }
+                if runs.takes_within(n, k) {
+                    for i in item..item + n {
+                        if let Take::Into(slot) = runs.offer(k) {
+                            taken_runs.push((i, slot));
+                        }
+                    }
+                } else {
+                    runs.skip(n);
+                }
+                item += n;
+            }
+            assert_eq!(taken_runs, taken_one, "seed {seed}");
+            assert_eq!((runs.seen, runs.next, runs.w.to_bits(), runs.rng), (one.seen, one.next, one.w.to_bits(), one.rng));
+            assert!(taken_one.len() > k, "seed {seed}: replacements happen");
         }
     }
 

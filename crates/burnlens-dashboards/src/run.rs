@@ -9,13 +9,14 @@ use std::ops::ControlFlow;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use burn::tensor::Tensor;
 use burnlens_data::{WindowIter, WindowPosition};
 use burnlens_model::checkpoints::Checkpoints;
 
 use crate::checkpoint::{Checkpoint, RunKey};
 use crate::config::DashboardConfig;
 use crate::dashboard::FeatureDashboard;
-use crate::device_batch::{DeviceBatch, ScanPlace, read_back};
+use crate::device_batch::{DeviceBatch, ScanPlace, SecondTargets, read_back};
 use crate::error::DashboardError;
 use crate::logits::logit_effects;
 use crate::over_ranks::{merge_pass, scans_batch};
@@ -206,6 +207,7 @@ fn read_pass(
     control: &mut dyn FnMut(&Progress) -> ControlFlow<()>,
 ) -> Result<ControlFlow<()>, DashboardError> {
     let started = Instant::now();
+    let mut targets = None;
     let before = st.seconds[st.pass - 1];
     let want = if st.pass == 1 { target } else { st.total };
     while st.done < target {
@@ -229,15 +231,7 @@ fn read_pass(
                     inputs
                 }
             };
-            let acts = source.encode(inputs);
-            let place = spec.place.unwrap_or_else(|| ScanPlace::for_device(&source.model.device()));
-            if st.pass == 1 && place == ScanPlace::Device {
-                st.scan.first_on_device(&DeviceBatch::new(acts, &batch, st.done, &spec.cfg))?;
-            } else {
-                let mut b = read_back(acts, &batch, st.done)?;
-                b.mask(&spec.cfg);
-                if st.pass == 1 { st.scan.first(&b) } else { st.scan.second(&b) }
-            }
+            scan_batch(spec, st, source.encode(inputs), &batch, &mut targets)?;
         }
         st.done += n;
         st.position = io.it.cursor();
@@ -259,6 +253,29 @@ fn read_pass(
     }
     st.seconds[st.pass - 1] = before + started.elapsed().as_secs_f64();
     Ok(ControlFlow::Continue(()))
+}
+
+/// One batch's activations `acts` (of the windows `batch`) into the current pass: on the
+/// device that computed them ([`crate::device_batch`]; the second pass's comparison targets
+/// made at its first batch) or read back to the host.
+fn scan_batch(spec: &RunSpec, st: &mut Checkpoint, acts: Tensor<2>, batch: &[Vec<u32>], targets: &mut Option<SecondTargets>) -> Result<(), DashboardError> {
+    let device = acts.device();
+    if spec.place.unwrap_or_else(|| ScanPlace::for_device(&device)) == ScanPlace::Device {
+        let b = DeviceBatch::new(acts, batch, st.done, &spec.cfg);
+        if st.pass == 1 {
+            return st.scan.first_on_device(&b);
+        }
+        let t = targets.get_or_insert_with(|| st.scan.second_targets(&device));
+        return st.scan.second_on_device(&b, t);
+    }
+    let mut b = read_back(acts, batch, st.done)?;
+    b.mask(&spec.cfg);
+    if st.pass == 1 {
+        st.scan.first(&b)
+    } else {
+        st.scan.second(&b)
+    }
+    Ok(())
 }
 
 /// The logit effects, then every feature's dashboard.

@@ -9,7 +9,7 @@ use rayon::prelude::*;
 use crate::batch::ActBatch;
 use crate::config::DashboardConfig;
 use crate::dashboard::{FeatureDashboard, assemble};
-use crate::device_batch::DeviceBatch;
+use crate::device_batch::{DeviceBatch, SecondTargets};
 use crate::error::DashboardError;
 use crate::first_pass::FirstPass;
 use crate::logits::LogitEffects;
@@ -87,6 +87,43 @@ impl Scan {
         let cfg = &self.cfg;
         self.second.par_iter_mut().for_each(|p| p.scan(b, cfg));
         self.positions[1] += b.rows() as u64;
+    }
+
+    /// What [`Self::second_on_device`] compares batches on `device` with: every feature's
+    /// histogram thresholds and quantile boundaries, made once for the pass.
+    pub fn second_targets(&self, device: &burn::tensor::Device) -> SecondTargets {
+        let edges: Vec<(Vec<f32>, Vec<f32>)> = self.second.iter().map(|p| p.bin_edges(self.cfg.n_bins)).collect();
+        let thresholds: Vec<f32> = edges.iter().flat_map(|e| e.0.iter().copied()).collect();
+        let top: Vec<f32> = edges.iter().flat_map(|e| e.1.iter().copied()).collect();
+        let bounds: Vec<f32> = self.second.iter().flat_map(|p| p.bounds.iter().copied()).collect();
+        SecondTargets::new(&thresholds, &top, &bounds, device)
+    }
+
+    /// The second pass over a batch on its device: histogram bins and interval counts by
+    /// comparisons there ([`SecondTargets`]); read back are those counts and the columns of
+    /// the features one of whose quantile samples takes from this batch, which are scanned
+    /// as [`Self::second`] scans them. The state after is [`Self::second`]'s, bit for bit.
+    pub fn second_on_device(&mut self, b: &DeviceBatch, t: &SecondTargets) -> Result<(), DashboardError> {
+        assert_eq!((b.n_features(), b.seq_len), (self.features.len(), self.seq_len), "a batch of another shape than the scan's");
+        let counts = b.bin_counts(t, self.cfg.centre_range(b.seq_len))?;
+        let cfg = &self.cfg;
+        let cols: Vec<usize> = self.second.iter().flat_map(|p| (0..p.n).filter(|&j| p.takes(j, &counts, cfg)).map(move |j| p.f0 + j)).collect();
+        let sub = if cols.is_empty() { None } else { Some(b.columns(&cols)?) };
+        self.second.par_iter_mut().for_each(|p| {
+            let (lo, hi) = (cols.partition_point(|&c| c < p.f0), cols.partition_point(|&c| c < p.f0 + p.n));
+            let mine: Vec<(usize, usize)> = (lo..hi).map(|c| (cols[c] - p.f0, c)).collect();
+            let mut scanned = mine.iter().map(|m| m.0).peekable();
+            for j in 0..p.n {
+                if scanned.next_if_eq(&j).is_none() {
+                    p.add_counts(j, &counts, cfg);
+                }
+            }
+            if let Some(sub) = &sub {
+                p.scan_columns(sub, &mine, cfg);
+            }
+        });
+        self.positions[1] += b.rows() as u64;
+        Ok(())
     }
 
     /// Adds another stream's first pass (its blocks, over `positions` positions of other

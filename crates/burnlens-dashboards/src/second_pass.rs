@@ -6,6 +6,7 @@
 
 use crate::batch::{ActBatch, Slots};
 use crate::config::DashboardConfig;
+use crate::device_batch::BinCounts;
 use crate::first_pass::FirstPass;
 use crate::histogram::{Binning, Histogram, linspace};
 use crate::reservoir::{Reservoir, Take};
@@ -83,19 +84,37 @@ impl SecondPass {
         for r in 0..b.rows() {
             let in_centre = centre.contains(&(r % b.seq_len));
             for j in 0..self.n {
-                let a = b.acts[r * b.n_features + self.f0 + j];
-                if a > 0.0 {
-                    self.positive(j, a, r, b, cfg, in_centre);
-                } else if a == 0.0 && in_centre {
-                    // Zeros were counted by the first pass; here they are only offered to the
-                    // sample of the intervals holding 0.
-                    self.offer_zero(j, r, b, cfg);
-                }
+                self.visit(j, b, Entry { row: r, col: self.f0 + j, in_centre }, cfg);
             }
         }
     }
 
-    fn positive(&mut self, j: usize, a: f32, r: usize, b: &ActBatch, cfg: &DashboardConfig, in_centre: bool) {
+    /// [`Self::scan`] for some of the block's features: `cols` pairs a feature `j` of the
+    /// block with its column in `b` (a batch of those columns alone).
+    pub fn scan_columns(&mut self, b: &ActBatch, cols: &[(usize, usize)], cfg: &DashboardConfig) {
+        let centre = cfg.centre_range(b.seq_len);
+        for r in 0..b.rows() {
+            let in_centre = centre.contains(&(r % b.seq_len));
+            for &(j, col) in cols {
+                self.visit(j, b, Entry { row: r, col, in_centre }, cfg);
+            }
+        }
+    }
+
+    /// Feature `j`'s activation at one entry of `b`.
+    #[inline]
+    fn visit(&mut self, j: usize, b: &ActBatch, at: Entry, cfg: &DashboardConfig) {
+        let a = b.acts[at.row * b.n_features + at.col];
+        if a > 0.0 {
+            self.positive(j, a, b, at, cfg);
+        } else if a == 0.0 && at.in_centre {
+            // Zeros were counted by the first pass; here they are only offered to the
+            // sample of the intervals holding 0.
+            self.offer_zero(j, b, at, cfg);
+        }
+    }
+
+    fn positive(&mut self, j: usize, a: f32, b: &ActBatch, at: Entry, cfg: &DashboardConfig) {
         let (nq, k) = (cfg.n_quantiles, cfg.quantile_size);
         if let Some(bin) = self.binnings[j].and_then(|bins| bins.bin(a)) {
             self.histograms[j].heights[bin] += 1;
@@ -105,20 +124,68 @@ impl SecondPass {
         for i in lo..=hi {
             let o = j * nq + i;
             self.contains[o] += 1;
-            if in_centre && let Take::Into(slot) = self.reservoirs[o].offer(k) {
-                self.samples.set(o, slot, b, r, self.f0 + j, cfg);
+            if at.in_centre
+                && let Take::Into(slot) = self.reservoirs[o].offer(k)
+            {
+                self.samples.set(o, slot, b, at.row, at.col, cfg);
             }
         }
     }
 
-    fn offer_zero(&mut self, j: usize, r: usize, b: &ActBatch, cfg: &DashboardConfig) {
+    fn offer_zero(&mut self, j: usize, b: &ActBatch, at: Entry, cfg: &DashboardConfig) {
         let (nq, k) = (cfg.n_quantiles, cfg.quantile_size);
         for o in zero_intervals(&self.bounds, j, nq) {
             if let Take::Into(slot) = self.reservoirs[o].offer(k) {
-                self.samples.set(o, slot, b, r, self.f0 + j, cfg);
+                self.samples.set(o, slot, b, at.row, at.col, cfg);
             }
         }
     }
+
+    /// Each feature's histogram bins as comparisons ([`Binning::thresholds`], `[n, n_bins]`)
+    /// and its range's upper end; a feature that never fired counts nothing (+∞, −∞).
+    pub fn bin_edges(&self, n_bins: usize) -> (Vec<f32>, Vec<f32>) {
+        let edges = self.binnings.iter().map(|b| match b {
+            Some(b) => (b.thresholds(), b.hi),
+            None => (vec![f32::INFINITY; n_bins], f32::NEG_INFINITY),
+        });
+        let (t, hi): (Vec<Vec<f32>>, Vec<f32>) = edges.unzip();
+        (t.concat(), hi)
+    }
+
+    /// Offers to feature `j`'s interval `i` in a batch counted on the device (column `c`):
+    /// its centre positives there, and its centre zeros where the interval holds 0.
+    fn offers(&self, j: usize, i: usize, c: &BinCounts, col: usize, nq: usize) -> u64 {
+        c.offers(col, i) + if zero_intervals(&self.bounds, j, nq).contains(&(j * nq + i)) { c.centre_zeros(col) } else { 0 }
+    }
+
+    /// Whether any of feature `j`'s quantile samples takes from a batch counted on the device
+    /// (its column `f0 + j` of `c`): then its column is read back and scanned.
+    pub fn takes(&self, j: usize, c: &BinCounts, cfg: &DashboardConfig) -> bool {
+        let nq = cfg.n_quantiles;
+        (0..nq).any(|i| self.reservoirs[j * nq + i].takes_within(self.offers(j, i, c, self.f0 + j, nq), cfg.quantile_size))
+    }
+
+    /// Adds a batch counted on the device to feature `j` (column `f0 + j` of `c`), none of
+    /// whose samples takes from it ([`Self::takes`]): what [`Self::scan`] would have added.
+    pub fn add_counts(&mut self, j: usize, c: &BinCounts, cfg: &DashboardConfig) {
+        let (nq, col) = (cfg.n_quantiles, self.f0 + j);
+        for (bin, h) in self.histograms[j].heights.iter_mut().enumerate() {
+            *h += c.bin(col, bin);
+        }
+        for i in 0..nq {
+            let offers = self.offers(j, i, c, col, nq);
+            self.contains[j * nq + i] += c.contains(col, i);
+            self.reservoirs[j * nq + i].skip(offers);
+        }
+    }
+}
+
+/// An entry of a batch: its row and column, and whether an example may be centred on it.
+#[derive(Clone, Copy)]
+struct Entry {
+    row: usize,
+    col: usize,
+    in_centre: bool,
 }
 
 /// Feature `j`'s intervals (indices into `contains`) that hold the zeros: the lowest, or
