@@ -188,8 +188,8 @@ EOF
 # steps on the tensor path, chosen by the device) against scripts/peer_sae_step.py, a
 # PyTorch loop of SAELens's step on cuda. Seconds a step over the steady steps.
 # Dashboards of every feature of the SAE `sae_rows` trained (24,576 features), over random
-# windows: the first pass reduces each batch on the device and reads back the columns that
-# can enter a top group, the second still reads every batch back (`device_batch.rs`).
+# windows: both passes count on the device and read back only the columns that can enter a
+# top group or a quantile sample (`device_batch.rs`).
 dashboard_rows() {
     local model=$1 backends=$2 out=$3 tokens=${DASH_TOKENS:-262144}
     echo "| dashboards, $tokens tokens | burnlens backend | pass 1 (s) | pass 2 (s) | logit effects (s) | tokens/s, pass 1 / pass 2 |"

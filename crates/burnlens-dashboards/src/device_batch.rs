@@ -1,7 +1,10 @@
-//! One model pass's feature activations kept where they were computed (a GPU run's batch):
-//! the first pass's extremes and counts are reductions there, and only the columns in which
-//! some row can enter a feature's top group come back to the host ([`crate::scan::Scan::first_on_device`]).
-//! Early in a pass that is every column; once the top groups fill, a few.
+//! One model pass's feature activations kept where they were computed (a GPU run's batch).
+//! The first pass's extremes and counts are reductions there, and only the columns in which
+//! some row can enter a feature's top group come back ([`crate::scan::Scan::first_on_device`]);
+//! the second pass's histogram bins and interval counts are comparisons there
+//! ([`SecondTargets`], [`BinCounts`]), and only the columns of features one of whose quantile
+//! samples takes from the batch come back ([`crate::scan::Scan::second_on_device`]). Early in
+//! a pass that is every column; as the groups and samples fill, fewer.
 
 use std::ops::Range;
 
