@@ -37,8 +37,8 @@ pub struct RunSpec {
     pub spill: Option<(PathBuf, u64)>,
     /// The processes sharing the passes ([`crate::over_ranks`]); rank 0 gets the dashboards.
     pub ranks: Ranks,
-    /// Where the first pass reads each batch; by the model's device when `None` (a GPU's
-    /// batches stay on it: [`crate::device_batch`]).
+    /// Where the passes read each batch; by the model's device when `None` (a GPU's batches
+    /// stay on it: [`crate::device_batch`]).
     pub place: Option<ScanPlace>,
 }
 

@@ -48,7 +48,7 @@ impl Scan {
     }
 
     pub fn first(&mut self, b: &ActBatch) {
-        self.check(b);
+        self.check(b.n_features, b.seq_len);
         let cfg = &self.cfg;
         self.first.par_iter_mut().for_each(|p| p.scan(b, cfg));
         self.positions[0] += b.rows() as u64;
@@ -59,18 +59,16 @@ impl Scan {
     /// top-group bar, whose rows are offered as [`Self::first`] offers them. The state after
     /// is [`Self::first`]'s, bit for bit.
     pub fn first_on_device(&mut self, b: &DeviceBatch) -> Result<(), DashboardError> {
-        assert_eq!((b.n_features(), b.seq_len), (self.features.len(), self.seq_len), "a batch of another shape than the scan's");
+        self.check(b.n_features(), b.seq_len);
         let e = b.extremes(self.cfg.centre_range(b.seq_len))?;
         let cols: Vec<usize> = self.first.iter().flat_map(|p| (0..p.n).filter(|&j| e.centre_max[p.f0 + j] > p.bar(j)).map(move |j| p.f0 + j)).collect();
         let sub = if cols.is_empty() { None } else { Some(b.columns(&cols)?) };
         let cfg = &self.cfg;
         self.first.par_iter_mut().for_each(|p| {
             p.add_extremes(&e);
-            let Some(sub) = &sub else { return };
-            // `cols` is sorted: the block's are one run of it.
-            let (lo, hi) = (cols.partition_point(|&c| c < p.f0), cols.partition_point(|&c| c < p.f0 + p.n));
-            let mine: Vec<(usize, usize)> = (lo..hi).map(|c| (cols[c] - p.f0, c)).collect();
-            p.offer_columns(sub, &mine, cfg);
+            if let Some(sub) = &sub {
+                p.offer_columns(sub, &block_columns(&cols, p.f0, p.n), cfg);
+            }
         });
         self.positions[0] += b.rows() as u64;
         Ok(())
@@ -83,7 +81,7 @@ impl Scan {
     }
 
     pub fn second(&mut self, b: &ActBatch) {
-        self.check(b);
+        self.check(b.n_features, b.seq_len);
         let cfg = &self.cfg;
         self.second.par_iter_mut().for_each(|p| p.scan(b, cfg));
         self.positions[1] += b.rows() as u64;
@@ -104,14 +102,13 @@ impl Scan {
     /// the features one of whose quantile samples takes from this batch, which are scanned
     /// as [`Self::second`] scans them. The state after is [`Self::second`]'s, bit for bit.
     pub fn second_on_device(&mut self, b: &DeviceBatch, t: &SecondTargets) -> Result<(), DashboardError> {
-        assert_eq!((b.n_features(), b.seq_len), (self.features.len(), self.seq_len), "a batch of another shape than the scan's");
+        self.check(b.n_features(), b.seq_len);
         let counts = b.bin_counts(t, self.cfg.centre_range(b.seq_len))?;
         let cfg = &self.cfg;
         let cols: Vec<usize> = self.second.iter().flat_map(|p| (0..p.n).filter(|&j| p.takes(j, &counts, cfg)).map(move |j| p.f0 + j)).collect();
         let sub = if cols.is_empty() { None } else { Some(b.columns(&cols)?) };
         self.second.par_iter_mut().for_each(|p| {
-            let (lo, hi) = (cols.partition_point(|&c| c < p.f0), cols.partition_point(|&c| c < p.f0 + p.n));
-            let mine: Vec<(usize, usize)> = (lo..hi).map(|c| (cols[c] - p.f0, c)).collect();
+            let mine = block_columns(&cols, p.f0, p.n);
             let mut scanned = mine.iter().map(|m| m.0).peekable();
             for j in 0..p.n {
                 if scanned.next_if_eq(&j).is_none() {
@@ -140,8 +137,8 @@ impl Scan {
         self.positions[1] += positions;
     }
 
-    fn check(&self, b: &ActBatch) {
-        assert_eq!((b.n_features, b.seq_len), (self.features.len(), self.seq_len), "a batch of another shape than the scan's");
+    fn check(&self, n_features: usize, seq_len: usize) {
+        assert_eq!((n_features, seq_len), (self.features.len(), self.seq_len), "a batch of another shape than the scan's");
     }
 
     /// The dashboards, in feature order; `logits(feature)` gives each one's logit effects.
@@ -149,4 +146,11 @@ impl Scan {
         assert_eq!(self.positions[0], self.positions[1], "the two passes read different corpora");
         self.first.iter().zip(&self.second).flat_map(|(f, s)| assemble(f, s, &self.features, self.positions[0], logits)).collect()
     }
+}
+
+/// The block `f0..f0 + n`'s features among the sorted columns `cols` read back, each paired
+/// with its column in the batch read back: `(feature in the block, column)`.
+fn block_columns(cols: &[usize], f0: usize, n: usize) -> Vec<(usize, usize)> {
+    let (lo, hi) = (cols.partition_point(|&c| c < f0), cols.partition_point(|&c| c < f0 + n));
+    (lo..hi).map(|c| (cols[c] - f0, c)).collect()
 }
