@@ -376,6 +376,7 @@ fn the_dashboards_passes_on_a_gpu_leave_the_host_passes_state() {
         let (mut host, mut dev) = (Scan::new(cfg.clone(), (0..n).collect(), seq_len), Scan::new(cfg.clone(), (0..n).collect(), seq_len));
         for pass in 1..=2 {
             let targets = (pass == 2).then(|| dev.second_targets(&device));
+            let cpu_targets = (pass == 2).then(|| dev.second_targets(&Device::flex()));
             for (i, (tokens, a)) in batches.iter().enumerate() {
                 let first = (i * windows) as u64;
                 let mut b = read_back(Tensor::<2>::from_data(TensorData::new(a.clone(), [rows, n]), &Device::flex()), tokens, first).unwrap();
@@ -388,6 +389,14 @@ fn the_dashboards_passes_on_a_gpu_leave_the_host_passes_state() {
                     }
                     Some(t) => {
                         host.second(&b);
+                        // The counts are burnlens's kernel's on a GPU backend, and equal the
+                        // composed operations' on the CPU backend.
+                        let kernel = on.bin_counts(t, cfg.centre_range(seq_len)).unwrap();
+                        let on_cpu = DeviceBatch::new(Tensor::<2>::from_data(TensorData::new(a.clone(), [rows, n]), &Device::flex()), tokens, first, &cfg);
+                        let composed = on_cpu.bin_counts(cpu_targets.as_ref().unwrap(), cfg.centre_range(seq_len)).unwrap();
+                        assert!(kernel.by_kernel && !composed.by_kernel, "{name}");
+                        assert_eq!(kernel.all(), composed.all(), "{name}: batch {i}");
+                        assert!(kernel.all().iter().filter(|&&c| c > 0).count() > n * 10, "{name}: most bins and intervals count something");
                         dev.second_on_device(&on, t)
                     }
                 };

@@ -9,6 +9,7 @@
 use std::ops::Range;
 
 use burn::tensor::{Bool, Device, Int, Tensor, TensorData};
+use burnlens_model::gpu::BinCountInput;
 
 use crate::batch::ActBatch;
 use crate::config::DashboardConfig;
@@ -115,10 +116,13 @@ impl SecondTargets {
     }
 }
 
-/// A batch's second-pass counts, per feature (column), taken on the device: positives at or
-/// above each histogram threshold (so, per bin), positives in each quantile interval over
-/// all rows and over the rows an example may be centred on, and the centre's zeros.
+/// A batch's second-pass counts, per feature (column), taken on the device: positives in
+/// each histogram bin, positives in each quantile interval over all rows and over the rows
+/// an example may be centred on, and the centre's zeros.
 pub struct BinCounts {
+    /// Counted by burnlens's kernel (`burnlens_model::gpu::bin_counts`) rather than by
+    /// composed tensor operations.
+    pub by_kernel: bool,
     n: usize,
     bins: usize,
     intervals: usize,
@@ -127,13 +131,19 @@ pub struct BinCounts {
 }
 
 impl BinCounts {
+    /// Every count, `[bins + 2 · intervals + 1, features]` row-major: the bins, then each
+    /// interval's count over all rows and over the centre rows, then the centre's zeros.
+    pub fn all(&self) -> &[u64] {
+        &self.counts
+    }
+
     fn at(&self, row: usize, col: usize) -> u64 {
         self.counts[row * self.n + col]
     }
 
     /// Positives in histogram bin `b`.
     pub fn bin(&self, col: usize, b: usize) -> u64 {
-        self.at(b, col) - if b + 1 < self.bins { self.at(b + 1, col) } else { 0 }
+        self.at(b, col)
     }
 
     /// Positives in quantile interval `i` (both ends inclusive), over all rows.
@@ -153,17 +163,25 @@ impl BinCounts {
 }
 
 impl DeviceBatch {
-    /// The second pass's counts of this batch against `t` (one `[rows, features]`
-    /// comparison per threshold and boundary, every count read back at once).
+    /// The second pass's counts of this batch against `t`, all read back at once: by
+    /// burnlens's kernel on a GPU (one launch), else one `[rows, features]` comparison per
+    /// threshold and boundary.
     pub fn bin_counts(&self, t: &SecondTargets, centre: Range<usize>) -> Result<BinCounts, DashboardError> {
+        let (n, bins, intervals) = (self.n_features(), t.thresholds.dims()[0], t.bounds.dims()[0] - 1);
+        let input =
+            BinCountInput { acts: &self.acts, thresholds: &t.thresholds, top: &t.top, bounds: &t.bounds, centre: [self.seq_len, centre.start, centre.end] };
+        if let Some(c) = burnlens_model::gpu::bin_counts(input) {
+            let counts = floats(c)?.into_iter().map(|c| c as u64).collect();
+            return Ok(BinCounts { by_kernel: true, n, bins, intervals, counts });
+        }
         let a = &self.acts;
-        let [rows, n] = a.dims();
+        let rows = self.rows();
         let row = |m: &Tensor<2>, i: usize| m.clone().narrow(0, i, 1).expand([rows, n]);
         let positive = a.clone().greater_elem(0.0);
         let outside: Vec<bool> = (0..rows).map(|r| !centre.contains(&(r % self.seq_len))).collect();
         let centre = row_mask(outside, a).bool_not();
         let in_range = positive.clone().bool_and(a.clone().lower_equal(row(&t.top, 0)));
-        let (bins, intervals) = (t.thresholds.dims()[0], t.bounds.dims()[0] - 1);
+        // Positives at or above each threshold; a bin's count is the difference of two.
         let mut sums: Vec<Tensor<2, Int>> =
             (0..bins).map(|b| in_range.clone().bool_and(a.clone().greater_equal(row(&t.thresholds, b))).int().sum_dim(0)).collect();
         for i in 0..intervals {
@@ -172,7 +190,13 @@ impl DeviceBatch {
             sums.push(inside.bool_and(centre.clone()).int().sum_dim(0));
         }
         sums.push(a.clone().equal_elem(0.0).bool_and(centre).int().sum_dim(0));
-        Ok(BinCounts { n, bins, intervals, counts: counts(Tensor::cat(sums, 0))? })
+        let mut counts = counts(Tensor::cat(sums, 0))?;
+        for b in 0..bins.saturating_sub(1) {
+            for c in 0..n {
+                counts[b * n + c] -= counts[(b + 1) * n + c];
+            }
+        }
+        Ok(BinCounts { by_kernel: false, n, bins, intervals, counts })
     }
 }
 
@@ -265,6 +289,7 @@ mod tests {
                 if let Some(t) = &t {
                     host.second(&b);
                     let c = d.bin_counts(t, centre).unwrap();
+                    assert!(!c.by_kernel, "the CPU backend counts by composed operations");
                     second_read.push(dev.second.iter().map(|p| (0..p.n).filter(|&j| p.takes(j, &c, &cfg)).count()).sum::<usize>());
                     dev.second_on_device(&d, t).unwrap();
                 } else {

@@ -12,8 +12,11 @@
 //! | sparse decode | `acts · W_dec` from each row's listed non-zeros (TopK's `k`; or a mask's, for the auxiliary loss), and under autodiff the activations' gradient on their support and the decoder's from the non-zeros | `sparse_decode` |
 //! | sparse-transpose product | `Sᵀ · D` for a mostly-zero `S`, walking each column of `S` once: the decoder's and encoder's gradients in a TopK step | `sparse_t_product` |
 //! | product with a sparse gradient | `a · b` exactly, its backward reading only the output gradient's non-zeros (the encoder's product in a TopK step) | `sparse_grad_product` |
+//! | dashboard bin counts | a batch's per-feature histogram bins (by each bin's least member), quantile-interval counts and centre zeros for the dashboards' second pass, a unit per feature column, one launch | `bin_counts` |
 //! | exact f32 product | `a · b` in f32 arithmetic on cubek's unit-level kernel (never TF32), forward and autodiff backward: every product [`crate::matmul`] routes here by default | `exact_matmul` |
 
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+mod bin_counts;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 mod exact_matmul;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
@@ -158,4 +161,34 @@ pub fn product_sparse_grad(a: Tensor<2>, b: Tensor<2>, cap: usize) -> Option<Ten
         let _ = (a, b, cap);
         None
     }
+}
+
+/// The dashboards' second-pass counts of a batch on its GPU, or `None` where the kernel does
+/// not run (as [`exact_matmul`]); see [`BinCountInput`].
+pub fn bin_counts(input: BinCountInput) -> Option<Tensor<2>> {
+    #[cfg(any(feature = "wgpu", feature = "cuda"))]
+    {
+        let BinCountInput { acts, thresholds, top, bounds, centre } = input;
+        bin_counts::applies(acts, thresholds, top, bounds).then(|| bin_counts::bin_counts(acts, thresholds, top, bounds, centre))
+    }
+    #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
+    {
+        let _ = input;
+        None
+    }
+}
+
+/// What [`bin_counts`] counts: `acts` `[rows, n]` (a column per feature), each feature's
+/// histogram thresholds `[bins, n]` (each bin's least member, rising), its histogram's upper
+/// end `[1, n]`, its quantile boundaries `[intervals + 1, n]`, and `centre` = `[seq_len,
+/// first, end]`: the window positions `first..end` an example may be centred on. The answer
+/// is `[bins + 2 · intervals + 1, n]`: positives per bin (within `thresholds[0] ..= top`),
+/// then per interval the positives in it (both ends inclusive) over all rows and over the
+/// centre rows, then the centre's zeros.
+pub struct BinCountInput<'a> {
+    pub acts: &'a Tensor<2>,
+    pub thresholds: &'a Tensor<2>,
+    pub top: &'a Tensor<2>,
+    pub bounds: &'a Tensor<2>,
+    pub centre: [usize; 3],
 }
