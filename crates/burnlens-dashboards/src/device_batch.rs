@@ -15,7 +15,7 @@ use crate::batch::ActBatch;
 use crate::config::DashboardConfig;
 use crate::error::DashboardError;
 
-/// Where the first pass reads a batch: from host memory (the whole batch read back) or on the
+/// Where the passes read a batch: from host memory (the whole batch read back) or on the
 /// device that computed it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ScanPlace {
@@ -79,14 +79,19 @@ impl DeviceBatch {
     pub fn extremes(&self, centre: Range<usize>) -> Result<Extremes, DashboardError> {
         let a = &self.acts;
         let positive = a.clone().greater_elem(0.0);
-        let outside: Vec<bool> = (0..self.rows()).map(|r| !centre.contains(&(r % self.seq_len))).collect();
         Ok(Extremes {
             max: floats(a.clone().max_dim(0))?,
             min_positive: floats(a.clone().mask_fill(positive.clone().bool_not(), f32::INFINITY).min_dim(0))?,
             positive: counts(positive.int().sum_dim(0))?,
             zeros: counts(a.clone().equal_elem(0.0).int().sum_dim(0))?,
-            centre_max: floats(a.clone().mask_fill(row_mask(outside, a), f32::NEG_INFINITY).max_dim(0))?,
+            centre_max: floats(a.clone().mask_fill(self.outside(centre), f32::NEG_INFINITY).max_dim(0))?,
         })
+    }
+
+    /// `[rows, n_features]` true on the rows whose window position is outside `centre` (the
+    /// positions an example may be centred on).
+    fn outside(&self, centre: Range<usize>) -> Tensor<2, Bool> {
+        row_mask((0..self.rows()).map(|r| !centre.contains(&(r % self.seq_len))).collect(), &self.acts)
     }
 
     /// The columns `cols` (in that order) read back as a host batch of `cols.len()` features.
@@ -178,8 +183,7 @@ impl DeviceBatch {
         let rows = self.rows();
         let row = |m: &Tensor<2>, i: usize| m.clone().narrow(0, i, 1).expand([rows, n]);
         let positive = a.clone().greater_elem(0.0);
-        let outside: Vec<bool> = (0..rows).map(|r| !centre.contains(&(r % self.seq_len))).collect();
-        let centre = row_mask(outside, a).bool_not();
+        let centre = self.outside(centre).bool_not();
         let in_range = positive.clone().bool_and(a.clone().lower_equal(row(&t.top, 0)));
         // Positives at or above each threshold; a bin's count is the difference of two.
         let mut sums: Vec<Tensor<2, Int>> =
