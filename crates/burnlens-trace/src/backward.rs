@@ -51,8 +51,8 @@ pub(crate) fn norm_back(norm: &Norm, scale: &Tensor<3>, g: Tensor<3>, with_gain:
 
 /// Attention with its pattern frozen, backwards: from the gradient at the attention output
 /// to the gradient at its (value) input, `Σ_h Aₕᵀ (g W_Oₕᵀ) W_Vₕᵀ`. The products with
-/// weights (here, in the skip connections and against decoder rows) are the linear kernel's,
-/// in the compute dtype (`--compute bf16`: bf16 operands); the pattern's stays f32.
+/// weights (here and in the skip connections) are the linear kernel's, in the compute dtype
+/// (`--compute bf16`: bf16 operands); the pattern's and the decoder rows' stay f32.
 fn attention_back(layer: &FrozenLayer, a: Tensor<3>, g: Tensor<3>) -> Tensor<3> {
     let [b, p, d] = g.dims();
     let [h, _, _] = a.dims();
@@ -210,33 +210,32 @@ impl Replacement<'_> {
     }
 
     /// Write the features' and errors' columns of layer `l` for targets `order` from the
-    /// gradient at its output hook `g_out [order.len(), p, d_model]`.
+    /// gradient at its output hook `g_out [order.len(), p, d_model]`: every writer's effects
+    /// ([`crate::writer`]) and the errors', read back at once.
     fn contract_layer(&self, l: usize, g_out: &Tensor<3>, order: &[usize], rows: &mut [f32], row: usize) {
         let layer = &self.layers[l];
-        let [b, p, d] = g_out.dims();
+        let [b, p, _] = g_out.dims();
+        let mut pieces = Vec::new();
+        let mut spans = Vec::new();
         for w in &layer.writers {
-            let mut pieces = Vec::new();
-            for pos in 0..p {
-                let (s, e) = (w.starts[pos], w.starts[pos + 1]);
-                if e > s {
-                    let w_dec = &self.set.layers[w.source].w_dec[w.decoder];
-                    let dec = w_dec.clone().select(0, w.features.clone().narrow(0, s, e - s)) * w.activations.clone().narrow(0, s, e - s);
-                    pieces.push(linear(g_out.clone().narrow(1, pos, 1).reshape([b, d]), dec.transpose(), None));
-                }
-            }
-            if pieces.is_empty() {
-                continue;
-            }
-            let n = w.starts[p];
-            let vals: Vec<f32> = Tensor::cat(pieces, 1).into_data().try_into_vec_as::<f32>().expect("f32");
-            // A cross-layer feature's effect sums over the layers it writes.
-            for (k, &i) in order.iter().enumerate() {
-                let at = i * row + w.first_feature;
-                rows[at..at + n].iter_mut().zip(&vals[k * n..(k + 1) * n]).for_each(|(r, &v)| *r += v);
+            if let Some(e) = w.layout.effects(&self.set.layers[w.source].w_dec[w.decoder], g_out) {
+                spans.push((w.first_feature, e.dims()[1]));
+                pieces.push(e);
             }
         }
-        let err = (g_out.clone() * layer.errors.clone().narrow(0, 0, p).unsqueeze::<3>()).sum_dim(2);
-        scatter(rows, row, self.active.len() + l * self.n_pos(), order, p, err);
+        pieces.push((g_out.clone() * layer.errors.clone().narrow(0, 0, p).unsqueeze::<3>()).sum_dim(2).reshape([b, p]));
+        let width: usize = pieces.iter().map(|t| t.dims()[1]).sum();
+        let vals: Vec<f32> = Tensor::cat(pieces, 1).into_data().try_into_vec_as::<f32>().expect("f32");
+        let err_col = self.active.len() + l * self.n_pos();
+        for (k, &i) in order.iter().enumerate() {
+            let mut at = k * width;
+            // A cross-layer feature's effect sums over the layers it writes.
+            for &(first, n) in &spans {
+                rows[i * row + first..i * row + first + n].iter_mut().zip(&vals[at..at + n]).for_each(|(r, &v)| *r += v);
+                at += n;
+            }
+            rows[i * row + err_col..i * row + err_col + p].copy_from_slice(&vals[at..at + p]);
+        }
     }
 }
 

@@ -12,7 +12,7 @@
 //! ```
 //!
 //! Modules, bottom up: [`transcoder`] (each layer a lens [`Dictionary`](burnlens_lens::Dictionary), hook points), [`circuit_tracer`]
-//! (circuit-tracer's files, read and written), [`hub`] (sets by Hub id), [`replacement`] (the frozen forward pass), [`backward`]
+//! (circuit-tracer's files, read and written), [`hub`] (sets by Hub id), [`replacement`] (the frozen forward pass; `writer`, its features laid out by position), [`backward`]
 //! (attribution rows), [`attribute`] (targets and the graph; [`attribute_args`], its arguments as users spell them), [`graph`] (pruning, scores,
 //! saving; its rows in a [`store`]), [`json`] and [`html`] (the viewer's files), [`intervene`] (feature interventions), [`qk`] (QK attributions:
 //! why a head attends where it does), [`head_loadings`] (which heads carry an edge), [`graph_attention`]
@@ -35,6 +35,7 @@ pub mod qk;
 pub mod replacement;
 pub mod store;
 pub mod transcoder;
+pub(crate) mod writer;
 
 pub use attribute::{AttributeOptions, LogitTargets, attribute, attribute_on, select_logits};
 pub use attribute_args::AttributeArgs;

@@ -16,6 +16,7 @@ use burnlens_model::{Activation, AttnHook, Block, BlockHook, HookPoint, Hooks, L
 
 use crate::TraceError;
 use crate::transcoder::{InputHook, OutputHook, TranscoderSet, tensor};
+use crate::writer::{Layout, Writer};
 
 /// One active feature: its layer, position, index in its transcoder, and activation.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -44,21 +45,6 @@ pub(crate) struct FrozenLayer {
     pub writers: Vec<Writer>,
     /// `[pos, d_model]`
     pub errors: Tensor<2>,
-}
-
-/// One source layer's active features as they write one output layer: decoder `decoder` of
-/// layer `source`'s transcoder, read for the active features when needed (a copy of every
-/// active feature's decoder row would take `n_active · d_model` floats).
-pub(crate) struct Writer {
-    pub source: usize,
-    pub decoder: usize,
-    /// The active features' indices `[n]` and activations `[n, 1]`, in position order;
-    /// position `p`'s are `starts[p]..starts[p + 1]`.
-    pub features: Tensor<1, Int>,
-    pub activations: Tensor<2>,
-    pub starts: Vec<usize>,
-    /// Index of the source layer's first active feature among all active features.
-    pub first_feature: usize,
 }
 
 /// The frozen forward pass of one prompt through model and transcoders.
@@ -286,9 +272,6 @@ fn encode_layer(
         }
         starts.push(idx.len());
     }
-    let n = idx.len();
-    let sel = (n > 0).then(|| Tensor::<1, Int>::from_data(TensorData::new(idx, [n]), &device));
-    let scale = (n > 0).then(|| tensor(values, [n, 1], &device));
     let dense = tensor(acts, [n_pos, f], &device);
     // This layer's own bias and skip term.
     let mut own = tc.b_dec.clone().reshape([1, d]).expand([n_pos, d]);
@@ -299,6 +282,7 @@ fn encode_layer(
         Some(r) => r + own,
         None => own,
     });
+    let layout = (!idx.is_empty()).then(|| Layout::new(starts, &idx, &values, d, &device));
     for (k, w_dec) in tc.w_dec.iter().enumerate() {
         let out = l + k;
         let part = matmul(dense.clone(), w_dec.clone());
@@ -306,8 +290,8 @@ fn encode_layer(
             Some(r) => r + part,
             None => part,
         });
-        if let (Some(sel), Some(scale)) = (&sel, &scale) {
-            writers[out].push(Writer { source: l, decoder: k, features: sel.clone(), activations: scale.clone(), starts: starts.clone(), first_feature });
+        if let Some(layout) = &layout {
+            writers[out].push(Writer { source: l, decoder: k, first_feature, layout: layout.clone() });
         }
     }
 }
