@@ -6,6 +6,7 @@
 //! features with the largest influence on the logits so far, re-ranked every
 //! `update_interval` batches from the rows already computed.
 
+use burn::tensor::{Tensor, TensorData};
 use burnlens_model::Transformer;
 
 use crate::TraceError;
@@ -109,13 +110,15 @@ pub fn select_logits(logits: &[f32], targets: &LogitTargets) -> Result<(Vec<i64>
     Ok((ids, p))
 }
 
-/// `W_U[:, t] − mean_v W_U[:, v]` for each target, `[n, d_model]` row-major.
-pub(crate) fn logit_directions(model: &Transformer, ids: &[i64]) -> Vec<f32> {
+/// `W_U[:, t] − mean_v W_U[:, v]` for each target, `[n, d_model]` on the model's device (the
+/// mean taken in f64 on the host).
+pub(crate) fn logit_directions(model: &Transformer, ids: &[i64]) -> Tensor<2> {
     let w_u = unembedding(model);
     let [d, v] = w_u.dims();
     let host: Vec<f32> = w_u.into_data().try_into_vec_as::<f32>().expect("f32");
     let mean: Vec<f32> = (0..d).map(|i| (host[i * v..(i + 1) * v].iter().map(|&x| x as f64).sum::<f64>() / v as f64) as f32).collect();
-    ids.iter().flat_map(|&t| (0..d).map(|i| host[i * v + t as usize] - mean[i]).collect::<Vec<_>>()).collect()
+    let rows: Vec<f32> = ids.iter().flat_map(|&t| (0..d).map(|i| host[i * v + t as usize] - mean[i]).collect::<Vec<_>>()).collect();
+    Tensor::from_data(TensorData::new(rows, [ids.len(), d]), &model.device())
 }
 
 /// Influence of every node on the logits from the rows computed so far (circuit-tracer's
@@ -206,7 +209,7 @@ fn check_options(opts: &AttributeOptions) -> Result<(), TraceError> {
 pub fn attribute_on(rm: &Replacement, opts: &AttributeOptions) -> Result<Graph, TraceError> {
     check_options(opts)?;
     let (model, set, ids) = (rm.model, rm.set, &rm.ids);
-    let (n_layers, n_pos, d) = (rm.n_layers(), rm.n_pos(), rm.d_model());
+    let (n_layers, n_pos) = (rm.n_layers(), rm.n_pos());
     let n_active = rm.active.len();
     let (logit_ids, logit_probs) = select_logits(&rm.logits, &opts.targets)?;
     let n_logits = logit_ids.len();
@@ -224,7 +227,8 @@ pub fn attribute_on(rm: &Replacement, opts: &AttributeOptions) -> Result<Graph, 
         let end = (start + opts.batch_size).min(n_logits);
         let (layers, positions) = (vec![n_layers; end - start], vec![n_pos - 1; end - start]);
         let nodes: Vec<usize> = (start..end).map(|i| logit_offset + i).collect();
-        rows.compute(rm, Targets { layers: &layers, positions: &positions, vectors: &directions[start * d..end * d] }, &nodes);
+        let vectors = directions.clone().narrow(0, start, end - start);
+        rows.compute(rm, Targets { layers: &layers, positions: &positions, vectors }, &nodes);
     }
 
     let mut visited = vec![false; n_active];
@@ -248,7 +252,7 @@ pub fn attribute_on(rm: &Replacement, opts: &AttributeOptions) -> Result<Graph, 
             let layers: Vec<usize> = batch.iter().map(|&i| rm.active[i].layer).collect();
             let positions: Vec<usize> = batch.iter().map(|&i| rm.active[i].pos).collect();
             let vectors = rm.encoder_rows(batch);
-            rows.compute(rm, Targets { layers: &layers, positions: &positions, vectors: &vectors }, batch);
+            rows.compute(rm, Targets { layers: &layers, positions: &positions, vectors }, batch);
             batch.iter().for_each(|&i| visited[i] = true);
             n_visited += batch.len();
         }

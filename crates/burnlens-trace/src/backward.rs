@@ -13,13 +13,13 @@
 //! Gradients are `[batch, pos, d_model]`, cut to the positions up to the batch's last target
 //! position: attention is causal, so nothing later can reach them.
 
-use burn::tensor::{Int, Tensor};
+use burn::tensor::{IndexingUpdateOp, Int, Tensor, TensorData};
 use burnlens_model::kernels::linear;
 use burnlens_model::matmul::matmul;
 use burnlens_model::{Norm, NormKind, NormSite};
 
 use crate::replacement::{FrozenLayer, Replacement};
-use crate::transcoder::{InputHook, OutputHook, tensor};
+use crate::transcoder::{InputHook, OutputHook};
 
 /// Which positions a gradient `[batch, p, d_model]` holds: the first `p`, or these.
 #[derive(Clone, Copy)]
@@ -29,11 +29,12 @@ pub(crate) enum At<'a> {
 }
 
 /// The targets of one backward pass: where each injects (`layer` = the number of layers for
-/// the unembedding's input), at which position, along which direction (`[batch, d_model]`).
+/// the unembedding's input), at which position, along which direction (`[batch, d_model]`,
+/// on the model's device).
 pub(crate) struct Targets<'a> {
     pub layers: &'a [usize],
     pub positions: &'a [usize],
-    pub vectors: &'a [f32],
+    pub vectors: Tensor<2>,
 }
 
 /// The gradient at a norm's input from the gradient at its output `g`, its scale frozen:
@@ -93,15 +94,14 @@ impl Replacement<'_> {
         self.layers[l].scales.get(&site).unwrap_or_else(|| panic!("{site}.hook_scale was captured"))
     }
 
-    /// The injected gradients of targets `order[from..to]`, `[to - from, p, d_model]`.
+    /// The injected gradients of targets `order`, `[order.len(), p, d_model]`: each target's
+    /// vector at its position, zero elsewhere, made where the vectors are.
     pub(crate) fn injected(&self, t: &Targets, order: &[usize], p: usize) -> Tensor<3> {
-        let d = self.d_model();
-        let mut host = vec![0f32; order.len() * p * d];
-        for (k, &i) in order.iter().enumerate() {
-            let at = (k * p + t.positions[i]) * d;
-            host[at..at + d].copy_from_slice(&t.vectors[i * d..(i + 1) * d]);
-        }
-        tensor(host, [order.len(), p, d], &self.model.device())
+        let (n, d, device) = (order.len(), self.d_model(), self.model.device());
+        let ints = |v: Vec<i64>| Tensor::<1, Int>::from_data(TensorData::new(v.clone(), [v.len()]), &device);
+        let at = ints(order.iter().enumerate().map(|(k, &i)| (k * p + t.positions[i]) as i64).collect());
+        let vectors = t.vectors.clone().select(0, ints(order.iter().map(|&i| i as i64).collect()));
+        Tensor::<2>::zeros([n * p, d], &device).select_assign(0, at, vectors, IndexingUpdateOp::Add).reshape([n, p, d])
     }
 
     /// The gradient at layer `l`'s MLP output hook from the gradient `g` at its output.

@@ -254,7 +254,6 @@ pub fn head_loadings(rm: &Replacement, graph: &Graph, pruned: Option<&Pruned>, t
             Source::Token(s - n_f - n_layers * n_pos)
         }
     };
-    let d = rm.d_model();
     // The targets' directions at once: the logits', and the feature targets' encoder rows
     // (read in one selection per layer, not one per target).
     let directions = logit_directions(model, &graph.logit_token_ids);
@@ -269,14 +268,13 @@ pub fn head_loadings(rm: &Replacement, graph: &Graph, pruned: Option<&Pruned>, t
         if edges.is_empty() {
             continue;
         }
-        let (layer, vector) = if target < n_f {
-            (rm.active[features[target]].layer, &encoders[target * d..(target + 1) * d])
+        let (layer, vectors) = if target < n_f {
+            (rm.active[features[target]].layer, encoders.clone().narrow(0, target, 1))
         } else {
-            let k = r - n_f;
-            (rm.n_layers(), &directions[k * d..(k + 1) * d])
+            (rm.n_layers(), directions.clone().narrow(0, r - n_f, 1))
         };
         let sources: Vec<Source> = edges.iter().map(|&s| source(s)).collect();
-        let (loads, heads) = rm.one_hop(&Targets { layers: &[layer], positions: &[q], vectors: vector }, &sources);
+        let (loads, heads) = rm.one_hop(&Targets { layers: &[layer], positions: &[q], vectors }, &sources);
         for (c, &s) in edges.iter().enumerate() {
             let weight = graph.row(r)[s];
             let mut list: Vec<HeadLoading> =

@@ -80,25 +80,23 @@ fn take_rows(cache: &mut Captured, point: HookPoint) -> Result<Tensor<2>, TraceE
 }
 
 impl<'m> Replacement<'m> {
-    /// The encoder rows of active features `which`, `[which.len(), d_model]` row-major: the
-    /// direction a feature target injects.
-    pub(crate) fn encoder_rows(&self, which: &[usize]) -> Vec<f32> {
-        let d = self.d_model();
+    /// The encoder rows of active features `which`, `[which.len(), d_model]` on the model's
+    /// device: the direction a feature target injects (one selection per layer).
+    pub(crate) fn encoder_rows(&self, which: &[usize]) -> Tensor<2> {
         let device = self.model.device();
-        let mut out = vec![0f32; which.len() * d];
-        let mut layers: Vec<usize> = which.iter().map(|&i| self.active[i].layer).collect();
-        layers.sort_unstable();
-        layers.dedup();
-        for l in layers {
-            let mine: Vec<usize> = (0..which.len()).filter(|&k| self.active[which[k]].layer == l).collect();
-            let idx: Vec<i64> = mine.iter().map(|&k| self.active[which[k]].feature as i64).collect();
-            let sel = Tensor::<1, Int>::from_data(TensorData::new(idx, [mine.len()]), &device);
-            let rows: Vec<f32> = self.set.layers[l].w_enc.clone().select(1, sel).transpose().into_data().try_into_vec_as::<f32>().expect("f32");
-            for (j, &k) in mine.iter().enumerate() {
-                out[k * d..(k + 1) * d].copy_from_slice(&rows[j * d..(j + 1) * d]);
-            }
+        let ints = |v: Vec<i64>| Tensor::<1, Int>::from_data(TensorData::new(v.clone(), [v.len()]), &device);
+        let mut by_layer: Vec<usize> = (0..which.len()).collect();
+        by_layer.sort_by_key(|&k| (self.active[which[k]].layer, k));
+        let mut parts = Vec::new();
+        for run in by_layer.chunk_by(|&a, &b| self.active[which[a]].layer == self.active[which[b]].layer) {
+            let l = self.active[which[run[0]]].layer;
+            let sel = ints(run.iter().map(|&k| self.active[which[k]].feature as i64).collect());
+            parts.push(self.set.layers[l].w_enc.clone().select(1, sel).transpose());
         }
-        out
+        // Back from layer order to `which`'s.
+        let mut place = vec![0i64; which.len()];
+        by_layer.iter().enumerate().for_each(|(j, &k)| place[k] = j as i64);
+        Tensor::cat(parts, 0).select(0, ints(place))
     }
 
     /// Run `ids` through `model` once and freeze what attribution holds constant.
