@@ -74,9 +74,12 @@ fn assert_same_outputs(a: &Path, b: &Path, tol: f64) {
 fn every_architecture_over_two_and_three_ranks_follows_the_one_process_run() {
     let Some(mpiexec) = mpiexec() else { return };
     let dir = tempfile::tempdir().unwrap();
-    let cases: [(&str, &[&str]); 5] = [
+    let cases: [(&str, &[&str]); 6] = [
         ("topk", &["--hook", "blocks.1.hook_resid_pre", "--architecture", "topk", "--k", "4"]),
         ("batchtopk", &["--hook", "blocks.1.hook_resid_pre,blocks.2.hook_resid_pre", "--architecture", "batchtopk", "--k", "4"]),
+        // A GPU's pass (Burn's autodiff on the device; here the CPU backend's): BatchTopK's
+        // choice across the ranks from each rank's own candidates, read back from the device.
+        ("batchtopk-tensors", &["--hook", "blocks.1.hook_resid_pre", "--architecture", "batchtopk", "--k", "4", "--pass", "tensors"]),
         ("standard", &["--hook", "blocks.0.hook_resid_post", "--architecture", "standard", "--l1", "2"]),
         ("jumprelu-skip-transcoders", &["--transcoders", "--skip", "--architecture", "jumprelu", "--l0", "0.5"]),
         ("batchtopk-clt", &["--transcoders", "--cross-layer", "--architecture", "batchtopk", "--k", "4"]),

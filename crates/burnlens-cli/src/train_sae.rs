@@ -37,6 +37,11 @@ pub struct TrainSaeArgs {
     pub run: RunOptions,
     #[command(flatten)]
     pub corpus: CorpusOptions,
+    /// How each step's pass runs: `host` (the hand-written passes over host memory, the CPU
+    /// backend's default) or `tensors` (Burn's autodiff on the model's device, a GPU's
+    /// default); by the device when not given. Both give the same steps.
+    #[arg(long = "pass", value_enum)]
+    pub pass: Option<burnlens_features::PassPath>,
     /// Run directory: config.json, checkpoints/, metrics.jsonl, and sae/ (SAELens's
     /// layout) or transcoders/ (circuit-tracer's). Running again with the same options resumes.
     #[arg(long)]
@@ -89,7 +94,7 @@ fn train(a: &TrainSaeArgs, options: &RunOptions, cfg: &SaeRunConfig, source: Sou
         Source::Model { model, .. } => model.device(),
         Source::Cache { device, .. } => device.clone(),
     };
-    let path = burnlens_features::PassPath::of_step(None, &device, &cfg.architecture, ranks.size());
+    let path = burnlens_features::PassPath::of_step(a.pass, &device);
     let tty = std::io::stderr().is_terminal() && ranks.is_writer();
     let mut on_step = |r: &[StepReport], p: &Progress| {
         if tty && (p.step.is_multiple_of(10) || p.step == p.steps) {
@@ -97,7 +102,7 @@ fn train(a: &TrainSaeArgs, options: &RunOptions, cfg: &SaeRunConfig, source: Sou
         }
         if burnlens_model::stop::stop_requested() { std::ops::ControlFlow::Break(()) } else { std::ops::ControlFlow::Continue(()) }
     };
-    let s = match burnlens_features::train(Run { dir: &a.out, cfg, ranks: ranks.clone() }, source, &mut on_step) {
+    let s = match burnlens_features::train(Run { dir: &a.out, cfg, ranks: ranks.clone(), path: a.pass }, source, &mut on_step) {
         Ok(s) => s,
         Err(RunError::Ranks(e @ (DistError::Unanswered { .. } | DistError::Diverged { .. }))) => crate::commands::end_job(&ranks, &e),
         Err(e) => return Err(e.into()),

@@ -50,11 +50,22 @@ pub struct PassInput<'a> {
     pub coefficient: f64,
     /// `[d_sae]` features dead before this step, and how many.
     pub dead: Option<(&'a Tensor<1, Bool>, usize)>,
+    /// BatchTopK over a batch whose rows several ranks share; `None` alone.
+    pub shared: Option<BatchShare<'a>>,
+}
+
+/// BatchTopK's choice over a batch shared by ranks: this rank holds some of its `rows`, and
+/// `threshold(acts, kk)` gives the `kk`-th largest of every rank's activations together from
+/// this rank's (`acts`, detached, `[rows here, d_sae]`).
+#[derive(Clone, Copy)]
+pub struct BatchShare<'a> {
+    pub rows: usize,
+    pub threshold: &'a dyn Fn(Tensor<2>, usize) -> f32,
 }
 
 /// The training pass of `p` (autodiff leaves) on `input`.
 pub fn training_pass(p: &Dictionary, arch: &Architecture, input: PassInput) -> TrainPass {
-    let PassInput { x, target, coefficient, dead } = input;
+    let PassInput { x, target, coefficient, dead, shared } = input;
     let d_sae = p.d_sae();
     // TopK's and BatchTopK's kept features (and the auxiliary loss's, with dead features)
     // alone get a gradient of their pre-activations.
@@ -76,7 +87,7 @@ pub fn training_pass(p: &Dictionary, arch: &Architecture, input: PassInput) -> T
             let hidden = if t.rescale_acts_by_decoder_norm { pre * norms() } else { pre };
             let acts = match arch {
                 Architecture::TopK(_) => top_k(hidden.clone(), t.k as usize),
-                _ => batch_top_k(hidden.clone(), t.k),
+                _ => batch_top_k(hidden.clone(), t.k, shared),
             };
             let cap = kept.expect("TopK and BatchTopK keep a number of features a row");
             let out = decode_rescaled(p, t, acts.clone(), Sparsity::NonZeros(cap)) + p.b_dec.clone().unsqueeze::<2>();
@@ -163,14 +174,24 @@ fn top_k(hidden: Tensor<2>, k: usize) -> Tensor<2> {
     relu(hidden) * keep
 }
 
-/// The `⌊k·n⌋` largest ReLU activations of the whole batch, zero elsewhere.
-fn batch_top_k(hidden: Tensor<2>, k: f64) -> Tensor<2> {
+/// The `⌊k·n⌋` largest ReLU activations of the whole batch (of `n` rows: all ranks' when
+/// `shared`), zero elsewhere.
+fn batch_top_k(hidden: Tensor<2>, k: f64, shared: Option<BatchShare>) -> Tensor<2> {
     let [n, m] = hidden.dims();
     let acts = relu(hidden);
-    let kk = ((k * n as f64) as usize).clamp(1, n * m);
-    let kth = kth_largest_rows(&acts.clone().reshape([1, n * m]), kk).reshape([1, 1]).expand([n, m]);
-    let keep = acts.clone().detach().greater_equal(kth).float();
-    acts * keep
+    let rows = shared.map_or(n, |s| s.rows);
+    let kk = ((k * rows as f64) as usize).clamp(1, rows * m);
+    let keep = match shared {
+        None => {
+            let kth = kth_largest_rows(&acts.clone().reshape([1, n * m]), kk).reshape([1, 1]).expand([n, m]);
+            acts.clone().detach().greater_equal(kth)
+        }
+        Some(s) => {
+            let detached = acts.clone().detach();
+            detached.clone().greater_equal_elem((s.threshold)(detached, kk))
+        }
+    };
+    acts * keep.float()
 }
 
 /// SAELens's TopK auxiliary loss: the `k_aux = min(d/2, dead)` largest pre-activations of

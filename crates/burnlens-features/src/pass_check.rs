@@ -43,7 +43,8 @@ pub fn check(case: Case, seed: u64, pass: Pass) {
     let n_dead = case.dead.iter().filter(|&&d| d).count();
     let mask = Tensor::<1, Bool>::from_data(TensorData::new(case.dead.clone(), [d_sae]), &device).autodiff();
     let leaves = p.leaves();
-    let input = PassInput { x: x.clone().autodiff(), target: target.clone().autodiff(), coefficient: case.coefficient, dead: Some((&mask, n_dead)) };
+    let input =
+        PassInput { x: x.clone().autodiff(), target: target.clone().autodiff(), coefficient: case.coefficient, dead: Some((&mask, n_dead)), shared: None };
     let want_pass = training_pass(&leaves, &case.arch, input);
     let want_losses: Vec<f64> = want_pass.terms.iter().map(|(_, v)| v.clone().inner().into_scalar::<f32>() as f64).collect();
     let fired = want_pass.feature_acts.clone().inner().not_equal_elem(0.0).int().sum_dim(0);

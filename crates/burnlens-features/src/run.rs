@@ -32,6 +32,7 @@ use crate::outputs::write_outputs;
 use crate::params::{DECODER_INIT_NORM, init};
 use crate::pass::WindowSource;
 use crate::store::ActivationStore;
+use crate::tensor_pass::PassPath;
 use crate::trainer::{SaeTrainer, StepReport, params_digest};
 use crate::units::{Unit, hooks, units};
 
@@ -75,12 +76,14 @@ pub struct Run<'a> {
     pub cfg: &'a SaeRunConfig,
     /// [`Ranks::single`] for one process.
     pub ranks: Ranks,
+    /// The steps' pass, by device when `None` ([`PassPath::for_device`]).
+    pub path: Option<PassPath>,
 }
 
 impl<'a> Run<'a> {
     /// A run of this process alone.
     pub fn alone(dir: &'a Path, cfg: &'a SaeRunConfig) -> Self {
-        Run { dir, cfg, ranks: Ranks::single() }
+        Run { dir, cfg, ranks: Ranks::single(), path: None }
     }
 }
 
@@ -88,7 +91,7 @@ impl<'a> Run<'a> {
 /// step's reports (one per site); when it breaks (on any rank), the run stops after writing
 /// its checkpoint, to be resumed.
 pub fn train(run: Run, source: Source, on_step: &mut OnStep) -> Result<RunSummary, RunError> {
-    let Run { dir, cfg, ranks } = run;
+    let Run { dir, cfg, ranks, path } = run;
     // Everything is checked, on every rank, before anything is written.
     let prepared = prepare(dir, cfg, source, &ranks);
     let shared = ranks.agree(prepared.as_ref().map(|_| ()).map_err(|e| e.to_string()));
@@ -101,7 +104,7 @@ pub fn train(run: Run, source: Source, on_step: &mut OnStep) -> Result<RunSummar
     let shared = ranks.agree(started.as_ref().map(|_| ()).map_err(|e| e.to_string()));
     let (trainers, resumed_from) = started?;
     shared?;
-    let mut trainers: Vec<SaeTrainer> = trainers.into_iter().map(|t| t.shared_by(ranks.clone())).collect();
+    let mut trainers: Vec<SaeTrainer> = trainers.into_iter().map(|t| t.shared_by(ranks.clone()).chosen_path(path)).collect();
     let first = trainers[0].step;
     let end = steps(Steps { dir, cfg, ranks: &ranks, units: &units }, &mut trainers, &mut store, on_step)?;
     let checkpoint = save(dir, &ranks, &trainers, &store)?;

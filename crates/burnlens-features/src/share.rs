@@ -8,15 +8,17 @@
 //! every rank's candidates ([`batch_kth`]). The sums run in the background
 //! ([`start_all_reduce`]) while the rank goes on (the run makes its next batch meanwhile).
 
+use burn::tensor::Tensor;
 use burnlens_dist::{DistError, Pending, Ranks};
 use burnlens_lens::dictionary::Dictionary;
-use burnlens_lens::dictionary::select::kth_or_lowest;
+use burnlens_lens::dictionary::select::{kth_largest_rows, kth_or_lowest};
 
 use crate::forward::TrainPassValues;
 use crate::host::{host, tensor};
 use crate::params::Trainable;
 
 /// One rank's part of a step's batch.
+#[derive(Clone, Copy)]
 pub struct Share<'a> {
     pub ranks: &'a Ranks,
     /// Rows of the whole batch.
@@ -33,6 +35,19 @@ pub(crate) fn batch_kth(ranks: &Ranks, candidates: Vec<f32>, kk: usize, step: us
     }
     let all = ranks.all_gather_f32(&candidates, &format!("BatchTopK's candidates of step {}", step + 1))?;
     Ok(kth_or_lowest(all.concat(), kk))
+}
+
+/// [`batch_kth`] from this rank's activations `acts` (`[rows, d_sae]`, ReLU'd) where they lie:
+/// the rank's own `kk`-th largest found on its device, and only the values reaching it (the
+/// only ones that can reach the batch's `kk`-th largest) read back and gathered.
+pub(crate) fn batch_kth_of(share: &Share, acts: Tensor<2>, kk: usize) -> Result<f32, DistError> {
+    let [n, m] = acts.dims();
+    let flat = acts.reshape([1, n * m]);
+    let local = kth_largest_rows(&flat, kk.min(n * m)).into_scalar::<f32>();
+    let flat = flat.reshape([n * m]);
+    let reaching = flat.clone().greater_equal_elem(local).argwhere();
+    let c = reaching.dims()[0];
+    batch_kth(share.ranks, host(flat.select(0, reaching.reshape([c]))), kk, share.step)
 }
 
 /// A step's all-reduce under way ([`start_all_reduce`]).

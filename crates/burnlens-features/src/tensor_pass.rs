@@ -4,15 +4,20 @@
 //! and the CPU's for what the hand-written host passes leave (JumpReLU's pre-activation loss
 //! on dead features). Which of the two a step takes is [`PassPath`].
 
+use std::cell::RefCell;
+
 use burn::tensor::{Bool, Device, Tensor, TensorData};
+use burnlens_dist::DistError;
 use burnlens_lens::dictionary::Dictionary;
 
 use crate::architecture::Architecture;
-use crate::forward::{PassInput, TrainPassValues, training_pass};
+use crate::forward::{BatchShare, PassInput, TrainPassValues, training_pass};
 use crate::params::Trainable;
+use crate::share::{Share, batch_kth_of};
 
 /// Where a training step's pass runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum PassPath {
     /// The hand-written passes over host slices (`sparse_pass`, `dense_pass`): the CPU's
     /// fast path.
@@ -27,13 +32,8 @@ impl PassPath {
         if burnlens_model::backend::is_host(device) { PassPath::Host } else { PassPath::Tensors }
     }
 
-    /// The path a step of `arch` on `device` shared by `ranks` processes takes: `forced` if
-    /// given, else by device — but BatchTopK over several ranks on the host, whose choice
-    /// across the ranks' rows only the sparse pass makes.
-    pub fn of_step(forced: Option<PassPath>, device: &Device, arch: &Architecture, ranks: usize) -> Self {
-        if ranks > 1 && matches!(arch, Architecture::BatchTopK { .. }) {
-            return PassPath::Host;
-        }
+    /// The path a step on `device` takes: `forced` if given, else by device.
+    pub fn of_step(forced: Option<PassPath>, device: &Device) -> Self {
         forced.unwrap_or_else(|| PassPath::for_device(device))
     }
 
@@ -47,23 +47,39 @@ impl PassPath {
 }
 
 /// What the tensor pass is given: the batch (`target` is `x` for an SAE), the sparsity
-/// coefficient and the dead features.
+/// coefficient, the dead features, and the ranks sharing the batch (for BatchTopK's choice
+/// across them; `None` alone).
 pub struct TensorInput<'a> {
     pub x: Tensor<2>,
     pub target: Tensor<2>,
     pub coefficient: f64,
     pub dead: &'a [bool],
+    pub share: Option<Share<'a>>,
 }
 
-/// The gradients of the loss at `params` on the batch, and the pass's report.
-pub fn gradients(params: &Dictionary, arch: &Architecture, input: TensorInput) -> (Dictionary, TrainPassValues) {
-    let TensorInput { x, target, coefficient, dead } = input;
+/// The gradients of the loss at `params` on the batch, and the pass's report (an error only
+/// from the ranks sharing the batch).
+pub fn gradients(params: &Dictionary, arch: &Architecture, input: TensorInput) -> Result<(Dictionary, TrainPassValues), DistError> {
+    let TensorInput { x, target, coefficient, dead, share } = input;
     let device: Device = x.device();
     let n_dead = dead.iter().filter(|&&d| d).count();
     let mask = Tensor::<1, Bool>::from_data(TensorData::new(dead.to_vec(), [dead.len()]), &device);
     let leaves = params.leaves();
-    let input = PassInput { x: x.autodiff(), target: target.autodiff(), coefficient, dead: Some((&mask.autodiff(), n_dead)) };
+    // The ranks' collective runs inside the pass; its error is kept and returned after it.
+    let failed = RefCell::new(None);
+    let threshold = |acts: Tensor<2>, kk: usize| {
+        let s = share.as_ref().expect("a threshold is asked for only when the batch is shared");
+        batch_kth_of(s, acts, kk).unwrap_or_else(|e| {
+            failed.replace(Some(e));
+            f32::INFINITY
+        })
+    };
+    let shared = share.as_ref().map(|s| BatchShare { rows: s.rows, threshold: &threshold });
+    let input = PassInput { x: x.autodiff(), target: target.autodiff(), coefficient, dead: Some((&mask.autodiff(), n_dead)), shared };
     let pass = training_pass(&leaves, arch, input);
+    if let Some(e) = failed.take() {
+        return Err(e);
+    }
     let acts = pass.feature_acts.clone().inner();
     let fired = acts.clone().not_equal_elem(0.0);
     let counts: Vec<i64> = fired.clone().int().sum_dim(0).into_data().convert::<i64>().try_into_vec::<i64>().expect("counts");
@@ -85,5 +101,5 @@ pub fn gradients(params: &Dictionary, arch: &Architecture, input: TensorInput) -
         min_positive,
     };
     let grads = pass.loss.backward();
-    (leaves.grads(&grads), values)
+    Ok((leaves.grads(&grads), values))
 }

@@ -106,8 +106,13 @@ impl SaeTrainer {
     }
 
     /// The same trainer with every step's pass on `path`, whatever the batch's device.
-    pub fn on_path(mut self, path: PassPath) -> Self {
-        self.path = Some(path);
+    pub fn on_path(self, path: PassPath) -> Self {
+        self.chosen_path(Some(path))
+    }
+
+    /// [`on_path`](Self::on_path) when `path` is given, by device otherwise.
+    pub fn chosen_path(mut self, path: Option<PassPath>) -> Self {
+        self.path = path;
         self
     }
 
@@ -156,9 +161,9 @@ impl SaeTrainer {
         debug_assert_eq!(target.is_none(), params.subtract_b_dec, "an SAE's batch has no target, a transcoder's has one");
         let target = target.unwrap_or_else(|| x.clone());
         let dead = self.dead();
-        if PassPath::of_step(self.path, &x.device(), &self.arch, self.ranks.size()) == PassPath::Host {
+        let share = (self.ranks.size() > 1).then_some(Share { ranks: &self.ranks, rows, step: self.step });
+        if PassPath::of_step(self.path, &x.device()) == PassPath::Host {
             if self.arch.topk().is_some() {
-                let share = (self.ranks.size() > 1).then_some(Share { ranks: &self.ranks, rows, step: self.step });
                 return sparse_pass::gradients(params, &self.arch, SparseInput { x, target, dead: &dead, scratch: &self.scratch, share });
             }
             let n_dead = dead.iter().filter(|&&d| d).count();
@@ -166,7 +171,7 @@ impl SaeTrainer {
                 return Ok(dense_pass::gradients(params, &self.arch, DenseInput { x, target, coefficient: self.coefficient(), dead: &dead }));
             }
         }
-        Ok(tensor_pass::gradients(params, &self.arch, TensorInput { x, target, coefficient: self.coefficient(), dead: &dead }))
+        tensor_pass::gradients(params, &self.arch, TensorInput { x, target, coefficient: self.coefficient(), dead: &dead, share })
     }
 
     /// One training step on `batch` (an error only from the ranks sharing it).
