@@ -343,6 +343,39 @@ fn the_mixing_buffer_on_a_gpu_serves_the_host_buffers_batches() {
     }
 }
 
+/// Each row's non-zeros listed (rows empty, full, and sparse), the same values as the host
+/// finds (the kernel's order is its units', not the columns').
+#[test]
+fn the_row_listing_lists_each_rows_non_zeros_in_order() {
+    let (rows, width) = (37, 1000);
+    let v: Vec<f32> = xorshift(5)
+        .take(rows * width)
+        .enumerate()
+        .map(|(i, s)| match (i / width, s % 7) {
+            (3, _) => 0.0,
+            (4, _) => 1.0 + (s % 100) as f32,
+            (_, 0) => (s % 1000) as f32 / 7.0 + 0.5,
+            _ => 0.0,
+        })
+        .collect();
+    let want: Vec<Vec<f32>> = v.chunks(width).map(|r| r.iter().copied().filter(|&x| x != 0.0).collect()).collect();
+    let cap = want.iter().map(Vec::len).max().unwrap();
+    assert_eq!(cap, width, "row 4 is full");
+    for (name, device) in devices() {
+        let x = Tensor::<2>::from_data(TensorData::new(v.clone(), [rows, width]), &device);
+        let listed: Vec<f32> = gpu::row_values(&x, cap).unwrap_or_else(|| panic!("{name}: the kernel runs")).into_data().try_into_vec_as::<f32>().unwrap();
+        let sorted = |v: &[f32]| {
+            let mut v = v.to_vec();
+            v.sort_by(f32::total_cmp);
+            v
+        };
+        for (r, w) in want.iter().enumerate() {
+            assert_eq!(sorted(&listed[r * cap..r * cap + w.len()]), sorted(w), "{name}: row {r}");
+        }
+        assert!(gpu::row_values(&x.clone().autodiff(), cap).is_none(), "{name}: a tracked tensor is refused");
+    }
+}
+
 /// The dashboards' passes on the device (the first's reductions and the columns it reads
 /// back; the second's comparisons against each feature's bin thresholds and quantile
 /// boundaries, and the columns whose samples take) leave the state of the host's passes.

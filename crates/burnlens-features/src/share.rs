@@ -37,17 +37,39 @@ pub(crate) fn batch_kth(ranks: &Ranks, candidates: Vec<f32>, kk: usize, step: us
     Ok(kth_or_lowest(all.concat(), kk))
 }
 
-/// [`batch_kth`] from this rank's activations `acts` (`[rows, d_sae]`, ReLU'd) where they lie:
-/// the rank's own `kk`-th largest found on its device, and only the values reaching it (the
-/// only ones that can reach the batch's `kk`-th largest) read back and gathered.
+/// [`batch_kth`] from this rank's activations `acts` (`[rows, d_sae]`, ReLU'd) where they lie.
+/// The batch's `kk`-th largest is at least each rank's own `kk`-th largest (a rank holding
+/// `kk` values): every rank finds its own on its device, the largest of them is agreed on, and
+/// only the positive values reaching it come back to be gathered (zeros never decide the
+/// choice: with fewer than `kk` positives all of them are kept).
 pub(crate) fn batch_kth_of(share: &Share, acts: Tensor<2>, kk: usize) -> Result<f32, DistError> {
+    let acts = if acts.is_autodiff() { acts.inner() } else { acts };
     let [n, m] = acts.dims();
-    let flat = acts.reshape([1, n * m]);
-    let local = kth_largest_rows(&flat, kk.min(n * m)).into_scalar::<f32>();
-    let flat = flat.reshape([n * m]);
-    let reaching = flat.clone().greater_equal_elem(local).argwhere();
-    let c = reaching.dims()[0];
-    batch_kth(share.ranks, host(flat.select(0, reaching.reshape([c]))), kk, share.step)
+    let own = if n * m >= kk { kth_largest_rows(&acts.clone().reshape([1, n * m]), kk).into_scalar::<f32>() } else { f32::NEG_INFINITY };
+    let what = format!("BatchTopK's bound of step {}", share.step + 1);
+    let bound = share.ranks.all_gather_f32(&[own], &what)?.into_iter().flatten().fold(f32::NEG_INFINITY, f32::max);
+    batch_kth(share.ranks, positives_reaching(acts, bound), kk, share.step)
+}
+
+/// The positive values of `acts` at or above `bound`, row by row: on a GPU listed there
+/// ([`burnlens_model::gpu::row_values`]: each row's count read back, then `[rows, most in a
+/// row]`), elsewhere by their positions.
+fn positives_reaching(acts: Tensor<2>, bound: f32) -> Vec<f32> {
+    let [n, m] = acts.dims();
+    let kept = acts.clone().mask_fill(acts.lower_elem(bound), 0.0);
+    let counts: Vec<i64> = kept.clone().greater_elem(0.0).int().sum_dim(1).into_data().convert::<i64>().try_into_vec::<i64>().expect("counts");
+    let cap = counts.iter().copied().max().unwrap_or(0) as usize;
+    if cap == 0 {
+        return Vec::new();
+    }
+    if let Some(listed) = burnlens_model::gpu::row_values(&kept, cap) {
+        let v = host(listed);
+        return counts.iter().enumerate().flat_map(|(r, &c)| v[r * cap..r * cap + c as usize].iter().copied()).collect();
+    }
+    let flat = kept.reshape([n * m]);
+    let at = flat.clone().greater_elem(0.0).argwhere();
+    let c = at.dims()[0];
+    host(flat.select(0, at.reshape([c])))
 }
 
 /// A step's all-reduce under way ([`start_all_reduce`]).

@@ -12,6 +12,7 @@
 //! | sparse decode | `acts · W_dec` from each row's listed non-zeros (TopK's `k`; or a mask's, for the auxiliary loss), and under autodiff the activations' gradient on their support and the decoder's from the non-zeros | `sparse_decode` |
 //! | sparse-transpose product | `Sᵀ · D` for a mostly-zero `S`, walking each column of `S` once: the decoder's and encoder's gradients in a TopK step | `sparse_t_product` |
 //! | product with a sparse gradient | `a · b` exactly, its backward reading only the output gradient's non-zeros (the encoder's product in a TopK step) | `sparse_grad_product` |
+//! | row listing | each row's non-zero values (the sparse decode's listing alone): BatchTopK's candidates over ranks | `row_values` |
 //! | dashboard bin counts | a batch's per-feature histogram bins (by each bin's least member), quantile-interval counts and centre zeros for the dashboards' second pass, a unit per feature column, one launch | `bin_counts` |
 //! | exact f32 product | `a · b` in f32 arithmetic on cubek's unit-level kernel (never TF32), forward and autodiff backward: every product [`crate::matmul`] routes here by default | `exact_matmul` |
 
@@ -21,6 +22,8 @@ mod bin_counts;
 mod exact_matmul;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 mod radix_select;
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+mod row_values;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 mod sparse_decode;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
@@ -44,6 +47,22 @@ pub fn kth_largest_rows(x: &Tensor<2>, k: usize) -> Option<Tensor<2>> {
     #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
     {
         let _ = (x, k);
+        None
+    }
+}
+
+/// Each row's non-zero values of `x` (`[rows, width]`, plain f32), up to `cap` a row, listed
+/// on the tensor's GPU in a fixed order (the kernel's units', not the columns'): `[rows, cap]`,
+/// a row's entries past its number of non-zeros unspecified (count them first). `None` where the kernel does not run (as
+/// [`kth_largest_rows`], or past `65,535` rows).
+pub fn row_values(x: &Tensor<2>, cap: usize) -> Option<Tensor<2>> {
+    #[cfg(any(feature = "wgpu", feature = "cuda"))]
+    {
+        row_values::row_values(x, cap)
+    }
+    #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
+    {
+        let _ = (x, cap);
         None
     }
 }

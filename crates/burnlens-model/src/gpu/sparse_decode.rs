@@ -31,7 +31,7 @@ use super::sparse_t_product::{fits, sparse_t_product};
 /// Units per cube.
 const UNITS: u32 = 256;
 /// The grid's limit along one dimension (a row of the batch per cube).
-const GRID_LIMIT: usize = 65_535;
+pub(super) const GRID_LIMIT: usize = 65_535;
 
 /// The extension that carries dispatch tensors to the kernels (and the autodiff wrapper, whose
 /// backward is `grad_support` and one exact product).
@@ -48,7 +48,7 @@ pub trait SparseDecode: Backend {
 #[derive(Debug, Clone)]
 pub(super) struct Lists {
     idx: CubeTensor,
-    val: CubeTensor,
+    pub(super) val: CubeTensor,
     cnt: CubeTensor,
     support: CubeTensor,
     cap: usize,
