@@ -1,6 +1,7 @@
 //! The step's pass on Burn's tensors with autodiff, wherever the batch lives: a GPU's path
 //! (what comes back to the host is scalars — the loss terms, L0, BatchTopK's smallest kept
-//! activation, the gradients' norm Adam clips by — and the per-feature firing counts),
+//! activation, the gradients' norm Adam clips by — and the per-feature firing counts; over
+//! several ranks, BatchTopK's candidates too, [`crate::share::batch_kth_of`]),
 //! and the CPU's for what the hand-written host passes leave (JumpReLU's pre-activation loss
 //! on dead features). Which of the two a step takes is [`PassPath`].
 
