@@ -12,7 +12,7 @@
 //! | sparse decode | `acts · W_dec` from each row's listed non-zeros (TopK's `k`; or a mask's, for the auxiliary loss), and under autodiff the activations' gradient on their support and the decoder's from the non-zeros | `sparse_decode` |
 //! | sparse-transpose product | `Sᵀ · D` for a mostly-zero `S`, walking each column of `S` once: the decoder's and encoder's gradients in a TopK step | `sparse_t_product` |
 //! | product with a sparse gradient | `a · b` exactly, its backward reading only the output gradient's non-zeros (the encoder's product in a TopK step) | `sparse_grad_product` |
-//! | row listing | each row's non-zero values (the sparse decode's listing alone): BatchTopK's candidates over ranks | `row_values` |
+//! | row listing | each row's non-zero values (the sparse decode's listing alone): BatchTopK's candidates over ranks, a graph's active features | `row_values` |
 //! | dashboard bin counts | a batch's per-feature histogram bins (by each bin's least member), quantile-interval counts and centre zeros for the dashboards' second pass, a unit per feature column, one launch | `bin_counts` |
 //! | exact f32 product | `a · b` in f32 arithmetic on cubek's unit-level kernel (never TF32), forward and autodiff backward: every product [`crate::matmul`] routes here by default | `exact_matmul` |
 

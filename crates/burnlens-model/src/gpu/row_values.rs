@@ -1,7 +1,8 @@
 //! Each row's non-zero values listed on a GPU, `[rows, cap]` in a fixed order, by the sparse
 //! decode's listing kernel (`sparse_decode::compact`, a cube per row): what BatchTopK over
 //! several ranks reads back of a batch's activations (the values that can reach its
-//! threshold) instead of the whole matrix or a mask of it.
+//! threshold), and an attribution graph of a layer's transcoder activations (its active
+//! features), instead of the whole matrix or a mask of it.
 
 use burn::backend::{Backend, Cube, backend_extension, tensor::FloatTensor};
 use burn::tensor::{DType, Tensor};
