@@ -13,13 +13,13 @@
 //! Gradients are `[batch, pos, d_model]`, cut to the positions up to the batch's last target
 //! position: attention is causal, so nothing later can reach them.
 
-use burn::tensor::{IndexingUpdateOp, Int, Tensor, TensorData};
+use burn::tensor::{IndexingUpdateOp, Int, Tensor};
 use burnlens_model::kernels::linear;
 use burnlens_model::matmul::matmul;
 use burnlens_model::{Norm, NormKind, NormSite};
 
 use crate::replacement::{FrozenLayer, Replacement};
-use crate::transcoder::{InputHook, OutputHook};
+use crate::transcoder::{InputHook, OutputHook, indices};
 
 /// Which positions a gradient `[batch, p, d_model]` holds: the first `p`, or these.
 #[derive(Clone, Copy)]
@@ -98,9 +98,8 @@ impl Replacement<'_> {
     /// vector at its position, zero elsewhere, made where the vectors are.
     pub(crate) fn injected(&self, t: &Targets, order: &[usize], p: usize) -> Tensor<3> {
         let (n, d, device) = (order.len(), self.d_model(), self.model.device());
-        let ints = |v: Vec<i64>| Tensor::<1, Int>::from_data(TensorData::new(v.clone(), [v.len()]), &device);
-        let at = ints(order.iter().enumerate().map(|(k, &i)| (k * p + t.positions[i]) as i64).collect());
-        let vectors = t.vectors.clone().select(0, ints(order.iter().map(|&i| i as i64).collect()));
+        let at = indices(order.iter().enumerate().map(|(k, &i)| (k * p + t.positions[i]) as i64).collect(), &device);
+        let vectors = t.vectors.clone().select(0, indices(order.iter().map(|&i| i as i64).collect(), &device));
         Tensor::<2>::zeros([n * p, d], &device).select_assign(0, at, vectors, IndexingUpdateOp::Add).reshape([n, p, d])
     }
 

@@ -15,7 +15,7 @@ use burn::tensor::{Int, Tensor, TensorData};
 use burnlens_model::{Activation, AttnHook, Block, BlockHook, HookPoint, Hooks, LayerHook, NormHook, NormKind, NormSite, Transformer};
 
 use crate::TraceError;
-use crate::transcoder::{InputHook, OutputHook, TranscoderSet};
+use crate::transcoder::{InputHook, OutputHook, TranscoderSet, indices};
 use crate::writer::{Layout, Writer};
 
 /// One active feature: its layer, position, index in its transcoder, and activation.
@@ -84,19 +84,18 @@ impl<'m> Replacement<'m> {
     /// device: the direction a feature target injects (one selection per layer).
     pub(crate) fn encoder_rows(&self, which: &[usize]) -> Tensor<2> {
         let device = self.model.device();
-        let ints = |v: Vec<i64>| Tensor::<1, Int>::from_data(TensorData::new(v.clone(), [v.len()]), &device);
         let mut by_layer: Vec<usize> = (0..which.len()).collect();
         by_layer.sort_by_key(|&k| (self.active[which[k]].layer, k));
         let mut parts = Vec::new();
         for run in by_layer.chunk_by(|&a, &b| self.active[which[a]].layer == self.active[which[b]].layer) {
             let l = self.active[which[run[0]]].layer;
-            let sel = ints(run.iter().map(|&k| self.active[which[k]].feature as i64).collect());
+            let sel = indices(run.iter().map(|&k| self.active[which[k]].feature as i64).collect(), &device);
             parts.push(self.set.layers[l].w_enc.clone().select(1, sel).transpose());
         }
         // Back from layer order to `which`'s.
         let mut place = vec![0i64; which.len()];
         by_layer.iter().enumerate().for_each(|(j, &k)| place[k] = j as i64);
-        Tensor::cat(parts, 0).select(0, ints(place))
+        Tensor::cat(parts, 0).select(0, indices(place, &device))
     }
 
     /// Run `ids` through `model` once and freeze what attribution holds constant.

@@ -11,7 +11,7 @@
 //! (a PLT file's `W_skip` is applied as `x · W_skipᵀ`, so `M = W_skipᵀ`; a CLT's as
 //! `x · W_skip`).
 
-use burn::tensor::{Device, Tensor, TensorData};
+use burn::tensor::{Device, Int, Tensor, TensorData};
 use burnlens_lens::dictionary::Dictionary;
 
 use crate::TraceError;
@@ -105,6 +105,12 @@ impl TranscoderSet {
 /// A host tensor of any rank as a [`Tensor`] of rank `D` on `device`.
 pub(crate) fn tensor<const D: usize>(values: Vec<f32>, shape: [usize; D], device: &Device) -> Tensor<D> {
     Tensor::from_data(TensorData::new(values, shape), device)
+}
+
+/// Host indices as a [`Tensor`] of rank 1 on `device` (for `select`).
+pub(crate) fn indices(values: Vec<i64>, device: &Device) -> Tensor<1, Int> {
+    let n = values.len();
+    Tensor::from_data(TensorData::new(values, [n]), device)
 }
 
 /// The feature activations `[pos, features]` of a layer's transcoder on inputs
