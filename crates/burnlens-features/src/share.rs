@@ -51,20 +51,13 @@ pub(crate) fn batch_kth_of(share: &Share, acts: Tensor<2>, kk: usize) -> Result<
     batch_kth(share.ranks, positives_reaching(acts, bound), kk, share.step)
 }
 
-/// The positive values of `acts` at or above `bound`, row by row: on a GPU listed there
-/// ([`burnlens_model::gpu::row_values`]: each row's count read back, then `[rows, most in a
-/// row]`), elsewhere by their positions.
+/// The positive values of `acts` (non-negative) at or above `bound`: on a GPU listed there
+/// row by row ([`burnlens_model::gpu::row_nonzeros`]), elsewhere by their positions.
 fn positives_reaching(acts: Tensor<2>, bound: f32) -> Vec<f32> {
     let [n, m] = acts.dims();
     let kept = acts.clone().mask_fill(acts.lower_elem(bound), 0.0);
-    let counts: Vec<i64> = kept.clone().greater_elem(0.0).int().sum_dim(1).into_data().convert::<i64>().try_into_vec::<i64>().expect("counts");
-    let cap = counts.iter().copied().max().unwrap_or(0) as usize;
-    if cap == 0 {
-        return Vec::new();
-    }
-    if let Some(listed) = burnlens_model::gpu::row_values(&kept, cap) {
-        let v = host(listed);
-        return counts.iter().enumerate().flat_map(|(r, &c)| v[r * cap..r * cap + c as usize].iter().copied()).collect();
+    if let Some(rows) = burnlens_model::gpu::row_nonzeros(&kept) {
+        return rows.concat();
     }
     let flat = kept.reshape([n * m]);
     let at = flat.clone().greater_elem(0.0).argwhere();

@@ -14,6 +14,8 @@ use std::ops::Range;
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use burnlens_model::matmul::matmul;
 
+use crate::transcoder::indices;
+
 /// The most floats of decoder rows one block gathers (`slots · d_model`).
 pub const BLOCK_FLOATS: usize = 1 << 24;
 
@@ -91,13 +93,12 @@ impl Layout {
                         slots.push((k * width + r) as i64);
                     }
                 }
-                let n = slots.len();
                 Block {
                     positions,
                     width,
-                    features: Tensor::from_data(TensorData::new(idx, [len * width]), device),
+                    features: indices(idx, device),
                     scales: Tensor::from_data(TensorData::new(scale, [len * width, 1]), device),
-                    slots: Tensor::from_data(TensorData::new(slots, [n]), device),
+                    slots: indices(slots, device),
                 }
             })
             .collect();

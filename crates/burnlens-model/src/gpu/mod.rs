@@ -67,6 +67,28 @@ pub fn row_values(x: &Tensor<2>, cap: usize) -> Option<Tensor<2>> {
     }
 }
 
+/// Each row's non-zero values of `x` read back, and only they: counted on the device (one
+/// `[rows]` read), then listed there by [`row_values`] at the largest count. The order within
+/// a row is the kernel's, the same for any two tensors with the same non-zeros. `None` where
+/// the kernel does not run.
+pub fn row_nonzeros(x: &Tensor<2>) -> Option<Vec<Vec<f32>>> {
+    #[cfg(any(feature = "wgpu", feature = "cuda"))]
+    {
+        if !row_values::applies(x, 1) {
+            return None;
+        }
+        let counts: Vec<i64> = x.clone().not_equal_elem(0.0).int().sum_dim(1).into_data().convert::<i64>().try_into_vec::<i64>().ok()?;
+        let cap = counts.iter().copied().max().unwrap_or(0).max(1) as usize;
+        let v: Vec<f32> = row_values::row_values(x, cap)?.into_data().try_into_vec_as::<f32>().ok()?;
+        Some(counts.iter().enumerate().map(|(r, &c)| v[r * cap..r * cap + c as usize].to_vec()).collect())
+    }
+    #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
+    {
+        let _ = x;
+        None
+    }
+}
+
 /// Whether [`kth_largest_rows`] runs its kernel for `x` and `k` (rather than answer `None`).
 pub fn kth_largest_rows_runs(x: &Tensor<2>, k: usize) -> bool {
     #[cfg(any(feature = "wgpu", feature = "cuda"))]
