@@ -7,7 +7,10 @@ use burn::tensor::{Device, Distribution, Int, Tensor, TensorData};
 use burnlens_model::HookPoint;
 use burnlens_model::kernels::{self, AttentionMask};
 
+/// The flex device, with the kernels' unzeroed output buffers filled with NaN (an element a
+/// kernel leaves unwritten then fails the comparison).
 fn flex() -> Device {
+    kernels::poison_unfilled(true);
     Device::flex()
 }
 

@@ -19,6 +19,7 @@ use burn::tensor::activation::sigmoid;
 use super::flex::{contiguous, flex_vec, use_kernels};
 use super::pool::{self, GRAIN};
 use super::simd::{self, dispatch};
+use super::unfilled::unfilled;
 use crate::config::ActivationFn;
 
 #[backend_extension(Flex, Autodiff)]
@@ -88,7 +89,7 @@ pub fn backward(x: &[f32], dy: &[f32], dx: &mut [f32], alpha: f32, beta: f32) {
 fn flex_forward(x: &FlexTensor, alpha: f32, beta: f32) -> FlexTensor {
     super::flex::record(super::flex::Op::Activation, false);
     let x = contiguous(x);
-    let mut y = vec![0.0f32; x.layout().num_elements()];
+    let mut y = unfilled(x.layout().num_elements());
     forward(x.storage(), &mut y, alpha, beta);
     flex_vec(y, x.layout().shape().clone())
 }
@@ -113,7 +114,7 @@ impl Backward<Flex, 1> for GatedActivationBackward {
         let (x, alpha, beta) = ops.state;
         if let Some(node) = node_x {
             let x = contiguous(&x);
-            let mut dx = vec![0.0f32; x.layout().num_elements()];
+            let mut dx = unfilled(x.layout().num_elements());
             backward(x.storage(), dy.storage(), &mut dx, alpha, beta);
             grads.register::<Flex>(node.id, flex_vec(dx, x.layout().shape().clone()));
         }

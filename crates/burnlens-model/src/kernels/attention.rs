@@ -34,6 +34,7 @@ use super::gemm::{MatRef, matmul_single};
 use super::packed::{Packed, matmul_packed_part};
 use super::pool::{self, SendPtr};
 use super::simd::{self, dispatch};
+use super::unfilled::unfilled;
 
 /// Queries per block.
 pub const BLOCK: usize = 64;
@@ -527,8 +528,8 @@ fn forward_heads([qh, kh, vh]: [Heads; 3], scale: f64, mask: AttentionMask, keep
     let [kb, hk, s, kdh] = kh.dims;
     assert!(kb == b && kdh == dh && vh.dims == kh.dims && hk > 0 && h % hk == 0, "attention kernel: q {:?}, k {:?}, v {:?}", qh.dims, kh.dims, vh.dims);
     let _ = s;
-    let mut out = vec![0.0f32; b * t * h * dh];
-    let mut lse = if keep_lse { vec![0.0f32; b * h * t] } else { Vec::new() };
+    let mut out = unfilled(b * t * h * dh);
+    let mut lse = if keep_lse { unfilled(b * h * t) } else { Vec::new() };
     forward(&qh, &kh, &vh, scale as f32, mask, &mut out, keep_lse.then_some(&mut lse[..]));
     let (shape, strides) = heads_layout(b, h, t, dh);
     (flex_strided(out, shape, strides), lse)

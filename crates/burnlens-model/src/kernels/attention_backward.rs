@@ -5,6 +5,7 @@
 use super::attention::{AttentionKernel, AttentionMask, GradOut, Heads, backward, flex_forward, flex_forward_qkv, heads_layout, headwise, mask_of, qkv_heads};
 use super::flex::{flex_strided, flex_vec};
 use super::pool::SendPtr;
+use super::unfilled::unfilled;
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::autodiff::grads::Gradients;
@@ -56,9 +57,9 @@ impl Backward<Flex, 3> for AttentionBackward {
         let (qh, kh) = (Heads::of(&q), Heads::of(&k));
         let [b, h, t, dh] = qh.dims;
         let [_, hk, s, _] = kh.dims;
-        let mut dq = vec![0.0f32; b * t * h * dh];
-        let mut dk = vec![0.0f32; b * s * hk * dh];
-        let mut dv = vec![0.0f32; b * s * hk * dh];
+        let mut dq = unfilled(b * t * h * dh);
+        let mut dk = unfilled(b * s * hk * dh);
+        let mut dv = unfilled(b * s * hk * dh);
         let out = |g: &mut Vec<f32>, heads: usize| GradOut { ptr: SendPtr(g.as_mut_ptr()), row: heads * dh, first: 0 };
         let outs = [out(&mut dq, h), out(&mut dk, hk), out(&mut dv, hk)];
         // SAFETY: three separate buffers of exactly `[b, positions, heads, dh]`.
@@ -95,7 +96,7 @@ impl Backward<Flex, 1> for AttentionQkvBackward {
         let shape = qkv.layout().shape().clone();
         let ([h, hk], dh) = (st.heads, shape[3]);
         let row = (h + 2 * hk) * dh;
-        let mut g = vec![0.0f32; shape.num_elements()];
+        let mut g = unfilled(shape.num_elements());
         let ptr = SendPtr(g.as_mut_ptr());
         let outs = [0, h, h + hk].map(|first| GradOut { ptr, row, first: first * dh });
         // SAFETY: the three parts of one `[b, pos, h + 2 hk, dh]` buffer, disjoint heads.

@@ -19,6 +19,7 @@ use burn::tensor::{DType, Int, Shape, Tensor};
 use super::flex::{contiguous, flex_vec, indices, use_kernels};
 use super::pool;
 use super::simd::{self, dispatch};
+use super::unfilled::unfilled;
 
 #[backend_extension(Flex, Autodiff)]
 pub trait CrossEntropyKernel: Backend {
@@ -119,7 +120,7 @@ impl Backward<Flex, 1> for CrossEntropyBackward {
         if let Some(node) = node {
             let shape = logits.layout().shape().clone();
             let (rows, vocab) = (shape[0], shape[1]);
-            let mut d = vec![0.0f32; rows * vocab];
+            let mut d = unfilled(rows * vocab);
             backward(logits.storage(), vocab, &lse, &targets, g / rows as f32, &mut d);
             grads.register::<Flex>(node.id, flex_vec(d, shape));
         }

@@ -23,6 +23,7 @@ use burn::backend::{Autodiff, Backend, Dispatch, Flex, backend_extension};
 use burn::tensor::{DType, Int, Shape, Tensor};
 
 use super::flex::{contiguous, flex_vec, indices, use_kernels};
+use super::unfilled::unfilled;
 
 #[backend_extension(Flex, Autodiff)]
 pub trait EmbeddingKernel: Backend {
@@ -73,7 +74,7 @@ fn flex_forward(weight: &FlexTensor, ids: &[usize], dims: [usize; 2]) -> FlexTen
     let layout = weight.layout();
     let d = layout.shape()[1];
     let view = [layout.start_offset() as isize, layout.strides()[0], layout.strides()[1]];
-    let mut out = vec![0.0f32; ids.len() * d];
+    let mut out = unfilled(ids.len() * d);
     forward(weight.storage(), view, d, ids, &mut out);
     flex_vec(out, Shape::from(vec![dims[0], dims[1], d]))
 }

@@ -20,6 +20,7 @@ use burn::tensor::{Shape, Tensor};
 use super::flex::{contiguous, flex_vec, use_kernels};
 use super::pool;
 use super::simd::{self, dispatch};
+use super::unfilled::unfilled;
 
 #[backend_extension(Flex, Autodiff)]
 pub trait NormKernel: Backend {
@@ -142,8 +143,8 @@ fn flex_forward(x: &FlexTensor, w: &FlexTensor, b: Option<&FlexTensor>, eps: f64
     let shape = x.layout().shape().clone();
     let d = w.layout().num_elements();
     let rows = shape.num_elements() / d.max(1);
-    let mut y = vec![0.0f32; shape.num_elements()];
-    let mut stats = vec![0.0f32; 2 * rows];
+    let mut y = unfilled(shape.num_elements());
+    let mut stats = unfilled(2 * rows);
     forward(x.storage(), w.storage(), b.as_ref().map(|b| b.storage()), eps as f32, b.is_some(), &mut y, &mut stats);
     (flex_vec(y, shape), flex_vec(stats, Shape::from(vec![rows, 2])))
 }
@@ -163,7 +164,7 @@ fn gradients(x: &FlexTensor, w: &FlexTensor, stats: &FlexTensor, dy: &FlexTensor
     let (x, w, stats, dy) = (contiguous(x), contiguous(w), contiguous(stats), contiguous(dy));
     let shape = x.layout().shape().clone();
     let d = w.layout().num_elements();
-    let mut dx = vec![0.0f32; shape.num_elements()];
+    let mut dx = unfilled(shape.num_elements());
     let wb = backward(x.storage(), w.storage(), stats.storage(), dy.storage(), center, &mut dx, want[1] || want[2]);
     let (dw, db) = match wb {
         Some((dw, db)) => (Some(flex_vec(dw, Shape::from(vec![d]))), Some(flex_vec(db, Shape::from(vec![d])))),

@@ -29,6 +29,7 @@ use super::half_panels::half_panels;
 use super::half_panels_prefill::{available as reads_prefill, matmul_from_panels};
 use super::packed::{matmul_packed, packed_weight};
 use super::pool;
+use super::unfilled::unfilled;
 
 #[backend_extension(Flex, Autodiff)]
 pub trait LinearKernel: Backend {
@@ -188,7 +189,7 @@ fn flex_forward(x: &FlexTensor, w: &FlexTensor, b: Option<&FlexTensor>, pack: bo
     let xs = x.layout().shape().clone();
     assert_eq!(xs[xs.num_dims() - 1], k, "linear: input width {} but weight rows {k}", xs[xs.num_dims() - 1]);
     let m = xs.num_elements() / k.max(1);
-    let mut y = vec![0.0f32; m * n];
+    let mut y = unfilled(m * n);
     if let Some(b) = b {
         let b = contiguous(b);
         let bias = b.storage::<f32>();
@@ -221,7 +222,7 @@ fn gradients(x: &FlexTensor, w: &FlexTensor, dy: &FlexTensor, want: [bool; 3]) -
     let m = dy.layout().num_elements() / n.max(1);
     let dy_m = MatRef::row_major(dy.storage(), m, n);
     let dx = want[0].then(|| {
-        let mut dx = vec![0.0f32; m * k];
+        let mut dx = unfilled(m * k);
         weight_product(&mut dx, k, dy_m, &w, mat(&w, [k, n], ws, woff).t(), false, !want[1]);
         flex_vec(dx, x.layout().shape().clone())
     });
@@ -233,11 +234,11 @@ fn gradients(x: &FlexTensor, w: &FlexTensor, dy: &FlexTensor, want: [bool; 3]) -
             // view, so that it reaches `W_E` contiguous and adds to the embedding's own
             // gradient in one contiguous pass (row-major, the add ran strided: 4.4% of a
             // GPT-2 small training step).
-            let mut dwt = vec![0.0f32; n * k];
+            let mut dwt = unfilled(n * k);
             product(&mut dwt, k, dy_m.t(), x_m);
             flex_strided(dwt, Shape::from(vec![k, n]), vec![1, k as isize])
         } else {
-            let mut dw = vec![0.0f32; k * n];
+            let mut dw = unfilled(k * n);
             product(&mut dw, n, x_m.t(), dy_m);
             flex_vec(dw, Shape::from(vec![k, n]))
         }

@@ -26,7 +26,8 @@
 //! path can be timed or compared in the same build. The first kernel to run also tells
 //! glibc's allocator to keep freed buffers for the next step ([`memory`]). Packed weights, half
 //! weights converted at load and AdamW's moments live on huge pages where the OS gives them
-//! ([`pages`]).
+//! ([`pages`]). Outputs that a kernel writes whole are allocated without zeroing
+//! (`unfilled.rs`; [`poison_unfilled`] fills them with NaN for tests).
 //!
 //! The boundary: the op functions below (each picks its kernel or Burn's composed ops
 //! itself), [`runs_on`] for callers choosing between a kernel and a backend's own fused op,
@@ -66,6 +67,7 @@ mod simd;
 pub mod softmax;
 pub mod sum_squares;
 mod transpose16;
+mod unfilled;
 
 pub use activation::{gated_activation, gated_activation_reference};
 pub use attention::{AttentionMask, attention, attention_reference};
@@ -78,3 +80,4 @@ pub use linear::{linear, linear_reference};
 pub use simd::dot_here as dot;
 pub use softmax::{softmax, softmax_reference};
 pub use sum_squares::{scale, sum_squares, sum_squares_reference};
+pub use unfilled::poison_unfilled;

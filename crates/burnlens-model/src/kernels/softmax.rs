@@ -20,6 +20,7 @@ use burn::tensor::Tensor;
 use super::flex::{contiguous, flex_vec, use_kernels};
 use super::pool;
 use super::simd::{self, dispatch};
+use super::unfilled::unfilled;
 
 #[backend_extension(Flex, Autodiff)]
 pub trait SoftmaxKernel: Backend {
@@ -81,7 +82,7 @@ fn flex_forward(x: &FlexTensor) -> FlexTensor {
     let x = contiguous(x);
     let shape = x.layout().shape().clone();
     let d = shape.as_slice().last().copied().unwrap_or(1);
-    let mut y = vec![0.0f32; x.layout().num_elements()];
+    let mut y = unfilled(x.layout().num_elements());
     forward(x.storage(), &mut y, d);
     flex_vec(y, shape)
 }
@@ -107,7 +108,7 @@ impl Backward<Flex, 1> for SoftmaxBackward {
             let y = contiguous(&ops.state);
             let shape = y.layout().shape().clone();
             let d = shape.as_slice().last().copied().unwrap_or(1);
-            let mut dx = vec![0.0f32; y.layout().num_elements()];
+            let mut dx = unfilled(y.layout().num_elements());
             backward(y.storage(), dy.storage(), &mut dx, d);
             grads.register::<Flex>(node.id, flex_vec(dx, shape));
         }
