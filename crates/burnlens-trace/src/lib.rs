@@ -23,6 +23,7 @@ pub mod attribute_args;
 pub mod backward;
 pub mod circuit_tracer;
 pub mod error;
+mod found;
 pub mod graph;
 pub mod graph_attention;
 pub mod head_loadings;

@@ -13,8 +13,9 @@ use burnlens_model::{Activation, AttnHook, Block, BlockHook, HookPoint, LayerHoo
 use super::frozen::Frozen;
 use super::node::QkNode;
 use crate::TraceError;
+use crate::found::Found;
 use crate::replacement::input_source;
-use crate::transcoder::{OutputHook, TranscoderSet, host_activations, tensor};
+use crate::transcoder::{OutputHook, TranscoderSet, tensor};
 
 pub(crate) type Captured = BTreeMap<HookPoint, Activation>;
 
@@ -280,10 +281,16 @@ impl<F: FnMut(Part) -> Result<(), TraceError>> Walk<'_, F> {
         let active: Vec<(usize, f32)> = match &self.known {
             Some(known) => known.at(l, self.kept, at.zero_positions, f),
             None => {
-                let mut acts = host_activations(tc, x.clone());
-                let zeroed = self.kept.positions.iter().take_while(|&&p| p < at.zero_positions).count();
-                acts[..zeroed.min(n_pos) * f].fill(0.0);
-                acts.iter().copied().enumerate().filter(|&(_, a)| a != 0.0).collect()
+                let mut acts = tc.encode(x.clone());
+                let zeroed = self.kept.positions.iter().take_while(|&&p| p < at.zero_positions).count().min(n_pos);
+                if zeroed > 0 {
+                    acts = acts.slice_assign([0..zeroed, 0..f], Tensor::zeros([zeroed, f], &device));
+                }
+                let found = Found::of(&acts);
+                (0..n_pos)
+                    .flat_map(|p| (found.starts[p]..found.starts[p + 1]).map(move |j| (p, j)))
+                    .map(|(p, j)| (p * f + found.features[j] as usize, found.values[j]))
+                    .collect()
             }
         };
         let mine = (!active.is_empty()).then(|| {
