@@ -60,6 +60,8 @@ run() {
         BURNLENS_TEST_BACKENDS=$backend timeout 240 $bin/attribution every_backend 2>&1 | grep -E "test result|panicked|FAILED" | head -20
         echo "== attribution graphs against circuit-tracer's on $backend"
         BURNLENS_TEST_BACKENDS=$backend timeout 240 $bin/trace graphs_equal --nocapture 2>&1 | grep -E "adjacency rel|test result|panicked|FAILED" | head -20
+        echo "== QK attributions adding up to the model's scores on $backend"
+        BURNLENS_TEST_BACKENDS=$backend timeout 120 $bin/trace qk_terms_add_up 2>&1 | grep -E "test result|panicked|FAILED" | head -20
     done
     # SAE training's steps on the GPU backends (the tensor path, chosen by the device) against
     # sae-lens's, through the exact f32 products (never TF32).

@@ -416,10 +416,19 @@ fn check_qk_rows(at: &str, got: &burnlens::trace::QkHead, model: &burnlens::mode
 /// blocks), with per-layer, skip and cross-layer transcoders writing before or after a
 /// post-norm, and on every family without transcoders (parallel blocks too); transcoders
 /// on parallel blocks are refused with one line.
+///
+/// On every backend the build can run (`BURNLENS_TEST_BACKENDS` to choose; the GPU check
+/// runs it on wgpu and cuda): each layer's active features are listed where the transcoder
+/// ran.
 #[test]
 fn qk_terms_add_up_to_the_models_scores_in_every_family() {
+    for (backend, device) in backends() {
+        qk_terms_add_up_on(&backend, &device);
+    }
+}
+
+fn qk_terms_add_up_on(backend: &str, device: &Device) {
     use burnlens::trace::{QkNode, QkOptions, qk_attributions};
-    let device = Device::flex();
     let ids: Vec<i64> = vec![1, 17, 42, 5, 99, 17, 42, 63, 8, 17, 42];
     let families = [
         ("gpt2", false, true, InputHook::MlpIn, OutputHook::MlpOut),
@@ -435,13 +444,13 @@ fn qk_terms_add_up_to_the_models_scores_in_every_family() {
         ("neox_sequential", false, false, InputHook::MlpIn, OutputHook::MlpOut),
     ];
     for (name, cross_layer, skip, input, output) in families {
-        let model = load_model(&fixture(name), &device).unwrap_or_else(|e| panic!("{name}: {e}")).model;
+        let model = load_model(&fixture(name), device).unwrap_or_else(|e| panic!("{name}: {e}")).model;
         let set = random_set(&model, 24, cross_layer, skip, input, output);
         let n_layers = model.config.n_layers();
         for (layer, head) in [(n_layers - 1, 0), (n_layers - 1, model.config.n_heads - 1), (1, model.config.n_heads / 2)] {
             let opts = QkOptions { top_terms: 5, ..QkOptions::new(layer, head) };
             let got = qk_attributions(&model, Some(&set), &ids, &opts).unwrap_or_else(|e| panic!("{name} L{layer}.H{head}: {e}"));
-            let at = format!("{name} L{layer}.H{head}");
+            let at = format!("{name} L{layer}.H{head} on {backend}");
             check_qk_rows(&at, &got, &model, layer, ids.len(), 5);
             assert!(got.rows.iter().any(|r| r.feature_feature != 0.0 && r.error != 0.0), "{at}: features and errors both take part");
         }
@@ -451,14 +460,14 @@ fn qk_terms_add_up_to_the_models_scores_in_every_family() {
         .iter()
         .chain(&[("pythia_like", false, false, InputHook::MlpIn, OutputHook::MlpOut), ("gptj_interleaved", false, false, InputHook::MlpIn, OutputHook::MlpOut)])
     {
-        let model = load_model(&fixture(name), &device).unwrap().model;
+        let model = load_model(&fixture(name), device).unwrap().model;
         let layer = model.config.n_layers() - 1;
         let got = qk_attributions(&model, None, &ids, &QkOptions { top_terms: 4, ..QkOptions::new(layer, 0) }).unwrap();
-        check_qk_rows(&format!("{name} without transcoders"), &got, &model, layer, ids.len(), 4);
+        check_qk_rows(&format!("{name} without transcoders on {backend}"), &got, &model, layer, ids.len(), 4);
         assert!(got.rows.iter().any(|r| r.terms.iter().any(|t| matches!(t.key_node, QkNode::Mlp { .. }))), "{name}: MLP outputs take part");
     }
     for name in ["pythia_like", "gptj_interleaved"] {
-        let model = load_model(&fixture(name), &device).unwrap().model;
+        let model = load_model(&fixture(name), device).unwrap().model;
         let set = random_set(&model, 8, false, false, InputHook::MlpIn, OutputHook::MlpOut);
         let e = qk_attributions(&model, Some(&set), &ids, &QkOptions::new(1, 0)).unwrap_err().to_string();
         assert!(e.contains("parallel") && !e.contains('\n'), "{name}: transcoders on parallel blocks: {e}");
