@@ -4,6 +4,7 @@
 //! from this list.
 
 use burn::tensor::{Int, Tensor};
+use burnlens_lens::dictionary::Dictionary;
 
 /// A layer's active features by position: position `p`'s are `starts[p]..starts[p + 1]`,
 /// with their features (rising) and activations.
@@ -14,6 +15,21 @@ pub(crate) struct Found {
 }
 
 impl Found {
+    /// A layer's transcoder activations on `x` (`[positions, d_model]`), with the first
+    /// `zeroed` positions' set to zero (positions attribution leaves out), and their active
+    /// features ([`Found::of`]).
+    pub(crate) fn encode(tc: &Dictionary, x: Tensor<2>, zeroed: usize) -> (Tensor<2>, Self) {
+        let mut acts = tc.encode(x);
+        let [n_pos, f] = acts.dims();
+        let z = zeroed.min(n_pos);
+        if z > 0 {
+            let zeros = Tensor::zeros([z, f], &acts.device());
+            acts = acts.slice_assign([0..z, 0..f], zeros);
+        }
+        let found = Self::of(&acts);
+        (acts, found)
+    }
+
     /// The non-zeros of `acts` (`[positions, features]`, where the transcoder computed them).
     /// On a GPU each position's are listed there (`gpu::row_nonzeros`, of the activations and
     /// of their column numbers) and only they come back, not the whole matrix

@@ -253,14 +253,8 @@ fn encode_layer(
     let device = input.device();
     let tc = &set.layers[l];
     let [n_pos, d] = input.dims();
-    let f = tc.d_sae();
-    let mut dense = tc.encode(input.clone());
-    let z = zero_positions.min(n_pos);
-    if z > 0 {
-        dense = dense.slice_assign([0..z, 0..f], Tensor::zeros([z, f], &device));
-    }
+    let (dense, Found { starts, features: idx, values }) = Found::encode(tc, input.clone(), zero_positions);
     let first_feature = active.len();
-    let Found { starts, features: idx, values } = Found::of(&dense);
     for p in 0..n_pos {
         for j in starts[p]..starts[p + 1] {
             active.push(ActiveFeature { layer: l, pos: p, feature: idx[j] as usize, activation: values[j] });

@@ -281,12 +281,8 @@ impl<F: FnMut(Part) -> Result<(), TraceError>> Walk<'_, F> {
         let active: Vec<(usize, f32)> = match &self.known {
             Some(known) => known.at(l, self.kept, at.zero_positions, f),
             None => {
-                let mut acts = tc.encode(x.clone());
-                let zeroed = self.kept.positions.iter().take_while(|&&p| p < at.zero_positions).count().min(n_pos);
-                if zeroed > 0 {
-                    acts = acts.slice_assign([0..zeroed, 0..f], Tensor::zeros([zeroed, f], &device));
-                }
-                let found = Found::of(&acts);
+                let zeroed = self.kept.positions.iter().take_while(|&&p| p < at.zero_positions).count();
+                let (_, found) = Found::encode(tc, x.clone(), zeroed);
                 (0..n_pos)
                     .flat_map(|p| (found.starts[p]..found.starts[p + 1]).map(move |j| (p, j)))
                     .map(|(p, j)| (p * f + found.features[j] as usize, found.values[j]))
