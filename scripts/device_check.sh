@@ -14,6 +14,11 @@
 # `run` links that path to the checkout it runs in. Results: $OUT/log and $OUT/bench.jsonl.
 # A dry run on a machine without a GPU: `BACKENDS=wgpu PEER_DEVICE=cpu` (wgpu through Mesa's
 # lavapipe, PyTorch on the cores).
+#
+# On a lent GPU, two calls back to back (each carries at most 64 MiB, the repository included):
+#   carry [.gpu/burnlens.tar.xz, .gpu/built_in, .gpu/backends, .gl]   scripts/device_check.sh run
+#   carry [.gpu/gpu.tar.xz, .gpu/built_in, .gpu/backends, .gl]        SECTIONS=tests scripts/device_check.sh run
+# The first times the rows (the sections other than tests), the second runs the suites.
 set -uo pipefail
 # cuda: burn 0.22's cubecl-cuda links LLVM (tracel-llvm-bundler); `cargo xtask cuda-llvm` puts
 # it where the bundler looks (no network at build time), then pack with FEATURES=cuda,wgpu.
@@ -99,7 +104,8 @@ run() {
     echo "backends: $BACKENDS; peers on $PEER_DEVICE; budget $BUDGET_S s"
     [ -x $BIN/burnlens ] && $BIN/burnlens backends
     MODEL=/tmp/gpt2-small
-    python3 -c "
+    # The random GPT-2 the rows run (the suites read their own fixtures).
+    [ "${SECTIONS:-}" = tests ] || python3 -c "
 import json, os, torch, transformers
 torch.manual_seed(0)
 config = transformers.GPT2Config(**json.loads(os.environ.get('GPT2_CONFIG') or '{}'))
