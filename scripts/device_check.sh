@@ -4,11 +4,13 @@
 # the same GPU (scripts/peer_nanogpt.py, peer_sae_step.py), then the parity suite, the
 # attribution, graph, QK, kernel and SAE tests on those backends, as far as the budget goes.
 #
-#   here:  scripts/device_check.sh pack   builds with --features $FEATURES (default wgpu; no GPU
-#                                         toolkit is needed at build time) and packs
-#                                         the stripped binaries into .gpu/ (ignored; carry it)
-#   there: scripts/device_check.sh run    with .gpu and .gl carried (.gl: the Vulkan loader's
-#                                         Debian packages, /work/.library/device/README.md)
+#   here:  scripts/device_check.sh pack   builds `burnlens` and the suites' test binary
+#                                         (tests/gpu.rs) with --features $FEATURES (default
+#                                         wgpu; no GPU toolkit is needed at build time) and packs
+#                                         each, stripped, into its archive in .gpu/ (ignored)
+#   there: scripts/device_check.sh run    with an archive, .gpu/built_in, .gpu/backends and .gl
+#                                         carried (.gl: the Vulkan loader's Debian packages,
+#                                         /work/.library/device/README.md)
 #
 # The test binaries read their fixtures through the path they were built in (/work/main), so
 # `run` links that path to the checkout it runs in. Results: $OUT/log and $OUT/bench.jsonl.

@@ -2,8 +2,8 @@
 //! graphs and QK, the GPU kernels, SAE training steps and evals, each file included as a
 //! module. Built only with `wgpu` (the pack builds `cuda,wgpu`): each of those binaries links
 //! all of Burn, CubeCL and cubecl-cuda's LLVM (about 140 MB stripped, 31 MB in xz), and what
-//! one call to a lent GPU may carry is 64 MiB, the repository included — one binary of them
-//! travels beside `burnlens` in two calls, where six did not fit in one.
+//! one call to a lent GPU may carry is 64 MiB, the repository included: this binary and
+//! `burnlens` travel in two calls, one each, where seven binaries fitted in none.
 #![cfg(feature = "wgpu")]
 
 #[path = "attribution.rs"]
