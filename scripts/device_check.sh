@@ -62,6 +62,8 @@ for l in sys.stdin:
 #   PEERS      PyTorch peers of the bench rows (default lean; add hf for transformers)
 #   PEER_DEVICE  where PyTorch runs (default cuda; cpu for a dry run on a machine without one)
 #   GPT2_CONFIG  the random model's GPT2Config arguments as JSON (default GPT-2 small's)
+#   SAE_STEPS, SAE_FEATURES, DASH_TOKENS, GRAPH_TOKENS  the SAE rows' steps (20) and width
+#              (24576), the dashboards' tokens (262144), the graph's prompt (512)
 BUDGET_S=${BUDGET_S:-480}
 START_S=$SECONDS
 PEER_DEVICE=${PEER_DEVICE:-cuda}
@@ -224,10 +226,13 @@ matmul_rows() {
             for compute in f32 tf32; do
                 timeout "$(limit 120)" $BIN/burnlens bench matmul --backend "$backend" --compute $compute --shape $shape --reps 10 2>/dev/null | python3 -c '
 import json, statistics, sys
-d = json.loads(sys.stdin.read())
+try:
+    d = json.loads(sys.stdin.read())
+except ValueError:
+    sys.exit(print(f"| {sys.argv[2]} | burnlens {sys.argv[1]} {sys.argv[3]} | failed | |"))
 ms = statistics.median(d["times"]) * 1e3
 shape, route, tflops = "x".join(str(d[v]) for v in "mkn"), d["route"], d["flops"] / ms / 1e9
-print(f"| {shape} | burnlens {sys.argv[1]} {route} | {ms:.2f} | {tflops:.1f} |")' "$backend"
+print(f"| {shape} | burnlens {sys.argv[1]} {route} | {ms:.2f} | {tflops:.1f} |")' "$backend" "$shape" "$compute"
             done
         done
         timeout "$(limit 120)" python3 - "$shape" <<'EOF'
@@ -261,9 +266,12 @@ select_rows() {
             for route in chosen bisection; do
                 timeout "$(limit 120)" $BIN/burnlens bench select --backend "$backend" --shape "$1" --k "$2" --route $route --reps 10 2>/dev/null | python3 -c '
 import json, statistics, sys
-d = json.loads(sys.stdin.read())
+try:
+    d = json.loads(sys.stdin.read())
+except ValueError:
+    sys.exit(print(f"| {sys.argv[2]} k {sys.argv[3]} | burnlens {sys.argv[1]} {sys.argv[4]} | failed |"))
 rows, width, k, route, ms = d["rows"], d["width"], d["k"], d["route"], statistics.median(d["times"]) * 1e3
-print(f"| {rows}x{width} k {k} | burnlens {sys.argv[1]} {route} | {ms:.2f} |")' "$backend"
+print(f"| {rows}x{width} k {k} | burnlens {sys.argv[1]} {route} | {ms:.2f} |")' "$backend" "$1" "$2" "$route"
             done
         done
         timeout "$(limit 120)" python3 - "$1" "$2" <<'EOF'
@@ -311,13 +319,16 @@ EOF
 # cores (flex). Attribution seconds as the command reports them.
 graph_rows() {
     local out=$1 model=$MODEL tokens=${GRAPH_TOKENS:-512} tc=/tmp/tc24k backend
-    timeout "$(limit 120)" python3 - "$tc" <<'EOF'
-import math, os, sys, torch
+    rm -rf "$tc"
+    timeout "$(limit 120)" python3 - "$tc" "$model" <<'EOF'
+import json, math, os, sys, torch
 from safetensors.torch import save_file
-out, d, f = sys.argv[1], 768, 24576
+out, f = sys.argv[1], 24576
+config = json.load(open(os.path.join(sys.argv[2], "config.json")))
+d, layers = config["n_embd"], config["n_layer"]
 os.makedirs(out, exist_ok=True)
 g = torch.Generator().manual_seed(7)
-for i in range(12):
+for i in range(layers):
     save_file({"W_enc": torch.randn(f, d, generator=g) / math.sqrt(d), "b_enc": torch.full((f,), -2.88),
                "W_dec": torch.randn(f, d, generator=g) * 0.05, "b_dec": torch.zeros(d)}, os.path.join(out, f"layer_{i}.safetensors"))
 open(os.path.join(out, "config.yaml"), "w").write("model_kind: transcoder_set\nfeature_input_hook: ln2.hook_normalized\nfeature_output_hook: hook_mlp_out\n")
@@ -338,17 +349,17 @@ EOF
 # steps on the tensor path, chosen by the device) against scripts/peer_sae_step.py, a
 # PyTorch loop of SAELens's step on cuda. Seconds a step over the steady steps.
 sae_rows() {
-    local out=$1 model=$MODEL steps=${SAE_STEPS:-20} arch backend
+    local out=$1 model=$MODEL steps=${SAE_STEPS:-20} features=${SAE_FEATURES:-24576} arch backend
     echo "| SAE step | burnlens backend | burnlens s / step | PyTorch s / step | burnlens / PyTorch |"
     echo "|---|---|---|---|---|"
     for arch in topk standard; do
         local peer
-        peer=$(timeout "$(limit 240)" python3 scripts/peer_sae_step.py "$model" $arch $steps 24576 32 6 "$PEER_DEVICE" 2>/dev/null | tail -1)
+        peer=$(timeout "$(limit 240)" python3 scripts/peer_sae_step.py "$model" $arch $steps $features 32 6 "$PEER_DEVICE" 2>/dev/null | tail -1)
         echo "$peer" >>"$out/sae.jsonl"
         for backend in $BACKENDS; do
             rm -rf "/tmp/sae-$backend"
             timeout "$(limit 240)" $BIN/burnlens train-sae --backend "$backend" --model "$model" --hook blocks.6.hook_resid_pre --architecture $arch \
-                --k 32 --d-sae 24576 --steps $steps --batch 32 --seq-len 128 --n-batches-in-buffer 2 --data random --checkpoint-every 100000 \
+                --k 32 --d-sae $features --steps $steps --batch 32 --seq-len 128 --n-batches-in-buffer 2 --data random --checkpoint-every 100000 \
                 $([ $arch = standard ] && echo --l1 1) --out "/tmp/sae-$backend" >"$out/sae-$arch-$backend.log" 2>&1
             python3 - "/tmp/sae-$backend/metrics.jsonl" "$peer" $arch $backend <<'EOF'
 import json, statistics, sys
