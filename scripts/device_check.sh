@@ -198,7 +198,7 @@ EOF
 }
 
 # `row LABEL USUAL_S BURNLENS_ARGS... -- PEER_ARGS...`: one bench row on every backend and
-# peer, appended to bench.jsonl, if USUAL_S still fits.
+# peer, appended to `bench_rows`'s $jsonl, if USUAL_S still fits.
 row() {
     local label=$1 usual=$2; shift 2
     local ours=() peer=() backend impl
@@ -206,12 +206,12 @@ row() {
     fits "$label" "$usual" || return 0
     echo "-- $label (at $((SECONDS - START_S)) s)"
     for backend in $BACKENDS; do
-        timeout "$(limit 120)" $BIN/burnlens bench "${ours[@]}" --backend $backend | sed "s/^{/{\"row\":\"$label\",\"backend\":\"$backend\",/" >>"$out/bench.jsonl"
+        timeout "$(limit 120)" $BIN/burnlens bench "${ours[@]}" --backend $backend | sed "s/^{/{\"row\":\"$label\",\"backend\":\"$backend\",/" >>"$jsonl"
     done
     for impl in ${PEERS:-lean}; do
         [ "$impl" = hf ] && [ "${peer[0]}" = train-steps ] && continue
         timeout "$(limit 180)" python3 scripts/peer_nanogpt.py "${peer[@]}" --impl $impl --device "$PEER_DEVICE" 2>/dev/null \
-            | sed "s/^{/{\"row\":\"$label\",\"backend\":\"torch-$impl\",/" >>"$out/bench.jsonl"
+            | sed "s/^{/{\"row\":\"$label\",\"backend\":\"torch-$impl\",/" >>"$jsonl"
     done
 }
 
