@@ -21,10 +21,18 @@
 #   carry [.gpu/burnlens.tar.xz, .gpu/built_in, .gpu/backends, .gl]   scripts/device_check.sh run
 #   carry [.gpu/gpu.tar.xz, .gpu/built_in, .gpu/backends, .gl]        SECTIONS=tests scripts/device_check.sh run
 # The first times the rows (the sections other than tests), the second runs the suites.
+# Fusion against no fusion: pack again with GPU_DIR=.gpu-fused FEATURES=cuda,wgpu,fusion, and
+# a third call carries [.gpu-fused/burnlens.tar.xz, .gpu-fused/built_in, .gpu-fused/backends,
+# .gl] and runs GPU_DIR=.gpu-fused SECTIONS="bench sae" scripts/device_check.sh run.
 set -uo pipefail
 # cuda: burn 0.22's cubecl-cuda links LLVM (tracel-llvm-bundler); `cargo xtask cuda-llvm` puts
-# it where the bundler looks (no network at build time), then pack with FEATURES=cuda,wgpu.
+# it where the bundler looks (no network at build time), then pack with FEATURES=cuda,wgpu;
+# FEATURES=cuda,wgpu,fusion packs the same with Burn's operation fusion (see README's GPU
+# paragraph), to time against an unfused pack's rows.
 FEATURES=${FEATURES:-wgpu}
+# Where `pack` writes and `run` reads the archives: a second folder (GPU_DIR=.gpu-fused) keeps
+# a pack of other features beside the first, so both can be timed in one GPU session.
+GPU_DIR=${GPU_DIR:-.gpu}
 cd "$(dirname "$0")/.."
 
 pack() {
@@ -36,20 +44,20 @@ for l in sys.stdin:
     m = json.loads(l)
     if m.get("reason") == "compiler-artifact" and m.get("executable"):
         print(m["target"]["name"], m["executable"])')
-    rm -rf .gpu && mkdir -p .gpu
+    rm -rf "$GPU_DIR" && mkdir -p "$GPU_DIR"
     # One archive a binary, each carried by its own call: with `cuda` each binary links
     # cubecl-cuda's LLVM (140-165 MB stripped, 31-36 MB in xz), and a call carries 64 MiB
     # with the repository (23 MB) and .gl.
     while read -r name exe; do
-        mkdir -p ".gpu/$name/bin" && cp "$exe" ".gpu/$name/bin/$name" && strip ".gpu/$name/bin/$name"
-        tar -C ".gpu/$name" -cf - bin | xz -9 -T2 >".gpu/$name.tar.xz"
-        rm -rf ".gpu/$name"
+        mkdir -p "$GPU_DIR/$name/bin" && cp "$exe" "$GPU_DIR/$name/bin/$name" && strip "$GPU_DIR/$name/bin/$name"
+        tar -C "$GPU_DIR/$name" -cf - bin | xz -9 -T2 >"$GPU_DIR/$name.tar.xz"
+        rm -rf "$GPU_DIR/$name"
     done <<<"$bins"
-    pwd >.gpu/built_in
-    echo "$FEATURES" | tr ',' ' ' >.gpu/backends
-    grep -qx '/.gpu/' "$(git rev-parse --git-common-dir)/info/exclude" || echo /.gpu/ >>"$(git rev-parse --git-common-dir)/info/exclude"
-    ls -la .gpu
-    echo "carry .gpu/burnlens.tar.xz (the rows) or .gpu/gpu.tar.xz (the suites), with .gpu/built_in, .gpu/backends and .gl"
+    pwd >$GPU_DIR/built_in
+    echo "$FEATURES" | tr ',' ' ' >$GPU_DIR/backends
+    grep -qx "/$GPU_DIR/" "$(git rev-parse --git-common-dir)/info/exclude" || echo "/$GPU_DIR/" >>"$(git rev-parse --git-common-dir)/info/exclude"
+    ls -la "$GPU_DIR"
+    echo "carry $GPU_DIR/burnlens.tar.xz (the rows) or $GPU_DIR/gpu.tar.xz (the suites), with $GPU_DIR/built_in, $GPU_DIR/backends and .gl"
 }
 
 # Device time is short (15 minutes a session, the machine's start included; at most 10 a
@@ -92,20 +100,20 @@ run() {
     local out=${OUT:-/tmp/out} root=$PWD
     mkdir -p "$out"
     exec > >(tee "$out/log") 2>&1
-    local built_in; built_in=$(cat .gpu/built_in)
+    local built_in; built_in=$(cat $GPU_DIR/built_in)
     [ -e "$built_in" ] || { mkdir -p "$(dirname "$built_in")"; ln -s "$root" "$built_in"; }
     for f in .gl/*.deb; do [ -e "$f" ] && dpkg -x "$f" /; done; ldconfig 2>/dev/null
     local icd=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
     [ -f "$icd" ] && export VK_DRIVER_FILES=$icd
     export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
     local archive
-    for archive in .gpu/*.tar.xz; do [ -e "$archive" ] && tar -C .gpu -xJf "$archive"; done
-    BIN=.gpu/bin
+    for archive in $GPU_DIR/*.tar.xz; do [ -e "$archive" ] && tar -C "$GPU_DIR" -xJf "$archive"; done
+    BIN=$GPU_DIR/bin
     # cuda first: its rows are the ones no earlier run has measured.
-    BACKENDS=${BACKENDS:-$(tr ' ' '\n' <.gpu/backends | grep -E '^(cuda|wgpu)$' | sort | tr '\n' ' ')}
+    BACKENDS=${BACKENDS:-$(tr ' ' '\n' <$GPU_DIR/backends | grep -E '^(cuda|wgpu)$' | sort | tr '\n' ' ')}
     nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv 2>&1 | head -3
     nproc; python3 -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)'
-    echo "backends: $BACKENDS; peers on $PEER_DEVICE; budget $BUDGET_S s"
+    echo "built with --features $(tr ' ' ',' <$GPU_DIR/backends); backends: $BACKENDS; peers on $PEER_DEVICE; budget $BUDGET_S s"
     [ -x $BIN/burnlens ] && $BIN/burnlens backends
     MODEL=/tmp/gpt2-small
     # The random GPT-2 the rows run (the suites read their own fixtures).

@@ -1,6 +1,6 @@
 //! The README's test command (`cargo xtask test`, which `.ci/run` calls): the formatting,
-//! what a fresh machine lacks installed, clippy (the `cuda` feature too), the tests, and the
-//! portable-path rerun.
+//! what a fresh machine lacks installed, clippy (the `cuda` feature too, and `cuda,fusion` on
+//! the model crate), the tests, and the portable-path rerun.
 
 use std::process::Command;
 
@@ -48,6 +48,20 @@ pub(crate) fn test(args: Vec<String>) -> Result<()> {
         let mut lint = features.to_vec();
         lint.extend(["--features", "cuda"]);
         check_lints(&lint)?;
+        // The GPU kernels again with Burn's fusion (`Cube` is then `Fusion<CubeBackend>`): the
+        // one crate the feature changes, so that neither variant can rot.
+        run(Command::new(env!("CARGO")).current_dir(root()).args([
+            "clippy",
+            "-p",
+            "burnlens-model",
+            "--lib",
+            "--features",
+            "cuda,fusion",
+            "--",
+            "-D",
+            "warnings",
+        ]))
+        .context("clippy found warnings in the fused GPU build")?;
         // The developer tasks' own tests (the fixture recipes, the LLVM's folder name).
         run(Command::new(env!("CARGO")).current_dir(root()).args(["test", "--quiet", "-p", "xtask"]))?;
     }

@@ -163,5 +163,7 @@ pub fn backends() -> Result<()> {
         println!("{:<8} {status}", r.name);
     }
     println!("default: {} (set with --backend, [backend] in a run config, or BURNLENS_BACKEND)", backend::DEFAULT_BACKEND);
+    let fusion = if burnlens_model::gpu::FUSED { "on: Burn fuses element-wise chains on cuda and wgpu" } else { "off (build with --features fusion)" };
+    println!("operation fusion: {fusion}");
     Ok(())
 }

@@ -11,8 +11,9 @@
 //! time. The composed-ops path it replaces made one `[rows, n]` comparison and reduction per
 //! threshold and boundary, about 70 launches a batch.
 
-use burn::backend::{Backend, Cube, DispatchDevice, backend_extension, tensor::FloatTensor};
-use burn::tensor::{DType, Tensor};
+use burn::backend::{Backend, DispatchDevice, backend_extension, tensor::FloatTensor};
+use burn::tensor::{DType, Shape, Tensor};
+use burn_cubecl::CubeBackend;
 use burn_cubecl::kernel::into_contiguous;
 use burn_cubecl::ops::numeric::zeros_client;
 use burn_cubecl::tensor::CubeTensor;
@@ -22,10 +23,11 @@ use cubecl::prelude::*;
 const UNITS: u32 = 256;
 
 /// The extension that carries dispatch tensors to the `Cube` backend's kernel.
-#[backend_extension(Cube)]
+#[backend_extension(Cube, Fusion: cfg(feature = "fusion"))]
 pub trait BinCounts: Backend {
     /// `[bins + 2 · intervals + 1, n]` counts; `centre` is `[seq_len, first, end]` of the
     /// positions an example may be centred on.
+    #[fusion(dtype = acts, shape = Shape::new([thresholds[0] + 2 * (bounds[0] - 1) + 1, acts[1]]))]
     fn bl_bin_counts(
         acts: FloatTensor<Self>,
         thresholds: FloatTensor<Self>,
@@ -35,7 +37,7 @@ pub trait BinCounts: Backend {
     ) -> FloatTensor<Self>;
 }
 
-impl BinCounts for Cube {
+impl BinCounts for CubeBackend {
     fn bl_bin_counts(acts: CubeTensor, thresholds: CubeTensor, top: CubeTensor, bounds: CubeTensor, centre: [usize; 3]) -> CubeTensor {
         launch([acts, thresholds, top, bounds].map(into_contiguous), centre)
     }

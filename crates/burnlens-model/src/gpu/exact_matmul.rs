@@ -22,9 +22,9 @@ use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::autodiff::grads::Gradients;
 use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
-use burn::backend::ops::FloatTensorOps;
-use burn::backend::{Autodiff, Backend, Cube, DispatchDevice, backend_extension, tensor::FloatTensor};
-use burn::tensor::{DType, Device, Tensor};
+use burn::backend::{Autodiff, Backend, Cube, DispatchDevice, TensorMetadata, backend_extension, tensor::FloatTensor};
+use burn::tensor::{DType, Device, Shape, Tensor};
+use burn_cubecl::CubeBackend;
 use burn_cubecl::kernel::matmul::init_matmul_output;
 use burn_cubecl::tensor::CubeTensor;
 use cubecl::CubeTuneId;
@@ -39,18 +39,28 @@ use cubek::matmul::strategy::Strategy;
 use cubek::matmul::tune_key::{MatmulAutotuneKey, MatmulGlobalScale};
 use cubek::std::InputBinding;
 
-/// The extension that carries dispatch tensors to the exact product on `Cube` (and its
-/// autodiff wrapper, whose backward is two more exact products).
-#[backend_extension(Cube, Autodiff)]
+/// The extension that carries dispatch tensors to the exact product on `Cube` (with the
+/// `fusion` feature, as one opaque operation in Burn's fused streams; and its autodiff
+/// wrapper, whose backward is two more exact products).
+#[backend_extension(Cube, Fusion: cfg(feature = "fusion"), Autodiff)]
 pub trait ExactMatmul: Backend {
     /// `a · b` over the last two dimensions, in f32 arithmetic.
+    #[fusion(dtype = a, shape = product_shape(a, b))]
     fn bl_matmul_exact(a: FloatTensor<Self>, b: FloatTensor<Self>) -> FloatTensor<Self>;
 }
 
-impl ExactMatmul for Cube {
+impl ExactMatmul for CubeBackend {
     fn bl_matmul_exact(a: CubeTensor, b: CubeTensor) -> CubeTensor {
         product(a, b)
     }
+}
+
+/// The shape of `a · b`: `a`'s with its last dimension `b`'s.
+pub(super) fn product_shape(a: &Shape, b: &Shape) -> Shape {
+    let mut out = a.clone();
+    let d = out.num_dims();
+    out[d - 1] = b[d - 1];
+    out
 }
 
 /// Whether the exact route runs for `a · b`: f32 tensors of one rank (2 to 4) on a `Cube`
@@ -176,10 +186,10 @@ fn launch(strategy: &multi_level::Strategy, a: CubeTensor, b: CubeTensor, out: C
     launch_ref(&Strategy::MultiLevel(strategy.clone()), &client, lhs, rhs, out.binding(), &mut dtypes)
 }
 
-/// `t` with its last two dimensions swapped (a view).
-pub(super) fn transposed(t: CubeTensor) -> CubeTensor {
-    let d = t.meta.shape().num_dims();
-    <Cube as FloatTensorOps<Cube>>::float_swap_dims(t, d - 2, d - 1)
+/// `t` with its last two dimensions swapped (a view; on `Fusion`, a lazy one).
+pub(super) fn transposed<B: Backend>(t: FloatTensor<B>) -> FloatTensor<B> {
+    let d = t.shape().num_dims();
+    B::float_swap_dims(t, d - 2, d - 1)
 }
 
 #[derive(Debug)]
@@ -187,17 +197,17 @@ struct ExactMatmulBackward;
 
 impl Backward<Cube, 2> for ExactMatmulBackward {
     /// The two operands.
-    type State = (CubeTensor, CubeTensor);
+    type State = (FloatTensor<Cube>, FloatTensor<Cube>);
 
     fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
         let [node_a, node_b] = ops.parents;
         let dc = grads.consume::<Cube>(&ops.node);
         let (a, b) = ops.state;
         if let Some(node) = node_a {
-            grads.register::<Cube>(node.id, product(dc.clone(), transposed(b)));
+            grads.register::<Cube>(node.id, Cube::bl_matmul_exact(dc.clone(), transposed::<Cube>(b)));
         }
         if let Some(node) = node_b {
-            grads.register::<Cube>(node.id, product(transposed(a), dc));
+            grads.register::<Cube>(node.id, Cube::bl_matmul_exact(transposed::<Cube>(a), dc));
         }
     }
 }
@@ -208,10 +218,10 @@ impl<C: CheckpointStrategy> ExactMatmul for Autodiff<Cube, C> {
         let (b, gb) = b.into_parts();
         match ExactMatmulBackward.prepare::<C>([ga, gb]).compute_bound().stateful() {
             OpsKind::Tracked(prep) => {
-                let out = product(a.clone(), b.clone());
+                let out = Cube::bl_matmul_exact(a.clone(), b.clone());
                 prep.finish((a, b), out)
             }
-            OpsKind::UnTracked(prep) => prep.finish(product(a, b)),
+            OpsKind::UnTracked(prep) => prep.finish(Cube::bl_matmul_exact(a, b)),
         }
     }
 }

@@ -1,6 +1,9 @@
 //! burnlens's own GPU kernels, written in CubeCL (they compile for every CubeCL runtime
 //! Burn's `Cube` backend runs: wgpu — Mesa's lavapipe included, which runs them on the CPU
-//! for tests — and CUDA), plugged into Burn through a backend extension for `Cube`.
+//! for tests — and CUDA), plugged into Burn through a backend extension for `Cube`: each
+//! implemented for the unfused `CubeBackend`, and with the `fusion` feature lowered by Burn's
+//! extension macro to an opaque operation of `Fusion<CubeBackend>`'s lazy stream (the
+//! autodiff backward passes call the extensions again, so they run fused or not alike).
 //!
 //! Each public function here answers `None` where its kernel does not apply (a build without
 //! `wgpu` or `cuda`, a tensor on another backend, a shape past the kernel's limits), and the
@@ -14,7 +17,13 @@
 //! | product with a sparse gradient | `a · b` exactly, its backward reading only the output gradient's non-zeros (the encoder's product in a TopK step) | `sparse_grad_product` |
 //! | row listing | each row's non-zero values (the sparse decode's listing alone): BatchTopK's candidates over ranks, a graph's active features | `row_values` |
 //! | dashboard bin counts | a batch's per-feature histogram bins (by each bin's least member), quantile-interval counts and centre zeros for the dashboards' second pass, a unit per feature column, one launch | `bin_counts` |
+//! | support gradient | the sparse decode's backward for the activations, on their support, from the rows' lists made again (every tensor a backward keeps is its backend's own, fused or not) | `sparse_decode` |
 //! | exact f32 product | `a · b` in f32 arithmetic on cubek's unit-level kernel (never TF32), forward and autodiff backward: every product [`crate::matmul`] routes here by default | `exact_matmul` |
+
+/// Whether Burn's operation fusion wraps the `Cube` backends in this build (the `fusion`
+/// feature): chains of element-wise operations run as one kernel, and burnlens's kernels
+/// below as opaque operations of the fused stream.
+pub const FUSED: bool = cfg!(feature = "fusion");
 
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 mod bin_counts;

@@ -18,8 +18,9 @@
 //! (`[4096, 24576]`: six cubes a row) and BatchTopK's one row of the whole batch
 //! (`[1, 100M]`: 24,415 cubes) both fill the device.
 
-use burn::backend::{Backend, Cube, DispatchDevice, backend_extension, tensor::FloatTensor};
-use burn::tensor::{DType, Tensor};
+use burn::backend::{Backend, DispatchDevice, backend_extension, tensor::FloatTensor};
+use burn::tensor::{DType, Shape, Tensor};
+use burn_cubecl::CubeBackend;
 use burn_cubecl::ops::numeric::empty_device_dtype;
 use burn_cubecl::tensor::CubeTensor;
 use cubecl::prelude::*;
@@ -32,13 +33,14 @@ const PER_CUBE: u32 = 4096;
 const GRID_LIMIT: usize = 65_535;
 
 /// The extension that carries a dispatch tensor to the `Cube` backend's kernel.
-#[backend_extension(Cube)]
+#[backend_extension(Cube, Fusion: cfg(feature = "fusion"))]
 pub trait RadixSelect: Backend {
     /// Per row, the `k`-th largest value, `[rows, 1]`.
+    #[fusion(dtype = x, shape = Shape::new([x[0], 1]))]
     fn radix_kth_largest_rows(x: FloatTensor<Self>, k: usize) -> FloatTensor<Self>;
 }
 
-impl RadixSelect for Cube {
+impl RadixSelect for CubeBackend {
     fn radix_kth_largest_rows(x: CubeTensor, k: usize) -> CubeTensor {
         launch(burn_cubecl::kernel::into_contiguous(x), k as u32)
     }

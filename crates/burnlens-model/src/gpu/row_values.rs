@@ -4,8 +4,9 @@
 //! threshold), and an attribution graph of a layer's transcoder activations (its active
 //! features), instead of the whole matrix or a mask of it.
 
-use burn::backend::{Backend, Cube, backend_extension, tensor::FloatTensor};
-use burn::tensor::{DType, Tensor};
+use burn::backend::{Backend, backend_extension, tensor::FloatTensor};
+use burn::tensor::{DType, Shape, Tensor};
+use burn_cubecl::CubeBackend;
 use burn_cubecl::kernel::into_contiguous;
 use burn_cubecl::tensor::CubeTensor;
 
@@ -13,14 +14,15 @@ use super::exact_matmul::on_cube;
 use super::sparse_decode::{GRID_LIMIT, compact};
 
 /// The extension that carries a dispatch tensor to the listing kernel.
-#[backend_extension(Cube)]
+#[backend_extension(Cube, Fusion: cfg(feature = "fusion"))]
 pub trait RowValues: Backend {
     /// Each row's non-zeros, up to `cap` (`[rows, cap]`; entries past a row's count are
     /// unspecified).
+    #[fusion(dtype = x, shape = Shape::new([x[0], *cap]))]
     fn bl_row_values(x: FloatTensor<Self>, cap: usize) -> FloatTensor<Self>;
 }
 
-impl RowValues for Cube {
+impl RowValues for CubeBackend {
     fn bl_row_values(x: CubeTensor, cap: usize) -> CubeTensor {
         let x = into_contiguous(x);
         compact(&x, &x, cap).val

@@ -19,14 +19,15 @@ use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::autodiff::grads::Gradients;
 use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::backend::{Autodiff, Backend, Cube, backend_extension, tensor::FloatTensor};
-use burn::tensor::{DType, Tensor};
+use burn::tensor::{DType, Shape, Tensor};
+use burn_cubecl::CubeBackend;
 use burn_cubecl::kernel::into_contiguous;
 use burn_cubecl::ops::numeric::{empty_device_dtype, zeros_client};
 use burn_cubecl::tensor::CubeTensor;
 use cubecl::prelude::*;
 
-use super::exact_matmul::{on_cube, product, transposed};
-use super::sparse_t_product::{fits, sparse_t_product};
+use super::exact_matmul::on_cube;
+use super::sparse_t_product::SparseTProduct;
 
 /// Units per cube.
 const UNITS: u32 = 256;
@@ -34,12 +35,13 @@ const UNITS: u32 = 256;
 pub(super) const GRID_LIMIT: usize = 65_535;
 
 /// The extension that carries dispatch tensors to the kernels (and the autodiff wrapper, whose
-/// backward is `grad_support` and one exact product).
-#[backend_extension(Cube, Autodiff)]
+/// backward is [`SupportGradient`] and [`SparseTProduct`]).
+#[backend_extension(Cube, Fusion: cfg(feature = "fusion"), Autodiff)]
 pub trait SparseDecode: Backend {
     /// `acts · w` for `acts: [rows, d_sae]`, zero off the non-zeros of `support` (a mask, or
     /// `acts` itself) with at most `cap` of them in most rows, and `w: [d_sae, d]`; the
     /// gradient of `acts` is wanted on all of that support.
+    #[fusion(dtype = acts, shape = Shape::new([acts[0], w[1]]))]
     fn bl_decode_sparse(acts: FloatTensor<Self>, support: FloatTensor<Self>, w: FloatTensor<Self>, cap: usize) -> FloatTensor<Self>;
 }
 
@@ -54,11 +56,31 @@ pub(super) struct Lists {
     cap: usize,
 }
 
-impl SparseDecode for Cube {
+impl SparseDecode for CubeBackend {
     fn bl_decode_sparse(acts: CubeTensor, support: CubeTensor, w: CubeTensor, cap: usize) -> CubeTensor {
         let (acts, support, w) = (into_contiguous(acts), into_contiguous(support), into_contiguous(w));
         let lists = compact(&acts, &support, cap);
         decode(&acts, &w, &lists)
+    }
+}
+
+/// The sparse decode's backward for the activations (the decoder's is
+/// [`SparseTProduct`]'s): the rows' lists made again from `support` and `grad_support` on
+/// them — one more listing launch than keeping the forward's lists, so that every tensor the
+/// backward holds is one its backend (fused or not) can carry.
+#[backend_extension(Cube, Fusion: cfg(feature = "fusion"))]
+pub trait SupportGradient: Backend {
+    /// The gradient of `acts` (`[rows, d_sae]`) on the non-zeros of `support`, for the
+    /// decode's output gradient `g` (`[rows, d]`).
+    #[fusion(dtype = acts, shape = acts.clone())]
+    fn bl_support_gradient(acts: FloatTensor<Self>, support: FloatTensor<Self>, w: FloatTensor<Self>, g: FloatTensor<Self>, cap: usize) -> FloatTensor<Self>;
+}
+
+impl SupportGradient for CubeBackend {
+    fn bl_support_gradient(acts: CubeTensor, support: CubeTensor, w: CubeTensor, g: CubeTensor, cap: usize) -> CubeTensor {
+        let (acts, support, w) = (into_contiguous(acts), into_contiguous(support), into_contiguous(w));
+        let lists = compact(&acts, &support, cap);
+        support_gradient(&acts, &w, g, &lists)
     }
 }
 
@@ -261,20 +283,18 @@ fn grad_support(support: &[f32], idx: &[u32], cnt: &[u32], g: &[f32], w: &[f32],
 struct SparseDecodeBackward;
 
 impl Backward<Cube, 2> for SparseDecodeBackward {
-    /// The activations, the decoder and the rows' lists.
-    type State = (CubeTensor, CubeTensor, Lists);
+    /// The activations, their support, the decoder and the lists' capacity.
+    type State = (FloatTensor<Cube>, FloatTensor<Cube>, FloatTensor<Cube>, usize);
 
     fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
         let [node_acts, node_w] = ops.parents;
         let g = grads.consume::<Cube>(&ops.node);
-        let (acts, w, lists) = ops.state;
+        let (acts, support, w, cap) = ops.state;
         if let Some(node) = node_acts {
-            grads.register::<Cube>(node.id, support_gradient(&acts, &w, g.clone(), &lists));
+            grads.register::<Cube>(node.id, Cube::bl_support_gradient(acts.clone(), support, w, g.clone(), cap));
         }
         if let Some(node) = node_w {
-            let ((n, m), d) = (shape2(&acts), shape2(&g).1);
-            let dw = if fits(n, m, d) { sparse_t_product(acts, g) } else { product(transposed(acts), g) };
-            grads.register::<Cube>(node.id, dw);
+            grads.register::<Cube>(node.id, Cube::bl_sparse_t_product(acts, g));
         }
     }
 }
@@ -283,11 +303,10 @@ impl<C: CheckpointStrategy> SparseDecode for Autodiff<Cube, C> {
     fn bl_decode_sparse(acts: FloatTensor<Self>, support: FloatTensor<Self>, w: FloatTensor<Self>, cap: usize) -> FloatTensor<Self> {
         let (acts, ga) = acts.into_parts();
         let (w, gw) = w.into_parts();
-        let (acts, support, w) = (into_contiguous(acts), into_contiguous(support.into_primitive()), into_contiguous(w));
-        let lists = compact(&acts, &support, cap);
-        let out = decode(&acts, &w, &lists);
+        let support = support.into_primitive();
+        let out = Cube::bl_decode_sparse(acts.clone(), support.clone(), w.clone(), cap);
         match SparseDecodeBackward.prepare::<C>([ga, gw]).compute_bound().stateful() {
-            OpsKind::Tracked(prep) => prep.finish((acts, w, lists), out),
+            OpsKind::Tracked(prep) => prep.finish((acts, support, w, cap), out),
             OpsKind::UnTracked(prep) => prep.finish(out),
         }
     }

@@ -11,24 +11,25 @@ use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::autodiff::grads::Gradients;
 use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::backend::{Autodiff, Backend, Cube, backend_extension, tensor::FloatTensor};
-use burn::tensor::{DType, Tensor};
-use burn_cubecl::kernel::into_contiguous;
+use burn::tensor::{DType, Shape, Tensor};
+use burn_cubecl::CubeBackend;
 use burn_cubecl::tensor::CubeTensor;
 
-use super::exact_matmul::{on_cube, product, transposed};
-use super::sparse_decode::{compact, decode};
-use super::sparse_t_product::{GRID_LIMIT, fits, sparse_t_product};
+use super::exact_matmul::{ExactMatmul, on_cube, product, transposed};
+use super::sparse_decode::SparseDecode;
+use super::sparse_t_product::{GRID_LIMIT, SparseTProduct, fits};
 
 /// The extension that carries dispatch tensors to the product (and the autodiff wrapper,
 /// whose backward reads the gradient's non-zeros).
-#[backend_extension(Cube, Autodiff)]
+#[backend_extension(Cube, Fusion: cfg(feature = "fusion"), Autodiff)]
 pub trait SparseGradProduct: Backend {
     /// `a · b` for `a: [n, k]`, `b: [k, m]`, its output's gradient expected to hold about
     /// `cap` non-zeros a row.
+    #[fusion(dtype = a, shape = Shape::new([a[0], b[1]]))]
     fn bl_product_sparse_grad(a: FloatTensor<Self>, b: FloatTensor<Self>, cap: usize) -> FloatTensor<Self>;
 }
 
-impl SparseGradProduct for Cube {
+impl SparseGradProduct for CubeBackend {
     fn bl_product_sparse_grad(a: CubeTensor, b: CubeTensor, _cap: usize) -> CubeTensor {
         product(a, b)
     }
@@ -52,18 +53,17 @@ struct SparseGradBackward;
 
 impl Backward<Cube, 2> for SparseGradBackward {
     /// The two operands and the lists' capacity.
-    type State = (CubeTensor, CubeTensor, usize);
+    type State = (FloatTensor<Cube>, FloatTensor<Cube>, usize);
 
     fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
         let [node_a, node_b] = ops.parents;
-        let g = into_contiguous(grads.consume::<Cube>(&ops.node));
+        let g = grads.consume::<Cube>(&ops.node);
         let (a, b, cap) = ops.state;
         if let Some(node) = node_a {
-            let lists = compact(&g, &g, cap);
-            grads.register::<Cube>(node.id, decode(&g, &into_contiguous(transposed(b)), &lists));
+            grads.register::<Cube>(node.id, Cube::bl_decode_sparse(g.clone(), g.clone(), transposed::<Cube>(b), cap));
         }
         if let Some(node) = node_b {
-            grads.register::<Cube>(node.id, transposed(sparse_t_product(g, a)));
+            grads.register::<Cube>(node.id, transposed::<Cube>(Cube::bl_sparse_t_product(g, a)));
         }
     }
 }
@@ -74,10 +74,10 @@ impl<C: CheckpointStrategy> SparseGradProduct for Autodiff<Cube, C> {
         let (b, gb) = b.into_parts();
         match SparseGradBackward.prepare::<C>([ga, gb]).compute_bound().stateful() {
             OpsKind::Tracked(prep) => {
-                let out = product(a.clone(), b.clone());
+                let out = Cube::bl_matmul_exact(a.clone(), b.clone());
                 prep.finish((a, b, cap), out)
             }
-            OpsKind::UnTracked(prep) => prep.finish(product(a, b)),
+            OpsKind::UnTracked(prep) => prep.finish(Cube::bl_matmul_exact(a, b)),
         }
     }
 }

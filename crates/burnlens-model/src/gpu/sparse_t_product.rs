@@ -10,16 +10,37 @@
 //! atomics, nothing read back. Its cost is one read of `S` down each column (`n · m` values)
 //! plus `nnz · d` multiply-adds, where a dense product takes `n · m · d`.
 
-use burn::tensor::DType;
+use burn::backend::{Backend, backend_extension, tensor::FloatTensor};
+use burn::tensor::{DType, Shape};
+use burn_cubecl::CubeBackend;
 use burn_cubecl::kernel::into_contiguous;
 use burn_cubecl::ops::numeric::empty_device_dtype;
 use burn_cubecl::tensor::CubeTensor;
 use cubecl::prelude::*;
 
+use super::exact_matmul::{product, transposed};
+
 /// Units per cube.
 const UNITS: u32 = 256;
 /// The grid's limit along one dimension.
 pub(super) const GRID_LIMIT: usize = 65_535;
+
+/// The extension that carries the backward passes' tensors to the kernel (on `Fusion`, as
+/// one opaque operation of its stream).
+#[backend_extension(Cube, Fusion: cfg(feature = "fusion"))]
+pub trait SparseTProduct: Backend {
+    /// `sᵀ · dense` for `s: [n, m]`, `dense: [n, d]`: `[m, d]` (the exact product where the
+    /// kernel's grid does not fit).
+    #[fusion(dtype = s, shape = Shape::new([s[1], dense[1]]))]
+    fn bl_sparse_t_product(s: FloatTensor<Self>, dense: FloatTensor<Self>) -> FloatTensor<Self>;
+}
+
+impl SparseTProduct for CubeBackend {
+    fn bl_sparse_t_product(s: CubeTensor, dense: CubeTensor) -> CubeTensor {
+        let ((n, m), d) = ((s.meta.shape()[0], s.meta.shape()[1]), dense.meta.shape()[1]);
+        if fits(n, m, d) { sparse_t_product(s, dense) } else { product(transposed::<CubeBackend>(s), dense) }
+    }
+}
 
 /// Whether [`sparse_t_product`] takes `S: [n, m]`, `D: [n, d]`: `m` output rows and `d`
 /// output columns within the grid, and 32-bit offsets.
@@ -28,7 +49,7 @@ pub(super) fn fits(n: usize, m: usize, d: usize) -> bool {
 }
 
 /// `Sᵀ · D`, `[m, d]` (the caller checked [`fits`]).
-pub(super) fn sparse_t_product(s: CubeTensor, dense: CubeTensor) -> CubeTensor {
+fn sparse_t_product(s: CubeTensor, dense: CubeTensor) -> CubeTensor {
     let (s, dense) = (into_contiguous(s), into_contiguous(dense));
     let (n, m, d) = (s.meta.shape()[0], s.meta.shape()[1], dense.meta.shape()[1]);
     let client = s.client.clone();
