@@ -12,7 +12,7 @@
 //! threshold and boundary, about 70 launches a batch.
 
 use burn::backend::{Backend, DispatchDevice, backend_extension, tensor::FloatTensor};
-use burn::tensor::{DType, Shape, Tensor};
+use burn::tensor::{DType, Tensor};
 use burn_cubecl::CubeBackend;
 use burn_cubecl::kernel::into_contiguous;
 use burn_cubecl::ops::numeric::zeros_client;
@@ -27,7 +27,7 @@ const UNITS: u32 = 256;
 pub trait BinCounts: Backend {
     /// `[bins + 2 · intervals + 1, n]` counts; `centre` is `[seq_len, first, end]` of the
     /// positions an example may be centred on.
-    #[fusion(dtype = acts, shape = Shape::new([thresholds[0] + 2 * (bounds[0] - 1) + 1, acts[1]]))]
+    #[fusion(dtype = acts, shape = burn::tensor::Shape::new([thresholds[0] + 2 * (bounds[0] - 1) + 1, acts[1]]))]
     fn bl_bin_counts(
         acts: FloatTensor<Self>,
         thresholds: FloatTensor<Self>,

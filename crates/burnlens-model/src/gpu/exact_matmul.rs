@@ -23,7 +23,7 @@ use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::autodiff::grads::Gradients;
 use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::backend::{Autodiff, Backend, Cube, DispatchDevice, TensorMetadata, backend_extension, tensor::FloatTensor};
-use burn::tensor::{DType, Device, Shape, Tensor};
+use burn::tensor::{DType, Device, Tensor};
 use burn_cubecl::CubeBackend;
 use burn_cubecl::kernel::matmul::init_matmul_output;
 use burn_cubecl::tensor::CubeTensor;
@@ -55,8 +55,10 @@ impl ExactMatmul for CubeBackend {
     }
 }
 
-/// The shape of `a · b`: `a`'s with its last dimension `b`'s.
-pub(super) fn product_shape(a: &Shape, b: &Shape) -> Shape {
+/// The shape of `a · b`: `a`'s with its last dimension `b`'s (what the fused stream records
+/// before the product runs).
+#[cfg(feature = "fusion")]
+fn product_shape(a: &burn::tensor::Shape, b: &burn::tensor::Shape) -> burn::tensor::Shape {
     let mut out = a.clone();
     let d = out.num_dims();
     out[d - 1] = b[d - 1];

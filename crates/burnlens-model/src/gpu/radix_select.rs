@@ -19,7 +19,7 @@
 //! (`[1, 100M]`: 24,415 cubes) both fill the device.
 
 use burn::backend::{Backend, DispatchDevice, backend_extension, tensor::FloatTensor};
-use burn::tensor::{DType, Shape, Tensor};
+use burn::tensor::{DType, Tensor};
 use burn_cubecl::CubeBackend;
 use burn_cubecl::ops::numeric::empty_device_dtype;
 use burn_cubecl::tensor::CubeTensor;
@@ -36,7 +36,7 @@ const GRID_LIMIT: usize = 65_535;
 #[backend_extension(Cube, Fusion: cfg(feature = "fusion"))]
 pub trait RadixSelect: Backend {
     /// Per row, the `k`-th largest value, `[rows, 1]`.
-    #[fusion(dtype = x, shape = Shape::new([x[0], 1]))]
+    #[fusion(dtype = x, shape = burn::tensor::Shape::new([x[0], 1]))]
     fn radix_kth_largest_rows(x: FloatTensor<Self>, k: usize) -> FloatTensor<Self>;
 }
 

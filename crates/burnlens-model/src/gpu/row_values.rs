@@ -5,7 +5,7 @@
 //! features), instead of the whole matrix or a mask of it.
 
 use burn::backend::{Backend, backend_extension, tensor::FloatTensor};
-use burn::tensor::{DType, Shape, Tensor};
+use burn::tensor::{DType, Tensor};
 use burn_cubecl::CubeBackend;
 use burn_cubecl::kernel::into_contiguous;
 use burn_cubecl::tensor::CubeTensor;
@@ -18,7 +18,7 @@ use super::sparse_decode::{GRID_LIMIT, compact};
 pub trait RowValues: Backend {
     /// Each row's non-zeros, up to `cap` (`[rows, cap]`; entries past a row's count are
     /// unspecified).
-    #[fusion(dtype = x, shape = Shape::new([x[0], *cap]))]
+    #[fusion(dtype = x, shape = burn::tensor::Shape::new([x[0], *cap]))]
     fn bl_row_values(x: FloatTensor<Self>, cap: usize) -> FloatTensor<Self>;
 }
 

@@ -19,7 +19,7 @@ use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::autodiff::grads::Gradients;
 use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::backend::{Autodiff, Backend, Cube, backend_extension, tensor::FloatTensor};
-use burn::tensor::{DType, Shape, Tensor};
+use burn::tensor::{DType, Tensor};
 use burn_cubecl::CubeBackend;
 use burn_cubecl::kernel::into_contiguous;
 use burn_cubecl::ops::numeric::{empty_device_dtype, zeros_client};
@@ -41,7 +41,7 @@ pub trait SparseDecode: Backend {
     /// `acts · w` for `acts: [rows, d_sae]`, zero off the non-zeros of `support` (a mask, or
     /// `acts` itself) with at most `cap` of them in most rows, and `w: [d_sae, d]`; the
     /// gradient of `acts` is wanted on all of that support.
-    #[fusion(dtype = acts, shape = Shape::new([acts[0], w[1]]))]
+    #[fusion(dtype = acts, shape = burn::tensor::Shape::new([acts[0], w[1]]))]
     fn bl_decode_sparse(acts: FloatTensor<Self>, support: FloatTensor<Self>, w: FloatTensor<Self>, cap: usize) -> FloatTensor<Self>;
 }
 

@@ -11,7 +11,7 @@ use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::autodiff::grads::Gradients;
 use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::backend::{Autodiff, Backend, Cube, backend_extension, tensor::FloatTensor};
-use burn::tensor::{DType, Shape, Tensor};
+use burn::tensor::{DType, Tensor};
 use burn_cubecl::CubeBackend;
 use burn_cubecl::tensor::CubeTensor;
 
@@ -25,7 +25,7 @@ use super::sparse_t_product::{GRID_LIMIT, SparseTProduct, fits};
 pub trait SparseGradProduct: Backend {
     /// `a · b` for `a: [n, k]`, `b: [k, m]`, its output's gradient expected to hold about
     /// `cap` non-zeros a row.
-    #[fusion(dtype = a, shape = Shape::new([a[0], b[1]]))]
+    #[fusion(dtype = a, shape = burn::tensor::Shape::new([a[0], b[1]]))]
     fn bl_product_sparse_grad(a: FloatTensor<Self>, b: FloatTensor<Self>, cap: usize) -> FloatTensor<Self>;
 }
 

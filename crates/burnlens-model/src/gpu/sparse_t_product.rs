@@ -11,7 +11,7 @@
 //! plus `nnz · d` multiply-adds, where a dense product takes `n · m · d`.
 
 use burn::backend::{Backend, backend_extension, tensor::FloatTensor};
-use burn::tensor::{DType, Shape};
+use burn::tensor::DType;
 use burn_cubecl::CubeBackend;
 use burn_cubecl::kernel::into_contiguous;
 use burn_cubecl::ops::numeric::empty_device_dtype;
@@ -31,7 +31,7 @@ pub(super) const GRID_LIMIT: usize = 65_535;
 pub trait SparseTProduct: Backend {
     /// `sᵀ · dense` for `s: [n, m]`, `dense: [n, d]`: `[m, d]` (the exact product where the
     /// kernel's grid does not fit).
-    #[fusion(dtype = s, shape = Shape::new([s[1], dense[1]]))]
+    #[fusion(dtype = s, shape = burn::tensor::Shape::new([s[1], dense[1]]))]
     fn bl_sparse_t_product(s: FloatTensor<Self>, dense: FloatTensor<Self>) -> FloatTensor<Self>;
 }
 
