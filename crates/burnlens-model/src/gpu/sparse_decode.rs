@@ -127,7 +127,7 @@ pub(super) fn compact(acts: &CubeTensor, support: &CubeTensor, cap: usize) -> Li
 }
 
 /// `decode_rows` of contiguous `acts` and `w`: `acts · w`, `[rows, d]`.
-pub(super) fn decode(acts: &CubeTensor, w: &CubeTensor, l: &Lists) -> CubeTensor {
+fn decode(acts: &CubeTensor, w: &CubeTensor, l: &Lists) -> CubeTensor {
     let ((rows, m), d) = (shape2(acts), shape2(w).1);
     let client = acts.client.clone();
     let out = empty_device_dtype(client.clone(), acts.device.clone(), [rows, d].into(), DType::F32);
