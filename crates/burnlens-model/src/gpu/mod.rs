@@ -25,6 +25,12 @@
 /// below as opaque operations of the fused stream.
 pub const FUSED: bool = cfg!(feature = "fusion");
 
+/// The most cubes a launch's grid holds along one dimension on every backend here (wgpu's
+/// limit along each, CUDA's along y and z): a kernel here whose shape needs more declines,
+/// and its caller takes the composed route.
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+const GRID_LIMIT: usize = 65_535;
+
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 mod bin_counts;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]

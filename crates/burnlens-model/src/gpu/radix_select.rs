@@ -25,12 +25,12 @@ use burn_cubecl::ops::numeric::empty_device_dtype;
 use burn_cubecl::tensor::CubeTensor;
 use cubecl::prelude::*;
 
+use super::GRID_LIMIT;
+
 /// Units per cube; also the histogram's bins (one bin per unit to clear and flush).
 const UNITS: u32 = 256;
 /// Values one cube counts per round (a multiple of [`UNITS`]).
 const PER_CUBE: u32 = 4096;
-/// The grid's limit along y (one row of cubes per matrix row) and x (a row's cubes).
-const GRID_LIMIT: usize = 65_535;
 
 /// The extension that carries a dispatch tensor to the `Cube` backend's kernel.
 #[backend_extension(Cube, Fusion: cfg(feature = "fusion"))]

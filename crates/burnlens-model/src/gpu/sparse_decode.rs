@@ -26,13 +26,12 @@ use burn_cubecl::ops::numeric::{empty_device_dtype, zeros_client};
 use burn_cubecl::tensor::CubeTensor;
 use cubecl::prelude::*;
 
+use super::GRID_LIMIT;
 use super::exact_matmul::on_cube;
 use super::sparse_t_product::SparseTProduct;
 
 /// Units per cube.
 const UNITS: u32 = 256;
-/// The grid's limit along one dimension (a row of the batch per cube).
-pub(super) const GRID_LIMIT: usize = 65_535;
 
 /// The extension that carries dispatch tensors to the kernels (and the autodiff wrapper, whose
 /// backward is [`SupportGradient`] and [`SparseTProduct`]).

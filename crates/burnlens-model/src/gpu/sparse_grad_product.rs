@@ -15,9 +15,10 @@ use burn::tensor::{DType, Tensor};
 use burn_cubecl::CubeBackend;
 use burn_cubecl::tensor::CubeTensor;
 
+use super::GRID_LIMIT;
 use super::exact_matmul::{ExactMatmul, on_cube, product, transposed};
 use super::sparse_decode::SparseDecode;
-use super::sparse_t_product::{GRID_LIMIT, SparseTProduct, fits};
+use super::sparse_t_product::{SparseTProduct, fits};
 
 /// The extension that carries dispatch tensors to the product (and the autodiff wrapper,
 /// whose backward reads the gradient's non-zeros).

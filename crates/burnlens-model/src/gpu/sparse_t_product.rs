@@ -18,12 +18,11 @@ use burn_cubecl::ops::numeric::empty_device_dtype;
 use burn_cubecl::tensor::CubeTensor;
 use cubecl::prelude::*;
 
+use super::GRID_LIMIT;
 use super::exact_matmul::{product, transposed};
 
 /// Units per cube.
 const UNITS: u32 = 256;
-/// The grid's limit along one dimension.
-pub(super) const GRID_LIMIT: usize = 65_535;
 
 /// The extension that carries the backward passes' tensors to the kernel (on `Fusion`, as
 /// one opaque operation of its stream).
