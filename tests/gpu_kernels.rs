@@ -343,6 +343,96 @@ fn the_mixing_buffer_on_a_gpu_serves_the_host_buffers_batches() {
     }
 }
 
+/// LayerNorm and RMSNorm in one launch equal the norms taken in f64 within f32 rounding: rows
+/// narrower and wider than a cube, a rank-3 input, and more rows than the grid holds (a cube
+/// takes several); a tracked input is refused, as is a weight of the wrong length.
+#[test]
+fn the_row_norms_equal_the_norms_in_f64() {
+    let eps = 1e-5;
+    for (name, device) in devices() {
+        for (i, &(rows, d)) in [(1, 1), (5, 7), (3, 256), (9, 300), (4, 1000), (65_537, 3)].iter().enumerate() {
+            // Off-centre values (a mean to take off) with spread magnitudes.
+            let x: Vec<f32> = uniform(rows * d, 40 + i as u64).iter().enumerate().map(|(j, v)| 3.0 + v * (1 + j % 5) as f32).collect();
+            let (w, b) = (uniform(d, 50 + i as u64), uniform(d, 60 + i as u64));
+            let tensor = |v: &[f32]| Tensor::<1>::from_data(TensorData::new(v.to_vec(), [v.len()]), &device);
+            let xt = Tensor::<3>::from_data(TensorData::new(x.clone(), [rows, 1, d]), &device);
+            for center in [true, false] {
+                let got: Vec<f32> = gpu::row_norm(xt.clone(), tensor(&w), center.then(|| tensor(&b)), eps)
+                    .unwrap_or_else(|| panic!("{name}: the kernel runs"))
+                    .into_data()
+                    .try_into_vec_as::<f32>()
+                    .unwrap();
+                for (r, (xr, gr)) in x.chunks(d).zip(got.chunks(d)).enumerate() {
+                    let mean = if center { xr.iter().map(|&v| v as f64).sum::<f64>() / d as f64 } else { 0.0 };
+                    let var = xr.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / d as f64;
+                    let rstd = 1.0 / (var + eps).sqrt();
+                    for j in 0..d {
+                        let want = (xr[j] as f64 - mean) * rstd * w[j] as f64 + if center { b[j] as f64 } else { 0.0 };
+                        assert!((gr[j] as f64 - want).abs() <= 2e-5 * (1.0 + want.abs()), "{name} {rows}x{d} center={center} [{r}, {j}]: {} vs {want}", gr[j]);
+                    }
+                }
+            }
+            assert!(!gpu::row_norm_runs(&xt.clone().autodiff(), &[&tensor(&w)]), "{name}: a tracked input is refused");
+            assert!(!gpu::row_norm_runs(&xt, &[&tensor(&w[..d - 1])]), "{name}: a weight of {} for rows of {d} is refused", d - 1);
+        }
+    }
+}
+
+/// Softmax in one launch equals the f64 softmax: rows narrower and wider than a cube, masked
+/// scores (−1e30 and −∞) giving 0, a row of only −∞ giving the uniform row (as the composed
+/// ops do), more rows than the grid holds; a tracked input is refused.
+#[test]
+fn the_row_softmax_equals_the_softmax_in_f64() {
+    for (name, device) in devices() {
+        for (i, &(rows, d)) in [(1, 1), (6, 5), (4, 300), (3, 1000), (65_537, 2)].iter().enumerate() {
+            let mut x: Vec<f32> = uniform(rows * d, 70 + i as u64).iter().map(|v| v * 30.0).collect();
+            for (j, v) in x.iter_mut().enumerate() {
+                match (j / d, j % 3) {
+                    (1, _) => *v = f32::NEG_INFINITY,
+                    (2, 0) if j % d != 0 => *v = -1e30,
+                    (3, 1) => *v = f32::NEG_INFINITY,
+                    _ => {}
+                }
+            }
+            let xt = Tensor::<2>::from_data(TensorData::new(x.clone(), [rows, d]), &device);
+            let got: Vec<f32> = gpu::softmax(xt.clone()).unwrap_or_else(|| panic!("{name}: the kernel runs")).into_data().try_into_vec_as::<f32>().unwrap();
+            for (r, (xr, gr)) in x.chunks(d).zip(got.chunks(d)).enumerate() {
+                let top = xr.iter().fold(f64::NEG_INFINITY, |m, &v| m.max(v as f64));
+                let e: Vec<f64> = xr.iter().map(|&v| if top == f64::NEG_INFINITY { 1.0 } else { (v as f64 - top).exp() }).collect();
+                let sum: f64 = e.iter().sum();
+                for (j, (&g, &e)) in gr.iter().zip(&e).enumerate() {
+                    let want = e / sum;
+                    assert!((g as f64 - want).abs() <= 1e-6, "{name} {rows}x{d} [{r}, {j}]: {g} vs {want}");
+                }
+            }
+            assert!(!gpu::softmax_runs(&xt.autodiff()), "{name}: a tracked input is refused");
+        }
+    }
+}
+
+/// The gated activations in one launch equal `x σ(αx + βx³)` in f64, for GELU's and SiLU's
+/// coefficients, over values from −20 to 20 and more elements than one pass of the grid
+/// covers; a tracked input is refused.
+#[test]
+fn the_gated_activation_equals_the_formula_in_f64() {
+    let gelu = burnlens::model::kernels::activation::gate_coefficients(burnlens::model::config::ActivationFn::GeluNew).unwrap();
+    for (name, device) in devices() {
+        for (n, (alpha, beta)) in [(1000, gelu), (17_000_000, gelu), (4099, (1.0, 0.0))] {
+            let x: Vec<f32> = uniform(n, n as u64).iter().map(|v| v * 20.0).collect();
+            let xt = Tensor::<1>::from_data(TensorData::new(x.clone(), [n]), &device);
+            let got: Vec<f32> =
+                gpu::gated_activation(xt, alpha, beta).unwrap_or_else(|| panic!("{name}: the kernel runs")).into_data().try_into_vec_as::<f32>().unwrap();
+            for (j, (&v, &g)) in x.iter().zip(&got).enumerate() {
+                let z = (alpha as f64 + beta as f64 * (v as f64).powi(2)) * v as f64;
+                let want = v as f64 / (1.0 + (-z).exp());
+                assert!((g as f64 - want).abs() <= 1e-5 * (1.0 + want.abs()), "{name} n={n} α={alpha} [{j}]: {g} vs {want} at {v}");
+            }
+        }
+        let x = Tensor::<1>::from_data(TensorData::new(vec![1.0f32; 4], [4]), &device);
+        assert!(!gpu::gated_activation_runs(&x.autodiff()), "{name}: a tracked input is refused");
+    }
+}
+
 /// Each row's non-zeros listed (rows empty, full, and sparse), the same values as the host
 /// finds (the kernel's order is its units', not the columns').
 #[test]

@@ -19,6 +19,11 @@
 //! | dashboard bin counts | a batch's per-feature histogram bins (by each bin's least member), quantile-interval counts and centre zeros for the dashboards' second pass, a unit per feature column, one launch | `bin_counts` |
 //! | support gradient | the sparse decode's backward for the activations, on their support, from the rows' lists made again (every tensor a backward keeps is its backend's own, fused or not) | `sparse_decode` |
 //! | exact f32 product | `a · b` in f32 arithmetic on cubek's unit-level kernel (never TF32), forward and autodiff backward: every product [`crate::matmul`] routes here by default | `exact_matmul` |
+//! | row norm | LayerNorm or RMSNorm of each row in one launch (nine composed launches), values not tracked by autodiff: decoding's and inference's norms | `row_norm` |
+//! | row softmax | softmax of each row in one launch (five composed), values not tracked: attention's pattern at inference | `row_softmax` |
+//! | gated activation | `x σ(αx + βx³)` (tanh GELUs, `quick_gelu`, SiLU) in one launch (up to twelve composed), values not tracked | `gated_activation` |
+//!
+//! `cube_reduce` holds the sums and maxima over a cube that the row kernels share.
 
 /// Whether Burn's operation fusion wraps the `Cube` backends in this build (the `fusion`
 /// feature): chains of element-wise operations run as one kernel, and burnlens's kernels
@@ -34,9 +39,17 @@ const GRID_LIMIT: usize = 65_535;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 mod bin_counts;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
+mod cube_reduce;
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
 mod exact_matmul;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
+mod gated_activation;
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
 mod radix_select;
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+mod row_norm;
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+mod row_softmax;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 mod row_values;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
@@ -49,6 +62,88 @@ mod sparse_t_product;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 use burn::tensor::DType;
 use burn::tensor::{Device, Tensor};
+
+/// `x σ(αx + βx³)` element-wise in one launch on the tensor's GPU ([`gated_activation`]'s
+/// kernel); `None` where it does not run (see [`gated_activation_runs`]).
+pub fn gated_activation<const D: usize>(x: Tensor<D>, alpha: f32, beta: f32) -> Option<Tensor<D>> {
+    #[cfg(any(feature = "wgpu", feature = "cuda"))]
+    {
+        gated_activation::gated_activation(x, alpha, beta)
+    }
+    #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
+    {
+        let _ = (x, alpha, beta);
+        None
+    }
+}
+
+/// Whether [`gated_activation`] runs on `x`: f32 on a `Cube` device, not tracked by autodiff.
+pub fn gated_activation_runs<const D: usize>(x: &Tensor<D>) -> bool {
+    #[cfg(any(feature = "wgpu", feature = "cuda"))]
+    {
+        gated_activation::applies(x)
+    }
+    #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
+    {
+        let _ = x;
+        false
+    }
+}
+
+/// LayerNorm (where `bias`) or RMSNorm of `x: [.., d]` over its last dimension in one launch on
+/// the tensor's GPU ([`row_norm`]'s kernel); `None` where it does not run: not a `Cube` device,
+/// not all f32, or tracked by autodiff.
+pub fn row_norm<const D: usize>(x: Tensor<D>, weight: Tensor<1>, bias: Option<Tensor<1>>, eps: f64) -> Option<Tensor<D>> {
+    #[cfg(any(feature = "wgpu", feature = "cuda"))]
+    {
+        row_norm::row_norm(x, weight, bias, eps)
+    }
+    #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
+    {
+        let _ = (x, weight, bias, eps);
+        None
+    }
+}
+
+/// Whether [`row_norm`] runs on `x` with these parameters (weight, and bias for a LayerNorm).
+pub fn row_norm_runs<const D: usize>(x: &Tensor<D>, params: &[&Tensor<1>]) -> bool {
+    #[cfg(any(feature = "wgpu", feature = "cuda"))]
+    {
+        row_norm::applies(x, params)
+    }
+    #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
+    {
+        let _ = (x, params);
+        false
+    }
+}
+
+/// Softmax of `x` over its last dimension in one launch on the tensor's GPU
+/// ([`row_softmax`]'s kernel); `None` where it does not run (see [`softmax_runs`]).
+pub fn softmax<const D: usize>(x: Tensor<D>) -> Option<Tensor<D>> {
+    #[cfg(any(feature = "wgpu", feature = "cuda"))]
+    {
+        row_softmax::softmax(x)
+    }
+    #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
+    {
+        let _ = x;
+        None
+    }
+}
+
+/// Whether [`softmax`] runs on `x`: f32 on a `Cube` device, not tracked by autodiff.
+pub fn softmax_runs<const D: usize>(x: &Tensor<D>) -> bool {
+    #[cfg(any(feature = "wgpu", feature = "cuda"))]
+    {
+        row_softmax::applies(x)
+    }
+    #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
+    {
+        let _ = x;
+        false
+    }
+}
 
 /// The `k`-th largest value of each row of `x` (`1 ≤ k ≤` its width), `[rows, 1]`, in
 /// [`f32::total_cmp`]'s order, computed on the tensor's GPU by burnlens's radix-selection

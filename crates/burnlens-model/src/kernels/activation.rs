@@ -40,13 +40,17 @@ pub fn gate_coefficients(act: ActivationFn) -> Option<(f32, f32)> {
     }
 }
 
-/// `x σ(αx + βx³)` element-wise: the fused kernel on flex, composed ops elsewhere.
+/// `x σ(αx + βx³)` element-wise: the fused kernel on flex, the GPU kernel
+/// ([`crate::gpu::gated_activation`]) on a `Cube` device where nothing is tracked, composed
+/// ops elsewhere.
 pub fn gated_activation<const D: usize>(x: Tensor<D>, alpha: f32, beta: f32) -> Tensor<D> {
     if use_kernels(&[&x.device()], &[x.dtype()]) {
-        Tensor::from_dispatch(Dispatch::bl_gated_activation(x.into_dispatch(), alpha, beta))
-    } else {
-        gated_activation_reference(x, alpha, beta)
+        return Tensor::from_dispatch(Dispatch::bl_gated_activation(x.into_dispatch(), alpha, beta));
     }
+    if crate::gpu::gated_activation_runs(&x) {
+        return crate::gpu::gated_activation(x, alpha, beta).expect("the kernel takes what it said it runs");
+    }
+    gated_activation_reference(x, alpha, beta)
 }
 
 /// The composed reference (`x³` as products, as the model always computed it).

@@ -28,14 +28,17 @@ pub trait NormKernel: Backend {
     fn bl_rms_norm(x: FloatTensor<Self>, w: FloatTensor<Self>, eps: f64) -> FloatTensor<Self>;
 }
 
-/// LayerNorm of `x: [.., d]` over its last dimension: the fused kernel on flex, the
+/// LayerNorm of `x: [.., d]` over its last dimension: the fused kernel on flex, the GPU
+/// kernel ([`crate::gpu::row_norm`]) on a `Cube` device where nothing is tracked, the
 /// backend's own `module::layer_norm` elsewhere.
 pub fn layer_norm<const D: usize>(x: Tensor<D>, weight: Tensor<1>, bias: Tensor<1>, eps: f64) -> Tensor<D> {
     if use_kernels(&[&x.device()], &[x.dtype(), weight.dtype(), bias.dtype()]) {
-        Tensor::from_dispatch(Dispatch::bl_layer_norm(x.into_dispatch(), weight.into_dispatch(), bias.into_dispatch(), eps))
-    } else {
-        burn::tensor::module::layer_norm(x, weight, Some(bias), eps)
+        return Tensor::from_dispatch(Dispatch::bl_layer_norm(x.into_dispatch(), weight.into_dispatch(), bias.into_dispatch(), eps));
     }
+    if crate::gpu::row_norm_runs(&x, &[&weight, &bias]) {
+        return crate::gpu::row_norm(x, weight, Some(bias), eps).expect("the kernel takes what it said it runs");
+    }
+    burn::tensor::module::layer_norm(x, weight, Some(bias), eps)
 }
 
 /// The composed LayerNorm: what the kernel is tested against.
@@ -45,14 +48,16 @@ pub fn layer_norm_reference<const D: usize>(x: Tensor<D>, weight: Tensor<1>, bia
     xhat * weight.unsqueeze::<D>() + bias.unsqueeze::<D>()
 }
 
-/// RMSNorm of `x: [.., d]` over its last dimension: the fused kernel on flex, composed ops
-/// elsewhere.
+/// RMSNorm of `x: [.., d]` over its last dimension: the fused kernel on flex, the GPU kernel
+/// on a `Cube` device where nothing is tracked, composed ops elsewhere.
 pub fn rms_norm<const D: usize>(x: Tensor<D>, weight: Tensor<1>, eps: f64) -> Tensor<D> {
     if use_kernels(&[&x.device()], &[x.dtype(), weight.dtype()]) {
-        Tensor::from_dispatch(Dispatch::bl_rms_norm(x.into_dispatch(), weight.into_dispatch(), eps))
-    } else {
-        rms_norm_reference(x, weight, eps)
+        return Tensor::from_dispatch(Dispatch::bl_rms_norm(x.into_dispatch(), weight.into_dispatch(), eps));
     }
+    if crate::gpu::row_norm_runs(&x, &[&weight]) {
+        return crate::gpu::row_norm(x, weight, None, eps).expect("the kernel takes what it said it runs");
+    }
+    rms_norm_reference(x, weight, eps)
 }
 
 /// The composed RMSNorm.

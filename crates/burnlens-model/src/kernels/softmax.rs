@@ -27,9 +27,17 @@ pub trait SoftmaxKernel: Backend {
     fn bl_softmax(x: FloatTensor<Self>) -> FloatTensor<Self>;
 }
 
-/// Softmax of `x` over its last dimension: the kernel on flex, composed ops elsewhere.
+/// Softmax of `x` over its last dimension: the kernel on flex, the GPU kernel
+/// ([`crate::gpu::softmax`]) on a `Cube` device where nothing is tracked, composed ops
+/// elsewhere.
 pub fn softmax<const D: usize>(x: Tensor<D>) -> Tensor<D> {
-    if use_kernels(&[&x.device()], &[x.dtype()]) { Tensor::from_dispatch(Dispatch::bl_softmax(x.into_dispatch())) } else { softmax_reference(x) }
+    if use_kernels(&[&x.device()], &[x.dtype()]) {
+        return Tensor::from_dispatch(Dispatch::bl_softmax(x.into_dispatch()));
+    }
+    if crate::gpu::softmax_runs(&x) {
+        return crate::gpu::softmax(x).expect("the kernel takes what it said it runs");
+    }
+    softmax_reference(x)
 }
 
 /// Burn's composed softmax: what the kernel is tested against.
