@@ -23,18 +23,13 @@
 //! | row softmax | softmax of each row in one launch (five composed), values not tracked: attention's pattern at inference | `row_softmax` |
 //! | gated activation | `x σ(αx + βx³)` (tanh GELUs, `quick_gelu`, SiLU) in one launch (up to twelve composed), values not tracked | `gated_activation` |
 //!
-//! `cube_reduce` holds the sums and maxima over a cube that the row kernels share.
+//! `cube_reduce` holds the sums and maxima over a cube that the row kernels share, `grid` the
+//! launch grid's limit every kernel keeps to.
 
 /// Whether Burn's operation fusion wraps the `Cube` backends in this build (the `fusion`
 /// feature): chains of element-wise operations run as one kernel, and burnlens's kernels
 /// below as opaque operations of the fused stream.
 pub const FUSED: bool = cfg!(feature = "fusion");
-
-/// The most cubes a launch's grid holds along one dimension on every backend here (wgpu's
-/// limit along each, CUDA's along y and z): a kernel here whose shape needs more declines,
-/// and its caller takes the composed route.
-#[cfg(any(feature = "wgpu", feature = "cuda"))]
-const GRID_LIMIT: usize = 65_535;
 
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 mod bin_counts;
@@ -44,6 +39,8 @@ mod cube_reduce;
 mod exact_matmul;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 mod gated_activation;
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+mod grid;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 mod radix_select;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]

@@ -25,7 +25,7 @@ use burn_cubecl::ops::numeric::empty_device_dtype;
 use burn_cubecl::tensor::CubeTensor;
 use cubecl::prelude::*;
 
-use super::GRID_LIMIT;
+use super::grid::GRID_LIMIT;
 
 /// Units per cube; also the histogram's bins (one bin per unit to clear and flush).
 const UNITS: u32 = 256;

@@ -15,9 +15,9 @@ use burn_cubecl::ops::numeric::empty_device_dtype;
 use burn_cubecl::tensor::CubeTensor;
 use cubecl::prelude::*;
 
-use super::GRID_LIMIT;
 use super::cube_reduce::{UNITS, cube_sum};
 use super::exact_matmul::on_cube;
+use super::grid::GRID_LIMIT;
 
 /// The extension that carries dispatch tensors to the kernel.
 #[backend_extension(Cube, Fusion: cfg(feature = "fusion"))]

@@ -10,8 +10,8 @@ use burn_cubecl::CubeBackend;
 use burn_cubecl::kernel::into_contiguous;
 use burn_cubecl::tensor::CubeTensor;
 
-use super::GRID_LIMIT;
 use super::exact_matmul::on_cube;
+use super::grid::GRID_LIMIT;
 use super::sparse_decode::compact;
 
 /// The extension that carries a dispatch tensor to the listing kernel.

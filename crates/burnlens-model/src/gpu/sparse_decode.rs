@@ -26,8 +26,8 @@ use burn_cubecl::ops::numeric::{empty_device_dtype, zeros_client};
 use burn_cubecl::tensor::CubeTensor;
 use cubecl::prelude::*;
 
-use super::GRID_LIMIT;
 use super::exact_matmul::on_cube;
+use super::grid::GRID_LIMIT;
 use super::sparse_t_product::SparseTProduct;
 
 /// Units per cube.

@@ -15,8 +15,8 @@ use burn::tensor::{DType, Tensor};
 use burn_cubecl::CubeBackend;
 use burn_cubecl::tensor::CubeTensor;
 
-use super::GRID_LIMIT;
 use super::exact_matmul::{ExactMatmul, on_cube, product, transposed};
+use super::grid::GRID_LIMIT;
 use super::sparse_decode::SparseDecode;
 use super::sparse_t_product::{SparseTProduct, fits};
 

@@ -18,8 +18,8 @@ use burn_cubecl::ops::numeric::empty_device_dtype;
 use burn_cubecl::tensor::CubeTensor;
 use cubecl::prelude::*;
 
-use super::GRID_LIMIT;
 use super::exact_matmul::{product, transposed};
+use super::grid::GRID_LIMIT;
 
 /// Units per cube.
 const UNITS: u32 = 256;
