@@ -19,9 +19,9 @@
 //! | dashboard bin counts | a batch's per-feature histogram bins (by each bin's least member), quantile-interval counts and centre zeros for the dashboards' second pass, a unit per feature column, one launch | `bin_counts` |
 //! | support gradient | the sparse decode's backward for the activations, on their support, from the rows' lists made again (every tensor a backward keeps is its backend's own, fused or not) | `sparse_decode` |
 //! | exact f32 product | `a · b` in f32 arithmetic on cubek's unit-level kernel (never TF32), forward and autodiff backward: every product [`crate::matmul`] routes here by default | `exact_matmul` |
-//! | row norm | LayerNorm or RMSNorm of each row in one launch (nine composed launches), values not tracked by autodiff: decoding's and inference's norms | `row_norm` |
-//! | row softmax | softmax of each row in one launch (five composed), values not tracked: attention's pattern at inference | `row_softmax` |
-//! | gated activation | `x σ(αx + βx³)` (tanh GELUs, `quick_gelu`, SiLU) in one launch (up to twelve composed), values not tracked | `gated_activation` |
+//! | row norm | LayerNorm or RMSNorm of each row in one launch (nine composed launches), and under autodiff its backward in four (`row_norm_grad`: row statistics, the input's gradient, the weight's partial sums) | `row_norm`, `row_norm_grad` |
+//! | row softmax | softmax of each row in one launch (five composed): attention's pattern; its autodiff backward in one more | `row_softmax` |
+//! | gated activation | `x σ(αx + βx³)` (tanh GELUs, `quick_gelu`, SiLU) in one launch (up to twelve composed), and its autodiff backward in one more | `gated_activation` |
 //!
 //! `cube_reduce` holds the sums and maxima over a cube that the row kernels share, `grid` the
 //! launch grid's limit every kernel keeps to.
@@ -45,6 +45,8 @@ mod grid;
 mod radix_select;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 mod row_norm;
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+mod row_norm_grad;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 mod row_softmax;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
@@ -74,7 +76,7 @@ pub fn gated_activation<const D: usize>(x: Tensor<D>, alpha: f32, beta: f32) -> 
     }
 }
 
-/// Whether [`gated_activation`] runs on `x`: f32 on a `Cube` device, not tracked by autodiff.
+/// Whether [`gated_activation`] runs on `x`: f32 on a `Cube` device (tracked or not).
 pub fn gated_activation_runs<const D: usize>(x: &Tensor<D>) -> bool {
     #[cfg(any(feature = "wgpu", feature = "cuda"))]
     {
@@ -88,8 +90,8 @@ pub fn gated_activation_runs<const D: usize>(x: &Tensor<D>) -> bool {
 }
 
 /// LayerNorm (where `bias`) or RMSNorm of `x: [.., d]` over its last dimension in one launch on
-/// the tensor's GPU ([`row_norm`]'s kernel); `None` where it does not run: not a `Cube` device,
-/// not all f32, or tracked by autodiff.
+/// the tensor's GPU ([`row_norm`]'s kernel, with its backward under autodiff); `None` where it
+/// does not run: not a `Cube` device, not all f32, or tracked only in part.
 pub fn row_norm<const D: usize>(x: Tensor<D>, weight: Tensor<1>, bias: Option<Tensor<1>>, eps: f64) -> Option<Tensor<D>> {
     #[cfg(any(feature = "wgpu", feature = "cuda"))]
     {
@@ -129,7 +131,7 @@ pub fn softmax<const D: usize>(x: Tensor<D>) -> Option<Tensor<D>> {
     }
 }
 
-/// Whether [`softmax`] runs on `x`: f32 on a `Cube` device, not tracked by autodiff.
+/// Whether [`softmax`] runs on `x`: f32 on a `Cube` device (tracked or not).
 pub fn softmax_runs<const D: usize>(x: &Tensor<D>) -> bool {
     #[cfg(any(feature = "wgpu", feature = "cuda"))]
     {

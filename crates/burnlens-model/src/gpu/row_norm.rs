@@ -4,8 +4,8 @@
 //! over the cube's units ([`super::cube_reduce`]). The composed ops it replaces launch nine
 //! kernels (two reductions and seven element-wise), so a decoded token's two norms a layer
 //! were eighteen of its launches. Same contract as [`crate::kernels::layer_norm`] (biased
-//! variance, `1 / sqrt(var + eps)`); for values not tracked by autodiff (inference, decoding,
-//! the activation store, lenses), the composed ops otherwise.
+//! variance, `1 / sqrt(var + eps)`). Under autodiff its backward is
+//! [`super::row_norm_grad`]'s.
 
 use burn::backend::{Backend, backend_extension, tensor::FloatTensor};
 use burn::tensor::{DType, Tensor};
@@ -19,8 +19,9 @@ use super::cube_reduce::{UNITS, cube_sum};
 use super::exact_matmul::on_cube;
 use super::grid::GRID_LIMIT;
 
-/// The extension that carries dispatch tensors to the kernel.
-#[backend_extension(Cube, Fusion: cfg(feature = "fusion"))]
+/// The extension that carries dispatch tensors to the kernel (and its autodiff wrapper, in
+/// [`super::row_norm_grad`]).
+#[backend_extension(Cube, Fusion: cfg(feature = "fusion"), Autodiff)]
 pub trait RowNorm: Backend {
     /// LayerNorm of `x: [rows, d]` with `w`, `b: [d]`.
     #[fusion(dtype = x, shape = x.clone())]
@@ -41,12 +42,14 @@ impl RowNorm for CubeBackend {
 }
 
 /// Whether the kernel takes the norm of `x` with these parameters: plain f32 on a `Cube`
-/// device, not tracked by autodiff, `[.., d]` with `d = weight.len()` (and `bias.len()`).
+/// device, all tracked by autodiff or none, `[.., d]` with `d = weight.len()` (and
+/// `bias.len()`).
 pub fn applies<const D: usize>(x: &Tensor<D>, params: &[&Tensor<1>]) -> bool {
     let d = x.dims()[D - 1];
     let shapes = d >= 1 && x.shape().num_elements() < u32::MAX as usize && params.iter().all(|p| p.dims()[0] == d);
     let dtypes = x.dtype() == DType::F32 && params.iter().all(|p| p.dtype() == DType::F32);
-    shapes && dtypes && on_cube(&x.device()) && !x.is_autodiff() && params.iter().all(|p| !p.is_autodiff())
+    let tracking = params.iter().all(|p| p.is_autodiff() == x.is_autodiff());
+    shapes && dtypes && tracking && on_cube(&x.device())
 }
 
 /// The norm of `x: [.., d]` over its last dimension: LayerNorm where `bias`, else RMSNorm;
@@ -102,31 +105,12 @@ fn launch(x: CubeTensor, w: CubeTensor, b: Option<CubeTensor>, eps: f32) -> Cube
 fn norm_rows(x: &[f32], w: &[f32], b: &[f32], y: &mut [f32], rows: u32, d: u32, eps: f32, #[comptime] center: bool) {
     let mut shared = Shared::<[f32]>::new_slice(256usize);
     let steps = d.div_ceil(256u32);
-    let inv_d = 1.0f32 / f32::cast_from(d);
     let mut row = CUBE_POS_X;
     // Uniform over the cube: every unit of a cube takes the same rows.
     while row < rows {
         let base = row as usize * d as usize;
-        let mut mean = 0.0f32;
-        if center {
-            let mut s = 0.0f32;
-            for step in 0..steps {
-                let i = step * 256u32 + UNIT_POS;
-                if i < d {
-                    s += x[base + i as usize];
-                }
-            }
-            mean = cube_sum(s, &mut shared) * inv_d;
-        }
-        let mut s2 = 0.0f32;
-        for step in 0..steps {
-            let i = step * 256u32 + UNIT_POS;
-            if i < d {
-                let dev = x[base + i as usize] - mean;
-                s2 += dev * dev;
-            }
-        }
-        let rstd = 1.0f32 / f32::sqrt(cube_sum(s2, &mut shared) * inv_d + eps);
+        let mean = row_mean(x, base, d, &mut shared, center);
+        let rstd = row_rstd(x, base, d, mean, eps, &mut shared);
         for step in 0..steps {
             let i = step * 256u32 + UNIT_POS;
             if i < d {
@@ -139,4 +123,36 @@ fn norm_rows(x: &[f32], w: &[f32], b: &[f32], y: &mut [f32], rows: u32, d: u32, 
         }
         row += CUBE_COUNT_X;
     }
+}
+
+/// The mean of the row of `x` at `base` (`d` long) where `center`, else 0: every unit of the
+/// cube gets it.
+#[cube]
+pub(super) fn row_mean(x: &[f32], base: usize, d: u32, shared: &mut Shared<[f32]>, #[comptime] center: bool) -> f32 {
+    let mut mean = 0.0f32;
+    if center {
+        let mut s = 0.0f32;
+        for step in 0..d.div_ceil(256u32) {
+            let i = step * 256u32 + UNIT_POS;
+            if i < d {
+                s += x[base + i as usize];
+            }
+        }
+        mean = cube_sum(s, shared) / f32::cast_from(d);
+    }
+    mean
+}
+
+/// `1 / sqrt(mean((x - mean)²) + eps)` of the row of `x` at `base`: every unit gets it.
+#[cube]
+pub(super) fn row_rstd(x: &[f32], base: usize, d: u32, mean: f32, eps: f32, shared: &mut Shared<[f32]>) -> f32 {
+    let mut s = 0.0f32;
+    for step in 0..d.div_ceil(256u32) {
+        let i = step * 256u32 + UNIT_POS;
+        if i < d {
+            let dev = x[base + i as usize] - mean;
+            s += dev * dev;
+        }
+    }
+    1.0f32 / f32::sqrt(cube_sum(s, shared) / f32::cast_from(d) + eps)
 }

@@ -2,11 +2,14 @@
 //! launches five kernels (two reductions, three element-wise): a cube of 256 units per row,
 //! three passes over it — its maximum, the sum of `e^(x - max)`, the output — each reduced
 //! over the cube ([`super::cube_reduce`]). Same contract as [`crate::kernels::softmax`]:
-//! masked scores (−1e30 or −∞) give 0, a row of only −∞ the uniform row. For values not
-//! tracked by autodiff (attention's pattern at inference and decoding); the composed ops
-//! otherwise.
+//! masked scores (−1e30 or −∞) give 0, a row of only −∞ the uniform row. Under autodiff its
+//! backward is one more launch of the same shape, `dx = y (g - Σ g y)` per row.
 
-use burn::backend::{Backend, backend_extension, tensor::FloatTensor};
+use burn::backend::autodiff::checkpoint::base::Checkpointer;
+use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
+use burn::backend::autodiff::grads::Gradients;
+use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
+use burn::backend::{Autodiff, Backend, Cube, backend_extension, tensor::FloatTensor};
 use burn::tensor::{DType, Tensor};
 use burn_cubecl::CubeBackend;
 use burn_cubecl::kernel::into_contiguous;
@@ -18,41 +21,86 @@ use super::cube_reduce::{UNITS, cube_max, cube_sum};
 use super::exact_matmul::on_cube;
 use super::grid::GRID_LIMIT;
 
-/// The extension that carries a dispatch tensor to the kernel.
-#[backend_extension(Cube, Fusion: cfg(feature = "fusion"))]
+/// The extension that carries a dispatch tensor to the kernel (and its autodiff wrapper).
+#[backend_extension(Cube, Fusion: cfg(feature = "fusion"), Autodiff)]
 pub trait RowSoftmax: Backend {
     /// Softmax of each row of `x: [rows, d]`.
     #[fusion(dtype = x, shape = x.clone())]
     fn bl_gpu_softmax(x: FloatTensor<Self>) -> FloatTensor<Self>;
 }
 
+/// The backward's kernel.
+#[backend_extension(Cube, Fusion: cfg(feature = "fusion"))]
+pub trait RowSoftmaxGrad: Backend {
+    /// `y (g - Σ g y)` per row, from the softmax's output `y` and its gradient `g`.
+    #[fusion(dtype = y, shape = y.clone())]
+    fn bl_gpu_softmax_grad(y: FloatTensor<Self>, g: FloatTensor<Self>) -> FloatTensor<Self>;
+}
+
 impl RowSoftmax for CubeBackend {
     fn bl_gpu_softmax(x: CubeTensor) -> CubeTensor {
-        let x = into_contiguous(x);
-        let (rows, d) = (x.meta.shape()[0], x.meta.shape()[1]);
-        let client = x.client.clone();
-        let y = empty_device_dtype(client.clone(), x.device.clone(), [rows, d].into(), DType::F32);
-        if rows == 0 {
-            return y;
-        }
-        softmax_rows::launch(
-            &client,
-            CubeCount::Static(rows.min(GRID_LIMIT) as u32, 1, 1),
-            CubeDim::new_1d(UNITS),
-            unsafe { BufferArg::from_raw_parts(x.handle.clone(), rows * d) },
-            unsafe { BufferArg::from_raw_parts(y.handle.clone(), rows * d) },
-            rows as u32,
-            d as u32,
-        );
-        y
+        rows(x.clone(), x, false)
     }
 }
 
-/// Whether the kernel takes `x: [.., d]`: plain f32 on a `Cube` device, `d ≥ 1`, not tracked
-/// by autodiff.
+impl RowSoftmaxGrad for CubeBackend {
+    fn bl_gpu_softmax_grad(y: CubeTensor, g: CubeTensor) -> CubeTensor {
+        rows(y, g, true)
+    }
+}
+
+/// The kernel over contiguous copies: the softmax of `x`'s rows, or where `grad` the
+/// backward from the output `x` and its gradient `g`.
+fn rows(x: CubeTensor, g: CubeTensor, grad: bool) -> CubeTensor {
+    let (x, g) = (into_contiguous(x), into_contiguous(g));
+    let (rows, d) = (x.meta.shape()[0], x.meta.shape()[1]);
+    let client = x.client.clone();
+    let out = empty_device_dtype(client.clone(), x.device.clone(), [rows, d].into(), DType::F32);
+    if rows == 0 {
+        return out;
+    }
+    let (count, dim) = (CubeCount::Static(rows.min(GRID_LIMIT) as u32, 1, 1), CubeDim::new_1d(UNITS));
+    let arg = |t: &CubeTensor| unsafe { BufferArg::from_raw_parts(t.handle.clone(), rows * d) };
+    if grad {
+        softmax_grad_rows::launch(&client, count, dim, arg(&x), arg(&g), arg(&out), rows as u32, d as u32);
+    } else {
+        softmax_rows::launch(&client, count, dim, arg(&x), arg(&out), rows as u32, d as u32);
+    }
+    out
+}
+
+#[derive(Debug)]
+struct RowSoftmaxBackward;
+
+impl Backward<Cube, 1> for RowSoftmaxBackward {
+    /// The softmax's output.
+    type State = FloatTensor<Cube>;
+
+    fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let [node] = ops.parents;
+        let g = grads.consume::<Cube>(&ops.node);
+        if let Some(node) = node {
+            grads.register::<Cube>(node.id, Cube::bl_gpu_softmax_grad(ops.state, g));
+        }
+    }
+}
+
+impl<C: CheckpointStrategy> RowSoftmax for Autodiff<Cube, C> {
+    fn bl_gpu_softmax(x: FloatTensor<Self>) -> FloatTensor<Self> {
+        let (x, gx) = x.into_parts();
+        let out = Cube::bl_gpu_softmax(x);
+        match RowSoftmaxBackward.prepare::<C>([gx]).compute_bound().stateful() {
+            OpsKind::Tracked(prep) => prep.finish(out.clone(), out),
+            OpsKind::UnTracked(prep) => prep.finish(out),
+        }
+    }
+}
+
+/// Whether the kernel takes `x: [.., d]`: plain f32 on a `Cube` device (tracked or not),
+/// `d ≥ 1`.
 pub fn applies<const D: usize>(x: &Tensor<D>) -> bool {
     let shapes = x.dims()[D - 1] >= 1 && x.shape().num_elements() < u32::MAX as usize;
-    shapes && x.dtype() == DType::F32 && on_cube(&x.device()) && !x.is_autodiff()
+    shapes && x.dtype() == DType::F32 && on_cube(&x.device())
 }
 
 /// See [`super::softmax`].
@@ -102,6 +150,32 @@ fn softmax_rows(x: &[f32], y: &mut [f32], rows: u32, d: u32) {
                     v = 1.0f32 / f32::cast_from(d);
                 }
                 y[base + i as usize] = v;
+            }
+        }
+        row += CUBE_COUNT_X;
+    }
+}
+
+/// Rows `CUBE_POS_X, CUBE_POS_X + CUBE_COUNT_X, …` of the backward: `y (g - Σ g y)`.
+#[cube(launch)]
+fn softmax_grad_rows(y: &[f32], g: &[f32], dx: &mut [f32], rows: u32, d: u32) {
+    let mut shared = Shared::<[f32]>::new_slice(256usize);
+    let steps = d.div_ceil(256u32);
+    let mut row = CUBE_POS_X;
+    while row < rows {
+        let base = row as usize * d as usize;
+        let mut s = 0.0f32;
+        for step in 0..steps {
+            let i = step * 256u32 + UNIT_POS;
+            if i < d {
+                s += g[base + i as usize] * y[base + i as usize];
+            }
+        }
+        let dot = cube_sum(s, &mut shared);
+        for step in 0..steps {
+            let i = step * 256u32 + UNIT_POS;
+            if i < d {
+                dx[base + i as usize] = y[base + i as usize] * (g[base + i as usize] - dot);
             }
         }
         row += CUBE_COUNT_X;

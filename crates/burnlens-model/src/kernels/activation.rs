@@ -41,7 +41,7 @@ pub fn gate_coefficients(act: ActivationFn) -> Option<(f32, f32)> {
 }
 
 /// `x σ(αx + βx³)` element-wise: the fused kernel on flex, the GPU kernel
-/// ([`crate::gpu::gated_activation`]) on a `Cube` device where nothing is tracked, composed
+/// ([`crate::gpu::gated_activation`]) on a `Cube` device (with its own backward under autodiff), composed
 /// ops elsewhere.
 pub fn gated_activation<const D: usize>(x: Tensor<D>, alpha: f32, beta: f32) -> Tensor<D> {
     if use_kernels(&[&x.device()], &[x.dtype()]) {

@@ -29,7 +29,7 @@ pub trait NormKernel: Backend {
 }
 
 /// LayerNorm of `x: [.., d]` over its last dimension: the fused kernel on flex, the GPU
-/// kernel ([`crate::gpu::row_norm`]) on a `Cube` device where nothing is tracked, the
+/// kernel ([`crate::gpu::row_norm`]) on a `Cube` device (with its own backward under autodiff), the
 /// backend's own `module::layer_norm` elsewhere.
 pub fn layer_norm<const D: usize>(x: Tensor<D>, weight: Tensor<1>, bias: Tensor<1>, eps: f64) -> Tensor<D> {
     if use_kernels(&[&x.device()], &[x.dtype(), weight.dtype(), bias.dtype()]) {
@@ -49,7 +49,7 @@ pub fn layer_norm_reference<const D: usize>(x: Tensor<D>, weight: Tensor<1>, bia
 }
 
 /// RMSNorm of `x: [.., d]` over its last dimension: the fused kernel on flex, the GPU kernel
-/// on a `Cube` device where nothing is tracked, composed ops elsewhere.
+/// on a `Cube` device (with its own backward under autodiff), composed ops elsewhere.
 pub fn rms_norm<const D: usize>(x: Tensor<D>, weight: Tensor<1>, eps: f64) -> Tensor<D> {
     if use_kernels(&[&x.device()], &[x.dtype(), weight.dtype()]) {
         return Tensor::from_dispatch(Dispatch::bl_rms_norm(x.into_dispatch(), weight.into_dispatch(), eps));

@@ -28,7 +28,7 @@ pub trait SoftmaxKernel: Backend {
 }
 
 /// Softmax of `x` over its last dimension: the kernel on flex, the GPU kernel
-/// ([`crate::gpu::softmax`]) on a `Cube` device where nothing is tracked, composed ops
+/// ([`crate::gpu::softmax`]) on a `Cube` device (with its own backward under autodiff), composed ops
 /// elsewhere.
 pub fn softmax<const D: usize>(x: Tensor<D>) -> Tensor<D> {
     if use_kernels(&[&x.device()], &[x.dtype()]) {
