@@ -181,6 +181,10 @@ bench_rows() {
     row "generate 64" 40 generate --model $model --new-tokens 64 --reps 3 -- generate --model $model --new 64 --reps 3
     row "train shakespeare-char" 40 train --train-shape shakespeare-char --reps 5 -- train-steps --train-shape shakespeare-char --reps 5
     row "train gpt2 ctx256" 40 train --train-shape gpt2 --reps 5 -- train-steps --train-shape gpt2 --reps 5
+    # The same without the one-launch norms, softmax and activations (Burn's composed ops;
+    # burnlens only: the PyTorch rows above stand for these too).
+    ROW_ENV=BURNLENS_GPU_ROW_KERNELS=off PEERS=none row "generate 64, composed ops" 30 generate --model $model --new-tokens 64 --reps 3 -- none
+    ROW_ENV=BURNLENS_GPU_ROW_KERNELS=off PEERS=none row "train gpt2 ctx256, composed ops" 30 train --train-shape gpt2 --reps 5 -- none
     # The same with TF32 asked for on both sides (burnlens's default is its exact f32 kernel).
     row "forward 8x1024 tf32" 40 forward --model $model --batch 8 --seq 1024 --reps 10 --compute tf32 -- forward --model $model --batch 8 --seq 1024 --reps 10 --tf32
     python3 - "$jsonl" <<'EOF'
@@ -214,9 +218,10 @@ row() {
     fits "$label" "$usual" || return 0
     echo "-- $label (at $((SECONDS - START_S)) s)"
     for backend in $BACKENDS; do
-        timeout "$(limit 120)" $BIN/burnlens bench "${ours[@]}" --backend $backend | sed "s/^{/{\"row\":\"$label\",\"backend\":\"$backend\",/" >>"$jsonl"
+        timeout "$(limit 120)" env ${ROW_ENV:-} $BIN/burnlens bench "${ours[@]}" --backend $backend | sed "s/^{/{\"row\":\"$label\",\"backend\":\"$backend\",/" >>"$jsonl"
     done
     for impl in ${PEERS:-lean}; do
+        [ "$impl" = none ] && continue
         [ "$impl" = hf ] && [ "${peer[0]}" = train-steps ] && continue
         timeout "$(limit 180)" python3 scripts/peer_nanogpt.py "${peer[@]}" --impl $impl --device "$PEER_DEVICE" 2>/dev/null \
             | sed "s/^{/{\"row\":\"$label\",\"backend\":\"torch-$impl\",/" >>"$jsonl"

@@ -1,17 +1,22 @@
-//! Sums and maxima over one cube's 256 units: a tree in shared memory, every unit getting the
+//! Sums and maxima over one cube's units (32 to 256): a tree in shared memory, every unit getting the
 //! answer. What the row kernels ([`super::row_norm`], [`super::row_softmax`]) reduce a row with.
 
 use cubecl::prelude::*;
 
-/// Units of the cubes these reductions serve (a power of two: the tree halves it).
-pub(super) const UNITS: u32 = 256;
+/// The units of a cube that takes rows of `d` values: `d` rounded up to a power of two (the
+/// tree halves it), from 32 (a warp) to 256, so a short row (a decoded token's attention
+/// scores, a small model's norms) does not wait on idle units at every step of the tree.
+pub(super) fn row_units(d: usize) -> u32 {
+    d.next_power_of_two().clamp(32, 256) as u32
+}
 
-/// The sum of every unit's `v` (every unit gets it).
+/// The sum of every unit's `v` over the cube (of a power of two units, `shared` holding one
+/// value each; every unit gets it).
 #[cube]
 pub(super) fn cube_sum(v: f32, shared: &mut Shared<[f32]>) -> f32 {
     shared[UNIT_POS as usize] = v;
     sync_cube();
-    let mut half = 128u32;
+    let mut half = CUBE_DIM_X / 2u32;
     while half > 0u32 {
         if UNIT_POS < half {
             shared[UNIT_POS as usize] += shared[(UNIT_POS + half) as usize];
@@ -25,12 +30,12 @@ pub(super) fn cube_sum(v: f32, shared: &mut Shared<[f32]>) -> f32 {
     total
 }
 
-/// The largest of every unit's `v` (every unit gets it).
+/// The largest of every unit's `v` over the cube (as [`cube_sum`]).
 #[cube]
 pub(super) fn cube_max(v: f32, shared: &mut Shared<[f32]>) -> f32 {
     shared[UNIT_POS as usize] = v;
     sync_cube();
-    let mut half = 128u32;
+    let mut half = CUBE_DIM_X / 2u32;
     while half > 0u32 {
         if UNIT_POS < half {
             shared[UNIT_POS as usize] = f32::max(shared[UNIT_POS as usize], shared[(UNIT_POS + half) as usize]);

@@ -80,7 +80,7 @@ pub fn gated_activation<const D: usize>(x: Tensor<D>, alpha: f32, beta: f32) -> 
 pub fn gated_activation_runs<const D: usize>(x: &Tensor<D>) -> bool {
     #[cfg(any(feature = "wgpu", feature = "cuda"))]
     {
-        gated_activation::applies(x)
+        row_kernels_on() && gated_activation::applies(x)
     }
     #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
     {
@@ -104,11 +104,20 @@ pub fn row_norm<const D: usize>(x: Tensor<D>, weight: Tensor<1>, bias: Option<Te
     }
 }
 
+/// Whether the one-launch row kernels (norms, softmax, gated activations) run where they
+/// apply: on unless `BURNLENS_GPU_ROW_KERNELS=off` (read once), which keeps Burn's composed ops
+/// instead, so that the GPU check times both in one session.
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+fn row_kernels_on() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| !matches!(std::env::var("BURNLENS_GPU_ROW_KERNELS").as_deref().map(str::trim), Ok("off" | "0")))
+}
+
 /// Whether [`row_norm`] runs on `x` with these parameters (weight, and bias for a LayerNorm).
 pub fn row_norm_runs<const D: usize>(x: &Tensor<D>, params: &[&Tensor<1>]) -> bool {
     #[cfg(any(feature = "wgpu", feature = "cuda"))]
     {
-        row_norm::applies(x, params)
+        row_kernels_on() && row_norm::applies(x, params)
     }
     #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
     {
@@ -135,7 +144,7 @@ pub fn softmax<const D: usize>(x: Tensor<D>) -> Option<Tensor<D>> {
 pub fn softmax_runs<const D: usize>(x: &Tensor<D>) -> bool {
     #[cfg(any(feature = "wgpu", feature = "cuda"))]
     {
-        row_softmax::applies(x)
+        row_kernels_on() && row_softmax::applies(x)
     }
     #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
     {

@@ -1,11 +1,11 @@
-//! LayerNorm and RMSNorm over the last dimension on a GPU in one launch: a cube of 256 units
-//! per row (a cube takes rows `CUBE_POS_X, + cubes, …` past the grid's limit), three passes
-//! over the row — its sum, the sum of its squared deviations, the output — each sum a tree
-//! over the cube's units ([`super::cube_reduce`]). The composed ops it replaces launch nine
-//! kernels (two reductions and seven element-wise), so a decoded token's two norms a layer
-//! were eighteen of its launches. Same contract as [`crate::kernels::layer_norm`] (biased
-//! variance, `1 / sqrt(var + eps)`). Under autodiff its backward is
-//! [`super::row_norm_grad`]'s.
+//! LayerNorm and RMSNorm over the last dimension on a GPU in one launch: a cube per row (32
+//! to 256 units by the row's length; a cube takes rows `CUBE_POS_X, + cubes, …` past the
+//! grid's limit), three passes over the row — its sum, the sum of its squared deviations, the
+//! output — each sum a tree over the cube's units ([`super::cube_reduce`]). The composed ops
+//! it replaces launch nine kernels (two reductions and seven element-wise), so a decoded
+//! token's two norms a layer were eighteen of its launches. Same contract as
+//! [`crate::kernels::layer_norm`] (biased variance, `1 / sqrt(var + eps)`). Under autodiff its
+//! backward is [`super::row_norm_grad`]'s.
 
 use burn::backend::{Backend, backend_extension, tensor::FloatTensor};
 use burn::tensor::{DType, Tensor};
@@ -15,7 +15,7 @@ use burn_cubecl::ops::numeric::empty_device_dtype;
 use burn_cubecl::tensor::CubeTensor;
 use cubecl::prelude::*;
 
-use super::cube_reduce::{UNITS, cube_sum};
+use super::cube_reduce::{cube_sum, row_units};
 use super::exact_matmul::on_cube;
 use super::grid::GRID_LIMIT;
 
@@ -86,7 +86,7 @@ fn launch(x: CubeTensor, w: CubeTensor, b: Option<CubeTensor>, eps: f32) -> Cube
     norm_rows::launch(
         &client,
         CubeCount::Static(rows.min(GRID_LIMIT) as u32, 1, 1),
-        CubeDim::new_1d(UNITS),
+        CubeDim::new_1d(row_units(d)),
         unsafe { BufferArg::from_raw_parts(x.handle.clone(), rows * d) },
         unsafe { BufferArg::from_raw_parts(w.handle.clone(), d) },
         unsafe { BufferArg::from_raw_parts(b.handle.clone(), d) },
@@ -95,6 +95,7 @@ fn launch(x: CubeTensor, w: CubeTensor, b: Option<CubeTensor>, eps: f32) -> Cube
         d as u32,
         eps,
         center,
+        row_units(d),
     );
     y
 }
@@ -102,17 +103,17 @@ fn launch(x: CubeTensor, w: CubeTensor, b: Option<CubeTensor>, eps: f32) -> Cube
 /// Rows `CUBE_POS_X, CUBE_POS_X + CUBE_COUNT_X, …` of `x: [rows, d]` normalized into `y`:
 /// `(x - mean) · rstd · w + b` where `center`, else `x · rstd · w`.
 #[cube(launch)]
-fn norm_rows(x: &[f32], w: &[f32], b: &[f32], y: &mut [f32], rows: u32, d: u32, eps: f32, #[comptime] center: bool) {
-    let mut shared = Shared::<[f32]>::new_slice(256usize);
-    let steps = d.div_ceil(256u32);
+fn norm_rows(x: &[f32], w: &[f32], b: &[f32], y: &mut [f32], rows: u32, d: u32, eps: f32, #[comptime] center: bool, #[comptime] units: u32) {
+    let mut shared = Shared::<[f32]>::new_slice(comptime!(units as usize));
+    let steps = d.div_ceil(units);
     let mut row = CUBE_POS_X;
     // Uniform over the cube: every unit of a cube takes the same rows.
     while row < rows {
         let base = row as usize * d as usize;
-        let mean = row_mean(x, base, d, &mut shared, center);
-        let rstd = row_rstd(x, base, d, mean, eps, &mut shared);
+        let mean = row_mean(x, base, d, &mut shared, center, units);
+        let rstd = row_rstd(x, base, d, mean, eps, &mut shared, units);
         for step in 0..steps {
-            let i = step * 256u32 + UNIT_POS;
+            let i = step * units + UNIT_POS;
             if i < d {
                 let mut v = (x[base + i as usize] - mean) * rstd * w[i as usize];
                 if center {
@@ -128,12 +129,12 @@ fn norm_rows(x: &[f32], w: &[f32], b: &[f32], y: &mut [f32], rows: u32, d: u32, 
 /// The mean of the row of `x` at `base` (`d` long) where `center`, else 0: every unit of the
 /// cube gets it.
 #[cube]
-pub(super) fn row_mean(x: &[f32], base: usize, d: u32, shared: &mut Shared<[f32]>, #[comptime] center: bool) -> f32 {
+pub(super) fn row_mean(x: &[f32], base: usize, d: u32, shared: &mut Shared<[f32]>, #[comptime] center: bool, #[comptime] units: u32) -> f32 {
     let mut mean = 0.0f32;
     if center {
         let mut s = 0.0f32;
-        for step in 0..d.div_ceil(256u32) {
-            let i = step * 256u32 + UNIT_POS;
+        for step in 0..d.div_ceil(units) {
+            let i = step * units + UNIT_POS;
             if i < d {
                 s += x[base + i as usize];
             }
@@ -145,10 +146,10 @@ pub(super) fn row_mean(x: &[f32], base: usize, d: u32, shared: &mut Shared<[f32]
 
 /// `1 / sqrt(mean((x - mean)²) + eps)` of the row of `x` at `base`: every unit gets it.
 #[cube]
-pub(super) fn row_rstd(x: &[f32], base: usize, d: u32, mean: f32, eps: f32, shared: &mut Shared<[f32]>) -> f32 {
+pub(super) fn row_rstd(x: &[f32], base: usize, d: u32, mean: f32, eps: f32, shared: &mut Shared<[f32]>, #[comptime] units: u32) -> f32 {
     let mut s = 0.0f32;
-    for step in 0..d.div_ceil(256u32) {
-        let i = step * 256u32 + UNIT_POS;
+    for step in 0..d.div_ceil(units) {
+        let i = step * units + UNIT_POS;
         if i < d {
             let dev = x[base + i as usize] - mean;
             s += dev * dev;

@@ -19,12 +19,14 @@ use burn_cubecl::ops::numeric::empty_device_dtype;
 use burn_cubecl::tensor::CubeTensor;
 use cubecl::prelude::*;
 
-use super::cube_reduce::{UNITS, cube_sum};
+use super::cube_reduce::{cube_sum, row_units};
 use super::grid::GRID_LIMIT;
 use super::row_norm::{RowNorm, row_mean, row_rstd};
 
 /// Rows per chunk of the weight's partial sums, at least.
 const CHUNK_ROWS: usize = 64;
+/// Columns per cube of the weight's partial sums (a unit each).
+const COLUMN_UNITS: u32 = 256;
 
 /// The backward's kernels.
 #[backend_extension(Cube, Fusion: cfg(feature = "fusion"))]
@@ -54,7 +56,8 @@ impl RowNormGrad for CubeBackend {
         let stats = empty_device_dtype(x.client.clone(), x.device.clone(), [rows, 2].into(), DType::F32);
         let cubes = CubeCount::Static(rows.clamp(1, GRID_LIMIT) as u32, 1, 1);
         let (xa, sa) = unsafe { (BufferArg::from_raw_parts(x.handle.clone(), rows * d), BufferArg::from_raw_parts(stats.handle.clone(), rows * 2)) };
-        norm_stats::launch(&x.client, cubes, CubeDim::new_1d(UNITS), xa, sa, rows as u32, d as u32, eps, center);
+        let units = row_units(d);
+        norm_stats::launch(&x.client, cubes, CubeDim::new_1d(units), xa, sa, rows as u32, d as u32, eps, center, units);
         stats
     }
 
@@ -65,7 +68,8 @@ impl RowNormGrad for CubeBackend {
         let arg = |t: &CubeTensor, n: usize| unsafe { BufferArg::from_raw_parts(t.handle.clone(), n) };
         let cubes = CubeCount::Static(rows.clamp(1, GRID_LIMIT) as u32, 1, 1);
         let args = (arg(&x, rows * d), arg(&stats, rows * 2), arg(&w, d), arg(&g, rows * d), arg(&dx, rows * d));
-        norm_input_grad::launch(&x.client, cubes, CubeDim::new_1d(UNITS), args.0, args.1, args.2, args.3, args.4, rows as u32, d as u32, center);
+        let units = row_units(d);
+        norm_input_grad::launch(&x.client, cubes, CubeDim::new_1d(units), args.0, args.1, args.2, args.3, args.4, rows as u32, d as u32, center, units);
         dx
     }
 
@@ -75,9 +79,9 @@ impl RowNormGrad for CubeBackend {
         let (chunk, chunks) = chunking(rows);
         let partial = empty_device_dtype(x.client.clone(), x.device.clone(), [chunks, d].into(), DType::F32);
         let arg = |t: &CubeTensor, n: usize| unsafe { BufferArg::from_raw_parts(t.handle.clone(), n) };
-        let cubes = CubeCount::Static(d.div_ceil(UNITS as usize) as u32, chunks as u32, 1);
+        let cubes = CubeCount::Static(d.div_ceil(COLUMN_UNITS as usize) as u32, chunks as u32, 1);
         let args = (arg(&x, rows * d), arg(&stats, rows * 2), arg(&g, rows * d), arg(&partial, chunks * d));
-        norm_weight_grad::launch(&x.client, cubes, CubeDim::new_1d(UNITS), args.0, args.1, args.2, args.3, rows as u32, d as u32, chunk as u32);
+        norm_weight_grad::launch(&x.client, cubes, CubeDim::new_1d(COLUMN_UNITS), args.0, args.1, args.2, args.3, rows as u32, d as u32, chunk as u32);
         partial
     }
 }
@@ -156,13 +160,13 @@ impl<C: CheckpointStrategy> RowNorm for Autodiff<Cube, C> {
 
 /// Rows `CUBE_POS_X, + cubes, …`: `stats[2r] = mean`, `stats[2r + 1] = rstd`.
 #[cube(launch)]
-fn norm_stats(x: &[f32], stats: &mut [f32], rows: u32, d: u32, eps: f32, #[comptime] center: bool) {
-    let mut shared = Shared::<[f32]>::new_slice(256usize);
+fn norm_stats(x: &[f32], stats: &mut [f32], rows: u32, d: u32, eps: f32, #[comptime] center: bool, #[comptime] units: u32) {
+    let mut shared = Shared::<[f32]>::new_slice(comptime!(units as usize));
     let mut row = CUBE_POS_X;
     while row < rows {
         let base = row as usize * d as usize;
-        let mean = row_mean(x, base, d, &mut shared, center);
-        let rstd = row_rstd(x, base, d, mean, eps, &mut shared);
+        let mean = row_mean(x, base, d, &mut shared, center, units);
+        let rstd = row_rstd(x, base, d, mean, eps, &mut shared, units);
         if UNIT_POS == 0u32 {
             stats[row as usize * 2usize] = mean;
             stats[row as usize * 2usize + 1usize] = rstd;
@@ -173,9 +177,9 @@ fn norm_stats(x: &[f32], stats: &mut [f32], rows: u32, d: u32, eps: f32, #[compt
 
 /// Rows `CUBE_POS_X, + cubes, …` of the input's gradient (see the module's note).
 #[cube(launch)]
-fn norm_input_grad(x: &[f32], stats: &[f32], w: &[f32], g: &[f32], dx: &mut [f32], rows: u32, d: u32, #[comptime] center: bool) {
-    let mut shared = Shared::<[f32]>::new_slice(256usize);
-    let steps = d.div_ceil(256u32);
+fn norm_input_grad(x: &[f32], stats: &[f32], w: &[f32], g: &[f32], dx: &mut [f32], rows: u32, d: u32, #[comptime] center: bool, #[comptime] units: u32) {
+    let mut shared = Shared::<[f32]>::new_slice(comptime!(units as usize));
+    let steps = d.div_ceil(units);
     let inv_d = 1.0f32 / f32::cast_from(d);
     let mut row = CUBE_POS_X;
     while row < rows {
@@ -185,7 +189,7 @@ fn norm_input_grad(x: &[f32], stats: &[f32], w: &[f32], g: &[f32], dx: &mut [f32
         let mut sg = 0.0f32;
         let mut sgx = 0.0f32;
         for step in 0..steps {
-            let i = step * 256u32 + UNIT_POS;
+            let i = step * units + UNIT_POS;
             if i < d {
                 let gw = g[base + i as usize] * w[i as usize];
                 sg += gw;
@@ -198,7 +202,7 @@ fn norm_input_grad(x: &[f32], stats: &[f32], w: &[f32], g: &[f32], dx: &mut [f32
         }
         let mean_gx = cube_sum(sgx, &mut shared) * inv_d;
         for step in 0..steps {
-            let i = step * 256u32 + UNIT_POS;
+            let i = step * units + UNIT_POS;
             if i < d {
                 let xhat = (x[base + i as usize] - mean) * rstd;
                 dx[base + i as usize] = rstd * (g[base + i as usize] * w[i as usize] - mean_g - xhat * mean_gx);
@@ -208,10 +212,10 @@ fn norm_input_grad(x: &[f32], stats: &[f32], w: &[f32], g: &[f32], dx: &mut [f32
     }
 }
 
-/// Column `CUBE_POS_X · 256 + UNIT_POS` of chunk `CUBE_POS_Y`: `Σ g x̂` over the chunk's rows.
+/// Column `ABSOLUTE_POS_X` of chunk `CUBE_POS_Y`: `Σ g x̂` over the chunk's rows.
 #[cube(launch)]
 fn norm_weight_grad(x: &[f32], stats: &[f32], g: &[f32], partial: &mut [f32], rows: u32, d: u32, chunk: u32) {
-    let col = CUBE_POS_X * 256u32 + UNIT_POS;
+    let col = ABSOLUTE_POS_X;
     if col < d {
         let first = CUBE_POS_Y * chunk;
         let mut s = 0.0f32;

@@ -1,6 +1,6 @@
 //! Softmax over the last dimension on a GPU in one launch, where Burn's composed softmax
-//! launches five kernels (two reductions, three element-wise): a cube of 256 units per row,
-//! three passes over it — its maximum, the sum of `e^(x - max)`, the output — each reduced
+//! launches five kernels (two reductions, three element-wise): a cube per row (32 to 256
+//! units), three passes over it — its maximum, the sum of `e^(x - max)`, the output — each reduced
 //! over the cube ([`super::cube_reduce`]). Same contract as [`crate::kernels::softmax`]:
 //! masked scores (−1e30 or −∞) give 0, a row of only −∞ the uniform row. Under autodiff its
 //! backward is one more launch of the same shape, `dx = y (g - Σ g y)` per row.
@@ -17,7 +17,7 @@ use burn_cubecl::ops::numeric::empty_device_dtype;
 use burn_cubecl::tensor::CubeTensor;
 use cubecl::prelude::*;
 
-use super::cube_reduce::{UNITS, cube_max, cube_sum};
+use super::cube_reduce::{cube_max, cube_sum, row_units};
 use super::exact_matmul::on_cube;
 use super::grid::GRID_LIMIT;
 
@@ -59,12 +59,12 @@ fn rows(x: CubeTensor, g: CubeTensor, grad: bool) -> CubeTensor {
     if rows == 0 {
         return out;
     }
-    let (count, dim) = (CubeCount::Static(rows.min(GRID_LIMIT) as u32, 1, 1), CubeDim::new_1d(UNITS));
+    let (count, dim) = (CubeCount::Static(rows.min(GRID_LIMIT) as u32, 1, 1), CubeDim::new_1d(row_units(d)));
     let arg = |t: &CubeTensor| unsafe { BufferArg::from_raw_parts(t.handle.clone(), rows * d) };
     if grad {
-        softmax_grad_rows::launch(&client, count, dim, arg(&x), arg(&g), arg(&out), rows as u32, d as u32);
+        softmax_grad_rows::launch(&client, count, dim, arg(&x), arg(&g), arg(&out), rows as u32, d as u32, row_units(d));
     } else {
-        softmax_rows::launch(&client, count, dim, arg(&x), arg(&out), rows as u32, d as u32);
+        softmax_rows::launch(&client, count, dim, arg(&x), arg(&out), rows as u32, d as u32, row_units(d));
     }
     out
 }
@@ -117,9 +117,9 @@ pub fn softmax<const D: usize>(x: Tensor<D>) -> Option<Tensor<D>> {
 
 /// Rows `CUBE_POS_X, CUBE_POS_X + CUBE_COUNT_X, …` of `x: [rows, d]`, each `e^(x - max) / Σ`.
 #[cube(launch)]
-fn softmax_rows(x: &[f32], y: &mut [f32], rows: u32, d: u32) {
-    let mut shared = Shared::<[f32]>::new_slice(256usize);
-    let steps = d.div_ceil(256u32);
+fn softmax_rows(x: &[f32], y: &mut [f32], rows: u32, d: u32, #[comptime] units: u32) {
+    let mut shared = Shared::<[f32]>::new_slice(comptime!(units as usize));
+    let steps = d.div_ceil(units);
     let mut row = CUBE_POS_X;
     // Uniform over the cube: every unit of a cube takes the same rows.
     while row < rows {
@@ -127,7 +127,7 @@ fn softmax_rows(x: &[f32], y: &mut [f32], rows: u32, d: u32) {
         // The lowest finite value: a row of only −∞ keeps it, and every term is e^−∞ = 0.
         let mut top = f32::min_value();
         for step in 0..steps {
-            let i = step * 256u32 + UNIT_POS;
+            let i = step * units + UNIT_POS;
             if i < d {
                 top = f32::max(top, x[base + i as usize]);
             }
@@ -135,14 +135,14 @@ fn softmax_rows(x: &[f32], y: &mut [f32], rows: u32, d: u32) {
         let shift = cube_max(top, &mut shared);
         let mut s = 0.0f32;
         for step in 0..steps {
-            let i = step * 256u32 + UNIT_POS;
+            let i = step * units + UNIT_POS;
             if i < d {
                 s += f32::exp(x[base + i as usize] - shift);
             }
         }
         let sum = cube_sum(s, &mut shared);
         for step in 0..steps {
-            let i = step * 256u32 + UNIT_POS;
+            let i = step * units + UNIT_POS;
             if i < d {
                 let mut v = f32::exp(x[base + i as usize] - shift) / sum;
                 // A row of only −∞ sums to 0: the uniform row, as the composed ops give.
@@ -158,22 +158,22 @@ fn softmax_rows(x: &[f32], y: &mut [f32], rows: u32, d: u32) {
 
 /// Rows `CUBE_POS_X, CUBE_POS_X + CUBE_COUNT_X, …` of the backward: `y (g - Σ g y)`.
 #[cube(launch)]
-fn softmax_grad_rows(y: &[f32], g: &[f32], dx: &mut [f32], rows: u32, d: u32) {
-    let mut shared = Shared::<[f32]>::new_slice(256usize);
-    let steps = d.div_ceil(256u32);
+fn softmax_grad_rows(y: &[f32], g: &[f32], dx: &mut [f32], rows: u32, d: u32, #[comptime] units: u32) {
+    let mut shared = Shared::<[f32]>::new_slice(comptime!(units as usize));
+    let steps = d.div_ceil(units);
     let mut row = CUBE_POS_X;
     while row < rows {
         let base = row as usize * d as usize;
         let mut s = 0.0f32;
         for step in 0..steps {
-            let i = step * 256u32 + UNIT_POS;
+            let i = step * units + UNIT_POS;
             if i < d {
                 s += g[base + i as usize] * y[base + i as usize];
             }
         }
         let dot = cube_sum(s, &mut shared);
         for step in 0..steps {
-            let i = step * 256u32 + UNIT_POS;
+            let i = step * units + UNIT_POS;
             if i < d {
                 dx[base + i as usize] = y[base + i as usize] * (g[base + i as usize] - dot);
             }
