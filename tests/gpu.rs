@@ -1,15 +1,17 @@
 //! The GPU check's suites in one test binary (`scripts/device_check.sh`): parity, attribution,
-//! graphs and QK, the GPU kernels, SAE training steps and evals, each file included as a
-//! module. Built only with `wgpu` (the pack builds `cuda,wgpu`): each of those binaries links
-//! all of Burn, CubeCL and cubecl-cuda's LLVM (about 140 MB stripped, 31 MB in xz), and what
-//! one call to a lent GPU may carry is 64 MiB, the repository included: this binary and
-//! `burnlens` travel in two calls, one each, where seven binaries fitted in none.
+//! graphs and QK, the GPU kernels and the row kernels, SAE training steps and evals, each file
+//! included as a module. Built only with `wgpu` (the pack builds `cuda,wgpu`): each of those
+//! binaries links all of Burn, CubeCL and cubecl-cuda's LLVM (about 140 MB stripped, 31 MB in
+//! xz), and what one call to a lent GPU may carry is 64 MiB, the repository included: this
+//! binary and `burnlens` travel in two calls, one each, where seven binaries fitted in none.
 #![cfg(feature = "wgpu")]
 
 #[path = "attribution.rs"]
 mod attribution;
 #[path = "gpu_kernels.rs"]
 mod gpu_kernels;
+#[path = "gpu_row_kernels.rs"]
+mod gpu_row_kernels;
 #[path = "parity.rs"]
 mod parity;
 #[path = "sae_eval.rs"]

@@ -87,6 +87,17 @@ pub fn backends() -> Vec<(String, Device)> {
         .collect()
 }
 
+/// The GPU backends this build has, each with its device (wgpu, cuda): what the GPU kernels'
+/// tests run on.
+#[allow(dead_code)]
+pub fn gpu_devices() -> Vec<(&'static str, Device)> {
+    ["wgpu", "cuda"]
+        .into_iter()
+        .filter(|n| burnlens::model::backend::is_compiled(n))
+        .map(|n| (n, burnlens::model::backend::device(n, None).unwrap_or_else(|e| panic!("{n}: {e}"))))
+        .collect()
+}
+
 /// A tensor read back from a safetensors file, as f32 (or i64 for ids).
 pub struct Stored {
     pub shape: Vec<usize>,
