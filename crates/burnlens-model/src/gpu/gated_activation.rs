@@ -40,19 +40,22 @@ pub trait GatedActivationGrad: Backend {
 
 impl GatedActivation for CubeBackend {
     fn bl_gpu_gated_activation(x: CubeTensor, alpha: f32, beta: f32) -> CubeTensor {
-        elementwise(x.clone(), x, alpha, beta, false)
+        elementwise(x, None, alpha, beta)
     }
 }
 
 impl GatedActivationGrad for CubeBackend {
     fn bl_gpu_gated_activation_grad(x: CubeTensor, g: CubeTensor, alpha: f32, beta: f32) -> CubeTensor {
-        elementwise(x, g, alpha, beta, true)
+        elementwise(x, Some(g), alpha, beta)
     }
 }
 
-/// The activation of `x` (`grad`: `g` times its derivative) over contiguous copies.
-fn elementwise(x: CubeTensor, g: CubeTensor, alpha: f32, beta: f32, grad: bool) -> CubeTensor {
-    let (x, g) = (into_contiguous(x), into_contiguous(g));
+/// The activation of `x` (given `g`: `g` times its derivative) over contiguous copies.
+fn elementwise(x: CubeTensor, g: Option<CubeTensor>, alpha: f32, beta: f32) -> CubeTensor {
+    let x = into_contiguous(x);
+    let grad = g.is_some();
+    // The activation reads no gradient: `x` stands in for the argument.
+    let g = g.map(into_contiguous).unwrap_or_else(|| x.clone());
     let n = x.meta.shape().num_elements();
     let client = x.client.clone();
     let y = empty_device_dtype(client.clone(), x.device.clone(), x.meta.shape().clone(), DType::F32);

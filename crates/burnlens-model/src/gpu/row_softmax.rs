@@ -39,20 +39,20 @@ pub trait RowSoftmaxGrad: Backend {
 
 impl RowSoftmax for CubeBackend {
     fn bl_gpu_softmax(x: CubeTensor) -> CubeTensor {
-        rows(x.clone(), x, false)
+        rows(x, None)
     }
 }
 
 impl RowSoftmaxGrad for CubeBackend {
     fn bl_gpu_softmax_grad(y: CubeTensor, g: CubeTensor) -> CubeTensor {
-        rows(y, g, true)
+        rows(y, Some(g))
     }
 }
 
-/// The kernel over contiguous copies: the softmax of `x`'s rows, or where `grad` the
-/// backward from the output `x` and its gradient `g`.
-fn rows(x: CubeTensor, g: CubeTensor, grad: bool) -> CubeTensor {
-    let (x, g) = (into_contiguous(x), into_contiguous(g));
+/// The kernel over contiguous copies: the softmax of `x`'s rows, or given `g` the backward
+/// from the output `x` and its gradient `g`.
+fn rows(x: CubeTensor, g: Option<CubeTensor>) -> CubeTensor {
+    let (x, g) = (into_contiguous(x), g.map(into_contiguous));
     let (rows, d) = (x.meta.shape()[0], x.meta.shape()[1]);
     let client = x.client.clone();
     let out = empty_device_dtype(client.clone(), x.device.clone(), [rows, d].into(), DType::F32);
@@ -61,10 +61,9 @@ fn rows(x: CubeTensor, g: CubeTensor, grad: bool) -> CubeTensor {
     }
     let (count, dim) = (CubeCount::Static(rows.min(GRID_LIMIT) as u32, 1, 1), CubeDim::new_1d(row_units(d)));
     let arg = |t: &CubeTensor| unsafe { BufferArg::from_raw_parts(t.handle.clone(), rows * d) };
-    if grad {
-        softmax_grad_rows::launch(&client, count, dim, arg(&x), arg(&g), arg(&out), rows as u32, d as u32, row_units(d));
-    } else {
-        softmax_rows::launch(&client, count, dim, arg(&x), arg(&out), rows as u32, d as u32, row_units(d));
+    match &g {
+        Some(g) => softmax_grad_rows::launch(&client, count, dim, arg(&x), arg(g), arg(&out), rows as u32, d as u32, row_units(d)),
+        None => softmax_rows::launch(&client, count, dim, arg(&x), arg(&out), rows as u32, d as u32, row_units(d)),
     }
     out
 }
