@@ -392,3 +392,34 @@ fn forward_with_refuses_padding_with_a_cache() {
     let mut cache = KvCache::new();
     let _ = model.forward_with(Forward::new(model.ids_tensor(&[1, 2])).padding(&mask).cache(&mut cache));
 }
+
+/// A pass that reads only the residual stream (the activation store's, `fusing_unhooked`)
+/// keeps the fused attention and norms in every layer: its logits are the unhooked pass's,
+/// bit for bit, where the same hooks without it write every layer out (other arithmetic:
+/// close, not equal). A layer whose attention is hooked still writes it out.
+#[test]
+fn a_pass_reading_only_the_stream_keeps_the_fused_parts() {
+    use burnlens::model::{AttnHook, BlockHook};
+    for name in ["gpt2", "llama_gqa", "mistral_window"] {
+        let model = load_model(&fixture(name), &Device::flex()).unwrap().model;
+        let ids = [5i64, 17, 33, 2, 90, 12, 7, 64, 3];
+        let last = model.config.n_layers() - 1;
+        let stream = HookPoint::Block(last, BlockHook::ResidPost);
+        let plain = to_vec(model.forward(model.ids_tensor(&ids)));
+        let mut lean = Hooks::capture(|p| p == stream).fusing_unhooked();
+        assert_eq!(to_vec(model.forward_hooked(model.ids_tensor(&ids), &mut lean)), plain, "{name}: a lean pass left the fused parts");
+        assert!(lean.cache.contains_key(&stream), "{name}: the lean pass captured nothing");
+        let written = to_vec(model.forward_hooked(model.ids_tensor(&ids), &mut Hooks::capture(|p| p == stream)));
+        let d = max_abs_diff(&written, &plain);
+        assert!(d <= 1e-4 && written != plain, "{name}: written-out attention differs by {d:e} (expected close, not equal)");
+        // Layer 0's pattern hooked: written out there, every row a distribution.
+        let pattern = HookPoint::Attn(0, AttnHook::Pattern);
+        let mut one = Hooks::capture(|p| p == pattern).fusing_unhooked();
+        let got = to_vec(model.forward_hooked(model.ids_tensor(&ids), &mut one));
+        assert!(max_abs_diff(&got, &plain) <= 1e-4, "{name}: one layer written out");
+        let p = one.cache[&pattern].rank4().unwrap();
+        assert_eq!(p.dims()[2..], [ids.len(), ids.len()], "{name}");
+        let rows = p.to_data().try_into_vec_as::<f32>().unwrap();
+        assert!(rows.chunks(ids.len()).all(|r| (r.iter().sum::<f32>() - 1.0).abs() < 1e-5), "{name}: pattern rows");
+    }
+}

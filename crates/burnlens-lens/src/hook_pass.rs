@@ -31,7 +31,8 @@ pub fn window_ids(model: &Transformer, windows: &[Vec<u32>]) -> Result<Tensor<2,
 /// The activations at `hooks` for `windows` (one model pass), each `[tokens, width]`.
 pub fn hook_activations(model: &Transformer, hooks: &[HookPoint], windows: &[Vec<u32>]) -> Result<Vec<Tensor<2>>, PassError> {
     let ids = window_ids(model, windows)?;
-    let mut h = Hooks::capture(|p| hooks.contains(&p));
+    // Layers whose attention nobody reads keep the fused attention.
+    let mut h = Hooks::capture(|p| hooks.contains(&p)).fusing_unhooked();
     // As SAELens's store (`stop_at_layer`): nothing after the last block read runs.
     let layers: Option<Vec<usize>> = hooks.iter().map(|p| p.layer()).collect();
     let stop = match layers.and_then(|l| l.into_iter().max()) {

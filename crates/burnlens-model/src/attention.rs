@@ -64,7 +64,7 @@ enum AttentionPath {
 
 impl Attention {
     /// One attention layer on `input` (see [`AttentionInput`]): returns `[batch, pos,
-    /// d_model]`. With `fused` and no hook active, a fused attention computes
+    /// d_model]`. With `fused` and its attention not hooked, a fused attention computes
     /// softmax(q kᵀ) v without materialising the pattern: burnlens's kernel on flex
     /// (inference and training), the backend's own elsewhere (inference).
     pub fn forward(&self, input: AttentionInput, hooks: &mut Hooks) -> Tensor<3> {
@@ -76,7 +76,7 @@ impl Attention {
         if cache.is_none()
             && rotary.is_none()
             && self.qk_norm.is_none()
-            && let AttentionPath::Kernel { window } = self.path(fused, hooks, &qkv.device(), t, t)
+            && let AttentionPath::Kernel { window } = self.path(fused, hooks, layer, &qkv.device(), t, t)
         {
             let heads = qkv.reshape([b, t, self.n_heads + 2 * self.n_kv_heads, self.d_head]);
             let z = kernels::attention::attention_qkv(heads, [self.n_heads, self.n_kv_heads], self.scale, AttentionMask { q_offset: 0, window });
@@ -96,7 +96,7 @@ impl Attention {
         };
         let s = k.dims()[2];
         let hd = self.n_heads * self.d_head;
-        let z = match self.path(fused, hooks, &q.device(), t, s) {
+        let z = match self.path(fused, hooks, layer, &q.device(), t, s) {
             AttentionPath::Kernel { window } => kernels::attention(q, k, v, self.scale, AttentionMask { q_offset: s - t, window }),
             AttentionPath::Backend { causal } => {
                 let (k, v) = self.every_query_head(k, v);
@@ -128,16 +128,17 @@ impl Attention {
     /// Which way to compute attention of `t` new queries over `s` keys on `device`.
     ///
     /// - burnlens's fused kernel on flex (inference and training, grouped heads read in
-    ///   place), when `fused` (no padding), nothing is hooked, no dropout is live and there
-    ///   is no soft-cap;
+    ///   place), when `fused` (no padding), the hooks do not have this layer write its
+    ///   attention out ([`Hooks::writes_out`]), no dropout is live and there is no
+    ///   soft-cap;
     /// - another backend's own fused attention where no mask is needed (global attention
     ///   over the whole sequence is plain causal attention, and one new token sees every
     ///   cached key), outside training. Explicit masks take the explicit path: LibTorch's
     ///   fused attention read burnlens's boolean mask with the opposite meaning (measured on
     ///   tch: local-window fixtures off by 25 in the logits);
     /// - else written out, every hook point on the way.
-    fn path(&self, fused: bool, hooks: &Hooks, device: &Device, t: usize, s: usize) -> AttentionPath {
-        let fused = fused && self.softcap.is_none() && !hooks.is_active();
+    fn path(&self, fused: bool, hooks: &Hooks, layer: usize, device: &Device, t: usize, s: usize) -> AttentionPath {
+        let fused = fused && self.softcap.is_none() && !hooks.writes_out(AttnHook::ALL.iter().map(|&h| HookPoint::Attn(layer, h)));
         let dropout_live = self.attn_dropout.prob > 0.0 && device.is_autodiff();
         if fused && !dropout_live && kernels::runs_on(device) {
             let window = match self.span {
@@ -267,7 +268,8 @@ pub struct LayerInput<'a> {
     pub cache: Option<&'a mut KvCache>,
     /// The layer's index: its hook names and its slot in the cache.
     pub layer: usize,
-    /// Whether a fused attention may run (no padding); hooks still take the explicit path.
+    /// Whether a fused attention may run (no padding); a layer the hooks have write its
+    /// attention out still takes the explicit path.
     pub fused: bool,
 }
 

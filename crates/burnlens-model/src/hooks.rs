@@ -96,6 +96,9 @@ type Edit<'a> = Box<dyn FnMut(HookPoint, Activation) -> Activation + 'a>;
 pub struct Hooks<'a> {
     capture: Option<PointFilter<'a>>,
     edits: Vec<(PointFilter<'a>, Edit<'a>)>,
+    /// Whether only the parts whose points are hooked are written out
+    /// ([`Hooks::fusing_unhooked`]).
+    fuse_unhooked: bool,
     /// Captured activations by hook point.
     pub cache: BTreeMap<HookPoint, Activation>,
 }
@@ -122,6 +125,22 @@ impl<'a> Hooks<'a> {
     pub fn with_edit(mut self, filter: impl Fn(HookPoint) -> bool + 'a, edit: impl FnMut(HookPoint, Activation) -> Activation + 'a) -> Self {
         self.edits.push((Box::new(filter), Box::new(edit)));
         self
+    }
+
+    /// Let a part of the model (a layer's attention, a norm) none of whose points is hooked
+    /// keep its fused computation (attention's pattern never materialised), for a pass that
+    /// reads a few points only (the activation store, the dashboards). Without it every part
+    /// is written out while any hook is active, so that runs compared with each other
+    /// (patching a run with itself) take the same arithmetic everywhere.
+    pub fn fusing_unhooked(mut self) -> Self {
+        self.fuse_unhooked = true;
+        self
+    }
+
+    /// Whether the part of the model that owns `points` must be written out, every point on
+    /// the way a tensor: see [`Hooks::fusing_unhooked`].
+    pub fn writes_out(&self, points: impl IntoIterator<Item = HookPoint>) -> bool {
+        self.is_active() && (!self.fuse_unhooked || points.into_iter().any(|p| self.wants(p)))
     }
 
     /// Whether any point can be observed or changed.

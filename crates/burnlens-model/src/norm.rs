@@ -48,8 +48,8 @@ impl Norm {
         Tensor<D>: Hookable,
     {
         let bias = self.bias.as_ref().map(|b| b.val());
-        if !hooks.is_active() {
-            // One fused pass (burnlens's kernel on flex, composed ops elsewhere).
+        if !hooks.writes_out(NormHook::ALL.iter().map(|&h| HookPoint::Norm(site, h))) {
+            // One fused pass (burnlens's kernel on flex, one launch on a GPU).
             return match self.kind {
                 NormKind::LayerNorm => kernels::layer_norm(x, self.weight.val(), bias.expect("LayerNorm has a bias"), self.eps),
                 NormKind::RmsNorm => kernels::rms_norm(x, self.weight.val(), self.eps),

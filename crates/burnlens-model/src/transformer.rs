@@ -428,8 +428,9 @@ impl Transformer {
         let device = self.device();
         let [b, t] = ids.dims();
         let n_keys = cache.as_ref().map_or(0, |c| c.len()) + t;
-        // Fused attention knows only causal and window masks: padding takes the explicit path.
-        let fused = !hooks.is_active() && pos.keys_real.is_none();
+        // Fused attention knows only causal and window masks: padding takes the explicit path
+        // (and each layer the hooks have write attention out: `Hooks::writes_out`).
+        let fused = pos.keys_real.is_none();
         let flat: Vec<i64> = pos.ids.iter().flatten().map(|&p| p as i64).collect();
         let pos_ids = Tensor::<2, Int>::from_data(TensorData::new(flat, [b, t]), &device);
 
