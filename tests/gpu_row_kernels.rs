@@ -1,5 +1,5 @@
 //! burnlens's one-launch row kernels on the GPU (`burnlens::model::gpu`: LayerNorm and
-//! RMSNorm, softmax, the sigmoid-gated activations) against the same functions in f64, and
+//! RMSNorm, softmax, attention's pattern, the sigmoid-gated activations) against the same functions in f64, and
 //! their backward kernels against Burn's autodiff of the composed ops, on every GPU backend the
 //! build has (wgpu: Mesa's lavapipe where there is no GPU; cuda on the lent GPU).
 #![cfg(any(feature = "wgpu", feature = "cuda"))]
@@ -164,6 +164,59 @@ fn the_one_launch_kernels_gradients_equal_the_composed_ops_gradients() {
                 let (k, r) = (run(true), run(false));
                 close(&what(&format!("{op} y")), k.0, r.0);
                 close(&what(&format!("{op} dx")), k.1, r.1);
+            }
+        }
+    }
+}
+
+/// Attention's pattern in one launch (scale and causal or local-window mask applied as the
+/// scores are read) equals the softmax of the scaled visible scores in f64, 0 elsewhere: a
+/// prefill, a decoded token over a cache, rows wider than a cube, a window; and under
+/// autodiff its values and the scores' gradient equal the composed ops' (scale, mask fill,
+/// softmax).
+#[test]
+fn the_attention_pattern_equals_the_masked_softmax_in_f64() {
+    use burnlens::model::kernels::softmax;
+    for (name, device) in devices() {
+        for (i, &[b, h, t, s, window]) in [[2, 3, 9, 9, 0], [1, 2, 1, 37, 0], [1, 2, 5, 300, 0], [2, 1, 6, 20, 4], [1, 1, 40, 40, 7]].iter().enumerate() {
+            let (offset, scale) = (s - t, 0.125f32);
+            let x: Vec<f32> = uniform(b * h * t * s, 200 + i as u64).iter().map(|v| v * 40.0).collect();
+            let xt = || Tensor::<4>::from_data(TensorData::new(x.clone(), [b, h, t, s]), &device);
+            let sees = |q: usize, k: usize| k <= offset + q && (window == 0 || k + window > offset + q);
+            let what = format!("{name} {b}x{h}x{t}x{s} window {window}");
+            let got: Vec<f32> = gpu::attention_pattern(xt(), scale, offset, window)
+                .unwrap_or_else(|| panic!("{what}: the kernel runs"))
+                .into_data()
+                .try_into_vec_as::<f32>()
+                .unwrap();
+            for (r, (xr, gr)) in x.chunks(s).zip(got.chunks(s)).enumerate() {
+                let q = r % t;
+                let top = (0..s).filter(|&k| sees(q, k)).fold(f64::NEG_INFINITY, |m, k| m.max(scale as f64 * xr[k] as f64));
+                let sum: f64 = (0..s).filter(|&k| sees(q, k)).map(|k| (scale as f64 * xr[k] as f64 - top).exp()).sum();
+                for k in 0..s {
+                    let want = if sees(q, k) { (scale as f64 * xr[k] as f64 - top).exp() / sum } else { 0.0 };
+                    assert!((gr[k] as f64 - want).abs() <= 1e-6, "{what} [{r}, {k}]: {} vs {want}", gr[k]);
+                }
+            }
+            // Tracked: the composed ops' values and gradient.
+            let g = Tensor::<4>::from_data(TensorData::new(uniform(b * h * t * s, 300 + i as u64), [b, h, t, s]), &device).autodiff();
+            let hidden: Vec<bool> = (0..t * s).map(|j| !sees(j / s, j % s)).collect();
+            let mask = Tensor::<4, burn::tensor::Bool>::from_data(TensorData::new(hidden, [1, 1, t, s]), &device.clone().autodiff());
+            let run = |kernel: bool| {
+                let x = xt().autodiff().require_grad();
+                let y = if kernel {
+                    gpu::attention_pattern(x.clone(), scale, offset, window).expect("a tracked input runs")
+                } else {
+                    softmax::softmax_reference((x.clone() * scale).mask_fill(mask.clone().expand([b, h, t, s]), f32::MIN))
+                };
+                let grads = (y.clone() * g.clone()).sum().backward();
+                (y.inner().into_data().try_into_vec_as::<f32>().unwrap(), x.grad(&grads).expect("dx").into_data().try_into_vec_as::<f32>().unwrap())
+            };
+            let (k, r) = (run(true), run(false));
+            for (part, got, want) in [("y", &k.0, &r.0), ("dx", &k.1, &r.1)] {
+                let top = want.iter().fold(1e-3f32, |m, v| m.max(v.abs()));
+                let worst = got.iter().zip(want).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+                assert!(worst <= 1e-5 * top, "{what} {part}: worst |Δ| {worst:e} of {top:e}");
             }
         }
     }

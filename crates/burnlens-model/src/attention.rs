@@ -105,7 +105,9 @@ impl Attention {
             }
             AttentionPath::Explicit => {
                 let (k, v) = self.every_query_head(k, v);
-                return self.attend_explicit(q, k, v, mask, layer, hooks);
+                // Without padding the mask is the span's rule, which a GPU applies as it reads.
+                let rule = fused.then_some(AttentionMask { q_offset: s - t, window: self.window() });
+                return self.attend_explicit(q, k, v, Masking { tensor: mask, rule }, layer, hooks);
             }
         };
         self.project_out(z.swap_dims(1, 2).reshape([b, t, hd]))
@@ -141,11 +143,7 @@ impl Attention {
         let fused = fused && self.softcap.is_none() && !hooks.writes_out(AttnHook::ALL.iter().map(|&h| HookPoint::Attn(layer, h)));
         let dropout_live = self.attn_dropout.prob > 0.0 && device.is_autodiff();
         if fused && !dropout_live && kernels::runs_on(device) {
-            let window = match self.span {
-                AttentionSpan::Global => None,
-                AttentionSpan::Local(w) => Some(w),
-            };
-            return AttentionPath::Kernel { window };
+            return AttentionPath::Kernel { window: self.window() };
         }
         let no_mask_needed = self.span == AttentionSpan::Global && (t == s || t == 1);
         // On a GPU whose products take the exact kernel, Burn's fused attention would multiply
@@ -154,6 +152,14 @@ impl Attention {
             return AttentionPath::Backend { causal: t == s && t > 1 };
         }
         AttentionPath::Explicit
+    }
+
+    /// The local window's length, `None` for global attention.
+    fn window(&self) -> Option<usize> {
+        match self.span {
+            AttentionSpan::Global => None,
+            AttentionSpan::Local(w) => Some(w),
+        }
     }
 
     /// Keys and values `[batch, hk, pos, d_head]` repeated for every query head of their
@@ -218,18 +224,10 @@ impl Attention {
     /// Attention written out, every hook point on the way: scores (soft-capped), mask,
     /// pattern, `z`, per-head results if asked for, the output projection. `q`, `k`, `v`
     /// `[batch, head, pos, d_head]` with as many key heads as query heads.
-    fn attend_explicit(&self, q: Tensor<4>, k: Tensor<4>, v: Tensor<4>, mask: Tensor<4, Bool>, layer: usize, hooks: &mut Hooks) -> Tensor<3> {
+    fn attend_explicit(&self, q: Tensor<4>, k: Tensor<4>, v: Tensor<4>, masking: Masking, layer: usize, hooks: &mut Hooks) -> Tensor<3> {
         let [b, h, t, dh] = q.dims();
-        let s = k.dims()[2];
         let hd = h * dh;
-        let scores = matmul(q, k.swap_dims(2, 3)) * self.scale;
-        let scores = match self.softcap {
-            Some(c) => (scores / c).tanh() * c,
-            None => scores,
-        };
-        let scores = scores.mask_fill(mask.expand([b, h, t, s]), MASKED_SCORE);
-        let scores = hooks.at(HookPoint::Attn(layer, AttnHook::AttnScores), scores);
-        let pattern = kernels::softmax(scores);
+        let pattern = self.pattern(matmul(q, k.swap_dims(2, 3)), masking, layer, hooks);
         let pattern = hooks.at(HookPoint::Attn(layer, AttnHook::Pattern), pattern);
         let pattern = self.attn_dropout.forward(pattern);
 
@@ -252,10 +250,39 @@ impl Attention {
         self.project_out(z.reshape([b, t, hd]))
     }
 
+    /// The pattern from the raw scores `q kᵀ` `[batch, head, query, key]`: scaled,
+    /// soft-capped, masked (the scores' hook point) and softmaxed. On a GPU, where the mask
+    /// is a rule, the scale and the mask are applied as the softmax reads the scores
+    /// ([`crate::gpu::attention_pattern`], one launch for three) unless the scores are hooked.
+    fn pattern(&self, raw: Tensor<4>, masking: Masking, layer: usize, hooks: &mut Hooks) -> Tensor<4> {
+        let scores_point = HookPoint::Attn(layer, AttnHook::AttnScores);
+        let one_launch = masking.rule.filter(|_| self.softcap.is_none() && !hooks.writes_out([scores_point]));
+        if let Some(rule) = one_launch
+            && let Some(pattern) = crate::gpu::attention_pattern(raw.clone(), self.scale as f32, rule.q_offset, rule.window.unwrap_or(0))
+        {
+            return pattern;
+        }
+        let [b, h, t, s] = raw.dims();
+        let scores = raw * self.scale;
+        let scores = match self.softcap {
+            Some(c) => (scores / c).tanh() * c,
+            None => scores,
+        };
+        let scores = scores.mask_fill(masking.tensor.expand([b, h, t, s]), MASKED_SCORE);
+        kernels::softmax(hooks.at(scores_point, scores))
+    }
+
     /// `z W_O (+ b_O)`: `[batch, pos, n_heads * d_head]` -> `[batch, pos, d_model]`.
     fn project_out(&self, z: Tensor<3>) -> Tensor<3> {
         linear(z, self.out.weight.val(), self.out.bias.as_ref().map(|b| b.val()))
     }
+}
+
+/// The keys each query may not see: the mask's tensor `[batch or 1, 1, query, key]`, and
+/// where it is a causal (or local-window) rule with no padding, that rule.
+struct Masking {
+    tensor: Tensor<4, Bool>,
+    rule: Option<AttentionMask>,
 }
 
 /// What one layer gets from the model's forward pass besides the residual stream.

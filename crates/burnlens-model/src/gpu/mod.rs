@@ -20,7 +20,7 @@
 //! | support gradient | the sparse decode's backward for the activations, on their support, from the rows' lists made again (every tensor a backward keeps is its backend's own, fused or not) | `sparse_decode` |
 //! | exact f32 product | `a · b` in f32 arithmetic on cubek's unit-level kernel (never TF32), forward and autodiff backward: every product [`crate::matmul`] routes here by default | `exact_matmul` |
 //! | row norm | LayerNorm or RMSNorm of each row in one launch (nine composed launches), and under autodiff its backward in four (`row_norm_grad`: row statistics, the input's gradient, the weight's partial sums) | `row_norm`, `row_norm_grad` |
-//! | row softmax | softmax of each row in one launch (five composed): attention's pattern; its autodiff backward in one more | `row_softmax` |
+//! | row softmax | softmax of each row in one launch (five composed), and attention's pattern from the raw scores with the scale and causal mask applied as it reads them (seven composed); its autodiff backward in one more | `row_softmax` |
 //! | gated activation | `x σ(αx + βx³)` (tanh GELUs, `quick_gelu`, SiLU) in one launch (up to twelve composed), and its autodiff backward in one more | `gated_activation` |
 //!
 //! `cube_reduce` holds the sums and maxima over a cube that the row kernels share, `grid` the
@@ -136,6 +136,27 @@ pub fn softmax<const D: usize>(x: Tensor<D>) -> Option<Tensor<D>> {
     #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
     {
         let _ = x;
+        None
+    }
+}
+
+/// Attention's pattern from the raw scores `q kᵀ` (`[batch, heads, queries, keys]`, f32 on a
+/// `Cube` device, tracked or not) in one launch: the softmax of `scale ·` each row over the
+/// keys its query sees — the query at position `q_offset +` its index sees the keys up to
+/// its own, and only the last `window` of them where `window > 0` — and 0 for the others;
+/// under autodiff its backward in one more. `None` where it does not run (off with the row
+/// kernels: [`softmax_runs`]).
+pub fn attention_pattern(scores: Tensor<4>, scale: f32, q_offset: usize, window: usize) -> Option<Tensor<4>> {
+    #[cfg(any(feature = "wgpu", feature = "cuda"))]
+    {
+        if !row_kernels_on() {
+            return None;
+        }
+        row_softmax::attention_pattern(scores, scale, q_offset, window)
+    }
+    #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
+    {
+        let _ = (scores, scale, q_offset, window);
         None
     }
 }
