@@ -56,6 +56,9 @@ enum AttentionPath {
     /// burnlens's fused kernel (flex): softmax(q kᵀ) v without the pattern, keys of a local
     /// window only.
     Kernel { window: Option<usize> },
+    /// burnlens's one-launch attention of a few new queries over the cache on a GPU
+    /// (decoding): `z` without the scores or the pattern, keys of a local window only.
+    Decode { window: Option<usize> },
     /// The backend's own fused attention, causal or over every key.
     Backend { causal: bool },
     /// Scores, mask, pattern and `z` written out, with their hook points.
@@ -96,14 +99,21 @@ impl Attention {
         };
         let s = k.dims()[2];
         let hd = self.n_heads * self.d_head;
-        let z = match self.path(fused, hooks, layer, &q.device(), t, s) {
+        let path = self.path(fused, hooks, layer, &q.device(), t, s);
+        if let AttentionPath::Decode { window } = path
+            && let Some(z) = crate::gpu::decode_attention(q.clone(), k.clone(), v.clone(), self.scale as f32, s - t, window.unwrap_or(0))
+        {
+            return self.project_out(z.reshape([b, t, hd]));
+        }
+        let z = match path {
             AttentionPath::Kernel { window } => kernels::attention(q, k, v, self.scale, AttentionMask { q_offset: s - t, window }),
             AttentionPath::Backend { causal } => {
                 let (k, v) = self.every_query_head(k, v);
                 let options = burn::tensor::ops::AttentionModuleOptions { scale: Some(self.scale), softcap: None, is_causal: causal };
                 burn::tensor::module::attention(q, k, v, None, None, options)
             }
-            AttentionPath::Explicit => {
+            // The one-launch kernel refused the shapes: written out.
+            AttentionPath::Explicit | AttentionPath::Decode { .. } => {
                 let (k, v) = self.every_query_head(k, v);
                 // Without padding the mask is the span's rule, which a GPU applies as it reads.
                 let rule = fused.then_some(AttentionMask { q_offset: s - t, window: self.window() });
@@ -133,6 +143,8 @@ impl Attention {
     ///   place), when `fused` (no padding), the hooks do not have this layer write its
     ///   attention out ([`Hooks::writes_out`]), no dropout is live and there is no
     ///   soft-cap;
+    /// - on a `Cube` GPU outside training, under the same conditions, burnlens's one-launch
+    ///   attention for a few new queries over the cache (decoding);
     /// - another backend's own fused attention where no mask is needed (global attention
     ///   over the whole sequence is plain causal attention, and one new token sees every
     ///   cached key), outside training. Explicit masks take the explicit path: LibTorch's
@@ -144,6 +156,9 @@ impl Attention {
         let dropout_live = self.attn_dropout.prob > 0.0 && device.is_autodiff();
         if fused && !dropout_live && kernels::runs_on(device) {
             return AttentionPath::Kernel { window: self.window() };
+        }
+        if fused && crate::gpu::decode_attention_on(device, t) {
+            return AttentionPath::Decode { window: self.window() };
         }
         let no_mask_needed = self.span == AttentionSpan::Global && (t == s || t == 1);
         // On a GPU whose products take the exact kernel, Burn's fused attention would multiply

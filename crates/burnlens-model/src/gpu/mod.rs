@@ -21,6 +21,7 @@
 //! | exact f32 product | `a · b` in f32 arithmetic on cubek's unit-level kernel (never TF32), forward and autodiff backward: every product [`crate::matmul`] routes here by default | `exact_matmul` |
 //! | row norm | LayerNorm or RMSNorm of each row in one launch (nine composed launches), and under autodiff its backward in four (`row_norm_grad`: row statistics, the input's gradient, the weight's partial sums) | `row_norm`, `row_norm_grad` |
 //! | row softmax | softmax of each row in one launch (five composed), and attention's pattern from the raw scores with the scale and causal mask applied as it reads them (seven composed); its autodiff backward in one more | `row_softmax` |
+//! | decode attention | a few new queries' attention over the cache in one launch (five written out): scores, a running softmax over tiles of keys and the values' sum, keys and values read in the cache's buffers, grouped heads without copies; inference only | `decode_attention` |
 //! | gated activation | `x σ(αx + βx³)` (tanh GELUs, `quick_gelu`, SiLU) in one launch (up to twelve composed), and its autodiff backward in one more | `gated_activation` |
 //!
 //! `cube_reduce` holds the sums and maxima over a cube that the row kernels share, `grid` the
@@ -35,6 +36,8 @@ pub const FUSED: bool = cfg!(feature = "fusion");
 mod bin_counts;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 mod cube_reduce;
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+mod decode_attention;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 mod exact_matmul;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
@@ -158,6 +161,55 @@ pub fn attention_pattern(scores: Tensor<4>, scale: f32, q_offset: usize, window:
     {
         let _ = (scores, scale, q_offset, window);
         None
+    }
+}
+
+/// Attention of `q: [batch, heads, queries, d_head]` over `k`, `v: [batch, kv_heads, keys,
+/// d_head]` (any strides: the KV cache's views) in one launch on their GPU, as `z: [batch,
+/// queries, heads, d_head]`: the softmax of `scale · q·k` over the keys each query sees (the
+/// query at position `q_offset +` its index sees the keys up to its own, only the last
+/// `window` where `window > 0`) weighting the values ([`decode_attention`]'s kernel). `None`
+/// where it does not run: see [`decode_attention_on`], and past its shapes (heads wider
+/// than 256, key heads not dividing the query heads).
+pub fn decode_attention(q: Tensor<4>, k: Tensor<4>, v: Tensor<4>, scale: f32, q_offset: usize, window: usize) -> Option<Tensor<4>> {
+    #[cfg(any(feature = "wgpu", feature = "cuda"))]
+    {
+        if !row_kernels_on() {
+            return None;
+        }
+        decode_attention::decode_attention(q, k, v, scale, q_offset, window)
+    }
+    #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
+    {
+        let _ = (q, k, v, scale, q_offset, window);
+        None
+    }
+}
+
+/// How many times [`decode_attention`]'s kernel ran in this process.
+pub fn decode_attention_calls() -> usize {
+    #[cfg(any(feature = "wgpu", feature = "cuda"))]
+    {
+        decode_attention::calls()
+    }
+    #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
+    {
+        0
+    }
+}
+
+/// Whether [`decode_attention`] may take `queries` new queries on `device`: a `Cube` device
+/// without autodiff, at most a few queries (decoding), the row kernels on
+/// (`BURNLENS_GPU_ROW_KERNELS`).
+pub fn decode_attention_on(device: &Device, queries: usize) -> bool {
+    #[cfg(any(feature = "wgpu", feature = "cuda"))]
+    {
+        row_kernels_on() && !device.is_autodiff() && exact_matmul::on_cube(device) && queries <= decode_attention::MAX_QUERIES
+    }
+    #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
+    {
+        let _ = (device, queries);
+        false
     }
 }
 

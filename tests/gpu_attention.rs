@@ -1,0 +1,107 @@
+//! burnlens's one-launch decoding attention on the GPU (`burnlens::model::gpu::decode_attention`)
+//! against attention taken in f64, with the cache's strided views, grouped heads and local
+//! windows, and decoding through it against the CPU's full forward pass, on every GPU backend
+//! the build has (wgpu: Mesa's lavapipe where there is no GPU; cuda on the lent GPU).
+#![cfg(any(feature = "wgpu", feature = "cuda"))]
+
+mod common;
+
+use burn::tensor::{Device, Tensor, TensorData};
+use burnlens::hf::load_model;
+use burnlens::model::{KvCache, gpu};
+use common::{fixture, gpu_devices as devices, max_abs_diff, uniform};
+
+/// One case: batch, query heads, key heads, new queries, keys, head width, window (0: none).
+type Case = [usize; 7];
+
+/// `z` `[batch, queries, heads, d_head]` in f64 for `q` `[b, h, t, dh]` and `k`, `v` `[b, hk,
+/// s, dh]` (row-major), as the written-out attention computes it.
+fn reference(case: Case, q: &[f32], k: &[f32], v: &[f32], scale: f64) -> Vec<f64> {
+    let [b, h, hk, t, s, dh, window] = case;
+    let mut z = vec![0.0; b * t * h * dh];
+    for (bi, hi, i) in (0..b).flat_map(|bi| (0..h).flat_map(move |hi| (0..t).map(move |i| (bi, hi, i)))) {
+        let kv = hi / (h / hk);
+        let pos = s - t + i;
+        let seen: Vec<usize> = (0..s).filter(|&j| j <= pos && (window == 0 || j + window > pos)).collect();
+        let qr = &q[((bi * h + hi) * t + i) * dh..][..dh];
+        let row = |m: &[f32], j: usize| m[((bi * hk + kv) * s + j) * dh..][..dh].to_vec();
+        let scores: Vec<f64> = seen.iter().map(|&j| scale * qr.iter().zip(row(k, j)).map(|(a, b)| *a as f64 * b as f64).sum::<f64>()).collect();
+        let top = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+        let sum: f64 = scores.iter().map(|x| (x - top).exp()).sum();
+        for (&j, x) in seen.iter().zip(&scores) {
+            for (c, val) in row(v, j).iter().enumerate() {
+                z[((bi * t + i) * h + hi) * dh + c] += (x - top).exp() / sum * *val as f64;
+            }
+        }
+    }
+    z
+}
+
+/// The kernel equals attention in f64: a decoded token, grouped heads, keys past one tile,
+/// a local window with a head width that is no power of two, eight queries with the widest
+/// heads; keys and values read as the cache hands them over (views of longer buffers), queries
+/// as the projection's heads (a transposed view).
+#[test]
+fn the_decoding_attention_equals_attention_in_f64() {
+    let cases: [Case; 5] = [[1, 4, 4, 1, 37, 64, 0], [2, 6, 2, 3, 300, 32, 0], [1, 2, 1, 2, 600, 80, 16], [1, 1, 1, 8, 8, 256, 0], [2, 3, 3, 1, 513, 16, 100]];
+    for (name, device) in devices() {
+        for (n, case) in cases.into_iter().enumerate() {
+            let [b, h, hk, t, s, dh, window] = case;
+            let scale = 1.0 / (dh as f64).sqrt();
+            let what = format!("{name} {case:?}");
+            let data = |len: usize, seed: u64| uniform(len, seed).iter().map(|x| x * 3.0).collect::<Vec<f32>>();
+            let (q, k, v) = (data(b * h * t * dh, 10 + n as u64), data(b * hk * s * dh, 20 + n as u64), data(b * hk * s * dh, 30 + n as u64));
+            // Queries stored [b, t, h, dh] and viewed [b, h, t, dh]; keys and values in buffers
+            // longer than the keys seen, narrowed.
+            let mut q_rows = vec![0.0; q.len()];
+            for (bi, hi, i, c) in (0..b).flat_map(|bi| (0..h).flat_map(move |hi| (0..t).flat_map(move |i| (0..dh).map(move |c| (bi, hi, i, c))))) {
+                q_rows[((bi * t + i) * h + hi) * dh + c] = q[((bi * h + hi) * t + i) * dh + c];
+            }
+            let qt = Tensor::<4>::from_data(TensorData::new(q_rows, [b, t, h, dh]), &device).swap_dims(1, 2);
+            let buffer = |m: &[f32]| {
+                let t = Tensor::<4>::from_data(TensorData::new(m.to_vec(), [b, hk, s, dh]), &device);
+                Tensor::cat(vec![t, Tensor::zeros([b, hk, 7, dh], &device)], 2).narrow(2, 0, s)
+            };
+            let got: Vec<f32> = gpu::decode_attention(qt, buffer(&k), buffer(&v), scale as f32, s - t, window)
+                .unwrap_or_else(|| panic!("{what}: the kernel runs"))
+                .into_data()
+                .try_into_vec_as::<f32>()
+                .unwrap();
+            let want = reference(case, &q, &k, &v, scale);
+            let worst = got.iter().zip(&want).map(|(g, w)| (*g as f64 - w).abs()).fold(0.0, f64::max);
+            assert!(worst <= 1e-5, "{what}: worst |Δz| {worst:e}");
+        }
+        // Refused: tracked tensors, more queries than it takes.
+        let x = || Tensor::<4>::zeros([1, 2, 2, 8], &device);
+        assert!(gpu::decode_attention(x().autodiff(), x().autodiff(), x().autodiff(), 1.0, 0, 0).is_none(), "{name}: a tracked input");
+        let many = Tensor::<4>::zeros([1, 2, 9, 8], &device);
+        assert!(gpu::decode_attention(many, x(), x(), 1.0, 0, 0).is_none(), "{name}: nine queries");
+    }
+}
+
+/// Decoding on the GPU through the kernel (a prefix of three tokens, then one at a time) gives
+/// the CPU's full-pass logits, on fixtures with plain, grouped-query and local-window attention
+/// (GPT-Neo's local layers, Mistral's window), and every layer of every step took the kernel.
+#[test]
+fn decoding_on_the_gpu_through_the_kernel_gives_the_full_pass_logits() {
+    for (name, device) in devices() {
+        for fixture_name in ["gpt2", "llama_gqa", "gpt_neo_local", "mistral_window"] {
+            let cpu = load_model(&fixture(fixture_name), &Device::flex()).unwrap().model;
+            let ids: Vec<i64> = (0..20).map(|i| (i * 37 % 128) as i64).collect();
+            let full: Vec<f32> = cpu.forward(cpu.ids_tensor(&ids)).into_data().try_into_vec_as().unwrap();
+            let model = load_model(&fixture(fixture_name), &device).unwrap().model;
+            let before = gpu::decode_attention_calls();
+            let mut cache = KvCache::new();
+            let step = |ids: &[i64], cache: &mut KvCache| model.forward_cached(model.ids_tensor(ids), cache).into_data().try_into_vec_as::<f32>().unwrap();
+            let mut got = step(&ids[..3], &mut cache);
+            for i in 3..ids.len() {
+                got.extend(step(&ids[i..i + 1], &mut cache));
+            }
+            let d = max_abs_diff(&got, &full);
+            assert!(d <= 1e-4, "{name} {fixture_name}: decoded logits differ from the CPU's full pass by {d:e}");
+            let launches = gpu::decode_attention_calls() - before;
+            let want = model.config.n_layers() * (ids.len() - 2);
+            assert!(launches >= want, "{name} {fixture_name}: {launches} launches of the kernel, {want} expected");
+        }
+    }
+}
