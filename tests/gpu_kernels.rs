@@ -184,7 +184,8 @@ fn the_exact_product_is_f32_arithmetic_forward_and_backward_and_tf32_is_asked_fo
         };
         let before = gpu::exact_matmul_calls();
         let (got, want) = (attn(&device), attn(&cpu));
-        assert_eq!(gpu::exact_matmul_calls(), before + 2, "{name}: attention's two products took the exact kernel");
+        // At least: the count is the process's, and the suite's other tests run beside this one.
+        assert!(gpu::exact_matmul_calls() >= before + 2, "{name}: attention's two products took the exact kernel");
         assert!(got.iter().zip(&want).all(|(g, w)| (g - w).abs() <= 1e-5 * (1.0 + w.abs())), "{name}: attention differs from the host's");
         // Broadcast leading dimensions are Burn's.
         let a = Tensor::<3>::from_data(TensorData::new(uniform(2 * 3 * 4, 7), [2, 3, 4]), &device);

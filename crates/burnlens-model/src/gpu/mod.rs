@@ -22,16 +22,21 @@
 //! | row norm | LayerNorm or RMSNorm of each row in one launch (nine composed launches), and under autodiff its backward in four (`row_norm_grad`: row statistics, the input's gradient, the weight's partial sums) | `row_norm`, `row_norm_grad` |
 //! | row softmax | softmax of each row in one launch (five composed), and attention's pattern from the raw scores with the scale and causal mask applied as it reads them (seven composed); its autodiff backward in one more | `row_softmax` |
 //! | decode attention | a few new queries' attention over the cache in one launch (five written out): scores, a running softmax over tiles of keys and the values' sum, keys and values read in the cache's buffers, grouped heads without copies; inference only | `decode_attention` |
+//! | Adam step | a parameter's Adam or AdamW step (moments and value) in one launch (thirteen to fifteen composed), the gradient scaled by a clipping factor on the device | `adam_step` |
 //! | gated activation | `x σ(αx + βx³)` (tanh GELUs, `quick_gelu`, SiLU) in one launch (up to twelve composed), and its autodiff backward in one more | `gated_activation` |
 //!
 //! `cube_reduce` holds the sums and maxima over a cube that the row kernels share, `grid` the
-//! launch grid's limit every kernel keeps to.
+//! launch grid's limit every kernel keeps to, `adam_rule` the arithmetic an Adam step names
+//! (built with or without a GPU).
 
 /// Whether Burn's operation fusion wraps the `Cube` backends in this build (the `fusion`
 /// feature): chains of element-wise operations run as one kernel, and burnlens's kernels
 /// below as opaque operations of the fused stream.
 pub const FUSED: bool = cfg!(feature = "fusion");
 
+mod adam_rule;
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+mod adam_step;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 mod bin_counts;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
@@ -61,6 +66,7 @@ mod sparse_grad_product;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 mod sparse_t_product;
 
+pub use adam_rule::AdamRule;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 use burn::tensor::DType;
 use burn::tensor::{Device, Tensor};
@@ -210,6 +216,32 @@ pub fn decode_attention_on(device: &Device, queries: usize) -> bool {
     {
         let _ = (device, queries);
         false
+    }
+}
+
+/// One Adam step of the parameter `p` with moments `m`, `v` and gradient `g` (times `clip`,
+/// a one-element tensor on the device, where given) by `rule`, in one launch on their GPU
+/// ([`adam_step`]'s kernel): the new `(p, m, v)`. `None` where it does not run (plain f32 on a
+/// `Cube` device, one shape; off with the row kernels: [`softmax_runs`]).
+pub fn adam_step<const D: usize>(
+    p: Tensor<D>,
+    m: Tensor<D>,
+    v: Tensor<D>,
+    g: Tensor<D>,
+    clip: Option<Tensor<1>>,
+    rule: AdamRule,
+) -> Option<(Tensor<D>, Tensor<D>, Tensor<D>)> {
+    #[cfg(any(feature = "wgpu", feature = "cuda"))]
+    {
+        if !row_kernels_on() {
+            return None;
+        }
+        adam_step::adam_step(p, m, v, g, clip, rule)
+    }
+    #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
+    {
+        let _ = (p, m, v, g, clip, rule);
+        None
     }
 }
 

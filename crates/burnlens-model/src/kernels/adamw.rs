@@ -62,8 +62,28 @@ pub fn adamw_step<const D: usize>(p: Tensor<D>, m: Tensor<D>, v: Tensor<D>, g: T
     if same && use_kernels(&devices, &[p.dtype(), m.dtype(), v.dtype(), g.dtype()]) {
         let (p, m, v) = Dispatch::bl_adamw_step(p.into_dispatch(), m.into_dispatch(), v.into_dispatch(), g.into_dispatch(), step);
         (Tensor::from_dispatch(p), Tensor::from_dispatch(m), Tensor::from_dispatch(v))
+    } else if let Some(stepped) = crate::gpu::adam_step(p.clone(), m.clone(), v.clone(), g.clone(), None, step.rule()) {
+        stepped
     } else {
         adamw_step_reference(p, m, v, g, step)
+    }
+}
+
+impl AdamWStep {
+    /// The GPU kernel's rule for this step: [`adamw_step_reference`]'s coefficients, rounded
+    /// to f32 where Burn rounds them.
+    pub fn rule(&self) -> crate::gpu::AdamRule {
+        crate::gpu::AdamRule::BurnW {
+            beta1: self.beta_1,
+            one_minus_beta1: 1.0 - self.beta_1,
+            beta2: self.beta_2,
+            one_minus_beta2: 1.0 - self.beta_2,
+            correction1: self.correction_1,
+            correction2: self.correction_2,
+            epsilon: self.epsilon,
+            lr: self.lr as f32,
+            keep: (1.0 - self.decay_rate) as f32,
+        }
     }
 }
 
