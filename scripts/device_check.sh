@@ -362,19 +362,32 @@ EOF
 # steps on the tensor path, chosen by the device) against scripts/peer_sae_step.py, a
 # PyTorch loop of SAELens's step on cuda. Seconds a step over the steady steps.
 sae_rows() {
-    local out=$1 model=$MODEL steps=${SAE_STEPS:-20} features=${SAE_FEATURES:-24576} arch backend
+    local out=$1 steps=${SAE_STEPS:-20} features=${SAE_FEATURES:-24576} arch backend
     echo "| SAE step | burnlens backend | burnlens s / step | PyTorch s / step | burnlens / PyTorch |"
     echo "|---|---|---|---|---|"
     for arch in topk standard; do
         local peer
-        peer=$(timeout "$(limit 240)" python3 scripts/peer_sae_step.py "$model" $arch $steps $features 32 6 "$PEER_DEVICE" 2>/dev/null | tail -1)
+        peer=$(timeout "$(limit 240)" python3 scripts/peer_sae_step.py "$MODEL" $arch $steps $features 32 6 "$PEER_DEVICE" 2>/dev/null | tail -1)
         echo "$peer" >>"$out/sae.jsonl"
         for backend in $BACKENDS; do
-            rm -rf "/tmp/sae-$backend"
-            timeout "$(limit 240)" $BIN/burnlens train-sae --backend "$backend" --model "$model" --hook blocks.6.hook_resid_pre --architecture $arch \
-                --k 32 --d-sae $features --steps $steps --batch 32 --seq-len 128 --n-batches-in-buffer 2 --data random --checkpoint-every 100000 \
-                $([ $arch = standard ] && echo --l1 1) --out "/tmp/sae-$backend" >"$out/sae-$arch-$backend.log" 2>&1
-            python3 - "/tmp/sae-$backend/metrics.jsonl" "$peer" $arch $backend <<'EOF'
+            sae_row "$out" $arch "$backend" "$peer" "$steps" "$features" ""
+        done
+        # burnlens's one-launch kernels (Adam's step, the norms, ...) against the composed ops.
+        [ $arch = topk ] && sae_row "$out" $arch "${BACKENDS%% *}" "$peer" "$steps" "$features" off
+    done
+}
+
+# One SAE row: `train-sae` on `backend` (with BURNLENS_GPU_ROW_KERNELS=$7 where given) against
+# the peer's line `peer`.
+sae_row() {
+    local out=$1 arch=$2 backend=$3 peer=$4 steps=$5 features=$6 composed=$7 label=$3
+    [ -n "$composed" ] && label="$backend, composed ops"
+    rm -rf "/tmp/sae-$backend"
+    env ${composed:+BURNLENS_GPU_ROW_KERNELS=$composed} timeout "$(limit 240)" $BIN/burnlens train-sae --backend "$backend" --model "$MODEL" \
+        --hook blocks.6.hook_resid_pre --architecture $arch --k 32 --d-sae $features --steps $steps --batch 32 --seq-len 128 \
+        --n-batches-in-buffer 2 --data random --checkpoint-every 100000 $([ $arch = standard ] && echo --l1 1) --out "/tmp/sae-$backend" \
+        >"$out/sae-$arch-$backend${composed:+-composed}.log" 2>&1
+    python3 - "/tmp/sae-$backend/metrics.jsonl" "$peer" $arch "$label" <<'EOF'
 import json, statistics, sys
 try:
     lines = [json.loads(l) for l in open(sys.argv[1])]
@@ -387,8 +400,6 @@ except (ValueError, KeyError):
     theirs = float("nan")
 print(f"| {sys.argv[3]} | {sys.argv[4]} | {ours:.4f} | {theirs:.4f} | {theirs / ours:.2f}x |")
 EOF
-        done
-    done
 }
 
 case "${1:-}" in
