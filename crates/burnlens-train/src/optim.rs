@@ -82,20 +82,23 @@ pub fn learning_rate(t: &TrainingSection, step: usize) -> f64 {
 /// Returns the norm before clipping. `max_norm <= 0` only measures.
 pub fn clip_global_norm<M: Module>(model: &M, grads: &mut GradientsParams, max_norm: f64) -> f64 {
     let ids = float_params(model);
-    // Sum of squares on the device (one read of each gradient), the parameters' sums added in
-    // one reduction (on a GPU one launch, not one a parameter), one read back.
-    let squares: Vec<Tensor<1>> = ids
-        .iter()
-        .filter_map(|&(id, rank)| match rank {
+    // Sum of squares on the device (one read of each gradient), one read back.
+    let mut total: Option<Tensor<1>> = None;
+    for &(id, rank) in &ids {
+        let sq = match rank {
             1 => grads.get::<1>(id).map(sum_squares),
             2 => grads.get::<2>(id).map(sum_squares),
             r => panic!("unexpected parameter rank {r}"),
-        })
-        .collect();
-    if squares.is_empty() {
-        return 0.0;
+        };
+        if let Some(sq) = sq {
+            total = Some(match total {
+                Some(t) => t + sq,
+                None => sq,
+            });
+        }
     }
-    let norm = Tensor::cat(squares, 0).sum().into_scalar::<f32>().sqrt() as f64;
+    let Some(total) = total else { return 0.0 };
+    let norm = total.into_scalar::<f32>().sqrt() as f64;
     if max_norm > 0.0 && norm.is_finite() {
         let coef = max_norm / (norm + 1e-6);
         if coef < 1.0 {
