@@ -156,6 +156,9 @@ test_suites() {
     # burnlens's own CubeCL kernels against the host rules, bit for bit; SAE steps and evals
     # on the tensor path against sae-lens's, through the exact f32 products (never TF32).
     suite "own kernels on $BACKENDS" 90 240 $BIN/gpu gpu_kernels:: -- "test result.*|panicked.*|FAILED.*|left.*|right.*"
+    # The one-launch kernels (norms, softmax and attention's pattern, gated activations,
+    # decoding's attention, Adam's step) against f64 and the composed ops they replace.
+    suite "one-launch kernels on $BACKENDS" 60 180 $BIN/gpu gpu_row_kernels:: gpu_attention:: gpu_adam:: -- "test result.*|panicked.*|FAILED.*|worst.*"
     suite "SAE steps on $BACKENDS" 60 180 $BIN/gpu sae_training::on_a_gpu_backend -- "test result.*|panicked.*|FAILED.*|differs.*"
     suite "SAE evals on $BACKENDS" 45 120 $BIN/gpu sae_eval::on_a_gpu_backend -- "test result.*|panicked.*|FAILED.*|vs sae-lens.*"
 }
