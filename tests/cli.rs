@@ -178,3 +178,26 @@ fn a_fresh_save_pretrained_directory_with_only_the_required_files_works() {
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(Path::new(dir.path()).join("config.json").exists());
 }
+
+/// `backends` says which one-launch GPU kernels run, and which `BURNLENS_GPU_ROW_KERNELS`
+/// leaves out; a name it does not know is one warning line, and every kernel stays on.
+#[test]
+fn backends_names_the_one_launch_kernels_left_out() {
+    let line = |env: &[(&str, &str)]| {
+        let o = burnlens_with_env(env, &["backends"]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let out = stdout(&o);
+        (out.lines().find(|l| l.starts_with("one-launch GPU kernels")).unwrap_or_else(|| panic!("no kernels line: {out}")).to_string(), stderr(&o))
+    };
+    let all = "one-launch GPU kernels (cuda, wgpu): norm, softmax, pattern, activation, decode, adam";
+    assert_eq!(line(&[]).0, all);
+    assert_eq!(
+        line(&[("BURNLENS_GPU_ROW_KERNELS", "decode, adam")]).0,
+        "one-launch GPU kernels (cuda, wgpu): norm, softmax, pattern, activation; left out by BURNLENS_GPU_ROW_KERNELS: decode, adam"
+    );
+    assert!(line(&[("BURNLENS_GPU_ROW_KERNELS", "off")]).0.contains("none, Burn's composed ops"));
+    let (kept, warning) = line(&[("BURNLENS_GPU_ROW_KERNELS", "decod")]);
+    assert_eq!(kept, all);
+    assert_eq!(warning.lines().count(), 1, "{warning}");
+    assert!(warning.contains("unknown kernel `decod`"), "{warning}");
+}

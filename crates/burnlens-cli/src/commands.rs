@@ -165,5 +165,10 @@ pub fn backends() -> Result<()> {
     println!("default: {} (set with --backend, [backend] in a run config, or BURNLENS_BACKEND)", backend::DEFAULT_BACKEND);
     let fusion = if burnlens_model::gpu::FUSED { "on: Burn fuses element-wise chains on cuda and wgpu" } else { "off (build with --features fusion)" };
     println!("operation fusion: {fusion}");
+    use burnlens_model::gpu::OneLaunch;
+    let (on, out): (Vec<OneLaunch>, Vec<OneLaunch>) = OneLaunch::ALL.into_iter().partition(|k| k.runs());
+    let names = |ks: &[OneLaunch]| ks.iter().map(|k| k.name()).collect::<Vec<_>>().join(", ");
+    let left = if out.is_empty() { String::new() } else { format!("; left out by BURNLENS_GPU_ROW_KERNELS: {}", names(&out)) };
+    println!("one-launch GPU kernels (cuda, wgpu): {}{left}", if on.is_empty() { "none, Burn's composed ops".to_string() } else { names(&on) });
     Ok(())
 }

@@ -26,8 +26,9 @@
 //! | gated activation | `x σ(αx + βx³)` (tanh GELUs, `quick_gelu`, SiLU) in one launch (up to twelve composed), and its autodiff backward in one more | `gated_activation` |
 //!
 //! `cube_reduce` holds the sums and maxima over a cube that the row kernels share, `grid` the
-//! launch grid's limit every kernel keeps to, `adam_rule` the arithmetic an Adam step names
-//! (built with or without a GPU).
+//! launch grid's limit every kernel keeps to, `adam_rule` the arithmetic an Adam step names,
+//! `switch` which of the one-launch kernels run (`BURNLENS_GPU_ROW_KERNELS`; these two built
+//! with or without a GPU).
 
 /// Whether Burn's operation fusion wraps the `Cube` backends in this build (the `fusion`
 /// feature): chains of element-wise operations run as one kernel, and burnlens's kernels
@@ -65,11 +66,13 @@ mod sparse_decode;
 mod sparse_grad_product;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 mod sparse_t_product;
+mod switch;
 
 pub use adam_rule::AdamRule;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 use burn::tensor::DType;
 use burn::tensor::{Device, Tensor};
+pub use switch::OneLaunch;
 
 /// `x σ(αx + βx³)` element-wise in one launch on the tensor's GPU ([`gated_activation`]'s
 /// kernel); `None` where it does not run (see [`gated_activation_runs`]).
@@ -89,7 +92,7 @@ pub fn gated_activation<const D: usize>(x: Tensor<D>, alpha: f32, beta: f32) -> 
 pub fn gated_activation_runs<const D: usize>(x: &Tensor<D>) -> bool {
     #[cfg(any(feature = "wgpu", feature = "cuda"))]
     {
-        row_kernels_on() && gated_activation::applies(x)
+        OneLaunch::Activation.runs() && gated_activation::applies(x)
     }
     #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
     {
@@ -113,20 +116,11 @@ pub fn row_norm<const D: usize>(x: Tensor<D>, weight: Tensor<1>, bias: Option<Te
     }
 }
 
-/// Whether the one-launch row kernels (norms, softmax, gated activations) run where they
-/// apply: on unless `BURNLENS_GPU_ROW_KERNELS=off` (read once), which keeps Burn's composed ops
-/// instead, so that the GPU check times both in one session.
-#[cfg(any(feature = "wgpu", feature = "cuda"))]
-fn row_kernels_on() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| !matches!(std::env::var("BURNLENS_GPU_ROW_KERNELS").as_deref().map(str::trim), Ok("off" | "0")))
-}
-
 /// Whether [`row_norm`] runs on `x` with these parameters (weight, and bias for a LayerNorm).
 pub fn row_norm_runs<const D: usize>(x: &Tensor<D>, params: &[&Tensor<1>]) -> bool {
     #[cfg(any(feature = "wgpu", feature = "cuda"))]
     {
-        row_kernels_on() && row_norm::applies(x, params)
+        OneLaunch::Norm.runs() && row_norm::applies(x, params)
     }
     #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
     {
@@ -153,12 +147,12 @@ pub fn softmax<const D: usize>(x: Tensor<D>) -> Option<Tensor<D>> {
 /// `Cube` device, tracked or not) in one launch: the softmax of `scale ·` each row over the
 /// keys its query sees — the query at position `q_offset +` its index sees the keys up to
 /// its own, and only the last `window` of them where `window > 0` — and 0 for the others;
-/// under autodiff its backward in one more. `None` where it does not run (off with the row
-/// kernels: [`softmax_runs`]).
+/// under autodiff its backward in one more. `None` where it does not run (and where
+/// `BURNLENS_GPU_ROW_KERNELS` leaves it out: [`OneLaunch::Pattern`]).
 pub fn attention_pattern(scores: Tensor<4>, scale: f32, q_offset: usize, window: usize) -> Option<Tensor<4>> {
     #[cfg(any(feature = "wgpu", feature = "cuda"))]
     {
-        if !row_kernels_on() {
+        if !OneLaunch::Pattern.runs() {
             return None;
         }
         row_softmax::attention_pattern(scores, scale, q_offset, window)
@@ -180,7 +174,7 @@ pub fn attention_pattern(scores: Tensor<4>, scale: f32, q_offset: usize, window:
 pub fn decode_attention(q: Tensor<4>, k: Tensor<4>, v: Tensor<4>, scale: f32, q_offset: usize, window: usize) -> Option<Tensor<4>> {
     #[cfg(any(feature = "wgpu", feature = "cuda"))]
     {
-        if !row_kernels_on() {
+        if !OneLaunch::Decode.runs() {
             return None;
         }
         decode_attention::decode_attention(q, k, v, scale, q_offset, window)
@@ -205,12 +199,12 @@ pub fn decode_attention_calls() -> usize {
 }
 
 /// Whether [`decode_attention`] may take `queries` new queries on `device`: a `Cube` device
-/// without autodiff, at most a few queries (decoding), the row kernels on
-/// (`BURNLENS_GPU_ROW_KERNELS`).
+/// without autodiff, at most a few queries (decoding), the kernel not left out
+/// ([`OneLaunch::Decode`], `BURNLENS_GPU_ROW_KERNELS`).
 pub fn decode_attention_on(device: &Device, queries: usize) -> bool {
     #[cfg(any(feature = "wgpu", feature = "cuda"))]
     {
-        row_kernels_on() && !device.is_autodiff() && exact_matmul::on_cube(device) && queries <= decode_attention::MAX_QUERIES
+        OneLaunch::Decode.runs() && !device.is_autodiff() && exact_matmul::on_cube(device) && queries <= decode_attention::MAX_QUERIES
     }
     #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
     {
@@ -222,7 +216,8 @@ pub fn decode_attention_on(device: &Device, queries: usize) -> bool {
 /// One Adam step of the parameter `p` with moments `m`, `v` and gradient `g` (times `clip`,
 /// a one-element tensor on the device, where given) by `rule`, in one launch on their GPU
 /// ([`adam_step`]'s kernel): the new `(p, m, v)`. `None` where it does not run (plain f32 on a
-/// `Cube` device, one shape; off with the row kernels: [`softmax_runs`]).
+/// `Cube` device, one shape; not where `BURNLENS_GPU_ROW_KERNELS` leaves it out:
+/// [`OneLaunch::Adam`]).
 pub fn adam_step<const D: usize>(
     p: Tensor<D>,
     m: Tensor<D>,
@@ -233,7 +228,7 @@ pub fn adam_step<const D: usize>(
 ) -> Option<(Tensor<D>, Tensor<D>, Tensor<D>)> {
     #[cfg(any(feature = "wgpu", feature = "cuda"))]
     {
-        if !row_kernels_on() {
+        if !OneLaunch::Adam.runs() {
             return None;
         }
         adam_step::adam_step(p, m, v, g, clip, rule)
@@ -249,7 +244,7 @@ pub fn adam_step<const D: usize>(
 pub fn softmax_runs<const D: usize>(x: &Tensor<D>) -> bool {
     #[cfg(any(feature = "wgpu", feature = "cuda"))]
     {
-        row_kernels_on() && row_softmax::applies(x)
+        OneLaunch::Softmax.runs() && row_softmax::applies(x)
     }
     #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
     {
