@@ -33,75 +33,31 @@ impl Adam {
     }
 
     /// One step at learning rate `lr` with gradients `g` (clipped first); returns the new
-    /// parameters. On a GPU the clipping factor stays on the device and each parameter's
-    /// step is one launch ([`Adam::step_on_device`]); on the CPU, composed as below.
+    /// parameters. The clipping factor is read back on the CPU ([`clip_scale`]) and stays on
+    /// the device on a GPU ([`clip_factor`]: no wait in the step), where each parameter's
+    /// step is one launch ([`burnlens_model::gpu::adam_step`], the composed step's operations
+    /// in its order); elsewhere [`composed_step`].
     pub fn step(&mut self, params: &Dictionary, g: &Dictionary, lr: f64) -> Dictionary {
-        let on_gpu = g.named().first().is_some_and(|(_, t)| !burnlens_model::backend::is_host(&t.device()));
-        if on_gpu {
-            return self.step_on_device(params, g, lr);
-        }
-        let scale = clip_scale(g);
-        self.t += 1;
-        let (b1, b2) = (self.beta1, self.beta2);
-        let bc1 = 1.0 - b1.powi(self.t as i32);
-        let bc2_sqrt = (1.0 - b2.powi(self.t as i32)).sqrt();
-        let grads: Vec<Tensor<2>> = g.named().into_iter().map(|(_, t)| if scale < 1.0 { t * scale } else { t }).collect();
-        let mut it = grads.iter();
-        self.m = self.m.map(|_, m| {
-            let g = it.next().expect("one gradient per parameter").clone();
-            m.clone() + (g - m) * (1.0 - b1)
-        });
-        let mut it = grads.iter();
-        self.v = self.v.map(|_, v| {
-            let g = it.next().expect("one gradient per parameter").clone();
-            v * b2 + g.clone() * g * (1.0 - b2)
-        });
-        let (m, v) = (self.m.named(), self.v.named());
-        let mut i = 0;
-        params.map(|_, p| {
-            let denom = v[i].1.clone().sqrt() / bc2_sqrt + EPS;
-            let out = p - m[i].1.clone() / denom * (lr / bc1);
-            i += 1;
-            out
-        })
-    }
-
-    /// [`Adam::step`] on a GPU: the clipping factor computed there ([`clip_factor`], no
-    /// read-back), and each parameter's moments and value in one launch
-    /// ([`burnlens_model::gpu::adam_step`]: the composed step's operations, in its order),
-    /// or composed with the same factor where that kernel does not run (LibTorch's CUDA).
-    fn step_on_device(&mut self, params: &Dictionary, g: &Dictionary, lr: f64) -> Dictionary {
         let grads = g.named();
-        let clip = clip_factor(&grads);
+        let on_gpu = grads.first().is_some_and(|(_, t)| !burnlens_model::backend::is_host(&t.device()));
+        let clip = on_gpu.then(|| clip_factor(&grads));
+        let scale = if on_gpu { 1.0 } else { clip_scale(g) };
         self.t += 1;
         let (b1, b2) = (self.beta1, self.beta2);
-        let bc1 = 1.0 - b1.powi(self.t as i32);
-        let bc2_sqrt = (1.0 - b2.powi(self.t as i32)).sqrt();
-        let rule = AdamRule::Torch {
-            one_minus_beta1: (1.0 - b1) as f32,
-            beta2: b2 as f32,
-            one_minus_beta2: (1.0 - b2) as f32,
-            correction2_sqrt: bc2_sqrt as f32,
-            epsilon: EPS as f32,
-            step_size: (lr / bc1) as f32,
-        };
+        let k = Coefficients { b1, b2, bc1: 1.0 - b1.powi(self.t as i32), bc2_sqrt: (1.0 - b2.powi(self.t as i32)).sqrt(), lr };
         let (m, v) = (self.m.named(), self.v.named());
         let mut moments = Vec::with_capacity(grads.len());
         let mut i = 0;
         let out = params.map(|_, p| {
             let (m, v, g) = (m[i].1.clone(), v[i].1.clone(), grads[i].1.clone());
-            let (p, m, v) = match gpu::adam_step(p.clone(), m.clone(), v.clone(), g.clone(), Some(clip.clone()), rule) {
-                Some(stepped) => stepped,
-                None => {
-                    let g = g * clip.clone().unsqueeze::<2>();
-                    let m = m.clone() + (g.clone() - m) * (1.0 - b1);
-                    let v = v * b2 + g.clone() * g * (1.0 - b2);
-                    (p - m.clone() / (v.clone().sqrt() / bc2_sqrt + EPS) * (lr / bc1), m, v)
-                }
+            let stepped = match &clip {
+                Some(clip) => gpu::adam_step(p.clone(), m.clone(), v.clone(), g.clone(), Some(clip.clone()), k.rule())
+                    .unwrap_or_else(|| composed_step(p, m, v, g * clip.clone().unsqueeze::<2>(), &k)),
+                None => composed_step(p, m, v, if scale < 1.0 { g * scale } else { g }, &k),
             };
-            moments.push((m, v));
+            moments.push((stepped.1, stepped.2));
             i += 1;
-            p
+            stepped.0
         });
         let mut it = moments.iter();
         self.m = self.m.map(|_, _| it.next().expect("one step per parameter").0.clone());
@@ -109,6 +65,39 @@ impl Adam {
         self.v = self.v.map(|_, _| it.next().expect("one step per parameter").1.clone());
         out
     }
+}
+
+/// What a step's arithmetic reads besides the tensors.
+struct Coefficients {
+    b1: f64,
+    b2: f64,
+    /// `1 - β1^t` and `√(1 - β2^t)`.
+    bc1: f64,
+    bc2_sqrt: f64,
+    lr: f64,
+}
+
+impl Coefficients {
+    /// The GPU kernel's rule: the same coefficients, rounded to f32 as Burn rounds a scalar.
+    fn rule(&self) -> AdamRule {
+        AdamRule::Torch {
+            one_minus_beta1: (1.0 - self.b1) as f32,
+            beta2: self.b2 as f32,
+            one_minus_beta2: (1.0 - self.b2) as f32,
+            correction2_sqrt: self.bc2_sqrt as f32,
+            epsilon: EPS as f32,
+            step_size: (self.lr / self.bc1) as f32,
+        }
+    }
+}
+
+/// One parameter's step composed of tensor operations, as torch's `Adam` takes it with the
+/// gradient `g` already clipped: the new `(p, m, v)`.
+fn composed_step(p: Tensor<2>, m: Tensor<2>, v: Tensor<2>, g: Tensor<2>, k: &Coefficients) -> (Tensor<2>, Tensor<2>, Tensor<2>) {
+    let m = m.clone() + (g.clone() - m) * (1.0 - k.b1);
+    let v = v * k.b2 + g.clone() * g * (1.0 - k.b2);
+    let denom = v.clone().sqrt() / k.bc2_sqrt + EPS;
+    (p - m.clone() / denom * (k.lr / k.bc1), m, v)
 }
 
 /// torch's `clip_grad_norm_(params, 1.0)` factor as [`clip_scale`] computes it, left on the
