@@ -192,6 +192,10 @@ bench_rows() {
     # cube per query of a head walks every key) and Adam's step.
     ROW_ENV=BURNLENS_GPU_ROW_KERNELS=decode PEERS=none row "generate 64, decoding attention composed" 30 generate --model $model --new-tokens 64 --reps 3 -- none
     ROW_ENV=BURNLENS_GPU_ROW_KERNELS=adam PEERS=none row "train gpt2 ctx256, Adam composed" 30 train --train-shape gpt2 --reps 5 -- none
+    # Decoding over a long cache (896-token prompt: the kernel splits each head's keys into
+    # ranges), against PyTorch and against the composed attention.
+    row "generate 64 after 896" 40 generate --model $model --prompt 896 --new-tokens 64 --reps 3 -- generate --model $model --prompt 896 --new 64 --reps 3
+    ROW_ENV=BURNLENS_GPU_ROW_KERNELS=decode PEERS=none row "generate 64 after 896, decoding attention composed" 30 generate --model $model --prompt 896 --new-tokens 64 --reps 3 -- none
     # The same with TF32 asked for on both sides (burnlens's default is its exact f32 kernel).
     row "forward 8x1024 tf32" 40 forward --model $model --batch 8 --seq 1024 --reps 10 --compute tf32 -- forward --model $model --batch 8 --seq 1024 --reps 10 --tf32
     python3 - "$jsonl" <<'EOF'

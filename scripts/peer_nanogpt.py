@@ -9,7 +9,7 @@ Subcommands (each prints one JSON line on stdout, timings in seconds):
                                       configs/shakespeare-char-cpu.toml describes it
   train-steps --impl lean|compile|hf  timed training steps of that configuration, random data
   forward     --impl lean|compile|hf --model DIR --batch B --seq T
-  generate    --impl lean|hf --model DIR --new N     greedy, KV cache, 16-token prompt
+  generate    --impl lean|hf --model DIR --new N [--prompt P]  greedy, KV cache, P-token prompt (16)
   load        --impl lean|hf --model DIR             wall time and peak RSS
   attention   --impl lean|hf --seq T                 one GPT-2-small attention layer
   gemm        --impl lean|openblas --shape MxKxN[t]    torch.matmul (or numpy's OpenBLAS) on one product (t: the
@@ -231,7 +231,7 @@ def bench_forward(a):
 @torch.no_grad()
 def bench_generate(a):
     m = load_model(a.impl, a.model)
-    prompt = ids(16, 50257, 2).view(1, 16).to(DEVICE)
+    prompt = ids(a.prompt, 50257, 2).view(1, a.prompt).to(DEVICE)
     if a.impl == "hf":
         f = lambda: m.generate(prompt, max_new_tokens=a.new, do_sample=False, min_new_tokens=a.new, pad_token_id=0)
     else:
@@ -239,7 +239,7 @@ def bench_generate(a):
             logits, past = m(prompt)
             nxt = logits[:, -1].argmax(-1, keepdim=True)
             for i in range(a.new - 1):
-                logits, past = m(nxt, past=past, start=16 + i)
+                logits, past = m(nxt, past=past, start=a.prompt + i)
                 nxt = logits[:, -1].argmax(-1, keepdim=True)
     return {"times": timed(a.reps, f), "tokens": a.new}
 
@@ -356,6 +356,7 @@ def main():
         p.add_argument("--seq", type=int, default=128)
         p.add_argument("--reps", type=int, default=3)
         p.add_argument("--new", type=int, default=64)
+        p.add_argument("--prompt", type=int, default=16, help="generate: the prompt's tokens")
         p.add_argument("--threads", type=int, default=0)
         p.add_argument("--shape", default="128x768x768")
         p.add_argument("--dtype", choices=["f32", "bf16"], default="f32")

@@ -162,6 +162,10 @@ fn bad_command_line_inputs_are_one_line_errors() {
         &burnlens(&["cache", "--model", m, "--ids", "1", "--names", "nothing_here", "--out", "x.safetensors"]),
         "is not a hook point of this model",
     );
+    assert_bad_input(
+        &burnlens(&["bench", "generate", "--model", m, "--prompt", "30", "--new-tokens", "4", "--reps", "1"]),
+        "bench generate: --prompt 30 and --new-tokens 4: expected a prompt of 1 or more tokens and at most 33 tokens in all",
+    );
     if !burnlens::model::backend::is_compiled("cuda") {
         assert_bad_input(&burnlens(&["info", "--model", m, "--backend", "cuda"]), "rebuild with: cargo build --release --features cuda");
     }

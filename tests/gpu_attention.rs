@@ -40,11 +40,23 @@ fn reference(case: Case, q: &[f32], k: &[f32], v: &[f32], scale: f64) -> Vec<f64
 /// The kernel equals attention in f64: a decoded token, grouped heads, keys past one tile,
 /// a local window with a head width that is no power of two, eight queries with the widest
 /// heads; keys and values read as the cache hands them over (views of longer buffers), queries
-/// as the projection's heads (a transposed view).
+/// as the projection's heads (a transposed view). The last three cases are long caches with
+/// few queries (one, three; a window of 700 of 3,000 keys), which split the keys into ranges
+/// on any device (two cubes a multiprocessor wanted, ranges of at least 512 keys).
 #[test]
 fn the_decoding_attention_equals_attention_in_f64() {
-    let cases: [Case; 5] = [[1, 4, 4, 1, 37, 64, 0], [2, 6, 2, 3, 300, 32, 0], [1, 2, 1, 2, 600, 80, 16], [1, 1, 1, 8, 8, 256, 0], [2, 3, 3, 1, 513, 16, 100]];
+    let cases: [Case; 8] = [
+        [1, 4, 4, 1, 37, 64, 0],
+        [2, 6, 2, 3, 300, 32, 0],
+        [1, 2, 1, 2, 600, 80, 16],
+        [1, 1, 1, 8, 8, 256, 0],
+        [2, 3, 3, 1, 513, 16, 100],
+        [1, 2, 1, 1, 4096, 64, 0],
+        [1, 1, 1, 3, 2000, 80, 0],
+        [1, 2, 2, 2, 3000, 32, 700],
+    ];
     for (name, device) in devices() {
+        let split_before = gpu::decode_attention_split_calls();
         for (n, case) in cases.into_iter().enumerate() {
             let [b, h, hk, t, s, dh, window] = case;
             let scale = 1.0 / (dh as f64).sqrt();
@@ -71,6 +83,8 @@ fn the_decoding_attention_equals_attention_in_f64() {
             let worst = got.iter().zip(&want).map(|(g, w)| (*g as f64 - w).abs()).fold(0.0, f64::max);
             assert!(worst <= 1e-5, "{what}: worst |Δz| {worst:e}");
         }
+        let split = gpu::decode_attention_split_calls() - split_before;
+        assert!(split >= 3, "{name}: the long caches split their keys ({split} calls split)");
         // Refused: tracked tensors, more queries than it takes.
         let x = || Tensor::<4>::zeros([1, 2, 2, 8], &device);
         assert!(gpu::decode_attention(x().autodiff(), x().autodiff(), x().autodiff(), 1.0, 0, 0).is_none(), "{name}: a tracked input");

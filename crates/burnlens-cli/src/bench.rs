@@ -32,9 +32,12 @@ pub struct BenchArgs {
     /// Timed repetitions (after one warm-up).
     #[arg(long, default_value_t = 3)]
     pub reps: usize,
-    /// generate: new tokens after a 16-token prompt.
+    /// generate: new tokens after the prompt.
     #[arg(long, default_value_t = 64)]
     pub new_tokens: usize,
+    /// generate: the prompt's tokens (a long one times decoding over a long cache).
+    #[arg(long, default_value_t = 16)]
+    pub prompt: usize,
     /// gemm, matmul: the product's shape `MxKxN`; (gemm) a trailing `t` reads the `[K, N]` operand through a
     /// transposed view of an `[N, K]` matrix (the tied unembedding's layout).
     #[arg(long)]
@@ -205,7 +208,16 @@ pub fn run(a: &BenchArgs, device: Device, options: &LoadOptions) -> Result<()> {
         }
         "generate" => {
             let m = load_model(need_model()?, &device)?.model;
-            let prompt = ids(16, m.config.vocab_size, 2);
+            let n_ctx = m.config.n_ctx;
+            if a.prompt == 0 || a.prompt + a.new_tokens > n_ctx + 1 {
+                let asked = format!("--prompt {} and --new-tokens {}", a.prompt, a.new_tokens);
+                return Err(UserError(format!(
+                    "bench generate: {asked}: expected a prompt of 1 or more tokens and at most {} tokens in all (the model's n_ctx + 1)",
+                    n_ctx + 1
+                ))
+                .into());
+            }
+            let prompt = ids(a.prompt, m.config.vocab_size, 2);
             let s = Sampling { max_new_tokens: a.new_tokens, temperature: 0.0, ..Sampling::default() };
             let mut produced = Vec::new();
             let times = timed(a.reps, || produced = generate(&m, &prompt, &s).expect("valid prompt"));

@@ -13,6 +13,11 @@
 //! only: no autodiff. Same masking as [`crate::kernels::attention`]'s `AttentionMask`: the
 //! query at position `q_offset + i` sees the keys up to its own, and only the last `window`
 //! of them where `window > 0`.
+//!
+//! Long caches with few queries (batch 1, a few heads: fewer cubes than the GPU has
+//! multiprocessors) split each query's keys into ranges ([`splits`]), a cube per range, each
+//! writing its range's maximum, sum and unnormalised values; a second launch weighs the ranges
+//! by `e^(m_range - m)` and divides (flash-decoding). Short caches keep one launch.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -51,29 +56,73 @@ pub trait DecodeAttention: Backend {
 }
 
 static CALLS: AtomicUsize = AtomicUsize::new(0);
+static SPLIT: AtomicUsize = AtomicUsize::new(0);
 
-/// Launches of the kernel in this process (tests prove a path took it).
+/// Calls in this process (tests prove a path took the kernel).
 pub fn calls() -> usize {
     CALLS.load(Ordering::Relaxed)
+}
+
+/// Calls in this process that split the keys into ranges.
+pub fn split_calls() -> usize {
+    SPLIT.load(Ordering::Relaxed)
 }
 
 impl DecodeAttention for CubeBackend {
     fn bl_gpu_decode_attention(q: CubeTensor, k: CubeTensor, v: CubeTensor, scale: f32, q_offset: usize, window: usize) -> CubeTensor {
         CALLS.fetch_add(1, Ordering::Relaxed);
         let [b, h, t, dh] = [0, 1, 2, 3].map(|i| q.meta.shape()[i]);
+        let keys = k.meta.shape()[2];
         let z = empty_device_dtype(q.client.clone(), q.device.clone(), [b, t, h, dh].into(), DType::F32);
         let rows = b * h * t;
-        if rows == 0 || k.meta.shape()[2] == 0 {
+        if rows == 0 || keys == 0 {
             return z;
         }
         let client = q.client.clone();
-        let out = unsafe { BufferArg::from_raw_parts(z.handle.clone(), rows * dh) };
-        let count = CubeCount::Static(rows.min(GRID_LIMIT) as u32, 1, 1);
+        // A window bounds the keys a query sees, whatever the cache holds.
+        let seen = if window > 0 { keys.min(window + t) } else { keys };
+        let parts = splits(rows, seen, multiprocessors(&client));
         let mask = [q_offset as u32, window as u32];
         let (q, k, v) = (q.into_tensor_arg(), k.into_tensor_arg(), v.into_tensor_arg());
-        decode_rows::launch(&client, count, CubeDim::new_1d(UNITS), q, k, v, out, rows as u32, scale, mask[0], mask[1], dh as u32);
+        let (units, whole) = (CubeDim::new_1d(UNITS), parts == 1);
+        let count = |n: usize| CubeCount::Static(n.min(GRID_LIMIT) as u32, 1, 1);
+        let arg = |t: &CubeTensor, len: usize| unsafe { BufferArg::from_raw_parts(t.handle.clone(), len) };
+        if whole {
+            decode_rows::launch(&client, count(rows), units, q, k, v, arg(&z, rows * dh), rows as u32, 1, scale, mask[0], mask[1], dh as u32, false);
+            return z;
+        }
+        SPLIT.fetch_add(1, Ordering::Relaxed);
+        // Each range's unnormalised values, then its maximum and sum: `dh + 2` values.
+        let len = rows * parts * (dh + 2);
+        let ranges = empty_device_dtype(client.clone(), z.device.clone(), [len].into(), DType::F32);
+        let work = rows * parts;
+        #[rustfmt::skip]
+        decode_rows::launch(&client, count(work), units, q, k, v, arg(&ranges, len), work as u32, parts as u32, scale, mask[0], mask[1], dh as u32, true);
+        let shape = [h as u32, t as u32];
+        #[rustfmt::skip]
+        combine_ranges::launch(&client, count(rows), CubeDim::new_1d(dh as u32), arg(&ranges, len), arg(&z, rows * dh), rows as u32, parts as u32, shape[0], shape[1], dh as u32);
         z
     }
+}
+
+/// Keys a range holds at least: two tiles, so a range's cube is never mostly setting up.
+const KEYS_PER_RANGE: usize = 2 * UNITS as usize;
+
+/// The most ranges a query's keys are split into.
+const MAX_RANGES: usize = 32;
+
+/// Into how many ranges each of `rows` queries splits its `keys` on a device of
+/// `multiprocessors`: enough cubes for two a multiprocessor, each range at least
+/// [`KEYS_PER_RANGE`] keys, at most [`MAX_RANGES`]; 1 (one launch) where the rows alone fill
+/// the device or the keys are few.
+pub fn splits(rows: usize, keys: usize, multiprocessors: usize) -> usize {
+    let wanted = (2 * multiprocessors).div_ceil(rows.max(1));
+    wanted.min(keys.div_ceil(KEYS_PER_RANGE)).clamp(1, MAX_RANGES)
+}
+
+/// The device's multiprocessors (CUDA says; wgpu does not: 64 assumed, a mid-sized GPU).
+fn multiprocessors(client: &cubecl::client::Client) -> usize {
+    client.properties().hardware.num_streaming_multiprocessors.unwrap_or(64) as usize
 }
 
 /// Whether the kernel takes these tensors: plain (untracked) f32 on a `Cube` device, at most
@@ -104,11 +153,25 @@ pub fn decode_attention(
     Some(burn::tensor::Tensor::from_dispatch(z))
 }
 
-/// Rows `CUBE_POS_X, CUBE_POS_X + CUBE_COUNT_X, …` of `[batch, heads, queries]`, each one
-/// query's `z` (see the module's note).
+/// Work items `CUBE_POS_X, CUBE_POS_X + CUBE_COUNT_X, …` of `[batch, heads, queries, parts]`:
+/// a query's `z` where `parts` is 1 and not `partial`; where `partial`, part `s` of its keys'
+/// `parts` ranges, written to `out` as the range's unnormalised values, maximum and sum
+/// (`dh + 2` values, [`combine_ranges`] reads them). See the module's note.
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
-fn decode_rows(q: &Tensor<f32>, k: &Tensor<f32>, v: &Tensor<f32>, z: &mut [f32], rows: u32, scale: f32, q_offset: u32, window: u32, #[comptime] dh: u32) {
+fn decode_rows(
+    q: &Tensor<f32>,
+    k: &Tensor<f32>,
+    v: &Tensor<f32>,
+    out: &mut [f32],
+    work: u32,
+    parts: u32,
+    scale: f32,
+    q_offset: u32,
+    window: u32,
+    #[comptime] dh: u32,
+    #[comptime] partial: bool,
+) {
     let mut probs = Shared::<[f32]>::new_slice(comptime!(UNITS as usize));
     let mut fold = Shared::<[f32]>::new_slice(comptime!(UNITS as usize));
     // Groups of `dh` units sum the values, each a share of a tile's keys.
@@ -117,21 +180,25 @@ fn decode_rows(q: &Tensor<f32>, k: &Tensor<f32>, v: &Tensor<f32>, z: &mut [f32],
     let (group, col) = (UNIT_POS / dh, UNIT_POS % dh);
     let (h, t) = (q.shape(1), q.shape(2));
     let keys = k.shape(2) as u32;
-    let mut row = CUBE_POS_X;
-    while row < rows {
+    let mut item = CUBE_POS_X;
+    while item < work {
+        let (row, part) = (item / parts, item % parts);
         let r = row as usize;
         let (i, head, batch) = (r % t, (r / t) % h, r / (t * h));
         let kv = head / (h / k.shape(1));
         let qb = batch * q.stride(0) + head * q.stride(1) + i * q.stride(2);
         let kb = batch * k.stride(0) + kv * k.stride(1);
         let vb = batch * v.stride(0) + kv * v.stride(1);
-        // The keys `lo..hi` are seen.
+        // The keys `lo..hi` are seen; this part takes its share of them.
         let seen = q_offset + i as u32 + 1;
-        let hi = u32::min(seen, keys);
+        let mut hi = u32::min(seen, keys);
         let mut lo = 0u32;
         if window > 0u32 && seen > window {
             lo = u32::min(seen - window, hi);
         }
+        let share = (hi - lo).div_ceil(parts);
+        lo = u32::min(lo + part * share, hi);
+        hi = u32::min(lo + share, hi);
         // The running maximum, sum and (this unit's share of) the weighted values.
         let mut m = f32::min_value();
         let mut l = 0.0f32;
@@ -153,17 +220,17 @@ fn decode_rows(q: &Tensor<f32>, k: &Tensor<f32>, v: &Tensor<f32>, z: &mut [f32],
             let tile_sum = cube_sum(p, &mut fold);
             let rescale = f32::exp(m - m_new);
             l = l * rescale + tile_sum;
-            let mut part = 0.0f32;
+            let mut sum = 0.0f32;
             if group < groups {
                 #[unroll]
                 for n in 0..per_group {
                     let u = group + n * groups;
                     if u < UNITS && start + u < hi {
-                        part += probs[u as usize] * v[vb + (start + u) as usize * v.stride(2) + col as usize * v.stride(3)];
+                        sum += probs[u as usize] * v[vb + (start + u) as usize * v.stride(2) + col as usize * v.stride(3)];
                     }
                 }
             }
-            acc = acc * rescale + part;
+            acc = acc * rescale + sum;
             m = m_new;
             // Every unit has read this tile's `probs` before the next tile writes them.
             sync_cube();
@@ -177,9 +244,47 @@ fn decode_rows(q: &Tensor<f32>, k: &Tensor<f32>, v: &Tensor<f32>, z: &mut [f32],
             for g in 0..groups {
                 total += fold[(g * dh + col) as usize];
             }
-            z[((batch * t + i) * h + head) * dh as usize + col as usize] = total / l;
+            if partial {
+                let base = item as usize * (dh as usize + 2);
+                out[base + col as usize] = total;
+                if UNIT_POS == 0u32 {
+                    out[base + dh as usize] = m;
+                    out[base + dh as usize + 1] = l;
+                }
+            } else {
+                out[((batch * t + i) * h + head) * dh as usize + col as usize] = total / l;
+            }
         }
         sync_cube();
+        item += CUBE_COUNT_X;
+    }
+}
+
+/// Rows `CUBE_POS_X, + CUBE_COUNT_X, …` of `[batch, heads, queries]` (`h` heads, `t`
+/// queries): the query's `z` from its `parts` ranges ([`decode_rows`]' partial output), each
+/// weighted by `e^(m_range - m)` for the largest maximum `m`, a unit per column.
+#[cube(launch)]
+#[allow(clippy::too_many_arguments)]
+fn combine_ranges(ranges: &[f32], z: &mut [f32], rows: u32, parts: u32, h: u32, t: u32, #[comptime] dh: u32) {
+    let width = comptime!(dh + 2);
+    let col = UNIT_POS;
+    let mut row = CUBE_POS_X;
+    while row < rows {
+        let (i, head, batch) = (row % t, (row / t) % h, row / (t * h));
+        let first = row * parts;
+        let mut m = f32::min_value();
+        for s in 0..parts {
+            m = f32::max(m, ranges[((first + s) * width + dh) as usize]);
+        }
+        let mut l = 0.0f32;
+        let mut total = 0.0f32;
+        for s in 0..parts {
+            let base = ((first + s) * width) as usize;
+            let weight = f32::exp(ranges[base + dh as usize] - m);
+            l += ranges[base + dh as usize + 1] * weight;
+            total += ranges[base + col as usize] * weight;
+        }
+        z[(((batch * t + i) * h + head) * dh + col) as usize] = total / l;
         row += CUBE_COUNT_X;
     }
 }
@@ -194,4 +299,25 @@ fn dot(q: &Tensor<f32>, k: &Tensor<f32>, qb: usize, kb: usize, #[comptime] dh: u
         sum += q[qb + d as usize * q.stride(3)] * k[kb + d as usize * k.stride(3)];
     }
     sum
+}
+
+#[cfg(test)]
+mod tests {
+    use super::splits;
+
+    /// A batch-1 decode over a long cache splits; short caches, rows that fill the device and
+    /// the cap keep to their bounds.
+    #[test]
+    fn long_caches_with_few_rows_split_their_keys() {
+        // GPT-2 small decoding (12 heads) over 192 keys: one launch.
+        assert_eq!(splits(12, 192, 132), 1);
+        // Llama-8B-shaped (32 heads) over 8,192 keys on 132 multiprocessors: 9 ranges of 911.
+        assert_eq!(splits(32, 8192, 132), 9);
+        // A batch of 64 already fills it.
+        assert_eq!(splits(64 * 12, 8192, 132), 1);
+        // One head over a million keys: the cap.
+        assert_eq!(splits(1, 1 << 20, 132), 32);
+        // Keys set the floor: 600 keys make two ranges at most.
+        assert_eq!(splits(1, 600, 132), 2);
+    }
 }

@@ -21,7 +21,7 @@
 //! | exact f32 product | `a · b` in f32 arithmetic on cubek's unit-level kernel (never TF32), forward and autodiff backward: every product [`crate::matmul`] routes here by default | `exact_matmul` |
 //! | row norm | LayerNorm or RMSNorm of each row in one launch (nine composed launches), and under autodiff its backward in four (`row_norm_grad`: row statistics, the input's gradient, the weight's partial sums) | `row_norm`, `row_norm_grad` |
 //! | row softmax | softmax of each row in one launch (five composed), and attention's pattern from the raw scores with the scale and causal mask applied as it reads them (seven composed); its autodiff backward in one more | `row_softmax` |
-//! | decode attention | a few new queries' attention over the cache in one launch (five written out): scores, a running softmax over tiles of keys and the values' sum, keys and values read in the cache's buffers, grouped heads without copies; inference only | `decode_attention` |
+//! | decode attention | a few new queries' attention over the cache in one launch (five written out): scores, a running softmax over tiles of keys and the values' sum, keys and values read in the cache's buffers, grouped heads without copies; long caches with few queries split into ranges of keys and combined by a second launch; inference only | `decode_attention` |
 //! | Adam step | a parameter's Adam or AdamW step (moments and value) in one launch (thirteen to fifteen composed), the gradient scaled by a clipping factor on the device | `adam_step` |
 //! | gated activation | `x σ(αx + βx³)` (tanh GELUs, `quick_gelu`, SiLU) in one launch (up to twelve composed), and its autodiff backward in one more | `gated_activation` |
 //!
@@ -191,6 +191,19 @@ pub fn decode_attention_calls() -> usize {
     #[cfg(any(feature = "wgpu", feature = "cuda"))]
     {
         decode_attention::calls()
+    }
+    #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
+    {
+        0
+    }
+}
+
+/// How many of [`decode_attention`]'s calls in this process split the keys into ranges (long
+/// caches, few queries: two launches).
+pub fn decode_attention_split_calls() -> usize {
+    #[cfg(any(feature = "wgpu", feature = "cuda"))]
+    {
+        decode_attention::split_calls()
     }
     #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
     {
