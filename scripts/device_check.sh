@@ -189,9 +189,12 @@ bench_rows() {
     ROW_ENV=BURNLENS_GPU_ROW_KERNELS=off PEERS=none row "generate 64, composed ops" 30 generate --model $model --new-tokens 64 --reps 3 -- none
     ROW_ENV=BURNLENS_GPU_ROW_KERNELS=off PEERS=none row "train gpt2 ctx256, composed ops" 30 train --train-shape gpt2 --reps 5 -- none
     # One kernel left out at a time where its gain is least certain: decoding's attention (a
-    # cube per query of a head walks every key) and Adam's step.
+    # cube per query of a head walks every key), Adam's step, and (below) a prompt's attention.
     ROW_ENV=BURNLENS_GPU_ROW_KERNELS=decode PEERS=none row "generate 64, decoding attention composed" 30 generate --model $model --new-tokens 64 --reps 3 -- none
     ROW_ENV=BURNLENS_GPU_ROW_KERNELS=adam PEERS=none row "train gpt2 ctx256, Adam composed" 30 train --train-shape gpt2 --reps 5 -- none
+    # The prompt's attention written out (exact products, the pattern kernel) instead of
+    # cubek's flash kernel on its unit routine.
+    ROW_ENV=BURNLENS_GPU_ROW_KERNELS=flash PEERS=none row "forward 8x1024, flash attention left out" 30 forward --model $model --batch 8 --seq 1024 --reps 10 -- none
     # Decoding over a long cache (896-token prompt: the kernel splits each head's keys into
     # ranges), against PyTorch and against the composed attention.
     row "generate 64 after 896" 40 generate --model $model --prompt 896 --new-tokens 64 --reps 3 -- generate --model $model --prompt 896 --new 64 --reps 3

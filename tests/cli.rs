@@ -193,11 +193,11 @@ fn backends_names_the_one_launch_kernels_left_out() {
         let out = stdout(&o);
         (out.lines().find(|l| l.starts_with("one-launch GPU kernels")).unwrap_or_else(|| panic!("no kernels line: {out}")).to_string(), stderr(&o))
     };
-    let all = "one-launch GPU kernels (cuda, wgpu): norm, softmax, pattern, activation, decode, adam";
+    let all = "one-launch GPU kernels (cuda, wgpu): norm, softmax, pattern, activation, decode, flash, adam";
     assert_eq!(line(&[]).0, all);
     assert_eq!(
         line(&[("BURNLENS_GPU_ROW_KERNELS", "decode, adam")]).0,
-        "one-launch GPU kernels (cuda, wgpu): norm, softmax, pattern, activation; left out by BURNLENS_GPU_ROW_KERNELS: decode, adam"
+        "one-launch GPU kernels (cuda, wgpu): norm, softmax, pattern, activation, flash; left out by BURNLENS_GPU_ROW_KERNELS: decode, adam"
     );
     assert!(line(&[("BURNLENS_GPU_ROW_KERNELS", "off")]).0.contains("none, Burn's composed ops"));
     let (kept, warning) = line(&[("BURNLENS_GPU_ROW_KERNELS", "decod")]);

@@ -59,6 +59,9 @@ enum AttentionPath {
     /// burnlens's one-launch attention of a few new queries over the cache on a GPU
     /// (decoding): `z` without the scores or the pattern, keys of a local window only.
     Decode { window: Option<usize> },
+    /// A prompt's causal attention on a GPU in one launch, f32 arithmetic (cubek's flash
+    /// attention, unit routine).
+    Flash,
     /// The backend's own fused attention, causal or over every key.
     Backend { causal: bool },
     /// Scores, mask, pattern and `z` written out, with their hook points.
@@ -107,6 +110,17 @@ impl Attention {
         }
         let z = match path {
             AttentionPath::Kernel { window } => kernels::attention(q, k, v, self.scale, AttentionMask { q_offset: s - t, window }),
+            AttentionPath::Flash => {
+                let (k, v) = self.every_query_head(k, v);
+                match crate::gpu::flash_attention(q.clone(), k.clone(), v.clone(), self.scale as f32) {
+                    Some(z) => z,
+                    // Declined (the scale, the head width): written out, a prompt's causal rule.
+                    None => {
+                        let rule = Some(AttentionMask { q_offset: 0, window: None });
+                        return self.attend_explicit(q, k, v, Masking { tensor: mask, rule }, layer, hooks);
+                    }
+                }
+            }
             AttentionPath::Backend { causal } => {
                 let (k, v) = self.every_query_head(k, v);
                 let options = burn::tensor::ops::AttentionModuleOptions { scale: Some(self.scale), softcap: None, is_causal: causal };
@@ -159,6 +173,9 @@ impl Attention {
         }
         if fused && crate::gpu::decode_attention_on(device, t) {
             return AttentionPath::Decode { window: self.window() };
+        }
+        if fused && t == s && self.span == AttentionSpan::Global && crate::gpu::flash_attention_on(device) {
+            return AttentionPath::Flash;
         }
         let no_mask_needed = self.span == AttentionSpan::Global && (t == s || t == 1);
         // On a GPU whose products take the exact kernel, Burn's fused attention would multiply

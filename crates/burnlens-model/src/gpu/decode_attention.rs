@@ -189,16 +189,7 @@ fn decode_rows(
         let qb = batch * q.stride(0) + head * q.stride(1) + i * q.stride(2);
         let kb = batch * k.stride(0) + kv * k.stride(1);
         let vb = batch * v.stride(0) + kv * v.stride(1);
-        // The keys `lo..hi` are seen; this part takes its share of them.
-        let seen = q_offset + i as u32 + 1;
-        let mut hi = u32::min(seen, keys);
-        let mut lo = 0u32;
-        if window > 0u32 && seen > window {
-            lo = u32::min(seen - window, hi);
-        }
-        let share = (hi - lo).div_ceil(parts);
-        lo = u32::min(lo + part * share, hi);
-        hi = u32::min(lo + share, hi);
+        let (lo, hi) = part_of_keys(q_offset + i as u32 + 1, keys, window, parts, part);
         // The running maximum, sum and (this unit's share of) the weighted values.
         let mut m = f32::min_value();
         let mut l = 0.0f32;
@@ -236,28 +227,54 @@ fn decode_rows(
             sync_cube();
             start += UNITS;
         }
-        // The groups' sums added, each column by its first group's unit.
-        fold[UNIT_POS as usize] = acc;
-        sync_cube();
-        if UNIT_POS < dh {
-            let mut total = 0.0f32;
-            for g in 0..groups {
-                total += fold[(g * dh + col) as usize];
-            }
-            if partial {
-                let base = item as usize * (dh as usize + 2);
-                out[base + col as usize] = total;
-                if UNIT_POS == 0u32 {
-                    out[base + dh as usize] = m;
-                    out[base + dh as usize + 1] = l;
-                }
-            } else {
-                out[((batch * t + i) * h + head) * dh as usize + col as usize] = total / l;
-            }
-        }
-        sync_cube();
+        store(out, &mut fold, acc, (m, l), item as usize, (batch * t + i) * h + head, dh, partial);
         item += CUBE_COUNT_X;
     }
+}
+
+/// The keys `lo..hi` (returned) that the query at position `seen - 1` sees among `keys` (the
+/// last `window` where `window > 0`), narrowed to the `part`-th of `parts` equal shares.
+#[cube]
+fn part_of_keys(seen: u32, keys: u32, window: u32, parts: u32, part: u32) -> (u32, u32) {
+    let mut hi = u32::min(seen, keys);
+    let mut lo = 0u32;
+    if window > 0u32 && seen > window {
+        lo = u32::min(seen - window, hi);
+    }
+    let share = (hi - lo).div_ceil(parts);
+    lo = u32::min(lo + part * share, hi);
+    hi = u32::min(lo + share, hi);
+    (lo, hi)
+}
+
+/// A work item's end: the units' shares of the weighted values `acc` added by column over
+/// the groups (in `fold`), then written with the running maximum and sum `(m, l)` as the
+/// `item`-th range (`partial`), or divided by `l` as `z`'s row `z_row`.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn store(out: &mut [f32], fold: &mut Shared<[f32]>, acc: f32, running: (f32, f32), item: usize, z_row: usize, #[comptime] dh: u32, #[comptime] partial: bool) {
+    let (m, l) = running;
+    let groups = comptime!(UNITS / dh);
+    fold[UNIT_POS as usize] = acc;
+    sync_cube();
+    if UNIT_POS < dh {
+        let col = UNIT_POS;
+        let mut total = 0.0f32;
+        for g in 0..groups {
+            total += fold[(g * dh + col) as usize];
+        }
+        if partial {
+            let base = item * (dh as usize + 2);
+            out[base + col as usize] = total;
+            if UNIT_POS == 0u32 {
+                out[base + dh as usize] = m;
+                out[base + dh as usize + 1] = l;
+            }
+        } else {
+            out[z_row * dh as usize + col as usize] = total / l;
+        }
+    }
+    sync_cube();
 }
 
 /// Rows `CUBE_POS_X, + CUBE_COUNT_X, …` of `[batch, heads, queries]` (`h` heads, `t`

@@ -22,6 +22,7 @@
 //! | row norm | LayerNorm or RMSNorm of each row in one launch (nine composed launches), and under autodiff its backward in four (`row_norm_grad`: row statistics, the input's gradient, the weight's partial sums) | `row_norm`, `row_norm_grad` |
 //! | row softmax | softmax of each row in one launch (five composed), and attention's pattern from the raw scores with the scale and causal mask applied as it reads them (seven composed); its autodiff backward in one more | `row_softmax` |
 //! | decode attention | a few new queries' attention over the cache in one launch (five written out): scores, a running softmax over tiles of keys and the values' sum, keys and values read in the cache's buffers, grouped heads without copies; long caches with few queries split into ranges of keys and combined by a second launch; inference only | `decode_attention` |
+//! | prompt attention | a prompt's causal attention in one launch (five written out), in f32: cubek's flash attention on its unit routine, named (Burn's own attention autotunes over the TF32 tensor-core routine too); inference only | `flash_attention` |
 //! | Adam step | a parameter's Adam or AdamW step (moments and value) in one launch (thirteen to fifteen composed), the gradient scaled by a clipping factor on the device | `adam_step` |
 //! | gated activation | `x σ(αx + βx³)` (tanh GELUs, `quick_gelu`, SiLU) in one launch (up to twelve composed), and its autodiff backward in one more | `gated_activation` |
 //!
@@ -46,6 +47,8 @@ mod cube_reduce;
 mod decode_attention;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 mod exact_matmul;
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+mod flash_attention;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 mod gated_activation;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
@@ -195,6 +198,54 @@ pub fn decode_attention_calls() -> usize {
     #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
     {
         0
+    }
+}
+
+/// A prompt's causal attention `softmax(q kᵀ / √d_head) v` of `q`, `k`, `v: [batch, heads,
+/// pos, d_head]` (keys and values repeated for every query head) on their GPU in one launch,
+/// in f32 arithmetic ([`flash_attention`]'s kernel: cubek's flash attention on its unit
+/// routine), as `[batch, heads, pos, d_head]`. `None` where it does not run: not asked
+/// ([`OneLaunch::Flash`]), a tracked or non-f32 tensor, another device, a head width not a
+/// multiple of 8 up to 256, a `scale` other than `1/√d_head`.
+pub fn flash_attention(q: Tensor<4>, k: Tensor<4>, v: Tensor<4>, scale: f32) -> Option<Tensor<4>> {
+    #[cfg(any(feature = "wgpu", feature = "cuda"))]
+    {
+        if !OneLaunch::Flash.runs() {
+            return None;
+        }
+        flash_attention::flash_attention_causal(q, k, v, scale)
+    }
+    #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
+    {
+        let _ = (q, k, v, scale);
+        None
+    }
+}
+
+/// Whether [`flash_attention`] may take a prompt's attention on `device`: a `Cube` device
+/// without autodiff, the kernel not left out ([`OneLaunch::Flash`]).
+pub fn flash_attention_on(device: &Device) -> bool {
+    #[cfg(any(feature = "wgpu", feature = "cuda"))]
+    {
+        OneLaunch::Flash.runs() && !device.is_autodiff() && exact_matmul::on_cube(device)
+    }
+    #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
+    {
+        let _ = device;
+        false
+    }
+}
+
+/// [`flash_attention`]'s calls in this process: `(ran, declined by cubek)` (declined: Burn's
+/// composed attention took the call).
+pub fn flash_attention_calls() -> (usize, usize) {
+    #[cfg(any(feature = "wgpu", feature = "cuda"))]
+    {
+        (flash_attention::calls(), flash_attention::declined())
+    }
+    #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
+    {
+        (0, 0)
     }
 }
 

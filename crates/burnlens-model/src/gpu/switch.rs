@@ -18,12 +18,15 @@ pub enum OneLaunch {
     Activation,
     /// Decoding's attention over the KV cache (`decode_attention`).
     Decode,
+    /// A prompt's causal attention (`flash_attention`: cubek's flash attention, unit routine).
+    Flash,
     /// Adam's and AdamW's step (`adam_step`).
     Adam,
 }
 
 impl OneLaunch {
-    pub const ALL: [OneLaunch; 6] = [OneLaunch::Norm, OneLaunch::Softmax, OneLaunch::Pattern, OneLaunch::Activation, OneLaunch::Decode, OneLaunch::Adam];
+    pub const ALL: [OneLaunch; 7] =
+        [OneLaunch::Norm, OneLaunch::Softmax, OneLaunch::Pattern, OneLaunch::Activation, OneLaunch::Decode, OneLaunch::Flash, OneLaunch::Adam];
 
     /// Its name in the setting.
     pub fn name(self) -> &'static str {
@@ -33,6 +36,7 @@ impl OneLaunch {
             OneLaunch::Pattern => "pattern",
             OneLaunch::Activation => "activation",
             OneLaunch::Decode => "decode",
+            OneLaunch::Flash => "flash",
             OneLaunch::Adam => "adam",
         }
     }
@@ -86,7 +90,7 @@ mod tests {
         assert_eq!(left_out(Some("0")), Ok(OneLaunch::ALL.to_vec()));
         assert_eq!(left_out(Some("decode, adam")), Ok(vec![OneLaunch::Decode, OneLaunch::Adam]));
         let err = left_out(Some("decode,adamw")).unwrap_err();
-        assert!(err.contains("`adamw`") && err.contains("norm, softmax, pattern, activation, decode, adam"), "{err}");
+        assert!(err.contains("`adamw`") && err.contains("norm, softmax, pattern, activation, decode, flash, adam"), "{err}");
         // Every name parses back to its kernel.
         for k in OneLaunch::ALL {
             assert_eq!(left_out(Some(k.name())), Ok(vec![k]));
