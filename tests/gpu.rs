@@ -1,5 +1,5 @@
 //! The GPU check's suites in one test binary (`scripts/device_check.sh`): parity, attribution,
-//! graphs and QK, the GPU kernels, the row kernels, the decoding attention and the Adam step, SAE training steps and evals, each file
+//! graphs and QK, the GPU kernels, the row kernels, the decoding and prompt attention and the Adam step, SAE training steps and evals, each file
 //! included as a module. Built only with `wgpu` (the pack builds `cuda,wgpu`): each of those
 //! binaries links all of Burn, CubeCL and cubecl-cuda's LLVM (about 140 MB stripped, 31 MB in
 //! xz), and what one call to a lent GPU may carry is 64 MiB, the repository included: this

@@ -1,7 +1,8 @@
 //! burnlens's one-launch decoding attention on the GPU (`burnlens::model::gpu::decode_attention`)
-//! against attention taken in f64, with the cache's strided views, grouped heads and local
-//! windows, and decoding through it against the CPU's full forward pass, on every GPU backend
-//! the build has (wgpu: Mesa's lavapipe where there is no GPU; cuda on the lent GPU).
+//! against attention taken in f64, with the cache's strided views, grouped heads, local
+//! windows and long caches split into ranges, and decoding through it against the CPU's full
+//! forward pass; a prompt's flash attention (`gpu::flash_attention`) likewise; on every GPU
+//! backend the build has (wgpu: Mesa's lavapipe where there is no GPU; cuda on the lent GPU).
 #![cfg(any(feature = "wgpu", feature = "cuda"))]
 
 mod common;
@@ -121,7 +122,8 @@ fn decoding_on_the_gpu_through_the_kernel_gives_the_full_pass_logits() {
 }
 
 /// A prompt's causal attention through cubek's flash kernel (unit routine, f32) equals
-/// attention in f64 — one tile of queries, several, heads 32 to 128 wide, a width of 80 —
+/// attention in f64 — one tile of queries, several, heads 32 to 128 wide, a width of 80;
+/// queries, keys and values read as views of one projection —
 /// and the kernel ran every time (cubek declined none); a scale other than `1/√d_head` and a
 /// head width not a multiple of 8 are refused. The model-level parity suite runs every prompt
 /// on the GPU through it.
@@ -135,11 +137,14 @@ fn a_prompts_flash_attention_equals_attention_in_f64() {
             let scale = 1.0 / (dh as f64).sqrt();
             let data = |seed: u64| uniform(b * h * t * dh, seed).iter().map(|x| x * 3.0).collect::<Vec<f32>>();
             let (q, k, v) = (data(40 + n as u64), data(50 + n as u64), data(60 + n as u64));
-            let tensor = |m: &[f32]| Tensor::<4>::from_data(TensorData::new(m.to_vec(), [b, h, t, dh]), &device);
-            let z = gpu::flash_attention(tensor(&q), tensor(&k), tensor(&v), 1.0 / (dh as f32).sqrt())
-                .unwrap_or_else(|| panic!("{name} {case:?}: the kernel runs"));
-            // `[b, h, t, dh]` as the reference's `[b, t, h, dh]`.
-            let got: Vec<f32> = z.swap_dims(1, 2).into_data().try_into_vec_as::<f32>().unwrap();
+            // As the projection hands them over: one `[b, t, 3h, dh]` tensor, split and swapped.
+            let heads = |m: &[f32]| Tensor::<4>::from_data(TensorData::new(m.to_vec(), [b, h, t, dh]), &device).swap_dims(1, 2);
+            let qkv = Tensor::cat(vec![heads(&q), heads(&k), heads(&v)], 2);
+            let part = |i: usize| qkv.clone().narrow(2, i * h, h).swap_dims(1, 2);
+            let z = gpu::flash_attention(part(0), part(1), part(2), 1.0 / (dh as f32).sqrt()).unwrap_or_else(|| panic!("{name} {case:?}: the kernel runs"));
+            // Rows `[b, t, h, dh]`, as the reference's.
+            assert_eq!(z.dims(), [b, t, h, dh], "{name} {case:?}");
+            let got: Vec<f32> = z.into_data().try_into_vec_as::<f32>().unwrap();
             let want = reference(case, &q, &k, &v, scale);
             let worst = got.iter().zip(&want).map(|(g, w)| (*g as f64 - w).abs()).fold(0.0, f64::max);
             assert!(worst <= 1e-5, "{name} {case:?}: worst |Δz| {worst:e}");

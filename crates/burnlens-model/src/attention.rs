@@ -113,7 +113,8 @@ impl Attention {
             AttentionPath::Flash => {
                 let (k, v) = self.every_query_head(k, v);
                 match crate::gpu::flash_attention(q.clone(), k.clone(), v.clone(), self.scale as f32) {
-                    Some(z) => z,
+                    // `[batch, pos, heads, d_head]`: the output projection's rows already.
+                    Some(z) => return self.project_out(z.reshape([b, t, hd])),
                     // Declined (the scale, the head width): written out, a prompt's causal rule.
                     None => {
                         let rule = Some(AttentionMask { q_offset: 0, window: None });
@@ -158,7 +159,8 @@ impl Attention {
     ///   attention out ([`Hooks::writes_out`]), no dropout is live and there is no
     ///   soft-cap;
     /// - on a `Cube` GPU outside training, under the same conditions, burnlens's one-launch
-    ///   attention for a few new queries over the cache (decoding);
+    ///   attention for a few new queries over the cache (decoding), and with f32 products a
+    ///   prompt's global causal attention by cubek's flash kernel in f32;
     /// - another backend's own fused attention where no mask is needed (global attention
     ///   over the whole sequence is plain causal attention, and one new token sees every
     ///   cached key), outside training. Explicit masks take the explicit path: LibTorch's
@@ -174,7 +176,9 @@ impl Attention {
         if fused && crate::gpu::decode_attention_on(device, t) {
             return AttentionPath::Decode { window: self.window() };
         }
-        if fused && t == s && self.span == AttentionSpan::Global && crate::gpu::flash_attention_on(device) {
+        // f32 products asked for: cubek's flash attention on its f32 routine (with TF32 asked
+        // for, Burn's own attention below chooses among all of cubek's).
+        if fused && t == s && self.span == AttentionSpan::Global && crate::gpu::flash_attention_on(device) && crate::matmul::exact_on(device) {
             return AttentionPath::Flash;
         }
         let no_mask_needed = self.span == AttentionSpan::Global && (t == s || t == 1);

@@ -1,30 +1,34 @@
 //! A prompt's causal attention on a GPU in one launch, in f32 arithmetic: cubek's flash
 //! attention on its unit routine (each unit multiplies and adds f32 values: no tensor cores,
-//! so no TF32), through burn-cubecl's `flash_attention` with that routine named — Burn's own
-//! `attention` autotunes over the tensor-core routine too, which rounds f32 to TF32. Where
-//! the written-out path launches five kernels a layer and writes the `[batch, heads, queries,
-//! keys]` scores and pattern to memory, this keeps a tile of keys and values on chip and a
-//! running softmax per query. Inference only; the scale is cubek's `1/√d_head`, and queries
-//! see the keys up to their own position (a prompt: as many queries as keys).
+//! so no TF32), launched with that routine named — Burn's own `attention` autotunes over
+//! cubek's tensor-core routine too, which rounds f32 to TF32. Where the written-out path
+//! launches five kernels a layer and writes the `[batch, heads, queries, keys]` scores and
+//! pattern to memory, this keeps a tile of keys and values on chip and a running softmax per
+//! query, reads the queries, keys and values where the projection left them (strided views)
+//! and writes `z` as the output projection's rows (through a strided view of them): no
+//! copies. Inference only; the scale is cubek's `1/√d_head`, and queries see the keys up to
+//! their own position (a prompt: as many queries as keys).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use burn::backend::{Backend, backend_extension, tensor::FloatTensor};
 use burn::tensor::{DType, Tensor};
 use burn_cubecl::CubeBackend;
-use burn_cubecl::kernel::attention::flash_attention;
 use burn_cubecl::kernel::into_contiguous;
+use burn_cubecl::ops::numeric::empty_device_dtype;
 use burn_cubecl::tensor::CubeTensor;
-use cubek::attention::forward::launch::{BlueprintStrategy, Strategy};
+use cubecl::ir::{ElemType, FloatKind, UIntKind};
+use cubek::attention::forward::definition::{AccumulatorPrecision, AttentionGlobalTypes, AttentionOptions};
+use cubek::attention::forward::launch::{BlueprintStrategy, Strategy, launch_ref};
 
 use super::exact_matmul::on_cube;
 
 /// The extension that carries dispatch tensors to the kernel.
 #[backend_extension(Cube, Fusion: cfg(feature = "fusion"))]
 pub trait FlashAttention: Backend {
-    /// `[batch, heads, queries, d_head]` from `q`, `k`, `v` of that shape, causal; `None`
-    /// where cubek declines the shapes on this device.
-    #[fusion(dtype = q, shape = q.clone())]
+    /// `z: [batch, queries, heads, d_head]` (rows of the output projection's input) from `q`,
+    /// `k`, `v: [batch, heads, pos, d_head]`, causal.
+    #[fusion(dtype = q, shape = burn::tensor::Shape::new([q[0], q[2], q[1], q[3]]))]
     fn bl_gpu_flash_attention(q: FloatTensor<Self>, k: FloatTensor<Self>, v: FloatTensor<Self>) -> FloatTensor<Self>;
 }
 
@@ -36,31 +40,50 @@ pub fn calls() -> usize {
     CALLS.load(Ordering::Relaxed)
 }
 
+/// Calls in this process that cubek declined (the composed attention took them).
+pub fn declined() -> usize {
+    DECLINED.load(Ordering::Relaxed)
+}
+
 impl FlashAttention for CubeBackend {
     fn bl_gpu_flash_attention(q: CubeTensor, k: CubeTensor, v: CubeTensor) -> CubeTensor {
-        let [q, k, v] = [q, k, v].map(into_contiguous);
-        let options = burn::tensor::ops::AttentionModuleOptions { scale: None, softcap: None, is_causal: true };
-        let unit = || Strategy::Unit(BlueprintStrategy::Inferred(()));
-        match flash_attention(q.clone(), k.clone(), v.clone(), None, None, options, unit()) {
-            Ok(z) => {
+        // Read where they lie (views of the projection: heads split, dimensions swapped) where
+        // each head's values are contiguous; copied otherwise.
+        let [q, k, v] = [q, k, v].map(|t| if t.meta.strides()[3] == 1 { t } else { into_contiguous(t) });
+        let [b, h, t, dh] = [0, 1, 2, 3].map(|i| q.meta.shape()[i]);
+        // Written as rows `[b, t, h, dh]` through a `[b, h, t, dh]` view of them.
+        let z = empty_device_dtype(q.client.clone(), q.device.clone(), [b, t, h, dh].into(), DType::F32);
+        let mut view = z.clone();
+        view.meta.swap(1, 2);
+        let f32_type = ElemType::Float(FloatKind::F32);
+        // No mask is passed: its type is a placeholder (burn-cubecl's choice, `u8`).
+        let types = AttentionGlobalTypes { query: f32_type, key: f32_type, value: f32_type, mask: ElemType::UInt(UIntKind::U8), out: f32_type };
+        let options = AttentionOptions { causal: true, accumulator_precision: AccumulatorPrecision::Strict(f32_type) };
+        let unit = Strategy::Unit(BlueprintStrategy::Inferred(()));
+        let client = q.client.clone();
+        let (qb, kb, vb) = (q.clone().binding(), k.clone().binding(), v.clone().binding());
+        match launch_ref(unit, &client, qb, kb, vb, None, view.binding(), &types, options) {
+            Ok(()) => {
                 CALLS.fetch_add(1, Ordering::Relaxed);
                 z
             }
             // Declined here (a head width its tiles do not divide, a device without plane
-            // operations): Burn's composed attention, in f32 (its products are cubek's unit
-            // matmul only where asked; the fallback's are Burn's own: kept for shapes the
-            // caller's checks let through by mistake, counted so tests see it).
+            // operations: [`applies`] keeps such shapes away): Burn's composed attention, whose
+            // products are Burn's own (TF32 on a GPU that has it), counted so tests see it.
             Err(_) => {
                 DECLINED.fetch_add(1, Ordering::Relaxed);
-                burn::backend::ops::attention::attention_fallback::<CubeBackend>(q, k, v, None, None, options)
+                let options = burn::tensor::ops::AttentionModuleOptions { scale: None, softcap: None, is_causal: true };
+                let z = burn::backend::ops::attention::attention_fallback::<CubeBackend>(q, k, v, None, None, options);
+                into_contiguous(swapped(z))
             }
         }
     }
 }
 
-/// Calls in this process that cubek declined.
-pub fn declined() -> usize {
-    DECLINED.load(Ordering::Relaxed)
+/// `t` with its dimensions 1 and 2 swapped (a view).
+fn swapped(mut t: CubeTensor) -> CubeTensor {
+    t.meta.swap(1, 2);
+    t
 }
 
 /// Whether the kernel takes these tensors: plain (untracked) f32 on a `Cube` device, one

@@ -204,7 +204,7 @@ pub fn decode_attention_calls() -> usize {
 /// A prompt's causal attention `softmax(q kᵀ / √d_head) v` of `q`, `k`, `v: [batch, heads,
 /// pos, d_head]` (keys and values repeated for every query head) on their GPU in one launch,
 /// in f32 arithmetic ([`flash_attention`]'s kernel: cubek's flash attention on its unit
-/// routine), as `[batch, heads, pos, d_head]`. `None` where it does not run: not asked
+/// routine), as `z: [batch, pos, heads, d_head]` (the output projection's rows). `None` where it does not run: not asked
 /// ([`OneLaunch::Flash`]), a tracked or non-f32 tensor, another device, a head width not a
 /// multiple of 8 up to 256, a `scale` other than `1/√d_head`.
 pub fn flash_attention(q: Tensor<4>, k: Tensor<4>, v: Tensor<4>, scale: f32) -> Option<Tensor<4>> {
