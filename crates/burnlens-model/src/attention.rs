@@ -124,7 +124,11 @@ impl Attention {
             }
             AttentionPath::Backend { causal } => {
                 let (k, v) = self.every_query_head(k, v);
-                let options = burn::tensor::ops::AttentionModuleOptions { scale: Some(self.scale), softcap: None, is_causal: causal };
+                // Burn's `Cube` backends take their flash kernels only at the default scale
+                // (any scale named, even that one, runs their composed fallback).
+                let default = (self.scale * (self.d_head as f64).sqrt() - 1.0).abs() < 1e-12;
+                let scale = (!default).then_some(self.scale);
+                let options = burn::tensor::ops::AttentionModuleOptions { scale, softcap: None, is_causal: causal };
                 burn::tensor::module::attention(q, k, v, None, None, options)
             }
             // The one-launch kernel refused the shapes: written out.
