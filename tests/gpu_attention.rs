@@ -7,7 +7,7 @@
 
 mod common;
 
-use burn::tensor::{Device, Tensor, TensorData};
+use burn::tensor::{Bool, Device, Tensor, TensorData};
 use burnlens::hf::load_model;
 use burnlens::model::{KvCache, gpu};
 use common::{fixture, gpu_devices as devices, max_abs_diff, uniform};
@@ -122,18 +122,26 @@ fn decoding_on_the_gpu_through_the_kernel_gives_the_full_pass_logits() {
 }
 
 /// A prompt's causal attention through cubek's flash kernel (unit routine, f32) equals
-/// attention in f64 — one tile of queries, several, heads 32 to 128 wide, a width of 80;
+/// attention in f64 — one tile of queries, several, heads 32 to 128 wide, a width of 80,
+/// local windows of 16 and 128 keys read from the model's kind of mask;
 /// queries, keys and values read as views of one projection —
 /// and the kernel ran every time (cubek declined none); a scale other than `1/√d_head` and a
 /// head width not a multiple of 8 are refused. The model-level parity suite runs every prompt
 /// on the GPU through it.
 #[test]
 fn a_prompts_flash_attention_equals_attention_in_f64() {
-    let cases: [Case; 4] = [[1, 2, 2, 37, 37, 64, 0], [2, 3, 3, 130, 130, 32, 0], [1, 1, 1, 300, 300, 128, 0], [1, 2, 2, 20, 20, 80, 0]];
+    let cases: [Case; 6] = [
+        [1, 2, 2, 37, 37, 64, 0],
+        [2, 3, 3, 130, 130, 32, 0],
+        [1, 1, 1, 300, 300, 128, 0],
+        [1, 2, 2, 20, 20, 80, 0],
+        [1, 2, 2, 100, 100, 32, 16],
+        [2, 1, 1, 300, 300, 64, 128],
+    ];
     for (name, device) in devices() {
         let (ran, declined) = gpu::flash_attention_calls();
         for (n, case) in cases.into_iter().enumerate() {
-            let [b, h, _, t, _, dh, _] = case;
+            let [b, h, _, t, _, dh, window] = case;
             let scale = 1.0 / (dh as f64).sqrt();
             let data = |seed: u64| uniform(b * h * t * dh, seed).iter().map(|x| x * 3.0).collect::<Vec<f32>>();
             let (q, k, v) = (data(40 + n as u64), data(50 + n as u64), data(60 + n as u64));
@@ -141,7 +149,11 @@ fn a_prompts_flash_attention_equals_attention_in_f64() {
             let heads = |m: &[f32]| Tensor::<4>::from_data(TensorData::new(m.to_vec(), [b, h, t, dh]), &device).swap_dims(1, 2);
             let qkv = Tensor::cat(vec![heads(&q), heads(&k), heads(&v)], 2);
             let part = |i: usize| qkv.clone().narrow(2, i * h, h).swap_dims(1, 2);
-            let z = gpu::flash_attention(part(0), part(1), part(2), 1.0 / (dh as f32).sqrt()).unwrap_or_else(|| panic!("{name} {case:?}: the kernel runs"));
+            // A window's mask as the model builds it: `[1, 1, t, t]`, true where a key is hidden.
+            let hidden = (0..t * t).map(|n| (n % t) > n / t || (window > 0 && (n % t) + window <= n / t)).collect::<Vec<bool>>();
+            let mask = (window > 0).then(|| Tensor::<4, Bool>::from_data(TensorData::new(hidden, [1, 1, t, t]), &device));
+            let z =
+                gpu::flash_attention(part(0), part(1), part(2), 1.0 / (dh as f32).sqrt(), mask).unwrap_or_else(|| panic!("{name} {case:?}: the kernel runs"));
             // Rows `[b, t, h, dh]`, as the reference's.
             assert_eq!(z.dims(), [b, t, h, dh], "{name} {case:?}");
             let got: Vec<f32> = z.into_data().try_into_vec_as::<f32>().unwrap();
@@ -152,18 +164,21 @@ fn a_prompts_flash_attention_equals_attention_in_f64() {
         let (ran, declined) = (gpu::flash_attention_calls().0 - ran, gpu::flash_attention_calls().1 - declined);
         assert!(ran >= cases.len() && declined == 0, "{name}: {ran} calls ran the kernel, {declined} were declined");
         let x = |dh: usize| Tensor::<4>::zeros([1, 2, 16, dh], &device);
-        assert!(gpu::flash_attention(x(64), x(64), x(64), 0.2).is_none(), "{name}: a scale not 1/√64");
-        assert!(gpu::flash_attention(x(20), x(20), x(20), 1.0 / 20f32.sqrt()).is_none(), "{name}: heads 20 wide");
+        assert!(gpu::flash_attention(x(64), x(64), x(64), 0.2, None).is_none(), "{name}: a scale not 1/√64");
+        assert!(gpu::flash_attention(x(20), x(20), x(20), 1.0 / 20f32.sqrt(), None).is_none(), "{name}: heads 20 wide");
+        let short = Tensor::<4, Bool>::from_data(TensorData::new(vec![false; 15 * 16], [1, 1, 15, 16]), &device);
+        assert!(gpu::flash_attention(x(64), x(64), x(64), 0.125, Some(short)).is_none(), "{name}: a mask of another shape");
     }
 }
 
 /// A prompt's forward pass on the GPU gives the CPU's logits with every layer's attention
-/// through the flash kernel (plain and grouped-query heads), and GPT-Neo's too, whose
-/// unscaled scores and local layers the kernel refuses (written out).
+/// through the flash kernel (plain and grouped-query heads, Mistral's window of 6 keys over
+/// the 24-token prompt), and GPT-Neo's too, whose unscaled scores the kernel refuses (written
+/// out).
 #[test]
 fn a_prompts_forward_through_the_flash_kernel_gives_the_cpus_logits() {
     for (name, device) in devices() {
-        for (fixture_name, flash_layers) in [("gpt2", true), ("llama_gqa", true), ("gpt_neo_local", false)] {
+        for (fixture_name, flash_layers) in [("gpt2", true), ("llama_gqa", true), ("mistral_window", true), ("gpt_neo_local", false)] {
             let cpu = load_model(&fixture(fixture_name), &Device::flex()).unwrap().model;
             let ids: Vec<i64> = (0..24).map(|i| (i * 29 % 128) as i64).collect();
             let want: Vec<f32> = cpu.forward(cpu.ids_tensor(&ids)).into_data().try_into_vec_as().unwrap();

@@ -112,12 +112,14 @@ impl Attention {
             AttentionPath::Kernel { window } => kernels::attention(q, k, v, self.scale, AttentionMask { q_offset: s - t, window }),
             AttentionPath::Flash => {
                 let (k, v) = self.every_query_head(k, v);
-                match crate::gpu::flash_attention(q.clone(), k.clone(), v.clone(), self.scale as f32) {
+                // A local window's keys hidden by the layer's mask (global: the causal rule alone).
+                let window = (self.span != AttentionSpan::Global).then(|| mask.clone());
+                match crate::gpu::flash_attention(q.clone(), k.clone(), v.clone(), self.scale as f32, window) {
                     // `[batch, pos, heads, d_head]`: the output projection's rows already.
                     Some(z) => return self.project_out(z.reshape([b, t, hd])),
-                    // Declined (the scale, the head width): written out, a prompt's causal rule.
+                    // Declined (the scale, the head width): written out under the same rule.
                     None => {
-                        let rule = Some(AttentionMask { q_offset: 0, window: None });
+                        let rule = Some(AttentionMask { q_offset: 0, window: self.window() });
                         return self.attend_explicit(q, k, v, Masking { tensor: mask, rule }, layer, hooks);
                     }
                 }
@@ -164,7 +166,8 @@ impl Attention {
     ///   soft-cap;
     /// - on a `Cube` GPU outside training, under the same conditions, burnlens's one-launch
     ///   attention for a few new queries over the cache (decoding), and with f32 products a
-    ///   prompt's global causal attention by cubek's flash kernel in f32;
+    ///   prompt's causal attention (a local window's mask read too) by cubek's flash kernel
+    ///   in f32;
     /// - another backend's own fused attention where no mask is needed (global attention
     ///   over the whole sequence is plain causal attention, and one new token sees every
     ///   cached key), outside training. Explicit masks take the explicit path: LibTorch's
@@ -182,7 +185,7 @@ impl Attention {
         }
         // f32 products asked for: cubek's flash attention on its f32 routine (with TF32 asked
         // for, Burn's own attention below chooses among all of cubek's).
-        if fused && t == s && self.span == AttentionSpan::Global && crate::gpu::flash_attention_on(device) && crate::matmul::exact_on(device) {
+        if fused && t == s && crate::gpu::flash_attention_on(device) && crate::matmul::exact_on(device) {
             return AttentionPath::Flash;
         }
         let no_mask_needed = self.span == AttentionSpan::Global && (t == s || t == 1);

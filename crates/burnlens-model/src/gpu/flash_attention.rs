@@ -11,8 +11,11 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use burn::backend::{Backend, backend_extension, tensor::FloatTensor};
-use burn::tensor::{DType, Tensor};
+use burn::backend::{
+    Backend, backend_extension,
+    tensor::{BoolTensor, FloatTensor},
+};
+use burn::tensor::{Bool, DType, Tensor};
 use burn_cubecl::CubeBackend;
 use burn_cubecl::kernel::into_contiguous;
 use burn_cubecl::ops::numeric::empty_device_dtype;
@@ -30,6 +33,11 @@ pub trait FlashAttention: Backend {
     /// `k`, `v: [batch, heads, pos, d_head]`, causal.
     #[fusion(dtype = q, shape = burn::tensor::Shape::new([q[0], q[2], q[1], q[3]]))]
     fn bl_gpu_flash_attention(q: FloatTensor<Self>, k: FloatTensor<Self>, v: FloatTensor<Self>) -> FloatTensor<Self>;
+
+    /// The same with the keys `mask` (`[batch, heads, queries, keys]`, any strides) hides
+    /// hidden too (a local window's).
+    #[fusion(dtype = q, shape = burn::tensor::Shape::new([q[0], q[2], q[1], q[3]]))]
+    fn bl_gpu_flash_attention_masked(q: FloatTensor<Self>, k: FloatTensor<Self>, v: FloatTensor<Self>, mask: BoolTensor<Self>) -> FloatTensor<Self>;
 }
 
 static CALLS: AtomicUsize = AtomicUsize::new(0);
@@ -47,35 +55,43 @@ pub fn declined() -> usize {
 
 impl FlashAttention for CubeBackend {
     fn bl_gpu_flash_attention(q: CubeTensor, k: CubeTensor, v: CubeTensor) -> CubeTensor {
-        // Read where they lie (views of the projection: heads split, dimensions swapped) where
-        // each head's values are contiguous; copied otherwise.
-        let [q, k, v] = [q, k, v].map(|t| if t.meta.strides()[3] == 1 { t } else { into_contiguous(t) });
-        let [b, h, t, dh] = [0, 1, 2, 3].map(|i| q.meta.shape()[i]);
-        // Written as rows `[b, t, h, dh]` through a `[b, h, t, dh]` view of them.
-        let z = empty_device_dtype(q.client.clone(), q.device.clone(), [b, t, h, dh].into(), DType::F32);
-        let mut view = z.clone();
-        view.meta.swap(1, 2);
-        let f32_type = ElemType::Float(FloatKind::F32);
-        // No mask is passed: its type is a placeholder (burn-cubecl's choice, `u8`).
-        let types = AttentionGlobalTypes { query: f32_type, key: f32_type, value: f32_type, mask: ElemType::UInt(UIntKind::U8), out: f32_type };
-        let options = AttentionOptions { causal: true, accumulator_precision: AccumulatorPrecision::Strict(f32_type) };
-        let unit = Strategy::Unit(BlueprintStrategy::Inferred(()));
-        let client = q.client.clone();
-        let (qb, kb, vb) = (q.clone().binding(), k.clone().binding(), v.clone().binding());
-        match launch_ref(unit, &client, qb, kb, vb, None, view.binding(), &types, options) {
-            Ok(()) => {
-                CALLS.fetch_add(1, Ordering::Relaxed);
-                z
-            }
-            // Declined here (a head width its tiles do not divide, a device without plane
-            // operations: [`applies`] keeps such shapes away): Burn's composed attention, whose
-            // products are Burn's own (TF32 on a GPU that has it), counted so tests see it.
-            Err(_) => {
-                DECLINED.fetch_add(1, Ordering::Relaxed);
-                let options = burn::tensor::ops::AttentionModuleOptions { scale: None, softcap: None, is_causal: true };
-                let z = burn::backend::ops::attention::attention_fallback::<CubeBackend>(q, k, v, None, None, options);
-                into_contiguous(swapped(z))
-            }
+        launch(q, k, v, None)
+    }
+
+    fn bl_gpu_flash_attention_masked(q: CubeTensor, k: CubeTensor, v: CubeTensor, mask: CubeTensor) -> CubeTensor {
+        launch(q, k, v, Some(mask))
+    }
+}
+
+/// The kernel on `q`, `k`, `v` (and `mask`): `z` as rows (see [`FlashAttention`]).
+fn launch(q: CubeTensor, k: CubeTensor, v: CubeTensor, mask: Option<CubeTensor>) -> CubeTensor {
+    // Read where they lie (views of the projection: heads split, dimensions swapped) where
+    // each head's values are contiguous; copied otherwise.
+    let [q, k, v] = [q, k, v].map(|t| if t.meta.strides()[3] == 1 { t } else { into_contiguous(t) });
+    let [b, h, t, dh] = [0, 1, 2, 3].map(|i| q.meta.shape()[i]);
+    // Written as rows `[b, t, h, dh]` through a `[b, h, t, dh]` view of them.
+    let z = empty_device_dtype(q.client.clone(), q.device.clone(), [b, t, h, dh].into(), DType::F32);
+    let f32_type = ElemType::Float(FloatKind::F32);
+    // Without a mask its type is a placeholder (burn-cubecl's choice, `u8`).
+    let mask_type = mask.as_ref().map_or(ElemType::UInt(UIntKind::U8), |m| burn::backend::cubecl::dtype_to_storage_type(m.dtype));
+    let types = AttentionGlobalTypes { query: f32_type, key: f32_type, value: f32_type, mask: mask_type, out: f32_type };
+    let options = AttentionOptions { causal: true, accumulator_precision: AccumulatorPrecision::Strict(f32_type) };
+    let unit = Strategy::Unit(BlueprintStrategy::Inferred(()));
+    let client = q.client.clone();
+    let (qb, kb, vb, mb) = (q.clone().binding(), k.clone().binding(), v.clone().binding(), mask.clone().map(CubeTensor::binding));
+    match launch_ref(unit, &client, qb, kb, vb, mb, swapped(z.clone()).binding(), &types, options) {
+        Ok(()) => {
+            CALLS.fetch_add(1, Ordering::Relaxed);
+            z
+        }
+        // Declined here (a head width its tiles do not divide, a device without plane
+        // operations: [`applies`] keeps such shapes away): Burn's composed attention, whose
+        // products are Burn's own (TF32 on a GPU that has it), counted so tests see it.
+        Err(_) => {
+            DECLINED.fetch_add(1, Ordering::Relaxed);
+            let options = burn::tensor::ops::AttentionModuleOptions { scale: None, softcap: None, is_causal: true };
+            let z = burn::backend::ops::attention::attention_fallback::<CubeBackend>(q, k, v, mask, None, options);
+            into_contiguous(swapped(z))
         }
     }
 }
@@ -96,11 +112,22 @@ pub fn applies(q: &Tensor<4>, k: &Tensor<4>, v: &Tensor<4>, scale: f32) -> bool 
     shapes && plain && scale == 1.0 / (dh as f32).sqrt()
 }
 
-/// See [`super::flash_attention`].
-pub fn flash_attention_causal(q: Tensor<4>, k: Tensor<4>, v: Tensor<4>, scale: f32) -> Option<Tensor<4>> {
-    if !applies(&q, &k, &v, scale) {
+/// See [`super::flash_attention`]: `mask` (`[batch or 1, 1, queries, keys]`, true where a key
+/// is hidden), where given, hides keys besides the causal rule's.
+pub fn flash_attention_causal(q: Tensor<4>, k: Tensor<4>, v: Tensor<4>, scale: f32, mask: Option<Tensor<4, Bool>>) -> Option<Tensor<4>> {
+    let [b, h, t, _] = q.dims();
+    let mask_fits = mask.as_ref().is_none_or(|m| {
+        let [mb, mh, mt, ms] = m.dims();
+        (mb == 1 || mb == b) && mh == 1 && mt == t && ms == t && m.device() == q.device()
+    });
+    if !mask_fits || !applies(&q, &k, &v, scale) {
         return None;
     }
-    let z = <burn::backend::Dispatch as FlashAttention>::bl_gpu_flash_attention(q.into_dispatch(), k.into_dispatch(), v.into_dispatch());
+    let (q, k, v) = (q.into_dispatch(), k.into_dispatch(), v.into_dispatch());
+    let z = match mask {
+        None => <burn::backend::Dispatch as FlashAttention>::bl_gpu_flash_attention(q, k, v),
+        // Broadcast over the batch and heads (a view: strides of zero).
+        Some(m) => <burn::backend::Dispatch as FlashAttention>::bl_gpu_flash_attention_masked(q, k, v, m.expand([b, h, t, t]).into_dispatch()),
+    };
     Some(Tensor::from_dispatch(z))
 }

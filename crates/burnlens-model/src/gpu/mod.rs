@@ -74,7 +74,7 @@ mod switch;
 pub use adam_rule::AdamRule;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 use burn::tensor::DType;
-use burn::tensor::{Device, Tensor};
+use burn::tensor::{Bool, Device, Tensor};
 pub use switch::OneLaunch;
 
 /// `x σ(αx + βx³)` element-wise in one launch on the tensor's GPU ([`gated_activation`]'s
@@ -204,20 +204,21 @@ pub fn decode_attention_calls() -> usize {
 /// A prompt's causal attention `softmax(q kᵀ / √d_head) v` of `q`, `k`, `v: [batch, heads,
 /// pos, d_head]` (keys and values repeated for every query head) on their GPU in one launch,
 /// in f32 arithmetic ([`flash_attention`]'s kernel: cubek's flash attention on its unit
-/// routine), as `z: [batch, pos, heads, d_head]` (the output projection's rows). `None` where it does not run: not asked
+/// routine), as `z: [batch, pos, heads, d_head]` (the output projection's rows); `mask`
+/// (`[batch or 1, 1, pos, pos]`, true where a key is hidden: a local window's) hides more. `None` where it does not run: not asked
 /// ([`OneLaunch::Flash`]), a tracked or non-f32 tensor, another device, a head width not a
 /// multiple of 8 up to 256, a `scale` other than `1/√d_head`.
-pub fn flash_attention(q: Tensor<4>, k: Tensor<4>, v: Tensor<4>, scale: f32) -> Option<Tensor<4>> {
+pub fn flash_attention(q: Tensor<4>, k: Tensor<4>, v: Tensor<4>, scale: f32, mask: Option<Tensor<4, Bool>>) -> Option<Tensor<4>> {
     #[cfg(any(feature = "wgpu", feature = "cuda"))]
     {
         if !OneLaunch::Flash.runs() {
             return None;
         }
-        flash_attention::flash_attention_causal(q, k, v, scale)
+        flash_attention::flash_attention_causal(q, k, v, scale, mask)
     }
     #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
     {
-        let _ = (q, k, v, scale);
+        let _ = (q, k, v, scale, mask);
         None
     }
 }
