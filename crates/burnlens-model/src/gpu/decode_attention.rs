@@ -154,7 +154,7 @@ pub fn decode_attention(
 }
 
 /// Work items `CUBE_POS_X, CUBE_POS_X + CUBE_COUNT_X, …` of `[batch, heads, queries, parts]`:
-/// a query's `z` where `parts` is 1 and not `partial`; where `partial`, part `s` of its keys'
+/// a query's `z` where `parts` is 1 and not `partial`; where `partial`, the `part`-th of its keys'
 /// `parts` ranges, written to `out` as the range's unnormalised values, maximum and sum
 /// (`dh + 2` values, [`combine_ranges`] reads them). See the module's note.
 #[cube(launch)]

@@ -34,8 +34,8 @@ pub trait FlashAttention: Backend {
     #[fusion(dtype = q, shape = burn::tensor::Shape::new([q[0], q[2], q[1], q[3]]))]
     fn bl_gpu_flash_attention(q: FloatTensor<Self>, k: FloatTensor<Self>, v: FloatTensor<Self>) -> FloatTensor<Self>;
 
-    /// The same with the keys `mask` (`[batch, heads, queries, keys]`, any strides) hides
-    /// hidden too (a local window's).
+    /// The same, the keys `mask` (`[batch, heads, queries, keys]`, any strides) marks true
+    /// hidden as well (a local window's).
     #[fusion(dtype = q, shape = burn::tensor::Shape::new([q[0], q[2], q[1], q[3]]))]
     fn bl_gpu_flash_attention_masked(q: FloatTensor<Self>, k: FloatTensor<Self>, v: FloatTensor<Self>, mask: BoolTensor<Self>) -> FloatTensor<Self>;
 }
