@@ -189,6 +189,14 @@ fn panel_product(kind: Half, x: &[f32], panel: &[u16], sums: &mut [[f32; PANEL]]
         };
     }
     match kind {
+        #[cfg(target_arch = "x86_64")]
+        Half::Bf16 if super::simd::has_avx512() => match sums.len() {
+            // SAFETY: the CPU has AVX-512F and AVX512BW (checked by `has_avx512`).
+            1 => unsafe { bf16_panel_avx512::<1>(x, panel, sums) },
+            2 => unsafe { bf16_panel_avx512::<2>(x, panel, sums) },
+            3 => unsafe { bf16_panel_avx512::<3>(x, panel, sums) },
+            _ => unsafe { bf16_panel_avx512::<4>(x, panel, sums) },
+        },
         Half::Bf16 => rows!(true),
         #[cfg(target_arch = "x86_64")]
         Half::F16 if super::simd::has_avx512() => match sums.len() {
@@ -199,6 +207,57 @@ fn panel_product(kind: Half, x: &[f32], panel: &[u16], sums: &mut [[f32; PANEL]]
             _ => unsafe { f16_panel_avx512::<4>(x, panel, sums) },
         },
         Half::F16 => rows!(false),
+    }
+}
+
+/// [`panel_body`] for bf16 with AVX-512, in fewer instructions a row of the panel: a row's
+/// 64 values are two loads, each widened by interleaving its 16-bit words with zeros (one
+/// instruction for 16 values, where the portable loop zero-extends and shifts), and added
+/// by fused multiply-adds. The interleave takes each 128-bit lane's low four words into one
+/// register and its high four into another, so the accumulators hold the columns in that
+/// order and the sums are put back in column order once, at the panel's end.
+///
+/// # Safety
+/// The CPU must have AVX-512F and AVX512BW.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw")]
+unsafe fn bf16_panel_avx512<const M: usize>(x: &[f32], panel: &[u16], sums: &mut [[f32; PANEL]]) {
+    use std::arch::x86_64::*;
+    let k = x.len() / M;
+    assert!(x.len() == M * k && panel.len() >= k * PANEL && sums.len() >= M, "bf16_panel_avx512: operand sizes");
+    let zero = _mm512_setzero_si512();
+    let mut acc = [[_mm512_setzero_ps(); 4]; M];
+    for (i, w) in panel[..k * PANEL].chunks_exact(PANEL).enumerate() {
+        prefetch_ahead(w);
+        // SAFETY: `w` holds PANEL (64) values: two 64-byte unaligned loads.
+        let (a, b) = unsafe { (_mm512_loadu_si512(w.as_ptr().cast()), _mm512_loadu_si512(w.as_ptr().add(32).cast())) };
+        let wf = [
+            _mm512_castsi512_ps(_mm512_unpacklo_epi16(zero, a)),
+            _mm512_castsi512_ps(_mm512_unpackhi_epi16(zero, a)),
+            _mm512_castsi512_ps(_mm512_unpacklo_epi16(zero, b)),
+            _mm512_castsi512_ps(_mm512_unpackhi_epi16(zero, b)),
+        ];
+        for (r, acc) in acc.iter_mut().enumerate() {
+            let xv = _mm512_set1_ps(x[r * k + i]);
+            for (a, &w) in acc.iter_mut().zip(&wf) {
+                *a = _mm512_fmadd_ps(xv, w, *a);
+            }
+        }
+    }
+    for (acc, sums) in acc.iter().zip(sums.iter_mut()) {
+        let mut lanes = [[0.0f32; 16]; 4];
+        for (l, a) in lanes.iter_mut().zip(acc) {
+            // SAFETY: `l` holds 16 values.
+            unsafe { _mm512_storeu_ps(l.as_mut_ptr(), *a) };
+        }
+        for (v, l) in lanes.iter().enumerate() {
+            // Register `v` holds, for each 128-bit lane `j` of its load (32 columns from
+            // `32 * (v / 2)`), the lane's low (even `v`) or high (odd `v`) four columns.
+            let (base, high) = (32 * (v / 2), 4 * (v % 2));
+            for (j, four) in l.chunks_exact(4).enumerate() {
+                sums[base + 8 * j + high..][..4].copy_from_slice(four);
+            }
+        }
     }
 }
 
