@@ -177,8 +177,7 @@ pub fn machine() -> Value {
     let warm = std::time::Duration::from_millis(300);
     let gemm_all = median(timed_warm(5, warm, || matmul(&mut c, n, MatRef::row_major(&a, n, n), MatRef::row_major(&b, n, n), false)));
     let one = rayon::ThreadPoolBuilder::new().num_threads(1).build().expect("a one-thread pool");
-    let gemm_one =
-        one.install(|| median(timed_warm(3, warm, || matmul(&mut c, n, MatRef::row_major(&a, n, n), MatRef::row_major(&b, n, n), false))));
+    let gemm_one = one.install(|| median(timed_warm(3, warm, || matmul(&mut c, n, MatRef::row_major(&a, n, n), MatRef::row_major(&b, n, n), false))));
     // Copy bandwidth: read + write 256 MB, counted as bytes moved (read and written).
     let len = 64 << 20;
     let src = vec![1.0f32; len];
