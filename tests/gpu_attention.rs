@@ -1,15 +1,16 @@
 //! burnlens's one-launch decoding attention on the GPU (`burnlens::model::gpu::decode_attention`)
 //! against attention taken in f64, with the cache's strided views, grouped heads, local
 //! windows and long caches split into ranges, and decoding through it against the CPU's full
-//! forward pass; a prompt's flash attention (`gpu::flash_attention`) likewise; on every GPU
+//! forward pass; a prompt's flash attention (`gpu::flash_attention`) likewise, padded batches
+//! too; on every GPU
 //! backend the build has (wgpu: Mesa's lavapipe where there is no GPU; cuda on the lent GPU).
 #![cfg(any(feature = "wgpu", feature = "cuda"))]
 
 mod common;
 
-use burn::tensor::{Bool, Device, Tensor, TensorData};
+use burn::tensor::{Bool, Device, Int, Tensor, TensorData};
 use burnlens::hf::load_model;
-use burnlens::model::{KvCache, gpu};
+use burnlens::model::{Forward, KvCache, gpu};
 use common::{fixture, gpu_devices as devices, max_abs_diff, uniform};
 
 /// One case: batch, query heads, key heads, new queries, keys, head width, window (0: none).
@@ -191,6 +192,38 @@ fn a_prompts_forward_through_the_flash_kernel_gives_the_cpus_logits() {
             let ran = gpu::flash_attention_calls().0 - before;
             let layers = model.config.n_layers();
             assert!(!flash_layers || ran >= layers, "{name} {fixture_name}: {ran} calls of the kernel, {layers} layers");
+        }
+    }
+}
+
+/// A left-padded batch (a 24-token row beside a 9-token one) through the flash kernel with
+/// the padding's mask gives the CPU's padded logits at every position, the padding's own
+/// included: queries before a row's first real token see no key, and the written-out
+/// attention gives them an equal weight on every key (HF's finite mask value), which the
+/// flash path puts back.
+#[test]
+fn a_padded_batch_through_the_flash_kernel_gives_the_cpus_logits() {
+    let a: Vec<i64> = (0..24).map(|i| (i * 29 % 128) as i64).collect();
+    let b: Vec<i64> = (0..9).map(|i| (i * 13 % 97 + 3) as i64).collect();
+    let (t, pad) = (a.len(), a.len() - b.len());
+    let ids: Vec<i64> = a.iter().copied().chain(std::iter::repeat_n(0, pad)).chain(b.iter().copied()).collect();
+    let mask: Vec<Vec<bool>> = vec![vec![true; t], (0..t).map(|i| i >= pad).collect()];
+    let logits = |device: &Device, name: &str| -> Vec<f32> {
+        let model = load_model(&fixture(name), device).unwrap().model;
+        let batch = Tensor::<2, Int>::from_data(TensorData::new(ids.clone(), [2, t]), device);
+        model.forward_with(Forward::new(batch).padding(&mask)).into_data().try_into_vec_as().unwrap()
+    };
+    for (name, device) in devices() {
+        for fixture_name in ["gpt2", "llama_gqa", "mistral_window"] {
+            let want = logits(&Device::flex(), fixture_name);
+            let before = gpu::flash_attention_calls().0;
+            let got = logits(&device, fixture_name);
+            let ran = gpu::flash_attention_calls().0 - before;
+            assert!(got.iter().all(|x| x.is_finite()), "{name} {fixture_name}: non-finite logits");
+            let d = max_abs_diff(&got, &want);
+            assert!(d <= 1e-4, "{name} {fixture_name}: padded logits differ from the CPU's by {d:e}");
+            let layers = load_model(&fixture(fixture_name), &Device::flex()).unwrap().model.config.n_layers();
+            assert!(ran >= layers, "{name} {fixture_name}: {ran} calls of the kernel, {layers} layers");
         }
     }
 }

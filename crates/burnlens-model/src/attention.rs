@@ -60,8 +60,8 @@ enum AttentionPath {
     /// (decoding): `z` without the scores or the pattern, keys of a local window only.
     Decode { window: Option<usize> },
     /// A prompt's causal attention on a GPU in one launch, f32 arithmetic (cubek's flash
-    /// attention, unit routine).
-    Flash,
+    /// attention, unit routine); `padded`: the layer's mask hides padding keys too.
+    Flash { padded: bool },
     /// The backend's own fused attention, causal or over every key.
     Backend { causal: bool },
     /// Scores, mask, pattern and `z` written out, with their hook points.
@@ -110,16 +110,20 @@ impl Attention {
         }
         let z = match path {
             AttentionPath::Kernel { window } => kernels::attention(q, k, v, self.scale, AttentionMask { q_offset: s - t, window }),
-            AttentionPath::Flash => {
+            AttentionPath::Flash { padded } => {
                 let (k, v) = self.every_query_head(k, v);
-                // A local window's keys hidden by the layer's mask (global: the causal rule alone).
-                let window = (self.span != AttentionSpan::Global).then(|| mask.clone());
-                match crate::gpu::flash_attention(q.clone(), k.clone(), v.clone(), self.scale as f32, window) {
+                // Padding keys or a local window's hidden by the layer's mask (global attention
+                // without padding: the causal rule alone).
+                let hidden = (padded || self.span != AttentionSpan::Global).then(|| mask.clone());
+                match crate::gpu::flash_attention(q.clone(), k.clone(), v.clone(), self.scale as f32, hidden) {
                     // `[batch, pos, heads, d_head]`: the output projection's rows already.
-                    Some(z) => return self.project_out(z.reshape([b, t, hd])),
-                    // Declined (the scale, the head width): written out under the same rule.
+                    Some(z) => {
+                        let z = if padded { blind_rows_uniform(z, &mask, &v) } else { z };
+                        return self.project_out(z.reshape([b, t, hd]));
+                    }
+                    // Declined (the scale, the head width): written out under the same mask.
                     None => {
-                        let rule = Some(AttentionMask { q_offset: 0, window: self.window() });
+                        let rule = (!padded).then_some(AttentionMask { q_offset: 0, window: self.window() });
                         return self.attend_explicit(q, k, v, Masking { tensor: mask, rule }, layer, hooks);
                     }
                 }
@@ -161,21 +165,22 @@ impl Attention {
     /// Which way to compute attention of `t` new queries over `s` keys on `device`.
     ///
     /// - burnlens's fused kernel on flex (inference and training, grouped heads read in
-    ///   place), when `fused` (no padding), the hooks do not have this layer write its
+    ///   place), when `unpadded` (no padding), the hooks do not have this layer write its
     ///   attention out ([`Hooks::writes_out`]), no dropout is live and there is no
     ///   soft-cap;
     /// - on a `Cube` GPU outside training, under the same conditions, burnlens's one-launch
-    ///   attention for a few new queries over the cache (decoding), and with f32 products a
-    ///   prompt's causal attention (a local window's mask read too) by cubek's flash kernel
-    ///   in f32;
+    ///   attention for a few new queries over the cache (decoding), and with f32 products
+    ///   (padding or not) a prompt's causal attention (a local window's or the padding's
+    ///   mask read too) by cubek's flash kernel in f32;
     /// - another backend's own fused attention where no mask is needed (global attention
     ///   over the whole sequence is plain causal attention, and one new token sees every
     ///   cached key), outside training. Explicit masks take the explicit path: LibTorch's
     ///   fused attention read burnlens's boolean mask with the opposite meaning (measured on
     ///   tch: local-window fixtures off by 25 in the logits);
     /// - else written out, every hook point on the way.
-    fn path(&self, fused: bool, hooks: &Hooks, layer: usize, device: &Device, t: usize, s: usize) -> AttentionPath {
-        let fused = fused && self.softcap.is_none() && !hooks.writes_out(AttnHook::ALL.iter().map(|&h| HookPoint::Attn(layer, h)));
+    fn path(&self, unpadded: bool, hooks: &Hooks, layer: usize, device: &Device, t: usize, s: usize) -> AttentionPath {
+        let unhooked = self.softcap.is_none() && !hooks.writes_out(AttnHook::ALL.iter().map(|&h| HookPoint::Attn(layer, h)));
+        let fused = unpadded && unhooked;
         let dropout_live = self.attn_dropout.prob > 0.0 && device.is_autodiff();
         if fused && !dropout_live && kernels::runs_on(device) {
             return AttentionPath::Kernel { window: self.window() };
@@ -185,8 +190,8 @@ impl Attention {
         }
         // f32 products asked for: cubek's flash attention on its f32 routine (with TF32 asked
         // for, Burn's own attention below chooses among all of cubek's).
-        if fused && t == s && crate::gpu::flash_attention_on(device) && crate::matmul::exact_on(device) {
-            return AttentionPath::Flash;
+        if unhooked && t == s && crate::gpu::flash_attention_on(device) && crate::matmul::exact_on(device) {
+            return AttentionPath::Flash { padded: !unpadded };
         }
         let no_mask_needed = self.span == AttentionSpan::Global && (t == s || t == 1);
         // On a GPU whose products take the exact kernel, Burn's fused attention would multiply
@@ -319,6 +324,17 @@ impl Attention {
     fn project_out(&self, z: Tensor<3>) -> Tensor<3> {
         linear(z, self.out.weight.val(), self.out.bias.as_ref().map(|b| b.val()))
     }
+}
+
+/// `z: [batch, pos, heads, d_head]` with the rows of queries that see no key (padding before
+/// a row's first real token) as the written-out path gives them — every score
+/// [`MASKED_SCORE`], so an equal weight on every key: the values' mean — where a flash kernel
+/// leaves them undefined. `mask: [batch or 1, 1, pos, keys]`, `v: [batch, heads, keys, d_head]`.
+fn blind_rows_uniform(z: Tensor<4>, mask: &Tensor<4, Bool>, v: &Tensor<4>) -> Tensor<4> {
+    let [b, t, h, dh] = z.dims();
+    let blind = mask.clone().all_dim(3).reshape([mask.dims()[0], t, 1, 1]).expand([b, t, h, dh]);
+    let mean = v.clone().mean_dim(2).swap_dims(1, 2).expand([b, t, h, dh]);
+    z.mask_where(blind, mean)
 }
 
 /// The keys each query may not see: the mask's tensor `[batch or 1, 1, query, key]`, and

@@ -205,7 +205,7 @@ pub fn decode_attention_calls() -> usize {
 /// pos, d_head]` (keys and values repeated for every query head) on their GPU in one launch,
 /// in f32 arithmetic ([`flash_attention`]'s kernel: cubek's flash attention on its unit
 /// routine), as `z: [batch, pos, heads, d_head]` (the output projection's rows); `mask`
-/// (`[batch or 1, 1, pos, pos]`, true where a key is hidden: a local window's) hides more. `None` where it does not run: not asked
+/// (`[batch or 1, 1, pos, pos]`, true where a key is hidden: a local window's, padding's) hides more. `None` where it does not run: not asked
 /// ([`OneLaunch::Flash`]), a tracked or non-f32 tensor, another device, a head width not a
 /// multiple of 8 up to 256, a `scale` other than `1/√d_head`.
 pub fn flash_attention(q: Tensor<4>, k: Tensor<4>, v: Tensor<4>, scale: f32, mask: Option<Tensor<4, Bool>>) -> Option<Tensor<4>> {
