@@ -2,8 +2,8 @@
 //! against attention taken in f64, with the cache's strided views, grouped heads, local
 //! windows and long caches split into ranges, and decoding through it against the CPU's full
 //! forward pass; a prompt's flash attention (`gpu::flash_attention`) likewise, padded batches
-//! too; on every GPU
-//! backend the build has (wgpu: Mesa's lavapipe where there is no GPU; cuda on the lent GPU).
+//! too; on every GPU backend the build has (wgpu: Mesa's lavapipe where there is no GPU; cuda
+//! on the lent GPU).
 #![cfg(any(feature = "wgpu", feature = "cuda"))]
 
 mod common;
