@@ -10,7 +10,7 @@ mod common;
 
 use burn::tensor::{Bool, Device, Int, Tensor, TensorData};
 use burnlens::hf::load_model;
-use burnlens::model::{Forward, KvCache, gpu};
+use burnlens::model::{AttentionInput, Forward, Hooks, KvCache, LayerInput, gpu};
 use common::{fixture, gpu_devices as devices, max_abs_diff, uniform};
 
 /// One case: batch, query heads, key heads, new queries, keys, head width, window (0: none).
@@ -225,5 +225,33 @@ fn a_padded_batch_through_the_flash_kernel_gives_the_cpus_logits() {
             let layers = load_model(&fixture(fixture_name), &Device::flex()).unwrap().model.config.n_layers();
             assert!(ran >= layers, "{name} {fixture_name}: {ran} calls of the kernel, {layers} layers");
         }
+    }
+}
+
+/// A layer handed a padded mask alone (`LayerInput::new`, no list of the queries that see no
+/// key: the layer finds them from the mask) gives the written-out attention's output at every
+/// position, as the model's pass (which lists them once) does above.
+#[test]
+fn a_layer_given_only_a_padded_mask_finds_the_blind_queries_itself() {
+    let (t, pad) = (16, 5);
+    let [d, b] = [32, 2];
+    // Row 0 full, row 1 left-padded by `pad`: causal, padding keys hidden.
+    let hidden: Vec<bool> = (0..b).flat_map(|r| (0..t).flat_map(move |q| (0..t).map(move |k| k > q || (r == 1 && k < pad)))).collect();
+    let x = uniform(b * t * d, 17);
+    let out = |device: &Device| -> Vec<f32> {
+        let model = load_model(&fixture("gpt2"), device).unwrap().model;
+        assert_eq!(model.config.d_model, d, "the gpt2 fixture's width");
+        let mask = Tensor::<4, Bool>::from_data(TensorData::new(hidden.clone(), [b, 1, t, t]), device);
+        let x = Tensor::<3>::from_data(TensorData::new(x.clone(), [b, t, d]), device);
+        let input = AttentionInput { x, qk_input: None, layer: LayerInput::new(mask, 0) };
+        model.blocks[0].attn.forward(input, &mut Hooks::none()).into_data().try_into_vec_as().unwrap()
+    };
+    let want = out(&Device::flex());
+    for (name, device) in devices() {
+        let before = gpu::flash_attention_calls().0;
+        let got = out(&device);
+        assert!(gpu::flash_attention_calls().0 > before, "{name}: the flash kernel did not run");
+        let diff = max_abs_diff(&got, &want);
+        assert!(diff <= 1e-5, "{name}: the padded layer differs from the CPU's by {diff:e}");
     }
 }

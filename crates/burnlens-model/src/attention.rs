@@ -74,7 +74,7 @@ impl Attention {
     /// softmax(q kᵀ) v without materialising the pattern: burnlens's kernel on flex
     /// (inference and training), the backend's own elsewhere (inference).
     pub fn forward(&self, input: AttentionInput, hooks: &mut Hooks) -> Tensor<3> {
-        let AttentionInput { x, qk_input, layer: LayerInput { rotary, mask, cache, layer, fused } } = input;
+        let AttentionInput { x, qk_input, layer: LayerInput { rotary, mask, blind, cache, layer, fused } } = input;
         let [b, t, _] = x.dims();
         let qkv = self.project_qkv(x, qk_input);
         // No cache, nothing between the projection and the kernel: the kernel reads the
@@ -118,7 +118,7 @@ impl Attention {
                 match crate::gpu::flash_attention(q.clone(), k.clone(), v.clone(), self.scale as f32, hidden) {
                     // `[batch, pos, heads, d_head]`: the output projection's rows already.
                     Some(z) => {
-                        let z = if padded { blind_rows_uniform(z, &mask, &v) } else { z };
+                        let z = if padded { blind_rows_uniform(z, blind.unwrap_or_else(|| blind_queries(&mask)), &v) } else { z };
                         return self.project_out(z.reshape([b, t, hd]));
                     }
                     // Declined (the scale, the head width): written out under the same mask.
@@ -326,15 +326,22 @@ impl Attention {
     }
 }
 
-/// `z: [batch, pos, heads, d_head]` with the rows of queries that see no key (padding before
-/// a row's first real token) as the written-out path gives them — every score
-/// [`MASKED_SCORE`], so an equal weight on every key: the values' mean — where a flash kernel
-/// leaves them undefined. `mask: [batch or 1, 1, pos, keys]`, `v: [batch, heads, keys, d_head]`.
-fn blind_rows_uniform(z: Tensor<4>, mask: &Tensor<4, Bool>, v: &Tensor<4>) -> Tensor<4> {
+/// `z: [batch, pos, heads, d_head]` with the rows of queries that see no key (`blind`,
+/// `[batch or 1, pos, 1, 1]`: padding before a row's first real token) as the written-out
+/// path gives them — every score [`MASKED_SCORE`], so an equal weight on every key: the
+/// values' mean — where a flash kernel leaves them undefined. `v: [batch, heads, keys,
+/// d_head]`.
+fn blind_rows_uniform(z: Tensor<4>, blind: Tensor<4, Bool>, v: &Tensor<4>) -> Tensor<4> {
     let [b, t, h, dh] = z.dims();
-    let blind = mask.clone().all_dim(3).reshape([mask.dims()[0], t, 1, 1]).expand([b, t, h, dh]);
     let mean = v.clone().mean_dim(2).swap_dims(1, 2).expand([b, t, h, dh]);
-    z.mask_where(blind, mean)
+    z.mask_where(blind.expand([b, t, h, dh]), mean)
+}
+
+/// The queries `mask` (`[batch or 1, 1, pos, keys]`) hides every key from, `[batch or 1, pos,
+/// 1, 1]` (one reduction on the device; the model's pass lists them on the host instead).
+fn blind_queries(mask: &Tensor<4, Bool>) -> Tensor<4, Bool> {
+    let [b, _, t, _] = mask.dims();
+    mask.clone().all_dim(3).reshape([b, t, 1, 1])
 }
 
 /// The keys each query may not see: the mask's tensor `[batch or 1, 1, query, key]`, and
@@ -350,6 +357,11 @@ pub struct LayerInput<'a> {
     pub rotary: Option<&'a RotaryAngles>,
     /// `[batch or 1, 1, query, key]`, true where a key is hidden.
     pub mask: Tensor<4, Bool>,
+    /// `[batch or 1, query, 1, 1]`, true for the queries `mask` hides every key from
+    /// (padding before a row's first real token), where the caller has them: a GPU's flash
+    /// kernel leaves those rows undefined and they are put back as the written-out path gives
+    /// them. `None`: found from `mask` where needed (one more reduction a layer).
+    pub blind: Option<Tensor<4, Bool>>,
     /// The KV cache to extend and attend over (decoding), if any.
     pub cache: Option<&'a mut KvCache>,
     /// The layer's index: its hook names and its slot in the cache.
@@ -362,7 +374,7 @@ pub struct LayerInput<'a> {
 impl<'a> LayerInput<'a> {
     /// Layer `layer` under `mask`: no rotary, no cache, not fused.
     pub fn new(mask: Tensor<4, Bool>, layer: usize) -> Self {
-        Self { rotary: None, mask, cache: None, layer, fused: false }
+        Self { rotary: None, mask, blind: None, cache: None, layer, fused: false }
     }
 }
 

@@ -391,7 +391,7 @@ impl Transformer {
         let [b, t, _] = x.dims();
         let pos = Positions { ids: vec![(0..t).collect(); b], keys_real: None };
         let block = &self.blocks[layer];
-        let mask = build_mask(block.attn.span, &pos, t, &device);
+        let mask = build_mask(block.attn.span, &pos, t, &device).mask;
         let angles = self.rotary_angles(layer, &pos.ids);
         let rotary = angles.as_ref();
         let qk_input = match (self.config.positional, &self.pos_embed) {
@@ -404,7 +404,7 @@ impl Transformer {
         };
         let point = HookPoint::Attn(layer, AttnHook::Pattern);
         let mut hooks = Hooks::capture(|p| p == point);
-        let input = LayerInput { rotary, mask, cache: None, layer, fused: false };
+        let input = LayerInput { rotary, cache: None, fused: false, ..LayerInput::new(mask, layer) };
         block.attn.forward(AttentionInput { x, qk_input, layer: input }, &mut hooks);
         hooks.take_cache().remove(&point).and_then(|a| a.rank4()).expect("the attention hooks its pattern")
     }
@@ -460,14 +460,14 @@ impl Transformer {
         let rotary_local = self.config.rotary_local.as_ref().filter(|_| is_rotary).map(|r| r.angles(&pos.ids, &device));
 
         // One mask per distinct span, shared by the layers that use it.
-        let mut masks: Vec<(AttentionSpan, Tensor<4, Bool>)> = Vec::new();
+        let mut masks: Vec<(AttentionSpan, SpanMask)> = Vec::new();
         let end = match stop {
             Stop::AfterBlock(l) => (l + 1).min(self.blocks.len()),
             _ => self.blocks.len(),
         };
         for (l, block) in self.blocks.iter().enumerate().take(end).skip(first) {
             let span = block.attn.span;
-            let mask = match masks.iter().find(|(s, _)| *s == span) {
+            let SpanMask { mask, blind } = match masks.iter().find(|(s, _)| *s == span) {
                 Some((_, m)) => m.clone(),
                 None => {
                     let m = build_mask(span, &pos, n_keys, &device);
@@ -479,7 +479,7 @@ impl Transformer {
                 (AttentionSpan::Local(_), Some(local)) => Some(local),
                 _ => rotary.as_ref(),
             };
-            let input = LayerInput { rotary: angles, mask, cache: cache.as_deref_mut(), layer: l, fused };
+            let input = LayerInput { rotary: angles, mask, blind, cache: cache.as_deref_mut(), layer: l, fused };
             resid = block.forward(resid, pos_qk.clone(), input, hooks);
         }
         match stop {
@@ -547,8 +547,18 @@ fn positions_from_mask(mask: &[Vec<bool>], start: &[usize]) -> Vec<Vec<usize>> {
         .collect()
 }
 
-/// `[batch or 1, 1, query, key]`, true where the key is hidden from the query.
-fn build_mask(span: AttentionSpan, pos: &Positions, n_keys: usize, device: &Device) -> Tensor<4, Bool> {
+/// A span's mask for one pass, shared by the layers of that span.
+#[derive(Clone)]
+struct SpanMask {
+    /// `[batch or 1, 1, query, key]`, true where the key is hidden from the query.
+    mask: Tensor<4, Bool>,
+    /// With padding, `[batch, query, 1, 1]`: true for the queries that see no key at all
+    /// ([`LayerInput::blind`]).
+    blind: Option<Tensor<4, Bool>>,
+}
+
+/// The keys each query may not see under `span`, and with padding the queries that see none.
+fn build_mask(span: AttentionSpan, pos: &Positions, n_keys: usize, device: &Device) -> SpanMask {
     let t = pos.ids[0].len();
     let first_new = n_keys - t;
     match &pos.keys_real {
@@ -558,23 +568,27 @@ fn build_mask(span: AttentionSpan, pos: &Positions, n_keys: usize, device: &Devi
             for &q in &pos.ids[0] {
                 m.extend((0..n_keys).map(|k| !span.allows(q, k)));
             }
-            Tensor::from_data(TensorData::new(m, [1, 1, t, n_keys]), device)
+            SpanMask { mask: Tensor::from_data(TensorData::new(m, [1, 1, t, n_keys]), device), blind: None }
         }
         Some(real) => {
             // Padding: compare positions counted over real tokens only, and hide padding keys.
             let b = pos.ids.len();
             let mut m = Vec::with_capacity(b * t * n_keys);
+            let mut blind = Vec::with_capacity(b * t);
             for (row, q_pos) in pos.ids.iter().enumerate() {
                 let key_pos = positions_from_mask(&real[row..row + 1], &[0])[0].clone();
                 for (qi, &q) in q_pos.iter().enumerate() {
                     let q_key = first_new + qi;
+                    let seen = m.len();
                     for k in 0..n_keys {
                         let visible = real[row][k] && k <= q_key && span.allows(q, key_pos[k]);
                         m.push(!visible);
                     }
+                    blind.push(m[seen..].iter().all(|&hidden| hidden));
                 }
             }
-            Tensor::from_data(TensorData::new(m, [b, 1, t, n_keys]), device)
+            let mask = Tensor::from_data(TensorData::new(m, [b, 1, t, n_keys]), device);
+            SpanMask { mask, blind: Some(Tensor::from_data(TensorData::new(blind, [b, t, 1, 1]), device)) }
         }
     }
 }
