@@ -164,6 +164,13 @@ fn ten_steps_equal_saelens(device: &Device, path: Option<PassPath>) {
             assert!((r.coefficient - c.t["coefficient"].f32[s] as f64).abs() < 1e-7, "{name} step {s}: coefficient");
             let want = c.t["losses"].f32[s * n_terms + n_terms - 1];
             assert!((r.loss as f32 - want).abs() <= 1e-4 * want.abs(), "{name} step {s}: loss {} vs sae-lens {want}", r.loss);
+            // Each term, by SAELens's name for it.
+            assert_eq!(r.losses.len(), n_terms - 1, "{name} step {s}: terms {:?}", r.losses);
+            for (i, term) in c.meta["loss_terms"].as_array().unwrap()[..n_terms - 1].iter().enumerate() {
+                let got = r.losses.iter().find(|(t, _)| t.name() == term.as_str().unwrap()).unwrap_or_else(|| panic!("{name}: no {term}")).1;
+                let want = c.t["losses"].f32[s * n_terms + i];
+                assert!((got as f32 - want).abs() <= 1e-4 * want.abs() + 1e-7, "{name} step {s}: {term} {got} vs sae-lens {want}");
+            }
             if s == 0 {
                 assert_params(&trainer.params, &params(&c, "step1", device), 1e-5, &format!("{name} after one step"));
             }
@@ -174,6 +181,30 @@ fn ten_steps_equal_saelens(device: &Device, path: Option<PassPath>) {
         if let Some(t) = c.meta["topk_threshold"].as_f64() {
             assert!((trainer.topk_threshold - t).abs() <= 1e-4 * t.abs(), "{name}: threshold {} vs {t}", trainer.topk_threshold);
         }
+    }
+}
+
+/// The tensor path's report (its one read of the device) equals the host passes' step by
+/// step: L0, the dead features, the loss and its terms.
+#[test]
+fn the_tensor_path_reports_what_the_host_passes_report() {
+    let device = Device::default();
+    for name in ARCHITECTURES {
+        let c = case(name);
+        let trainer = |path| SaeTrainer::new(architecture(&c.meta), trainer_config(&c.meta), params(&c, "init", &device)).on_path(path);
+        let (mut host, mut tensors) = (trainer(PassPath::Host), trainer(PassPath::Tensors));
+        for s in 0..c.meta["steps"].as_u64().unwrap() as usize {
+            let a = host.train_step(Batch::sae(batch(&c, s, &device))).unwrap();
+            let b = tensors.train_step(Batch::sae(batch(&c, s, &device))).unwrap();
+            assert!(a.l0 > 0.0 && a.l0 == b.l0, "{name} step {s}: L0 {} on the host, {} on the tensors", a.l0, b.l0);
+            assert_eq!(a.dead, b.dead, "{name} step {s}: dead features");
+            assert!((a.loss - b.loss).abs() <= 1e-5 * a.loss.abs(), "{name} step {s}: loss {} vs {}", a.loss, b.loss);
+            assert_eq!(a.losses.iter().map(|t| t.0).collect::<Vec<_>>(), b.losses.iter().map(|t| t.0).collect::<Vec<_>>(), "{name}: terms");
+            for ((t, x), (_, y)) in a.losses.iter().zip(&b.losses) {
+                assert!((x - y).abs() <= 1e-5 * x.abs() + 1e-7, "{name} step {s}: {t:?} {x} vs {y}");
+            }
+        }
+        assert_eq!(host.since_fired, tensors.since_fired, "{name}: steps since each feature fired");
     }
 }
 

@@ -1,7 +1,8 @@
 //! The step's pass on Burn's tensors with autodiff, wherever the batch lives: a GPU's path
-//! (what comes back to the host is scalars — the loss terms, L0, BatchTopK's smallest kept
-//! activation, the gradients' norm Adam clips by — and the per-feature firing counts; over
-//! several ranks, BatchTopK's candidates too, [`crate::share::batch_kth_of`]),
+//! (what comes back to the host is one read a step, made once the backward is enqueued — the
+//! loss and its terms, BatchTopK's smallest kept activation and the per-feature firing
+//! counts, L0 their sum ([`PassReport`]); Adam's clipping stays on the device; over several
+//! ranks, BatchTopK's candidates too, [`crate::share::batch_kth_of`]),
 //! and the CPU's for what the hand-written host passes leave (JumpReLU's pre-activation loss
 //! on dead features). Which of the two a step takes is [`PassPath`].
 
@@ -11,8 +12,8 @@ use burn::tensor::{Bool, Device, Tensor, TensorData};
 use burnlens_dist::DistError;
 use burnlens_lens::dictionary::Dictionary;
 
-use crate::architecture::Architecture;
-use crate::forward::{BatchShare, PassInput, TrainPassValues, training_pass};
+use crate::architecture::{Architecture, LossTerm};
+use crate::forward::{BatchShare, PassInput, TrainPass, TrainPassValues, training_pass};
 use crate::params::Trainable;
 use crate::share::{Share, batch_kth_of};
 
@@ -81,26 +82,54 @@ pub fn gradients(params: &Dictionary, arch: &Architecture, input: TensorInput) -
     if let Some(e) = failed.take() {
         return Err(e);
     }
-    let acts = pass.feature_acts.clone().inner();
-    let fired = acts.clone().not_equal_elem(0.0);
-    let counts: Vec<i64> = fired.clone().int().sum_dim(0).into_data().convert::<i64>().try_into_vec::<i64>().expect("counts");
-    let l0 = fired.int().sum().into_scalar::<i64>() as f64 / acts.dims()[0] as f64;
-    let min_positive = match arch {
-        Architecture::BatchTopK { .. } => {
-            let pos = acts.clone().greater_elem(0.0);
-            let any = pos.clone().any().into_scalar::<bool>();
-            any.then(|| acts.mask_fill(pos.bool_not(), f32::INFINITY).min().into_scalar::<f32>() as f64)
-        }
-        _ => None,
-    };
-    let values = TrainPassValues {
-        losses: pass.terms.iter().map(|(t, v)| (*t, v.clone().inner().into_scalar::<f32>() as f64)).collect(),
-        loss: pass.loss.clone().inner().into_scalar::<f32>() as f64,
-        l0,
-        dead: n_dead,
-        fired: counts.iter().map(|&c| c as u64).collect(),
-        min_positive,
-    };
+    let report = PassReport::of(&pass, arch);
+    // The backward is enqueued before anything is read: the device runs it while the host
+    // waits for the one read of the report.
     let grads = pass.loss.backward();
+    let values = report.read(n_dead);
     Ok((leaves.grads(&grads), values))
+}
+
+/// What a step reports of its pass, gathered on the device into one `[1 + terms (+ 1) +
+/// d_sae]` vector so that it comes back in one read: the loss, its terms, BatchTopK's smallest
+/// positive activation (infinite where nothing fired) and each feature's firing count (whole
+/// numbers in f32: exact below 2²⁴ rows).
+struct PassReport {
+    packed: Tensor<1>,
+    terms: Vec<LossTerm>,
+    min_positive: bool,
+    rows: usize,
+}
+
+impl PassReport {
+    fn of(pass: &TrainPass, arch: &Architecture) -> Self {
+        let acts = pass.feature_acts.clone().inner();
+        let rows = acts.dims()[0];
+        assert!(rows < 1 << 24, "a step of {rows} rows: its firing counts would not be whole in f32");
+        let min_positive = matches!(arch, Architecture::BatchTopK { .. }).then(|| {
+            let hidden = acts.clone().greater_elem(0.0).bool_not();
+            acts.clone().mask_fill(hidden, f32::INFINITY).min()
+        });
+        let counts = acts.not_equal_elem(0.0).float().sum_dim(0).reshape([-1]);
+        let scalars = pass.terms.iter().map(|(_, v)| v.clone().inner().reshape([1]));
+        let parts: Vec<Tensor<1>> =
+            std::iter::once(pass.loss.clone().inner().reshape([1])).chain(scalars).chain(min_positive.clone()).chain([counts]).collect();
+        PassReport { packed: Tensor::cat(parts, 0), terms: pass.terms.iter().map(|(t, _)| *t).collect(), min_positive: min_positive.is_some(), rows }
+    }
+
+    /// The report read back (one wait for the device), with `dead` features before the step.
+    fn read(self, dead: usize) -> TrainPassValues {
+        let all: Vec<f32> = self.packed.into_data().convert::<f32>().try_into_vec::<f32>().expect("the pass's report in f32");
+        let (head, counts) = all.split_at(1 + self.terms.len() + self.min_positive as usize);
+        let fired: Vec<u64> = counts.iter().map(|&c| c as u64).collect();
+        let min_positive = self.min_positive.then(|| head[head.len() - 1]).filter(|m| m.is_finite()).map(f64::from);
+        TrainPassValues {
+            losses: self.terms.iter().zip(&head[1..]).map(|(t, &v)| (*t, v as f64)).collect(),
+            loss: head[0] as f64,
+            l0: fired.iter().sum::<u64>() as f64 / self.rows as f64,
+            dead,
+            fired,
+            min_positive,
+        }
+    }
 }
