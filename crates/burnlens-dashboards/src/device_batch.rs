@@ -75,17 +75,23 @@ impl DeviceBatch {
         self.acts.dims()[1]
     }
 
-    /// Each feature's statistics over the batch (five vectors read back).
+    /// Each feature's statistics over the batch, in one read: five `[features]` rows gathered
+    /// on the device (the counts whole numbers in f32, exact below 2²⁴ rows).
     pub fn extremes(&self, centre: Range<usize>) -> Result<Extremes, DashboardError> {
-        let a = &self.acts;
+        let (a, n) = (&self.acts, self.n_features());
+        assert!(self.rows() < 1 << 24, "a batch of {} rows: its counts would not be whole in f32", self.rows());
         let positive = a.clone().greater_elem(0.0);
-        Ok(Extremes {
-            max: floats(a.clone().max_dim(0))?,
-            min_positive: floats(a.clone().mask_fill(positive.clone().bool_not(), f32::INFINITY).min_dim(0))?,
-            positive: counts(positive.int().sum_dim(0))?,
-            zeros: counts(a.clone().equal_elem(0.0).int().sum_dim(0))?,
-            centre_max: floats(a.clone().mask_fill(self.outside(centre), f32::NEG_INFINITY).max_dim(0))?,
-        })
+        let rows = vec![
+            a.clone().max_dim(0),
+            a.clone().mask_fill(positive.clone().bool_not(), f32::INFINITY).min_dim(0),
+            positive.float().sum_dim(0),
+            a.clone().equal_elem(0.0).float().sum_dim(0),
+            a.clone().mask_fill(self.outside(centre), f32::NEG_INFINITY).max_dim(0),
+        ];
+        let all = floats(Tensor::cat(rows, 0))?;
+        let row = |i: usize| all[i * n..(i + 1) * n].to_vec();
+        let whole = |i: usize| all[i * n..(i + 1) * n].iter().map(|&c| c as u64).collect();
+        Ok(Extremes { max: row(0), min_positive: row(1), positive: whole(2), zeros: whole(3), centre_max: row(4) })
     }
 
     /// `[rows, n_features]` true on the rows whose window position is outside `centre` (the
