@@ -157,12 +157,13 @@ impl Replacement<'_> {
         order.sort_by_key(|&i| std::cmp::Reverse(t.layers[i]));
         let joined = |l: usize| order.iter().take_while(|&&i| t.layers[i] >= l).count();
         let device = self.model.device();
+        let mut columns = Columns::default();
         // The gradient at the current layer's `hook_resid_post` for targets `order[..k]`.
         let mut k = joined(n_layers);
         let mut g: Option<Tensor<3>> = (k > 0).then(|| norm_back(&self.model.ln_final, &self.ln_final_scale, self.injected(t, &order[..k], p), true));
         let top = t.layers.iter().copied().max().expect("a batch has targets").min(n_layers - 1);
         for l in (0..=top).rev() {
-            let mut g_in = g.as_ref().and_then(|g| self.mlp_back(l, g, &order[..k], rows, row));
+            let mut g_in = g.as_ref().and_then(|g| self.mlp_back(l, g, k, &mut columns));
             let k_new = joined(l);
             if k_new > k {
                 let inj = self.injected(t, &order[k..k_new], p);
@@ -183,15 +184,17 @@ impl Replacement<'_> {
         }
         let g = g.expect("every target has joined by layer 0");
         let tok = (g * self.tokens.clone().narrow(0, 0, p).unsqueeze::<3>()).sum_dim(2);
-        scatter(rows, row, self.active.len() + n_layers * self.n_pos(), &order, p, tok);
+        columns.push(tok.reshape([-1]), Placement { k: order.len(), spans: Vec::new(), col: self.active.len() + n_layers * self.n_pos(), copied: p });
+        columns.write(rows, row, &order);
     }
 
-    /// Layer `l`'s MLP, backwards from the gradient `g` at its `hook_resid_post` for targets
-    /// `order`: its features' and errors' columns written, and the gradient at its input hook
-    /// through the skip connection returned (`skip = x · M`, so `g · Mᵀ`), if it has one.
-    fn mlp_back(&self, l: usize, g: &Tensor<3>, order: &[usize], rows: &mut [f32], row: usize) -> Option<Tensor<3>> {
+    /// Layer `l`'s MLP, backwards from the gradient `g` at its `hook_resid_post` for the first
+    /// `k` targets: its features' and errors' columns added to `columns`, and the gradient at
+    /// its input hook through the skip connection returned (`skip = x · M`, so `g · Mᵀ`), if
+    /// it has one.
+    fn mlp_back(&self, l: usize, g: &Tensor<3>, k: usize, columns: &mut Columns) -> Option<Tensor<3>> {
         let g_out = self.output_hook_grad(l, g, At::First);
-        self.contract_layer(l, &g_out, order, rows, row);
+        self.contract_layer(l, &g_out, k, columns);
         self.skip_of(l, g_out)
     }
 
@@ -208,10 +211,10 @@ impl Replacement<'_> {
         self.set.layers[l].w_skip.as_ref().map(|m| linear(g_out.reshape([k * p, d]), m.clone().transpose(), None).reshape([k, p, d]))
     }
 
-    /// Write the features' and errors' columns of layer `l` for targets `order` from the
-    /// gradient at its output hook `g_out [order.len(), p, d_model]`: every writer's effects
-    /// ([`crate::writer`]) and the errors', read back at once.
-    fn contract_layer(&self, l: usize, g_out: &Tensor<3>, order: &[usize], rows: &mut [f32], row: usize) {
+    /// The features' and errors' columns of layer `l` for the first `k` targets from the
+    /// gradient at its output hook `g_out [k, p, d_model]`: every writer's effects
+    /// ([`crate::writer`]) and the errors', added to `columns`.
+    fn contract_layer(&self, l: usize, g_out: &Tensor<3>, k: usize, columns: &mut Columns) {
         let layer = &self.layers[l];
         let [b, p, _] = g_out.dims();
         let mut pieces = Vec::new();
@@ -223,25 +226,50 @@ impl Replacement<'_> {
             }
         }
         pieces.push((g_out.clone() * layer.errors.clone().narrow(0, 0, p).unsqueeze::<3>()).sum_dim(2).reshape([b, p]));
-        let width: usize = pieces.iter().map(|t| t.dims()[1]).sum();
-        let vals: Vec<f32> = Tensor::cat(pieces, 1).into_data().try_into_vec_as::<f32>().expect("f32");
-        let err_col = self.active.len() + l * self.n_pos();
-        for (k, &i) in order.iter().enumerate() {
-            let mut at = k * width;
-            // A cross-layer feature's effect sums over the layers it writes.
-            for &(first, n) in &spans {
-                rows[i * row + first..i * row + first + n].iter_mut().zip(&vals[at..at + n]).for_each(|(r, &v)| *r += v);
-                at += n;
-            }
-            rows[i * row + err_col..i * row + err_col + p].copy_from_slice(&vals[at..at + p]);
-        }
+        let vals = Tensor::cat(pieces, 1).reshape([-1]);
+        columns.push(vals, Placement { k, spans, col: self.active.len() + l * self.n_pos(), copied: p });
     }
 }
 
-/// Copy `vals [order.len(), p, 1]` into columns `col..col + p` of rows `order`.
-fn scatter(rows: &mut [f32], row: usize, col: usize, order: &[usize], p: usize, vals: Tensor<3>) {
-    let v: Vec<f32> = vals.into_data().try_into_vec_as::<f32>().expect("f32");
-    for (k, &i) in order.iter().enumerate() {
-        rows[i * row + col..i * row + col + p].copy_from_slice(&v[k * p..(k + 1) * p]);
+/// The columns a batch's backward pass writes, kept on the device until the pass is done and
+/// then read back at once: one wait for the device a batch, not one a layer.
+#[derive(Default)]
+struct Columns {
+    parts: Vec<(Tensor<1>, Placement)>,
+}
+
+/// Where a part's values go: `[k, width]` row-major for the first `k` targets of the order,
+/// each row the writers' `spans` (`(first column, count)`, added: a cross-layer feature sums
+/// over the layers it writes), then `copied` values copied to columns `col..`.
+struct Placement {
+    k: usize,
+    spans: Vec<(usize, usize)>,
+    col: usize,
+    copied: usize,
+}
+
+impl Columns {
+    fn push(&mut self, vals: Tensor<1>, placement: Placement) {
+        self.parts.push((vals, placement));
+    }
+
+    /// Every part read back in one read and written into `rows` (target `order[k]` at
+    /// `rows[order[k] · row..]`).
+    fn write(self, rows: &mut [f32], row: usize, order: &[usize]) {
+        let (tensors, placements): (Vec<_>, Vec<_>) = self.parts.into_iter().unzip();
+        let vals: Vec<f32> = Tensor::cat(tensors, 0).into_data().try_into_vec_as::<f32>().expect("f32");
+        let mut at = 0;
+        for Placement { k, spans, col, copied } in placements {
+            for &i in &order[..k] {
+                let r = &mut rows[i * row..(i + 1) * row];
+                for &(first, n) in &spans {
+                    r[first..first + n].iter_mut().zip(&vals[at..at + n]).for_each(|(r, &v)| *r += v);
+                    at += n;
+                }
+                r[col..col + copied].copy_from_slice(&vals[at..at + copied]);
+                at += copied;
+            }
+        }
+        assert_eq!(at, vals.len(), "every column read back was written");
     }
 }
