@@ -81,10 +81,17 @@ pub fn learning_rate(t: &TrainingSection, step: usize) -> f64 {
 /// `clip_grad_norm_`: multiply by `max_norm / (norm + 1e-6)` when that is below one).
 /// Returns the norm before clipping. `max_norm <= 0` only measures.
 pub fn clip_global_norm<M: Module>(model: &M, grads: &mut GradientsParams, max_norm: f64) -> f64 {
-    let ids = float_params(model);
-    // Sum of squares on the device (one read of each gradient), one read back.
+    let Some(total) = squared_norm(model, grads) else { return 0.0 };
+    let norm = norm_of(total.into_scalar::<f32>());
+    clip_to_norm(model, grads, norm, max_norm);
+    norm
+}
+
+/// The gradients' global squared L2 norm, summed on their device (one read of each
+/// gradient, nothing read back); `None` without gradients.
+pub fn squared_norm<M: Module>(model: &M, grads: &GradientsParams) -> Option<Tensor<1>> {
     let mut total: Option<Tensor<1>> = None;
-    for &(id, rank) in &ids {
+    for &(id, rank) in &float_params(model) {
         let sq = match rank {
             1 => grads.get::<1>(id).map(sum_squares),
             2 => grads.get::<2>(id).map(sum_squares),
@@ -97,12 +104,20 @@ pub fn clip_global_norm<M: Module>(model: &M, grads: &mut GradientsParams, max_n
             });
         }
     }
-    let Some(total) = total else { return 0.0 };
-    let norm = total.into_scalar::<f32>().sqrt() as f64;
+    total
+}
+
+/// The norm from [`squared_norm`]'s value read back.
+pub fn norm_of(squared: f32) -> f64 {
+    squared.sqrt() as f64
+}
+
+/// [`clip_global_norm`] with the gradients' `norm` already known.
+pub fn clip_to_norm<M: Module>(model: &M, grads: &mut GradientsParams, norm: f64, max_norm: f64) {
     if max_norm > 0.0 && norm.is_finite() {
         let coef = max_norm / (norm + 1e-6);
         if coef < 1.0 {
-            for &(id, rank) in &ids {
+            for &(id, rank) in &float_params(model) {
                 match rank {
                     1 => scale::<1>(grads, id, coef),
                     _ => scale::<2>(grads, id, coef),
@@ -110,7 +125,6 @@ pub fn clip_global_norm<M: Module>(model: &M, grads: &mut GradientsParams, max_n
             }
         }
     }
-    norm
 }
 
 /// Every float parameter's id and rank (1 or 2), in the module's order.

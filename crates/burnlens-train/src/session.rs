@@ -50,7 +50,7 @@ use crate::data_parallel::{all_reduce_grads, broadcast_params, params_digest};
 use crate::error::{Result, TrainError};
 use crate::metrics::Metrics;
 use crate::observer::{Observer, StepMetrics};
-use crate::optim::{clip_global_norm, learning_rate, optimizer};
+use crate::optim::{clip_global_norm, clip_to_norm, learning_rate, norm_of, optimizer, squared_norm};
 use crate::spec::{ModelSpec, model_spec};
 
 /// How a session is opened, besides the run config.
@@ -229,7 +229,13 @@ impl TrainSession {
         let lr = learning_rate(t, step);
         let model = self.model.take().expect("the model is back after every step");
         let rows = self.ranks.rows(t.batch_size);
-        let (mut grads, mut loss) = accumulate(&model, &self.data, &mut self.state.rng, t, &self.ad, rows);
+        let (mut grads, loss_sum) = accumulate(&model, &self.data, &mut self.state.rng, t, &self.ad, rows);
+        // One process: the loss and the gradients' squared norm come back in one read, made
+        // once every backward is enqueued (over ranks the norm waits for the summed gradients).
+        let norm_sq = if self.ranks.size() == 1 { squared_norm(&model, &grads) } else { None };
+        let read = Tensor::cat(std::iter::once(loss_sum).chain(norm_sq).collect(), 0).into_data().convert::<f32>();
+        let read: Vec<f32> = read.try_into_vec::<f32>().expect("the step's loss in f32");
+        let mut loss = read[0] as f64;
         let reduce_started = Instant::now();
         let reduced = self.all_reduce(&model, &mut grads, &mut loss, step);
         let reduce_s = reduce_started.elapsed().as_secs_f64();
@@ -241,7 +247,14 @@ impl TrainSession {
             self.model = Some(model);
             return Err(TrainError::NonFinite { step, loss, checkpoint: self.last_checkpoint.as_ref().map(|(_, dir)| dir.clone()) });
         }
-        let grad_norm = clip_global_norm(&model, &mut grads, t.grad_clip);
+        let grad_norm = match read.get(1) {
+            Some(&squared) => {
+                let norm = norm_of(squared);
+                clip_to_norm(&model, &mut grads, norm, t.grad_clip);
+                norm
+            }
+            None => clip_global_norm(&model, &mut grads, t.grad_clip),
+        };
         self.model = Some(self.optim.step(lr, model, grads));
         let tokens_per_step = (t.batch_size * t.block_size * t.grad_accum) as u64;
         self.state.tokens_seen += tokens_per_step;
@@ -450,21 +463,26 @@ fn prepare_run_dir(cfg: &RunConfig, resume: bool, spec: &ModelSpec, data: &Datas
     Ok(())
 }
 
-/// `grad_accum` micro-batches' gradients, summed, and their mean loss, over this rank's
-/// `rows` of each batch, weighted by their share of it (all rows: weight one).
-fn accumulate(model: &Transformer, data: &Dataset, rng: &mut Rng, t: &TrainingSection, ad: &Device, rows: Range<usize>) -> (GradientsParams, f64) {
+/// `grad_accum` micro-batches' gradients, summed, and their mean loss (`[1]`, on the device,
+/// not read), over this rank's `rows` of each batch, weighted by their share of it (all
+/// rows: weight one).
+fn accumulate(model: &Transformer, data: &Dataset, rng: &mut Rng, t: &TrainingSection, ad: &Device, rows: Range<usize>) -> (GradientsParams, Tensor<1>) {
     let mut accum = GradientsAccumulator::<Transformer>::new();
-    let mut loss_sum = 0.0;
+    let mut loss_sum: Option<Tensor<1>> = None;
     let share = rows.len() as f64 / t.batch_size as f64;
     for _ in 0..t.grad_accum {
         let seqs = data.batch(Split::Train, rng, t.batch_size, t.block_size);
         let (x, y) = inputs_targets(take_rows(seqs, &rows, t.block_size), rows.len(), t.block_size, ad);
         let loss = cross_entropy(model.forward(x), y) * share / t.grad_accum as f64;
-        loss_sum += loss.clone().into_scalar::<f32>() as f64;
+        let value = loss.clone().inner().reshape([1]);
+        loss_sum = Some(match loss_sum {
+            Some(sum) => sum + value,
+            None => value,
+        });
         let grads = GradientsParams::from_grads(loss.backward(), model);
         accum.accumulate(model, grads);
     }
-    (accum.grads(), loss_sum)
+    (accum.grads(), loss_sum.expect("at least one micro-batch"))
 }
 
 /// With `output.export`, the trained model as an HF directory `hf/`.
