@@ -188,24 +188,26 @@ fn panel_product(kind: Half, x: &[f32], panel: &[u16], sums: &mut [[f32; PANEL]]
             }
         };
     }
+    // An AVX-512 kernel by the number of rows.
+    #[cfg(target_arch = "x86_64")]
+    macro_rules! avx512_rows {
+        ($kernel:ident) => {
+            match sums.len() {
+                1 => unsafe { $kernel::<1>(x, panel, sums) },
+                2 => unsafe { $kernel::<2>(x, panel, sums) },
+                3 => unsafe { $kernel::<3>(x, panel, sums) },
+                _ => unsafe { $kernel::<4>(x, panel, sums) },
+            }
+        };
+    }
     match kind {
+        // SAFETY: the CPU has AVX-512F and AVX512BW (checked by `has_avx512`); AVX-512F
+        // converts f16 in hardware.
         #[cfg(target_arch = "x86_64")]
-        Half::Bf16 if super::simd::has_avx512() => match sums.len() {
-            // SAFETY: the CPU has AVX-512F and AVX512BW (checked by `has_avx512`).
-            1 => unsafe { bf16_panel_avx512::<1>(x, panel, sums) },
-            2 => unsafe { bf16_panel_avx512::<2>(x, panel, sums) },
-            3 => unsafe { bf16_panel_avx512::<3>(x, panel, sums) },
-            _ => unsafe { bf16_panel_avx512::<4>(x, panel, sums) },
-        },
+        Half::Bf16 if super::simd::has_avx512() => avx512_rows!(bf16_panel_avx512),
         Half::Bf16 => rows!(true),
         #[cfg(target_arch = "x86_64")]
-        Half::F16 if super::simd::has_avx512() => match sums.len() {
-            // SAFETY: the CPU has AVX-512F (checked), which converts f16 in hardware.
-            1 => unsafe { f16_panel_avx512::<1>(x, panel, sums) },
-            2 => unsafe { f16_panel_avx512::<2>(x, panel, sums) },
-            3 => unsafe { f16_panel_avx512::<3>(x, panel, sums) },
-            _ => unsafe { f16_panel_avx512::<4>(x, panel, sums) },
-        },
+        Half::F16 if super::simd::has_avx512() => avx512_rows!(f16_panel_avx512),
         Half::F16 => rows!(false),
     }
 }
