@@ -10,6 +10,7 @@ use std::ops::Range;
 
 use burn::tensor::{Bool, Device, Int, Tensor, TensorData};
 use burnlens_model::gpu::BinCountInput;
+use burnlens_model::read_back::read_together;
 
 use crate::batch::ActBatch;
 use crate::config::DashboardConfig;
@@ -81,17 +82,16 @@ impl DeviceBatch {
         let (a, n) = (&self.acts, self.n_features());
         assert!(self.rows() < 1 << 24, "a batch of {} rows: its counts would not be whole in f32", self.rows());
         let positive = a.clone().greater_elem(0.0);
-        let rows = vec![
+        let rows = [
             a.clone().max_dim(0),
             a.clone().mask_fill(positive.clone().bool_not(), f32::INFINITY).min_dim(0),
             positive.float().sum_dim(0),
             a.clone().equal_elem(0.0).float().sum_dim(0),
             a.clone().mask_fill(self.outside(centre), f32::NEG_INFINITY).max_dim(0),
         ];
-        let all = floats(Tensor::cat(rows, 0))?;
-        let row = |i: usize| all[i * n..(i + 1) * n].to_vec();
-        let whole = |i: usize| all[i * n..(i + 1) * n].iter().map(|&c| c as u64).collect();
-        Ok(Extremes { max: row(0), min_positive: row(1), positive: whole(2), zeros: whole(3), centre_max: row(4) })
+        let [max, min_positive, positive, zeros, centre_max] = read_together(rows.map(|r| r.reshape([n])).to_vec()).try_into().expect("five rows");
+        let whole = |v: Vec<f32>| v.into_iter().map(|c| c as u64).collect();
+        Ok(Extremes { max, min_positive, positive: whole(positive), zeros: whole(zeros), centre_max })
     }
 
     /// `[rows, n_features]` true on the rows whose window position is outside `centre` (the

@@ -14,6 +14,8 @@ use burnlens_lens::hook_pass::{hook_activations, window_ids};
 use burnlens_lens::sae::{Sae, SaeError};
 use burnlens_model::{Activation, Hooks, Transformer};
 
+use burnlens_model::read_back::read_together;
+
 use crate::eval_reads::feature_reads;
 use crate::host::host;
 use crate::tensor_pass::PassPath;
@@ -176,7 +178,7 @@ pub(crate) fn evaluate_part(input: &EvalInput, batches: &[Vec<Vec<u32>>]) -> Res
         let (f, r) = sae.forward(x.clone());
         let path = PassPath::for_device(&f.device());
         let reads = feature_reads(f, &keep, b, path);
-        let (x, r) = (host(x), host(r));
+        let [x, r] = read_together(vec![x.reshape([-1]), r.reshape([-1])]).try_into().expect("two reads");
         let rows: Vec<usize> = (0..b * t).filter(|&i| keep[i]).collect();
         variance_metrics(&x, &r, &rows, sae.cfg.d_in, l, &mut part.ev);
         l.l0.extend(&reads.l0);
@@ -316,16 +318,19 @@ fn reconstruction_pass(model: &Transformer, sae: &Sae, batch: &[Vec<u32>], keep:
     let zeroed = model.forward_hooked(ids.clone(), &mut zero);
     // Each pass's log-probabilities once, shared by its KL and its next-token loss.
     let (log_clean, log_sae, log_zero) = (log_softmax(clean, 2), log_softmax(with_sae, 2), log_softmax(zeroed, 2));
-    let kl = |logp: &Tensor<3>| host((log_clean.clone().exp() * (log_clean.clone() - logp.clone())).sum_dim(2));
-    let ce = |logp: Tensor<3>| host(next_token_losses(logp, ids.clone()));
+    let kl = |logp: &Tensor<3>| (log_clean.clone().exp() * (log_clean.clone() - logp.clone())).sum_dim(2).reshape([-1]);
+    let ce = |logp: Tensor<3>| next_token_losses(logp, ids.clone()).reshape([-1]);
     let keep_kl: Vec<usize> = (0..b * t).filter(|&i| keep[i]).collect();
     let keep_ce: Vec<usize> = (0..b).flat_map(|p| (0..t - 1).map(move |q| (p, q))).filter(|&(p, q)| keep[p * t + q]).map(|(p, q)| p * (t - 1) + q).collect();
     let pick = |v: Vec<f32>, at: &[usize]| at.iter().map(|&i| v[i] as f64).collect::<Vec<f64>>();
-    l.kl_sae.extend(pick(kl(&log_sae), &keep_kl));
-    l.kl_zero.extend(pick(kl(&log_zero), &keep_kl));
-    l.ce_clean.extend(pick(ce(log_clean.clone()), &keep_ce));
-    l.ce_sae.extend(pick(ce(log_sae), &keep_ce));
-    l.ce_zero.extend(pick(ce(log_zero), &keep_ce));
+    // The five come back in one read.
+    let parts = vec![kl(&log_sae), kl(&log_zero), ce(log_clean.clone()), ce(log_sae), ce(log_zero)];
+    let [kl_sae, kl_zero, ce_clean, ce_sae, ce_zero] = read_together(parts).try_into().expect("five reads");
+    l.kl_sae.extend(pick(kl_sae, &keep_kl));
+    l.kl_zero.extend(pick(kl_zero, &keep_kl));
+    l.ce_clean.extend(pick(ce_clean, &keep_ce));
+    l.ce_sae.extend(pick(ce_sae, &keep_ce));
+    l.ce_zero.extend(pick(ce_zero, &keep_ce));
     Ok(())
 }
 

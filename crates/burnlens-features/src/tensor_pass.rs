@@ -11,6 +11,7 @@ use std::cell::RefCell;
 use burn::tensor::{Bool, Device, Tensor, TensorData};
 use burnlens_dist::DistError;
 use burnlens_lens::dictionary::Dictionary;
+use burnlens_model::read_back::read_together;
 
 use crate::architecture::{Architecture, LossTerm};
 use crate::forward::{BatchShare, PassInput, TrainPass, TrainPassValues, training_pass};
@@ -90,12 +91,14 @@ pub fn gradients(params: &Dictionary, arch: &Architecture, input: TensorInput) -
     Ok((leaves.grads(&grads), values))
 }
 
-/// What a step reports of its pass, gathered on the device into one `[1 + terms (+ 1) +
-/// d_sae]` vector so that it comes back in one read: the loss, its terms, BatchTopK's smallest
+/// What a step reports of its pass, left on the device until the backward is enqueued and
+/// then read back in one read ([`read_together`]): the loss, its terms, BatchTopK's smallest
 /// positive activation (infinite where nothing fired) and each feature's firing count (whole
 /// numbers in f32: exact below 2²⁴ rows).
 struct PassReport {
-    packed: Tensor<1>,
+    /// The loss, each term and (BatchTopK) the smallest activation, `[1]` each, then the
+    /// counts `[d_sae]`.
+    parts: Vec<Tensor<1>>,
     terms: Vec<LossTerm>,
     min_positive: bool,
     rows: usize,
@@ -112,20 +115,19 @@ impl PassReport {
         });
         let counts = acts.not_equal_elem(0.0).float().sum_dim(0).reshape([-1]);
         let scalars = pass.terms.iter().map(|(_, v)| v.clone().inner().reshape([1]));
-        let parts: Vec<Tensor<1>> =
-            std::iter::once(pass.loss.clone().inner().reshape([1])).chain(scalars).chain(min_positive.clone()).chain([counts]).collect();
-        PassReport { packed: Tensor::cat(parts, 0), terms: pass.terms.iter().map(|(t, _)| *t).collect(), min_positive: min_positive.is_some(), rows }
+        let parts = std::iter::once(pass.loss.clone().inner().reshape([1])).chain(scalars).chain(min_positive.clone()).chain([counts]).collect();
+        PassReport { parts, terms: pass.terms.iter().map(|(t, _)| *t).collect(), min_positive: min_positive.is_some(), rows }
     }
 
     /// The report read back (one wait for the device), with `dead` features before the step.
     fn read(self, dead: usize) -> TrainPassValues {
-        let all: Vec<f32> = self.packed.into_data().convert::<f32>().try_into_vec::<f32>().expect("the pass's report in f32");
-        let (head, counts) = all.split_at(1 + self.terms.len() + self.min_positive as usize);
-        let fired: Vec<u64> = counts.iter().map(|&c| c as u64).collect();
-        let min_positive = self.min_positive.then(|| head[head.len() - 1]).filter(|m| m.is_finite()).map(f64::from);
+        let mut parts = read_together(self.parts);
+        let fired: Vec<u64> = parts.pop().expect("the counts").into_iter().map(|c| c as u64).collect();
+        let scalars: Vec<f32> = parts.into_iter().map(|p| p[0]).collect();
+        let min_positive = self.min_positive.then(|| scalars[scalars.len() - 1]).filter(|m| m.is_finite()).map(f64::from);
         TrainPassValues {
-            losses: self.terms.iter().zip(&head[1..]).map(|(t, &v)| (*t, v as f64)).collect(),
-            loss: head[0] as f64,
+            losses: self.terms.iter().zip(&scalars[1..]).map(|(t, &v)| (*t, v as f64)).collect(),
+            loss: scalars[0] as f64,
             l0: fired.iter().sum::<u64>() as f64 / self.rows as f64,
             dead,
             fired,

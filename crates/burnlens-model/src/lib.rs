@@ -20,6 +20,7 @@ pub mod loss;
 pub mod matmul;
 pub mod mlp;
 pub mod norm;
+pub mod read_back;
 pub mod rng;
 pub mod rotary;
 pub mod size;

@@ -16,6 +16,7 @@
 use burn::tensor::{IndexingUpdateOp, Int, Tensor};
 use burnlens_model::kernels::linear;
 use burnlens_model::matmul::matmul;
+use burnlens_model::read_back::read_together;
 use burnlens_model::{Norm, NormKind, NormSite};
 
 use crate::replacement::{FrozenLayer, Replacement};
@@ -253,13 +254,12 @@ impl Columns {
         self.parts.push((vals, placement));
     }
 
-    /// Every part read back in one read and written into `rows` (target `order[k]` at
-    /// `rows[order[k] · row..]`).
+    /// Every part read back in one read ([`read_together`]) and written into `rows` (target
+    /// `order[k]` at `rows[order[k] · row..]`).
     fn write(self, rows: &mut [f32], row: usize, order: &[usize]) {
         let (tensors, placements): (Vec<_>, Vec<_>) = self.parts.into_iter().unzip();
-        let vals: Vec<f32> = Tensor::cat(tensors, 0).into_data().try_into_vec_as::<f32>().expect("f32");
-        let mut at = 0;
-        for Placement { k, spans, col, copied } in placements {
+        for (vals, Placement { k, spans, col, copied }) in read_together(tensors).into_iter().zip(placements) {
+            let mut at = 0;
             for &i in &order[..k] {
                 let r = &mut rows[i * row..(i + 1) * row];
                 for &(first, n) in &spans {
@@ -269,7 +269,7 @@ impl Columns {
                 r[col..col + copied].copy_from_slice(&vals[at..at + copied]);
                 at += copied;
             }
+            assert_eq!(at, vals.len(), "every column read back was written");
         }
-        assert_eq!(at, vals.len(), "every column read back was written");
     }
 }

@@ -40,6 +40,7 @@ use burnlens_dist::Ranks;
 use burnlens_hf::{ExportOptions, LoadOptions, WeightDtype, export_hf, load_model_with};
 use burnlens_model::backend;
 use burnlens_model::files::write_atomic;
+use burnlens_model::read_back::read_together;
 use burnlens_model::{Rng, Transformer, cross_entropy};
 use serde_json::json;
 
@@ -233,8 +234,7 @@ impl TrainSession {
         // One process: the loss and the gradients' squared norm come back in one read, made
         // once every backward is enqueued (over ranks the norm waits for the summed gradients).
         let norm_sq = if self.ranks.size() == 1 { squared_norm(&model, &grads) } else { None };
-        let read = Tensor::cat(std::iter::once(loss_sum).chain(norm_sq).collect(), 0).into_data().convert::<f32>();
-        let read: Vec<f32> = read.try_into_vec::<f32>().expect("the step's loss in f32");
+        let read: Vec<f32> = read_together(std::iter::once(loss_sum).chain(norm_sq).collect()).into_iter().map(|v| v[0]).collect();
         let mut loss = read[0] as f64;
         let reduce_started = Instant::now();
         let reduced = self.all_reduce(&model, &mut grads, &mut loss, step);
