@@ -5,7 +5,6 @@
 //! a batch at 4,096 tokens × 24,576 features).
 
 use burn::tensor::{Bool, Tensor, TensorData};
-
 use burnlens_model::read_back::read_together;
 
 use crate::host::host;

@@ -12,9 +12,8 @@ use burn::tensor::activation::log_softmax;
 use burn::tensor::{Bool, Int, Tensor, TensorData};
 use burnlens_lens::hook_pass::{hook_activations, window_ids};
 use burnlens_lens::sae::{Sae, SaeError};
-use burnlens_model::{Activation, Hooks, Transformer};
-
 use burnlens_model::read_back::read_together;
+use burnlens_model::{Activation, Hooks, Transformer};
 
 use crate::eval_reads::feature_reads;
 use crate::host::host;
