@@ -27,6 +27,7 @@ use super::bf16_round::round_slice;
 use super::gemm::{MatRef, matmul, nothing_to_multiply};
 pub use super::kept::View;
 use super::kept::{Layout, kept};
+use super::lines::LineBuf;
 use super::packed::SPLIT_MIN_MACS;
 use super::pool::{self, SendPtr};
 
@@ -101,7 +102,7 @@ pub fn matmul_bf16_f32(dst: &mut [f32], dst_rs: usize, a: MatRef, b: MatRef, acc
 /// has no room.
 pub fn kept_cols(owner: &FlexTensor, view: View, make: impl FnOnce() -> ColsBuf) -> Option<Arc<ColsBuf>> {
     let [k, n] = view.dims;
-    kept(owner, view, Layout::Bf16Cols, k.div_ceil(2) * 2 * n * 2, || Some(make()))
+    kept(owner, view, Layout::Bf16Cols, ColsBuf::ld(k) * n * 2, || Some(make()))
 }
 
 /// The portable reference: operands rounded to bf16 values in f32, the f32 product.
@@ -117,7 +118,8 @@ fn emulate(dst: &mut [f32], dst_rs: usize, a: MatRef, w: Cols, accumulate: bool)
 
 thread_local! {
     /// Each thread's tile (reused from product to product).
-    static TILE: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+    /// Its columns start on cache lines, as the AMX tiles' stores want ([`super::lines`]).
+    static TILE: RefCell<LineBuf<f32>> = RefCell::new(LineBuf::default());
 }
 
 /// The AVX512_BF16 product over packed rows (see the module's note), blocks of 32 columns on
@@ -140,7 +142,7 @@ fn tiled(dst: &mut [f32], dst_rs: usize, a: &RowPanels, w: Cols, accumulate: boo
         let cols = ct * TILE_COLS..((ct + 1) * TILE_COLS).min(n);
         let panel_range = rb * block..((rb + 1) * block).min(panels);
         let mut tile = TILE.take();
-        tile.resize(TILE_COLS * tile_rows, 0.0);
+        tile.resize(TILE_COLS * tile_rows);
         #[cfg(target_arch = "x86_64")]
         let tiles = amx.then(super::bf16_amx::Tiles::configure);
         for p0 in (0..pairs).step_by(KC_PAIRS) {

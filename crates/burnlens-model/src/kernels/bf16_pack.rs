@@ -19,6 +19,8 @@ use std::cell::RefCell;
 use super::bf16_round::{to_bf16, to_bf16_slice};
 use super::gemm::MatRef;
 use super::half_format::{Half, HalfRef, widen_one};
+use super::lines::{LINE, LineBuf};
+use super::pages::Plain;
 use super::pool::{self, SendPtr};
 use super::simd::dispatch;
 
@@ -41,7 +43,7 @@ pub struct RowPanels {
     pub rows: usize,
     /// Pairs per row (`k` rounded up to even, halved).
     pub pairs: usize,
-    pub data: Vec<u32>,
+    pub data: LineBuf<u32>,
 }
 
 impl RowPanels {
@@ -81,22 +83,21 @@ thread_local! {
     /// The last operand buffers dropped on this thread, reused by the next product: past
     /// glibc's largest mapping threshold (32 MiB) every fresh buffer is fresh pages, and the
     /// kernel zeroing them took 16% of a GPT-2 training step in bf16.
-    static SPARE_PANELS: RefCell<Vec<u32>> = const { RefCell::new(Vec::new()) };
-    static SPARE_COLS: RefCell<Vec<u16>> = const { RefCell::new(Vec::new()) };
+    static SPARE_PANELS: RefCell<LineBuf<u32>> = RefCell::new(LineBuf::default());
+    static SPARE_COLS: RefCell<LineBuf<u16>> = RefCell::new(LineBuf::default());
 }
 
 /// A buffer of `len` values, in this thread's spare one where it has one: what the last
 /// product left there (zeroing it was 4% of a training step), so the packers write every
 /// value, padding included.
-fn scratch<T: Copy + Default>(spare: &'static std::thread::LocalKey<RefCell<Vec<T>>>, len: usize) -> Vec<T> {
+fn scratch<T: Plain>(spare: &'static std::thread::LocalKey<RefCell<LineBuf<T>>>, len: usize) -> LineBuf<T> {
     let mut v = spare.take();
-    v.truncate(len);
-    v.resize(len, T::default());
+    v.resize(len);
     v
 }
 
 /// Keep `v` as this thread's spare buffer if it is bigger than the one kept.
-fn give_back<T>(spare: &'static std::thread::LocalKey<RefCell<Vec<T>>>, v: Vec<T>) {
+fn give_back<T: Plain>(spare: &'static std::thread::LocalKey<RefCell<LineBuf<T>>>, v: LineBuf<T>) {
     spare.with(|s| {
         let mut s = s.borrow_mut();
         if v.capacity() > s.capacity() {
@@ -212,11 +213,12 @@ impl Cols<'_> {
     }
 }
 
-/// A weight rounded into the columns layout (`[n][k]` bf16, `k` padded to even).
+/// A weight rounded into the columns layout (`[n][k]` bf16, `k` padded to even), each
+/// column from the start of a cache line (for the AMX tiles' rows, [`super::lines`]).
 pub struct ColsBuf {
     pub k: usize,
     pub n: usize,
-    pub data: Vec<u16>,
+    pub data: LineBuf<u16>,
 }
 
 impl Drop for ColsBuf {
@@ -227,7 +229,12 @@ impl Drop for ColsBuf {
 
 impl ColsBuf {
     pub fn view(&self) -> Cols<'_> {
-        Cols { data: &self.data, offset: 0, ld: self.k.div_ceil(2) * 2, k: self.k, n: self.n }
+        Cols { data: &self.data, offset: 0, ld: Self::ld(self.k), k: self.k, n: self.n }
+    }
+
+    /// Values from one column to the next: `k` rounded up to whole cache lines.
+    pub fn ld(k: usize) -> usize {
+        k.div_ceil(LINE / 2) * (LINE / 2)
     }
 
     /// Round an f32 matrix `b: [k, n]` (any strides; checked by the caller).
@@ -258,7 +265,7 @@ impl ColsBuf {
 
     /// Room for `[n][k]`, the padding value of an odd `k` zero (the fills write the rest).
     fn with_room(k: usize, n: usize) -> Self {
-        let ld = k.div_ceil(2) * 2;
+        let ld = Self::ld(k);
         let mut data = scratch(&SPARE_COLS, ld * n);
         if ld > k {
             data.chunks_exact_mut(ld).for_each(|c| c[k] = 0);
@@ -270,7 +277,7 @@ impl ColsBuf {
     /// each row's run read in order and written down the block's columns (their runs stay in
     /// L1), one task per block of columns.
     fn fill_transposed(&mut self, b: MatRef) {
-        let (k, n, ld) = (b.rows, b.cols, self.k.div_ceil(2) * 2);
+        let (k, n, ld) = (b.rows, b.cols, Self::ld(self.k));
         let out = SendPtr(self.data.as_mut_ptr());
         let native = super::simd::has_avx512_bf16();
         pool::run(n.div_ceil(T_COLS), |t| {
@@ -305,7 +312,7 @@ impl ColsBuf {
 
     /// `f(j, column j)` for every column, spread over the kernel threads.
     fn fill(&mut self, f: impl Fn(usize, &mut [u16]) + Sync) {
-        let (ld, n) = (self.k.div_ceil(2) * 2, self.n);
+        let (ld, n) = (Self::ld(self.k), self.n);
         if ld == 0 {
             return;
         }

@@ -59,6 +59,7 @@ mod half_stream;
 mod kept;
 pub mod layer_norm;
 pub mod linear;
+mod lines;
 pub mod memory;
 pub mod packed;
 pub mod pages;

@@ -40,6 +40,9 @@ unsafe impl Plain for f32 {
 unsafe impl Plain for u16 {
     const ZERO: Self = 0;
 }
+unsafe impl Plain for u32 {
+    const ZERO: Self = 0;
+}
 unsafe impl Plain for burn::tensor::bf16 {
     const ZERO: Self = burn::tensor::bf16::ZERO;
 }
