@@ -28,6 +28,9 @@ pub(crate) enum Layout {
     HalfPanels,
     /// A weight rounded to bf16 columns ([`super::bf16_pack::ColsBuf`]).
     Bf16Cols,
+    /// A weight's columns rounded to bf16 panels, AMX's `B` tiles
+    /// ([`super::bf16_pack::RowPanels`] of `wᵀ`).
+    Bf16Panels,
 }
 
 /// How a product reads a weight's storage: element `(i, j)` at `offset + i·strides[0] +

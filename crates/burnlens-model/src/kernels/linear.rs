@@ -18,9 +18,9 @@ use burn::backend::tensor::FloatTensor;
 use burn::backend::{Autodiff, Backend, Dispatch, Flex, backend_extension};
 use burn::tensor::{DType, Shape, Tensor, bf16, f16};
 
-use super::bf16_gemm::{View, kept_cols, matmul_bf16, matmul_bf16_f32};
+use super::bf16_gemm::{RowPanels, View, kept_cols, kept_panels, matmul_bf16, matmul_bf16_f32, matmul_bf16_panels};
 use super::bf16_pack::{Cols, ColsBuf};
-use super::bf16_path::runs_bf16;
+use super::bf16_path::{Bf16Path, path, runs_bf16};
 use super::compute::{Compute, compute};
 use super::flex::{contiguous, flex_strided, flex_vec, use_kernels};
 use super::gemm::{MatRef, matmul};
@@ -98,13 +98,29 @@ fn weight_product(dst: &mut [f32], dst_rs: usize, a: MatRef, owner: &FlexTensor,
 /// in place, any other constant weight rounded once into columns kept beside it, a weight
 /// being trained rounded per product.
 fn weight_product_bf16(dst: &mut [f32], dst_rs: usize, a: MatRef, owner: &FlexTensor, w: WeightRef, accumulate: bool, pack: bool) {
-    let view = match w {
-        WeightRef::Half(h) => match Cols::in_place(&h) {
-            Some(cols) => return matmul_bf16(dst, dst_rs, a, cols, accumulate),
-            None => View { offset: h.offset, dims: [h.rows, h.cols], strides: [h.rs, h.cs] },
-        },
+    let full = match w {
+        WeightRef::Half(h) => View { offset: h.offset, dims: [h.rows, h.cols], strides: [h.rs, h.cs] },
         WeightRef::F32(m) => View { offset: m.offset, dims: [m.rows, m.cols], strides: [m.rs, m.cs] },
     };
+    // On AMX tiles a constant weight is kept as panels of its columns, in place or not: the
+    // tiles then write their sums with no transposition (`matmul_bf16_panels`).
+    if pack && path() == Bf16Path::Amx {
+        let panels = || {
+            w.check();
+            match w.t() {
+                WeightRef::Half(h) => RowPanels::pack_half(h),
+                WeightRef::F32(m) => RowPanels::pack(m),
+            }
+        };
+        if let Some(p) = kept_panels(owner, full, panels) {
+            return matmul_bf16_panels(dst, dst_rs, a, &p, accumulate);
+        }
+    }
+    if let WeightRef::Half(h) = w
+        && let Some(cols) = Cols::in_place(&h)
+    {
+        return matmul_bf16(dst, dst_rs, a, cols, accumulate);
+    }
     let cols = |w: WeightRef| {
         w.check();
         match w {
@@ -112,7 +128,7 @@ fn weight_product_bf16(dst: &mut [f32], dst_rs: usize, a: MatRef, owner: &FlexTe
             WeightRef::F32(m) => ColsBuf::from_f32(m),
         }
     };
-    match (pack.then(|| kept_cols(owner, view, || cols(w))).flatten(), w) {
+    match (pack.then(|| kept_cols(owner, full, || cols(w))).flatten(), w) {
         (Some(kept), _) => matmul_bf16(dst, dst_rs, a, kept.view(), accumulate),
         (None, WeightRef::F32(m)) => matmul_bf16_f32(dst, dst_rs, a, m, accumulate),
         (None, w) => matmul_bf16(dst, dst_rs, a, cols(w).view(), accumulate),
