@@ -248,7 +248,12 @@ impl Block<'_> {
         if transposed {
             for c in cols.clone() {
                 let d = unsafe { std::slice::from_raw_parts_mut(dst.add(c * dst_rs + rows.start), rows.len()) };
-                d.iter_mut().zip(&self.tile[(c - cols.start) * self.tile_rows..]).for_each(|(d, &t)| put(d, t));
+                let src = &self.tile[(c - cols.start) * self.tile_rows..][..rows.len()];
+                if accumulate {
+                    d.iter_mut().zip(src).for_each(|(d, &t)| *d += t);
+                } else {
+                    d.copy_from_slice(src);
+                }
             }
             return;
         }
