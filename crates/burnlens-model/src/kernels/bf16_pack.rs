@@ -58,26 +58,21 @@ impl RowPanels {
 
     /// Round and pack `a` (checked in bounds by the caller), one task per panel.
     pub fn pack(a: MatRef) -> Self {
-        let (m, k) = (a.rows, a.cols);
-        let pairs = k.div_ceil(2);
-        let mut data = scratch(&SPARE_PANELS, m.div_ceil(PANEL_ROWS) * pairs * PANEL_ROWS);
-        let out = SendPtr(data.as_mut_ptr());
-        pool::run(m.div_ceil(PANEL_ROWS), |i| {
-            let out = out;
-            // SAFETY: task `i` writes panel `i` alone, inside `data`.
-            let panel = unsafe { std::slice::from_raw_parts_mut(out.0.add(i * pairs * PANEL_ROWS), pairs * PANEL_ROWS) };
-            let rows = i * PANEL_ROWS..((i + 1) * PANEL_ROWS).min(m);
-            pack_panel(a, rows, pairs, panel);
-        });
-        Self { rows: m, pairs, data }
+        Self::pack_each(a.rows, a.cols, |rows, pairs, panel| pack_panel(a, rows, pairs, panel))
     }
-}
 
-impl RowPanels {
     /// [`RowPanels::pack`] for a half matrix (checked in bounds by the caller): each panel's
     /// rows widened to f32 first (f16 values round to bf16; bf16 ones keep their bits).
     pub fn pack_half(a: HalfRef) -> Self {
-        let (m, k) = (a.rows, a.cols);
+        let k = a.cols;
+        Self::pack_each(a.rows, k, |rows, pairs, panel| {
+            let wide: Vec<f32> = rows.clone().flat_map(|r| (0..k).map(move |c| widen_one(a.kind, a.data[a.at(r, c)]))).collect();
+            pack_panel(MatRef::row_major(&wide, rows.len(), k), 0..rows.len(), pairs, panel);
+        })
+    }
+
+    /// `m × k` values packed by `fill(rows, pairs, panel)`, one task per panel of rows.
+    fn pack_each(m: usize, k: usize, fill: impl Fn(std::ops::Range<usize>, usize, &mut [u32]) + Sync) -> Self {
         let pairs = k.div_ceil(2);
         let mut data = scratch(&SPARE_PANELS, m.div_ceil(PANEL_ROWS) * pairs * PANEL_ROWS);
         let out = SendPtr(data.as_mut_ptr());
@@ -85,9 +80,7 @@ impl RowPanels {
             let out = out;
             // SAFETY: task `i` writes panel `i` alone, inside `data`.
             let panel = unsafe { std::slice::from_raw_parts_mut(out.0.add(i * pairs * PANEL_ROWS), pairs * PANEL_ROWS) };
-            let rows = i * PANEL_ROWS..((i + 1) * PANEL_ROWS).min(m);
-            let wide: Vec<f32> = rows.clone().flat_map(|r| (0..k).map(move |c| widen_one(a.kind, a.data[a.at(r, c)]))).collect();
-            pack_panel(MatRef::row_major(&wide, rows.len(), k), 0..rows.len(), pairs, panel);
+            fill(i * PANEL_ROWS..((i + 1) * PANEL_ROWS).min(m), pairs, panel);
         });
         Self { rows: m, pairs, data }
     }
