@@ -16,13 +16,12 @@
 
 use std::cell::RefCell;
 
-use super::bf16_round::{to_bf16, to_bf16_slice};
+use super::bf16_round::{to_bf16, to_bf16_pairs, to_bf16_slice};
 use super::gemm::MatRef;
 use super::half_format::{Half, HalfRef, widen_one};
 use super::lines::{LINE, LineBuf};
 use super::pages::Plain;
 use super::pool::{self, SendPtr};
-use super::simd::dispatch;
 
 /// Rows per panel: four vectors of sixteen f32 outputs.
 pub const PANEL_ROWS: usize = 64;
@@ -132,7 +131,7 @@ fn pack_panel(a: MatRef, rows: std::ops::Range<usize>, pairs: usize, panel: &mut
         for p in 0..pairs {
             let lo = (a.offset as isize + (2 * p) as isize * a.cs) as usize + rows.start;
             let hi = (a.offset as isize + (2 * p + 1) as isize * a.cs) as usize + rows.start;
-            interleave(&a.data[lo..lo + n], &a.data[hi..hi + n], &mut panel[p * PANEL_ROWS..p * PANEL_ROWS + n]);
+            to_bf16_pairs(&a.data[lo..lo + n], &a.data[hi..hi + n], &mut panel[p * PANEL_ROWS..p * PANEL_ROWS + n]);
         }
         return;
     }
@@ -155,15 +154,6 @@ fn pack_panel(a: MatRef, rows: std::ops::Range<usize>, pairs: usize, panel: &mut
             }
         }
     }
-}
-
-/// `out[i] = pair(lo[i], hi[i])`.
-fn interleave(lo: &[f32], hi: &[f32], out: &mut [u32]) {
-    dispatch!(|lo: &[f32], hi: &[f32], out: &mut [u32]| -> () {
-        for ((o, &l), &h) in out.iter_mut().zip(lo).zip(hi) {
-            *o = pair(l, h);
-        }
-    })
 }
 
 /// Sixteen rows of sixteen f32 (`src`, row stride `src_ld`) transposed and rounded: column

@@ -41,11 +41,77 @@ pub fn round(x: f32) -> f32 {
 /// Round every value of `src` into `dst` as bf16 bits (equal lengths).
 pub fn to_bf16_slice(src: &[f32], dst: &mut [u16]) {
     assert_eq!(src.len(), dst.len(), "to_bf16_slice: lengths differ");
+    #[cfg(target_arch = "x86_64")]
+    if super::simd::has_avx512_bf16() {
+        // SAFETY: the CPU has AVX512_BF16 (checked); equal lengths (checked).
+        return unsafe { to_bf16_native(src, dst) };
+    }
     dispatch!(|src: &[f32], dst: &mut [u16]| -> () {
         for (d, &s) in dst.iter_mut().zip(src) {
             *d = to_bf16(s);
         }
     })
+}
+
+/// [`to_bf16_slice`] by `vcvtneps2bf16`, sixteen values an instruction (the rule above is
+/// the instruction's; the compiler's vectors of that rule ran at half its speed, 9% of a bf16
+/// training step on AMX).
+///
+/// # Safety
+/// The CPU must have AVX512_BF16; `src` and `dst` of equal lengths.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bf16")]
+unsafe fn to_bf16_native(src: &[f32], dst: &mut [u16]) {
+    use std::arch::x86_64::*;
+    let whole = src.len() / 16 * 16;
+    for i in (0..whole).step_by(16) {
+        unsafe {
+            let bits: __m256i = std::mem::transmute(_mm512_cvtneps_pbh(_mm512_loadu_ps(src.as_ptr().add(i))));
+            _mm256_storeu_si256(dst.as_mut_ptr().add(i).cast(), bits);
+        }
+    }
+    for (d, &s) in dst[whole..].iter_mut().zip(&src[whole..]) {
+        *d = to_bf16(s);
+    }
+}
+
+/// `out[i] = lo[i]`'s bf16 bits in the low half and `hi[i]`'s in the high half (equal
+/// lengths), by `vcvtneps2bf16` where the CPU has it: the pairs `vdpbf16ps` and the tiles
+/// read.
+pub fn to_bf16_pairs(lo: &[f32], hi: &[f32], out: &mut [u32]) {
+    assert!(lo.len() == out.len() && hi.len() == out.len(), "to_bf16_pairs: lengths differ");
+    #[cfg(target_arch = "x86_64")]
+    if super::simd::has_avx512_bf16() {
+        // SAFETY: the CPU has AVX512_BF16 (checked); equal lengths (checked).
+        return unsafe { to_bf16_pairs_native(lo, hi, out) };
+    }
+    dispatch!(|lo: &[f32], hi: &[f32], out: &mut [u32]| -> () {
+        for ((o, &l), &h) in out.iter_mut().zip(lo).zip(hi) {
+            *o = to_bf16(l) as u32 | (to_bf16(h) as u32) << 16;
+        }
+    })
+}
+
+/// [`to_bf16_pairs`] on AVX512_BF16.
+///
+/// # Safety
+/// The CPU must have AVX512_BF16; the three slices of equal lengths.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bf16")]
+unsafe fn to_bf16_pairs_native(lo: &[f32], hi: &[f32], out: &mut [u32]) {
+    use std::arch::x86_64::*;
+    let whole = out.len() / 16 * 16;
+    for i in (0..whole).step_by(16) {
+        unsafe {
+            let l: __m256i = std::mem::transmute(_mm512_cvtneps_pbh(_mm512_loadu_ps(lo.as_ptr().add(i))));
+            let h: __m256i = std::mem::transmute(_mm512_cvtneps_pbh(_mm512_loadu_ps(hi.as_ptr().add(i))));
+            let pairs = _mm512_or_si512(_mm512_cvtepu16_epi32(l), _mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(h)));
+            _mm512_storeu_si512(out.as_mut_ptr().add(i).cast(), pairs);
+        }
+    }
+    for ((o, &l), &h) in out[whole..].iter_mut().zip(&lo[whole..]).zip(&hi[whole..]) {
+        *o = to_bf16(l) as u32 | (to_bf16(h) as u32) << 16;
+    }
 }
 
 /// Round every value of `v` to the nearest bf16 value in place (kept as f32).
@@ -121,6 +187,14 @@ mod tests {
         for (i, &x) in src.iter().enumerate() {
             assert_eq!(dst[i], to_bf16(x), "{x:e} ({:#x})", x.to_bits());
             assert_eq!(rounded[i].to_bits(), from_bf16(to_bf16(x)).to_bits(), "{x:e}");
+        }
+        // In pairs: each half rounded by the same rule, `lo` in the low half.
+        let (lo, hi) = src.split_at(src.len() / 2 - 3);
+        let (lo, hi) = (&lo[..hi.len() - 7], &hi[..hi.len() - 7]);
+        let mut pairs = vec![0u32; lo.len()];
+        to_bf16_pairs(lo, hi, &mut pairs);
+        for (i, &p) in pairs.iter().enumerate() {
+            assert_eq!(p, to_bf16(lo[i]) as u32 | (to_bf16(hi[i]) as u32) << 16, "pair {i}: {:e} {:e}", lo[i], hi[i]);
         }
     }
 
