@@ -216,8 +216,9 @@ impl Cols<'_> {
     }
 }
 
-/// A weight rounded into the columns layout (`[n][k]` bf16, `k` padded to even), each
-/// column from the start of a cache line (for the AMX tiles' rows, [`super::lines`]).
+/// A weight rounded into the columns layout (`[n][k]` bf16), each column from the start of a
+/// cache line (for the AMX tiles' rows, [`super::lines`]): `k` padded to whole lines, an odd
+/// `k`'s last pair ending with a zero.
 pub struct ColsBuf {
     pub k: usize,
     pub n: usize,
