@@ -94,9 +94,10 @@ fn weight_product(dst: &mut [f32], dst_rs: usize, a: MatRef, owner: &FlexTensor,
     }
 }
 
-/// [`weight_product`] in bf16 arithmetic ([`Compute::Bf16`]): a bf16 Hugging Face weight read
-/// in place, any other constant weight rounded once into columns kept beside it, a weight
-/// being trained rounded per product.
+/// [`weight_product`] in bf16 arithmetic ([`Compute::Bf16`]): on AMX tiles a constant weight
+/// rounded once into panels of its columns kept beside it; elsewhere (or where the copies'
+/// budget is full) a bf16 Hugging Face weight read in place, any other constant weight rounded
+/// once into columns kept beside it; a weight being trained rounded per product.
 fn weight_product_bf16(dst: &mut [f32], dst_rs: usize, a: MatRef, owner: &FlexTensor, w: WeightRef, accumulate: bool, pack: bool) {
     let full = match w {
         WeightRef::Half(h) => View { offset: h.offset, dims: [h.rows, h.cols], strides: [h.rs, h.cs] },
