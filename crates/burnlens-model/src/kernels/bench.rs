@@ -106,16 +106,18 @@ fn gemm_bf16(a: &GemmBench, x: &[f32], b: MatRef) -> Value {
     let mut c = vec![0.0f32; m * n];
     let warm = std::time::Duration::from_millis(300);
     let path = super::bf16_path::path();
-    let times = if path == super::bf16_path::Bf16Path::Amx {
-        let panels = bf16_gemm::RowPanels::pack(b.t());
-        timed_warm(a.reps, warm, || bf16_gemm::matmul_bf16_panels(&mut c, n, MatRef::row_major(x, m, k), &panels, false))
+    // The layout `linear` keeps for a constant weight on this path.
+    let panels = path == super::bf16_path::Bf16Path::Amx;
+    let times = if panels {
+        let w = bf16_gemm::RowPanels::pack(b.t());
+        timed_warm(a.reps, warm, || bf16_gemm::matmul_bf16_panels(&mut c, n, MatRef::row_major(x, m, k), &w, false))
     } else {
         let cols = ColsBuf::from_f32(b);
         timed_warm(a.reps, warm, || bf16_gemm::matmul_bf16(&mut c, n, MatRef::row_major(x, m, k), cols.view(), false))
     };
     // This runs the kernel whatever the path; a product in a model takes `path`.
     json!({"times": times, "compute": "bf16", "native": bf16_gemm::instructions(), "amx": super::bf16_amx::available(), "path": path.name(), "why": path.reason(),
-           "weight_layout": if path == super::bf16_path::Bf16Path::Amx { "panels" } else { "columns" },
+           "weight_layout": if panels { "panels" } else { "columns" },
            "flops": 2.0 * (m * k * n) as f64, "shape": a.spec})
 }
 

@@ -16,7 +16,7 @@
 
 use std::cell::RefCell;
 
-use super::bf16_round::{to_bf16, to_bf16_pairs, to_bf16_slice};
+use super::bf16_round::{pair, to_bf16, to_bf16_pairs, to_bf16_slice};
 use super::gemm::MatRef;
 use super::half_format::{Half, HalfRef, widen_one};
 use super::lines::{LINE, LineBuf};
@@ -30,12 +30,6 @@ const T_COLS: usize = 64;
 const T_ROWS: usize = 128;
 /// Pairs per block of [`RowPanels::pack`]'s transposition (its writes stay in L1).
 const PAIR_BLOCK: usize = 64;
-
-/// Two bf16 values as one 32-bit word: `lo` in the low half (`vdpbf16ps`'s even element).
-#[inline(always)]
-fn pair(lo: f32, hi: f32) -> u32 {
-    to_bf16(lo) as u32 | (to_bf16(hi) as u32) << 16
-}
 
 /// The activations of a bf16 product (see the module's note).
 pub struct RowPanels {

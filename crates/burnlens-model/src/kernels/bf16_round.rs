@@ -75,6 +75,13 @@ unsafe fn to_bf16_native(src: &[f32], dst: &mut [u16]) {
     }
 }
 
+/// Two values rounded to bf16 as one 32-bit word: `lo` in the low half (`vdpbf16ps`'s even
+/// element).
+#[inline(always)]
+pub fn pair(lo: f32, hi: f32) -> u32 {
+    to_bf16(lo) as u32 | (to_bf16(hi) as u32) << 16
+}
+
 /// `out[i] = lo[i]`'s bf16 bits in the low half and `hi[i]`'s in the high half (equal
 /// lengths), by `vcvtneps2bf16` where the CPU has it: the pairs `vdpbf16ps` and the tiles
 /// read.
@@ -87,7 +94,7 @@ pub fn to_bf16_pairs(lo: &[f32], hi: &[f32], out: &mut [u32]) {
     }
     dispatch!(|lo: &[f32], hi: &[f32], out: &mut [u32]| -> () {
         for ((o, &l), &h) in out.iter_mut().zip(lo).zip(hi) {
-            *o = to_bf16(l) as u32 | (to_bf16(h) as u32) << 16;
+            *o = pair(l, h);
         }
     })
 }
@@ -110,7 +117,7 @@ unsafe fn to_bf16_pairs_native(lo: &[f32], hi: &[f32], out: &mut [u32]) {
         }
     }
     for ((o, &l), &h) in out[whole..].iter_mut().zip(&lo[whole..]).zip(&hi[whole..]) {
-        *o = to_bf16(l) as u32 | (to_bf16(h) as u32) << 16;
+        *o = pair(l, h);
     }
 }
 
@@ -194,7 +201,7 @@ mod tests {
         let mut pairs = vec![0u32; lo.len()];
         to_bf16_pairs(lo, hi, &mut pairs);
         for (i, &p) in pairs.iter().enumerate() {
-            assert_eq!(p, to_bf16(lo[i]) as u32 | (to_bf16(hi[i]) as u32) << 16, "pair {i}: {:e} {:e}", lo[i], hi[i]);
+            assert_eq!(p, (to_bf16(hi[i]) as u32) << 16 | to_bf16(lo[i]) as u32, "pair {i}: {:e} {:e}", lo[i], hi[i]);
         }
     }
 
