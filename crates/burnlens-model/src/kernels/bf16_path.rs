@@ -15,6 +15,7 @@
 
 use std::sync::atomic::{AtomicU8, Ordering::Relaxed};
 
+use super::simd::intel;
 use super::{bf16_amx, bf16_gemm};
 
 /// How `--compute bf16` products run here.
@@ -83,18 +84,6 @@ pub fn runs_bf16() -> bool {
 /// Whether bf16 products run on bf16 instructions here (tiles or the vector kernel).
 pub fn native() -> bool {
     matches!(path(), Bf16Path::Amx | Bf16Path::Vector)
-}
-
-#[cfg(target_arch = "x86_64")]
-fn intel() -> bool {
-    let id = std::arch::x86_64::__cpuid(0);
-    let vendor: Vec<u8> = [id.ebx, id.edx, id.ecx].iter().flat_map(|r| r.to_le_bytes()).collect();
-    vendor == b"GenuineIntel"
-}
-
-#[cfg(not(target_arch = "x86_64"))]
-fn intel() -> bool {
-    false
 }
 
 /// `BURNLENS_BF16`, trimmed.

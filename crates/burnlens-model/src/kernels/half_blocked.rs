@@ -74,7 +74,7 @@ const ROW_BLOCK_FLOATS: usize = 96 * 1024;
 /// runs), level at 1,024 (1.02x): a third of the micro-kernel calls, each adding into its
 /// tile a third as often.
 fn columns_blocking(isa: packed::Isa) -> (usize, usize) {
-    let kc = isa.blocking.kc;
+    let kc = isa.half_kc();
     (kc, (ROW_BLOCK_FLOATS / kc).min(ROW_BLOCK))
 }
 /// Column groups (of [`NR`](packed::NR)) computed together into one tile by [`by_columns`].

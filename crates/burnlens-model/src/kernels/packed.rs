@@ -38,11 +38,19 @@ pub(crate) const GROUP_COLS: usize = 512;
 /// 256. On an AVX2 Zen 3 (BENCHMARKS.md, twentieth), against 256 × 512 in 8 alternated
 /// pairs (order swapped every pair): the packed products 128×768×2304, 128×3072×768,
 /// 1024×768×2304 and 1536³ 1.20, 1.19, 1.15 and 1.05x as fast; a GPT-2 small forward 1.03x
-/// at 1×128 and 1.08x at 4×256. AVX-512 machines, not measured with it, keep
-/// [`AVX512_BLOCKING`].
+/// at 1×128 and 1.08x at 4×256. Intel's AVX-512 cores take it too ([`INTEL_AVX512_BLOCKING`]).
 const AVX2_BLOCKING: Blocking = Blocking { kc: 768, group_cols: 128 };
-/// The AVX-512 blocking: [`KC`] deep over [`GROUP_COLS`].
+/// The AVX-512 blocking on AMD (Zen 4 and 5; not measured against another): [`KC`] deep
+/// over [`GROUP_COLS`].
 const AVX512_BLOCKING: Blocking = Blocking { kc: KC, group_cols: GROUP_COLS };
+/// The AVX-512 blocking on Intel: the AVX2 one (768 deep over 128 columns: six rows' 18 KiB
+/// in a 48 KiB L1, the group's 384 KiB in a 2 MiB L2). On a Xeon (family 6, model 207,
+/// BENCHMARKS.md, thirty-fourth), each product timed in one process with the two blockings
+/// alternating three products at a time, medians of 45, against [`AVX512_BLOCKING`]:
+/// 128×768×2304 1.11–1.19x, 128×768×768 1.12–1.14x, 128×3072×768 1.08–1.14x, 1024×768×2304
+/// 1.06–1.09x, 768×128×384 0.98–0.99x, 1536³ 1.03x; depth alone (768 over 512 columns) or
+/// width alone (256 over 128) gained nothing.
+const INTEL_AVX512_BLOCKING: Blocking = AVX2_BLOCKING;
 
 /// A product's blocking: depth blocks of `kc`, column groups of `group_cols`.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -72,6 +80,13 @@ impl Isa {
         self.lanes * self.ukr.len()
     }
 
+    /// Depth of the half-weight kernels' widened blocks by columns ([`super::half_blocked`]):
+    /// the AVX2 blocking's with AVX2, [`KC`] with AVX-512 on Intel too (the deeper f32 blocks
+    /// of [`INTEL_AVX512_BLOCKING`] were not measured on the half kernels).
+    pub(crate) fn half_kc(&self) -> usize {
+        if self.lanes == 8 { AVX2_BLOCKING.kc } else { KC }
+    }
+
     /// The micro-kernel for `m` values down a panel (at most [`Isa::panel`]) by `n` (at most
     /// [`NR`]) broadcast values.
     pub(crate) fn kernel(&self, m: usize, n: usize) -> MicroKernelFn<f32> {
@@ -85,7 +100,8 @@ pub(crate) fn isa() -> Option<Isa> {
         #[cfg(target_arch = "x86_64")]
         if !super::simd::baseline() {
             if std::arch::is_x86_feature_detected!("avx512f") {
-                return Some(Isa { lanes: 16, ukr: &gemm_f32::microkernel::avx512f::f32::UKR, blocking: AVX512_BLOCKING });
+                let blocking = if super::simd::intel() { INTEL_AVX512_BLOCKING } else { AVX512_BLOCKING };
+                return Some(Isa { lanes: 16, ukr: &gemm_f32::microkernel::avx512f::f32::UKR, blocking });
             }
             if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
                 return Some(Isa { lanes: 8, ukr: &gemm_f32::microkernel::fma::f32::UKR, blocking: AVX2_BLOCKING });
@@ -441,8 +457,9 @@ mod tests {
             assert!(Packed::new(MatRef::row_major(&[1.0], 1, 1)).is_none());
             return;
         }
-        // Partial panels, partial row blocks, several depth blocks (AVX-512's of 256, AVX2's of
-        // 768: 1,600 is three of those), several column groups, m = 1, big enough to split.
+        // Partial panels, partial row blocks, several depth blocks (AMD's AVX-512 of 256, AVX2's
+        // and Intel's of 768: 1,600 is three of those), several column groups, m = 1, big
+        // enough to split.
         let shapes = [(1, 5, 3), (1, 768, 300), (7, 1, 4), (13, 600, 130), (6, 257, 64), (9, 1600, 150), (130, 64, 1100), (200, 70, 9), (0, 3, 4), (4, 0, 5)];
         for &(m, k, n) in &shapes {
             let a_data = vals(m * k + 3, 1);

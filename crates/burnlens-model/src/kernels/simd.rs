@@ -85,6 +85,20 @@ pub fn has_avx2_fma() -> bool {
     !baseline() && std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") && std::arch::is_x86_feature_detected!("bmi2")
 }
 
+/// Whether the CPU is Intel's: where measurements chose a rule per vendor (the bf16 path,
+/// the AVX-512 blocking of packed products).
+#[cfg(target_arch = "x86_64")]
+pub fn intel() -> bool {
+    let id = std::arch::x86_64::__cpuid(0);
+    let vendor: Vec<u8> = [id.ebx, id.edx, id.ecx].iter().flat_map(|r| r.to_le_bytes()).collect();
+    vendor == b"GenuineIntel"
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+pub fn intel() -> bool {
+    false
+}
+
 /// The instruction set the kernels run with on this CPU, for reports.
 pub fn isa() -> &'static str {
     #[cfg(target_arch = "x86_64")]
