@@ -5,7 +5,7 @@ use std::cell::RefCell;
 
 use super::gemm::MatRef;
 use super::half_format::{HalfRef, Rows, Runs, prefetch_runs, widen_one, widen_runs, widen_to_panels};
-use super::packed::{self, KC, Out, Split};
+use super::packed::{self, Blocking, Out, Split};
 use super::pool::{self, SendPtr};
 
 // ---------------------------------------------------------------------------------------
@@ -20,26 +20,27 @@ thread_local! {
 pub(super) fn blocked(dst: &mut [f32], dst_rs: usize, a: MatRef, w: HalfRef, accumulate: bool, isa: packed::Isa) {
     let (m, k, n) = (a.rows, a.cols, w.cols);
     let p = isa.panel();
-    // Its own column groups (the widened blocks' buffer is sized for them), on any ISA.
-    let split = Split::new([m, k, n], p, packed::GROUP_COLS);
+    // Its own blocking (the widened blocks' buffer is sized for it).
+    let Blocking { kc: depth, group_cols } = isa.half_blocking();
+    let split = Split::new([m, k, n], p, group_cols);
     let ptr = SendPtr(dst.as_mut_ptr());
     split.run(|t| {
         let dst = ptr;
         let (panels, rows) = split.task(t);
-        let group = packed::GROUP_COLS.div_ceil(p);
+        let group = group_cols.div_ceil(p);
         // Each column group's depth blocks in turn: (first row of the block, its panels).
-        let mut blocks = panels.clone().step_by(group).flat_map(|g0| (0..k).step_by(KC).map(move |p0| (p0, g0..(g0 + group).min(panels.end)))).peekable();
+        let mut blocks = panels.clone().step_by(group).flat_map(|g0| (0..k).step_by(depth).map(move |p0| (p0, g0..(g0 + group).min(panels.end)))).peekable();
         PANELS.with(|buf| {
             let mut buf = buf.borrow_mut();
             while let Some((p0, g)) = blocks.next() {
-                let kc = KC.min(k - p0);
+                let kc = depth.min(k - p0);
                 fill_panels(&mut buf, w, p0..p0 + kc, g.start * p..(g.end * p).min(n), p);
                 // The next block's rows, fetched a share after each strip of rows multiplies
                 // (asked for in one burst before, the widening still waited on memory).
                 let next = blocks.peek().filter(|_| w.cs == 1).map(|(q0, h)| Runs {
                     start: w.at(*q0, h.start * p),
                     stride: w.rs,
-                    count: KC.min(k - q0),
+                    count: depth.min(k - q0),
                     len: (h.end * p).min(n) - h.start * p,
                 });
                 let out = Out { dst: dst.0, dst_rs, col0: 0, col_end: n };

@@ -80,11 +80,20 @@ impl Isa {
         self.lanes * self.ukr.len()
     }
 
-    /// Depth of the half-weight kernels' widened blocks by columns ([`super::half_blocked`]):
-    /// the AVX2 blocking's with AVX2, [`KC`] with AVX-512 on Intel too (the deeper f32 blocks
-    /// of [`INTEL_AVX512_BLOCKING`] were not measured on the half kernels).
+    /// Depth of the half-weight kernels' blocks by columns (`half_blocked::by_columns`): the
+    /// AVX2 blocking's with AVX2, [`KC`] with AVX-512, on Intel too (768 there, timed in one
+    /// process against 256: 0.95–1.05x, nothing gained).
     pub(crate) fn half_kc(&self) -> usize {
         if self.lanes == 8 { AVX2_BLOCKING.kc } else { KC }
+    }
+
+    /// The blocking of the half-weight kernels' widened row-major blocks
+    /// (`half_blocked::blocked`): [`INTEL_AVX512_BLOCKING`] on Intel's AVX-512 cores (timed
+    /// in one process against 256 × 512 on the model-207 Xeon: GPT-2's 128-row products with
+    /// bf16 weights 1.00–1.15x, median about 1.05x), else [`KC`] over [`GROUP_COLS`] on every
+    /// ISA.
+    pub(crate) fn half_blocking(&self) -> Blocking {
+        if self.lanes == 16 && super::simd::intel() { INTEL_AVX512_BLOCKING } else { AVX512_BLOCKING }
     }
 
     /// The micro-kernel for `m` values down a panel (at most [`Isa::panel`]) by `n` (at most
