@@ -88,12 +88,12 @@ impl Isa {
     }
 
     /// The blocking of the half-weight kernels' widened row-major blocks
-    /// (`half_blocked::blocked`): [`INTEL_AVX512_BLOCKING`] on Intel's AVX-512 cores (timed
-    /// in one process against 256 × 512 on the model-207 Xeon: GPT-2's 128-row products with
-    /// bf16 weights 1.00–1.15x, median about 1.05x), else [`KC`] over [`GROUP_COLS`] on every
-    /// ISA.
+    /// (`half_blocked::blocked`): with AVX-512 the f32 products' (on Intel
+    /// [`INTEL_AVX512_BLOCKING`], timed in one process against 256 × 512 on the model-207
+    /// Xeon: GPT-2's 128-row products with bf16 weights 1.00–1.15x, median about 1.05x), with
+    /// AVX2 [`KC`] over [`GROUP_COLS`] as before.
     pub(crate) fn half_blocking(&self) -> Blocking {
-        if self.lanes == 16 && super::simd::intel() { INTEL_AVX512_BLOCKING } else { AVX512_BLOCKING }
+        if self.lanes == 16 { self.blocking } else { AVX512_BLOCKING }
     }
 
     /// The micro-kernel for `m` values down a panel (at most [`Isa::panel`]) by `n` (at most
