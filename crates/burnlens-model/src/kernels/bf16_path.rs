@@ -6,7 +6,8 @@
 //! 1.6–2.2x f32, [`Bf16Path::Vector`]); f32 on an Intel CPU with AVX512_BF16 but no usable
 //! AMX, where `vdpbf16ps` retires no more products a cycle than the two FMA ports do and the
 //! rounding and packing are pure cost (a Xeon, family 6 model 207, with AMX hidden by its
-//! hypervisor, measured 0.67x f32: [`Bf16Path::F32Slower`]); f32 without the instructions
+//! hypervisor, measured 0.67x f32 on an 8B forward and, again on 2026-12-02, 0.48–0.52x the
+//! f32 product on GPT-2's shapes: [`Bf16Path::F32Slower`]); f32 without the instructions
 //! ([`Bf16Path::F32NoInstructions`]). `BURNLENS_BF16=native` takes the vector kernel wherever
 //! the instructions exist; `BURNLENS_BF16=emulate` (or [`set_emulated`]) asks for bf16's
 //! results where the products would run in f32: the vector kernel where the instructions
@@ -49,7 +50,7 @@ impl Bf16Path {
             Bf16Path::Amx => "the CPU has AMX tiles (AMX-BF16) and Linux grants them",
             Bf16Path::Vector => "the CPU has AVX512_BF16 and is not an Intel core without AMX",
             Bf16Path::F32Slower => {
-                "this Intel CPU has AVX512_BF16 but no usable AMX: vdpbf16ps is slower than f32 here (0.67x measured); BURNLENS_BF16=native forces it"
+                "this Intel CPU has AVX512_BF16 but no usable AMX: vdpbf16ps is slower than f32 here (0.48-0.67x measured); BURNLENS_BF16=native forces it"
             }
             Bf16Path::F32NoInstructions => "this CPU has no AVX512_BF16 (or BURNLENS_ISA=baseline): bf16 would be no faster than f32",
             Bf16Path::Emulated => "BURNLENS_BF16=emulate on a CPU without bf16 instructions: bf16's results in f32 arithmetic, slower than f32",
