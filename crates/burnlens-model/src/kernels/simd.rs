@@ -86,12 +86,16 @@ pub fn has_avx2_fma() -> bool {
 }
 
 /// Whether the CPU is Intel's: where measurements chose a rule per vendor (the bf16 path,
-/// the AVX-512 blocking of packed products).
+/// the AVX-512 blocking of packed products). Asked of the CPU once (`cpuid` leaves a virtual
+/// machine, and the bf16 path is decided per product).
 #[cfg(target_arch = "x86_64")]
 pub fn intel() -> bool {
-    let id = std::arch::x86_64::__cpuid(0);
-    let vendor: Vec<u8> = [id.ebx, id.edx, id.ecx].iter().flat_map(|r| r.to_le_bytes()).collect();
-    vendor == b"GenuineIntel"
+    static INTEL: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *INTEL.get_or_init(|| {
+        let id = std::arch::x86_64::__cpuid(0);
+        let vendor: Vec<u8> = [id.ebx, id.edx, id.ecx].iter().flat_map(|r| r.to_le_bytes()).collect();
+        vendor == b"GenuineIntel"
+    })
 }
 
 #[cfg(not(target_arch = "x86_64"))]
