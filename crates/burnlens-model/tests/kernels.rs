@@ -437,6 +437,42 @@ fn a_half_weight_is_copied_into_decoding_panels_once_and_again_when_it_changes()
     }
 }
 
+/// On Intel's AVX-512 cores prefill reads a half weight from a copy widened to f32 once and
+/// kept (elsewhere none is made); decoding's few rows never make one; a changed weight gets
+/// its own; every product equals the weight widened to f32 and multiplied, bit for bit.
+#[test]
+fn prefill_widens_a_half_weight_once_where_the_cpu_takes_the_copy() {
+    use burn::tensor::DType;
+    use kernels::half_widened::{applies, widened_on_this_thread};
+    let d = flex();
+    let widens = applies() && std::env::var("BURNLENS_PACKED_MB").as_deref() != Ok("0");
+    for dtype in [DType::BF16, DType::F16] {
+        let w = rand([40, 150], 0.5, &d).cast(dtype);
+        let wt = rand([150, 40], 0.5, &d).cast(dtype).transpose();
+        for w in [w, wt] {
+            let product = |x: &Tensor<3>, w: &Tensor<2>| vec(&kernels::linear(x.clone(), w.clone(), None));
+            let exact = |x: &Tensor<3>, w: &Tensor<2>| vec(&kernels::linear(x.clone(), Tensor::<2>::from_data(w.clone().cast(DType::F32).to_data(), &d), None));
+            let prefill = rand([2, 9, 40], 1.0, &d);
+            let made = widened_on_this_thread();
+            let y1 = product(&prefill, &w);
+            assert_eq!(widened_on_this_thread(), made + usize::from(widens), "{dtype:?}: the first prefill widens the weight");
+            if widens {
+                assert_eq!(y1, exact(&prefill, &w), "{dtype:?}: the widened copy's product differs from the f32 weight's");
+            }
+            assert_close(&format!("{dtype:?}: prefill"), &y1, &vec(&kernels::linear_reference(prefill.clone(), w.clone(), None)), 1e-5);
+            let made = widened_on_this_thread();
+            assert_eq!(product(&prefill, &w), y1, "{dtype:?}: the same weight gives the same product");
+            let _ = product(&rand([1, 1, 40], 1.0, &d), &w);
+            assert_eq!(widened_on_this_thread(), made, "{dtype:?}: a second prefill or a decoding step widened again");
+            let w2 = w.clone().mul_scalar(-0.5);
+            let y2 = product(&prefill, &w2);
+            assert!(rel_err(&y2, &y1, 1e-3) > 1e-2, "{dtype:?}: the edited weight changed nothing");
+            assert_eq!(widened_on_this_thread(), made + usize::from(widens), "{dtype:?}: the edited weight got no copy of its own");
+            assert_close(&format!("{dtype:?}: edited"), &y2, &vec(&kernels::linear_reference(prefill.clone(), w2, None)), 1e-5);
+        }
+    }
+}
+
 #[test]
 fn adamw_step_matches_the_composed_ops_in_place_and_never_writes_a_shared_buffer() {
     use kernels::adamw::{AdamWStep, adamw_step, adamw_step_reference};

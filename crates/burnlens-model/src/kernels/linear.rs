@@ -27,6 +27,7 @@ use super::gemm::{MatRef, matmul};
 use super::half::{Half, HalfRef, STREAM_ROWS, matmul_half};
 use super::half_panels::half_panels;
 use super::half_panels_prefill::{available as reads_prefill, matmul_from_panels};
+use super::half_widened::{self, widened_weight};
 use super::packed::{matmul_packed, packed_weight};
 use super::pool;
 use super::unfilled::unfilled;
@@ -76,13 +77,18 @@ pub fn linear_reference<const D: usize>(x: Tensor<D>, weight: Tensor<2>, bias: O
 /// [`super::packed`]) where the CPU has micro-kernels for it; a weight an optimizer is about
 /// to change, or one packing does not apply to, through one `gemm` call that packs it again.
 /// A half weight is read as stored, except by decoding's few rows, which read its decoding
-/// panels ([`super::half_panels`]) while the copies' budget has room, and on AVX2 CPUs by
-/// prefill too ([`super::half_panels_prefill`]).
+/// panels ([`super::half_panels`]) while the copies' budget has room, and by prefill: on AVX2
+/// CPUs from those panels too ([`super::half_panels_prefill`]), on Intel's AVX-512 cores from
+/// a copy widened to f32 and packed ([`super::half_widened`]).
 fn weight_product(dst: &mut [f32], dst_rs: usize, a: MatRef, owner: &FlexTensor, w: WeightRef, accumulate: bool, pack: bool) {
     if compute() == Compute::Bf16 && a.rows > STREAM_ROWS && runs_bf16() {
         return weight_product_bf16(dst, dst_rs, a, owner, w, accumulate, pack);
     }
     match w {
+        WeightRef::Half(w) if pack && half_widened::for_rows(a.rows) => match widened_weight(owner, w) {
+            Some(p) => matmul_packed(dst, dst_rs, a, &p, accumulate),
+            None => matmul_half(dst, dst_rs, a, w, accumulate),
+        },
         WeightRef::Half(w) => match (pack && (a.rows <= STREAM_ROWS || reads_prefill(w.kind))).then(|| half_panels(owner, w)).flatten() {
             Some(p) => matmul_from_panels(dst, dst_rs, a, &p, accumulate),
             None => matmul_half(dst, dst_rs, a, w, accumulate),

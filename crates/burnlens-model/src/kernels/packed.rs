@@ -143,17 +143,12 @@ impl std::fmt::Debug for Packed {
 impl Packed {
     /// Pack `b`, or `None` where this CPU has no micro-kernel for it (the caller uses gemm).
     pub fn new(b: MatRef) -> Option<Self> {
-        let isa = isa()?;
-        let (k, n, p) = (b.rows, b.cols, isa.panel());
-        let mut data = super::pages::PageBuf::zeroed(n.div_ceil(p) * k * p);
-        if k == 0 {
-            return Some(Self { k, n, isa, data });
+        if b.rows > 0 {
+            b.check();
         }
-        b.check();
         let at = |r: usize, c: usize| b.data[(b.offset as isize + r as isize * b.rs + c as isize * b.cs) as usize];
-        pool::for_chunks(&mut data, k * p, |j, panel| {
-            let c0 = j * p;
-            let cols = p.min(n - c0);
+        Self::filled(b.rows, b.cols, |c0, cols, panel| {
+            let p = panel.len() / b.rows;
             if b.cs == 1 {
                 for (r, dst) in panel.chunks_exact_mut(p).enumerate() {
                     let start = (b.offset as isize + r as isize * b.rs + c0 as isize) as usize;
@@ -162,12 +157,24 @@ impl Packed {
             } else {
                 // Column by column: each reads a contiguous run when `rs == 1` (a transposed view).
                 for c in 0..cols {
-                    for r in 0..k {
+                    for r in 0..b.rows {
                         panel[r * p + c] = at(r, c0 + c);
                     }
                 }
             }
-        });
+        })
+    }
+
+    /// A `[k, n]` matrix packed by `fill(c0, cols, panel)`, which writes columns `c0..c0 +
+    /// cols` into `panel` (`k × P`, zeroed, row `r` at `r · P`), one panel per call and the
+    /// panels in parallel; `None` where this CPU has no micro-kernel.
+    pub(crate) fn filled(k: usize, n: usize, fill: impl Fn(usize, usize, &mut [f32]) + Sync) -> Option<Self> {
+        let isa = isa()?;
+        let p = isa.panel();
+        let mut data = super::pages::PageBuf::zeroed(n.div_ceil(p) * k * p);
+        if k > 0 {
+            pool::for_chunks(&mut data, k * p, |j, panel| fill(j * p, p.min(n - j * p), panel));
+        }
         Some(Self { k, n, isa, data })
     }
 
