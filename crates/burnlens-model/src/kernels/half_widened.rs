@@ -1,6 +1,6 @@
 //! Half weights widened once for prefill on Intel's AVX-512 cores: a bf16/f16 weight widened
 //! to f32 into gemm-f32's panels ([`Packed`]) at its first product with more than
-//! [`STREAM_ROWS`] rows, and kept beside it ([`super::kept`]), so that prefill with half
+//! [`STREAM_ROWS`](super::half::STREAM_ROWS) rows, and kept beside it ([`super::kept`]), so that prefill with half
 //! weights runs the packed product of f32 weights.
 //!
 //! Why. Elsewhere prefill widens a half weight block by block in every product
@@ -26,7 +26,7 @@ use std::sync::Arc;
 
 use burn::backend::flex::FlexTensor;
 
-use super::half::{HalfRef, STREAM_ROWS, widen_one};
+use super::half::{HalfRef, widen_one};
 use super::half_format::{Rows, Runs, widen_runs, widen_to_panels};
 use super::kept::{Layout, View, kept};
 use super::packed::{Packed, isa};
@@ -85,12 +85,6 @@ thread_local! {
 /// Widened copies this thread has made so far (a product finding its weight's copy makes none).
 pub fn widened_on_this_thread() -> usize {
     WIDENED_HERE.with(|c| c.get())
-}
-
-/// Whether a product of `rows` rows with a constant half weight reads its widened copy
-/// (prefill on a CPU where [`applies`]).
-pub(crate) fn for_rows(rows: usize) -> bool {
-    rows > STREAM_ROWS && applies()
 }
 
 #[cfg(test)]

@@ -85,18 +85,54 @@ fn weight_product(dst: &mut [f32], dst_rs: usize, a: MatRef, owner: &FlexTensor,
         return weight_product_bf16(dst, dst_rs, a, owner, w, accumulate, pack);
     }
     match w {
-        WeightRef::Half(w) if pack && half_widened::for_rows(a.rows) => match widened_weight(owner, w) {
-            Some(p) => matmul_packed(dst, dst_rs, a, &p, accumulate),
-            None => matmul_half(dst, dst_rs, a, w, accumulate),
-        },
-        WeightRef::Half(w) => match (pack && (a.rows <= STREAM_ROWS || reads_prefill(w.kind))).then(|| half_panels(owner, w)).flatten() {
-            Some(p) => matmul_from_panels(dst, dst_rs, a, &p, accumulate),
-            None => matmul_half(dst, dst_rs, a, w, accumulate),
-        },
+        WeightRef::Half(w) if pack => {
+            let copy = match (a.rows <= STREAM_ROWS, HalfPrefill::here(w.kind)) {
+                (false, HalfPrefill::Widened) => widened_weight(owner, w).map(|p| matmul_packed(dst, dst_rs, a, &p, accumulate)),
+                (true, _) | (false, HalfPrefill::Panels) => half_panels(owner, w).map(|p| matmul_from_panels(dst, dst_rs, a, &p, accumulate)),
+                (false, HalfPrefill::Blocks) => None,
+            };
+            if copy.is_none() {
+                matmul_half(dst, dst_rs, a, w, accumulate);
+            }
+        }
+        WeightRef::Half(w) => matmul_half(dst, dst_rs, a, w, accumulate),
         WeightRef::F32(w) => match pack.then(|| packed_weight(owner, w)).flatten() {
             Some(p) => matmul_packed(dst, dst_rs, a, &p, accumulate),
             None => matmul(dst, dst_rs, a, w, accumulate),
         },
+    }
+}
+
+/// How prefill (more than [`STREAM_ROWS`] rows) reads a constant half weight in f32
+/// arithmetic on this CPU, while the copies' budget has room.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum HalfPrefill {
+    /// From a copy widened to f32 once and packed ([`super::half_widened`]).
+    Widened,
+    /// From the decoding panels, widened in registers ([`super::half_panels_prefill`]).
+    Panels,
+    /// As stored, widened a block at a time ([`super::half`]).
+    Blocks,
+}
+
+impl HalfPrefill {
+    pub fn here(kind: Half) -> Self {
+        if half_widened::applies() {
+            HalfPrefill::Widened
+        } else if reads_prefill(kind) {
+            HalfPrefill::Panels
+        } else {
+            HalfPrefill::Blocks
+        }
+    }
+
+    /// For reports (`burnlens bench machine`).
+    pub fn describe(self) -> &'static str {
+        match self {
+            HalfPrefill::Widened => "a copy widened to f32 once and packed (Intel AVX-512)",
+            HalfPrefill::Panels => "the decoding panels, widened in registers (AVX2)",
+            HalfPrefill::Blocks => "the weight as stored, widened a block at a time",
+        }
     }
 }
 
