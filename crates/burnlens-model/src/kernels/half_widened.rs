@@ -68,7 +68,8 @@ pub(crate) fn widen(w: HalfRef) -> Option<Packed> {
 }
 
 /// The widened copy of `owner`'s half weight `w`, made now if it is not kept yet; `None`
-/// where it does not apply ([`applies`]) or does not fit the copies' budget.
+/// where this CPU packs nothing or the copy does not fit the copies' budget (the caller asks
+/// only where [`applies`]).
 pub(crate) fn widened_weight(owner: &FlexTensor, w: HalfRef) -> Option<Arc<Packed>> {
     let p = isa()?.panel();
     let key = View { offset: w.offset, dims: [w.rows, w.cols], strides: [w.rs, w.cs] };
