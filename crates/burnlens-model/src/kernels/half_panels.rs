@@ -40,14 +40,37 @@ use super::simd::dispatch;
 pub const PANEL: usize = 64;
 /// Rows of `x` summed together against one panel (their sums all in registers).
 const ROWS: usize = 4;
-/// How far ahead of the row it reads a panel's stream asks for its bytes: 8 rows (1 KiB of
-/// bf16). On the AVX2 Zen 3, GPT-2 small's 64 decoded tokens with bf16 weights took 0.90x
-/// the time they took without the hint (median of 8 alternated pairs; BENCHMARKS.md,
-/// twenty-fourth): the hardware's stream prefetcher alone left the kernel below the memory's
-/// read rate. Not measured on other CPUs.
+/// How far ahead of the row it reads a panel's stream asks for its bytes into the first-level
+/// cache: 8 rows (1 KiB of bf16). See [`Ahead`] for where it is asked.
 const PREFETCH_ROWS: usize = 8;
+/// How far ahead it asks for them into the second-level cache where [`Ahead::L1AndL2`]: 64
+/// rows (8 KiB).
+const PREFETCH_L2_ROWS: usize = 64;
 /// Tasks per thread: enough to balance a helper that starts late.
 const TASKS_PER_THREAD: usize = 4;
+
+/// What a panel kernel asks the memory for ahead of the row it reads, chosen per CPU by
+/// measurement (GPT-2 small's 64 decoded tokens, alternated processes; BENCHMARKS.md):
+/// - AVX2 Zen 3, bf16: [`Ahead::L1`] took 0.90x the time of no hint (8 pairs, twenty-fourth):
+///   the hardware's stream prefetcher alone left the kernel below the memory's read rate.
+/// - Intel (measured on the Xeon model 207, AVX-512, thirty-sixth): [`Ahead::L1AndL2`] took
+///   0.83x and 0.74x the time of [`Ahead::L1`] with bf16 (two sets of 6 rounds, medians 830
+///   against 995 and 746 against 1,012 ms; 32 or 128 rows ahead into L2 instead of 64: 798
+///   and 752, 16 rows into L1 alone 930, 64 into L2 alone 874), and 0.75x no hint with f16
+///   (929 against 1,240 ms).
+/// - AMD's AVX-512 (Zen 4/5, not measured with and without): the Zen 3 rule, [`Ahead::L1`];
+///   f16's conversion kernel, which asked for nothing before, asks so too.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Ahead {
+    L1,
+    L1AndL2,
+}
+
+impl Ahead {
+    fn for_cpu() -> Self {
+        if super::simd::intel() { Ahead::L1AndL2 } else { Ahead::L1 }
+    }
+}
 
 /// A `[k, n]` half-precision matrix in panels of [`PANEL`] columns, each `k × PANEL`
 /// contiguous and zero-padded.
@@ -146,6 +169,7 @@ pub fn matmul_half_panels(dst: &mut [f32], dst_rs: usize, a: MatRef, w: &HalfPan
     let tasks_wanted = if parallel { pool::threads() * TASKS_PER_THREAD } else { 1 };
     let per_task = panels.div_ceil(tasks_wanted);
     let ptr = SendPtr(dst.as_mut_ptr());
+    let ahead = Ahead::for_cpu();
     let task = |t: usize| {
         let dst = ptr;
         for j in t * per_task..((t + 1) * per_task).min(panels) {
@@ -154,7 +178,7 @@ pub fn matmul_half_panels(dst: &mut [f32], dst_rs: usize, a: MatRef, w: &HalfPan
             for r0 in (0..m).step_by(ROWS) {
                 let rows = ROWS.min(m - r0);
                 let mut sums = [[0.0f32; PANEL]; ROWS];
-                panel_product(w.kind, &x[r0 * k..(r0 + rows) * k], panel, &mut sums[..rows]);
+                panel_product(w.kind, &x[r0 * k..(r0 + rows) * k], panel, &mut sums[..rows], ahead);
                 for (r, s) in sums[..rows].iter().enumerate() {
                     // SAFETY: tasks write disjoint panel columns of `dst`, inside it (checked
                     // by `nothing_to_multiply`).
@@ -177,14 +201,14 @@ pub fn matmul_half_panels(dst: &mut [f32], dst_rs: usize, a: MatRef, w: &HalfPan
 }
 
 /// `sums[r] = x_r · panel` for the `sums.len()` rows of `x` (each `k` long).
-fn panel_product(kind: Half, x: &[f32], panel: &[u16], sums: &mut [[f32; PANEL]]) {
+fn panel_product(kind: Half, x: &[f32], panel: &[u16], sums: &mut [[f32; PANEL]], ahead: Ahead) {
     macro_rules! rows {
         ($bf16:literal) => {
             match sums.len() {
-                1 => dispatch!(|x: &[f32], panel: &[u16], sums: &mut [[f32; PANEL]]| -> () { panel_body::<$bf16, 1>(x, panel, sums) }),
-                2 => dispatch!(|x: &[f32], panel: &[u16], sums: &mut [[f32; PANEL]]| -> () { panel_body::<$bf16, 2>(x, panel, sums) }),
-                3 => dispatch!(|x: &[f32], panel: &[u16], sums: &mut [[f32; PANEL]]| -> () { panel_body::<$bf16, 3>(x, panel, sums) }),
-                _ => dispatch!(|x: &[f32], panel: &[u16], sums: &mut [[f32; PANEL]]| -> () { panel_body::<$bf16, 4>(x, panel, sums) }),
+                1 => dispatch!(|x: &[f32], panel: &[u16], sums: &mut [[f32; PANEL]], ahead: Ahead| -> () { panel_body::<$bf16, 1>(x, panel, sums, ahead) }),
+                2 => dispatch!(|x: &[f32], panel: &[u16], sums: &mut [[f32; PANEL]], ahead: Ahead| -> () { panel_body::<$bf16, 2>(x, panel, sums, ahead) }),
+                3 => dispatch!(|x: &[f32], panel: &[u16], sums: &mut [[f32; PANEL]], ahead: Ahead| -> () { panel_body::<$bf16, 3>(x, panel, sums, ahead) }),
+                _ => dispatch!(|x: &[f32], panel: &[u16], sums: &mut [[f32; PANEL]], ahead: Ahead| -> () { panel_body::<$bf16, 4>(x, panel, sums, ahead) }),
             }
         };
     }
@@ -193,10 +217,10 @@ fn panel_product(kind: Half, x: &[f32], panel: &[u16], sums: &mut [[f32; PANEL]]
     macro_rules! avx512_rows {
         ($kernel:ident) => {
             match sums.len() {
-                1 => unsafe { $kernel::<1>(x, panel, sums) },
-                2 => unsafe { $kernel::<2>(x, panel, sums) },
-                3 => unsafe { $kernel::<3>(x, panel, sums) },
-                _ => unsafe { $kernel::<4>(x, panel, sums) },
+                1 => unsafe { $kernel::<1>(x, panel, sums, ahead) },
+                2 => unsafe { $kernel::<2>(x, panel, sums, ahead) },
+                3 => unsafe { $kernel::<3>(x, panel, sums, ahead) },
+                _ => unsafe { $kernel::<4>(x, panel, sums, ahead) },
             }
         };
     }
@@ -223,14 +247,14 @@ fn panel_product(kind: Half, x: &[f32], panel: &[u16], sums: &mut [[f32; PANEL]]
 /// The CPU must have AVX-512F and AVX512BW.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw")]
-unsafe fn bf16_panel_avx512<const M: usize>(x: &[f32], panel: &[u16], sums: &mut [[f32; PANEL]]) {
+unsafe fn bf16_panel_avx512<const M: usize>(x: &[f32], panel: &[u16], sums: &mut [[f32; PANEL]], ahead: Ahead) {
     use std::arch::x86_64::*;
     let k = x.len() / M;
     assert!(x.len() == M * k && panel.len() >= k * PANEL && sums.len() >= M, "bf16_panel_avx512: operand sizes");
     let zero = _mm512_setzero_si512();
     let mut acc = [[_mm512_setzero_ps(); 4]; M];
     for (i, w) in panel[..k * PANEL].chunks_exact(PANEL).enumerate() {
-        prefetch_ahead(w);
+        prefetch_ahead(w, ahead);
         // SAFETY: `w` holds PANEL (64) values: two 64-byte unaligned loads.
         let (a, b) = unsafe { (_mm512_loadu_si512(w.as_ptr().cast()), _mm512_loadu_si512(w.as_ptr().add(32).cast())) };
         let wf = [
@@ -272,7 +296,7 @@ unsafe fn bf16_panel_avx512<const M: usize>(x: &[f32], panel: &[u16], sums: &mut
 /// The CPU must have AVX-512F.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-unsafe fn f16_panel_avx512<const M: usize>(x: &[f32], panel: &[u16], sums: &mut [[f32; PANEL]]) {
+unsafe fn f16_panel_avx512<const M: usize>(x: &[f32], panel: &[u16], sums: &mut [[f32; PANEL]], ahead: Ahead) {
     use std::arch::x86_64::*;
     const V: usize = PANEL / 16;
     let k = x.len() / M;
@@ -280,6 +304,7 @@ unsafe fn f16_panel_avx512<const M: usize>(x: &[f32], panel: &[u16], sums: &mut 
     let mut acc = [[_mm512_setzero_ps(); V]; M];
     let mut w = [_mm512_setzero_ps(); V];
     for i in 0..k {
+        prefetch_ahead(&panel[i * PANEL..], ahead);
         let row = panel[i * PANEL..].as_ptr();
         for (v, w) in w.iter_mut().enumerate() {
             // SAFETY: `row` holds PANEL values (checked above); unaligned loads.
@@ -300,33 +325,38 @@ unsafe fn f16_panel_avx512<const M: usize>(x: &[f32], panel: &[u16], sums: &mut 
     }
 }
 
-/// Ask for the panel row [`PREFETCH_ROWS`] ahead of row `w` (its two cache lines). Past the
-/// panel's end the hint reads the next panel or nothing: a prefetch never faults.
+/// Ask, as `ahead` says, for the panel rows [`PREFETCH_ROWS`] (into L1) and
+/// [`PREFETCH_L2_ROWS`] (into L2) ahead of row `w`, each row's two cache lines (64 half
+/// values). Past the panel's end the hint reads the next panel or nothing: a prefetch never faults.
 #[inline(always)]
-fn prefetch_ahead(w: &[u16]) {
+fn prefetch_ahead(w: &[u16], ahead: Ahead) {
     #[cfg(target_arch = "x86_64")]
     {
-        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
-        let p = w.as_ptr().wrapping_add(PREFETCH_ROWS * PANEL).cast::<i8>();
+        use std::arch::x86_64::{_MM_HINT_T0, _MM_HINT_T1, _mm_prefetch};
+        let row = |rows: usize| w.as_ptr().wrapping_add(rows * PANEL).cast::<i8>();
         // SAFETY: a prefetch is a hint; it reads nothing the program sees and never faults.
         unsafe {
-            _mm_prefetch::<_MM_HINT_T0>(p);
-            _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(64));
+            _mm_prefetch::<_MM_HINT_T0>(row(PREFETCH_ROWS));
+            _mm_prefetch::<_MM_HINT_T0>(row(PREFETCH_ROWS).wrapping_add(64));
+            if ahead == Ahead::L1AndL2 {
+                _mm_prefetch::<_MM_HINT_T1>(row(PREFETCH_L2_ROWS));
+                _mm_prefetch::<_MM_HINT_T1>(row(PREFETCH_L2_ROWS).wrapping_add(64));
+            }
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = w;
+    let _ = (w, ahead);
 }
 
 /// The panel read once, front to back: each row of the panel widened and added, times the
 /// depth's value of each row of `x`, into `M × PANEL` sums held in registers.
 #[inline(always)]
-fn panel_body<const BF16: bool, const M: usize>(x: &[f32], panel: &[u16], sums: &mut [[f32; PANEL]]) {
+fn panel_body<const BF16: bool, const M: usize>(x: &[f32], panel: &[u16], sums: &mut [[f32; PANEL]], ahead: Ahead) {
     let k = x.len() / M;
     let xs: [&[f32]; M] = std::array::from_fn(|r| &x[r * k..(r + 1) * k]);
     let mut acc = [[0.0f32; PANEL]; M];
     for (i, w) in panel[..k * PANEL].chunks_exact(PANEL).enumerate() {
-        prefetch_ahead(w);
+        prefetch_ahead(w, ahead);
         let mut wf = [0.0f32; PANEL];
         for l in 0..PANEL {
             wf[l] = wide::<BF16>(w[l]);
