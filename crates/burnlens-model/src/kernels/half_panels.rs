@@ -327,7 +327,8 @@ unsafe fn f16_panel_avx512<const M: usize>(x: &[f32], panel: &[u16], sums: &mut 
 
 /// Ask, as `ahead` says, for the panel rows [`PREFETCH_ROWS`] (into L1) and
 /// [`PREFETCH_L2_ROWS`] (into L2) ahead of row `w`, each row's two cache lines (64 half
-/// values). Past the panel's end the hint reads the next panel or nothing: a prefetch never faults.
+/// values). Past the panel's end the hint reads the next panel or nothing: a prefetch never
+/// faults.
 #[inline(always)]
 fn prefetch_ahead(w: &[u16], ahead: Ahead) {
     #[cfg(target_arch = "x86_64")]
