@@ -79,7 +79,7 @@ pub(crate) fn machine_report(bin: &Path) -> Result<Machine> {
     let text = format!(
         "Machine: {} {} ({} CPUs, {} thread(s) per core, {simd}, {:.0} MHz); theoretical fp32 peak {peak:.0} GFLOP/s \
          (assuming two FMA pipes of full width per core). Measured by burnlens on this run: GEMM 1536³ {gemm:.0} GFLOP/s \
-         with {} threads ({:.0} on one), read bandwidth {:.1} GB/s on huge pages (where packed and converted weights live; {:.1} on the ordinary heap), copy bandwidth {:.1} GB/s (bytes read + written); kernels compiled for {}; `--compute bf16` takes the {} path ({}); prefill with bf16 weights reads {}. \
+         with {} threads ({:.0} on one), read bandwidth {:.1} GB/s on huge pages (where packed and converted weights live; {:.1} on the ordinary heap), copy bandwidth {:.1} GB/s (bytes read + written); kernels compiled for {}; `--compute bf16` takes the {} path ({}); prefill with bf16 weights reads {}; decoding's half-weight panels ask for the rows {}. \
          The clock in /proc/cpuinfo is the nominal one: a measured GEMM rate above the theoretical peak means the cores run faster.",
         field("Vendor ID"),
         field("Model name"),
@@ -95,6 +95,7 @@ pub(crate) fn machine_report(bin: &Path) -> Result<Machine> {
         m["bf16_path"].as_str().unwrap_or("?"),
         m["bf16_why"].as_str().unwrap_or("?"),
         m["half_prefill"].as_str().unwrap_or("?"),
+        m["half_decode_prefetch"].as_str().unwrap_or("?"),
     );
     let g = |k: &str| m[k].as_f64().unwrap_or(f64::NAN);
     Ok(Machine { text, gemm_gflops: gemm, copy_gbps: g("copy_gbps"), read_gbps: g("read_gbps"), read_gbps_heap: g("read_gbps_heap") })

@@ -212,6 +212,7 @@ pub fn machine() -> Value {
         "bf16_path": super::bf16_path::path().name(),
         "bf16_why": super::bf16_path::path().reason(),
         "half_prefill": super::linear::HalfPrefill::here(Half::Bf16).describe(),
+        "half_decode_prefetch": super::half_panels::Ahead::for_cpu().describe(),
         "gemm_gflops": flops / gemm_all / 1e9,
         "gemm_gflops_one_thread": flops / gemm_one / 1e9,
         "copy_gbps": 2.0 * (len * 4) as f64 / copy / 1e9,

@@ -61,14 +61,23 @@ const TASKS_PER_THREAD: usize = 4;
 /// - AMD's AVX-512 (Zen 4/5, not measured with and without): the Zen 3 rule, [`Ahead::L1`];
 ///   f16's conversion kernel, which asked for nothing before, asks so too.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Ahead {
+pub enum Ahead {
     L1,
     L1AndL2,
 }
 
 impl Ahead {
-    fn for_cpu() -> Self {
+    /// The rule on this CPU.
+    pub fn for_cpu() -> Self {
         if super::simd::intel() { Ahead::L1AndL2 } else { Ahead::L1 }
+    }
+
+    /// For reports (`burnlens bench machine`).
+    pub fn describe(self) -> String {
+        match self {
+            Ahead::L1 => format!("{PREFETCH_ROWS} rows ahead into L1"),
+            Ahead::L1AndL2 => format!("{PREFETCH_ROWS} rows ahead into L1 and {PREFETCH_L2_ROWS} into L2 (Intel)"),
+        }
     }
 }
 
@@ -427,6 +436,13 @@ pub(crate) mod tests {
                 HalfRef { data: &self.wt, kind, offset: 0, rows: n, cols: k, rs: k as isize, cs: 1 }.t(),
             ]
         }
+    }
+
+    #[test]
+    fn the_prefetch_rule_is_intels_or_the_zen_3_one_and_reports_its_distances() {
+        assert_eq!(Ahead::for_cpu() == Ahead::L1AndL2, crate::kernels::simd::intel());
+        assert_eq!(Ahead::L1.describe(), "8 rows ahead into L1");
+        assert_eq!(Ahead::L1AndL2.describe(), "8 rows ahead into L1 and 64 into L2 (Intel)");
     }
 
     #[test]
