@@ -212,7 +212,11 @@ pub fn machine() -> Value {
         "bf16_path": super::bf16_path::path().name(),
         "bf16_why": super::bf16_path::path().reason(),
         "half_prefill": super::linear::HalfPrefill::here(Half::Bf16).describe(),
-        "half_decode_prefetch": super::half_panels::Ahead::for_cpu().describe(),
+        "half_decode_prefetch": format!(
+            "{} from the panels, {} from the stored columns",
+            super::prefetch::Ahead::panels().describe(),
+            super::prefetch::Ahead::columns().describe()
+        ),
         "gemm_gflops": flops / gemm_all / 1e9,
         "gemm_gflops_one_thread": flops / gemm_one / 1e9,
         "copy_gbps": 2.0 * (len * 4) as f64 / copy / 1e9,

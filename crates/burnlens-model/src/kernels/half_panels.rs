@@ -34,52 +34,15 @@ use super::half::{Half, HalfRef, wide};
 use super::kept::{Layout, View, kept};
 use super::pages::PageBuf;
 use super::pool::{self, GRAIN, SendPtr};
+use super::prefetch::{self, Ahead};
 use super::simd::dispatch;
 
 /// Columns per panel: four AVX-512 vectors (eight AVX2) of sums per row of `x`.
 pub const PANEL: usize = 64;
 /// Rows of `x` summed together against one panel (their sums all in registers).
 const ROWS: usize = 4;
-/// How far ahead of the row it reads a panel's stream asks for its bytes into the first-level
-/// cache: 8 rows (1 KiB of bf16). See [`Ahead`] for where it is asked.
-const PREFETCH_ROWS: usize = 8;
-/// How far ahead it asks for them into the second-level cache where [`Ahead::L1AndL2`]: 64
-/// rows (8 KiB).
-const PREFETCH_L2_ROWS: usize = 64;
 /// Tasks per thread: enough to balance a helper that starts late.
 const TASKS_PER_THREAD: usize = 4;
-
-/// What a panel kernel asks the memory for ahead of the row it reads, chosen per CPU by
-/// measurement (GPT-2 small's 64 decoded tokens, alternated processes; BENCHMARKS.md):
-/// - AVX2 Zen 3, bf16: [`Ahead::L1`] took 0.90x the time of no hint (8 pairs, twenty-fourth):
-///   the hardware's stream prefetcher alone left the kernel below the memory's read rate.
-/// - Intel (measured on the Xeon model 207, AVX-512, thirty-sixth): [`Ahead::L1AndL2`] took
-///   0.83x and 0.74x the time of [`Ahead::L1`] with bf16 (two sets of 6 rounds, medians 830
-///   against 995 and 746 against 1,012 ms; 32 or 128 rows ahead into L2 instead of 64: 798
-///   and 752, 16 rows into L1 alone 930, 64 into L2 alone 874), and 0.75x no hint with f16
-///   (929 against 1,240 ms).
-/// - AMD's AVX-512 (Zen 4/5, not measured with and without): the Zen 3 rule, [`Ahead::L1`];
-///   f16's conversion kernel, which asked for nothing before, asks so too.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub enum Ahead {
-    L1,
-    L1AndL2,
-}
-
-impl Ahead {
-    /// The rule on this CPU.
-    pub fn for_cpu() -> Self {
-        if super::simd::intel() { Ahead::L1AndL2 } else { Ahead::L1 }
-    }
-
-    /// For reports (`burnlens bench machine`).
-    pub fn describe(self) -> String {
-        match self {
-            Ahead::L1 => format!("{PREFETCH_ROWS} rows ahead into L1"),
-            Ahead::L1AndL2 => format!("{PREFETCH_ROWS} rows ahead into L1 and {PREFETCH_L2_ROWS} into L2 (Intel)"),
-        }
-    }
-}
 
 /// A `[k, n]` half-precision matrix in panels of [`PANEL`] columns, each `k × PANEL`
 /// contiguous and zero-padded.
@@ -178,7 +141,7 @@ pub fn matmul_half_panels(dst: &mut [f32], dst_rs: usize, a: MatRef, w: &HalfPan
     let tasks_wanted = if parallel { pool::threads() * TASKS_PER_THREAD } else { 1 };
     let per_task = panels.div_ceil(tasks_wanted);
     let ptr = SendPtr(dst.as_mut_ptr());
-    let ahead = Ahead::for_cpu();
+    let ahead = Ahead::panels();
     let task = |t: usize| {
         let dst = ptr;
         for j in t * per_task..((t + 1) * per_task).min(panels) {
@@ -334,28 +297,11 @@ unsafe fn f16_panel_avx512<const M: usize>(x: &[f32], panel: &[u16], sums: &mut 
     }
 }
 
-/// Ask, as `ahead` says, for the panel rows [`PREFETCH_ROWS`] (into L1) and
-/// [`PREFETCH_L2_ROWS`] (into L2) ahead of row `w`, each row's two cache lines (64 half
-/// values). Past the panel's end the hint reads the next panel or nothing: a prefetch never
-/// faults.
+/// Ask, as `ahead` says, for the panel rows ahead of row `w` (its two cache lines; past the
+/// panel's end the next panel's).
 #[inline(always)]
 fn prefetch_ahead(w: &[u16], ahead: Ahead) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::arch::x86_64::{_MM_HINT_T0, _MM_HINT_T1, _mm_prefetch};
-        let row = |rows: usize| w.as_ptr().wrapping_add(rows * PANEL).cast::<i8>();
-        // SAFETY: a prefetch is a hint; it reads nothing the program sees and never faults.
-        unsafe {
-            _mm_prefetch::<_MM_HINT_T0>(row(PREFETCH_ROWS));
-            _mm_prefetch::<_MM_HINT_T0>(row(PREFETCH_ROWS).wrapping_add(64));
-            if ahead == Ahead::L1AndL2 {
-                _mm_prefetch::<_MM_HINT_T1>(row(PREFETCH_L2_ROWS));
-                _mm_prefetch::<_MM_HINT_T1>(row(PREFETCH_L2_ROWS).wrapping_add(64));
-            }
-        }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = (w, ahead);
+    prefetch::ask(w.as_ptr(), 2, ahead);
 }
 
 /// The panel read once, front to back: each row of the panel widened and added, times the
@@ -436,13 +382,6 @@ pub(crate) mod tests {
                 HalfRef { data: &self.wt, kind, offset: 0, rows: n, cols: k, rs: k as isize, cs: 1 }.t(),
             ]
         }
-    }
-
-    #[test]
-    fn the_prefetch_rule_is_intels_or_the_zen_3_one_and_reports_its_distances() {
-        assert_eq!(Ahead::for_cpu() == Ahead::L1AndL2, crate::kernels::simd::intel());
-        assert_eq!(Ahead::L1.describe(), "8 rows ahead into L1");
-        assert_eq!(Ahead::L1AndL2.describe(), "8 rows ahead into L1 and 64 into L2 (Intel)");
     }
 
     #[test]

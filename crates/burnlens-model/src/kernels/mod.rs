@@ -65,6 +65,7 @@ pub mod memory;
 pub mod packed;
 pub mod pages;
 pub mod pool;
+pub mod prefetch;
 mod simd;
 pub mod softmax;
 pub mod sum_squares;
