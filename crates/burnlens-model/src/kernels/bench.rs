@@ -213,9 +213,9 @@ pub fn machine() -> Value {
         "bf16_why": super::bf16_path::path().reason(),
         "half_prefill": super::linear::HalfPrefill::here(Half::Bf16).describe(),
         "half_decode_prefetch": format!(
-            "{} from the panels, {} from the stored columns",
+            "{} from the panels, {} from the stored layouts",
             super::prefetch::Ahead::panels().describe(),
-            super::prefetch::Ahead::columns().describe()
+            super::prefetch::Ahead::stored().describe()
         ),
         "gemm_gflops": flops / gemm_all / 1e9,
         "gemm_gflops_one_thread": flops / gemm_one / 1e9,

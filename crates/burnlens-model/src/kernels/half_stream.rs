@@ -155,7 +155,7 @@ const DEEP_GROUP: usize = 8;
 const DEEP_LANES: usize = 16;
 
 /// One column at a time: the task's weights are read as one stream, in address order, asking
-/// for the bytes ahead as [`Ahead::columns`] says. (Four columns at once, four streams a
+/// for the bytes ahead as [`Ahead::stored`] says. (Four columns at once, four streams a
 /// column apart, ran at a third of the speed from memory on the Zen 4 machine at GPT-2's
 /// depth: the prefetchers did not follow.) Deep columns go [`DEEP_GROUP`] at a time
 /// ([`deep_columns_dot`]), asking for nothing.
@@ -170,7 +170,7 @@ fn columns_dot_body<const BF16: bool>(rows: &[Vec<f32>], w: HalfRef, c0: usize, 
             first += DEEP_GROUP;
         }
     }
-    let ahead = Ahead::columns();
+    let ahead = Ahead::stored();
     for c in first..cols {
         let start = w.at(0, c0 + c);
         let col = &w.data[start..start + k];
@@ -232,12 +232,21 @@ fn rows_axpy(rows: &[Vec<f32>], w: HalfRef, c0: usize, depth: std::ops::Range<us
 
 /// One row of `w` at a time, so that the task's weights are read as one stream in address
 /// order (four rows per pass, four streams a row apart, ran at 60–70% of this speed from
-/// memory on the Zen 4 machine; its output reads and writes stay in L1 either way).
+/// memory on the Zen 4 machine; its output reads and writes stay in L1 either way). Where the
+/// task's rows are whole rows of `w` one after another (one block of columns), the row's
+/// lines ask for the bytes ahead as [`Ahead::stored`] says; where they are pieces of wider
+/// rows, the bytes ahead are not the next read, and nothing is asked.
 #[inline(always)]
 fn rows_axpy_body<const BF16: bool>(rows: &[Vec<f32>], w: HalfRef, c0: usize, depth: std::ops::Range<usize>, out: &mut [f32], cols: usize) {
+    let ahead = if w.cs == 1 && w.rs == cols as isize { Ahead::stored() } else { Ahead::Nothing };
     for i in depth {
         let start = w.at(i, c0);
         let src = &w.data[start..start + cols];
+        if ahead != Ahead::Nothing {
+            for line in src.chunks(32) {
+                prefetch::ask(line.as_ptr(), 1, ahead);
+            }
+        }
         for (r, row) in rows.iter().enumerate() {
             let x = row[i];
             for (o, &b) in out[r * cols..(r + 1) * cols].iter_mut().zip(src) {

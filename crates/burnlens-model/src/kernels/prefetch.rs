@@ -1,8 +1,8 @@
 //! How far ahead the decoding kernels ask for a half weight's bytes, per CPU: a hint 1 KiB
 //! ahead of the bytes being read into the first-level cache, and on Intel one 8 KiB ahead into
-//! the second-level cache as well. Both kernels that stream a half weight once per decoding
-//! step ask by it: the panels ([`super::half_panels`]) and the stored `nn.Linear` layout read a
-//! column at a time ([`super::half_stream`]).
+//! the second-level cache as well. The kernels that stream a half weight once per decoding
+//! step ask by it: the panels ([`super::half_panels`]) and the stored layouts read in address
+//! order ([`super::half_stream`]).
 
 /// Bytes ahead of the read that the hint into L1 asks for: 8 rows of a bf16 panel.
 pub const L1_BYTES: usize = 1024;
@@ -22,12 +22,16 @@ pub const L2_BYTES: usize = 8192;
 ///   (`bench gemm --shape 1x4096x14336 --dtype bf16 --panels`, 4 alternated pairs) 25 against
 ///   20 GB/s. AMD's AVX-512 (Zen 4/5, not measured with and without): the Zen 3 rule; f16's
 ///   conversion kernel, which asked for nothing before, asks so too.
-/// - The stored layout a column at a time ([`Ahead::columns`]; decoding's `nn.Linear`
-///   weights past the copies' budget, an 8B's), Intel (thirty-sixth), 1×4096×14336 from
-///   memory, 3 shuffled rounds: [`Ahead::L1AndL2`] 24.0–24.3 GB/s (one round 14.8), L1 alone
-///   18.7–20.0, L2 alone 21.6–22.0, no hint 13.3–15.2. Deeper columns (8 at a time from 8,192
-///   deep, 1×14336×4096) gained nothing (20.5–20.9 GB/s without, 20.1–21.4 with both), so
-///   they ask for nothing. AMD: nothing, as measured there (28–34 GB/s on the Zen 4).
+/// - The stored layout read in address order ([`Ahead::stored`]; decoding's weights past the
+///   copies' budget, an 8B's), Intel (thirty-sixth), from memory, shuffled rounds. A column
+///   at a time (`nn.Linear`), 1×4096×14336: [`Ahead::L1AndL2`] 24.0–24.3 GB/s (one round
+///   14.8), L1 alone 18.7–20.0, L2 alone 21.6–22.0, no hint 13.3–15.2; deeper columns (8 at
+///   a time from 8,192 deep, 1×14336×4096) gained nothing (20.5–20.9 GB/s without, 20.1–21.4
+///   with both), so they ask for nothing. A row at a time (GPT-2's `Conv1D`), 3 rounds:
+///   1×768×3072 15.1–15.9 against 11.0–12.3 GB/s, 1×3072×768 14.5–16.9 against 10.9–11.9;
+///   rows wider than one task's block (1×4096×14336, pieces of rows 14,336 apart) lost
+///   (8.9–9.8 against 11.7–12.7), so they ask for nothing. AMD: nothing, as measured there
+///   (28–34 GB/s on the Zen 4).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Ahead {
     Nothing,
@@ -41,8 +45,8 @@ impl Ahead {
         if super::simd::intel() { Ahead::L1AndL2 } else { Ahead::L1 }
     }
 
-    /// The rule for the stored layout read a column at a time on this CPU.
-    pub fn columns() -> Self {
+    /// The rule for the stored layout read in address order on this CPU.
+    pub fn stored() -> Self {
         if super::simd::intel() { Ahead::L1AndL2 } else { Ahead::Nothing }
     }
 
@@ -91,7 +95,7 @@ mod tests {
     fn the_rules_are_intels_or_the_measured_amd_ones_and_report_their_distances() {
         let intel = crate::kernels::simd::intel();
         assert_eq!(Ahead::panels(), if intel { Ahead::L1AndL2 } else { Ahead::L1 });
-        assert_eq!(Ahead::columns(), if intel { Ahead::L1AndL2 } else { Ahead::Nothing });
+        assert_eq!(Ahead::stored(), if intel { Ahead::L1AndL2 } else { Ahead::Nothing });
         assert_eq!(Ahead::L1.describe(), "1 KiB ahead into L1");
         assert_eq!(Ahead::L1AndL2.describe(), "1 KiB ahead into L1 and 8 KiB into L2");
         // The distances are whole rows of a panel (64 half values, two cache lines).
