@@ -79,7 +79,7 @@ pub(crate) fn machine_report(bin: &Path) -> Result<Machine> {
     let text = format!(
         "Machine: {} {} ({} CPUs, {} thread(s) per core, {simd}, {:.0} MHz); theoretical fp32 peak {peak:.0} GFLOP/s \
          (assuming two FMA pipes of full width per core). Measured by burnlens on this run: GEMM 1536³ {gemm:.0} GFLOP/s \
-         with {} threads ({:.0} on one), read bandwidth {:.1} GB/s on huge pages (where packed and converted weights live; {:.1} on the ordinary heap), copy bandwidth {:.1} GB/s (bytes read + written); kernels compiled for {}; `--compute bf16` takes the {} path ({}); prefill with bf16 weights reads {}; decoding with half weights asks for bytes {}. \
+         with {} threads ({:.0} on one), read bandwidth {:.1} GB/s on huge pages (where packed and converted weights live; {:.1} on the ordinary heap), copy bandwidth {:.1} GB/s (bytes read + written); kernels compiled for {}; `--compute bf16` takes the {} path ({}); prefill with bf16 weights reads {}; decoding with half weights asks ahead for {}. \
          The clock in /proc/cpuinfo is the nominal one: a measured GEMM rate above the theoretical peak means the cores run faster.",
         field("Vendor ID"),
         field("Model name"),

@@ -50,12 +50,12 @@ impl Ahead {
         if super::simd::intel() { Ahead::L1AndL2 } else { Ahead::Nothing }
     }
 
-    /// For reports (`burnlens bench machine`).
+    /// For reports (`burnlens bench machine`: what decoding asks ahead for).
     pub fn describe(self) -> String {
         match self {
-            Ahead::Nothing => "nothing ahead".into(),
-            Ahead::L1 => format!("{} KiB ahead into L1", L1_BYTES / 1024),
-            Ahead::L1AndL2 => format!("{} KiB ahead into L1 and {} KiB into L2", L1_BYTES / 1024, L2_BYTES / 1024),
+            Ahead::Nothing => "nothing".into(),
+            Ahead::L1 => format!("{} KiB into L1", L1_BYTES / 1024),
+            Ahead::L1AndL2 => format!("{} KiB into L1 and {} KiB into L2", L1_BYTES / 1024, L2_BYTES / 1024),
         }
     }
 }
@@ -96,8 +96,9 @@ mod tests {
         let intel = crate::kernels::simd::intel();
         assert_eq!(Ahead::panels(), if intel { Ahead::L1AndL2 } else { Ahead::L1 });
         assert_eq!(Ahead::stored(), if intel { Ahead::L1AndL2 } else { Ahead::Nothing });
-        assert_eq!(Ahead::L1.describe(), "1 KiB ahead into L1");
-        assert_eq!(Ahead::L1AndL2.describe(), "1 KiB ahead into L1 and 8 KiB into L2");
+        assert_eq!(Ahead::Nothing.describe(), "nothing");
+        assert_eq!(Ahead::L1.describe(), "1 KiB into L1");
+        assert_eq!(Ahead::L1AndL2.describe(), "1 KiB into L1 and 8 KiB into L2");
         // The distances are whole rows of a panel (64 half values, two cache lines).
         let row = crate::kernels::half_panels::PANEL * 2;
         assert_eq!((L1_BYTES % row, L2_BYTES % row, L1_BYTES / row, L2_BYTES / row), (0, 0, 8, 64));
