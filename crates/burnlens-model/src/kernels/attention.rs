@@ -197,10 +197,7 @@ fn softmax_block(p: &mut [f32], kw: usize, klo: usize, i0: usize, rows: usize, k
         lse[r] = dispatch!(|row: &mut [f32], lo: usize, hi: usize, scale: f32| -> f32 {
             let x = &mut row[lo..hi];
             let m = simd::max_by(x, |v| v * scale);
-            for v in x.iter_mut() {
-                *v = simd::exp(*v * scale - m);
-            }
-            let acc = simd::sum_by(x, |v| v);
+            let acc = simd::exp_scaled_sum(x, scale, m);
             let inv = 1.0 / acc;
             for v in x.iter_mut() {
                 *v *= inv;
@@ -309,7 +306,8 @@ unsafe fn forward_key_tiled(pr: &Products, blk: &QueryBlock, scale: f32, mask: A
     let mut acc = vec![0.0f32; rows * dh];
     let mut max = [f32::NEG_INFINITY; BLOCK];
     let mut sum = [0.0f32; BLOCK];
-    let mut p = vec![0.0f32; rows * KEY_TILE];
+    // Each tile's scores are written whole before they are read.
+    let mut p = unfilled(rows * KEY_TILE);
     for k0 in blk.keys.clone().step_by(KEY_TILE) {
         let kt = KEY_TILE.min(blk.keys.end - k0);
         let p = &mut p[..rows * kt];
@@ -329,10 +327,7 @@ unsafe fn forward_key_tiled(pr: &Products, blk: &QueryBlock, scale: f32, mask: A
             let (m_new, tile_sum) = dispatch!(|row: &mut [f32], a: usize, b: usize, scale: f32, m_old: f32| -> (f32, f32) {
                 let x = &mut row[a..b];
                 let m = simd::max_by(x, |v| v * scale).max(m_old);
-                for v in x.iter_mut() {
-                    *v = simd::exp(*v * scale - m);
-                }
-                (m, simd::sum_by(x, |v| v))
+                (m, simd::exp_scaled_sum(x, scale, m))
             });
             // exp(-inf) = 0 on the first visible tile, where the sum and output are still 0.
             let c = (m_old - m_new).exp();
@@ -390,7 +385,7 @@ fn forward(q: &Heads, k: &Heads, v: &Heads, scale: f32, mask: AttentionMask, out
             }
             row_lse[..rows].fill(f32::NEG_INFINITY);
         } else if kw <= KEY_TILE {
-            let mut p = vec![0.0f32; rows * kw];
+            let mut p = unfilled(rows * kw);
             pr.scores(&mut p, &block, block.keys.clone());
             softmax_block(&mut p, kw, klo, i0, rows, s, mask, scale, &mut row_lse);
             // SAFETY: as above.

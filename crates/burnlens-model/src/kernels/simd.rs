@@ -167,6 +167,26 @@ pub fn sum_by(a: &[f32], f: impl Fn(f32) -> f32) -> f32 {
     reduce_sum(acc) + tail.iter().map(|&x| f(x)).sum::<f32>()
 }
 
+/// `x[i] = e^(x[i] · scale - m)` in place, returning `Σ x[i]`: a softmax's exponentials
+/// and their sum in one pass, added in [`sum_by`]'s order (the same sum as a second pass).
+#[inline(always)]
+pub fn exp_scaled_sum(x: &mut [f32], scale: f32, m: f32) -> f32 {
+    let mut acc = [0.0f32; LANES];
+    let mut chunks = x.chunks_exact_mut(LANES);
+    for c in &mut chunks {
+        for l in 0..LANES {
+            let e = exp(c[l] * scale - m);
+            c[l] = e;
+            acc[l] += e;
+        }
+    }
+    let tail = chunks.into_remainder();
+    for v in tail.iter_mut() {
+        *v = exp(*v * scale - m);
+    }
+    reduce_sum(acc) + tail.iter().sum::<f32>()
+}
+
 /// `Σ f(a[i], b[i])` over the common length.
 #[inline(always)]
 pub fn sum_by2(a: &[f32], b: &[f32], f: impl Fn(f32, f32) -> f32) -> f32 {
@@ -208,7 +228,8 @@ fn reduce_sum(acc: [f32; LANES]) -> f32 {
     ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]))
 }
 
-/// `max f(a[i])` (`-inf` for an empty slice), vectorisable.
+/// `max f(a[i])` (`-inf` for an empty slice), vectorisable; NaNs are passed over, as
+/// `f32::max` passes them.
 #[inline(always)]
 pub fn max_by(a: &[f32], f: impl Fn(f32) -> f32) -> f32 {
     let mut acc = [f32::NEG_INFINITY; LANES];
@@ -216,7 +237,10 @@ pub fn max_by(a: &[f32], f: impl Fn(f32) -> f32) -> f32 {
     let tail = chunks.remainder();
     for c in chunks {
         for l in 0..LANES {
-            acc[l] = acc[l].max(f(c[l]));
+            // One `vmaxps` a vector: a NaN `v` compares false and is passed over, and `acc`
+            // never holds one. (`f32::max` adds a NaN test of both operands.)
+            let v = f(c[l]);
+            acc[l] = if v > acc[l] { v } else { acc[l] };
         }
     }
     tail.iter().fold(acc.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x)), |m, &x| m.max(f(x)))
@@ -289,6 +313,34 @@ mod tests {
             let want: f64 = v.iter().map(|&x| x as f64).sum();
             assert!((s as f64 - want).abs() < 1e-3, "n={n}: {s} vs {want}");
             assert_eq!(m, v.iter().cloned().fold(f32::NEG_INFINITY, f32::max));
+        }
+    }
+
+    #[test]
+    fn max_passes_over_nans_as_f32_max_does() {
+        for n in [1usize, 16, 17, 40] {
+            for at in [0, n / 2, n - 1] {
+                let mut v: Vec<f32> = (0..n).map(|i| i as f32 - 3.0).collect();
+                v[at] = f32::NAN;
+                let x: &[f32] = &v;
+                let got = dispatch!(|x: &[f32]| -> f32 { max_by(x, |y| y) });
+                assert_eq!(got, v.iter().cloned().fold(f32::NEG_INFINITY, f32::max), "n={n}, NaN at {at}");
+            }
+        }
+    }
+
+    #[test]
+    fn exp_scaled_sum_writes_the_exponentials_and_sums_them_as_a_second_pass_would() {
+        for n in [0usize, 1, 15, 16, 33, 515] {
+            let x: Vec<f32> = (0..n).map(|i| ((i * 29 % 97) as f32 - 48.0) / 5.0).collect();
+            let (scale, m) = (0.7f32, 3.25f32);
+            let mut got = x.clone();
+            let g: &mut [f32] = &mut got;
+            let sum = dispatch!(|g: &mut [f32], scale: f32, m: f32| -> f32 { exp_scaled_sum(g, scale, m) });
+            let want: Vec<f32> = x.iter().map(|&v| exp(v * scale - m)).collect();
+            assert_eq!(got, want, "n={n}: the exponentials");
+            let w: &[f32] = &want;
+            assert_eq!(sum, dispatch!(|w: &[f32]| -> f32 { sum_by(w, |v| v) }), "n={n}: the sum");
         }
     }
 }
