@@ -154,8 +154,11 @@ impl Packed {
                     let start = (b.offset as isize + r as isize * b.rs + c0 as isize) as usize;
                     dst[..cols].copy_from_slice(&b.data[start..start + cols]);
                 }
+            } else if b.rs == 1 && b.cs > 0 {
+                // A transposed view: its columns are contiguous runs.
+                let src = &b.data[b.offset + c0 * b.cs as usize..];
+                super::transpose16::transpose_copy(src, b.cs as usize, b.rows, cols, panel, p);
             } else {
-                // Column by column: each reads a contiguous run when `rs == 1` (a transposed view).
                 for c in 0..cols {
                     for r in 0..b.rows {
                         panel[r * p + c] = at(r, c0 + c);
