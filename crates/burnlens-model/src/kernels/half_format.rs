@@ -164,19 +164,15 @@ fn to_panels_body<const BF16: bool>(src: &[u16], rows: Rows, dst: &mut [f32], p:
     }
 }
 
-/// Ask for the cache lines of `runs` ahead of their use (a hint: never faults; nothing off
-/// x86), so that widening the next block does not wait for memory.
+/// Ask for the cache lines of `runs` ahead of their use, into L1 ([`super::prefetch::line`]),
+/// so that widening the next block does not wait for memory.
 pub(crate) fn prefetch_runs(src: &[u16], runs: Runs) {
-    #[cfg(target_arch = "x86_64")]
     for r in 0..runs.count {
         let s = src.as_ptr().wrapping_offset(runs.start as isize + r as isize * runs.stride);
         for i in (0..runs.len).step_by(32) {
-            // SAFETY: a prefetch is a hint; any address is allowed.
-            unsafe { std::arch::x86_64::_mm_prefetch(s.wrapping_add(i).cast::<i8>(), std::arch::x86_64::_MM_HINT_T0) };
+            super::prefetch::line(s.wrapping_add(i), super::prefetch::Level::L1);
         }
     }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = (src, runs);
 }
 
 #[inline(always)]

@@ -65,26 +65,44 @@ impl Ahead {
 /// prefetch never faults.
 #[inline(always)]
 pub fn ask<T>(at: *const T, lines: usize, ahead: Ahead) {
+    let at = at.cast::<u8>();
+    if ahead != Ahead::Nothing {
+        for l in 0..lines {
+            line(at.wrapping_add(L1_BYTES + 64 * l), Level::L1);
+        }
+    }
+    if ahead == Ahead::L1AndL2 {
+        for l in 0..lines {
+            line(at.wrapping_add(L2_BYTES + 64 * l), Level::L2);
+        }
+    }
+}
+
+/// The cache a hint fills.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Level {
+    L1,
+    L2,
+}
+
+/// Ask for the cache line holding `at` (`_mm_prefetch`; nothing off x86): the one hint every
+/// kernel's prefetching goes through. Any address is allowed.
+#[inline(always)]
+pub fn line<T>(at: *const T, into: Level) {
     #[cfg(target_arch = "x86_64")]
     {
         use std::arch::x86_64::{_MM_HINT_T0, _MM_HINT_T1, _mm_prefetch};
         let at = at.cast::<i8>();
         // SAFETY: a prefetch is a hint; it reads nothing the program sees and never faults.
         unsafe {
-            if ahead != Ahead::Nothing {
-                for l in 0..lines {
-                    _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(L1_BYTES + 64 * l));
-                }
-            }
-            if ahead == Ahead::L1AndL2 {
-                for l in 0..lines {
-                    _mm_prefetch::<_MM_HINT_T1>(at.wrapping_add(L2_BYTES + 64 * l));
-                }
+            match into {
+                Level::L1 => _mm_prefetch::<_MM_HINT_T0>(at),
+                Level::L2 => _mm_prefetch::<_MM_HINT_T1>(at),
             }
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = (at, lines, ahead);
+    let _ = (at, into);
 }
 
 #[cfg(test)]
