@@ -73,7 +73,8 @@ unsafe fn blocks_avx512(src: &[f32], src_cs: usize, r16: usize, c16: usize, dst:
     let (s, d) = (src.as_ptr(), dst.as_mut_ptr());
     for c0 in (0..c16).step_by(16) {
         for r0 in (0..r16).step_by(16) {
-            // SAFETY: the caller's bounds: columns c0..c0 + 16 < c16, rows r0..r0 + 16 < r16.
+            // SAFETY: the caller's bounds: columns c0..c0 + 16 and rows r0..r0 + 16 lie
+            // within c16 and r16.
             unsafe {
                 let out = transpose16(std::array::from_fn(|i| _mm512_loadu_ps(s.add((c0 + i) * src_cs + r0))));
                 for (j, v) in out.iter().enumerate() {
