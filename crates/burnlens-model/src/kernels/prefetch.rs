@@ -2,7 +2,8 @@
 //! ahead of the bytes being read into the first-level cache, and on Intel one 8 KiB ahead into
 //! the second-level cache as well. The kernels that stream a half weight once per decoding
 //! step ask by it: the panels ([`super::half_panels`]) and the stored layouts read in address
-//! order ([`super::half_stream`]).
+//! order ([`super::half_stream`]). Every kernel's hint, theirs and the half widening's
+//! ([`super::half_format`]), goes through [`line`].
 
 /// Bytes ahead of the read that the hint into L1 asks for: 8 rows of a bf16 panel.
 pub const L1_BYTES: usize = 1024;
