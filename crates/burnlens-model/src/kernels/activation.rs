@@ -16,9 +16,10 @@ use burn::backend::{Autodiff, Backend, Dispatch, Flex, backend_extension};
 use burn::tensor::Tensor;
 use burn::tensor::activation::sigmoid;
 
+use super::exp;
 use super::flex::{contiguous, flex_vec, use_kernels};
 use super::pool::{self, GRAIN};
-use super::simd::{self, dispatch};
+use super::simd::dispatch;
 use super::unfilled::unfilled;
 use crate::config::ActivationFn;
 
@@ -62,7 +63,7 @@ pub fn gated_activation_reference<const D: usize>(x: Tensor<D>, alpha: f32, beta
 #[inline(always)]
 fn sigmoid_of(x: f32, alpha: f32, beta: f32) -> f32 {
     let z = (beta * x * x + alpha) * x;
-    1.0 / (1.0 + simd::exp(-z))
+    1.0 / (1.0 + exp::exp(-z))
 }
 
 /// `y = x σ(αx + βx³)`.

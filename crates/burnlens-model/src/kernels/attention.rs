@@ -29,6 +29,7 @@ use burn::tensor::activation::softmax;
 use burn::tensor::{Bool, Shape, Tensor, TensorData};
 use std::sync::OnceLock;
 
+use super::exp;
 use super::flex::{flex_strided, use_kernels};
 use super::gemm::{MatRef, matmul_single};
 use super::packed::{Packed, matmul_packed_part};
@@ -197,7 +198,7 @@ fn softmax_block(p: &mut [f32], kw: usize, klo: usize, i0: usize, rows: usize, k
         lse[r] = dispatch!(|row: &mut [f32], lo: usize, hi: usize, scale: f32| -> f32 {
             let x = &mut row[lo..hi];
             let m = simd::max_by(x, |v| v * scale);
-            let acc = simd::exp_scaled_sum(x, scale, m);
+            let acc = exp::exp_scaled_sum(x, scale, m);
             let inv = 1.0 / acc;
             for v in x.iter_mut() {
                 *v *= inv;
@@ -327,7 +328,7 @@ unsafe fn forward_key_tiled(pr: &Products, blk: &QueryBlock, scale: f32, mask: A
             let (m_new, tile_sum) = dispatch!(|row: &mut [f32], a: usize, b: usize, scale: f32, m_old: f32| -> (f32, f32) {
                 let x = &mut row[a..b];
                 let m = simd::max_by(x, |v| v * scale).max(m_old);
-                (m, simd::exp_scaled_sum(x, scale, m))
+                (m, exp::exp_scaled_sum(x, scale, m))
             });
             // exp(-inf) = 0 on the first visible tile, where the sum and output are still 0.
             let c = (m_old - m_new).exp();
@@ -471,7 +472,7 @@ pub(super) unsafe fn backward(
                     dispatch!(|pr: &mut [f32], dpr: &mut [f32], lo: usize, hi_: usize, klo: usize, l: f32, d: f32, scale: f32| -> () {
                         let (a, b) = (lo - klo, hi_ - klo);
                         for (j, (p, dp)) in pr.iter_mut().zip(dpr.iter_mut()).enumerate() {
-                            let pj = if j >= a && j < b { simd::exp(*p * scale - l) } else { 0.0 };
+                            let pj = if j >= a && j < b { exp::exp(*p * scale - l) } else { 0.0 };
                             *p = pj;
                             *dp = pj * (*dp - d) * scale;
                         }

@@ -16,6 +16,7 @@ use burn::backend::{Autodiff, Backend, Dispatch, Flex, backend_extension};
 use burn::tensor::activation::log_softmax;
 use burn::tensor::{DType, Int, Shape, Tensor};
 
+use super::exp;
 use super::flex::{contiguous, flex_vec, indices, use_kernels};
 use super::pool;
 use super::simd::{self, dispatch};
@@ -56,7 +57,7 @@ pub fn logsumexp_rows(logits: &[f32], vocab: usize, lse: &mut [f32]) {
                 if m == f32::NEG_INFINITY {
                     return m;
                 }
-                m + simd::sum_by(row, |x| simd::exp(x - m)).ln()
+                m + simd::sum_by(row, |x| exp::exp(x - m)).ln()
             });
         }
     });
@@ -71,7 +72,7 @@ pub fn backward(logits: &[f32], vocab: usize, lse: &[f32], targets: &[usize], sc
             let (row, l, t) = (&logits[row_index * vocab..(row_index + 1) * vocab], lse[row_index], targets[row_index]);
             dispatch!(|d: &mut [f32], row: &[f32], l: f32, scale: f32| -> () {
                 for (d, &x) in d.iter_mut().zip(row) {
-                    *d = scale * simd::exp(x - l);
+                    *d = scale * exp::exp(x - l);
                 }
             });
             if t < d.len() {

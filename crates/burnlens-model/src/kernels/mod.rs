@@ -48,6 +48,7 @@ mod bf16_round;
 pub mod compute;
 pub mod cross_entropy;
 pub mod embedding;
+mod exp;
 mod flex;
 pub mod gemm;
 pub mod half;

@@ -53,16 +53,20 @@ pub fn baseline() -> bool {
 }
 
 /// Whether the CPU has the AVX-512 subset the kernels are compiled for (and
-/// [`baseline`] does not forbid it).
+/// [`baseline`] does not forbid it); asked once (every dispatch, and every row's
+/// exponentials, asks again).
 #[cfg(target_arch = "x86_64")]
 #[inline]
 pub fn has_avx512() -> bool {
-    !baseline()
-        && std::arch::is_x86_feature_detected!("avx512f")
-        && std::arch::is_x86_feature_detected!("avx512bw")
-        && std::arch::is_x86_feature_detected!("avx512dq")
-        && std::arch::is_x86_feature_detected!("avx512vl")
-        && has_avx2_fma()
+    static AVX512: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *AVX512.get_or_init(|| {
+        !baseline()
+            && std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("avx512bw")
+            && std::arch::is_x86_feature_detected!("avx512dq")
+            && std::arch::is_x86_feature_detected!("avx512vl")
+            && has_avx2_fma()
+    })
 }
 
 /// Whether the CPU has AVX512_BF16 with AVX-512F (and [`baseline`] does not forbid them):
@@ -122,35 +126,8 @@ pub fn isa() -> &'static str {
     "baseline"
 }
 
-/// `e^x` for f32 without a libm call, so that loops calling it vectorise. Cody–Waite range
-/// reduction `x = n ln2 + r` and a degree-6 polynomial for `e^r` on `|r| <= ln2/2`; relative
-/// error below 2e-7 on [-87, 88]. Inputs below -87.3 give 0 (as `expf` underflows), above
-/// 88.7 are clamped.
-#[inline(always)]
-pub fn exp(x: f32) -> f32 {
-    const LOG2E: f32 = std::f32::consts::LOG2_E;
-    const LN2_HI: f32 = 0.693_359_4;
-    const LN2_LO: f32 = -2.121_944_4e-4;
-    let xc = x.clamp(-87.3, 88.7);
-    let n = (xc * LOG2E).round_ties_even();
-    let r = xc - n * LN2_HI - n * LN2_LO;
-    // e^r ~ 1 + r + r^2 p(r), Cephes coefficients.
-    let p = 1.987_569_1e-4_f32;
-    let p = p.mul_add(r, 1.398_199_9e-3);
-    let p = p.mul_add(r, 8.333_452e-3);
-    let p = p.mul_add(r, 4.166_579_6e-2);
-    let p = p.mul_add(r, 1.666_666_5e-1);
-    let p = p.mul_add(r, 0.5);
-    let e = (p * r).mul_add(r, r) + 1.0;
-    // 2^n without a float-to-int conversion (Rust's saturating `as i32` does not vectorise):
-    // adding 2^23 puts the integer n + 127 in the low mantissa bits, and the shift moves it
-    // into the exponent field, discarding the rest.
-    let scale = f32::from_bits((n + (127.0 + 8_388_608.0)).to_bits() << 23);
-    let y = e * scale;
-    if x < -87.3 { 0.0 } else { y }
-}
-
-const LANES: usize = 16;
+/// Lanes of the accumulators: one AVX-512 register.
+pub(super) const LANES: usize = 16;
 
 /// `Σ f(a[i])` with sixteen independent accumulators (a plain f32 fold is one long
 /// dependency chain that does not vectorise).
@@ -165,26 +142,6 @@ pub fn sum_by(a: &[f32], f: impl Fn(f32) -> f32) -> f32 {
         }
     }
     reduce_sum(acc) + tail.iter().map(|&x| f(x)).sum::<f32>()
-}
-
-/// `x[i] = e^(x[i] · scale - m)` in place, returning `Σ x[i]`: a softmax's exponentials
-/// and their sum in one pass, added in [`sum_by`]'s order (the same sum as a second pass).
-#[inline(always)]
-pub fn exp_scaled_sum(x: &mut [f32], scale: f32, m: f32) -> f32 {
-    let mut acc = [0.0f32; LANES];
-    let mut chunks = x.chunks_exact_mut(LANES);
-    for c in &mut chunks {
-        for l in 0..LANES {
-            let e = exp(c[l] * scale - m);
-            c[l] = e;
-            acc[l] += e;
-        }
-    }
-    let tail = chunks.into_remainder();
-    for v in tail.iter_mut() {
-        *v = exp(*v * scale - m);
-    }
-    reduce_sum(acc) + tail.iter().sum::<f32>()
 }
 
 /// `Σ f(a[i], b[i])` over the common length.
@@ -220,7 +177,7 @@ pub fn sum_by3(a: &[f32], b: &[f32], c: &[f32], f: impl Fn(f32, f32, f32) -> f32
 }
 
 #[inline(always)]
-fn reduce_sum(acc: [f32; LANES]) -> f32 {
+pub(super) fn reduce_sum(acc: [f32; LANES]) -> f32 {
     let mut s = [0.0f32; 8];
     for l in 0..8 {
         s[l] = acc[l] + acc[l + 8];
@@ -288,22 +245,6 @@ mod tests {
     }
 
     #[test]
-    fn exp_matches_libm_to_two_ulp_relative() {
-        let mut worst = 0.0f64;
-        let mut x = -87.0f32;
-        while x < 88.0 {
-            let want = (x as f64).exp();
-            let got = exp(x) as f64;
-            worst = worst.max(((got - want) / want).abs());
-            x += 0.0137;
-        }
-        assert!(worst < 3e-7, "worst relative error {worst}");
-        assert_eq!(exp(-1000.0), 0.0);
-        assert_eq!(exp(f32::NEG_INFINITY), 0.0);
-        assert!(exp(0.0) == 1.0);
-    }
-
-    #[test]
     fn dispatched_sum_and_max_agree_with_plain_loops() {
         for n in [0usize, 1, 7, 16, 17, 100, 1027] {
             let data: Vec<f32> = (0..n).map(|i| ((i * 37 % 101) as f32 - 50.0) / 7.0).collect();
@@ -326,21 +267,6 @@ mod tests {
                 let got = dispatch!(|x: &[f32]| -> f32 { max_by(x, |y| y) });
                 assert_eq!(got, v.iter().cloned().fold(f32::NEG_INFINITY, f32::max), "n={n}, NaN at {at}");
             }
-        }
-    }
-
-    #[test]
-    fn exp_scaled_sum_writes_the_exponentials_and_sums_them_as_a_second_pass_would() {
-        for n in [0usize, 1, 15, 16, 33, 515] {
-            let x: Vec<f32> = (0..n).map(|i| ((i * 29 % 97) as f32 - 48.0) / 5.0).collect();
-            let (scale, m) = (0.7f32, 3.25f32);
-            let mut got = x.clone();
-            let g: &mut [f32] = &mut got;
-            let sum = dispatch!(|g: &mut [f32], scale: f32, m: f32| -> f32 { exp_scaled_sum(g, scale, m) });
-            let want: Vec<f32> = x.iter().map(|&v| exp(v * scale - m)).collect();
-            assert_eq!(got, want, "n={n}: the exponentials");
-            let w: &[f32] = &want;
-            assert_eq!(sum, dispatch!(|w: &[f32]| -> f32 { sum_by(w, |v| v) }), "n={n}: the sum");
         }
     }
 }

@@ -17,6 +17,7 @@ use burn::backend::tensor::FloatTensor;
 use burn::backend::{Autodiff, Backend, Dispatch, Flex, backend_extension};
 use burn::tensor::Tensor;
 
+use super::exp;
 use super::flex::{contiguous, flex_vec, use_kernels};
 use super::pool;
 use super::simd::{self, dispatch};
@@ -52,13 +53,12 @@ pub fn forward(x: &[f32], y: &mut [f32], d: usize) {
         let x = &x[i * chunk..i * chunk + y.len()];
         dispatch!(|y: &mut [f32], x: &[f32], d: usize| -> () {
             for (yr, xr) in y.chunks_exact_mut(d).zip(x.chunks_exact(d)) {
-                let max = xr.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                let max = simd::max_by(xr, |v| v);
                 // A row of only -inf: every term equal, as the composed ops give.
                 let shift = if max == f32::NEG_INFINITY { 0.0 } else { max };
-                for (yi, &xi) in yr.iter_mut().zip(xr) {
-                    *yi = simd::exp(xi - shift);
-                }
-                let sum = simd::sum_by(yr, |v| v);
+                // `e^(x - shift)` and their sum in one pass over the row's copy.
+                yr.copy_from_slice(xr);
+                let sum = exp::exp_scaled_sum(yr, 1.0, shift);
                 let inv = if sum > 0.0 { 1.0 / sum } else { 1.0 / d as f32 };
                 let fill = if sum > 0.0 { None } else { Some(inv) };
                 for yi in yr.iter_mut() {
