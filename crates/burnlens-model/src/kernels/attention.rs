@@ -438,8 +438,6 @@ pub(super) unsafe fn backward(
         let (bi, kh) = (task / hk, task % hk);
         let mut dk_acc = vec![0.0f32; s * dh];
         let mut dv_acc = vec![0.0f32; s * dh];
-        let mut p = Vec::new();
-        let mut dp = Vec::new();
         for hi in kh * group..(kh + 1) * group {
             for i0 in (0..t).step_by(BLOCK) {
                 let rows = BLOCK.min(t - i0);
@@ -454,10 +452,8 @@ pub(super) unsafe fn backward(
                     }
                     continue;
                 }
-                p.clear();
-                p.resize(rows * kw, 0.0);
-                dp.clear();
-                dp.resize(rows * kw, 0.0);
+                // Both products below write them whole.
+                let (mut p, mut dp) = (unfilled(rows * kw), unfilled(rows * kw));
                 let q_blk = q.mat(bi, hi, i0, rows);
                 let do_blk = d_o.mat(bi, hi, i0, rows);
                 let (k_blk, v_blk) = (k.mat(bi, kh, klo, kw), v.mat(bi, kh, klo, kw));
@@ -470,11 +466,13 @@ pub(super) unsafe fn backward(
                     let d = simd::dot(d_o.row(bi, hi, i), o.row(bi, hi, i));
                     let (pr, dpr) = (&mut p[r * kw..(r + 1) * kw], &mut dp[r * kw..(r + 1) * kw]);
                     dispatch!(|pr: &mut [f32], dpr: &mut [f32], lo: usize, hi_: usize, klo: usize, l: f32, d: f32, scale: f32| -> () {
+                        // The probabilities as the forward made them, 0 where the key is hidden.
                         let (a, b) = (lo - klo, hi_ - klo);
-                        for (j, (p, dp)) in pr.iter_mut().zip(dpr.iter_mut()).enumerate() {
-                            let pj = if j >= a && j < b { exp::exp(*p * scale - l) } else { 0.0 };
-                            *p = pj;
-                            *dp = pj * (*dp - d) * scale;
+                        pr[..a].fill(0.0);
+                        pr[b..].fill(0.0);
+                        exp::exp_scaled_sum(&mut pr[a..b], scale, l);
+                        for (dp, &p) in dpr.iter_mut().zip(pr.iter()) {
+                            *dp = p * (*dp - d) * scale;
                         }
                     });
                 }
