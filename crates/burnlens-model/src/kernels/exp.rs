@@ -20,8 +20,8 @@ const UNDERFLOW: f32 = -87.3;
 /// `e^x` for f32 without a libm call, so that loops calling it vectorise. Cody–Waite range
 /// reduction `x = n ln2 + r` (fused) and a degree-7 polynomial for `e^r` on `|r| <= ln2/2`;
 /// relative error below 2e-7 on [-87, 88]. Inputs below -87.3 give 0 (as `expf`
-/// underflows), from 88.38 up (`n > 127`) `+inf`, NaN stays NaN. `exp16` computes the same bit for
-/// bit sixteen at a time on AVX-512.
+/// underflows), from 88.38 up (`n > 127`) `+inf`, NaN stays NaN. `exp16` computes the same
+/// bit for bit, sixteen at a time on AVX-512.
 #[inline(always)]
 pub fn exp(x: f32) -> f32 {
     let xc = x.clamp(UNDERFLOW, 88.7);
@@ -39,8 +39,8 @@ pub fn exp(x: f32) -> f32 {
 }
 
 /// `x[i] = e^(x[i] · scale - m)` in place (`x[i] · scale - m` fused), returning `Σ x[i]`: a
-/// softmax's exponentials and their sum in one pass, added in [`simd::sum_by`]'s order (the same
-/// sum as a second pass). On AVX-512 through `exp16`, the same values.
+/// softmax's exponentials and their sum in one pass, added in [`simd::sum_by`]'s order (the
+/// same sum as a second pass). On AVX-512 through `exp16`, the same values.
 #[inline(always)]
 pub fn exp_scaled_sum(x: &mut [f32], scale: f32, m: f32) -> f32 {
     #[cfg(target_arch = "x86_64")]

@@ -53,8 +53,8 @@ pub fn baseline() -> bool {
 }
 
 /// Whether the CPU has the AVX-512 subset the kernels are compiled for (and
-/// [`baseline`] does not forbid it); asked once (every dispatch, and every row's
-/// exponentials, asks again).
+/// [`baseline`] does not forbid it). The CPU is asked once: every dispatch, and every row
+/// of exponentials, asks this.
 #[cfg(target_arch = "x86_64")]
 #[inline]
 pub fn has_avx512() -> bool {
