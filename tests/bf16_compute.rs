@@ -180,10 +180,12 @@ fn the_cli_takes_compute_as_a_flag_or_from_the_environment_and_refuses_a_bad_nam
     assert_exit(&burnlens(&["logits", "--model", d, "--ids", "1,2", "--compute", "fp8"]), 2, "expected one of f32, bf16");
 }
 
-/// The validation loss a `burnlens train` run printed last.
-fn final_val_loss(stdout: &str) -> f64 {
-    let at = stdout.rfind("validation loss ").unwrap_or_else(|| panic!("no validation loss in:\n{stdout}"));
-    stdout[at + "validation loss ".len()..].split(|c: char| !(c.is_ascii_digit() || c == '.')).next().unwrap().parse().unwrap()
+/// The last validation loss a `burnlens train` run recorded in its `metrics.jsonl`, at full
+/// precision (its printed line rounds to four decimals, where an f32 and a bf16 run can agree).
+fn final_val_loss(run_dir: &std::path::Path) -> f64 {
+    let metrics = std::fs::read_to_string(run_dir.join("metrics.jsonl")).unwrap();
+    let last = metrics.lines().rev().filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()).find(|v| v["kind"] == "eval");
+    last.and_then(|v| v["val_loss"].as_f64()).unwrap_or_else(|| panic!("no validation loss in {}:\n{metrics}", run_dir.display()))
 }
 
 #[test]
@@ -221,10 +223,11 @@ fn training_in_bf16_follows_the_f32_loss_curve_on_shakespeare_char() {
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
         let config = std::fs::read_to_string(dir.join("config.toml")).unwrap();
         assert!(config.contains(&format!("compute = \"{compute}\"")), "the run records its compute dtype:\n{config}");
-        final_val_loss(&String::from_utf8_lossy(&o.stdout))
+        assert!(String::from_utf8_lossy(&o.stdout).contains("validation loss "), "the run prints its validation loss");
+        final_val_loss(&dir)
     };
     let (f32_loss, bf16_loss) = (run("f32"), run("bf16"));
-    println!("shakespeare-char, 400 steps: validation loss f32 {f32_loss:.4}, bf16 {bf16_loss:.4}");
+    println!("shakespeare-char, 400 steps: validation loss f32 {f32_loss:.6}, bf16 {bf16_loss:.6}");
     assert!(f32_loss < 2.6, "the f32 run learned little: {f32_loss}");
     assert!(bf16_loss != f32_loss && (bf16_loss - f32_loss).abs() <= 0.01 * f32_loss, "bf16 {bf16_loss} vs f32 {f32_loss}: more than 1% apart");
 }
