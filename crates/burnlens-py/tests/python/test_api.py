@@ -135,6 +135,33 @@ def test_dla_and_logit_lens_match_transformer_lens(name):
         model.logit_attribution(ids, 100000)
 
 
+def test_cached_arrays_are_the_callers_own_writable_and_outlive_the_run():
+    # Each array a run hands out is a buffer of its own (entries that are one tensor inside,
+    # such as a layer's resid_post and the next one's resid_pre, included), writable, alive
+    # after the dict and the model are gone; writing into one changes neither another entry
+    # nor the model's next run.
+    import gc
+
+    model = burnlens.HookedModel.from_pretrained(fixture("gpt2"))
+    ids = np.array([[5, 17, 33, 2, 90, 12, 7, 64]])
+    logits, cache = model.run_with_cache(ids)
+    want_logits, want = logits.copy(), {k: v.copy() for k, v in cache.items()}
+    post0, pre1, pos = cache["blocks.0.hook_resid_post"], cache["blocks.1.hook_resid_pre"], cache["hook_pos_embed"]
+    assert np.array_equal(post0, pre1) and not np.shares_memory(post0, pre1)
+    assert post0.flags.writeable and post0.flags.c_contiguous and logits.flags.writeable
+    post0[...] = 7.0
+    pos[...] = -3.0
+    logits[...] = 0.0
+    assert np.array_equal(cache["blocks.1.hook_resid_pre"], want["blocks.1.hook_resid_pre"])
+    again_logits, again = model.run_with_cache(ids)
+    assert np.array_equal(again_logits, want_logits)
+    assert all(np.array_equal(again[k], want[k]) for k in want)
+    kept = cache["blocks.1.attn.hook_pattern"]
+    del cache, again, again_logits, model
+    gc.collect()
+    assert np.array_equal(kept, want["blocks.1.attn.hook_pattern"])
+
+
 def test_cache_names_short_names_and_residual_views():
     model = burnlens.HookedModel.from_pretrained(fixture("gpt2"))
     ids = np.array([[5, 17, 33, 2, 90, 12, 7, 64]])
