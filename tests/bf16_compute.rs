@@ -183,9 +183,8 @@ fn the_cli_takes_compute_as_a_flag_or_from_the_environment_and_refuses_a_bad_nam
 /// The last validation loss a `burnlens train` run recorded in its `metrics.jsonl`, at full
 /// precision (its printed line rounds to four decimals, where an f32 and a bf16 run can agree).
 fn final_val_loss(run_dir: &std::path::Path) -> f64 {
-    let metrics = std::fs::read_to_string(run_dir.join("metrics.jsonl")).unwrap();
-    let last = metrics.lines().rev().filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()).find(|v| v["kind"] == "eval");
-    last.and_then(|v| v["val_loss"].as_f64()).unwrap_or_else(|| panic!("no validation loss in {}:\n{metrics}", run_dir.display()))
+    let evals = run_metrics(run_dir, "eval");
+    evals.last().and_then(|v| v["val_loss"].as_f64()).unwrap_or_else(|| panic!("no validation loss in {}: {evals:?}", run_dir.display()))
 }
 
 #[test]

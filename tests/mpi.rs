@@ -15,7 +15,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::mpi_jobs::{launch, mpiexec, rank_pids, ranks_gone, run, wait_ended};
-use common::{assert_close, read_safetensors};
+use common::{assert_close, read_safetensors, run_metrics};
 
 /// A model small enough for a debug build; no dropout, so ranks and one process draw the
 /// same computation; two micro-batches per step; batch 6 splits 3+3 and 2+2+2.
@@ -62,15 +62,6 @@ fn train_args(config: &Path, run: &Path) -> Vec<String> {
     ]
 }
 
-fn metrics(run: &Path, kind: &str) -> Vec<serde_json::Value> {
-    std::fs::read_to_string(run.join("metrics.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
-        .filter(|v| v["kind"] == kind)
-        .collect()
-}
-
 /// Per-step training losses and the final evaluation equal within `tol` relative, and each
 /// exported weight tensor within `tol` relative in L2 norm. Except the keys' bias (the middle
 /// third of GPT-2's `c_attn.bias`): softmax does not change when a query's scores all shift
@@ -80,13 +71,13 @@ fn metrics(run: &Path, kind: &str) -> Vec<serde_json::Value> {
 /// it is compared on its own within ten times `tol` (on an AVX2 Zen 3 its two-rank run ended
 /// 1.49e-6 from the one process's, every other tensor within 3e-7).
 fn assert_same_run(a: &Path, b: &Path, tol: f64) {
-    let (la, lb) = (metrics(a, "train"), metrics(b, "train"));
+    let (la, lb) = (run_metrics(a, "train"), run_metrics(b, "train"));
     assert_eq!(la.len(), lb.len());
     for (x, y) in la.iter().zip(&lb) {
         let (x, y) = (x["loss"].as_f64().unwrap(), y["loss"].as_f64().unwrap());
         assert!((x - y).abs() <= tol * x.abs(), "{}: training loss {x} vs {}: {y}", a.display(), b.display());
     }
-    let (ea, eb) = (metrics(a, "eval"), metrics(b, "eval"));
+    let (ea, eb) = (run_metrics(a, "eval"), run_metrics(b, "eval"));
     let (x, y) = (ea.last().unwrap()["val_loss"].as_f64().unwrap(), eb.last().unwrap()["val_loss"].as_f64().unwrap());
     assert!((x - y).abs() <= tol * x.abs(), "validation loss {x} vs {y}");
     let (wa, wb) = (read_safetensors(&a.join("hf/model.safetensors")), read_safetensors(&b.join("hf/model.safetensors")));
@@ -116,11 +107,11 @@ fn two_and_three_ranks_follow_the_one_process_run() {
         assert_same_run(&one, &many, 1e-6);
         // At every checkpoint (steps 8 and 16) every rank's parameter digest equalled rank 0's
         // (the run stops otherwise), and rank 0 recorded it.
-        let checks = metrics(&many, "ranks");
+        let checks = run_metrics(&many, "ranks");
         assert_eq!(checks.iter().map(|c| c["step"].as_u64().unwrap()).collect::<Vec<_>>(), [8, 16]);
         assert!(checks.iter().all(|c| c["ranks"] == ranks && c["params_sha256"].as_str().is_some_and(|h| h.len() == 64)));
         // Only rank 0 wrote: one line per step.
-        assert_eq!(metrics(&many, "train").len(), 16);
+        assert_eq!(run_metrics(&many, "train").len(), 16);
     }
 }
 

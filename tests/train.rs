@@ -54,13 +54,7 @@ fn train(cfg: &RunConfig, opts: &TrainOptions) -> Result<burnlens::train::RunSum
 
 /// Training losses by step from a run's metrics.jsonl.
 fn losses(run: &Path) -> Vec<(u64, f64)> {
-    std::fs::read_to_string(run.join("metrics.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
-        .filter(|v| v["kind"] == "train")
-        .map(|v| (v["step"].as_u64().unwrap(), v["loss"].as_f64().unwrap()))
-        .collect()
+    run_metrics(run, "train").iter().map(|v| (v["step"].as_u64().unwrap(), v["loss"].as_f64().unwrap())).collect()
 }
 
 fn assert_same_curve(a: &[(u64, f64)], b: &[(u64, f64)]) {

@@ -167,6 +167,16 @@ pub fn missing_prerequisite(what: &str) {
     eprintln!("skipping: {what}");
 }
 
+/// The lines of a run's `metrics.jsonl` of one `kind` (`train`, `eval`, ...), in order.
+pub fn run_metrics(run: &Path, kind: &str) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(run.join("metrics.jsonl"))
+        .unwrap_or_else(|e| panic!("{}: {e}", run.join("metrics.jsonl").display()))
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|v| v["kind"] == kind)
+        .collect()
+}
+
 /// Run the `burnlens` binary built for these tests, ignoring any `BURNLENS_BACKEND` of the
 /// caller's environment.
 pub fn burnlens(args: &[&str]) -> Output {
