@@ -57,11 +57,17 @@ pub fn exp_scaled_sum(x: &mut [f32], scale: f32, m: f32) -> f32 {
             acc[l] += e;
         }
     }
-    let tail = chunks.into_remainder();
+    finish(acc, chunks.into_remainder(), scale, m)
+}
+
+/// The last `< 16` values of [`exp_scaled_sum`] one at a time, and the total: the sixteen
+/// lanes' sums folded as [`simd::sum_by`] folds them, then the tail's (both paths end here).
+#[inline(always)]
+fn finish(lanes: [f32; simd::LANES], tail: &mut [f32], scale: f32, m: f32) -> f32 {
     for v in tail.iter_mut() {
         *v = exp(v.mul_add(scale, -m));
     }
-    simd::reduce_sum(acc) + tail.iter().sum::<f32>()
+    simd::reduce_sum(lanes) + tail.iter().sum::<f32>()
 }
 
 /// `e^a` in each lane, as [`exp`] gives it: 0 below its underflow bound (and for
@@ -112,11 +118,7 @@ unsafe fn exp_scaled_sum_avx512(x: &mut [f32], scale: f32, m: f32) -> f32 {
     let mut lanes = [0.0f32; simd::LANES];
     // SAFETY: `lanes` holds sixteen floats.
     unsafe { _mm512_storeu_ps(lanes.as_mut_ptr(), acc) };
-    let tail = chunks.into_remainder();
-    for v in tail.iter_mut() {
-        *v = exp(v.mul_add(scale, -m));
-    }
-    simd::reduce_sum(lanes) + tail.iter().sum::<f32>()
+    finish(lanes, chunks.into_remainder(), scale, m)
 }
 
 #[cfg(test)]
