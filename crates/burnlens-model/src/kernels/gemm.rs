@@ -1,5 +1,7 @@
 //! The matrix products under every kernel: the `gemm` crate (the one flex itself calls,
 //! built with its AVX-512 kernels, picked at run time) with burnlens's own threading.
+//! On AVX2 CPUs without AVX-512, a product whose `a` has contiguous rows goes to
+//! burnlens's own tiles instead ([`super::avx2_gemm`]).
 //!
 //! Why not flex's `matmul`: it gives a product all of gemm's threads only above
 //! `m·n·k = 192³` and otherwise runs it on one, and its `m = 1` matrix-vector path is
@@ -86,6 +88,9 @@ pub fn matmul(dst: &mut [f32], dst_rs: usize, a: MatRef, b: MatRef, accumulate: 
     b.check();
     let threads = super::pool::threads();
     let macs = m.saturating_mul(n).saturating_mul(k);
+    if macs >= SPLIT_MIN_MACS && super::avx2_gemm::takes(&a, n) {
+        return super::avx2_gemm::matmul(dst, dst_rs, a, b, accumulate);
+    }
     if threads <= 1 || macs < SPLIT_MIN_MACS {
         // SAFETY: bounds checked above.
         unsafe { call(dst.as_mut_ptr(), dst_rs, a, b, accumulate) };

@@ -11,7 +11,7 @@
 //!
 //! | kernel | fuses | module |
 //! |---|---|---|
-//! | linear | `x W + b` with batch × positions folded into one GEMM over the weight packed once ([`packed`]), per-shape threading, a two-thread matrix-vector path for decoding; bf16/f16 weights widened a block at a time ([`half`]), read for decoding from panels kept beside them ([`half_panels`], [`kept`]), and for prefill on AVX2 from those panels ([`half_panels_prefill`]), on Intel's AVX-512 from a copy widened to f32 ([`half_widened`]); backward `dx = dy Wᵀ`, `dW = xᵀ dy`, `db = Σ dy` | [`linear`] |
+//! | linear | `x W + b` with batch × positions folded into one GEMM over the weight packed once ([`packed`]), per-shape threading, a two-thread matrix-vector path for decoding; bf16/f16 weights widened a block at a time ([`half`]), read for decoding from panels kept beside them ([`half_panels`], [`kept`]), and for prefill on AVX2 from those panels ([`half_panels_prefill`]), on Intel's AVX-512 from a copy widened to f32 ([`half_widened`]); backward `dx = dy Wᵀ`, `dW = xᵀ dy`, `db = Σ dy`; on AVX2 CPUs without AVX-512, the products whose `x` has contiguous rows through burnlens's own six-by-sixteen tiles (`avx2_gemm.rs`) | [`linear`] |
 //! | attention | causal / local-window softmax(q kᵀ · scale) v, tiled over queries (and, past 512 keys, over keys with an online softmax), no `[head, query, key]` tensor (forward or backward); grouped keys/values; keys and values packed once per head in the forward | [`attention`] |
 //! | LayerNorm, RMSNorm | mean, variance, normalise, affine in one pass; one-pass backward | [`layer_norm`] |
 //! | sigmoid-gated activations | tanh GELU, `gelu_fast`, `quick_gelu`, SiLU as `x σ(αx + βx³)`, forward and backward | [`activation`] |
@@ -39,6 +39,8 @@ pub mod activation;
 pub mod adamw;
 pub mod attention;
 mod attention_backward;
+mod avx2_gemm;
+mod avx2_tile;
 pub mod bench;
 mod bf16_amx;
 pub mod bf16_gemm;
