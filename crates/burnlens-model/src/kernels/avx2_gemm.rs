@@ -3,13 +3,13 @@
 //! Wᵀ`): `b` packed once per call by all threads, then tiles of six rows by sixteen columns
 //! ([`super::avx2_tile`]) computed by all threads, `a` read in place.
 //!
-//! Why: through gemm each thread packs what it reads again (both threads all of `b`'s
-//! depth when the rows are split), a transposed `b` (`Wᵀ` in `dx`) one element at a time, and
-//! its AVX2 micro-kernel broadcasts through a run-time stride. On a Zen 3 (BENCHMARKS.md,
-//! thirty-ninth), GPT-2-like training products at 2,048 positions, both paths alternated in
-//! one process: `dx` 1.04–1.32x (median about 1.13x), forwards 0.84–1.25x (about 1.07x).
-//! `dW = xᵀ dy` (`a` read through its transpose) stays with gemm: packed here it ran
-//! 0.75–1.05x (about 0.93x).
+//! Why: gemm-f32's AVX2 micro-kernel broadcasts `a`'s values through a run-time stride (six
+//! dependent address adds a depth step) and unrolls two steps, and with the rows split each
+//! thread's gemm call packs all of `b` again. On a Zen 3 (BENCHMARKS.md, thirty-ninth),
+//! GPT-2-like training products at 2,048 positions, both paths alternated in one process
+//! (minima of 31 calls each, two runs): forwards 1.04–1.31x, `dx` 1.01–1.21x. `dW = xᵀ dy`
+//! (`a` read through its transpose) stays with gemm: here, `xᵀ` read in place or packed, it
+//! ran 0.75–1.05x.
 //!
 //! Layout: `b`'s columns in panels of [`NR`], for depth blocks of [`block`] starting at depth
 //! `p0` (the last `kb` deep), panel `j` at `NR · (panels · p0 + j · kb)`, `kb × NR` (zero
@@ -41,12 +41,7 @@ pub(crate) fn takes(a: &MatRef, n: usize) -> bool {
 /// Whether the CPU has the tile's instructions (AVX2 and FMA; every AVX-512 CPU has them, so
 /// the tests run there too).
 fn can_run() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        super::simd::has_avx2_fma()
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    false
+    super::simd::has_avx2_fma()
 }
 
 /// `dst[m, n] (+)= a[m, k] · b[k, n]`, `dst` row-major at row stride `dst_rs`, on every
@@ -88,11 +83,11 @@ pub(crate) fn matmul(dst: &mut [f32], dst_rs: usize, a: MatRef, b: MatRef, accum
                 let cols = NR.min(n - j * NR);
                 for t in r0 / MR..r1 / MR {
                     let at = a.offset + t * MR * a_rs + p0;
-                    // SAFETY: AVX2 and FMA checked by `takes` (the test: `can_run`); the tile's six rows of `kb`
-                    // floats from `at` lie inside `a` (checked by the caller) and `bp` holds
-                    // the panel's `kb` steps; tile (t, j) lies inside `dst` (the caller
-                    // checked its size) and no other task writes it (tasks own disjoint row
-                    // and column blocks).
+                    // SAFETY: AVX2 and FMA checked by `takes` (the test: `can_run`); the
+                    // tile's six rows of `kb` floats from `at` lie inside `a` (checked by the
+                    // caller) and `bp` holds the panel's `kb` steps; tile (t, j) lies inside
+                    // `dst` (the caller checked its size) and no other task writes it (tasks
+                    // own disjoint row and column blocks).
                     unsafe { tile(kb, a.data[at..].as_ptr(), a_rs, bp.as_ptr(), out.0.add(t * MR * dst_rs + j * NR), dst_rs, cols, add) };
                 }
                 if rest > 0 {
@@ -135,18 +130,17 @@ fn pack_panels(pb: &mut [f32], b: MatRef) {
     });
 }
 
-/// `dst[p · W + r] = v(r0 + r, p0 + p)` for `p < kb`, `r < W`, where `v` is `view`; zero
-/// for `r ≥ rows`. `a`'s tiles are its rows; `b`'s panels are the rows of `bᵀ`.
+/// One of `b`'s panels: `dst[p · NR + r] = v(r0 + r, p0 + p)` for `p < kb`, `r < NR`, where
+/// `v` is `view` (`bᵀ`: the panel's columns are its rows); zero for `r ≥ rows`.
 fn pack_panel(dst: &mut [f32], view: MatRef, r0: usize, rows: usize, p0: usize, kb: usize) {
-    const W: usize = NR;
     let base = view.offset as isize + r0 as isize * view.rs + p0 as isize * view.cs;
-    let steps = dst.chunks_exact_mut(W).take(kb);
+    let steps = dst.chunks_exact_mut(NR).take(kb);
     if view.rs == 1 {
         // The rows of a step are adjacent: one copy a step.
         for (p, d) in steps.enumerate() {
             let start = (base + p as isize * view.cs) as usize;
-            if rows == W {
-                *<&mut [f32; W]>::try_from(d).expect("W wide") = view.data[start..start + W].try_into().expect("W wide");
+            if rows == NR {
+                *<&mut [f32; NR]>::try_from(d).expect("NR wide") = view.data[start..start + NR].try_into().expect("NR wide");
             } else {
                 d[..rows].copy_from_slice(&view.data[start..start + rows]);
                 d[rows..].fill(0.0);
@@ -154,12 +148,12 @@ fn pack_panel(dst: &mut [f32], view: MatRef, r0: usize, rows: usize, p0: usize, 
         }
     } else if view.cs == 1 {
         // Each row is contiguous: read the rows side by side, a step at a time.
-        let src: [&[f32]; W] = std::array::from_fn(|r| {
+        let src: [&[f32]; NR] = std::array::from_fn(|r| {
             let start = (base + r.min(rows - 1) as isize * view.rs) as usize;
             &view.data[start..start + kb]
         });
         for (p, d) in steps.enumerate() {
-            for r in 0..W {
+            for r in 0..NR {
                 d[r] = if r < rows { src[r][p] } else { 0.0 };
             }
         }

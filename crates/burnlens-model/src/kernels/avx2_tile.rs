@@ -7,7 +7,6 @@
 //! the products took before, broadcasts through a run-time stride: six dependent address
 //! adds a step). The tile's rows are row-major in `dst`, so the sums are stored as they are.
 
-#[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 
 /// Rows of `a` (and of `dst`) in one tile.
@@ -23,7 +22,6 @@ pub(crate) const NR: usize = 16;
 /// The CPU has AVX2 and FMA; `a` holds six rows of `k` floats at row stride `a_rs`, `b`
 /// holds `k · NR` floats; `dst` is valid for six rows of `cols` floats at row stride
 /// `dst_rs`, and nothing else accesses them.
-#[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 #[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn tile(k: usize, a: *const f32, a_rs: usize, b: *const f32, dst: *mut f32, dst_rs: usize, cols: usize, add: bool) {

@@ -88,6 +88,7 @@ pub fn matmul(dst: &mut [f32], dst_rs: usize, a: MatRef, b: MatRef, accumulate: 
     b.check();
     let threads = super::pool::threads();
     let macs = m.saturating_mul(n).saturating_mul(k);
+    #[cfg(target_arch = "x86_64")]
     if macs >= SPLIT_MIN_MACS && super::avx2_gemm::takes(&a, n) {
         return super::avx2_gemm::matmul(dst, dst_rs, a, b, accumulate);
     }

@@ -39,7 +39,9 @@ pub mod activation;
 pub mod adamw;
 pub mod attention;
 mod attention_backward;
+#[cfg(target_arch = "x86_64")]
 mod avx2_gemm;
+#[cfg(target_arch = "x86_64")]
 mod avx2_tile;
 pub mod bench;
 mod bf16_amx;
