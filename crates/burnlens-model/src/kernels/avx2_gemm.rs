@@ -32,10 +32,16 @@ const TASKS_PER_THREAD: usize = 4;
 /// The narrowest column block a task takes.
 const MIN_NC: usize = 4 * NR;
 
+/// The most floats of `b` packed at once: 16 MiB (GPT-2 small's MLP weights are 9 MiB; its
+/// tied unembedding, 147 MiB, and an SAE's encoder stay with gemm, which packs a block at a
+/// time).
+const MAX_PACKED: usize = 1 << 22;
+
 /// Whether this product runs here: an AVX2 CPU without AVX-512 (gemm's AVX-512 kernels
-/// stay where they are), `a`'s rows contiguous, and a few whole tiles each way.
+/// stay where they are), `a`'s rows contiguous, a few whole tiles each way, and `b` no
+/// larger than [`MAX_PACKED`].
 pub(crate) fn takes(a: &MatRef, n: usize) -> bool {
-    can_run() && !super::simd::has_avx512() && a.cs == 1 && a.rs > 0 && a.rows >= 2 * MR && n >= 2 * NR && a.cols >= 8
+    can_run() && !super::simd::has_avx512() && a.cs == 1 && a.rs > 0 && a.rows >= 2 * MR && n >= 2 * NR && a.cols >= 8 && a.cols.saturating_mul(n) <= MAX_PACKED
 }
 
 /// Whether the CPU has the tile's instructions (AVX2 and FMA; every AVX-512 CPU has them, so
@@ -190,6 +196,7 @@ mod tests {
                 let big = m >= 2 * MR && n >= 2 * NR;
                 assert_eq!(takes(a, n), big && !crate::kernels::simd::has_avx512(), "{m}x{k}x{n}: a row-major `a` runs here on AVX2 alone");
                 assert!(!takes(&a.t(), m), "a transposed `a` (`xᵀ` in `dW`) stays with gemm");
+                assert!(!takes(&MatRef::row_major(&ad, m, 1 << 16), MAX_PACKED / 8), "a `b` over the packing bound stays with gemm");
                 for (bi, b) in b_views.iter().enumerate() {
                     let want = naive(a, b);
                     for accumulate in [false, true] {
