@@ -19,7 +19,7 @@
 //! L2).
 
 use super::avx2_tile::{MR, NR, tile};
-use super::gemm::MatRef;
+use super::mat_ref::MatRef;
 use super::pool::{self, SendPtr};
 use super::unfilled::unfilled;
 

@@ -66,6 +66,7 @@ mod kept;
 pub mod layer_norm;
 pub mod linear;
 mod lines;
+mod mat_ref;
 pub mod memory;
 pub mod packed;
 pub mod pages;
