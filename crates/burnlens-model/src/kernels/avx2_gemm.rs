@@ -11,7 +11,7 @@
 //! (`a` read through its transpose) stays with gemm: here, `xᵀ` read in place or packed, it
 //! ran 0.75–1.05x.
 //!
-//! Layout: `b`'s columns in panels of [`NR`], for depth blocks of [`block`] starting at depth
+//! Layout: `b`'s columns in panels of [`NR`], for depth blocks of [`blocks`] starting at depth
 //! `p0` (the last `kb` deep), panel `j` at `NR · (panels · p0 + j · kb)`, `kb × NR` (zero
 //! columns past `n`). Loops of the compute, outermost first: tasks (a block of [`MC`] rows by a
 //! block of columns, handed out one at a time), depth blocks, the block's panels (one, at
@@ -73,8 +73,7 @@ pub(crate) fn matmul(dst: &mut [f32], dst_rs: usize, a: MatRef, b: MatRef, accum
         // The block's last rows, fewer than a tile: copied here, zero rows below them.
         let rest = (r1 - r0) % MR;
         let mut last = Vec::new();
-        for p0 in (0..k).step_by(block(k)) {
-            let kb = block(k).min(k - p0);
+        for (p0, kb) in blocks(k) {
             let add = accumulate || p0 > 0;
             if rest > 0 {
                 last.clear();
@@ -94,30 +93,23 @@ pub(crate) fn matmul(dst: &mut [f32], dst_rs: usize, a: MatRef, b: MatRef, accum
                     // caller) and `bp` holds the panel's `kb` steps; tile (t, j) lies inside
                     // `dst` (the caller checked its size) and no other task writes it (tasks
                     // own disjoint row and column blocks).
-                    unsafe { tile(kb, a.data[at..].as_ptr(), a_rs, bp.as_ptr(), out.0.add(t * MR * dst_rs + j * NR), dst_rs, cols, add) };
+                    unsafe { tile(kb, a.data[at..].as_ptr(), a_rs, bp.as_ptr(), out.0.add(t * MR * dst_rs + j * NR), dst_rs, [MR, cols], add) };
                 }
                 if rest > 0 {
-                    let mut part = [0.0f32; MR * NR];
-                    // SAFETY: as above, from the copied rows into a scratch tile.
-                    unsafe { tile(kb, last.as_ptr(), kb, bp.as_ptr(), part.as_mut_ptr(), NR, NR, false) };
-                    for (r, row) in part.chunks_exact(NR).take(rest).enumerate() {
-                        // SAFETY: row `r1 - rest + r` of `dst`, the columns of panel `j`:
-                        // inside `dst` and this task's own.
-                        let d = unsafe { std::slice::from_raw_parts_mut(out.0.add((r1 - rest + r) * dst_rs + j * NR), cols) };
-                        for (o, &v) in d.iter_mut().zip(row) {
-                            *o = if add { *o + v } else { v };
-                        }
-                    }
+                    // SAFETY: as above, from the copied rows; tile (last, j) is `rest` rows of
+                    // `dst` inside it and this task's own.
+                    unsafe { tile(kb, last.as_ptr(), kb, bp.as_ptr(), out.0.add((r1 - rest) * dst_rs + j * NR), dst_rs, [rest, cols], add) };
                 }
             }
         }
     });
 }
 
-/// The depth of the blocks of a `k`-deep product: at most [`KC`], all equal but the last
-/// (384 as two of 192, not 256 and 128).
-fn block(k: usize) -> usize {
-    k.div_ceil(k.div_ceil(KC))
+/// The depth blocks of a `k`-deep product as `(p0, kb)`: at most [`KC`] deep, all equal but
+/// the last (384 as two of 192, not 256 and 128).
+fn blocks(k: usize) -> impl Iterator<Item = (usize, usize)> {
+    let depth = k.div_ceil(k.div_ceil(KC));
+    (0..k).step_by(depth).map(move |p0| (p0, depth.min(k - p0)))
 }
 
 /// `b`'s panels (see the module's layout), on every kernel thread, a panel at a time.
@@ -127,8 +119,7 @@ fn pack_panels(pb: &mut [f32], b: MatRef) {
     let out = SendPtr(pb.as_mut_ptr());
     pool::run(panels, |j| {
         let out = out;
-        for p0 in (0..k).step_by(block(k)) {
-            let kb = block(k).min(k - p0);
+        for (p0, kb) in blocks(k) {
             // SAFETY: panel `j` of block `p0` is its own `NR · kb` floats of `pb`.
             let dst = unsafe { std::slice::from_raw_parts_mut(out.0.add(NR * (panels * p0 + j * kb)), NR * kb) };
             pack_panel(dst, b.t(), j * NR, NR.min(n - j * NR), p0, kb);

@@ -14,17 +14,18 @@ pub(crate) const MR: usize = 6;
 /// Columns of `b` (and of `dst`) in one tile: two vectors of eight.
 pub(crate) const NR: usize = 16;
 
-/// `dst[r, c] (+)= Σ_p a[r · a_rs + p] · b[p·NR + c]` for `r < MR`, `c < cols`, `p < k`
+/// `dst[r, c] (+)= Σ_p a[r · a_rs + p] · b[p·NR + c]` for `r < rows`, `c < cols`, `p < k`
 /// (`a`'s six rows contiguous, `a_rs` apart); `add` adds to what `dst` holds, otherwise it
-/// is overwritten. Columns past `cols` are computed into a scratch tile and not written.
+/// is overwritten. Rows and columns past `rows`/`cols` are computed into a scratch tile and
+/// not written.
 ///
 /// # Safety
 /// The CPU has AVX2 and FMA; `a` holds six rows of `k` floats at row stride `a_rs`, `b`
-/// holds `k · NR` floats; `dst` is valid for six rows of `cols` floats at row stride
+/// holds `k · NR` floats; `dst` is valid for `rows` rows of `cols` floats at row stride
 /// `dst_rs`, and nothing else accesses them.
 #[target_feature(enable = "avx2,fma")]
 #[allow(clippy::too_many_arguments)]
-pub(crate) unsafe fn tile(k: usize, a: *const f32, a_rs: usize, b: *const f32, dst: *mut f32, dst_rs: usize, cols: usize, add: bool) {
+pub(crate) unsafe fn tile(k: usize, a: *const f32, a_rs: usize, b: *const f32, dst: *mut f32, dst_rs: usize, [rows, cols]: [usize; 2], add: bool) {
     let mut c = [[_mm256_setzero_ps(); 2]; MR];
     // One pointer a row, a step one float on.
     let mut at: [*const f32; MR] = std::array::from_fn(|r| a.wrapping_add(r * a_rs));
@@ -54,7 +55,7 @@ pub(crate) unsafe fn tile(k: usize, a: *const f32, a_rs: usize, b: *const f32, d
         at = at.map(|p| p.wrapping_add(1));
         b = b.wrapping_add(NR);
     }
-    if cols == NR {
+    if rows == MR && cols == NR {
         for (r, acc) in c.iter().enumerate() {
             // SAFETY: the caller's guarantee on `dst` for a whole tile.
             unsafe {
@@ -75,8 +76,8 @@ pub(crate) unsafe fn tile(k: usize, a: *const f32, a_rs: usize, b: *const f32, d
             _mm256_storeu_ps(row.as_mut_ptr().add(8), acc[1]);
         }
     }
-    for (r, row) in part.iter().enumerate() {
-        // SAFETY: the caller's guarantee on `dst` for `MR × cols`.
+    for (r, row) in part.iter().enumerate().take(rows) {
+        // SAFETY: the caller's guarantee on `dst` for `rows × cols`.
         let d = unsafe { std::slice::from_raw_parts_mut(dst.add(r * dst_rs), cols) };
         for (o, &v) in d.iter_mut().zip(row) {
             *o = if add { *o + v } else { v };
