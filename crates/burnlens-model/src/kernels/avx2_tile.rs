@@ -1,6 +1,7 @@
-//! The AVX2 micro-kernel of [`super::avx2_gemm`]: one tile of six rows by sixteen columns of
-//! `dst (+)= a · b`, from `a`'s six rows read in place and `b`'s sixteen columns packed sixteen
-//! per depth step.
+//! The AVX2 micro-kernel of [`super::avx2_gemm`] and of the weights packed once
+//! ([`super::packed`], whose AVX2 panels are its `b`): one tile of six rows by sixteen columns
+//! of `dst (+)= a · b`, from `a`'s six rows read in place and `b`'s sixteen columns packed
+//! sixteen per depth step.
 //!
 //! Twelve accumulators, two vector loads and six broadcasts a depth step, four steps a loop
 //! turn; every address an immediate offset from a row's pointer (gemm-f32's AVX2 kernel, which

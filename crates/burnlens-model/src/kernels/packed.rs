@@ -7,7 +7,11 @@
 //! (any strides) is packed into panels of `P` columns (`P` = 64 with AVX-512, 16 with AVX2),
 //! each panel `k × P` contiguous and zero-padded, and the product drives gemm-f32's own
 //! micro-kernels directly: they compute a `P × 6` block of `(x W)ᵀ` from one panel and six
-//! rows of `x`, read in place (no packing of `x` at all). Loops, outermost first: the tasks
+//! rows of `x`, read in place (no packing of `x` at all). On AVX2 (panels of 16) a whole
+//! block of six contiguous rows goes to burnlens's own tile instead ([`super::avx2_tile`]; a
+//! panel is its `b`): on a Zen 3 (BENCHMARKS.md, fortieth), against gemm-f32's kernel in one
+//! process, the GEMM table's products 1.00–1.19x (medians of 31 alternated pairs; minima
+//! 0.99–1.12x) and attention's forward 1.06–1.17x. Loops, outermost first: the tasks
 //! (blocks of rows or groups of panels, see [`matmul_packed`]), column groups (so that their
 //! panels stay in L2), depth blocks, six rows at a time, the group's panels; the groups'
 //! width and the blocks' depth are the ISA's ([`Isa`]).
@@ -409,6 +413,28 @@ pub(crate) unsafe fn depth_block(
         for j in panels.clone() {
             let c0 = j * p;
             let cols = p.min(out.col_end - c0);
+            #[cfg(target_arch = "x86_64")]
+            if isa.lanes == 8 && p == super::avx2_tile::NR && nr == super::avx2_tile::MR && a.cs == 1 && a.rs > 0 {
+                // Whole six-row blocks on AVX2: burnlens's own tile (the panel's layout is the
+                // tile's `b`), not gemm-f32's kernel.
+                // SAFETY: an AVX2 panel means the CPU has AVX2 and FMA ([`isa`]); the six rows
+                // of `a` from `r0` hold `a.cols` floats each (in bounds, the caller's
+                // guarantee), the panel `kc × P` floats at `lhs(j)`, and the tile's `6 × cols`
+                // block of `dst` is the caller's to write.
+                unsafe {
+                    super::avx2_tile::tile(
+                        a.cols,
+                        a_ptr.offset(r0 as isize * a.rs),
+                        a.rs as usize,
+                        lhs(j),
+                        out.dst.add(r0 * out.dst_rs + c0 - out.col0),
+                        out.dst_rs,
+                        [nr, cols],
+                        add,
+                    )
+                };
+                continue;
+            }
             let ukr = isa.kernel(cols, nr);
             let lhs = lhs(j);
             unsafe {
@@ -478,7 +504,8 @@ mod tests {
         }
         // Partial panels, partial row blocks, several depth blocks (AMD's AVX-512 of 256, AVX2's
         // and Intel's of 768: 1,600 is three of those), several column groups, m = 1, big
-        // enough to split.
+        // enough to split; on AVX2 whole six-row blocks take burnlens's tile, the rest gemm-f32's
+        // kernels.
         let shapes = [(1, 5, 3), (1, 768, 300), (7, 1, 4), (13, 600, 130), (6, 257, 64), (9, 1600, 150), (130, 64, 1100), (200, 70, 9), (0, 3, 4), (4, 0, 5)];
         for &(m, k, n) in &shapes {
             let a_data = vals(m * k + 3, 1);
