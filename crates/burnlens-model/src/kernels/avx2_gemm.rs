@@ -20,6 +20,7 @@
 
 use super::avx2_tile::{MR, NR, tile};
 use super::mat_ref::MatRef;
+use super::panel_fill::fill_panel;
 use super::pool::{self, SendPtr};
 use super::unfilled::unfilled;
 
@@ -122,45 +123,9 @@ fn pack_panels(pb: &mut [f32], b: MatRef) {
         for (p0, kb) in blocks(k) {
             // SAFETY: panel `j` of block `p0` is its own `NR · kb` floats of `pb`.
             let dst = unsafe { std::slice::from_raw_parts_mut(out.0.add(NR * (panels * p0 + j * kb)), NR * kb) };
-            pack_panel(dst, b.t(), j * NR, NR.min(n - j * NR), p0, kb);
+            fill_panel(dst, b.rows(p0, kb), j * NR, NR.min(n - j * NR), NR);
         }
     });
-}
-
-/// One of `b`'s panels: `dst[p · NR + r] = v(r0 + r, p0 + p)` for `p < kb`, `r < NR`, where
-/// `v` is `view` (`bᵀ`: the panel's columns are its rows); zero for `r ≥ rows`.
-fn pack_panel(dst: &mut [f32], view: MatRef, r0: usize, rows: usize, p0: usize, kb: usize) {
-    let base = view.offset as isize + r0 as isize * view.rs + p0 as isize * view.cs;
-    let steps = dst.chunks_exact_mut(NR).take(kb);
-    if view.rs == 1 {
-        // The rows of a step are adjacent: one copy a step.
-        for (p, d) in steps.enumerate() {
-            let start = (base + p as isize * view.cs) as usize;
-            if rows == NR {
-                *<&mut [f32; NR]>::try_from(d).expect("NR wide") = view.data[start..start + NR].try_into().expect("NR wide");
-            } else {
-                d[..rows].copy_from_slice(&view.data[start..start + rows]);
-                d[rows..].fill(0.0);
-            }
-        }
-    } else if view.cs == 1 {
-        // Each row is contiguous: read the rows side by side, a step at a time.
-        let src: [&[f32]; NR] = std::array::from_fn(|r| {
-            let start = (base + r.min(rows - 1) as isize * view.rs) as usize;
-            &view.data[start..start + kb]
-        });
-        for (p, d) in steps.enumerate() {
-            for r in 0..NR {
-                d[r] = if r < rows { src[r][p] } else { 0.0 };
-            }
-        }
-    } else {
-        for (p, d) in steps.enumerate() {
-            for (r, v) in d.iter_mut().enumerate() {
-                *v = if r < rows { view.data[(base + r as isize * view.rs + p as isize * view.cs) as usize] } else { 0.0 };
-            }
-        }
-    }
 }
 
 #[cfg(test)]

@@ -70,6 +70,7 @@ mod mat_ref;
 pub mod memory;
 pub mod packed;
 pub mod pages;
+mod panel_fill;
 pub mod pool;
 pub mod prefetch;
 mod simd;

@@ -28,6 +28,7 @@ use gemm_common::microkernel::MicroKernelFn;
 
 use super::gemm::{MatRef, nothing_to_multiply};
 use super::kept::{Layout, View, kept};
+use super::panel_fill::fill_panel;
 use super::pool::{self, SendPtr};
 
 /// Depth of one block of the product with AVX-512 (and of the half-weight kernels' widened
@@ -150,26 +151,7 @@ impl Packed {
         if b.rows > 0 {
             b.check();
         }
-        let at = |r: usize, c: usize| b.data[(b.offset as isize + r as isize * b.rs + c as isize * b.cs) as usize];
-        Self::filled(b.rows, b.cols, |c0, cols, panel| {
-            let p = panel.len() / b.rows;
-            if b.cs == 1 {
-                for (r, dst) in panel.chunks_exact_mut(p).enumerate() {
-                    let start = (b.offset as isize + r as isize * b.rs + c0 as isize) as usize;
-                    dst[..cols].copy_from_slice(&b.data[start..start + cols]);
-                }
-            } else if b.rs == 1 && b.cs > 0 {
-                // A transposed view: its columns are contiguous runs.
-                let src = &b.data[b.offset + c0 * b.cs as usize..];
-                super::transpose16::transpose_copy(src, b.cs as usize, b.rows, cols, panel, p);
-            } else {
-                for c in 0..cols {
-                    for r in 0..b.rows {
-                        panel[r * p + c] = at(r, c0 + c);
-                    }
-                }
-            }
-        })
+        Self::filled(b.rows, b.cols, |c0, cols, panel| fill_panel(panel, b, c0, cols, panel.len() / b.rows))
     }
 
     /// A `[k, n]` matrix packed by `fill(c0, cols, panel)`, which writes columns `c0..c0 +
